@@ -1,0 +1,120 @@
+#!/usr/bin/env node
+// Builds the (patch-package patched) @cocalc/fuse-native addon from source and
+// verifies the result. Run by `postinstall` (after `patch-package`) and by hand:
+//   node scripts/build-native.mjs
+// npm 11 does not run dependency install scripts, so nothing else builds it.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const pkgDir = path.join(root, 'node_modules', '@cocalc', 'fuse-native');
+
+function fail(msg) {
+  console.error(`\nbuild-native: ERROR: ${msg}\n`);
+  process.exit(1);
+}
+
+function log(msg) {
+  console.log(`build-native: ${msg}`);
+}
+
+if (process.platform !== 'linux') fail(`homesfs only supports Linux (this is ${process.platform})`);
+if (!existsSync(path.join(pkgDir, 'package.json'))) {
+  fail(`${pkgDir} is missing; run npm ci first`);
+}
+if (!existsSync(path.join(pkgDir, 'fuse-native.c'))) fail(`${pkgDir}/fuse-native.c is missing`);
+
+// 1. libfuse 2 development files
+{
+  const r = spawnSync('pkg-config', ['--modversion', 'fuse'], { encoding: 'utf8' });
+  if (r.error || r.status !== 0) {
+    fail(
+      '`pkg-config fuse` failed: the libfuse 2 development files are not installed.\n' +
+        '  Install them with:  apt-get install -y libfuse2 libfuse-dev   (and pkg-config, build-essential, python3)\n' +
+        `  (pkg-config said: ${(r.stderr || String(r.error || '')).trim()})`,
+    );
+  }
+  log(`libfuse ${r.stdout.trim()} found via pkg-config`);
+}
+
+// 2. locate node-gyp (npm's bundled copy)
+function findNodeGyp() {
+  const candidates = [];
+  if (process.env.npm_config_node_gyp) candidates.push(process.env.npm_config_node_gyp);
+  candidates.push(
+    path.join(path.dirname(process.execPath), '../lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js'),
+  );
+  if (process.env.npm_execpath) {
+    // .../npm/bin/npm-cli.js -> .../npm/node_modules/node-gyp/bin/node-gyp.js
+    candidates.push(path.join(path.dirname(process.env.npm_execpath), '../node_modules/node-gyp/bin/node-gyp.js'));
+  }
+  try {
+    const npmBin = execFileSync('sh', ['-c', 'command -v npm'], { encoding: 'utf8' }).trim();
+    if (npmBin) {
+      const real = execFileSync('readlink', ['-f', npmBin], { encoding: 'utf8' }).trim();
+      candidates.push(path.join(path.dirname(real), '../node_modules/node-gyp/bin/node-gyp.js'));
+    }
+  } catch {
+    // no npm on PATH
+  }
+  try {
+    candidates.push(createRequire(path.join(root, 'package.json')).resolve('node-gyp/bin/node-gyp.js'));
+  } catch {
+    // not a local dependency
+  }
+  return candidates.find((c) => c && existsSync(c));
+}
+
+const nodeGyp = findNodeGyp();
+if (!nodeGyp) fail('could not find node-gyp (expected npm\'s bundled node-gyp next to the running node)');
+log(`using node-gyp at ${nodeGyp}`);
+
+// 3. build. Headers: npm passes nodedir via npm_config_nodedir (from .npmrc);
+// when run by hand fall back to the system headers if present so node-gyp does
+// not try to download them.
+const gypArgs = [nodeGyp, 'rebuild'];
+const nodedir = process.env.npm_config_nodedir;
+if (nodedir) {
+  gypArgs.push(`--nodedir=${nodedir}`);
+} else {
+  const sysDir = path.resolve(path.dirname(process.execPath), '..');
+  if (existsSync(path.join(sysDir, 'include', 'node', 'node_api.h'))) gypArgs.push(`--nodedir=${sysDir}`);
+}
+log(`running: ${process.execPath} ${gypArgs.join(' ')}`);
+{
+  const r = spawnSync(process.execPath, gypArgs, { cwd: pkgDir, stdio: 'inherit' });
+  if (r.error || r.status !== 0) fail(`node-gyp rebuild failed (exit ${r.status ?? r.error})`);
+}
+
+// 4. verify in a child node: patched marker, loadable, linked against system libfuse.so.2
+const check = spawnSync(
+  process.execPath,
+  [
+    '-e',
+    `const F = require(${JSON.stringify(pkgDir)});
+     process.stdout.write(JSON.stringify({ patch: F.HOMESFS_PATCH, path: F.BINDING_PATH }));`,
+  ],
+  { encoding: 'utf8' },
+);
+if (check.status !== 0) fail(`the built module does not load:\n${check.stderr}`);
+let info;
+try {
+  info = JSON.parse(check.stdout);
+} catch {
+  fail(`unexpected output while loading the module: ${check.stdout}`);
+}
+if (info.patch !== 1) {
+  fail(
+    `HOMESFS_PATCH is ${info.patch}, expected 1: the homesfs patch is not applied.\n` +
+      '  Run `npx patch-package` (patches/@cocalc+fuse-native+2.4.3.patch) and build again.',
+  );
+}
+const ldd = spawnSync('ldd', [info.path], { encoding: 'utf8' });
+const fuseLine = (ldd.stdout || '').split('\n').find((l) => /libfuse\.so\.2\b/.test(l));
+if (!fuseLine || /not found/.test(fuseLine)) {
+  fail(`ldd ${info.path} does not show the system libfuse.so.2:\n${ldd.stdout}${ldd.stderr}`);
+}
+log(`OK: ${info.path} (HOMESFS_PATCH=${info.patch}; ${fuseLine.trim()})`);

@@ -1,0 +1,388 @@
+// Integration tests of the patched @cocalc/fuse-native binding (patch:
+// patches/@cocalc+fuse-native+2.4.3.patch) through a tiny passthrough
+// filesystem that runs in a CHILD process (fixtures/passthrough.cjs): the
+// binding serves every op on its JS thread, so this process must never mount.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync, utimesSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repoRoot = path.resolve(here, '../..');
+const fixture = path.join(here, 'fixtures', 'passthrough.cjs');
+const require = createRequire(import.meta.url);
+const execFileP = promisify(execFile);
+
+const PY = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+const O_APPEND = 0o2000;
+const O_ACCMODE = 3;
+const O_WRONLY = 1;
+const O_RDWR = 2;
+
+const skipReason =
+  typeof process.getuid !== 'function' || process.getuid() !== 0
+    ? 'not running as root'
+    : !existsSync('/dev/fuse')
+      ? '/dev/fuse is absent'
+      : null;
+if (skipReason) console.warn(`[test/native] skipping the native binding suite: ${skipReason}`);
+
+interface OpEvent {
+  op?: string;
+  path?: string | null;
+  caller?: { uid: number; gid: number; pid: number };
+  [k: string]: unknown;
+}
+
+const ENV = { ...process.env, TZ: 'UTC', LC_ALL: 'C' };
+
+async function run(cmd: string, args: string[], opts: { timeout?: number } = {}) {
+  // Always asynchronous: a synchronous child would stop us from draining the
+  // fixture's stdout, which could block the fixture and deadlock the mount.
+  const { stdout, stderr } = await execFileP(cmd, args, { timeout: opts.timeout ?? 20_000, env: ENV, encoding: 'utf8' });
+  return { stdout, stderr };
+}
+
+async function py(code: string, opts: { timeout?: number } = {}) {
+  return run(PY, ['-c', code], opts);
+}
+
+describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
+  let work = '';
+  let backing = '';
+  let mnt = '';
+  let child: ChildProcess | null = null;
+  const events: OpEvent[] = [];
+  let stderrBuf = '';
+
+  const since = (mark: number) => events.slice(mark);
+  async function waitFor(pred: (e: OpEvent) => boolean, from = 0, timeout = 5_000): Promise<OpEvent> {
+    const end = Date.now() + timeout;
+    for (;;) {
+      const hit = events.slice(from).find(pred);
+      if (hit) return hit;
+      if (Date.now() > end) throw new Error(`timed out waiting for fixture event; stderr: ${stderrBuf}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  // Events are written before an op completes; give the pipe a moment to drain.
+  const settle = () => new Promise((r) => setTimeout(r, 150));
+  const M = (p: string) => path.join(mnt, p);
+  const B = (p: string) => path.join(backing, p);
+
+  beforeAll(async () => {
+    work = mkdtempSync(path.join(tmpdir(), 'homesfs-native-'));
+    chmodSync(work, 0o755);
+    backing = path.join(work, 'backing');
+    mnt = path.join(work, 'mnt');
+    mkdirSync(backing, { mode: 0o755 });
+    mkdirSync(mnt, { mode: 0o755 });
+    chmodSync(backing, 0o755);
+
+    child = spawn(process.execPath, [fixture, backing, mnt], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, FUSE_NATIVE_DIR: path.join(repoRoot, 'node_modules/@cocalc/fuse-native') },
+    });
+    child.stderr!.on('data', (d: Buffer) => {
+      stderrBuf += d.toString();
+    });
+    const rl = createInterface({ input: child.stdout! });
+    rl.on('line', (line) => {
+      try {
+        events.push(JSON.parse(line) as OpEvent);
+      } catch {
+        events.push({ op: 'unparsable', line });
+      }
+    });
+    const ready = await waitFor((e) => 'ready' in e, 0, 15_000);
+    expect(ready.ready, `fixture failed to mount: ${JSON.stringify(ready)} ${stderrBuf}`).toBe(true);
+    expect(readFileSync('/proc/mounts', 'utf8')).toContain(` ${mnt} fuse`);
+  }, 30_000);
+
+  afterAll(async () => {
+    if (child && child.exitCode === null) {
+      const exited = new Promise<void>((r) => child!.once('exit', () => r()));
+      child.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+    if (mnt && readFileSync('/proc/mounts', 'utf8').includes(` ${mnt} `)) {
+      await execFileP('umount', ['-l', mnt]).catch(() => undefined);
+    }
+    if (work && !readFileSync('/proc/mounts', 'utf8').includes(work)) rmSync(work, { recursive: true, force: true });
+  }, 30_000);
+
+  it('loads the patched binding (HOMESFS_PATCH === 1) in this process without mounting', () => {
+    const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
+    expect(Fuse.HOMESFS_PATCH).toBe(1);
+    expect(existsSync(Fuse.BINDING_PATH)).toBe(true);
+    expect(events[0]).toMatchObject({ ready: true, patch: 1, loopState: 1 });
+    // The C UTF-8 validator agrees with a fatal TextDecoder on edge cases.
+    const cases = [
+      [0x61], [0xc3, 0xa9], [0xc0, 0x80], [0xc1, 0xbf], [0xe0, 0x80, 0x80], [0xe0, 0xa0, 0x80],
+      [0xed, 0x9f, 0xbf], [0xed, 0xa0, 0x80], [0xed, 0xbf, 0xbf], [0xee, 0x80, 0x80],
+      [0xf0, 0x8f, 0xbf, 0xbf], [0xf0, 0x90, 0x80, 0x80], [0xf4, 0x8f, 0xbf, 0xbf], [0xf4, 0x90, 0x80, 0x80],
+      [0xf5, 0x80, 0x80, 0x80], [0xff], [0x80], [0xe2, 0x82], [0x61, 0xe2, 0x82, 0xac],
+    ];
+    for (const c of cases) {
+      const buf = Buffer.from(c);
+      let ref = true;
+      try {
+        new TextDecoder('utf-8', { fatal: true }).decode(buf);
+      } catch {
+        ref = false;
+      }
+      expect(Fuse._isValidUtf8(buf), buf.toString('hex')).toBe(ref);
+    }
+  });
+
+  it('touch -d @1000000000.123456789 round-trips to the nanosecond', async () => {
+    await run('touch', ['-d', '@1000000000.123456789', M('t-ns')]);
+    const { stdout } = await run('stat', ['-c', '%y|%x', M('t-ns')]);
+    expect(stdout.trim()).toBe('2001-09-09 01:46:40.123456789 +0000|2001-09-09 01:46:40.123456789 +0000');
+    const { stdout: ns } = await py(`import os; s=os.stat(${JSON.stringify(M('t-ns'))}); print(s.st_mtime_ns, s.st_atime_ns)`);
+    expect(ns.trim()).toBe('1000000000123456789 1000000000123456789');
+    const { stdout: bns } = await py(`import os; s=os.stat(${JSON.stringify(B('t-ns'))}); print(s.st_mtime_ns)`);
+    expect(bns.trim()).toBe('1000000000123456789');
+  }, 30_000);
+
+  it('touch -m changes only mtime, touch -a only atime (UTIME_OMIT reaches utimens)', async () => {
+    const f = M('t-ma');
+    await run('touch', [f]);
+    await py(`import os; os.utime(${JSON.stringify(f)}, ns=(1100000000000000001, 1200000000000000002))`);
+    const read = async () => (await py(`import os; s=os.stat(${JSON.stringify(f)}); print(s.st_atime_ns, s.st_mtime_ns)`)).stdout.trim();
+
+    let mark = events.length;
+    await run('touch', ['-m', '-d', '@1300000000.000000003', f]);
+    expect(await read()).toBe('1100000000000000001 1300000000000000003');
+    await settle();
+    const u1 = since(mark).find((e) => e.op === 'utimens');
+    expect(u1).toMatchObject({ atime: 'omit', mtime: { sec: 1300000000, nsec: 3 } });
+
+    mark = events.length;
+    await run('touch', ['-a', '-d', '@1400000000.000000004', f]);
+    expect(await read()).toBe('1400000000000000004 1300000000000000003');
+    await settle();
+    expect(since(mark).find((e) => e.op === 'utimens')).toMatchObject({ atime: { sec: 1400000000, nsec: 4 }, mtime: 'omit' });
+
+    // plain `touch -m` = UTIME_NOW for mtime, atime untouched
+    mark = events.length;
+    const before = Date.now();
+    await run('touch', ['-m', f]);
+    const [a, m] = (await read()).split(' ').map((x) => BigInt(x));
+    expect(a).toBe(1400000000000000004n);
+    expect(Number(m! / 1_000_000n)).toBeGreaterThanOrEqual(before - 2_000);
+    await settle();
+    expect(since(mark).find((e) => e.op === 'utimens')).toMatchObject({ atime: 'omit', mtime: 'now' });
+  }, 30_000);
+
+  it('os.utime(ns=(a, m)) with distinct values reads back exactly', async () => {
+    const f = M('t-utime');
+    await run('touch', [f]);
+    const { stdout } = await py(
+      `import os; p=${JSON.stringify(f)}; os.utime(p, ns=(1111111111222333444, 1234567890987654321)); s=os.stat(p); print(s.st_atime_ns, s.st_mtime_ns)`,
+    );
+    expect(stdout.trim()).toBe('1111111111222333444 1234567890987654321');
+  }, 30_000);
+
+  it('tar -x restores every mtime exactly (files, dirs, symlinks)', async () => {
+    const src = path.join(work, 'tarsrc');
+    mkdirSync(path.join(src, 'a/b'), { recursive: true });
+    writeFileSync(path.join(src, 'a/one.txt'), 'one');
+    writeFileSync(path.join(src, 'a/b/two.txt'), 'two');
+    writeFileSync(path.join(src, 'three.bin'), Buffer.alloc(300_000, 7));
+    await run('ln', ['-s', 'a/one.txt', path.join(src, 'link')]);
+    // Old, distinct, nanosecond mtimes (set bottom-up so dirs keep theirs).
+    const stamps: Record<string, string> = {
+      'a/b/two.txt': '@946684800.111111111',
+      'a/one.txt': '@978307200.222222222',
+      'three.bin': '@1009843200.333333333',
+      link: '@1041379200.444444444',
+      'a/b': '@1072915200.555555555',
+      a: '@1104537600.666666666',
+    };
+    for (const [rel, stamp] of Object.entries(stamps)) await run('touch', ['-h', '-d', stamp, path.join(src, rel)]);
+    const tarball = path.join(work, 'tree.tar');
+    await run('tar', ['--format=posix', '-cf', tarball, '-C', src, '.']);
+    mkdirSync(M('tarout'));
+    await run('tar', ['-xf', tarball, '-C', M('tarout')]);
+    const statNs = async (root: string) =>
+      JSON.parse(
+        (
+          await py(
+            `import os,json; r=${JSON.stringify(root)}; print(json.dumps({k: os.lstat(os.path.join(r,k)).st_mtime_ns for k in ${JSON.stringify(Object.keys(stamps))}}))`,
+          )
+        ).stdout,
+      ) as Record<string, number>;
+    const expected = await statNs(src);
+    expect(await statNs(M('tarout'))).toEqual(expected);
+    expect(await statNs(B('tarout'))).toEqual(expected);
+    expect(readFileSync(M('tarout/three.bin')).equals(readFileSync(path.join(src, 'three.bin')))).toBe(true);
+  }, 30_000);
+
+  it('O_CREAT|O_EXCL: two racing processes, exactly one wins each of 50 rounds', async () => {
+    const { stdout } = await py(
+      `
+import os, json, errno
+p = ${JSON.stringify(M('excl'))}
+res = []
+for r in range(50):
+    rd, wr = os.pipe()
+    kids = []
+    for k in range(2):
+        pid = os.fork()
+        if pid == 0:
+            os.close(wr)
+            os.read(rd, 1)
+            try:
+                fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.close(fd)
+                os._exit(0)
+            except OSError as e:
+                os._exit(1 if e.errno == errno.EEXIST else 2)
+        kids.append(pid)
+    os.close(rd)
+    os.close(wr)
+    codes = [os.WEXITSTATUS(os.waitpid(pid, 0)[1]) for pid in kids]
+    res.append(sorted(codes))
+    os.unlink(p)
+print(json.dumps(res))
+`,
+      { timeout: 60_000 },
+    );
+    const rounds = JSON.parse(stdout) as number[][];
+    expect(rounds).toHaveLength(50);
+    for (const r of rounds) expect(r).toEqual([0, 1]);
+  }, 90_000);
+
+  it('create receives the open flags (O_APPEND and the access mode)', async () => {
+    const mark = events.length;
+    await py(
+      `import os; fd=os.open(${JSON.stringify(M('c-app'))}, os.O_CREAT|os.O_WRONLY|os.O_APPEND, 0o640); os.close(fd); fd=os.open(${JSON.stringify(M('c-rdwr'))}, os.O_CREAT|os.O_RDWR, 0o600); os.close(fd)`,
+    );
+    const app = await waitFor((e) => e.op === 'create' && e.path === '/c-app', mark);
+    const flags = app.flags as number;
+    expect(flags & O_APPEND).toBe(O_APPEND);
+    expect(flags & O_ACCMODE).toBe(O_WRONLY);
+    expect((app.mode as number) & 0o777).toBe(0o640);
+    const rdwr = await waitFor((e) => e.op === 'create' && e.path === '/c-rdwr', mark);
+    expect((rdwr.flags as number) & O_ACCMODE).toBe(O_RDWR);
+    expect((rdwr.flags as number) & O_APPEND).toBe(0);
+  }, 30_000);
+
+  it('fsync / fdatasync reach the right fh with the right datasync flag; fallocate reaches its fh', async () => {
+    const mark = events.length;
+    await py(
+      `import os; fd=os.open(${JSON.stringify(M('sync'))}, os.O_CREAT|os.O_RDWR, 0o644); os.write(fd, b'x'*10); os.fsync(fd); os.fdatasync(fd); os.posix_fallocate(fd, 0, 100000); os.close(fd)`,
+    );
+    const created = await waitFor((e) => e.op === 'create' && e.path === '/sync', mark);
+    const fh = created.fh as number;
+    expect(fh).toBeGreaterThan(0);
+    await waitFor((e) => e.op === 'release' && e.fh === fh, mark);
+    const syncs = since(mark).filter((e) => e.op === 'fsync');
+    expect(syncs.map((e) => [e.fh, e.datasync])).toEqual([
+      [fh, false],
+      [fh, true],
+    ]);
+    const fa = since(mark).find((e) => e.op === 'fallocate');
+    expect(fa).toMatchObject({ fh, mode: 0, offset: 0, length: 100000 });
+    const { stdout } = await run('stat', ['-c', '%s', M('sync')]);
+    expect(stdout.trim()).toBe('100000');
+  }, 30_000);
+
+  it('a file unlinked while open stays readable/writable; no .fuse_hidden; dir removable after close', async () => {
+    mkdirSync(M('ul'));
+    const mark = events.length;
+    const { stdout } = await py(`
+import os, subprocess, json
+d = ${JSON.stringify(M('ul'))}
+fd = os.open(d + '/f', os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b'hello')
+os.unlink(d + '/f')
+ls = subprocess.run(['ls', '-a', d], capture_output=True, text=True).stdout.split()
+os.lseek(fd, 0, 0)
+r1 = os.read(fd, 100).decode()
+os.write(fd, b' world')
+os.lseek(fd, 0, 0)
+r2 = os.read(fd, 100).decode()
+os.close(fd)
+os.rmdir(d)
+print(json.dumps({'ls': ls, 'r1': r1, 'r2': r2, 'exists': os.path.exists(d)}))
+`);
+    const out = JSON.parse(stdout);
+    expect(out).toEqual({ ls: ['.', '..'], r1: 'hello', r2: 'hello world', exists: false });
+    expect(readdirSync(backing).filter((n) => n.startsWith('.fuse_hidden'))).toEqual([]);
+    await settle();
+    // After the unlink, handle-based ops get path === null (flag_nullpath_ok).
+    const nullPathOps = since(mark).filter((e) => e.path === null).map((e) => e.op);
+    expect(nullPathOps).toContain('read');
+    expect(nullPathOps).toContain('write');
+    expect(nullPathOps).toContain('release');
+  }, 30_000);
+
+  it('dd bs=1M writes arrive as 128 KiB requests (big_writes)', async () => {
+    const mark = events.length;
+    await run('dd', ['if=/dev/zero', `of=${M('dd.bin')}`, 'bs=1M', 'count=1', 'status=none']);
+    await waitFor((e) => e.op === 'release' && e.path === '/dd.bin', mark);
+    const writes = since(mark).filter((e) => e.op === 'write' && e.path === '/dd.bin');
+    expect(writes.map((e) => e.len)).toEqual(Array(8).fill(131072));
+  }, 30_000);
+
+  it('a name with invalid UTF-8 fails with EILSEQ and creates nothing', async () => {
+    const mark = events.length;
+    const target = Buffer.concat([Buffer.from(M('bad-')), Buffer.from([0xff])]);
+    const { stdout } = await py(`
+import os, errno
+try:
+    open(bytes.fromhex(${JSON.stringify(target.toString('hex'))}), 'w')
+    print('created')
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+`);
+    expect(stdout.trim()).toBe('EILSEQ');
+    const names = readdirSync(backing, { encoding: 'buffer' }).map((n) => n.toString('latin1'));
+    expect(names.filter((n) => n.startsWith('bad-'))).toEqual([]);
+    await settle();
+    expect(since(mark).filter((e) => typeof e.path === 'string' && e.path.startsWith('/bad-'))).toEqual([]);
+  }, 30_000);
+
+  it('passes the caller (uid/gid/pid) of a process running as 65534', async () => {
+    mkdirSync(M('shared'));
+    chmodSync(M('shared'), 0o777);
+    const mark = events.length;
+    const { stdout } = await run('setpriv', [
+      '--reuid=65534',
+      '--regid=65534',
+      '--clear-groups',
+      'sh',
+      '-c',
+      `echo $$; exec touch ${M('shared/by-nobody')}`,
+    ]);
+    const pid = Number(stdout.trim());
+    const create = await waitFor((e) => e.op === 'create' && e.path === '/shared/by-nobody', mark);
+    expect(create.caller).toEqual({ uid: 65534, gid: 65534, pid });
+    // every op issued by that process carries the same caller
+    await settle();
+    const fromPid = since(mark).filter((e) => e.caller?.pid === pid);
+    expect(fromPid.length).toBeGreaterThan(0);
+    for (const e of fromPid) expect(e.caller).toEqual({ uid: 65534, gid: 65534, pid });
+    // and root's ops are reported as root
+    const mark2 = events.length;
+    await run('stat', [M('shared')]);
+    await settle();
+    expect(since(mark2).find((e) => e.op === 'getattr')?.caller?.uid).toBe(0);
+  }, 30_000);
+
+  it('loopState() becomes 2 after an external umount -l', async () => {
+    const mark = events.length;
+    await run('umount', ['-l', mnt]);
+    const ev = await waitFor((e) => 'loopState' in e && !('ready' in e), mark, 10_000);
+    expect(ev.loopState).toBe(2);
+    expect(readFileSync('/proc/mounts', 'utf8')).not.toContain(` ${mnt} `);
+  }, 30_000);
+});
