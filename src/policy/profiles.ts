@@ -1,0 +1,321 @@
+/**
+ * Named profiles: a home's whole write-time policy in one value.
+ *
+ * PURE. The config loader validates profile definitions with `ProfileSchema`,
+ * merges them with `BUILTIN_PROFILES`, checks every referenced name with
+ * `validateProfileNames`, and the fs layer asks the helpers below what a
+ * create/mkdir/chmod/symlink should do. Policies are explicit string unions
+ * (bindfs's `enum ChmodPolicy` idea) so a config typo is a validation error,
+ * not a silently different behaviour.
+ */
+
+import { z } from 'zod';
+
+/** Permission bits we ever store: rwx for user/group/other. Setuid, setgid and
+ *  sticky bits are never stored in a home (not even in `posix`): the backing
+ *  tree is owned by the daemon's users, and a setuid bit there is a hazard for
+ *  anyone who reaches the backing directory by other means. */
+export const PERMISSION_BITS = 0o777;
+const USER_EXEC = 0o100;
+
+const byteCount = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+
+const MODE_HINT = 'a mode is a number up to 0o777 (511), an octal string such as "0600", or "asked"';
+
+/**
+ * A mode is a number (JSON has no octal literals: 0o600 is 384), an octal
+ * string ("0600", "600", "0o600"), or 'asked' (the creator's mode). A decimal
+ * 600 is out of range (> 0o777) and refused with a hint: the usual mistake.
+ */
+const ForcedOrAsked = z
+  .union(
+    [
+      z.literal('asked'),
+      z.number(),
+      z
+        .string()
+        .regex(/^(0o?)?[0-7]{1,3}$/)
+        .transform((s) => Number.parseInt(s.replace(/^0o/, ''), 8)),
+    ],
+    { error: MODE_HINT },
+  )
+  .superRefine((v, ctx) => {
+    if (typeof v === 'number' && !(Number.isInteger(v) && v >= 0 && v <= PERMISSION_BITS)) {
+      ctx.addIssue({ code: 'custom', message: `${MODE_HINT}; got ${v} (decimal 600 is not 0o600: write 384 or "0600")` });
+    }
+  });
+
+export const ProfileSchema = z
+  .strictObject({
+    /** sum of logical file sizes in the home, bytes, 0 = off */
+    maxHomeBytes: byteCount,
+    /** files + directories (+ symlinks) in the home, 0 = off */
+    maxInodes: byteCount,
+    /** logical size of one file, bytes, 0 = off */
+    maxFileBytes: byteCount,
+    /** 'utf8': every write is validated (EILSEQ), and reads of invalid files fail */
+    content: z.enum(['binary', 'utf8']),
+    /** forced permission bits for new files, or 'asked' (the creator's mode) */
+    fileMode: ForcedOrAsked,
+    /** forced permission bits for new directories, or 'asked' */
+    dirMode: ForcedOrAsked,
+    /** keep u+x when the creator/chmod asks for it (homes that install tools) */
+    allowUserExec: z.boolean(),
+    /** 'ignore': chmod succeeds and the forced mode stays (bindfs --chmod-ignore);
+     *  'deny-widen': EPERM when the mode would gain bits beyond the forced mode;
+     *  'allow': the mode asked for (permission bits only) */
+    chmod: z.enum(['ignore', 'deny-widen', 'allow']),
+    symlinks: z.enum(['deny', 'inside-home', 'any']),
+    hardLinks: z.enum(['deny', 'inside-home']),
+    /** sockets, FIFOs and devices: 'allow' is accepted but the daemon still
+     *  never serves them (mknod is EPERM in every profile); kept as a field so a
+     *  config that states it is explicit rather than unknown */
+    specialFiles: z.enum(['deny', 'allow']),
+    /** 'owner-only': chown to the presented owner (or -1) succeeds as a no-op,
+     *  anything else EPERM; 'allow': passed to the backing store */
+    chown: z.enum(['owner-only', 'allow']),
+    /** open with direct I/O: every byte passes through write (shared writable
+     *  mmap is refused by the kernel), so the UTF-8 validator sees everything */
+    directIo: z.boolean(),
+    /** 'deny': EOPNOTSUPP; 'user-counted': only user.* names, counted in bytes */
+    xattrs: z.enum(['deny', 'user-counted']),
+    /** directory nesting below the home root, 0 = off */
+    maxDepth: byteCount,
+    /** entries in one directory, 0 = off */
+    maxEntriesPerDir: byteCount,
+    /** bytes in one name component (the kernel's own cap is 255) */
+    maxNameBytes: z.number().int().min(1).max(255),
+  })
+  .superRefine((p, ctx) => {
+    // A forced mode that locks the owner out of its own home is never what was
+    // meant (and would break every tool in it): the owner keeps rw on files
+    // and rwx on directories.
+    if (typeof p.fileMode === 'number' && (p.fileMode & 0o600) !== 0o600) {
+      ctx.addIssue({ code: 'custom', path: ['fileMode'], message: 'a forced file mode must include u+rw (0o600)' });
+    }
+    if (typeof p.dirMode === 'number' && (p.dirMode & 0o700) !== 0o700) {
+      ctx.addIssue({ code: 'custom', path: ['dirMode'], message: 'a forced directory mode must include u+rwx (0o700)' });
+    }
+  });
+
+/** Input as written in a config file (modes may be octal strings). */
+export type ProfileInput = z.input<typeof ProfileSchema>;
+/** A validated profile: modes are numbers or 'asked'. */
+export type Profile = z.output<typeof ProfileSchema>;
+
+/** Profile names: what a config key and a control-socket argument may be. */
+export const ProfileNameSchema = z.string().regex(/^[a-z][a-z0-9_-]{0,63}$/, {
+  message: 'a profile name is lower-case letters, digits, "-" or "_", starting with a letter, at most 64 characters',
+});
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+}
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+const KiB = 1024;
+
+/**
+ * The three built-ins. Every number is here so the README can quote it.
+ * Parsed through the schema at load time: a built-in that breaks the schema's
+ * own rules fails at import, not in production.
+ */
+export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Readonly<Profile>>> = deepFreeze({
+  /** The per-scope HOME for caches and tool config: tar, cp -a and package
+   *  managers run unchanged (chmod ignored, chown to self succeeds). */
+  home: ProfileSchema.parse({
+    maxHomeBytes: 2 * GiB,
+    maxInodes: 1_000_000,
+    maxFileBytes: 0,
+    content: 'binary',
+    fileMode: 0o600,
+    dirMode: 0o700,
+    allowUserExec: false,
+    chmod: 'ignore',
+    symlinks: 'deny',
+    hardLinks: 'deny',
+    specialFiles: 'deny',
+    chown: 'owner-only',
+    directIo: false,
+    xattrs: 'deny',
+    maxDepth: 0,
+    maxEntriesPerDir: 0,
+    maxNameBytes: 255,
+  }),
+  /** The per-requester scratchpad: small, text only, no widening chmod. A mode
+   *  without execute bits is hygiene, not a sandbox: `sh file` still runs it. */
+  scratch: ProfileSchema.parse({
+    maxHomeBytes: 4 * MiB,
+    maxInodes: 4096,
+    maxFileBytes: 256 * KiB,
+    content: 'utf8',
+    fileMode: 0o600,
+    dirMode: 0o700,
+    allowUserExec: false,
+    chmod: 'deny-widen',
+    symlinks: 'deny',
+    hardLinks: 'deny',
+    specialFiles: 'deny',
+    chown: 'owner-only',
+    directIo: true,
+    xattrs: 'deny',
+    maxDepth: 8,
+    maxEntriesPerDir: 256,
+    maxNameBytes: 128,
+  }),
+  /** Nothing beyond backing safety: the baseline that measures what the
+   *  policies cost, and for trusted uses. Special files are still never served. */
+  posix: ProfileSchema.parse({
+    maxHomeBytes: 0,
+    maxInodes: 0,
+    maxFileBytes: 0,
+    content: 'binary',
+    fileMode: 'asked',
+    dirMode: 'asked',
+    allowUserExec: true,
+    chmod: 'allow',
+    symlinks: 'any',
+    hardLinks: 'inside-home',
+    specialFiles: 'deny',
+    chown: 'allow',
+    directIo: false,
+    xattrs: 'deny',
+    maxDepth: 0,
+    maxEntriesPerDir: 0,
+    maxNameBytes: 255,
+  }),
+});
+
+export const DEFAULT_PROFILE_NAME = 'home';
+
+export type ProfileSource = 'override' | 'home' | 'tenant' | 'default';
+
+/**
+ * Which profile applies to a home. Precedence: a live override (control
+ * socket) > the config's entry for the home > the tenant's default > the
+ * configured default. An empty string counts as "not set" at every level.
+ * Existence is not checked here: names are validated when config and
+ * overrides are accepted (`validateProfileNames`), so resolution cannot fail.
+ */
+export function resolveProfileName(input: {
+  override?: string;
+  homeEntry?: string;
+  tenantDefault?: string;
+  configDefault: string;
+}): { name: string; source: ProfileSource } {
+  if (input.override) return { name: input.override, source: 'override' };
+  if (input.homeEntry) return { name: input.homeEntry, source: 'home' };
+  if (input.tenantDefault) return { name: input.tenantDefault, source: 'tenant' };
+  return { name: input.configDefault, source: 'default' };
+}
+
+/**
+ * Names that are not defined, each once, in first-seen order. The config loader
+ * turns a non-empty result into a startup error (and a reload into a refusal).
+ * Own properties only: "constructor" or "__proto__" are not profiles.
+ */
+export function validateProfileNames(names: string[], defined: Record<string, Profile>): string[] {
+  const unknown: string[] = [];
+  for (const name of names) {
+    if (!Object.hasOwn(defined, name) && !unknown.includes(name)) unknown.push(name);
+  }
+  return unknown;
+}
+
+/**
+ * Permission bits for a new file. A forced mode wins over what the creator
+ * asked (after umask); with `allowUserExec`, a requested u+x is kept.
+ */
+export function effectiveFileMode(profile: Profile, requestedMode: number): number {
+  const asked = requestedMode & PERMISSION_BITS;
+  if (profile.fileMode === 'asked') return asked;
+  const exec = profile.allowUserExec && (asked & USER_EXEC) !== 0 ? USER_EXEC : 0;
+  return profile.fileMode | exec;
+}
+
+/** Permission bits for a new directory: the forced mode, or what was asked. */
+export function effectiveDirMode(profile: Profile, requestedMode: number): number {
+  if (profile.dirMode === 'asked') return requestedMode & PERMISSION_BITS;
+  return profile.dirMode;
+}
+
+export type ChmodDecision = { action: 'apply'; mode: number } | { action: 'keep' } | { action: 'refuse' };
+
+/**
+ * What chmod does. `currentMode` may be a full st_mode (type bits ignored).
+ *  - 'allow': the requested permission bits (setuid/setgid/sticky dropped).
+ *  - 'ignore': succeed; the result is the forced mode (plus u+x when
+ *    allowUserExec and asked). With an 'asked' mode there is nothing to force:
+ *    the chmod is a successful no-op.
+ *  - 'deny-widen': refuse (EPERM) if the request has any bit the forced mode
+ *    does not (u+x counts as allowed with allowUserExec, special bits never
+ *    are); narrowing is applied, and widening back up to the forced mode is
+ *    allowed, so `chmod 400 f; chmod 600 f` works. With an 'asked' mode the
+ *    ceiling is the current mode.
+ * 'keep' is returned whenever the resulting bits equal the current ones, so the
+ * caller skips a pointless backing chmod.
+ */
+export function chmodDecision(profile: Profile, isDir: boolean, currentMode: number, requestedMode: number): ChmodDecision {
+  const current = currentMode & PERMISSION_BITS;
+  const asked = requestedMode & PERMISSION_BITS;
+  const forced = isDir ? profile.dirMode : profile.fileMode;
+  const result = (mode: number): ChmodDecision => (mode === current ? { action: 'keep' } : { action: 'apply', mode });
+
+  switch (profile.chmod) {
+    case 'allow':
+      return result(asked);
+    case 'ignore':
+      if (forced === 'asked') return { action: 'keep' };
+      return result(isDir ? forced : effectiveFileMode(profile, requestedMode));
+    case 'deny-widen': {
+      const ceiling =
+        forced === 'asked' ? current : forced | (!isDir && profile.allowUserExec ? USER_EXEC : 0);
+      if ((requestedMode & 0o7000) !== 0 || (asked & ~ceiling) !== 0) return { action: 'refuse' };
+      return result(asked);
+    }
+  }
+}
+
+/**
+ * Would a symlink with this target, created in the directory `linkDirRel`
+ * (components below the home root), resolve inside the home?
+ *
+ * String based (the target is stored as given). Outside: absolute targets, an
+ * empty target, NUL, and any `..` that climbs above the home root. Also outside,
+ * conservatively: a `..` after a named component ("a/../b"). The kernel resolves
+ * `..` physically: if "a" is itself a symlink (say to "."), "a/.." is the
+ * parent of where "a" points, not the link's directory, and a lexical check
+ * would be fooled. Leading `..` only climbs real directories (the link's own
+ * directory chain), so it is checked exactly.
+ *
+ * Not covered here (the fs layer's job): a rename that moves a symlink, or a
+ * directory holding symlinks, to a shallower place changes what a leading `..`
+ * reaches.
+ */
+export function symlinkTargetInsideHome(linkDirRel: string[], target: string): boolean {
+  if (target === '' || target.startsWith('/') || target.includes('\0')) return false;
+  let depth = linkDirRel.length;
+  for (const c of linkDirRel) {
+    // The directory chain must be real components; anything else is a caller bug
+    // we answer with the safe "no".
+    if (c === '' || c === '.' || c === '..' || c.includes('/') || c.includes('\0')) return false;
+  }
+  let named = false;
+  for (const c of target.split('/')) {
+    if (c === '' || c === '.') continue;
+    if (c === '..') {
+      if (named) return false;
+      depth -= 1;
+      if (depth < 0) return false;
+      continue;
+    }
+    named = true;
+    depth += 1;
+  }
+  return true;
+}

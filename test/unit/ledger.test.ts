@@ -1,0 +1,381 @@
+import { describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import { HomesError } from '../../src/errors.js';
+import { Ledger, type Limits, type Undo } from '../../src/policy/ledger.js';
+
+const OFF: Limits = { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0 };
+
+function refusal(fn: () => unknown): HomesError {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof HomesError) return err;
+    throw err;
+  }
+  throw new Error('expected a HomesError');
+}
+
+describe('Ledger: table', () => {
+  it.each([
+    { name: 'growth within every limit', limits: { maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 50 }, start: 10, old: 0, next: 50, code: null, bytes: 60 },
+    { name: 'growth exactly to the home budget', limits: { maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 0 }, start: 60, old: 0, next: 40, code: null, bytes: 100 },
+    { name: 'one byte over the home budget', limits: { maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 0 }, start: 60, old: 0, next: 41, code: 'QUOTA_EXCEEDED', bytes: 60 },
+    { name: 'one byte over the file cap', limits: { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 50 }, start: 0, old: 50, next: 51, code: 'FILE_TOO_LARGE', bytes: 0 },
+    { name: 'file cap wins when both are crossed', limits: { maxHomeBytes: 10, maxInodes: 0, maxFileBytes: 5 }, start: 0, old: 0, next: 20, code: 'FILE_TOO_LARGE', bytes: 0 },
+    { name: 'overwrite in place (no growth) over a lowered budget', limits: { maxHomeBytes: 10, maxInodes: 0, maxFileBytes: 5 }, start: 100, old: 40, next: 40, code: null, bytes: 100 },
+    { name: 'shrink over a lowered budget', limits: { maxHomeBytes: 10, maxInodes: 0, maxFileBytes: 5 }, start: 100, old: 40, next: 30, code: null, bytes: 90 },
+    { name: 'growth of a file already over a lowered cap', limits: { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 5 }, start: 40, old: 40, next: 41, code: 'FILE_TOO_LARGE', bytes: 40 },
+    { name: 'growth when the home is already over a lowered budget', limits: { maxHomeBytes: 10, maxInodes: 0, maxFileBytes: 0 }, start: 100, old: 0, next: 1, code: 'QUOTA_EXCEEDED', bytes: 100 },
+    { name: 'all limits off: anything goes', limits: OFF, start: 0, old: 0, next: 2 ** 40, code: null, bytes: 2 ** 40 },
+  ])('$name', ({ limits, start, old, next, code, bytes }) => {
+    const l = new Ledger(limits, { bytes: start, inodes: 0 });
+    if (code === null) l.resize(old, next);
+    else expect(refusal(() => l.resize(old, next)).code).toBe(code);
+    expect(l.bytes).toBe(bytes);
+  });
+
+  it('QUOTA_EXCEEDED carries current, limit and requested (and maps to EDQUOT)', () => {
+    const l = new Ledger({ maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 0 }, { bytes: 90, inodes: 3 });
+    const err = refusal(() => l.resize(5, 20));
+    expect(err.code).toBe('QUOTA_EXCEEDED');
+    expect(err.details).toEqual({ current: 90, limit: 100, requested: 105, growth: 15 });
+    expect(err.errno).toBe(122); // EDQUOT on Linux
+  });
+
+  it('FILE_TOO_LARGE carries the file size, cap and requested size (EFBIG)', () => {
+    const l = new Ledger({ maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 262144 });
+    const err = refusal(() => l.resize(262000, 262145));
+    expect(err.details).toEqual({ current: 262000, limit: 262144, requested: 262145 });
+    expect(err.errno).toBe(27); // EFBIG
+  });
+
+  it('inode cap: INODES_EXCEEDED with details, removal always works', () => {
+    const l = new Ledger({ maxHomeBytes: 0, maxInodes: 2, maxFileBytes: 0 });
+    l.addInode();
+    l.addInode();
+    const err = refusal(() => l.addInode());
+    expect(err.code).toBe('INODES_EXCEEDED');
+    expect(err.details).toEqual({ current: 2, limit: 2, requested: 3 });
+    expect(l.inodes).toBe(2);
+    l.removeInode();
+    expect(l.inodes).toBe(1);
+    l.addInode();
+    expect(l.inodes).toBe(2);
+  });
+
+  it('lowering limits below usage deletes nothing and refuses growth only', () => {
+    const l = new Ledger({ maxHomeBytes: 1000, maxInodes: 10, maxFileBytes: 0 }, { bytes: 800, inodes: 8 });
+    l.setLimits({ maxHomeBytes: 500, maxInodes: 5, maxFileBytes: 0 });
+    expect(l.snapshot()).toEqual({ bytes: 800, inodes: 8, limits: { maxHomeBytes: 500, maxInodes: 5, maxFileBytes: 0 } });
+    expect(refusal(() => l.resize(0, 1)).code).toBe('QUOTA_EXCEEDED');
+    expect(refusal(() => l.addInode()).code).toBe('INODES_EXCEEDED');
+    l.release(400);
+    l.removeInode();
+    l.resize(0, 100);
+    expect(l.bytes).toBe(500);
+    expect(l.available()).toEqual({ bytes: 0, inodes: 0 });
+  });
+
+  it('undo restores exactly and is idempotent', () => {
+    const l = new Ledger({ maxHomeBytes: 100, maxInodes: 5, maxFileBytes: 0 }, { bytes: 10, inodes: 1 });
+    const before = l.snapshot();
+    const u1 = l.resize(0, 90);
+    const u2 = l.addInode();
+    u2();
+    u2();
+    u1();
+    u1();
+    expect(l.snapshot()).toEqual(before);
+  });
+
+  it('undo of a shrink may go over a lowered limit: it restores what is on disk', () => {
+    const l = new Ledger({ maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 0 }, { bytes: 100, inodes: 0 });
+    const undo = l.resize(50, 0);
+    l.setLimits({ maxHomeBytes: 10, maxInodes: 0, maxFileBytes: 0 });
+    undo();
+    expect(l.bytes).toBe(100);
+  });
+
+  it('clamps at zero and counts underflows instead of going negative', () => {
+    const l = new Ledger(OFF, { bytes: 5, inodes: 0 });
+    l.release(8);
+    l.removeInode();
+    expect(l.snapshot()).toMatchObject({ bytes: 0, inodes: 0 });
+    expect(l.underflows).toBe(2);
+    const undo = l.resize(10, 0); // applies -0 after clamping
+    undo();
+    expect(l.bytes).toBe(0);
+  });
+
+  it.each([
+    { name: 'negative size', fn: (l: Ledger) => l.resize(-1, 5) },
+    { name: 'fractional size', fn: (l: Ledger) => l.resize(0, 1.5) },
+    { name: 'NaN release', fn: (l: Ledger) => l.release(Number.NaN) },
+    { name: 'negative limit', fn: (l: Ledger) => l.setLimits({ maxHomeBytes: -1, maxInodes: 0, maxFileBytes: 0 }) },
+    { name: 'unsafe integer', fn: (l: Ledger) => l.resize(0, 2 ** 60) },
+  ])('refuses $name with INVALID_ARGUMENT and changes nothing', ({ fn }) => {
+    const l = new Ledger({ maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 0 }, { bytes: 7, inodes: 1 });
+    const before = l.snapshot();
+    expect(refusal(() => fn(l)).code).toBe('INVALID_ARGUMENT');
+    expect(l.snapshot()).toEqual(before);
+  });
+
+  it('limits are frozen copies', () => {
+    const mine = { maxHomeBytes: 10, maxInodes: 0, maxFileBytes: 0 };
+    const l = new Ledger(mine);
+    mine.maxHomeBytes = 1_000_000;
+    expect(l.limits.maxHomeBytes).toBe(10);
+    expect(Object.isFrozen(l.limits)).toBe(true);
+  });
+});
+
+// ---------------------------------------------------------------------------
+// Model-based: random create/grow/shrink/unlink/limit changes, with failures
+// (immediate undo) and in-flight reservations settled later in any order.
+
+type Cmd =
+  | { t: 'create'; fail: boolean }
+  | { t: 'mkdir'; fail: boolean }
+  | { t: 'rmdir' }
+  | { t: 'resize'; pick: number; size: number; outcome: 'commit' | 'fail' | 'defer' }
+  | { t: 'settle'; pick: number; commit: boolean }
+  | { t: 'unlink'; pick: number; stillOpen: boolean }
+  | { t: 'lastClose'; pick: number }
+  | { t: 'limits'; limits: Limits }
+  | { t: 'undoAgain'; pick: number };
+
+const limitArb = fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 400 }));
+const cmdArb: fc.Arbitrary<Cmd> = fc.oneof(
+  fc.record({ t: fc.constant('create' as const), fail: fc.boolean() }),
+  fc.record({ t: fc.constant('mkdir' as const), fail: fc.boolean() }),
+  fc.constant<Cmd>({ t: 'rmdir' }),
+  fc.record({
+    t: fc.constant('resize' as const),
+    pick: fc.nat(),
+    size: fc.integer({ min: 0, max: 200 }),
+    outcome: fc.constantFrom('commit' as const, 'fail' as const, 'defer' as const),
+  }),
+  fc.record({
+    t: fc.constant('resize' as const),
+    pick: fc.nat(),
+    size: fc.integer({ min: 0, max: 200 }),
+    outcome: fc.constant('commit' as const),
+  }),
+  fc.record({ t: fc.constant('settle' as const), pick: fc.nat(), commit: fc.boolean() }),
+  fc.record({ t: fc.constant('unlink' as const), pick: fc.nat(), stillOpen: fc.boolean() }),
+  fc.record({ t: fc.constant('lastClose' as const), pick: fc.nat() }),
+  fc.record({
+    t: fc.constant('limits' as const),
+    limits: fc.record({ maxHomeBytes: limitArb, maxInodes: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 12 })), maxFileBytes: limitArb }),
+  }),
+  fc.record({ t: fc.constant('undoAgain' as const), pick: fc.nat() }),
+);
+
+interface FileModel {
+  size: number;
+  busy: boolean; // a reservation for it is in flight
+}
+
+describe('Ledger: model-based', () => {
+  it('equals a simple model, never grows past a limit, and undo restores exactly', () => {
+    fc.assert(
+      fc.property(fc.record({ limits: fc.record({ maxHomeBytes: limitArb, maxInodes: fc.integer({ min: 0, max: 12 }), maxFileBytes: limitArb }) }), fc.array(cmdArb, { maxLength: 60 }), ({ limits: initialLimits }, cmds) => {
+        const ledger = new Ledger(initialLimits);
+        let limits = initialLimits;
+        const files: FileModel[] = [];
+        const unlinkedOpen: number[] = [];
+        let dirs = 0;
+        const inFlight: Array<{ file: FileModel; oldSize: number; undo: Undo }> = [];
+        const ranUndos: Undo[] = [];
+
+        const modelBytes = () =>
+          files.reduce((n, f) => n + f.size, 0) + unlinkedOpen.reduce((n, s) => n + s, 0);
+        const expectInSync = () => {
+          expect(ledger.bytes).toBe(modelBytes());
+          expect(ledger.inodes).toBe(files.length + dirs);
+          expect(ledger.limits).toEqual(limits);
+          expect(ledger.underflows).toBe(0);
+        };
+
+        for (const cmd of cmds) {
+          switch (cmd.t) {
+            case 'create':
+            case 'mkdir': {
+              const full = limits.maxInodes > 0 && files.length + dirs + 1 > limits.maxInodes;
+              if (full) {
+                expect(refusal(() => ledger.addInode()).code).toBe('INODES_EXCEEDED');
+              } else if (cmd.fail) {
+                // The backing create failed: the reservation is given back.
+                const before = ledger.snapshot();
+                const undo = ledger.addInode();
+                undo();
+                ranUndos.push(undo);
+                expect(ledger.snapshot()).toEqual(before);
+              } else {
+                ledger.addInode();
+                if (cmd.t === 'create') files.push({ size: 0, busy: false });
+                else dirs += 1;
+                if (limits.maxInodes > 0) expect(ledger.inodes).toBeLessThanOrEqual(limits.maxInodes);
+              }
+              break;
+            }
+            case 'rmdir':
+              if (dirs > 0) {
+                ledger.removeInode();
+                dirs -= 1;
+              }
+              break;
+            case 'resize': {
+              const idle = files.filter((f) => !f.busy);
+              const file = idle[cmd.pick % Math.max(1, idle.length)];
+              if (file === undefined) break;
+              const old = file.size;
+              const growth = cmd.size - old;
+              const expected =
+                growth > 0 && limits.maxFileBytes > 0 && cmd.size > limits.maxFileBytes
+                  ? 'FILE_TOO_LARGE'
+                  : growth > 0 && limits.maxHomeBytes > 0 && modelBytes() + growth > limits.maxHomeBytes
+                    ? 'QUOTA_EXCEEDED'
+                    : null;
+              const before = ledger.snapshot();
+              if (expected !== null) {
+                expect(refusal(() => ledger.resize(old, cmd.size)).code).toBe(expected);
+                expect(ledger.snapshot()).toEqual(before); // a refusal changes nothing
+                break;
+              }
+              const undo = ledger.resize(old, cmd.size);
+              file.size = cmd.size;
+              if (growth > 0 && limits.maxHomeBytes > 0) expect(ledger.bytes).toBeLessThanOrEqual(limits.maxHomeBytes);
+              if (cmd.outcome === 'fail') {
+                undo(); // the backing write failed
+                ranUndos.push(undo);
+                file.size = old;
+                expect(ledger.snapshot()).toEqual(before);
+              } else if (cmd.outcome === 'defer') {
+                file.busy = true;
+                inFlight.push({ file, oldSize: old, undo });
+              }
+              break;
+            }
+            case 'settle': {
+              if (inFlight.length === 0) break;
+              const [op] = inFlight.splice(cmd.pick % inFlight.length, 1);
+              if (op === undefined) break;
+              op.file.busy = false;
+              if (!cmd.commit) {
+                op.undo();
+                ranUndos.push(op.undo);
+                op.file.size = op.oldSize;
+              }
+              break;
+            }
+            case 'unlink': {
+              const idle = files.filter((f) => !f.busy);
+              const file = idle[cmd.pick % Math.max(1, idle.length)];
+              if (file === undefined) break;
+              files.splice(files.indexOf(file), 1);
+              ledger.removeInode();
+              // An unlinked file that is still open keeps its bytes until the last close.
+              if (cmd.stillOpen) unlinkedOpen.push(file.size);
+              else ledger.release(file.size);
+              break;
+            }
+            case 'lastClose': {
+              if (unlinkedOpen.length === 0) break;
+              const [size] = unlinkedOpen.splice(cmd.pick % unlinkedOpen.length, 1);
+              ledger.release(size ?? 0);
+              break;
+            }
+            case 'limits':
+              ledger.setLimits(cmd.limits);
+              limits = cmd.limits;
+              break;
+            case 'undoAgain': {
+              // An undo that already ran (a failed write, a reservation given
+              // back) must be a no-op the second time, whatever happened since.
+              const again = ranUndos[cmd.pick % Math.max(1, ranUndos.length)];
+              if (again === undefined) break;
+              const before = ledger.snapshot();
+              again();
+              expect(ledger.snapshot()).toEqual(before);
+              break;
+            }
+          }
+          expectInSync();
+        }
+        // Settle everything: failures give back exactly what they took.
+        for (const op of inFlight.splice(0)) {
+          op.undo();
+          op.undo();
+          op.file.size = op.oldSize;
+          op.file.busy = false;
+        }
+        expectInSync();
+      }),
+      { numRuns: 400 },
+    );
+  });
+});
+
+// ---------------------------------------------------------------------------
+// The edge of the budget under concurrency: the fs layer reserves synchronously,
+// awaits the backing write, then commits or undoes. Interleave many of those.
+
+describe('Ledger: interleaved reservations at the edge', () => {
+  it('never exceed the budget by one byte, and end equal to what was committed', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 0, max: 64 }),
+        fc.array(fc.record({ bytes: fc.integer({ min: 1, max: 16 }), fails: fc.boolean(), delay: fc.nat({ max: 3 }) }), {
+          minLength: 1,
+          maxLength: 40,
+        }),
+        async (headroom, writers) => {
+          const budget = 1000;
+          const ledger = new Ledger({ maxHomeBytes: budget, maxInodes: 0, maxFileBytes: 0 }, { bytes: budget - headroom, inodes: 0 });
+          let committed = budget - headroom;
+          let peak = ledger.bytes;
+          const tick = () => new Promise<void>((resolve) => setImmediate(resolve));
+          await Promise.all(
+            writers.map(async (w, i) => {
+              for (let k = 0; k < i % 3; k += 1) await tick();
+              let undo: Undo;
+              try {
+                undo = ledger.resize(0, w.bytes); // each writer appends to its own new file
+              } catch (err) {
+                expect((err as HomesError).code).toBe('QUOTA_EXCEEDED');
+                return;
+              }
+              peak = Math.max(peak, ledger.bytes);
+              for (let k = 0; k < w.delay; k += 1) await tick();
+              if (w.fails) undo();
+              else committed += w.bytes;
+            }),
+          );
+          expect(peak).toBeLessThanOrEqual(budget);
+          expect(ledger.bytes).toBe(committed);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
+  it('fills the budget exactly, one byte at a time, from many writers', () => {
+    const ledger = new Ledger({ maxHomeBytes: 4096, maxInodes: 0, maxFileBytes: 0 });
+    const sizes = new Array<number>(64).fill(0);
+    let refused = 0;
+    for (let round = 0; round < 100; round += 1) {
+      for (let w = 0; w < sizes.length; w += 1) {
+        try {
+          ledger.resize(sizes[w]!, sizes[w]! + 1);
+          sizes[w]! += 1;
+        } catch {
+          refused += 1;
+        }
+      }
+    }
+    expect(ledger.bytes).toBe(4096);
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(4096);
+    expect(refused).toBe(64 * 100 - 4096);
+  });
+});

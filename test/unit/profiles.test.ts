@@ -1,0 +1,355 @@
+import { describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import {
+  BUILTIN_PROFILES,
+  chmodDecision,
+  DEFAULT_PROFILE_NAME,
+  effectiveDirMode,
+  effectiveFileMode,
+  ProfileNameSchema,
+  ProfileSchema,
+  resolveProfileName,
+  symlinkTargetInsideHome,
+  validateProfileNames,
+  type Profile,
+} from '../../src/policy/profiles.js';
+
+const { home, scratch, posix } = BUILTIN_PROFILES;
+const withProfile = (base: Profile, patch: Partial<Profile>): Profile => ({ ...base, ...patch });
+
+describe('built-in profiles', () => {
+  it.each([
+    { name: 'home', field: 'maxHomeBytes', value: 2147483648 },
+    { name: 'home', field: 'maxInodes', value: 1_000_000 },
+    { name: 'home', field: 'maxFileBytes', value: 0 },
+    { name: 'home', field: 'content', value: 'binary' },
+    { name: 'home', field: 'fileMode', value: 0o600 },
+    { name: 'home', field: 'dirMode', value: 0o700 },
+    { name: 'home', field: 'allowUserExec', value: false },
+    { name: 'home', field: 'chmod', value: 'ignore' },
+    { name: 'home', field: 'symlinks', value: 'deny' },
+    { name: 'home', field: 'hardLinks', value: 'deny' },
+    { name: 'home', field: 'chown', value: 'owner-only' },
+    { name: 'home', field: 'directIo', value: false },
+    { name: 'home', field: 'maxNameBytes', value: 255 },
+    { name: 'scratch', field: 'maxFileBytes', value: 262144 },
+    { name: 'scratch', field: 'maxHomeBytes', value: 4194304 },
+    { name: 'scratch', field: 'maxInodes', value: 4096 },
+    { name: 'scratch', field: 'content', value: 'utf8' },
+    { name: 'scratch', field: 'fileMode', value: 0o600 },
+    { name: 'scratch', field: 'chmod', value: 'deny-widen' },
+    { name: 'scratch', field: 'directIo', value: true },
+    { name: 'scratch', field: 'maxDepth', value: 8 },
+    { name: 'scratch', field: 'maxEntriesPerDir', value: 256 },
+    { name: 'scratch', field: 'maxNameBytes', value: 128 },
+    { name: 'posix', field: 'maxHomeBytes', value: 0 },
+    { name: 'posix', field: 'maxInodes', value: 0 },
+    { name: 'posix', field: 'maxFileBytes', value: 0 },
+    { name: 'posix', field: 'fileMode', value: 'asked' },
+    { name: 'posix', field: 'dirMode', value: 'asked' },
+    { name: 'posix', field: 'chmod', value: 'allow' },
+    { name: 'posix', field: 'symlinks', value: 'any' },
+    { name: 'posix', field: 'hardLinks', value: 'inside-home' },
+    { name: 'posix', field: 'specialFiles', value: 'deny' },
+    { name: 'posix', field: 'chown', value: 'allow' },
+  ] as const)('$name.$field = $value', ({ name, field, value }) => {
+    expect(BUILTIN_PROFILES[name][field]).toBe(value);
+  });
+
+  it('are valid, deep-frozen, and the default exists', () => {
+    for (const p of Object.values(BUILTIN_PROFILES)) {
+      expect(ProfileSchema.parse(p)).toEqual(p);
+      expect(Object.isFrozen(p)).toBe(true);
+    }
+    expect(Object.isFrozen(BUILTIN_PROFILES)).toBe(true);
+    expect(() => {
+      (BUILTIN_PROFILES.home as { maxHomeBytes: number }).maxHomeBytes = 1;
+    }).toThrow(TypeError);
+    expect(Object.hasOwn(BUILTIN_PROFILES, DEFAULT_PROFILE_NAME)).toBe(true);
+  });
+});
+
+describe('ProfileSchema', () => {
+  it.each([
+    { name: 'octal string mode', patch: { fileMode: '0640' }, field: 'fileMode', want: 0o640 },
+    { name: '0o string mode', patch: { dirMode: '0o750' }, field: 'dirMode', want: 0o750 },
+    { name: 'decimal number mode (384 = 0o600)', patch: { fileMode: 384 }, field: 'fileMode', want: 0o600 },
+    { name: 'asked', patch: { fileMode: 'asked' }, field: 'fileMode', want: 'asked' },
+  ])('accepts $name', ({ patch, field, want }) => {
+    const p = ProfileSchema.parse({ ...home, ...patch });
+    expect(p[field as keyof Profile]).toBe(want);
+  });
+
+  it.each([
+    { name: 'decimal 600 meant as octal', patch: { fileMode: 600 }, path: 'fileMode' },
+    { name: 'a forced file mode without u+w', patch: { fileMode: 0o400 }, path: 'fileMode' },
+    { name: 'a forced dir mode without u+x', patch: { dirMode: 0o600 }, path: 'dirMode' },
+    { name: 'a mode with a setuid bit', patch: { fileMode: '4755' }, path: 'fileMode' },
+    { name: 'an unknown mode word', patch: { dirMode: 'forced' }, path: 'dirMode' },
+    { name: 'negative budget', patch: { maxHomeBytes: -1 }, path: 'maxHomeBytes' },
+    { name: 'fractional budget', patch: { maxFileBytes: 1.5 }, path: 'maxFileBytes' },
+    { name: 'name cap above 255', patch: { maxNameBytes: 256 }, path: 'maxNameBytes' },
+    { name: 'name cap 0', patch: { maxNameBytes: 0 }, path: 'maxNameBytes' },
+    { name: 'unknown chmod policy', patch: { chmod: 'deny' }, path: 'chmod' },
+    { name: 'unknown content', patch: { content: 'text' }, path: 'content' },
+    { name: 'a misspelt key', patch: { maxHomebytes: 5 }, path: '' },
+  ])('refuses $name', ({ patch, path }) => {
+    const r = ProfileSchema.safeParse({ ...home, ...patch });
+    expect(r.success).toBe(false);
+    expect(r.error?.issues.map((i) => i.path.join('.'))).toContain(path);
+  });
+
+  it('refuses a missing field', () => {
+    const { xattrs: _omit, ...rest } = home;
+    expect(ProfileSchema.safeParse(rest).success).toBe(false);
+  });
+
+  it.each([
+    { name: 'home', ok: true },
+    { name: 'team-a_2', ok: true },
+    { name: '', ok: false },
+    { name: 'Home', ok: false },
+    { name: '1st', ok: false },
+    { name: 'a'.repeat(65), ok: false },
+  ])('profile name "$name" valid: $ok', ({ name, ok }) => {
+    expect(ProfileNameSchema.safeParse(name).success).toBe(ok);
+  });
+});
+
+describe('resolveProfileName', () => {
+  it.each([
+    { input: { override: 'posix', homeEntry: 'scratch', tenantDefault: 'x', configDefault: 'home' }, want: { name: 'posix', source: 'override' } },
+    { input: { homeEntry: 'scratch', tenantDefault: 'x', configDefault: 'home' }, want: { name: 'scratch', source: 'home' } },
+    { input: { tenantDefault: 'x', configDefault: 'home' }, want: { name: 'x', source: 'tenant' } },
+    { input: { configDefault: 'home' }, want: { name: 'home', source: 'default' } },
+    { input: { override: '', homeEntry: '', tenantDefault: '', configDefault: 'home' }, want: { name: 'home', source: 'default' } },
+  ])('$want.source wins: $want.name', ({ input, want }) => {
+    expect(resolveProfileName(input)).toEqual(want);
+  });
+
+  it('always picks the highest-precedence level that is set', () => {
+    const level = fc.option(fc.constantFrom('home', 'scratch', 'posix', 'custom'), { nil: undefined });
+    fc.assert(
+      fc.property(level, level, level, fc.constantFrom('home', 'scratch'), (override, homeEntry, tenantDefault, configDefault) => {
+        const got = resolveProfileName({ override, homeEntry, tenantDefault, configDefault });
+        const levels = [
+          [override, 'override'],
+          [homeEntry, 'home'],
+          [tenantDefault, 'tenant'],
+          [configDefault, 'default'],
+        ] as const;
+        const first = levels.find(([v]) => v !== undefined)!;
+        expect(got).toEqual({ name: first[0], source: first[1] });
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
+
+describe('validateProfileNames', () => {
+  it('lists unknown names once, in order', () => {
+    const defined: Record<string, Profile> = { ...BUILTIN_PROFILES, team: home };
+    expect(validateProfileNames(['home', 'nope', 'team', 'nope', 'other', 'posix'], defined)).toEqual(['nope', 'other']);
+    expect(validateProfileNames([], defined)).toEqual([]);
+  });
+
+  it('does not mistake Object.prototype members for profiles', () => {
+    expect(validateProfileNames(['constructor', '__proto__', 'toString', 'hasOwnProperty'], { ...BUILTIN_PROFILES })).toEqual([
+      'constructor',
+      '__proto__',
+      'toString',
+      'hasOwnProperty',
+    ]);
+  });
+});
+
+describe('mode helpers', () => {
+  const execHome = withProfile(home, { allowUserExec: true });
+  it.each([
+    { name: 'home forces 0600 over 0644', p: home, req: 0o644, want: 0o600 },
+    { name: 'home drops u+x', p: home, req: 0o755, want: 0o600 },
+    { name: 'home+allowUserExec keeps a requested u+x', p: execHome, req: 0o755, want: 0o700 },
+    { name: 'home+allowUserExec adds no u+x unasked', p: execHome, req: 0o644, want: 0o600 },
+    { name: 'home+allowUserExec ignores g+x/o+x', p: execHome, req: 0o611, want: 0o600 },
+    { name: 'scratch forces 0600', p: scratch, req: 0o777, want: 0o600 },
+    { name: 'posix keeps the asked mode', p: posix, req: 0o640, want: 0o640 },
+    { name: 'posix strips setuid', p: posix, req: 0o4755, want: 0o755 },
+  ])('file: $name', ({ p, req, want }) => {
+    expect(effectiveFileMode(p, req)).toBe(want);
+  });
+
+  it.each([
+    { name: 'home forces 0700', p: home, req: 0o755, want: 0o700 },
+    { name: 'scratch forces 0700', p: scratch, req: 0o777, want: 0o700 },
+    { name: 'posix keeps the asked mode', p: posix, req: 0o750, want: 0o750 },
+    { name: 'posix strips sticky/setgid', p: posix, req: 0o3775, want: 0o775 },
+  ])('dir: $name', ({ p, req, want }) => {
+    expect(effectiveDirMode(p, req)).toBe(want);
+  });
+
+  const S_IFREG = 0o100000;
+  const S_IFDIR = 0o040000;
+  it.each([
+    { name: 'home: chmod +x is a successful no-op', p: home, dir: false, cur: S_IFREG | 0o600, req: 0o700, want: { action: 'keep' } },
+    { name: 'home: chmod 644 keeps 0600', p: home, dir: false, cur: S_IFREG | 0o600, req: 0o644, want: { action: 'keep' } },
+    { name: 'home: a drifted file is put back to 0600', p: home, dir: false, cur: S_IFREG | 0o644, req: 0o644, want: { action: 'apply', mode: 0o600 } },
+    { name: 'home: dir chmod 755 keeps 0700', p: home, dir: true, cur: S_IFDIR | 0o700, req: 0o755, want: { action: 'keep' } },
+    { name: 'home+exec: chmod +x applies 0700', p: execHome, dir: false, cur: S_IFREG | 0o600, req: 0o755, want: { action: 'apply', mode: 0o700 } },
+    { name: 'home+exec: chmod -x applies 0600', p: execHome, dir: false, cur: S_IFREG | 0o700, req: 0o644, want: { action: 'apply', mode: 0o600 } },
+    { name: 'scratch: chmod +x refused', p: scratch, dir: false, cur: S_IFREG | 0o600, req: 0o700, want: { action: 'refuse' } },
+    { name: 'scratch: chmod 644 refused', p: scratch, dir: false, cur: S_IFREG | 0o600, req: 0o644, want: { action: 'refuse' } },
+    { name: 'scratch: chmod 400 narrows', p: scratch, dir: false, cur: S_IFREG | 0o600, req: 0o400, want: { action: 'apply', mode: 0o400 } },
+    { name: 'scratch: chmod 600 after 400 is allowed', p: scratch, dir: false, cur: S_IFREG | 0o400, req: 0o600, want: { action: 'apply', mode: 0o600 } },
+    { name: 'scratch: same mode is a no-op', p: scratch, dir: false, cur: S_IFREG | 0o600, req: 0o600, want: { action: 'keep' } },
+    { name: 'scratch: setuid refused', p: scratch, dir: false, cur: S_IFREG | 0o600, req: 0o4600, want: { action: 'refuse' } },
+    { name: 'scratch: dir 755 refused', p: scratch, dir: true, cur: S_IFDIR | 0o700, req: 0o755, want: { action: 'refuse' } },
+    { name: 'scratch: dir 500 narrows', p: scratch, dir: true, cur: S_IFDIR | 0o700, req: 0o500, want: { action: 'apply', mode: 0o500 } },
+    { name: 'posix: chmod 755 applies', p: posix, dir: false, cur: S_IFREG | 0o644, req: 0o755, want: { action: 'apply', mode: 0o755 } },
+    { name: 'posix: setuid dropped', p: posix, dir: false, cur: S_IFREG | 0o644, req: 0o4755, want: { action: 'apply', mode: 0o755 } },
+    { name: 'asked + ignore: nothing to force, no-op', p: withProfile(posix, { chmod: 'ignore' }), dir: false, cur: 0o644, req: 0o777, want: { action: 'keep' } },
+    { name: 'asked + deny-widen: ceiling is the current mode', p: withProfile(posix, { chmod: 'deny-widen' }), dir: false, cur: 0o640, req: 0o644, want: { action: 'refuse' } },
+    { name: 'asked + deny-widen: narrowing applies', p: withProfile(posix, { chmod: 'deny-widen' }), dir: false, cur: 0o640, req: 0o600, want: { action: 'apply', mode: 0o600 } },
+  ])('chmod: $name', ({ p, dir, cur, req, want }) => {
+    expect(chmodDecision(p, dir, cur, req)).toEqual(want);
+  });
+
+  it('deny-widen never yields bits beyond the forced mode; ignore never moves off it', () => {
+    const mode = fc.integer({ min: 0, max: 0o7777 });
+    fc.assert(
+      fc.property(fc.boolean(), fc.boolean(), mode, mode, (isDir, exec, cur, req) => {
+        const s = withProfile(scratch, { allowUserExec: exec });
+        const ceiling = (isDir ? 0o700 : 0o600) | (exec && !isDir ? 0o100 : 0);
+        const d = chmodDecision(s, isDir, cur, req);
+        if (d.action === 'apply') expect(d.mode & ~ceiling).toBe(0);
+        if (d.action === 'refuse') expect((req & ~ceiling) !== 0).toBe(true);
+        const h = chmodDecision(withProfile(home, { allowUserExec: exec }), isDir, cur, req);
+        expect(h.action).not.toBe('refuse');
+        const final = h.action === 'apply' ? h.mode : cur & 0o777;
+        if (isDir) expect(final).toBe(0o700);
+        else expect([0o600, exec ? 0o700 : 0o600]).toContain(final);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('symlinkTargetInsideHome', () => {
+  it.each([
+    { dir: [], target: 'file', want: true },
+    { dir: [], target: './file', want: true },
+    { dir: [], target: '.', want: true },
+    { dir: ['a'], target: '../file', want: true },
+    { dir: ['a', 'b'], target: '../../file', want: true },
+    { dir: ['a', 'b'], target: '../../../file', want: false },
+    { dir: [], target: '..', want: false },
+    { dir: [], target: '../home/file', want: false },
+    { dir: ['a'], target: '/etc/passwd', want: false },
+    { dir: ['a'], target: '', want: false },
+    { dir: ['a'], target: 'x\0y', want: false },
+    { dir: [], target: 'x/../y', want: false },
+    { dir: ['a'], target: 'sub//deeper/', want: true },
+    { dir: ['..'], target: 'x', want: false },
+    { dir: ['a/b'], target: 'x', want: false },
+  ])('$dir + "$target" -> $want', ({ dir, target, want }) => {
+    expect(symlinkTargetInsideHome(dir, target)).toBe(want);
+  });
+
+  const component = fc.constantFrom('a', 'b', 'c');
+  const targetComponent = fc.constantFrom('a', 'b', 'c', '.', '..', '..', '');
+  const targetArb = fc
+    .tuple(fc.boolean(), fc.array(targetComponent, { maxLength: 6 }))
+    .map(([abs, parts]) => (abs ? '/' : '') + parts.join('/'));
+
+  it('never says inside for a target that climbs out (lexically)', () => {
+    fc.assert(
+      fc.property(fc.array(component, { maxLength: 4 }), targetArb, (dir, target) => {
+        let depth = dir.length;
+        let escapes = target.startsWith('/') || target === '';
+        for (const c of target.split('/')) {
+          if (c === '..') depth -= 1;
+          else if (c !== '' && c !== '.') depth += 1;
+          if (depth < 0) escapes = true;
+        }
+        if (escapes) expect(symlinkTargetInsideHome(dir, target)).toBe(false);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  /**
+   * The kernel resolves `..` physically. Build random trees where every symlink
+   * was admitted by the check, then follow each link the way the kernel would:
+   * none may lead above the home root.
+   */
+  it('admitted symlinks never resolve outside the home (physical `..`)', () => {
+    interface Dir {
+      kind: 'dir';
+      parent: Dir | null;
+      children: Map<string, Dir | Link>;
+    }
+    interface Link {
+      kind: 'link';
+      parent: Dir;
+      target: string;
+    }
+    const ESCAPE = Symbol('escape');
+    const STOP = Symbol('stop'); // ENOENT or ELOOP: the kernel fails, fine
+    const pathOf = (d: Dir): string[] => {
+      const out: string[] = [];
+      for (let cur = d; cur.parent !== null; cur = cur.parent) {
+        for (const [name, node] of cur.parent.children) if (node === cur) out.unshift(name);
+      }
+      return out;
+    };
+    const resolve = (from: Dir, target: string, hops: number): Dir | typeof ESCAPE | typeof STOP => {
+      if (target.startsWith('/')) return ESCAPE;
+      let cur = from;
+      for (const c of target.split('/')) {
+        if (c === '' || c === '.') continue;
+        if (c === '..') {
+          if (cur.parent === null) return ESCAPE;
+          cur = cur.parent;
+          continue;
+        }
+        const child = cur.children.get(c);
+        if (child === undefined) return STOP;
+        if (child.kind === 'dir') {
+          cur = child;
+          continue;
+        }
+        if (hops >= 40) return STOP;
+        const r = resolve(child.parent, child.target, hops + 1);
+        if (r === ESCAPE || r === STOP) return r;
+        cur = r;
+      }
+      return cur;
+    };
+
+    const op = fc.oneof(
+      fc.record({ t: fc.constant('mkdir' as const), at: fc.nat(), name: component }),
+      fc.record({ t: fc.constant('symlink' as const), at: fc.nat(), name: component, target: targetArb }),
+    );
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 25 }), (ops) => {
+        const root: Dir = { kind: 'dir', parent: null, children: new Map() };
+        const dirs: Dir[] = [root];
+        const links: Link[] = [];
+        for (const o of ops) {
+          const at = dirs[o.at % dirs.length]!;
+          if (at.children.has(o.name)) continue;
+          if (o.t === 'mkdir') {
+            const d: Dir = { kind: 'dir', parent: at, children: new Map() };
+            at.children.set(o.name, d);
+            dirs.push(d);
+          } else if (symlinkTargetInsideHome(pathOf(at), o.target)) {
+            const l: Link = { kind: 'link', parent: at, target: o.target };
+            at.children.set(o.name, l);
+            links.push(l);
+          }
+        }
+        for (const l of links) expect(resolve(l.parent, l.target, 0)).not.toBe(ESCAPE);
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
