@@ -1,0 +1,138 @@
+import { z } from 'zod';
+import { HOMES_CODES, type HomesCode } from '../errors.js';
+
+/**
+ * Wire contract of the control socket: newline-delimited JSON, one request per
+ * line, one reply line per request, replies in request order.
+ *
+ *   request: {"id": 7, "cmd": "status", "args": {}}
+ *   reply:   {"id": 7, "ok": true, "data": {...}}
+ *            {"id": 7, "ok": false, "code": "BAD_REQUEST", "message": "...", "details": {...}}
+ *
+ * `id` is optional and echoed back verbatim (also on error replies, when the
+ * line parsed far enough to find a valid one).
+ *
+ * Adding a command: add its argument schema and one `request(...)` entry to
+ * `Request` below, a handler file under `commands/`, and its entry in
+ * `registry.ts` (the compiler refuses a registry without it).
+ */
+
+export const RequestId = z.union([z.string().max(256), z.number().finite()]);
+export type RequestId = z.infer<typeof RequestId>;
+
+function request<const K extends string, A extends z.ZodType<Record<string, unknown>>>(cmd: K, args: A) {
+  return z.strictObject({
+    id: RequestId.optional(),
+    cmd: z.literal(cmd),
+    // `args` may be omitted on the wire; handlers always receive an object.
+    // `prefault` (unlike `default`) runs `{}` through the schema, so a command
+    // with required arguments still rejects a request without `args`.
+    args: args.prefault({} as never),
+  });
+}
+
+// ---- per-command argument schemas ------------------------------------------
+
+export const StatusArgs = z.strictObject({});
+
+// ---- the request union -------------------------------------------------------
+
+export const Request = z.discriminatedUnion('cmd', [
+  request('status', StatusArgs),
+]);
+
+/** A parsed request (args filled in). */
+export type Request = z.output<typeof Request>;
+/** What a client may send (args optional). */
+export type RequestInput = z.input<typeof Request>;
+export type CommandName = Request['cmd'];
+export type ArgsOf<K extends CommandName> = Extract<Request, { cmd: K }>['args'];
+
+export const COMMAND_NAMES: readonly CommandName[] = Request.options.map((o) => o.shape.cmd.value);
+
+export function isCommandName(s: string): s is CommandName {
+  return (COMMAND_NAMES as readonly string[]).includes(s);
+}
+
+// ---- replies and codes -------------------------------------------------------
+
+/** Codes that only the control layer produces (the rest are HomesCode). */
+export const CONTROL_ONLY_CODES = {
+  BAD_JSON: 'The line is not valid JSON.',
+  LINE_TOO_LONG: 'The line exceeds the maximum line size; bytes up to the next newline are discarded and the connection stays usable.',
+  UNKNOWN_COMMAND: '`cmd` is a string that names no command; `details.commands` lists the known ones.',
+  BAD_REQUEST: 'The request does not match the schema of its command (missing/extra/ill-typed fields); `details.issues` lists each problem with its path.',
+  INTERNAL: 'The handler failed unexpectedly; the daemon logged the cause (the reply stays generic) and keeps serving.',
+  TIMEOUT: 'The handler did not finish within the request timeout; its result, if any, is discarded.',
+} as const;
+
+export type ControlOnlyCode = keyof typeof CONTROL_ONLY_CODES;
+export type ControlCode = HomesCode | ControlOnlyCode;
+
+/**
+ * Meaning of every code a control reply can carry, for the README. HomesCodes
+ * come from handlers (`HomesError`); `BUSY` is also sent (without an `id`) to a
+ * connection refused because `maxConnections` are already open.
+ */
+export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
+  ...CONTROL_ONLY_CODES,
+  NOT_FOUND: 'The named home, tenant or entry does not exist.',
+  EXISTS: 'The target already exists.',
+  NOT_DIR: 'A path component is not a directory.',
+  IS_DIR: 'The target is a directory.',
+  NOT_EMPTY: 'The directory is not empty.',
+  INVALID_NAME: 'A tenant, project, key or login fails name validation.',
+  NAME_TOO_LONG: 'A name is longer than allowed.',
+  NOT_UTF8_NAME: 'A name is not valid UTF-8.',
+  DAEMON_TREE: 'The operation targets the daemon-owned top levels.',
+  OP_REFUSED: 'The operation is refused by policy.',
+  SYMLINK_ESCAPES: 'A symlink would lead outside its home.',
+  CROSS_HOME: 'The operation would cross homes.',
+  CROSS_DEVICE: 'The operation would cross devices.',
+  QUOTA_EXCEEDED: 'The byte budget would be exceeded.',
+  INODES_EXCEEDED: 'The inode budget would be exceeded.',
+  FILE_TOO_LARGE: 'A file would exceed the maximum file size.',
+  NOT_UTF8: 'Content that must be UTF-8 is not.',
+  NOT_SUPPORTED: 'The operation is not supported.',
+  BAD_HANDLE: 'A handle is unknown or stale.',
+  INVALID_ARGUMENT: 'An argument value is invalid.',
+  ACCESS_DENIED: 'Access denied.',
+  BUSY: 'The target is busy (open files, working directories), or the daemon is at its connection limit.',
+  IO: 'An I/O error on the backing store.',
+};
+
+export const CONTROL_CODES = Object.keys(CONTROL_CODE_TABLE) as ControlCode[];
+
+/** The code table as a Markdown table (for the README and a test that keeps it in sync). */
+export function controlCodeTableMarkdown(): string {
+  const rows = CONTROL_CODES.map((c) => `| \`${c}\` | ${CONTROL_CODE_TABLE[c].replace(/\|/g, '\\|')} |`);
+  return ['| Code | Meaning |', '| --- | --- |', ...rows].join('\n');
+}
+const CONTROL_CODE_SET: ReadonlySet<string> = new Set(CONTROL_CODES);
+// Every HomesCode is covered by the table (the Record type enforces it too).
+for (const c of HOMES_CODES) if (!CONTROL_CODE_SET.has(c)) throw new Error(`control code table misses ${c}`);
+
+export const ControlCodeSchema = z.string().refine((s): s is ControlCode => CONTROL_CODE_SET.has(s), {
+  message: 'unknown control code',
+}) as unknown as z.ZodType<ControlCode>;
+
+export const OkReply = z.object({
+  id: RequestId.optional(),
+  ok: z.literal(true),
+  data: z.unknown(),
+});
+export const ErrorReply = z.object({
+  id: RequestId.optional(),
+  ok: z.literal(false),
+  code: ControlCodeSchema,
+  message: z.string(),
+  details: z.record(z.string(), z.unknown()).optional(),
+});
+export const Reply = z.discriminatedUnion('ok', [OkReply, ErrorReply]);
+
+export type OkReply = z.infer<typeof OkReply>;
+export type ErrorReply = { id?: RequestId; ok: false; code: ControlCode; message: string; details?: Record<string, unknown> };
+export type Reply = OkReply | ErrorReply;
+
+/** Default maximum request line size in bytes (the newline excluded). */
+export const DEFAULT_MAX_LINE_BYTES = 64 * 1024;
