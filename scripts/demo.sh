@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Quick start (a): install everything, then run the daemon in the foreground on
+# the built-in demo configuration (see README). Ctrl-C unmounts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install.sh
+exec node dist/cli/homesfs.js serve "$@"

@@ -1,0 +1,270 @@
+import { realpath } from 'node:fs/promises';
+import { HomesError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { checkSegment, classifyKey, decodeBackingName } from '../paths/names.js';
+import { homeId, type HomeRef } from '../paths/parse.js';
+import * as sys from './sys.js';
+
+export interface Owner {
+  uid: number;
+  gid: number;
+}
+
+export interface BackingHome {
+  readonly ref: HomeRef;
+  readonly id: string;
+  /** O_PATH descriptor of the home's backing directory: the anchor of every access below it. */
+  readonly fd: number;
+  readonly dev: bigint;
+  readonly ino: bigint;
+  readonly owner: Owner;
+}
+
+const DIR_FLAGS = sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW;
+const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
+
+/**
+ * The only owner of backing-tree access below the root. Nothing is reached by a
+ * path string that the kernel could resolve through a symlink: every directory
+ * is opened one validated component at a time with O_NOFOLLOW|O_DIRECTORY,
+ * starting from a descriptor, and operations then address `/proc/self/fd/<dir>/<name>`
+ * where `name` is a single checked component (QEMU 9p CVE-2016-9602 is what
+ * happens otherwise).
+ */
+export class BackingStore {
+  private rootFd = -1;
+  private rootPath = '';
+  private readonly homes = new Map<string, Promise<BackingHome>>();
+  private readonly warnedNames = new Set<string>();
+
+  constructor(
+    private readonly configuredRoot: string,
+    private readonly log: Logger,
+    private readonly ownerOverride: (ref: HomeRef) => Owner | undefined,
+  ) {}
+
+  get root(): string {
+    return this.rootPath;
+  }
+
+  async init(): Promise<void> {
+    // The configured root is the admin's choice and may itself sit behind a
+    // symlink (/var/lib → /data); everything below it is never followed.
+    this.rootPath = await realpath(this.configuredRoot);
+    this.rootFd = await sys.open(this.rootPath, DIR_FLAGS);
+  }
+
+  async close(): Promise<void> {
+    for (const p of this.homes.values()) {
+      const h = await p.catch(() => null);
+      if (h) await sys.close(h.fd).catch(() => undefined);
+    }
+    this.homes.clear();
+    if (this.rootFd >= 0) await sys.close(this.rootFd).catch(() => undefined);
+    this.rootFd = -1;
+  }
+
+  rootStat(): Promise<import('node:fs').BigIntStats> {
+    return sys.fstat(this.rootFd);
+  }
+
+  private warnOnce(kind: string, raw: Buffer | string, why: string): void {
+    const key = `${kind}:${raw.toString('hex' as BufferEncoding)}`;
+    if (this.warnedNames.has(key) || this.warnedNames.size > 10_000) return;
+    this.warnedNames.add(key);
+    this.log.warn({ kind, name: typeof raw === 'string' ? raw : raw.toString('latin1'), reason: why }, 'backing name skipped, never served');
+  }
+
+  async listTenants(): Promise<string[]> {
+    const entries = await sys.readdirRaw(sys.fdPath(this.rootFd));
+    const out: string[] = [];
+    for (const e of entries) {
+      if (!e.isDirectory()) continue;
+      const name = decodeBackingName(e.name);
+      if (name === null) {
+        this.warnOnce('tenant', e.name, 'not a valid UTF-8 name');
+        continue;
+      }
+      try {
+        checkSegment('tenant', name);
+        out.push(name);
+      } catch (err) {
+        this.warnOnce('tenant', name, (err as Error).message);
+      }
+    }
+    return out.sort();
+  }
+
+  private async openTenant(tenant: string): Promise<number> {
+    checkSegment('tenant', tenant);
+    return sys.open(sys.fdPath(this.rootFd, tenant), DIR_FLAGS).catch((err) => {
+      throw notFoundIfMissing(err, `tenant ${tenant}`);
+    });
+  }
+
+  async withTenant<T>(tenant: string, fn: (tenantFd: number) => Promise<T>): Promise<T> {
+    const fd = await this.openTenant(tenant);
+    try {
+      return await fn(fd);
+    } finally {
+      await sys.close(fd);
+    }
+  }
+
+  async statTenant(tenant: string): Promise<import('node:fs').BigIntStats> {
+    const fd = await this.openTenant(tenant);
+    try {
+      return await sys.fstat(fd);
+    } finally {
+      await sys.close(fd);
+    }
+  }
+
+  async listHomes(tenant: string): Promise<string[]> {
+    const fd = await this.openTenant(tenant);
+    try {
+      const entries = await sys.readdirRaw(sys.fdPath(fd));
+      const out: string[] = [];
+      for (const e of entries) {
+        if (!e.isDirectory()) continue;
+        const name = decodeBackingName(e.name);
+        if (name === null) {
+          this.warnOnce('home', e.name, 'not a valid UTF-8 name');
+          continue;
+        }
+        try {
+          classifyKey(name);
+          out.push(name);
+        } catch (err) {
+          this.warnOnce('home', `${tenant}/${name}`, (err as Error).message);
+        }
+      }
+      return out.sort();
+    } finally {
+      await sys.close(fd);
+    }
+  }
+
+  /** Every home currently present in the backing tree. */
+  async listAllHomes(): Promise<HomeRef[]> {
+    const out: HomeRef[] = [];
+    for (const tenant of await this.listTenants()) {
+      const keys = await this.listHomes(tenant).catch(() => []);
+      for (const key of keys) out.push({ tenant, key });
+    }
+    return out;
+  }
+
+  /**
+   * The home for a route, opened once and cached. A cached home whose backing
+   * directory was removed or replaced behind the daemon is noticed by
+   * `revalidate` (called on every lookup of the home itself).
+   */
+  home(ref: HomeRef): Promise<BackingHome> {
+    const id = homeId(ref);
+    let p = this.homes.get(id);
+    if (!p) {
+      p = this.openHome(ref);
+      this.homes.set(id, p);
+      p.catch(() => this.homes.delete(id));
+    }
+    return p;
+  }
+
+  async revalidate(ref: HomeRef): Promise<BackingHome> {
+    const id = homeId(ref);
+    const cached = this.homes.get(id);
+    if (!cached) return this.home(ref);
+    const h = await cached;
+    const tfd = await this.openTenant(ref.tenant);
+    try {
+      const st = await sys.lstat(sys.fdPath(tfd, ref.key)).catch((err) => {
+        throw notFoundIfMissing(err, `home ${id}`);
+      });
+      if (st.isDirectory() && st.ino === h.ino && st.dev === h.dev) return h;
+    } catch (err) {
+      this.forget(ref);
+      await sys.close(h.fd).catch(() => undefined);
+      throw err;
+    } finally {
+      await sys.close(tfd);
+    }
+    this.forget(ref);
+    await sys.close(h.fd).catch(() => undefined);
+    return this.home(ref);
+  }
+
+  forget(ref: HomeRef): void {
+    this.homes.delete(homeId(ref));
+  }
+
+  private async openHome(ref: HomeRef): Promise<BackingHome> {
+    classifyKey(ref.key);
+    const tfd = await this.openTenant(ref.tenant);
+    try {
+      const fd = await sys.open(sys.fdPath(tfd, ref.key), DIR_FLAGS).catch((err) => {
+        throw notFoundIfMissing(err, `home ${homeId(ref)}`);
+      });
+      try {
+        const [st, tst] = await Promise.all([sys.fstat(fd), sys.fstat(tfd)]);
+        if (st.dev !== tst.dev) {
+          throw new HomesError('CROSS_DEVICE', `home ${homeId(ref)} is on another device than its tenant directory`);
+        }
+        const owner = this.ownerOverride(ref) ?? { uid: Number(st.uid), gid: Number(st.gid) };
+        return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, owner };
+      } catch (err) {
+        await sys.close(fd);
+        throw err;
+      }
+    } finally {
+      await sys.close(tfd);
+    }
+  }
+
+  /**
+   * Open the directory `rel` below the home, one component at a time. A
+   * component that is a symlink (planted, or swapped in by a race) fails with
+   * ENOTDIR/ELOOP instead of being followed. The caller closes the result.
+   */
+  async openDir(home: BackingHome, rel: readonly string[]): Promise<number> {
+    let fd = home.fd;
+    try {
+      for (const comp of rel) {
+        const next = await sys.open(sys.fdPath(fd, comp), DIR_FLAGS).catch((err) => {
+          throw sys.sysCode(err) === 'ELOOP' ? Object.assign(new Error('symlink in path'), { code: 'ENOTDIR' }) : err;
+        });
+        if (fd !== home.fd) await sys.close(fd);
+        fd = next;
+      }
+      // The home itself: a second descriptor of the same directory. No O_NOFOLLOW here:
+      // /proc/self/fd/N is a magic link to the descriptor's own object, not a name.
+      if (fd === home.fd) fd = await sys.open(sys.fdPath(home.fd), sys.O_PATH | sys.C.O_DIRECTORY);
+      return fd;
+    } catch (err) {
+      if (fd !== home.fd) await sys.close(fd).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  async withDir<T>(home: BackingHome, rel: readonly string[], fn: (dirFd: number) => Promise<T>): Promise<T> {
+    const fd = await this.openDir(home, rel);
+    try {
+      return await fn(fd);
+    } finally {
+      await sys.close(fd);
+    }
+  }
+
+  /** An O_PATH descriptor of the node itself (not followed if it is a symlink). */
+  openNode(dirFd: number, name: string): Promise<number> {
+    return sys.open(sys.fdPath(dirFd, name), NODE_FLAGS);
+  }
+}
+
+function notFoundIfMissing(err: unknown, what: string): unknown {
+  const code = sys.sysCode(err);
+  if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP') {
+    return new HomesError('NOT_FOUND', `${what} does not exist`);
+  }
+  return err;
+}

@@ -1,0 +1,23 @@
+/**
+ * Exit codes of `homesfs serve`, documented in the README (gocryptfs keeps the
+ * same kind of table). systemd's Restart= policy and scripts key on them.
+ */
+export const EXIT = {
+  OK: 0,
+  /** an unexpected error (a bug): see the log */
+  INTERNAL: 1,
+  /** bad command line */
+  USAGE: 2,
+  /** the configuration file or flags are invalid: every problem is printed */
+  CONFIG: 3,
+  /** the FUSE binding is missing or not homesfs' patched build */
+  NATIVE: 4,
+  /** mounting failed (mount point busy, /dev/fuse missing, not root…) */
+  MOUNT: 5,
+  /** the mount went away while serving (unmounted behind the daemon, FUSE loop ended) */
+  MOUNT_LOST: 6,
+  /** the control socket could not be created */
+  CONTROL: 7,
+  /** the backing directory cannot be used */
+  BACKING: 8,
+} as const;

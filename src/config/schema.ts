@@ -1,0 +1,48 @@
+import { z } from 'zod';
+import { ProfileSchema } from '../policy/profiles.js';
+
+const Owner = z.object({ uid: z.number().int().min(0).max(0xfffffffe), gid: z.number().int().min(0).max(0xfffffffe) }).strict();
+
+const HomeEntry = z
+  .object({
+    owner: Owner.optional(),
+    profile: z.string().min(1).optional(),
+  })
+  .strict();
+
+const TenantEntry = z.object({ defaultProfile: z.string().min(1).optional() }).strict();
+
+const FuseOptions = z
+  .object({
+    /** seconds the kernel may cache attributes and names; 0 = ask every time */
+    attrTimeout: z.number().min(0).max(3600).default(1),
+    entryTimeout: z.number().min(0).max(3600).default(1),
+    negativeTimeout: z.number().min(0).max(3600).default(0),
+    /** libfuse 2.9 caps requests at 128 KiB whatever is asked */
+    maxWrite: z.number().int().min(4096).max(131072).default(131072),
+    kernelCache: z.boolean().default(false),
+    debug: z.boolean().default(false),
+  })
+  .strict();
+
+export const ConfigSchema = z
+  .object({
+    backing: z.string().min(1),
+    mount: z.string().min(1),
+    socket: z.string().min(1).default('/run/homesfs/admin.sock'),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    defaultProfile: z.string().min(1).default('home'),
+    profiles: z.record(z.string().regex(/^[a-z][a-z0-9-]{0,31}$/), ProfileSchema).default({}),
+    tenants: z.record(z.string(), TenantEntry).default({}),
+    /** keyed "tenant/key" */
+    homes: z.record(z.string().regex(/^[^/]+\/[^/]+$/), HomeEntry).default({}),
+    fuse: FuseOptions.default(FuseOptions.parse({})),
+    probe: z
+      .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })
+      .strict()
+      .default({ intervalMs: 10_000, timeoutMs: 5_000 }),
+  })
+  .strict();
+
+export type Config = z.infer<typeof ConfigSchema>;
+export type ConfigInput = z.input<typeof ConfigSchema>;

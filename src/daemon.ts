@@ -1,0 +1,145 @@
+import { mkdir } from 'node:fs/promises';
+import { BackingStore } from './backing/store.js';
+import { EXIT } from './cli/exitcodes.js';
+import type { LoadedConfig } from './config/load.js';
+import type { DaemonApi, StatusReport } from './control/api.js';
+import { commands } from './control/registry.js';
+import { startControlServer, type ControlServer } from './control/server.js';
+import { FsContext } from './fs/context.js';
+import { loadFuse, NativeBindingError, REQUIRED_PATCH } from './fuse/binding.js';
+import { MountManager, nativeUtimensat } from './fuse/mount.js';
+import type { Logger } from './log.js';
+import { homeId, type HomeRef } from './paths/parse.js';
+import { resolveProfileName } from './policy/profiles.js';
+
+export class DaemonError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message);
+  }
+}
+
+export const VERSION = '0.1.0';
+
+export interface Daemon {
+  stop(): Promise<void>;
+  readonly done: Promise<number>;
+}
+
+/**
+ * Composition root: config → backing store → fs context → mount → control
+ * socket. Nothing below this file knows about process signals or exit codes.
+ */
+export async function startDaemon(loaded: LoadedConfig, log: Logger): Promise<Daemon> {
+  const { config, profiles } = loaded;
+  const started = Date.now();
+
+  let Fuse;
+  try {
+    Fuse = loadFuse();
+  } catch (err) {
+    throw new DaemonError((err as Error).message, err instanceof NativeBindingError ? EXIT.NATIVE : EXIT.INTERNAL);
+  }
+
+  await mkdir(config.backing, { recursive: true, mode: 0o700 }).catch((err: Error) => {
+    throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
+  });
+  const ownerOf = (ref: HomeRef) => config.homes[homeId(ref)]?.owner;
+  const store = new BackingStore(config.backing, log.child({ component: 'backing' }), ownerOf);
+  await store.init().catch((err: Error) => {
+    throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
+  });
+
+  const profileFor = (ref: HomeRef) => {
+    const choice = resolveProfileName({
+      homeEntry: config.homes[homeId(ref)]?.profile,
+      tenantDefault: config.tenants[ref.tenant]?.defaultProfile,
+      configDefault: config.defaultProfile,
+    });
+    return { name: choice.name, profile: profiles[choice.name]! };
+  };
+  const ctx = new FsContext({ store, log: log.child({ component: 'fs' }), profileFor, utimensat: nativeUtimensat(Fuse) });
+
+  let resolveDone!: (code: number) => void;
+  const done = new Promise<number>((r) => (resolveDone = r));
+  let stopping = false;
+
+  const mountLog = log.child({ component: 'mount' });
+  const mount = new MountManager(Fuse, ctx, config, mountLog, (why) => {
+    mountLog.error({ reason: why }, 'mount lost: exiting');
+    void shutdown(EXIT.MOUNT_LOST);
+  });
+
+  // Ledgers of every home present at start are built in the background; other
+  // homes are served meanwhile and a home's mutating ops wait for its scan.
+  const scans = store.listAllHomes().then((refs) => {
+    for (const ref of refs) void ctx.home(ref).catch((err: Error) => log.warn({ home: homeId(ref), err: err.message }, 'home not served'));
+  });
+
+  try {
+    await mount.mount();
+  } catch (err) {
+    await store.close();
+    throw new DaemonError((err as Error).message, EXIT.MOUNT);
+  }
+
+  const api: DaemonApi = {
+    async status(): Promise<StatusReport> {
+      await scans.catch(() => undefined);
+      const homes = await Promise.all(
+        ctx.knownHomes().map((p) =>
+          p.then(
+            (hs) => {
+              const snap = hs.ledger.snapshot();
+              return { tenant: hs.backing.ref.tenant, key: hs.backing.ref.key, scan: hs.scan, bytes: snap.bytes, inodes: snap.inodes };
+            },
+            () => null,
+          ),
+        ),
+      );
+      const sc = mount.selfCheck.report;
+      return {
+        version: VERSION,
+        pid: process.pid,
+        uptimeSec: Math.round((Date.now() - started) / 1000),
+        backing: store.root,
+        configPath: loaded.path,
+        mount: { path: config.mount, ...mount.state },
+        native: { patch: REQUIRED_PATCH, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
+        homes: homes.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
+      };
+    },
+  };
+
+  let control: ControlServer;
+  try {
+    control = await startControlServer({
+      socketPath: config.socket,
+      socketMode: 0o600,
+      commands,
+      api,
+      log: log.child({ component: 'control' }),
+    });
+  } catch (err) {
+    await mount.unmount();
+    await store.close();
+    throw new DaemonError(`control socket ${config.socket}: ${(err as Error).message}`, EXIT.CONTROL);
+  }
+
+  await mount.runSelfCheck();
+  mount.startProbing();
+  log.info({ mount: config.mount, backing: store.root, socket: config.socket }, 'serving');
+
+  async function shutdown(code: number): Promise<void> {
+    if (stopping) return;
+    stopping = true;
+    await control.close().catch(() => undefined);
+    await mount.unmount();
+    await store.close().catch(() => undefined);
+    resolveDone(code);
+  }
+
+  return { stop: () => shutdown(EXIT.OK), done };
+}

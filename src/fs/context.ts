@@ -1,0 +1,203 @@
+import type { BackingHome, BackingStore } from '../backing/store.js';
+import * as sys from '../backing/sys.js';
+import { HomesError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { checkComponent } from '../paths/names.js';
+import { homeId, parseVirtualPath, type HomeRef, type VirtualPath } from '../paths/parse.js';
+import { Ledger } from '../policy/ledger.js';
+import type { Profile } from '../policy/profiles.js';
+import { scanHome } from './scan.js';
+import { HandleTable, Mutex, type HomeState, type OpenInode, inodeKey } from './state.js';
+
+export interface Caller {
+  uid: number;
+  gid: number;
+  pid: number;
+}
+
+export type TimeSpec = 'now' | 'omit' | { sec: number; nsec: number };
+
+/** Nanosecond-exact utimensat(AT_SYMLINK_NOFOLLOW), provided by the patched binding. */
+export type Utimensat = (path: string, atime: TimeSpec, mtime: TimeSpec) => Promise<void>;
+
+export interface ProfileChoice {
+  name: string;
+  profile: Profile;
+}
+
+export interface FsDeps {
+  store: BackingStore;
+  log: Logger;
+  profileFor: (ref: HomeRef) => ProfileChoice;
+  utimensat: Utimensat;
+}
+
+export type HomePath = { kind: 'home'; home: HomeRef; rel: readonly string[] };
+
+/**
+ * Shared state of the FUSE-independent operations: the backing store, the
+ * per-home ledgers and the handle table. Operations live in attr.ts, dir.ts and
+ * file.ts and take this context.
+ */
+export class FsContext {
+  readonly handles = new HandleTable();
+  private readonly homes = new Map<string, Promise<HomeState>>();
+  readonly log: Logger;
+
+  constructor(readonly deps: FsDeps) {
+    this.log = deps.log;
+  }
+
+  get store(): BackingStore {
+    return this.deps.store;
+  }
+
+  parse(path: string): VirtualPath {
+    return parseVirtualPath(path);
+  }
+
+  /** A path that must lie inside a home (anything else is the daemon's tree). */
+  parseHomePath(path: string, op: string): HomePath {
+    const vp = parseVirtualPath(path);
+    if (vp.kind !== 'home') throw new HomesError('DAEMON_TREE', `${op} on the daemon's tenant/home levels is not allowed`);
+    return vp;
+  }
+
+  /** As parseHomePath, but the home directory itself is also refused. */
+  parseInHome(path: string, op: string): HomePath & { dir: readonly string[]; name: string } {
+    const vp = this.parseHomePath(path, op);
+    if (vp.rel.length === 0) throw new HomesError('DAEMON_TREE', `${op} of a home itself is done through the control socket`);
+    return { ...vp, dir: vp.rel.slice(0, -1), name: vp.rel[vp.rel.length - 1]! };
+  }
+
+  home(ref: HomeRef): Promise<HomeState> {
+    const id = homeId(ref);
+    let p = this.homes.get(id);
+    if (!p) {
+      p = this.openHomeState(ref);
+      this.homes.set(id, p);
+      p.catch(() => this.homes.delete(id));
+    }
+    return p;
+  }
+
+  /** The home, once its ledger has been built by the start-up scan. */
+  async readyHome(ref: HomeRef): Promise<HomeState> {
+    const hs = await this.home(ref);
+    await hs.ready;
+    // Without a ledger the budget cannot be kept exact: refuse changes rather than guess.
+    if (hs.scan !== 'done') throw new HomesError('IO', `the ledger of ${hs.backing.id} could not be built: ${hs.scanError ?? 'unknown'}`);
+    return hs;
+  }
+
+  knownHomes(): Promise<HomeState>[] {
+    return [...this.homes.values()];
+  }
+
+  /** Called when the backing home vanished or was replaced: drop every cache of it. */
+  forgetHome(ref: HomeRef): void {
+    this.homes.delete(homeId(ref));
+    this.store.forget(ref);
+  }
+
+  /** Re-check the home's backing directory (on lookups of the home itself). */
+  async revalidateHome(ref: HomeRef): Promise<HomeState> {
+    const hs = await this.home(ref);
+    let fresh: BackingHome;
+    try {
+      fresh = await this.store.revalidate(ref);
+    } catch (err) {
+      if (hs.openHandles === 0) this.homes.delete(homeId(ref));
+      throw err;
+    }
+    if (fresh === hs.backing) return hs;
+    this.homes.delete(homeId(ref));
+    return this.home(ref);
+  }
+
+  private async openHomeState(ref: HomeRef): Promise<HomeState> {
+    const backing = await this.store.home(ref);
+    const { name, profile } = this.deps.profileFor(ref);
+    const ledger = new Ledger({
+      maxHomeBytes: profile.maxHomeBytes,
+      maxInodes: profile.maxInodes,
+      maxFileBytes: profile.maxFileBytes,
+    });
+    let markReady!: () => void;
+    const ready = new Promise<void>((resolve) => (markReady = resolve));
+    const hs: HomeState = {
+      backing,
+      profileName: name,
+      profile,
+      ledger,
+      scan: 'pending',
+      ready,
+      inodes: new Map(),
+      openHandles: 0,
+    };
+    void scanHome(this, hs).finally(markReady);
+    return hs;
+  }
+
+  /** The open-file record for an inode, created on first open. */
+  attachInode(hs: HomeState, dev: bigint, ino: bigint, size: number): OpenInode {
+    const key = inodeKey(dev, ino);
+    let inode = hs.inodes.get(key);
+    if (!inode) {
+      inode = { key, size, handles: 0, writers: 0, unlinked: false, lock: new Mutex() };
+      hs.inodes.set(key, inode);
+    }
+    return inode;
+  }
+
+  /**
+   * Account for a node whose last name went away (unlink, rmdir, rename over
+   * it). `st` is an fstat of an O_PATH descriptor taken after the removal, so
+   * nlink and size are current. An open file keeps its bytes until last close.
+   */
+  settleRemoved(hs: HomeState, st: import('node:fs').BigIntStats): void {
+    if (st.nlink > 0n) return;
+    const inode = hs.inodes.get(inodeKey(st.dev, st.ino));
+    if (inode) {
+      inode.unlinked = true;
+      return;
+    }
+    if (st.isFile()) hs.ledger.release(Number(st.size));
+    hs.ledger.removeInode();
+  }
+
+  /** Drop one handle's claim on an inode; the last close of an unlinked file frees its bytes. */
+  detachInode(hs: HomeState, inode: OpenInode): void {
+    inode.handles--;
+    if (inode.handles > 0) return;
+    hs.inodes.delete(inode.key);
+    if (inode.unlinked) {
+      hs.ledger.release(inode.size);
+      hs.ledger.removeInode();
+    }
+  }
+
+  /** Name-shape rules of the profile for a new entry (length, depth, entries per directory). */
+  async checkNewEntry(hs: HomeState, dirFd: number, dir: readonly string[], name: string): Promise<void> {
+    checkComponent(name, hs.profile.maxNameBytes);
+    if (hs.profile.maxDepth > 0 && dir.length + 1 > hs.profile.maxDepth) {
+      throw new HomesError('OP_REFUSED', `nesting deeper than ${hs.profile.maxDepth} levels is not allowed in profile ${hs.profileName}`);
+    }
+    if (hs.profile.maxEntriesPerDir > 0) {
+      const n = (await sys.readdirRaw(sys.fdPath(dirFd))).length;
+      if (n >= hs.profile.maxEntriesPerDir) {
+        throw new HomesError('OP_REFUSED', `a directory holds at most ${hs.profile.maxEntriesPerDir} entries in profile ${hs.profileName}`);
+      }
+    }
+  }
+
+  /** Open an O_PATH descriptor for `name` in `dirFd` if it exists. */
+  async probeNode(dirFd: number, name: string): Promise<number | null> {
+    try {
+      return await this.store.openNode(dirFd, name);
+    } catch (err) {
+      if (sys.sysCode(err) === 'ENOENT') return null;
+      throw err;
+    }
+  }
+}

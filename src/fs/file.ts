@@ -1,0 +1,233 @@
+import type { BigIntStats } from 'node:fs';
+import * as sys from '../backing/sys.js';
+import { HomesError } from '../errors.js';
+import { effectiveFileMode } from '../policy/profiles.js';
+import type { Caller, FsContext } from './context.js';
+import type { FileHandle, HomeState, OpenInode } from './state.js';
+
+const C = sys.C;
+const ACCMODE = C.O_RDONLY | C.O_WRONLY | C.O_RDWR;
+/** Added to every backing open: never follow, never block on a FIFO swapped in by a race. */
+const SAFE = C.O_NOFOLLOW | C.O_NONBLOCK;
+
+export interface OpenResult {
+  fh: number;
+  directIo: boolean;
+  keepCache: boolean;
+}
+
+function backingFlags(flags: number): number {
+  return (flags & ACCMODE) | (flags & C.O_APPEND) | SAFE;
+}
+
+function refuseNonRegular(st: BigIntStats): void {
+  if (st.isFile()) return;
+  if (st.isDirectory()) throw new HomesError('IS_DIR', 'is a directory');
+  throw new HomesError('OP_REFUSED', 'only regular files can be opened in a home');
+}
+
+function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flags: number, rel: readonly string[]): OpenResult {
+  const inode = ctx.attachInode(hs, st.dev, st.ino, Number(st.size));
+  const writable = (flags & ACCMODE) !== C.O_RDONLY;
+  inode.handles++;
+  if (writable) inode.writers++;
+  hs.openHandles++;
+  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel }));
+  return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
+}
+
+async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: number): Promise<void> {
+  await inode.lock.run(async () => {
+    const before = inode.size;
+    const undo = hs.ledger.resize(before, size);
+    inode.size = size;
+    try {
+      await sys.ftruncate(fd, size);
+    } catch (err) {
+      undo();
+      inode.size = before;
+      throw err;
+    }
+  });
+}
+
+export async function open(ctx: FsContext, path: string, flags: number): Promise<OpenResult> {
+  const vp = ctx.parseInHome(path, 'open');
+  const hs = (flags & ACCMODE) === C.O_RDONLY ? await ctx.home(vp.home) : await ctx.readyHome(vp.home);
+  const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), backingFlags(flags)));
+  let res: OpenResult;
+  try {
+    const st = await sys.fstat(fd);
+    refuseNonRegular(st);
+    res = attach(ctx, hs, fd, st, flags, vp.rel);
+  } catch (err) {
+    await sys.close(fd).catch(() => undefined);
+    throw err;
+  }
+  if (flags & C.O_TRUNC) {
+    await truncateInode(hs, ctx.handles.get(res.fh).inode, fd, 0).catch(async (err) => {
+      await release(ctx, res.fh);
+      throw err;
+    });
+  }
+  return res;
+}
+
+export async function create(ctx: FsContext, path: string, mode: number, flags: number, caller: Caller): Promise<OpenResult> {
+  const vp = ctx.parseInHome(path, 'create');
+  const hs = await ctx.readyHome(vp.home);
+  return ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+    const target = sys.fdPath(dirFd, vp.name);
+    let fd: number;
+    let created = true;
+    const undo = hs.ledger.addInode();
+    try {
+      await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
+      fd = await sys.open(target, backingFlags(flags) | C.O_CREAT | C.O_EXCL, effectiveFileMode(hs.profile, mode & 0o7777));
+    } catch (err) {
+      undo();
+      // O_CREAT without O_EXCL on a name that appeared meanwhile opens the existing file.
+      if (sys.sysCode(err) !== 'EEXIST' || flags & C.O_EXCL) throw err;
+      created = false;
+      fd = await sys.open(target, backingFlags(flags));
+    }
+    let res: OpenResult;
+    try {
+      const st = await sys.fstat(fd);
+      refuseNonRegular(st);
+      if (created && hs.profile.chown === 'allow') await sys.lchown(target, caller.uid, caller.gid);
+      res = attach(ctx, hs, fd, st, flags, vp.rel);
+    } catch (err) {
+      await sys.close(fd).catch(() => undefined);
+      throw err;
+    }
+    if (!created && flags & C.O_TRUNC) {
+      await truncateInode(hs, ctx.handles.get(res.fh).inode, fd, 0).catch(async (err) => {
+        await release(ctx, res.fh);
+        throw err;
+      });
+    }
+    return res;
+  });
+}
+
+export async function read(ctx: FsContext, fh: number, buf: Buffer, len: number, pos: number): Promise<number> {
+  const h = ctx.handles.get(fh);
+  let done = 0;
+  // A short read from the backing file is not EOF by itself; keep going until it is.
+  while (done < len) {
+    const n = await sys.read(h.fd, buf, done, len - done, pos + done);
+    if (n === 0) break;
+    done += n;
+  }
+  return done;
+}
+
+/**
+ * One FUSE write request. The budget is checked and reserved synchronously
+ * (no await between check and charge), under the file's lock so the size it
+ * starts from is exact; a refused request changes nothing, an accepted one is
+ * on the backing file before the kernel hears success.
+ */
+export async function write(ctx: FsContext, fh: number, data: Buffer, pos: number): Promise<number> {
+  const h = ctx.handles.get(fh);
+  if (!h.writable) throw new HomesError('BAD_HANDLE', 'handle is not open for writing');
+  const { inode, home: hs } = h;
+  return inode.lock.run(async () => {
+    const before = inode.size;
+    const start = h.append ? before : pos;
+    const end = start + data.length;
+    const after = Math.max(before, end);
+    const undo = hs.ledger.resize(before, after);
+    inode.size = after;
+    let n: number;
+    try {
+      n = await sys.write(h.fd, data, 0, data.length, start);
+    } catch (err) {
+      undo();
+      inode.size = before;
+      throw err;
+    }
+    if (n < data.length) {
+      // The disk took fewer bytes (ENOSPC on the next call): charge only what landed.
+      const real = Math.max(before, start + n);
+      hs.ledger.resize(after, real);
+      inode.size = real;
+    }
+    return n;
+  });
+}
+
+export async function ftruncate(ctx: FsContext, fh: number, size: number): Promise<void> {
+  const h = ctx.handles.get(fh);
+  await truncateInode(h.home, h.inode, h.fd, size);
+}
+
+export async function truncate(ctx: FsContext, path: string, size: number): Promise<void> {
+  const vp = ctx.parseInHome(path, 'truncate');
+  const hs = await ctx.readyHome(vp.home);
+  const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), C.O_WRONLY | SAFE));
+  try {
+    const st = await sys.fstat(fd);
+    refuseNonRegular(st);
+    const open = hs.inodes.get(`${st.dev}:${st.ino}`);
+    if (open) return await truncateInode(hs, open, fd, size);
+    // Not open anywhere: a temporary record serialises this with any open that races it.
+    const inode = ctx.attachInode(hs, st.dev, st.ino, Number(st.size));
+    inode.handles++;
+    try {
+      await truncateInode(hs, inode, fd, size);
+    } finally {
+      ctx.detachInode(hs, inode);
+    }
+  } finally {
+    await sys.close(fd);
+  }
+}
+
+/**
+ * Plain allocation (mode 0) is charged as growth of the logical size, like a
+ * write of zeros. Modes that allocate without growing the size (KEEP_SIZE,
+ * PUNCH_HOLE, …) are refused: they would consume disk the budget cannot see.
+ * glibc's posix_fallocate falls back to writing zeros on EOPNOTSUPP.
+ */
+export async function fallocate(ctx: FsContext, fh: number, mode: number, offset: number, length: number): Promise<void> {
+  const h = ctx.handles.get(fh);
+  if (mode !== 0) throw new HomesError('NOT_SUPPORTED', `fallocate mode ${mode} is not supported`);
+  if (!h.writable) throw new HomesError('BAD_HANDLE', 'handle is not open for writing');
+  const end = offset + length;
+  await h.inode.lock.run(async () => {
+    if (end <= h.inode.size) return;
+    const before = h.inode.size;
+    const undo = h.home.ledger.resize(before, end);
+    h.inode.size = end;
+    try {
+      await sys.ftruncate(h.fd, end);
+    } catch (err) {
+      undo();
+      h.inode.size = before;
+      throw err;
+    }
+  });
+}
+
+export async function flush(ctx: FsContext, fh: number): Promise<void> {
+  // Called on every close of every descriptor (dups, forks, readers): nothing destructive here.
+  ctx.handles.get(fh);
+}
+
+export async function fsync(ctx: FsContext, fh: number, datasync: boolean): Promise<void> {
+  const h = ctx.handles.get(fh);
+  await (datasync ? sys.fdatasync(h.fd) : sys.fsync(h.fd));
+}
+
+export async function release(ctx: FsContext, fh: number): Promise<void> {
+  const h = ctx.handles.remove(fh);
+  if (!h) return;
+  h.home.openHandles--;
+  if (h.writable) h.inode.writers--;
+  ctx.detachInode(h.home, h.inode);
+  await sys.close(h.fd);
+}
+
+export type { FileHandle };

@@ -1,0 +1,80 @@
+import type { BigIntStats } from 'node:fs';
+import type { Owner } from '../backing/store.js';
+import type { Profile } from '../policy/profiles.js';
+
+/** What the FUSE adapter hands to the kernel for one node. */
+export interface Attr {
+  mode: number;
+  uid: number;
+  gid: number;
+  size: bigint;
+  nlink: number;
+  ino: bigint;
+  dev: bigint;
+  rdev: bigint;
+  blksize: number;
+  blocks: bigint;
+  atimeNs: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+}
+
+export const S_IFMT = 0o170000;
+export const S_IFDIR = 0o040000;
+export const S_IFREG = 0o100000;
+export const S_IFLNK = 0o120000;
+
+/** The two daemon levels: reachable by path, listable only by root. */
+export function daemonDirAttr(st: BigIntStats): Attr {
+  return {
+    mode: S_IFDIR | 0o711,
+    uid: 0,
+    gid: 0,
+    size: 4096n,
+    nlink: 2,
+    ino: st.ino,
+    dev: st.dev,
+    rdev: 0n,
+    blksize: 4096,
+    blocks: 8n,
+    atimeNs: st.atimeNs,
+    mtimeNs: st.mtimeNs,
+    ctimeNs: st.ctimeNs,
+  };
+}
+
+/**
+ * The mode a node inside a home is presented with. Forced modes are presented
+ * even for nodes that reached the backing tree by other means, so what `ls`
+ * shows is what the policy promises.
+ */
+export function presentedMode(profile: Profile, st: BigIntStats): number {
+  const type = Number(st.mode) & S_IFMT;
+  const perms = Number(st.mode) & 0o7777;
+  if (type === S_IFDIR) return type | (profile.dirMode === 'asked' ? perms : profile.dirMode);
+  if (type === S_IFREG) {
+    if (profile.fileMode === 'asked') return type | perms;
+    return type | profile.fileMode | (profile.allowUserExec ? perms & 0o100 : 0);
+  }
+  if (type === S_IFLNK) return type | 0o777;
+  return type | (perms & 0o600);
+}
+
+export function homeNodeAttr(profile: Profile, owner: Owner, st: BigIntStats, isHomeRoot: boolean): Attr {
+  const presentOwner = profile.chown === 'allow' && !isHomeRoot ? { uid: Number(st.uid), gid: Number(st.gid) } : owner;
+  return {
+    mode: isHomeRoot ? S_IFDIR | 0o700 : presentedMode(profile, st),
+    uid: presentOwner.uid,
+    gid: presentOwner.gid,
+    size: st.size,
+    nlink: Number(st.nlink),
+    ino: st.ino,
+    dev: st.dev,
+    rdev: st.rdev,
+    blksize: Number(st.blksize),
+    blocks: st.blocks,
+    atimeNs: st.atimeNs,
+    mtimeNs: st.mtimeNs,
+    ctimeNs: st.ctimeNs,
+  };
+}

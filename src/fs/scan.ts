@@ -1,0 +1,87 @@
+import * as sys from '../backing/sys.js';
+import { Ledger } from '../policy/ledger.js';
+import type { FsContext } from './context.js';
+import type { HomeState } from './state.js';
+
+const HIDDEN_PREFIX = Buffer.from('.fuse_hidden');
+
+export interface ScanResult {
+  bytes: number;
+  inodes: number;
+  purged: number;
+}
+
+/**
+ * Walk a home's backing tree once: the sum of logical sizes of its regular
+ * files (each inode once, so hard links are not counted twice) and the number
+ * of inodes below the home root. Symlinks are counted, never followed; nothing
+ * outside the home is reached because every directory is opened by descriptor.
+ * `.fuse_hidden*` files are leftovers of a libfuse run without hard_remove
+ * (the file was unlinked while open): nobody can reach them any more, so they
+ * are removed instead of charged.
+ */
+export async function measureTree(rootFd: number, onProgress?: (r: ScanResult) => void): Promise<ScanResult> {
+  const seen = new Set<string>();
+  const result: ScanResult = { bytes: 0, inodes: 0, purged: 0 };
+  let sinceReport = 0;
+  const walk = async (dirFd: number): Promise<void> => {
+    const entries = await sys.readdirRaw(sys.fdPath(dirFd));
+    for (const e of entries) {
+      // Buffer paths: names that are not UTF-8 are still measured, byte for byte.
+      const path = Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), e.name]);
+      if (e.isFile() && e.name.subarray(0, HIDDEN_PREFIX.length).equals(HIDDEN_PREFIX)) {
+        await sys.unlink(path).catch(() => undefined);
+        result.purged++;
+        continue;
+      }
+      let st;
+      try {
+        st = await sys.lstat(path);
+      } catch {
+        continue; // vanished while scanning
+      }
+      const key = `${st.dev}:${st.ino}`;
+      if (st.nlink > 1n && !st.isDirectory()) {
+        if (seen.has(key)) continue;
+        seen.add(key);
+      }
+      result.inodes++;
+      if (st.isFile()) result.bytes += Number(st.size);
+      if (st.isDirectory()) {
+        let fd: number;
+        try {
+          fd = await sys.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
+        } catch {
+          continue;
+        }
+        try {
+          await walk(fd);
+        } finally {
+          await sys.close(fd);
+        }
+      }
+      if (onProgress && ++sinceReport >= 10_000) {
+        sinceReport = 0;
+        onProgress(result);
+      }
+    }
+  };
+  await walk(rootFd);
+  return result;
+}
+
+export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
+  const log = ctx.log.child({ home: hs.backing.id });
+  hs.scan = 'scanning';
+  const started = Date.now();
+  try {
+    const r = await measureTree(hs.backing.fd, (p) => log.info({ bytes: p.bytes, inodes: p.inodes }, 'scan progress'));
+    hs.ledger = new Ledger(hs.ledger.limits, { bytes: r.bytes, inodes: r.inodes });
+    hs.scan = 'done';
+    log.info({ bytes: r.bytes, inodes: r.inodes, purgedHidden: r.purged, ms: Date.now() - started, profile: hs.profileName }, 'home ledger built');
+  } catch (err) {
+    hs.scan = 'failed';
+    hs.scanError = (err as Error).message;
+    log.error({ err }, 'home scan failed: writes to this home are refused until a rescan succeeds');
+  }
+}

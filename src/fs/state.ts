@@ -1,0 +1,102 @@
+import type { BackingHome } from '../backing/store.js';
+import { HomesError } from '../errors.js';
+import type { Ledger } from '../policy/ledger.js';
+import type { Profile } from '../policy/profiles.js';
+
+/** A FIFO mutex: writes to one file are checked and applied one at a time. */
+export class Mutex {
+  private tail: Promise<void> = Promise.resolve();
+
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(fn);
+    this.tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  }
+}
+
+/**
+ * What the daemon knows about a regular file while any handle has it open. Its
+ * `size` is the logical size the ledger has charged for it; it is the truth
+ * while the file is open (the kernel and other handles change it only through
+ * us), so budget checks never wait on an fstat.
+ */
+export interface OpenInode {
+  readonly key: string;
+  size: number;
+  handles: number;
+  writers: number;
+  /** unlinked while open: its bytes stay charged until the last close */
+  unlinked: boolean;
+  readonly lock: Mutex;
+}
+
+export type ScanState = 'pending' | 'scanning' | 'done' | 'failed';
+
+export interface HomeState {
+  readonly backing: BackingHome;
+  readonly profileName: string;
+  readonly profile: Profile;
+  /** replaced once by the start-up scan, before `ready` resolves */
+  ledger: Ledger;
+  scan: ScanState;
+  scanError?: string;
+  /** resolves when the ledger is built; mutating operations wait for it */
+  readonly ready: Promise<void>;
+  readonly inodes: Map<string, OpenInode>;
+  openHandles: number;
+}
+
+export function inodeKey(dev: bigint, ino: bigint): string {
+  return `${dev}:${ino}`;
+}
+
+export interface FileHandle {
+  readonly fh: number;
+  readonly fd: number;
+  readonly home: HomeState;
+  readonly inode: OpenInode;
+  readonly writable: boolean;
+  readonly append: boolean;
+  /** components below the home, for log lines only (may be stale after a rename) */
+  readonly rel: readonly string[];
+}
+
+/**
+ * fh numbers handed to the kernel. 0 is never used: the binding treats fh 0 as
+ * "no handle".
+ */
+export class HandleTable {
+  private readonly byFh = new Map<number, FileHandle>();
+  private next = 1;
+
+  add(make: (fh: number) => FileHandle): FileHandle {
+    while (this.byFh.has(this.next) || this.next === 0) this.next = (this.next + 1) >>> 0;
+    const h = make(this.next);
+    this.byFh.set(h.fh, h);
+    this.next = (this.next + 1) >>> 0;
+    return h;
+  }
+
+  get(fh: number): FileHandle {
+    const h = this.byFh.get(fh);
+    if (!h) throw new HomesError('BAD_HANDLE', `unknown file handle ${fh}`);
+    return h;
+  }
+
+  remove(fh: number): FileHandle | undefined {
+    const h = this.byFh.get(fh);
+    this.byFh.delete(fh);
+    return h;
+  }
+
+  get size(): number {
+    return this.byFh.size;
+  }
+
+  values(): IterableIterator<FileHandle> {
+    return this.byFh.values();
+  }
+}

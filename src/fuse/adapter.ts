@@ -1,0 +1,188 @@
+import { readFile } from 'node:fs/promises';
+import { constants as osConstants } from 'node:os';
+import { errnoName, errnoOf, isHomesError, type HomesCode } from '../errors.js';
+import * as attr from '../fs/attr.js';
+import type { Caller, FsContext, TimeSpec } from '../fs/context.js';
+import * as dir from '../fs/dir.js';
+import * as file from '../fs/file.js';
+import type { Logger } from '../log.js';
+import { RefusalLimiter } from '../policy/ratelimit.js';
+import type { NativeOps, OpenOpts } from './binding.js';
+import type { SelfCheck } from './selfcheck.js';
+
+const E = osConstants.errno;
+
+/** Codes that are the policy saying no: each one is logged (rate-limited) with home, op and caller. */
+const REFUSALS = new Set<HomesCode>([
+  'QUOTA_EXCEEDED',
+  'INODES_EXCEEDED',
+  'FILE_TOO_LARGE',
+  'NOT_UTF8',
+  'OP_REFUSED',
+  'CROSS_HOME',
+  'CROSS_DEVICE',
+  'DAEMON_TREE',
+  'INVALID_NAME',
+  'NAME_TOO_LONG',
+  'NOT_UTF8_NAME',
+  'SYMLINK_ESCAPES',
+]);
+
+/** Ordinary answers that programs expect all the time (lookups of missing names…): not worth a log line. */
+const ROUTINE = new Set<number>([E.ENOENT, E.EEXIST, E.ENOTEMPTY, E.ENOTDIR, E.EISDIR, E.EOPNOTSUPP, E.ENODATA, E.EACCES]);
+
+function homeOf(path: string | null): string | undefined {
+  if (!path) return undefined;
+  const parts = path.split('/');
+  return parts.length >= 3 ? `${parts[1]}/${parts[2]}` : undefined;
+}
+
+async function commOf(pid: number): Promise<string | undefined> {
+  if (pid <= 0) return undefined;
+  try {
+    return (await readFile(`/proc/${pid}/comm`, 'utf8')).trim();
+  } catch {
+    return undefined; // gone already, or in a pid namespace we cannot see
+  }
+}
+
+/**
+ * The FUSE adapter: the only place that speaks the binding's callback dialect.
+ * It decides nothing: every op calls one fs/ function and turns its result or
+ * error into the reply (errors through errnoOf, the one errno table).
+ */
+export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfCheck): Partial<NativeOps> {
+  const limiter = new RefusalLimiter({ windowMs: 10_000, burst: 5 });
+
+  const report = (op: string, path: string | null, caller: Caller | undefined, err: unknown, errno: number): void => {
+    if (isHomesError(err) && REFUSALS.has(err.code)) {
+      const home = homeOf(path);
+      const gate = limiter.admit(`${home ?? '-'}|${op}|${err.code}`);
+      if (!gate.log) return;
+      void commOf(caller?.pid ?? 0).then((comm) =>
+        log.warn(
+          {
+            op,
+            home,
+            path,
+            code: err.code,
+            errno: errnoName(errno),
+            caller: caller ? { uid: caller.uid, gid: caller.gid, pid: caller.pid, comm } : undefined,
+            ...err.details,
+            ...(gate.suppressed > 0 ? { suppressed: gate.suppressed } : {}),
+          },
+          err.message,
+        ),
+      );
+      return;
+    }
+    if (ROUTINE.has(errno) || errno === E.EBADF) {
+      if (log.isLevelEnabled('debug')) log.debug({ op, path, errno: errnoName(errno) }, 'op failed');
+      return;
+    }
+    log.error({ op, path, errno: errnoName(errno), err }, 'operation failed');
+  };
+
+  /** Run an op that replies `cb(0, ...values)` or `cb(-errno)`. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  type AnyCb = (err: number, ...rest: any[]) => void;
+  const run = (op: string, path: string | null, caller: Caller | undefined, cb: AnyCb, fn: () => Promise<unknown[]>): void => {
+    if (log.isLevelEnabled('trace')) log.trace({ op, path, caller }, 'op');
+    fn().then(
+      (values) => cb(0, ...values),
+      (err: unknown) => {
+        const errno = errnoOf(err);
+        report(op, path, caller, err, errno);
+        cb(-errno);
+      },
+    );
+  };
+
+  /** read/write reply with the byte count or a negative errno in one number. */
+  const runCount = (op: string, path: string | null, caller: Caller, cb: (res: number) => void, fn: () => Promise<number>): void => {
+    fn().then(cb, (err: unknown) => {
+      const errno = errnoOf(err);
+      report(op, path, caller, err, errno);
+      cb(-errno);
+    });
+  };
+
+  const openOpts = (r: file.OpenResult): OpenOpts => ({ directIo: r.directIo, keepCache: r.keepCache });
+  const refuse = (cb: (err: number) => void) => cb(-E.EOPNOTSUPP);
+
+  return {
+    init: (cb) => cb(0),
+    getattr: (path, cb, caller) => {
+      if (selfCheck.owns(path)) return cb(0, selfCheck.attr());
+      run('getattr', path, caller, cb, async () => [await attr.getattr(ctx, path)]);
+    },
+    fgetattr: (path, fh, cb, caller) => {
+      if (selfCheck.ownsHandle(fh)) return cb(0, selfCheck.attr());
+      run('fgetattr', path, caller, cb, async () => [await attr.fgetattr(ctx, fh)]);
+    },
+    access: (path, _mode, cb, caller) => run('access', path, caller, cb, async () => (await attr.access(ctx, path), [])),
+    statfs: (path, cb, caller) => run('statfs', path, caller, cb, async () => [await attr.statfs(ctx, path)]),
+    readdir: (path, cb, caller) => run('readdir', path, caller, cb, async () => [await dir.readdir(ctx, path)]),
+    readlink: (path, cb, caller) => run('readlink', path, caller, cb, async () => [await attr.readlink(ctx, path)]),
+    open: (path, flags, cb, caller) => {
+      if (selfCheck.owns(path)) return cb(0, selfCheck.open(), { directIo: true });
+      run('open', path, caller, cb, async () => {
+        const r = await file.open(ctx, path, flags);
+        return [r.fh, openOpts(r)] as [number, OpenOpts];
+      });
+    },
+    create: (path, mode, flags, cb, caller) =>
+      run('create', path, caller, cb, async () => {
+        const r = await file.create(ctx, path, mode, flags, caller);
+        return [r.fh, openOpts(r)] as [number, OpenOpts];
+      }),
+    read: (path, fh, buf, len, pos, cb, caller) => runCount('read', path, caller, cb, () => file.read(ctx, fh, buf, len, pos)),
+    write: (path, fh, buf, len, pos, cb, caller) => {
+      if (selfCheck.ownsHandle(fh)) return cb(selfCheck.write(len));
+      // The native buffer is only valid until cb: fs.write awaits the backing write before replying.
+      runCount('write', path, caller, cb, () => file.write(ctx, fh, len === buf.length ? buf : buf.subarray(0, len), pos));
+    },
+    flush: (path, fh, cb, caller) => {
+      if (selfCheck.ownsHandle(fh)) return cb(0);
+      run('flush', path, caller, cb, async () => (await file.flush(ctx, fh), []));
+    },
+    fsync: (path, fh, datasync, cb, caller) => run('fsync', path, caller, cb, async () => (await file.fsync(ctx, fh, Boolean(datasync)), [])),
+    fsyncdir: (_path, _fh, _datasync, cb) => cb(0),
+    release: (path, fh, cb, caller) => {
+      if (selfCheck.ownsHandle(fh)) return cb(selfCheck.release());
+      run('release', path, caller, cb, async () => (await file.release(ctx, fh), []));
+    },
+    truncate: (path, size, cb, caller) => {
+      if (selfCheck.owns(path)) return cb(0);
+      run('truncate', path, caller, cb, async () => (await file.truncate(ctx, path, size), []));
+    },
+    ftruncate: (path, fh, size, cb, caller) => {
+      if (selfCheck.ownsHandle(fh)) return cb(0);
+      run('ftruncate', path, caller, cb, async () => (await file.ftruncate(ctx, fh, size), []));
+    },
+    fallocate: (path, fh, mode, offset, length, cb, caller) =>
+      run('fallocate', path, caller, cb, async () => (await file.fallocate(ctx, fh, mode, offset, length), [])),
+    utimens: (path, atime: TimeSpec, mtime: TimeSpec, cb, caller) =>
+      run('utimens', path, caller, cb, async () => (await attr.utimens(ctx, path, atime, mtime), [])),
+    chmod: (path, mode, cb, caller) => run('chmod', path, caller, cb, async () => (await attr.chmod(ctx, path, mode), [])),
+    chown: (path, uid, gid, cb, caller) => run('chown', path, caller, cb, async () => (await attr.chown(ctx, path, uid, gid), [])),
+    mkdir: (path, mode, cb, caller) => run('mkdir', path, caller, cb, async () => (await dir.mkdir(ctx, path, mode, caller), [])),
+    rmdir: (path, cb, caller) => run('rmdir', path, caller, cb, async () => (await dir.rmdir(ctx, path), [])),
+    unlink: (path, cb, caller) => run('unlink', path, caller, cb, async () => (await dir.unlink(ctx, path), [])),
+    rename: (src, dest, cb, caller) => run('rename', src, caller, cb, async () => (await dir.rename(ctx, src, dest), [])),
+    link: (src, dest, cb, caller) => run('link', dest, caller, cb, async () => (await dir.link(ctx, src, dest), [])),
+    symlink: (target, path, cb, caller) => run('symlink', path, caller, cb, async () => (await dir.symlink(ctx, target, path, caller), [])),
+    mknod: (path, _mode, _dev, cb, caller) => run('mknod', path, caller, cb, async () => (await dir.mknod(ctx, path), [])),
+    // Extended attributes are not part of any profile: EOPNOTSUPP tells tar and cp -a to skip them quietly.
+    setxattr: (...args: unknown[]) => refuse(findCb(args)),
+    getxattr: (...args: unknown[]) => refuse(findCb(args)),
+    listxattr: (...args: unknown[]) => refuse(findCb(args)),
+    removexattr: (...args: unknown[]) => refuse(findCb(args)),
+  };
+}
+
+/** xattr ops differ in arity between platforms; the callback is the last function argument. */
+function findCb(args: unknown[]): (err: number) => void {
+  for (let i = args.length - 1; i >= 0; i--) if (typeof args[i] === 'function') return args[i] as (err: number) => void;
+  throw new Error('xattr op without callback');
+}

@@ -1,0 +1,86 @@
+import { createRequire } from 'node:module';
+import type { Caller, TimeSpec } from '../fs/context.js';
+
+/** The patch level this daemon was written against (see patches/ and native-notes/). */
+export const REQUIRED_PATCH = 1;
+
+type Cb = (err: number) => void;
+export type OpenOpts = { directIo?: boolean; keepCache?: boolean; nonseekable?: boolean };
+
+/**
+ * The operations table of the patched binding. Every op receives the caller
+ * (uid, gid, pid from fuse_get_context) after its callback; handle ops receive
+ * a null path for files unlinked while open (hard_remove + nullpath_ok).
+ */
+export interface NativeOps {
+  init(cb: Cb): void;
+  getattr(path: string, cb: (err: number, st?: object) => void, caller: Caller): void;
+  fgetattr(path: string | null, fh: number, cb: (err: number, st?: object) => void, caller: Caller): void;
+  access(path: string, mode: number, cb: Cb, caller: Caller): void;
+  statfs(path: string, cb: (err: number, st?: object) => void, caller: Caller): void;
+  readdir(path: string, cb: (err: number, names?: string[]) => void, caller: Caller): void;
+  readlink(path: string, cb: (err: number, target?: string) => void, caller: Caller): void;
+  open(path: string, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
+  create(path: string, mode: number, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
+  read(path: string | null, fh: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void, caller: Caller): void;
+  write(path: string | null, fh: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void, caller: Caller): void;
+  flush(path: string | null, fh: number, cb: Cb, caller: Caller): void;
+  fsync(path: string | null, fh: number, datasync: number | boolean, cb: Cb, caller: Caller): void;
+  fsyncdir(path: string | null, fh: number, datasync: number | boolean, cb: Cb, caller: Caller): void;
+  release(path: string | null, fh: number, cb: Cb, caller: Caller): void;
+  truncate(path: string, size: number, cb: Cb, caller: Caller): void;
+  ftruncate(path: string | null, fh: number, size: number, cb: Cb, caller: Caller): void;
+  fallocate(path: string | null, fh: number, mode: number, offset: number, length: number, cb: Cb, caller: Caller): void;
+  utimens(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb, caller: Caller): void;
+  chmod(path: string, mode: number, cb: Cb, caller: Caller): void;
+  chown(path: string, uid: number, gid: number, cb: Cb, caller: Caller): void;
+  mkdir(path: string, mode: number, cb: Cb, caller: Caller): void;
+  rmdir(path: string, cb: Cb, caller: Caller): void;
+  unlink(path: string, cb: Cb, caller: Caller): void;
+  rename(src: string, dest: string, cb: Cb, caller: Caller): void;
+  link(src: string, dest: string, cb: Cb, caller: Caller): void;
+  symlink(target: string, path: string, cb: Cb, caller: Caller): void;
+  mknod(path: string, mode: number, dev: number, cb: Cb, caller: Caller): void;
+  setxattr(...args: unknown[]): void;
+  getxattr(...args: unknown[]): void;
+  listxattr(...args: unknown[]): void;
+  removexattr(...args: unknown[]): void;
+}
+
+export interface FuseInstance {
+  mount(cb: (err: Error | null) => void): void;
+  unmount(cb: (err: Error | null) => void): void;
+  loopState(): number;
+}
+
+export interface FuseClass {
+  new (mnt: string, ops: Partial<NativeOps>, opts: Record<string, unknown>): FuseInstance;
+  HOMESFS_PATCH?: number;
+  BINDING_PATH?: string;
+  utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: (errno: number) => void): void;
+  unmount(mnt: string, cb: (err: Error | null) => void): void;
+}
+
+export class NativeBindingError extends Error {}
+
+/**
+ * Load the patched binding and refuse an unpatched one: upstream's build would
+ * mount, but with millisecond times, 4 KiB writes and crashes on unlinked files.
+ */
+export function loadFuse(): FuseClass {
+  const require = createRequire(import.meta.url);
+  let Fuse: FuseClass;
+  try {
+    Fuse = require('@cocalc/fuse-native') as FuseClass;
+  } catch (err) {
+    throw new NativeBindingError(
+      `the FUSE binding cannot be loaded (${(err as Error).message}); install libfuse2 and libfuse-dev, then run "npm ci" (it patches and builds the binding)`,
+    );
+  }
+  if (Fuse.HOMESFS_PATCH !== REQUIRED_PATCH) {
+    throw new NativeBindingError(
+      `the FUSE binding is not homesfs' patched build (patch level ${String(Fuse.HOMESFS_PATCH)}, need ${REQUIRED_PATCH}); run "node scripts/build-native.mjs"`,
+    );
+  }
+  return Fuse;
+}

@@ -1,0 +1,179 @@
+import { execFile } from 'node:child_process';
+import { mkdir, readFile } from 'node:fs/promises';
+import type { Config } from '../config/schema.js';
+import { errnoName } from '../errors.js';
+import type { FsContext, TimeSpec } from '../fs/context.js';
+import type { Logger } from '../log.js';
+import { createNativeOps } from './adapter.js';
+import type { FuseClass, FuseInstance } from './binding.js';
+import { SelfCheck } from './selfcheck.js';
+
+export interface ProbeState {
+  mounted: boolean;
+  loop: 'starting' | 'running' | 'ended';
+  lastProbeAt: string | null;
+  lastProbeOk: boolean | null;
+  lastProbeError?: string;
+}
+
+function run(cmd: string, args: string[], timeoutMs: number): Promise<{ ok: boolean; stderr: string; timedOut: boolean }> {
+  return new Promise((resolve) => {
+    execFile(cmd, args, { timeout: timeoutMs }, (err, _stdout, stderr) => {
+      resolve({ ok: !err, stderr: String(stderr), timedOut: Boolean(err && (err as { killed?: boolean }).killed) });
+    });
+  });
+}
+
+/** Mount points listed in /proc/self/mountinfo (octal escapes decoded). */
+async function mountedAt(path: string): Promise<string | null> {
+  const info = await readFile('/proc/self/mountinfo', 'utf8');
+  for (const line of info.split('\n')) {
+    const fields = line.split(' ');
+    const mp = fields[4]?.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+    if (mp === path) {
+      const dash = fields.indexOf('-');
+      return fields[dash + 1] ?? 'unknown';
+    }
+  }
+  return null;
+}
+
+export class MountError extends Error {}
+
+/**
+ * The mount's life: clear a stale mount, mount, know when it is really up (the
+ * kernel's INIT), keep knowing (fuse-native never says that its loop ended: a
+ * child process probes the mount with a deadline), and unmount on shutdown.
+ */
+export class MountManager {
+  private fuse: FuseInstance | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private failures = 0;
+  readonly selfCheck = new SelfCheck();
+  readonly state: ProbeState = { mounted: false, loop: 'starting', lastProbeAt: null, lastProbeOk: null };
+
+  constructor(
+    private readonly Fuse: FuseClass,
+    private readonly ctx: FsContext,
+    private readonly config: Config,
+    private readonly log: Logger,
+    private readonly onLost: (why: string) => void,
+  ) {}
+
+  private get mnt(): string {
+    return this.config.mount;
+  }
+
+  /** A mount left by a crashed daemon answers ENOTCONN; it is lazily unmounted before we mount again. */
+  async clearStale(): Promise<void> {
+    await mkdir(this.mnt, { recursive: true, mode: 0o755 }).catch((err: NodeJS.ErrnoException) => {
+      // EEXIST-like failures on a dead FUSE mount point: stat says ENOTCONN
+      if (err.code !== 'ENOTCONN' && err.code !== 'EEXIST') throw err;
+    });
+    const fstype = await mountedAt(this.mnt);
+    if (fstype === null) return;
+    if (!fstype.startsWith('fuse')) throw new MountError(`${this.mnt} already has a ${fstype} mount on it`);
+    const probe = await run('stat', ['-c', '%i', this.mnt], this.config.probe.timeoutMs);
+    if (probe.ok) throw new MountError(`${this.mnt} is already served by a live FUSE daemon`);
+    this.log.warn({ mount: this.mnt, reason: probe.timedOut ? 'probe timed out' : probe.stderr.trim() }, 'clearing a stale FUSE mount');
+    const um = await run('umount', ['-l', this.mnt], 10_000);
+    if (!um.ok) throw new MountError(`cannot clear the stale mount at ${this.mnt}: ${um.stderr.trim()}`);
+  }
+
+  async mount(): Promise<void> {
+    await this.clearStale();
+    const ops = createNativeOps(this.ctx, this.log.child({ component: 'fuse' }), this.selfCheck);
+    const f = this.config.fuse;
+    this.fuse = new this.Fuse(this.mnt, ops, {
+      // Every op's timer is off: an ETIMEDOUT answered while the backing write
+      // still runs would report a write as failed that then lands.
+      timeout: false,
+      allowOther: true,
+      defaultPermissions: true,
+      hardRemove: true,
+      bigWrites: true,
+      maxWrite: f.maxWrite,
+      maxRead: 131072,
+      attrTimeout: f.attrTimeout,
+      entryTimeout: f.entryTimeout,
+      negativeTimeout: f.negativeTimeout,
+      kernelCache: f.kernelCache,
+      fsname: 'homesfs',
+      subtype: 'homesfs',
+      debug: f.debug,
+    });
+    await new Promise<void>((resolve, reject) => {
+      this.fuse!.mount((err) => (err ? reject(new MountError(`mount failed: ${err.message}`)) : resolve()));
+    });
+    // The mount callback fires from the kernel's INIT: the mount answers from here on.
+    this.state.mounted = true;
+    this.state.loop = 'running';
+    this.log.info({ mount: this.mnt }, 'mounted');
+  }
+
+  async runSelfCheck(): Promise<void> {
+    const r = await this.selfCheck.run(this.mnt, 30_000);
+    (r.state === 'ok' ? this.log.info.bind(this.log) : this.log.error.bind(this.log))({ selfCheck: r }, 'write-size self-check');
+  }
+
+  startProbing(): void {
+    const tick = async (): Promise<void> => {
+      if (!this.fuse || !this.state.mounted) return;
+      if (this.fuse.loopState() === 2) return this.lost('the FUSE loop ended (unmounted behind the daemon?)');
+      const r = await run('stat', ['-c', '%i', this.mnt], this.config.probe.timeoutMs);
+      this.state.lastProbeAt = new Date().toISOString();
+      this.state.lastProbeOk = r.ok;
+      if (r.ok) {
+        this.failures = 0;
+        delete this.state.lastProbeError;
+      } else {
+        this.failures++;
+        this.state.lastProbeError = r.timedOut ? 'probe timed out' : r.stderr.trim();
+        this.log.warn({ failures: this.failures, error: this.state.lastProbeError }, 'mount probe failed');
+        if (this.fuse.loopState() === 2 || /not connected/i.test(r.stderr) || this.failures >= 3) {
+          return this.lost(`mount probe failed: ${this.state.lastProbeError}`);
+        }
+      }
+      if (this.timer) this.timer.refresh();
+    };
+    this.timer = setTimeout(() => void tick(), this.config.probe.intervalMs);
+    this.timer.unref();
+  }
+
+  private lost(why: string): void {
+    this.state.mounted = false;
+    this.state.loop = 'ended';
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.onLost(why);
+  }
+
+  async unmount(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    if (!this.fuse) return;
+    const fuse = this.fuse;
+    this.fuse = null;
+    this.state.mounted = false;
+    await new Promise<void>((resolve) => {
+      fuse.unmount((err) => {
+        if (err) this.log.error({ err: err.message }, 'unmount failed');
+        resolve();
+      });
+    });
+    this.state.loop = 'ended';
+    this.log.info({ mount: this.mnt }, 'unmounted');
+  }
+}
+
+export function nativeUtimensat(Fuse: FuseClass) {
+  return (path: string, atime: TimeSpec, mtime: TimeSpec): Promise<void> =>
+    new Promise((resolve, reject) => {
+      Fuse.utimensat(path, atime, mtime, (res) => {
+        if (res === 0) return resolve();
+        // Shaped like a Node system error so errnoOf maps it through the same table.
+        const code = errnoName(-res);
+        reject(Object.assign(new Error(`utimensat: ${code}`), { code }));
+      });
+    });
+}

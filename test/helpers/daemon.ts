@@ -1,0 +1,181 @@
+import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export const ROOT = resolve(import.meta.dirname, '../..');
+export const HOMESFS = join(ROOT, 'dist/cli/homesfs.js');
+export const HOMESCTL = join(ROOT, 'dist/cli/homesctl.js');
+
+/** Integration tests need root and /dev/fuse; anywhere else they say why they skip. */
+export const canMount = process.getuid?.() === 0 && existsSync('/dev/fuse');
+export const skipReason = canMount ? '' : 'integration tests need root and /dev/fuse (not available here)';
+
+export interface LogLine {
+  level: string;
+  msg: string;
+  [k: string]: unknown;
+}
+
+export interface RunningDaemon {
+  dir: string;
+  backing: string;
+  mount: string;
+  socket: string;
+  proc: ChildProcess;
+  logs: LogLine[];
+  /** resolves with the exit code */
+  exited: Promise<number | null>;
+  stop(): Promise<number | null>;
+  home(tenant: string, key: string): string;
+  backingOf(tenant: string, key: string): string;
+  fdCount(): number;
+  status(): Promise<Record<string, unknown>>;
+  waitForLog(pred: (l: LogLine) => boolean, timeoutMs?: number): Promise<LogLine>;
+}
+
+export interface StartOptions {
+  homes?: Record<string, { owner?: { uid: number; gid: number }; profile?: string }>;
+  config?: Record<string, unknown>;
+  /** create these "tenant/key" backing dirs before start */
+  create?: string[];
+  env?: NodeJS.ProcessEnv;
+}
+
+function isMounted(path: string): boolean {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .some((l) => l.split(' ')[4] === path);
+}
+
+/** Spawn the built daemon as a child and wait until it reports that it serves. */
+export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemon> {
+  if (!existsSync(HOMESFS)) throw new Error(`${HOMESFS} is missing: run "npm run build" (npm test does it)`);
+  const dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
+  chmodSync(dir, 0o755); // the unprivileged test uids must reach the mount point
+  const backing = join(dir, 'backing');
+  const mount = join(dir, 'mnt');
+  const socket = join(dir, 'run', 'admin.sock');
+  mkdirSync(backing, { mode: 0o755 });
+  for (const h of opts.create ?? []) mkdirSync(join(backing, h), { recursive: true, mode: 0o700 });
+  const configPath = join(dir, 'config.json');
+  writeFileSync(
+    configPath,
+    JSON.stringify({ backing, mount, socket, logLevel: 'debug', homes: opts.homes ?? {}, probe: { intervalMs: 1000, timeoutMs: 5000 }, ...opts.config }),
+  );
+  const proc = spawn(process.execPath, [HOMESFS, 'serve', '--config', configPath], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...opts.env },
+  });
+  const logs: LogLine[] = [];
+  const waiters: Array<{ pred: (l: LogLine) => boolean; resolve: (l: LogLine) => void }> = [];
+  let stderr = '';
+  proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  createInterface({ input: proc.stdout! }).on('line', (line) => {
+    let parsed: LogLine;
+    try {
+      parsed = JSON.parse(line) as LogLine;
+    } catch {
+      return;
+    }
+    logs.push(parsed);
+    for (const w of [...waiters]) {
+      if (w.pred(parsed)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(parsed);
+      }
+    }
+  });
+  const exited = new Promise<number | null>((res) => proc.on('exit', (code) => res(code)));
+
+  const waitForLog = (pred: (l: LogLine) => boolean, timeoutMs = 30_000): Promise<LogLine> => {
+    const found = logs.find(pred);
+    if (found) return Promise.resolve(found);
+    return new Promise((res, rej) => {
+      const t = setTimeout(() => rej(new Error(`timed out waiting for a log line; stderr: ${stderr}\nlogs: ${JSON.stringify(logs.slice(-20))}`)), timeoutMs);
+      waiters.push({
+        pred,
+        resolve: (l) => {
+          clearTimeout(t);
+          res(l);
+        },
+      });
+      void exited.then((code) => {
+        clearTimeout(t);
+        rej(new Error(`daemon exited with ${code} before the awaited log line; stderr: ${stderr}\nlogs: ${JSON.stringify(logs.slice(-20))}`));
+      });
+    });
+  };
+
+  const ctl = (args: string[]): SpawnSyncReturns<string> =>
+    spawnSync(process.execPath, [HOMESCTL, '--socket', socket, ...args], { encoding: 'utf8', timeout: 20_000 });
+
+  const d: RunningDaemon = {
+    dir,
+    backing,
+    mount,
+    socket,
+    proc,
+    logs,
+    exited,
+    home: (t, k) => join(mount, t, k),
+    backingOf: (t, k) => join(backing, t, k),
+    fdCount: () => readdirSync(`/proc/${proc.pid}/fd`).length,
+    waitForLog,
+    status: async () => {
+      const r = await runAsync(process.execPath, [HOMESCTL, '--socket', socket, '--json', 'status']);
+      if (r.code !== 0) throw new Error(`homesctl status failed: ${r.stderr}`);
+      return JSON.parse(r.stdout) as Record<string, unknown>;
+    },
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      const timer = new Promise<'timeout'>((res) => setTimeout(() => res('timeout'), 15_000));
+      const r = await Promise.race([exited, timer]);
+      if (r === 'timeout') {
+        // A daemon stuck in a FUSE request ignores SIGKILL until the mount is gone.
+        spawnSync('umount', ['-l', mount]);
+        proc.kill('SIGKILL');
+      }
+      if (isMounted(mount)) spawnSync('umount', ['-l', mount]);
+      const code = r === 'timeout' ? null : r;
+      rmSync(dir, { recursive: true, force: true });
+      return code;
+    },
+  };
+  void ctl;
+  await waitForLog((l) => l.msg === 'serving');
+  return d;
+}
+
+export interface RunResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Run a real program asynchronously (the daemon is a child: no deadlock either way). */
+export function runAsync(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string; timeoutMs?: number } = {}): Promise<RunResult> {
+  return new Promise((res) => {
+    const p = spawn(cmd, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const t = setTimeout(() => p.kill('SIGKILL'), opts.timeoutMs ?? 30_000);
+    p.on('close', (code) => {
+      clearTimeout(t);
+      res({ code, stdout, stderr });
+    });
+    p.stdin.on('error', () => undefined); // a program that never reads its stdin
+    p.stdin.end(opts.input ?? '');
+  });
+}
+
+/** Run a shell snippet as an unprivileged uid (setpriv from util-linux). */
+export function runAs(uid: number, gid: number, script: string, opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<RunResult> {
+  return runAsync('setpriv', [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', 'sh', '-c', script], {
+    ...opts,
+    env: { PATH: process.env.PATH, LANG: 'C.UTF-8', ...opts.env },
+  });
+}

@@ -1,0 +1,209 @@
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+
+const OWNER = { uid: 40001, gid: 40001 };
+const OTHER = { uid: 40002, gid: 40002 };
+
+if (!canMount) console.warn(`core integration suite skipped: ${skipReason}`);
+
+/** Sum of the logical sizes of regular files below dir (what `find -type f` sizes add up to). */
+function regularBytes(dir: string): number {
+  let total = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) total += regularBytes(p);
+    else if (e.isFile()) total += lstatSync(p).size;
+  }
+  return total;
+}
+
+describe.skipIf(!canMount)('core: a mounted /homes tree driven by real programs', () => {
+  let d: RunningDaemon;
+  let home: string;
+  let backing: string;
+  let fdsAtStart: number;
+  const src = mkdtempSync(join(tmpdir(), 'homesfs-src-'));
+
+  beforeAll(async () => {
+    d = await startDaemon({
+      create: ['acme/proj', 'acme/_tenant', 'other/_user_bob'],
+      homes: { 'acme/proj': { owner: OWNER }, 'acme/_tenant': { owner: OWNER, profile: 'posix' }, 'other/_user_bob': { owner: OTHER } },
+    });
+    home = d.home('acme', 'proj');
+    backing = d.backingOf('acme', 'proj');
+    // A real tree to copy and unpack: this project's own sources, readable by the test uid.
+    execFileSync('tar', ['-C', ROOT, '-cf', join(src, 'tree.tar'), 'src', 'package.json']);
+    execFileSync('tar', ['-C', src, '-xf', join(src, 'tree.tar')]);
+    chmodSync(src, 0o755);
+    execFileSync('chmod', ['-R', 'a+rX', src]);
+    await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === 'acme/proj');
+    fdsAtStart = d.fdCount();
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+    rmSync(src, { recursive: true, force: true });
+  });
+
+  it('reports mounted in status once serving, with a passing write-size self-check', async () => {
+    const st = (await d.status()) as { mount: { mounted: boolean; loop: string }; native: { selfCheck: string; maxWriteRequest: number } };
+    expect(st.mount.mounted).toBe(true);
+    expect(st.mount.loop).toBe('running');
+    expect(st.native.selfCheck).toBe('ok');
+    expect(st.native.maxWriteRequest).toBe(131072);
+  });
+
+  it('presents the two daemon levels 0711 root-owned and the home 0700 with its owner', () => {
+    expect(statSync(d.mount).mode & 0o7777).toBe(0o711);
+    expect(statSync(join(d.mount, 'acme')).mode & 0o7777).toBe(0o711);
+    const h = statSync(home);
+    expect(h.mode & 0o7777).toBe(0o700);
+    expect([h.uid, h.gid]).toEqual([OWNER.uid, OWNER.gid]);
+    expect(readdirSync(d.mount)).toEqual(['acme', 'other']);
+    expect(readdirSync(join(d.mount, 'acme'))).toEqual(['_tenant', 'proj']);
+  });
+
+  it('lets only root list tenants and homes, while the owner reaches its home by path', async () => {
+    const r = await runAs(OWNER.uid, OWNER.gid, `ls ${d.mount}; echo "rc=$?"; ls ${home} >/dev/null && echo home-ok`);
+    expect(r.stderr).toMatch(/Permission denied/);
+    expect(r.stdout).toContain('home-ok');
+  });
+
+  it('refuses to create, remove or rename tenants and homes through the mount', async () => {
+    const r = await runAs(0, 0, `mkdir ${d.mount}/newtenant 2>&1; mkdir ${d.mount}/acme/newhome 2>&1; rmdir ${d.mount}/acme/_tenant 2>&1; mv ${d.mount}/acme/_tenant ${d.mount}/acme/x 2>&1; true`);
+    expect(r.stdout.match(/Operation not permitted/g)?.length).toBe(4);
+    expect(existsSync(join(d.backing, 'newtenant'))).toBe(false);
+    expect(existsSync(join(d.backing, 'acme/_tenant'))).toBe(true);
+  });
+
+  it('keeps a second uid out of a home it does not own', async () => {
+    const r = await runAs(OTHER.uid, OTHER.gid, `ls ${home} 2>&1; cat ${home}/x 2>&1; touch ${home}/intruder 2>&1; true`);
+    expect(r.stdout).toMatch(/Permission denied/);
+    expect(existsSync(join(backing, 'intruder'))).toBe(false);
+  });
+
+  it('serves sh redirections: create, append, truncate, read back', async () => {
+    const r = await runAs(OWNER.uid, OWNER.gid, `cd ${home} && echo one > f.txt && echo two >> f.txt && cat f.txt && : > empty && printf abc > g && printf Z | dd of=g bs=1 seek=1 conv=notrunc 2>/dev/null && cat g`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('one\ntwo\naZc');
+    expect(readFileSync(join(backing, 'f.txt'), 'utf8')).toBe('one\ntwo\n');
+    expect(statSync(join(backing, 'empty')).size).toBe(0);
+    expect(statSync(join(backing, 'f.txt')).mode & 0o777).toBe(0o600);
+  });
+
+  it('copies a real tree with cp -a and unpacks it with tar x, identical to the source', async () => {
+    const r = await runAs(
+      OWNER.uid,
+      OWNER.gid,
+      `set -e; cd ${home}; cp -a ${src}/src cp-copy; mkdir untar; tar -C untar -xf ${src}/tree.tar; diff -r ${src}/src cp-copy; diff -r ${src}/src untar/src; echo done`,
+    );
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('done');
+    execFileSync('diff', ['-r', join(src, 'src'), join(backing, 'untar/src')]);
+    // tar restores mtimes exactly (nanosecond utimens through the patched binding)
+    const a = statSync(join(src, 'src/errors.ts'), { bigint: true });
+    const b = statSync(join(backing, 'untar/src/errors.ts'), { bigint: true });
+    expect(b.mtimeNs / 1_000_000_000n).toBe(a.mtimeNs / 1_000_000_000n);
+  });
+
+  it('runs git init/add/commit/clone in the home', async () => {
+    const env = { HOME: home, GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@x', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@x' };
+    const r = await runAs(
+      OWNER.uid,
+      OWNER.gid,
+      `set -e; cd ${home}; git init -q repo; cd repo; echo hello > a.txt; mkdir d; echo x > d/b.txt; git add -A; git commit -qm init; cd ..; git clone -q repo clone; cat clone/a.txt clone/d/b.txt; git -C clone log --oneline | wc -l`,
+      { env },
+    );
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('hello\nx\n1\n');
+    expect(existsSync(join(backing, 'clone/.git/HEAD'))).toBe(true);
+  });
+
+  it('runs a python3 sqlite3 workload', async () => {
+    const py = `
+import sqlite3
+c = sqlite3.connect('${home}/db.sqlite')
+c.execute('create table t (k integer primary key, v text)')
+with c:
+    c.executemany('insert into t (v) values (?)', [('row %d' % i,) for i in range(2000)])
+print(c.execute('select count(*), max(k) from t').fetchone())
+c.close()
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('(2000, 2000)');
+    expect(statSync(join(backing, 'db.sqlite')).size).toBeGreaterThan(8192);
+  });
+
+  it('lets node write files and rename them over each other', async () => {
+    const js = `
+const fs = require("fs"); const h = process.argv[1];
+for (let i = 0; i < 50; i++) { fs.writeFileSync(h + "/n" + i + ".tmp", "v" + i); fs.renameSync(h + "/n" + i + ".tmp", h + "/n-final"); }
+fs.mkdirSync(h + "/nd/sub", { recursive: true }); fs.renameSync(h + "/nd", h + "/nd2");
+console.log(fs.readFileSync(h + "/n-final", "utf8"), fs.readdirSync(h + "/nd2").join(","));
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `${process.execPath} -e '${js}' ${home}`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('v49 sub');
+    expect(readdirSync(backing).filter((n) => n.startsWith('n'))).toEqual(['n-final', 'nd2']);
+  });
+
+  it('serves concurrent writers to different files', async () => {
+    const r = await runAs(
+      OWNER.uid,
+      OWNER.gid,
+      `cd ${home} && mkdir conc && for i in 1 2 3 4 5 6 7 8; do (dd if=/dev/zero of=conc/f$i bs=64k count=32 2>/dev/null; head -c 1000 /dev/urandom >> conc/f$i) & done; wait; ls conc | wc -l`,
+    );
+    expect(r.stdout.trim()).toBe('8');
+    for (let i = 1; i <= 8; i++) expect(statSync(join(backing, `conc/f${i}`)).size).toBe(64 * 1024 * 32 + 1000);
+  });
+
+  it('writes sparse files and offsets beyond 4 GiB (in a home without a byte budget)', async () => {
+    const open = d.home('acme', '_tenant');
+    const r = await runAs(OWNER.uid, OWNER.gid, `cd ${open} && printf end | dd of=sparse bs=1 seek=5000000000 2>/dev/null && stat -c %s sparse && tail -c 3 sparse`);
+    expect(r.stdout).toBe('5000000003\nend');
+    expect(statSync(join(d.backingOf('acme', '_tenant'), 'sparse')).size).toBe(5000000003);
+  });
+
+  it('removes a tree with rm -rf while a file in it is still open, and the file stays usable', async () => {
+    const py = `
+import os, subprocess
+h = '${home}'
+os.makedirs(h + '/doomed/deep', exist_ok=True)
+fd = os.open(h + '/doomed/deep/open.txt', os.O_CREAT | os.O_RDWR, 0o600)
+os.write(fd, b'still here')
+rc = subprocess.call(['rm', '-rf', h + '/doomed'])
+os.lseek(fd, 0, 0)
+os.write(fd, b'STILL')
+os.lseek(fd, 0, 0)
+print(rc, os.read(fd, 100).decode(), os.path.exists(h + '/doomed'), os.lseek(fd, 0, 2))
+os.close(fd)
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('0 STILL here False 10');
+    expect(existsSync(join(backing, 'doomed'))).toBe(false);
+    expect(readdirSync(backing).some((n) => n.startsWith('.fuse_hidden'))).toBe(false);
+  });
+
+  it('keeps the ledger equal to the regular-file bytes of the backing dir', async () => {
+    const st = (await d.status()) as { homes: Array<{ tenant: string; key: string; bytes: number }> };
+    const h = st.homes.find((x) => x.tenant === 'acme' && x.key === 'proj');
+    expect(h?.bytes).toBe(regularBytes(backing));
+  });
+
+  it('leaks no descriptors once every file is closed', () => {
+    expect(d.fdCount()).toBeLessThanOrEqual(fdsAtStart + 2);
+  });
+
+  it('unmounts cleanly on SIGTERM with exit code 0', async () => {
+    const mnt = d.mount;
+    const code = await d.stop();
+    expect(code).toBe(0);
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(` ${mnt} `);
+  });
+});
