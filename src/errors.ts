@@ -102,8 +102,16 @@ export function errnoOf(err: unknown): number {
   return osConstants.errno.EIO;
 }
 
+/** Where Linux has two names for one number, the one strace and the man pages print. */
+const PREFERRED_NAMES = new Set(['EOPNOTSUPP', 'EAGAIN', 'EDEADLK']);
+
 /** Symbolic name of a positive errno, for log lines. */
 export function errnoName(errno: number): string {
-  for (const [name, n] of Object.entries(errnoByName)) if (n === errno) return name;
-  return `E${errno}`;
+  let found: string | undefined;
+  for (const [name, n] of Object.entries(errnoByName)) {
+    if (n !== errno) continue;
+    if (PREFERRED_NAMES.has(name)) return name;
+    found ??= name;
+  }
+  return found ?? `E${errno}`;
 }

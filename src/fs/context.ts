@@ -144,7 +144,7 @@ export class FsContext {
     const key = inodeKey(dev, ino);
     let inode = hs.inodes.get(key);
     if (!inode) {
-      inode = { key, size, handles: 0, writers: 0, unlinked: false, lock: new Mutex() };
+      inode = { key, size, handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex() };
       hs.inodes.set(key, inode);
     }
     return inode;

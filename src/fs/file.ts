@@ -2,6 +2,7 @@ import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { effectiveFileMode } from '../policy/profiles.js';
+import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BYTES } from '../policy/utf8.js';
 import type { Caller, FsContext } from './context.js';
 import type { FileHandle, HomeState, OpenInode } from './state.js';
 
@@ -16,8 +17,61 @@ export interface OpenResult {
   keepCache: boolean;
 }
 
+/**
+ * Writable handles are opened read-write on the backing side: the UTF-8 check
+ * reads the bytes around a write. The kernel only sends reads on descriptors
+ * the caller opened for reading, so this widens nothing for the caller.
+ */
 function backingFlags(flags: number): number {
-  return (flags & ACCMODE) | (flags & C.O_APPEND) | SAFE;
+  const acc = flags & ACCMODE;
+  return (acc === C.O_RDONLY ? C.O_RDONLY : C.O_RDWR) | (flags & C.O_APPEND) | SAFE;
+}
+
+async function readAt(fd: number, pos: number, len: number): Promise<Buffer> {
+  const buf = Buffer.alloc(Math.max(0, len));
+  let done = 0;
+  while (done < len) {
+    const n = await sys.read(fd, buf, done, len - done, pos + done);
+    if (n === 0) break;
+    done += n;
+  }
+  return buf.subarray(0, done);
+}
+
+/**
+ * Text homes: the whole file must decode before anyone reads it (files placed
+ * in the backing tree by other means, or left mid-character by a writer).
+ */
+async function checkTextFile(fd: number, size: number): Promise<{ incompleteTail: boolean }> {
+  const v = new Utf8StreamValidator();
+  const chunk = Buffer.alloc(64 * 1024);
+  for (let pos = 0; pos < size; ) {
+    const n = await sys.read(fd, chunk, 0, chunk.length, pos);
+    if (n === 0) break;
+    if (!v.push(chunk.subarray(0, n))) throw new HomesError('NOT_UTF8', 'file is not valid UTF-8 text', { offset: v.errorOffset });
+    pos += n;
+  }
+  return { incompleteTail: v.midCharacter };
+}
+
+/** The write's neighbourhood for utf8Check; throws NOT_UTF8 when the splice would be invalid. */
+async function checkTextWrite(h: FileHandle, data: Buffer, start: number): Promise<void> {
+  const { inode } = h;
+  const size = inode.size;
+  const end = start + data.length;
+  const gap = Math.max(0, start - size);
+  const preFrom = Math.max(0, Math.min(start, size) - UTF8_CONTEXT_BYTES);
+  const prefix = await readAt(h.fd, preFrom, Math.min(start, size) - preFrom);
+  const suffix = end < size ? await readAt(h.fd, end, Math.min(UTF8_CONTEXT_BYTES, size - end)) : Buffer.alloc(0);
+  const dataEndsAtEof = end >= size;
+  const verdict = utf8Check(prefix, data, suffix, { dataEndsAtEof, ...(gap > 0 ? { gap } : {}) });
+  if (!verdict.ok) {
+    throw new HomesError('NOT_UTF8', 'write would make the file invalid UTF-8 text', { offset: start + verdict.offset });
+  }
+  if (dataEndsAtEof || suffix.length < UTF8_CONTEXT_BYTES) {
+    inode.incompleteTail = verdict.incompleteTail;
+    h.leftIncompleteTail = verdict.incompleteTail;
+  }
 }
 
 function refuseNonRegular(st: BigIntStats): void {
@@ -32,13 +86,22 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
   inode.handles++;
   if (writable) inode.writers++;
   hs.openHandles++;
-  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel }));
+  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false }));
   return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
 }
 
 async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: number): Promise<void> {
   await inode.lock.run(async () => {
     const before = inode.size;
+    if (hs.profile.content === 'utf8') {
+      // Zeros after a cut character would make it invalid; a cut itself leaves an incomplete tail.
+      const tailFrom = Math.max(0, Math.min(before, size) - UTF8_CONTEXT_BYTES);
+      const tail = await readAt(fd, tailFrom, Math.min(before, size) - tailFrom);
+      if (size > before && endsWithIncompleteChar(tail)) {
+        throw new HomesError('NOT_UTF8', 'extending a file that ends inside a character would make it invalid UTF-8');
+      }
+      inode.incompleteTail = size > before ? false : endsWithIncompleteChar(tail);
+    }
     const undo = hs.ledger.resize(before, size);
     inode.size = size;
     try {
@@ -59,6 +122,11 @@ export async function open(ctx: FsContext, path: string, flags: number): Promise
   try {
     const st = await sys.fstat(fd);
     refuseNonRegular(st);
+    if (hs.profile.content === 'utf8' && (flags & ACCMODE) !== C.O_WRONLY && !(flags & C.O_TRUNC)) {
+      const open = hs.inodes.get(`${st.dev}:${st.ino}`);
+      const text = await checkTextFile(fd, open ? open.size : Number(st.size));
+      if (text.incompleteTail) throw new HomesError('NOT_UTF8', 'file ends inside a multi-byte character');
+    }
     res = attach(ctx, hs, fd, st, flags, vp.rel);
   } catch (err) {
     await sys.close(fd).catch(() => undefined);
@@ -138,6 +206,9 @@ export async function write(ctx: FsContext, fh: number, data: Buffer, pos: numbe
     const start = h.append ? before : pos;
     const end = start + data.length;
     const after = Math.max(before, end);
+    // Budget first (cheap, synchronous), then content: neither changes anything when it refuses.
+    hs.ledger.resize(before, after)();
+    if (hs.profile.content === 'utf8') await checkTextWrite(h, data, start);
     const undo = hs.ledger.resize(before, after);
     inode.size = after;
     let n: number;
@@ -212,8 +283,13 @@ export async function fallocate(ctx: FsContext, fh: number, mode: number, offset
 }
 
 export async function flush(ctx: FsContext, fh: number): Promise<void> {
-  // Called on every close of every descriptor (dups, forks, readers): nothing destructive here.
-  ctx.handles.get(fh);
+  // Called on every close of every descriptor (dups, forks, readers): nothing
+  // destructive here. The writer that left half a character hears about it at
+  // close, unless another writer is still there to complete it. The bytes stay.
+  const h = ctx.handles.get(fh);
+  if (h.home.profile.content === 'utf8' && h.leftIncompleteTail && h.inode.incompleteTail && h.inode.writers <= 1) {
+    throw new HomesError('NOT_UTF8', 'file was left ending inside a multi-byte character');
+  }
 }
 
 export async function fsync(ctx: FsContext, fh: number, datasync: boolean): Promise<void> {

@@ -30,6 +30,8 @@ export interface OpenInode {
   writers: number;
   /** unlinked while open: its bytes stay charged until the last close */
   unlinked: boolean;
+  /** text homes: the file currently ends inside a multi-byte character */
+  incompleteTail: boolean;
   readonly lock: Mutex;
 }
 
@@ -60,6 +62,8 @@ export interface FileHandle {
   readonly inode: OpenInode;
   readonly writable: boolean;
   readonly append: boolean;
+  /** this handle wrote the bytes that left an incomplete character at EOF */
+  leftIncompleteTail: boolean;
   /** components below the home, for log lines only (may be stale after a rename) */
   readonly rel: readonly string[];
 }
