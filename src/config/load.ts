@@ -39,43 +39,61 @@ function deepFreeze<T>(o: T): T {
  */
 export function buildConfig(input: unknown, path: string | null): LoadedConfig {
   const parsed = ConfigSchema.safeParse(input);
-  if (!parsed.success) {
-    throw new ConfigError(parsed.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`));
-  }
-  const config = parsed.data;
-  const issues: string[] = [];
-  for (const [key, p] of [['backing', config.backing], ['mount', config.mount], ['socket', config.socket]] as const) {
-    if (!isAbsolute(p)) issues.push(`${key}: must be an absolute path`);
+  const issues: string[] = parsed.success
+    ? []
+    : parsed.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
+  // The semantic checks also run on a config that failed the schema, on what
+  // can be read of it, so one run reports every problem.
+  const raw = (parsed.success ? parsed.data : typeof input === 'object' && input !== null ? input : {}) as Partial<Config>;
+  const str = (v: unknown): v is string => typeof v === 'string';
+  const obj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  for (const key of ['backing', 'mount', 'socket'] as const) {
+    const p = raw[key];
+    if (str(p) && p.length > 0 && !isAbsolute(p)) issues.push(`${key}: must be an absolute path`);
   }
   const profiles: Record<string, Profile> = { ...BUILTIN_PROFILES };
-  for (const [name, p] of Object.entries(config.profiles)) {
-    if (name in BUILTIN_PROFILES) issues.push(`profiles.${name}: redefines a built-in profile`);
-    profiles[name] = p;
+  if (obj(raw.profiles)) {
+    for (const [name, p] of Object.entries(raw.profiles)) {
+      if (Object.hasOwn(BUILTIN_PROFILES, name)) issues.push(`profiles.${name}: redefines a built-in profile`);
+      else profiles[name] = p as Profile;
+    }
   }
-  const known = (name: string | undefined, where: string) => {
-    if (name !== undefined && !(name in profiles)) issues.push(`${where}: unknown profile "${name}"`);
+  const known = (name: unknown, where: string) => {
+    if (str(name) && !Object.hasOwn(profiles, name)) issues.push(`${where}: unknown profile "${name}"`);
   };
-  known(config.defaultProfile, 'defaultProfile');
-  for (const [tenant, t] of Object.entries(config.tenants)) {
-    try {
-      checkSegment('tenant', tenant);
-    } catch (err) {
-      issues.push(`tenants.${tenant}: ${(err as HomesError).message}`);
+  known(raw.defaultProfile, 'defaultProfile');
+  if (obj(raw.tenants)) {
+    for (const [tenant, t] of Object.entries(raw.tenants)) {
+      try {
+        checkSegment('tenant', tenant);
+      } catch (err) {
+        issues.push(`tenants.${tenant}: ${(err as HomesError).message}`);
+      }
+      if (obj(t)) known(t.defaultProfile, `tenants.${tenant}.defaultProfile`);
     }
-    known(t.defaultProfile, `tenants.${tenant}.defaultProfile`);
   }
-  for (const [id, h] of Object.entries(config.homes)) {
-    const [tenant = '', key = ''] = id.split('/');
-    try {
-      checkSegment('tenant', tenant);
-      classifyKey(key);
-    } catch (err) {
-      issues.push(`homes.${id}: ${(err as HomesError).message}`);
+  if (obj(raw.homes)) {
+    for (const [id, h] of Object.entries(raw.homes)) {
+      const parts = id.split('/');
+      if (parts.length !== 2 || parts.some((p) => p.length === 0)) {
+        issues.push(`homes.${id}: a home is keyed "<tenant>/<key>"`);
+      } else {
+        try {
+          checkSegment('tenant', parts[0]!);
+          classifyKey(parts[1]!);
+        } catch (err) {
+          issues.push(`homes.${id}: ${(err as HomesError).message}`);
+        }
+      }
+      if (obj(h)) known(h.profile, `homes.${id}.profile`);
     }
-    known(h.profile, `homes.${id}.profile`);
   }
-  if (issues.length) throw new ConfigError(issues);
-  return deepFreeze({ config, profiles, path });
+  if (issues.length || !parsed.success) {
+    // zod's "Invalid key in record" says less than our "<tenant>/<key>" line for the same key.
+    const ours = new Set(issues.filter((i) => i.endsWith('a home is keyed "<tenant>/<key>"')).map((i) => i.split(': ')[0]));
+    throw new ConfigError([...new Set(issues.filter((i) => !(i.endsWith('Invalid key in record') && ours.has(i.split(': ')[0]))))]);
+  }
+  return deepFreeze({ config: parsed.data, profiles, path });
 }
 
 /** Read at start-up only (before the mount exists), so the sync read blocks nobody. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ProfileSchema } from '../policy/profiles.js';
+import { ProfileNameSchema, ProfileSchema } from '../policy/profiles.js';
 
 const Owner = z.object({ uid: z.number().int().min(0).max(0xfffffffe), gid: z.number().int().min(0).max(0xfffffffe) }).strict();
 
@@ -32,10 +32,10 @@ export const ConfigSchema = z
     socket: z.string().min(1).default('/run/homesfs/admin.sock'),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     defaultProfile: z.string().min(1).default('home'),
-    profiles: z.record(z.string().regex(/^[a-z][a-z0-9-]{0,31}$/), ProfileSchema).default({}),
+    profiles: z.record(ProfileNameSchema, ProfileSchema).default({}),
     tenants: z.record(z.string(), TenantEntry).default({}),
     /** keyed "tenant/key" */
-    homes: z.record(z.string().regex(/^[^/]+\/[^/]+$/), HomeEntry).default({}),
+    homes: z.record(z.string().regex(/^[^/]+\/[^/]+$/, { message: 'a home is keyed "<tenant>/<key>"' }), HomeEntry).default({}),
     fuse: FuseOptions.default(FuseOptions.parse({})),
     probe: z
       .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })

@@ -50,8 +50,11 @@ export function checkSegment(kind: 'tenant' | 'project' | 'login' | 'key', value
     throw new HomesError('NAME_TOO_LONG', `${kind} "${value}" is longer than ${SEGMENT_MAX_BYTES} bytes`);
   }
   if (value.includes('\\')) throw new HomesError('INVALID_NAME', `${kind} may not contain "\\"`);
+  // C0/C1 controls and bidi overrides: a name an admin reads in a table must be the name it is.
   // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f]/.test(value)) throw new HomesError('INVALID_NAME', `${kind} may not contain control characters`);
+  if (/[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]/.test(value)) {
+    throw new HomesError('INVALID_NAME', `${kind} may not contain control or bidi-override characters`);
+  }
   if (value.startsWith('.')) throw new HomesError('INVALID_NAME', `${kind} may not begin with "."`);
 }
 

@@ -190,6 +190,75 @@ os.close(fd)
     expect(readdirSync(backing).some((n) => n.startsWith('.fuse_hidden'))).toBe(false);
   });
 
+  it('lists a directory of thousands of entries', async () => {
+    const r = await runAs(OWNER.uid, OWNER.gid, `cd ${home} && mkdir many && cd many && seq 1 3000 | xargs touch && ls | wc -l && ls -f | wc -l`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('3000\n3002\n');
+    expect(readdirSync(join(backing, 'many')).length).toBe(3000);
+  });
+
+  it('honours O_EXCL, O_TRUNC and O_APPEND', async () => {
+    const py = `
+import os, errno
+h = '${home}'
+fd = os.open(h + '/flags', os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644); os.write(fd, b'abcdef'); os.close(fd)
+try:
+    os.open(h + '/flags', os.O_CREAT | os.O_EXCL | os.O_WRONLY); print('no-excl')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+fd = os.open(h + '/flags', os.O_WRONLY | os.O_APPEND); os.lseek(fd, 0, 0); os.write(fd, b'XY'); os.close(fd)
+print(open(h + '/flags').read())
+fd = os.open(h + '/flags', os.O_WRONLY | os.O_TRUNC); os.write(fd, b'z'); os.close(fd)
+print(open(h + '/flags').read())
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('EEXIST\nabcdefXY\nz\n');
+    expect(readFileSync(join(backing, 'flags'), 'utf8')).toBe('z');
+  });
+
+  it('serves mmap reads and shared writable mmap', async () => {
+    const py = `
+import mmap, os
+p = '${home}/mapped'
+with open(p, 'wb') as f: f.write(b'a' * 8192)
+with open(p, 'r+b') as f:
+    m = mmap.mmap(f.fileno(), 0)
+    first = m[:4]
+    m[0:5] = b'HELLO'
+    m.flush(); m.close()
+print(first.decode(), open(p, 'rb').read(6).decode())
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('aaaa HELLOa');
+    expect(readFileSync(join(backing, 'mapped')).subarray(0, 6).toString()).toBe('HELLOa');
+  });
+
+  it('answers fallocate (mode 0 charged, others EOPNOTSUPP), xattrs EOPNOTSUPP, statfs and utimens', async () => {
+    const py = `
+import os, errno
+p = '${home}/alloc'
+fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600)
+os.posix_fallocate(fd, 0, 65536)
+print(os.fstat(fd).st_size if False else os.lseek(fd, 0, 2))
+try:
+    os.setxattr(p, 'user.k', b'v'); print('xattr-set')
+except OSError as e:
+    print('EOPNOTSUPP' if e.errno == errno.EOPNOTSUPP else errno.errorcode[e.errno])
+os.close(fd)
+os.utime(p, ns=(1000000000123456789, 1100000000987654321))
+st = os.stat(p)
+print(st.st_atime_ns, st.st_mtime_ns)
+s = os.statvfs('${home}')
+print(s.f_bsize > 0 and s.f_blocks * s.f_frsize >= 2 * 1024 ** 3 - s.f_frsize)
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"; fallocate --keep-size -l 4096 ${home}/alloc; echo "k=$?"`);
+    expect(r.stdout).toBe('65536\nEOPNOTSUPP\n1000000000123456789 1100000000987654321\nTrue\nk=1\n');
+    expect(r.stderr).toMatch(/unsupported|not supported/i);
+    expect(statSync(join(backing, 'alloc')).size).toBe(65536);
+  });
+
   it('keeps the ledger equal to the regular-file bytes of the backing dir', async () => {
     const st = (await d.status()) as { homes: Array<{ tenant: string; key: string; bytes: number }> };
     const h = st.homes.find((x) => x.tenant === 'acme' && x.key === 'proj');

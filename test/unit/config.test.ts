@@ -1,0 +1,360 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig } from '../../src/config/load.js';
+import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
+
+const MIN = { backing: '/srv/backing', mount: '/srv/homes' } as const;
+
+/** A full custom profile (every field is required by the schema). */
+const CUSTOM = { ...BUILTIN_PROFILES.home, maxHomeBytes: 1024 * 1024, content: 'utf8' as const };
+
+function issuesOf(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    const ce = err as ConfigError;
+    expect(ce.name).toBe('ConfigError');
+    // The message lists every issue.
+    for (const i of ce.issues) expect(ce.message).toContain(i);
+    return ce.issues;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+function isDeepFrozen(v: unknown, seen = new Set<unknown>()): boolean {
+  if (v === null || typeof v !== 'object' || seen.has(v)) return true;
+  seen.add(v);
+  if (!Object.isFrozen(v)) return false;
+  return Object.values(v as Record<string, unknown>).every((c) => isDeepFrozen(c, seen));
+}
+
+describe('buildConfig: defaults', () => {
+  const loaded = buildConfig(MIN, '/etc/homesfs.json');
+
+  it.each([
+    ['backing', '/srv/backing'],
+    ['mount', '/srv/homes'],
+    ['socket', '/run/homesfs/admin.sock'],
+    ['logLevel', 'info'],
+    ['defaultProfile', 'home'],
+    ['profiles', {}],
+    ['tenants', {}],
+    ['homes', {}],
+  ] as const)('%s defaults to %j', (key, value) => {
+    expect(loaded.config[key]).toEqual(value);
+  });
+
+  it('fuse options get their defaults', () => {
+    expect(loaded.config.fuse).toEqual({
+      attrTimeout: 1,
+      entryTimeout: 1,
+      negativeTimeout: 0,
+      maxWrite: 131072,
+      kernelCache: false,
+      debug: false,
+    });
+  });
+
+  it('probe options get their defaults', () => {
+    expect(loaded.config.probe).toEqual({ intervalMs: 10_000, timeoutMs: 5_000 });
+  });
+
+  it('a partial fuse block is completed with defaults', () => {
+    const c = buildConfig({ ...MIN, fuse: { maxWrite: 65536 } }, null).config;
+    expect(c.fuse.maxWrite).toBe(65536);
+    expect(c.fuse.attrTimeout).toBe(1);
+    expect(c.fuse.kernelCache).toBe(false);
+  });
+
+  it('records the path and lists the built-in profiles', () => {
+    expect(loaded.path).toBe('/etc/homesfs.json');
+    expect(buildConfig(MIN, null).path).toBeNull();
+    expect(Object.keys(loaded.profiles).sort()).toEqual(['home', 'posix', 'scratch']);
+    expect(loaded.profiles.home).toEqual(BUILTIN_PROFILES.home);
+  });
+
+  it('the result is deep-frozen', () => {
+    const l = buildConfig(
+      {
+        ...MIN,
+        profiles: { custom: CUSTOM },
+        tenants: { acme: { defaultProfile: 'scratch' } },
+        homes: { 'acme/proj': { owner: { uid: 1000, gid: 1000 }, profile: 'custom' } },
+      },
+      null,
+    );
+    expect(isDeepFrozen(l)).toBe(true);
+    expect(Object.isFrozen(l.config.fuse)).toBe(true);
+    expect(Object.isFrozen(l.config.homes['acme/proj']!.owner)).toBe(true);
+    expect(Object.isFrozen(l.profiles.custom)).toBe(true);
+    expect(() => {
+      (l.config as { logLevel: string }).logLevel = 'debug';
+    }).toThrow(TypeError);
+    expect(() => {
+      (l.config.fuse as { maxWrite: number }).maxWrite = 4096;
+    }).toThrow(TypeError);
+    expect(() => {
+      (l.profiles as Record<string, unknown>).extra = {};
+    }).toThrow(TypeError);
+  });
+
+  it('two builds do not share mutable state', () => {
+    const a = buildConfig(MIN, null);
+    const b = buildConfig({ ...MIN, fuse: { debug: true } }, null);
+    expect(a.config.fuse.debug).toBe(false);
+    expect(b.config.fuse.debug).toBe(true);
+    expect(buildConfig(MIN, null).config.fuse.debug).toBe(false);
+  });
+});
+
+describe('buildConfig: refusals', () => {
+  const cases: Array<[string, Record<string, unknown>, RegExp[]]> = [
+    ['unknown top-level key', { ...MIN, bogus: 1 }, [/^\(root\): .*bogus/]],
+    ['unknown key in fuse', { ...MIN, fuse: { nope: true } }, [/^fuse: .*nope/]],
+    ['unknown key in probe', { ...MIN, probe: { every: 1 } }, [/^probe: .*every/]],
+    ['unknown key in a tenant', { ...MIN, tenants: { acme: { quota: 1 } } }, [/^tenants\.acme: .*quota/]],
+    ['unknown key in a home', { ...MIN, homes: { 'acme/proj': { quota: 1 } } }, [/^homes\.acme\/proj: .*quota/]],
+    ['unknown key in an owner', { ...MIN, homes: { 'acme/proj': { owner: { uid: 1, gid: 1, x: 1 } } } }, [/^homes\.acme\/proj\.owner: .*x/]],
+    ['unknown key in a profile', { ...MIN, profiles: { custom: { ...CUSTOM, turbo: true } } }, [/^profiles\.custom: .*turbo/]],
+    ['missing backing', { mount: '/m' }, [/^backing: /]],
+    ['missing mount', { backing: '/b' }, [/^mount: /]],
+    ['empty backing', { ...MIN, backing: '' }, [/^backing: /]],
+    ['relative backing', { ...MIN, backing: 'srv/backing' }, [/^backing: must be an absolute path$/]],
+    ['relative mount', { ...MIN, mount: './homes' }, [/^mount: must be an absolute path$/]],
+    ['relative socket', { ...MIN, socket: 'admin.sock' }, [/^socket: must be an absolute path$/]],
+    ['bad logLevel', { ...MIN, logLevel: 'verbose' }, [/^logLevel: /]],
+    ['maxWrite too big', { ...MIN, fuse: { maxWrite: 262144 } }, [/^fuse\.maxWrite: /]],
+    ['maxWrite too small', { ...MIN, fuse: { maxWrite: 1024 } }, [/^fuse\.maxWrite: /]],
+    ['probe interval too small', { ...MIN, probe: { intervalMs: 10 } }, [/^probe\.intervalMs: /]],
+    ['negative uid', { ...MIN, homes: { 'a/b': { owner: { uid: -1, gid: 0 } } } }, [/^homes\.a\/b\.owner\.uid: /]],
+    ['unknown defaultProfile', { ...MIN, defaultProfile: 'nope' }, [/^defaultProfile: unknown profile "nope"$/]],
+    [
+      'unknown tenant defaultProfile',
+      { ...MIN, tenants: { acme: { defaultProfile: 'nope' } } },
+      [/^tenants\.acme\.defaultProfile: unknown profile "nope"$/],
+    ],
+    ['unknown home profile', { ...MIN, homes: { 'acme/proj': { profile: 'nope' } } }, [/^homes\.acme\/proj\.profile: unknown profile "nope"$/]],
+    ['redefined built-in home', { ...MIN, profiles: { home: CUSTOM } }, [/^profiles\.home: redefines a built-in profile$/]],
+    ['redefined built-in posix', { ...MIN, profiles: { posix: BUILTIN_PROFILES.posix } }, [/^profiles\.posix: redefines a built-in profile$/]],
+    ['profile name with capitals', { ...MIN, profiles: { Custom: CUSTOM } }, [/^profiles\.Custom: /]],
+    ['profile missing a field', { ...MIN, profiles: { custom: (({ content: _c, ...rest }) => rest)(CUSTOM) } }, [/^profiles\.custom\.content: /]],
+    ['profile with a locked-out file mode', { ...MIN, profiles: { custom: { ...CUSTOM, fileMode: 0o400 } } }, [/^profiles\.custom\.fileMode: .*u\+rw/]],
+    ['tenant with leading dot', { ...MIN, tenants: { '.acme': {} } }, [/^tenants\.\.acme: .*"\."/]],
+    ['tenant with backslash', { ...MIN, tenants: { 'a\\b': {} } }, [/^tenants\.a\\b: /]],
+    ['tenant with control char', { ...MIN, tenants: { 'a\tb': {} } }, [/^tenants\.a\tb: .*control/]],
+    ['tenant dot-dot', { ...MIN, tenants: { '..': {} } }, [/^tenants\.\.\.: /]],
+    ['home without a slash', { ...MIN, homes: { acme: {} } }, [/^homes\.acme: /]],
+    ['home with two slashes', { ...MIN, homes: { 'a/b/c': {} } }, [/^homes\.a\/b\/c: .*<tenant>\/<key>/]],
+    ['home with empty key', { ...MIN, homes: { 'acme/': {} } }, [/^homes\.acme\/: /]],
+    ['home with bad tenant', { ...MIN, homes: { '.acme/proj': {} } }, [/^homes\.\.acme\/proj: .*"\."/]],
+    ['home with dot-dot tenant', { ...MIN, homes: { '../proj': {} } }, [/^homes\.\.\.\/proj: /]],
+    ['home with dot-dot key', { ...MIN, homes: { 'acme/..': {} } }, [/^homes\.acme\/\.\.: /]],
+    ['home with reserved key', { ...MIN, homes: { 'acme/_other': {} } }, [/^homes\.acme\/_other: .*reserved/]],
+    ['home with empty login', { ...MIN, homes: { 'acme/_user_': {} } }, [/^homes\.acme\/_user_: /]],
+    ['home with backslash key', { ...MIN, homes: { 'acme/p\\q': {} } }, [/^homes\.acme\/p\\q: /]],
+  ];
+  it.each(cases)('%s', (_label, input, patterns) => {
+    const issues = issuesOf(() => buildConfig(input, null));
+    expect(issues).toHaveLength(patterns.length);
+    patterns.forEach((re, i) => expect(issues[i]).toMatch(re));
+  });
+
+  it('a non-object input is refused', () => {
+    for (const input of [null, undefined, 42, 'x', [MIN]]) {
+      expect(issuesOf(() => buildConfig(input, null)).length).toBeGreaterThan(0);
+    }
+  });
+
+  it('reports all schema issues at once', () => {
+    const issues = issuesOf(() => buildConfig({ ...MIN, bogus: 1, logLevel: 'loud', fuse: { maxWrite: 1, nope: 1 } }, null));
+    expect(issues.some((i) => i.startsWith('(root):') && i.includes('bogus'))).toBe(true);
+    expect(issues.some((i) => i.startsWith('logLevel:'))).toBe(true);
+    expect(issues.some((i) => i.startsWith('fuse.maxWrite:'))).toBe(true);
+    expect(issues.some((i) => i.startsWith('fuse:') && i.includes('nope'))).toBe(true);
+  });
+
+  it('reports all semantic issues at once', () => {
+    const issues = issuesOf(() =>
+      buildConfig(
+        {
+          backing: 'rel',
+          mount: 'also-rel',
+          defaultProfile: 'nope',
+          profiles: { scratch: CUSTOM },
+          tenants: { '.t': { defaultProfile: 'missing' } },
+          homes: { 'acme/_bad': { profile: 'gone' } },
+        },
+        null,
+      ),
+    );
+    expect(issues).toEqual([
+      'backing: must be an absolute path',
+      'mount: must be an absolute path',
+      'profiles.scratch: redefines a built-in profile',
+      'defaultProfile: unknown profile "nope"',
+      'tenants..t: tenant may not begin with "."',
+      'tenants..t.defaultProfile: unknown profile "missing"',
+      expect.stringMatching(/^homes\.acme\/_bad: /),
+      'homes.acme/_bad.profile: unknown profile "gone"',
+    ]);
+  });
+
+  // The semantic checks also run when the schema fails: one run reports everything.
+  it('reports schema and semantic issues together', () => {
+    const issues = issuesOf(() => buildConfig({ ...MIN, bogus: 1, defaultProfile: 'nope' }, null));
+    expect(issues.some((i) => i.includes('bogus'))).toBe(true);
+    expect(issues.some((i) => i.startsWith('defaultProfile:'))).toBe(true);
+  });
+});
+
+describe('buildConfig: accepted', () => {
+  it('a custom profile is accepted, listed and usable everywhere', () => {
+    const l = buildConfig(
+      {
+        ...MIN,
+        defaultProfile: 'strict-text',
+        profiles: { 'strict-text': CUSTOM },
+        tenants: { acme: { defaultProfile: 'strict-text' } },
+        homes: { 'acme/proj': { profile: 'strict-text' }, 'acme/_tenant': { profile: 'posix' } },
+      },
+      null,
+    );
+    expect(Object.keys(l.profiles).sort()).toEqual(['home', 'posix', 'scratch', 'strict-text']);
+    expect(l.profiles['strict-text']).toEqual(CUSTOM);
+    expect(l.config.profiles['strict-text']).toEqual(CUSTOM);
+    expect(l.config.defaultProfile).toBe('strict-text');
+  });
+
+  it('profile modes may be written as octal strings', () => {
+    const l = buildConfig({ ...MIN, profiles: { octal: { ...CUSTOM, fileMode: '0640', dirMode: '0750' } } }, null);
+    expect(l.profiles.octal!.fileMode).toBe(0o640);
+    expect(l.profiles.octal!.dirMode).toBe(0o750);
+  });
+
+  it.each(['acme/_tenant', 'acme/_user_alice', 'acme/proj', 'équipe/projet-1', '_tenant/_tenant'])('home id %s is accepted', (id) => {
+    const l = buildConfig({ ...MIN, homes: { [id]: { owner: { uid: 1000, gid: 1000 } } } }, null);
+    expect(l.config.homes[id]).toEqual({ owner: { uid: 1000, gid: 1000 } });
+  });
+
+  it.each(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const)('logLevel %s is accepted', (level) => {
+    expect(buildConfig({ ...MIN, logLevel: level }, null).config.logLevel).toBe(level);
+  });
+});
+
+describe('loadConfig', () => {
+  let dir: string;
+  const write = (name: string, text: string) => {
+    const p = join(dir, name);
+    writeFileSync(p, text);
+    return p;
+  };
+
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'homesfs-config-test-'));
+  });
+  afterAll(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('no file and no flags gives the demo defaults', () => {
+    const l = loadConfig(undefined, {});
+    expect(l.path).toBeNull();
+    expect(l.config.backing).toBe(DEMO_DEFAULTS.backing);
+    expect(l.config.mount).toBe(DEMO_DEFAULTS.mount);
+    expect(l.config.socket).toBe(DEMO_DEFAULTS.socket);
+    expect(l.config.defaultProfile).toBe('home');
+    expect(l.config.logLevel).toBe('info');
+    expect(isDeepFrozen(l)).toBe(true);
+  });
+
+  it('no file: flags replace only the demo defaults they name', () => {
+    const l = loadConfig(undefined, { backing: '/x/backing', logLevel: 'debug' });
+    expect(l.config.backing).toBe('/x/backing');
+    expect(l.config.mount).toBe(DEMO_DEFAULTS.mount);
+    expect(l.config.socket).toBe(DEMO_DEFAULTS.socket);
+    expect(l.config.logLevel).toBe('debug');
+  });
+
+  it('undefined flags are ignored', () => {
+    const p = write('undef.json', JSON.stringify({ ...MIN, logLevel: 'warn' }));
+    const l = loadConfig(p, { backing: undefined, logLevel: undefined });
+    expect(l.config.backing).toBe(MIN.backing);
+    expect(l.config.logLevel).toBe('warn');
+  });
+
+  it('reads a file, records its path, applies schema defaults (not demo defaults)', () => {
+    const p = write('ok.json', JSON.stringify(MIN));
+    const l = loadConfig(p, {});
+    expect(l.path).toBe(p);
+    expect(l.config.backing).toBe(MIN.backing);
+    expect(l.config.socket).toBe('/run/homesfs/admin.sock');
+    expect(l.config.fuse.maxWrite).toBe(131072);
+  });
+
+  it('a file without backing is refused (demo defaults apply only without a file)', () => {
+    const p = write('nobacking.json', JSON.stringify({ mount: '/m' }));
+    const issues = issuesOf(() => loadConfig(p, {}));
+    expect(issues.some((i) => i.startsWith('backing:'))).toBe(true);
+  });
+
+  it('flags win over file values', () => {
+    const p = write(
+      'override.json',
+      JSON.stringify({ ...MIN, socket: '/run/file.sock', logLevel: 'warn', defaultProfile: 'scratch', fuse: { debug: false, maxWrite: 8192 } }),
+    );
+    const l = loadConfig(p, { mount: '/flag/mount', socket: '/run/flag.sock', logLevel: 'trace', fuse: { debug: true } });
+    expect(l.config.backing).toBe(MIN.backing); // from the file
+    expect(l.config.mount).toBe('/flag/mount');
+    expect(l.config.socket).toBe('/run/flag.sock');
+    expect(l.config.logLevel).toBe('trace');
+    expect(l.config.defaultProfile).toBe('scratch'); // from the file
+    // Overrides replace top-level keys whole (shallow merge).
+    expect(l.config.fuse.debug).toBe(true);
+    expect(l.config.fuse.maxWrite).toBe(131072);
+  });
+
+  it('flags are validated like file values', () => {
+    const p = write('flagbad.json', JSON.stringify(MIN));
+    expect(issuesOf(() => loadConfig(p, { mount: 'relative' }))).toEqual(['mount: must be an absolute path']);
+    expect(issuesOf(() => loadConfig(undefined, { defaultProfile: 'nope' }))).toEqual(['defaultProfile: unknown profile "nope"']);
+  });
+
+  it('a missing file is a ConfigError naming the file', () => {
+    const p = join(dir, 'does-not-exist.json');
+    const issues = issuesOf(() => loadConfig(p, {}));
+    expect(issues).toHaveLength(1);
+    expect(issues[0]).toContain(p);
+    expect(issues[0]).toContain('ENOENT');
+  });
+
+  it('a directory is a ConfigError', () => {
+    expect(issuesOf(() => loadConfig(dir, {}))[0]).toContain(dir);
+  });
+
+  it.each([
+    ['invalid JSON', '{ "backing": "/b", ', /not valid JSON/],
+    ['trailing comma', '{ "backing": "/b", "mount": "/m", }', /not valid JSON/],
+    ['empty file', '', /not valid JSON/],
+    ['JSON array', JSON.stringify([MIN]), /top level must be a JSON object/],
+    ['JSON null', 'null', /top level must be a JSON object/],
+    ['JSON string', '"hello"', /top level must be a JSON object/],
+    ['JSON number', '42', /top level must be a JSON object/],
+  ])('%s is a ConfigError', (label, text, re) => {
+    const p = write(`${label.replace(/\W+/g, '-')}.json`, text);
+    const issues = issuesOf(() => loadConfig(p, {}));
+    expect(issues).toHaveLength(1);
+    expect(issues[0]).toContain(p);
+    expect(issues[0]).toMatch(re);
+  });
+
+  it('file issues are reported with their paths', () => {
+    const p = write('bad.json', JSON.stringify({ ...MIN, homes: { 'acme/_nope': { profile: 'missing' } } }));
+    const issues = issuesOf(() => loadConfig(p, {}));
+    expect(issues).toHaveLength(2);
+    expect(issues[0]).toMatch(/^homes\.acme\/_nope: /);
+    expect(issues[1]).toBe('homes.acme/_nope.profile: unknown profile "missing"');
+  });
+});
