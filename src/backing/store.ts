@@ -21,6 +21,7 @@ export interface BackingHome {
 }
 
 const DIR_FLAGS = sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW;
+const REVALIDATE_MS = 1000;
 const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
 
 /**
@@ -36,6 +37,7 @@ export class BackingStore {
   private rootPath = '';
   private readonly homes = new Map<string, Promise<BackingHome>>();
   private readonly warnedNames = new Set<string>();
+  private readonly validatedAt = new Map<string, number>();
 
   constructor(
     private readonly configuredRoot: string,
@@ -176,6 +178,11 @@ export class BackingStore {
     const cached = this.homes.get(id);
     if (!cached) return this.home(ref);
     const h = await cached;
+    // The kernel asks for the home's attributes after every change inside it;
+    // a replaced backing directory is noticed within a second, not on every op.
+    const now = Date.now();
+    if (now - (this.validatedAt.get(id) ?? 0) < REVALIDATE_MS) return h;
+    this.validatedAt.set(id, now);
     const tfd = await this.openTenant(ref.tenant);
     try {
       const st = await sys.lstat(sys.fdPath(tfd, ref.key)).catch((err) => {
@@ -196,6 +203,7 @@ export class BackingStore {
 
   forget(ref: HomeRef): void {
     this.homes.delete(homeId(ref));
+    this.validatedAt.delete(homeId(ref));
   }
 
   private async openHome(ref: HomeRef): Promise<BackingHome> {
@@ -247,6 +255,8 @@ export class BackingStore {
   }
 
   async withDir<T>(home: BackingHome, rel: readonly string[], fn: (dirFd: number) => Promise<T>): Promise<T> {
+    // The home's own descriptor lives as long as the home: no copy needed for its top level.
+    if (rel.length === 0) return fn(home.fd);
     const fd = await this.openDir(home, rel);
     try {
       return await fn(fd);
