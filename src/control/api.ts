@@ -1,10 +1,111 @@
 /**
  * What the control socket needs from the daemon. The daemon (composition root)
  * implements it; command handlers only ever talk to this interface, so they
- * can be tested with a fake.
+ * can be tested with a fake. Every method validates its names itself (HomesError
+ * INVALID_NAME…) even though the protocol layer already ran zod: the API is also
+ * the daemon's internal boundary.
  */
 export interface DaemonApi {
   status(): Promise<StatusReport>;
+  /** every home in the backing tree, orphans marked */
+  list(): Promise<HomeInfo[]>;
+  usage(home: HomeRefArg): Promise<HomeInfo>;
+  /** creates the backing directory; EXISTS if the home exists */
+  create(args: { home: HomeRefArg; profile?: string; budget?: number; owner?: OwnerArg }): Promise<HomeInfo>;
+  /** live override of the home's byte budget (0 = off); lowering below usage only refuses growth */
+  setBudget(args: { home: HomeRefArg; bytes: number }): Promise<HomeInfo>;
+  /** live profile override; null clears it */
+  setProfile(args: { home: HomeRefArg; profile: string | null }): Promise<HomeInfo>;
+  settingsGet(args: SettingsTarget): Promise<SettingsView>;
+  /** homeScope null clears the setting at that level */
+  settingsSet(args: SettingsTarget & { homeScope: HomeScopeValue | null }): Promise<SettingsView>;
+  rescan(args: { home: HomeRefArg }): Promise<RescanResult>;
+  /** the scope, key, HOME path and owner for a (tenant, project, user?); creates the home if missing */
+  resolve(args: { tenant: string; project: string; user?: string }): Promise<ResolveResult>;
+  renameProject(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult>;
+  renameUser(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult>;
+  deleteProject(args: { tenant: string; project: string; force?: boolean }): Promise<DeleteResult>;
+  deleteUser(args: { tenant: string; login: string; force?: boolean }): Promise<DeleteResult>;
+}
+
+/** "tenant/key" */
+export type HomeRefArg = string;
+export type HomeScopeValue = 'project' | 'tenant' | 'user';
+
+export interface OwnerArg {
+  uid: number;
+  gid: number;
+}
+
+export interface HomeInfo {
+  tenant: string;
+  key: string;
+  scope: HomeScopeValue;
+  /** the absolute path of the home under the mount */
+  path: string;
+  owner: OwnerArg;
+  profile: string;
+  profileSource: 'override' | 'home' | 'tenant' | 'default';
+  bytes: number;
+  /** effective byte budget, 0 = off */
+  budget: number;
+  fileCap: number;
+  inodes: number;
+  inodeCap: number;
+  openHandles: number;
+  scan: 'pending' | 'scanning' | 'done' | 'failed';
+  /** a project home whose project now resolves to a shared scope (left by a home-scope change) */
+  orphan: boolean;
+}
+
+export interface SettingsTarget {
+  tenant: string;
+  project?: string;
+  user?: string;
+}
+
+export interface SettingsView {
+  tenant: string;
+  /** the raw values stored at each level (null = not set) */
+  tenantDefault: string | null;
+  project?: { name: string; value: string | null };
+  user?: { login: string; value: string | null };
+  /** present when a project is given: what resolve would answer */
+  resolved?: { scope: HomeScopeValue; source: 'user' | 'project' | 'tenant' | 'default'; key: string };
+}
+
+export interface RescanResult {
+  home: string;
+  before: { bytes: number; inodes: number };
+  after: { bytes: number; inodes: number };
+  drift: { bytes: number; inodes: number };
+}
+
+export interface ResolveResult {
+  tenant: string;
+  scope: HomeScopeValue;
+  key: string;
+  /** HOME for the subprocess: the home's path under the mount */
+  home: string;
+  owner: OwnerArg;
+  created: boolean;
+  source: 'user' | 'project' | 'tenant' | 'default';
+}
+
+export interface RenameResult {
+  from: string;
+  to: string;
+  /** what was in use when --force went ahead anyway */
+  openFiles: number;
+  cwdProcesses: number;
+}
+
+export interface DeleteResult {
+  /** "tenant/key" of the deleted home, null when nothing was deleted */
+  deleted: string | null;
+  /** why nothing was deleted (the home is shared under tenant/user scope) */
+  deleteNote?: string;
+  bytes?: number;
 }
 
 export interface StatusReport {

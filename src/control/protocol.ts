@@ -33,12 +33,69 @@ function request<const K extends string, A extends z.ZodType<Record<string, unkn
 
 // ---- per-command argument schemas ------------------------------------------
 
+// Names are checked for shape only (1..256 characters); the daemon validates
+// them semantically (`/`, `\`, NUL, `.`, `..`, leading `_`, UTF-8…) and answers
+// INVALID_NAME & co.
+
+/** Longest tenant, project, login, key or profile name accepted on the wire. */
+export const MAX_NAME_CHARS = 256;
+/** Largest uid/gid accepted (2^32 - 2: (uid_t)-1 means "unchanged" to the kernel). */
+export const MAX_ID = 4_294_967_294;
+
+export const Name = z.string().min(1).max(MAX_NAME_CHARS);
+/** A home as "tenant/key": exactly one slash, neither side empty. */
+export const HomeRef = z
+  .string()
+  .max(2 * MAX_NAME_CHARS + 1)
+  .regex(/^[^/]+\/[^/]+$/, { message: 'expected "tenant/key"' });
+export const HomeScope = z.enum(['project', 'tenant', 'user']);
+export const Bytes = z.int().min(0); // z.int() is bounded to safe integers
+export const PosixId = z.int().min(0).max(MAX_ID);
+export const Owner = z.strictObject({ uid: PosixId, gid: PosixId });
+
+function notBoth<T extends { project?: string | undefined; user?: string | undefined }>(a: T): boolean {
+  return a.project === undefined || a.user === undefined;
+}
+const NOT_BOTH = { message: 'give either project or user, not both', path: ['user'] };
+
 export const StatusArgs = z.strictObject({});
+export const ListArgs = z.strictObject({});
+export const UsageArgs = z.strictObject({ home: HomeRef });
+export const CreateArgs = z.strictObject({
+  home: HomeRef,
+  profile: Name.optional(),
+  budget: Bytes.optional(),
+  owner: Owner.optional(),
+});
+export const SetBudgetArgs = z.strictObject({ home: HomeRef, bytes: Bytes });
+export const SetProfileArgs = z.strictObject({ home: HomeRef, profile: Name.nullable() });
+export const SettingsGetArgs = z.strictObject({ tenant: Name, project: Name.optional(), user: Name.optional() }).refine(notBoth, NOT_BOTH);
+export const SettingsSetArgs = z
+  .strictObject({ tenant: Name, project: Name.optional(), user: Name.optional(), homeScope: HomeScope.nullable() })
+  .refine(notBoth, NOT_BOTH);
+export const RescanArgs = z.strictObject({ home: HomeRef });
+export const ResolveArgs = z.strictObject({ tenant: Name, project: Name, user: Name.optional() });
+export const RenameArgs = z.strictObject({ tenant: Name, from: Name, to: Name, force: z.boolean().optional() });
+export const DeleteProjectArgs = z.strictObject({ tenant: Name, project: Name, force: z.boolean().optional() });
+export const DeleteUserArgs = z.strictObject({ tenant: Name, login: Name, force: z.boolean().optional() });
 
 // ---- the request union -------------------------------------------------------
 
 export const Request = z.discriminatedUnion('cmd', [
   request('status', StatusArgs),
+  request('list', ListArgs),
+  request('usage', UsageArgs),
+  request('create', CreateArgs),
+  request('set-budget', SetBudgetArgs),
+  request('set-profile', SetProfileArgs),
+  request('settings-get', SettingsGetArgs),
+  request('settings-set', SettingsSetArgs),
+  request('rescan', RescanArgs),
+  request('resolve', ResolveArgs),
+  request('rename-project', RenameArgs),
+  request('rename-user', RenameArgs),
+  request('delete-project', DeleteProjectArgs),
+  request('delete-user', DeleteUserArgs),
 ]);
 
 /** A parsed request (args filled in). */
@@ -96,8 +153,9 @@ export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
   NOT_SUPPORTED: 'The operation is not supported.',
   BAD_HANDLE: 'A handle is unknown or stale.',
   INVALID_ARGUMENT: 'An argument value is invalid.',
-  ACCESS_DENIED: 'Access denied.',
+  ACCESS_DENIED: 'Access denied; on the control socket: the command is not served on this socket (the platform socket serves only `status` and `resolve`).',
   BUSY: 'The target is busy (open files, working directories), or the daemon is at its connection limit.',
+  RENAME_BLOCKED: 'The rename target home already exists (renameBlocker): homes are never merged.',
   IO: 'An I/O error on the backing store.',
 };
 

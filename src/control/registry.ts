@@ -1,7 +1,21 @@
 import type { Logger } from '../log.js';
 import type { DaemonApi } from './api.js';
 import type { ArgsOf, CommandName, RequestId } from './protocol.js';
+import { COMMAND_NAMES } from './protocol.js';
 import { status } from './commands/status.js';
+import { list } from './commands/list.js';
+import { usage } from './commands/usage.js';
+import { create } from './commands/create.js';
+import { setBudget } from './commands/set-budget.js';
+import { setProfile } from './commands/set-profile.js';
+import { settingsGet } from './commands/settings-get.js';
+import { settingsSet } from './commands/settings-set.js';
+import { rescan } from './commands/rescan.js';
+import { resolve } from './commands/resolve.js';
+import { renameProject } from './commands/rename-project.js';
+import { renameUser } from './commands/rename-user.js';
+import { deleteProject } from './commands/delete-project.js';
+import { deleteUser } from './commands/delete-user.js';
 
 /** Everything a handler may use besides its arguments. */
 export interface CommandContext {
@@ -27,7 +41,30 @@ export type CommandRegistry = { readonly [K in CommandName]: CommandHandler<K> }
 /** The daemon's commands. Add one line per file under `commands/`. */
 export const commands: CommandRegistry = {
   status,
+  list,
+  usage,
+  create,
+  'set-budget': setBudget,
+  'set-profile': setProfile,
+  'settings-get': settingsGet,
+  'settings-set': settingsSet,
+  rescan,
+  resolve,
+  'rename-project': renameProject,
+  'rename-user': renameUser,
+  'delete-project': deleteProject,
+  'delete-user': deleteUser,
 };
+
+/**
+ * Which socket serves what. The admin socket serves every command; the
+ * platform socket (the service that starts agents) only what it needs to find
+ * an agent's HOME and check the daemon, so it cannot resize, rename or delete
+ * homes. The file mode of each socket is the access control (Node cannot read
+ * a Unix peer's credentials).
+ */
+export const ADMIN_COMMANDS: ReadonlySet<CommandName> = new Set(COMMAND_NAMES);
+export const PLATFORM_COMMANDS: ReadonlySet<CommandName> = new Set<CommandName>(['status', 'resolve']);
 
 /** Look up a handler with the link between name and argument type kept. */
 export function handlerFor<K extends CommandName>(registry: CommandRegistry, cmd: K): CommandHandler<K> {

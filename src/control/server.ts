@@ -12,6 +12,7 @@ import {
   Request,
   RequestId,
   isCommandName,
+  type CommandName,
   type ErrorReply,
   type Reply,
 } from './protocol.js';
@@ -31,6 +32,13 @@ export interface ControlServerOptions {
    */
   dirMode?: number;
   commands: CommandRegistry;
+  /**
+   * Commands served on this socket (default: all). Any other known command is
+   * answered ACCESS_DENIED before its arguments are looked at. The daemon runs
+   * an admin socket with every command and a platform socket with
+   * `PLATFORM_COMMANDS`.
+   */
+  allowed?: ReadonlySet<CommandName>;
   api: DaemonApi;
   log: Logger;
   /** Maximum request line in bytes, newline excluded. Default 64 KiB. */
@@ -61,6 +69,10 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
   const maxConnections = opts.maxConnections ?? 64;
   const dirMode = opts.dirMode ?? (opts.socketGroup === undefined ? 0o700 : 0o750);
   const log = opts.log;
+  const allowed: ReadonlySet<CommandName> = new Set(opts.allowed ?? COMMAND_NAMES);
+  for (const c of allowed) {
+    if (!isCommandName(c)) throw new RangeError(`control socket: allowed names an unknown command ${JSON.stringify(c)}`);
+  }
 
   checkMode('socketMode', opts.socketMode, 0o007);
   checkMode('dirMode', dirMode, 0o027);
@@ -76,6 +88,8 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
   let nextId = 1;
   const shared: ConnectionShared = {
     commands: opts.commands,
+    allowed,
+    served: COMMAND_NAMES.filter((c) => allowed.has(c)),
     api: opts.api,
     log,
     maxLineBytes,
@@ -122,7 +136,10 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
     throw err;
   }
 
-  log.info({ socket: socketPath, mode: opts.socketMode.toString(8), group: opts.socketGroup ?? null }, 'control socket listening');
+  log.info(
+    { socket: socketPath, mode: opts.socketMode.toString(8), group: opts.socketGroup ?? null, commands: allowed.size === COMMAND_NAMES.length ? 'all' : shared.served },
+    'control socket listening',
+  );
 
   let closing: Promise<void> | undefined;
   return {
@@ -251,6 +268,9 @@ function socketAnswers(socketPath: string): Promise<boolean> {
 
 interface ConnectionShared {
   commands: CommandRegistry;
+  allowed: ReadonlySet<CommandName>;
+  /** `allowed` in protocol order, for UNKNOWN_COMMAND's details. */
+  served: readonly CommandName[];
   api: DaemonApi;
   log: Logger;
   maxLineBytes: number;
@@ -382,7 +402,11 @@ class Connection {
     }
     const cmd = (raw as { cmd?: unknown }).cmd;
     if (typeof cmd === 'string' && !isCommandName(cmd)) {
-      return this.bad(id, 'UNKNOWN_COMMAND', `unknown command ${JSON.stringify(cmd.slice(0, 64))}`, { commands: [...COMMAND_NAMES] }, { cmd: cmd.slice(0, 64) });
+      return this.bad(id, 'UNKNOWN_COMMAND', `unknown command ${JSON.stringify(cmd.slice(0, 64))}`, { commands: [...this.shared.served] }, { cmd: cmd.slice(0, 64) });
+    }
+    if (typeof cmd === 'string' && !this.shared.allowed.has(cmd as CommandName)) {
+      // Checked before the arguments: this socket says nothing about the command beyond its name.
+      return this.bad(id, 'ACCESS_DENIED', `${cmd} is not served on this socket`, undefined, { cmd });
     }
     const parsed = Request.safeParse(raw);
     if (!parsed.success) {

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
@@ -7,8 +7,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { HomesError } from '../../src/errors.js';
 import { createRootLogger } from '../../src/log.js';
-import type { DaemonApi, StatusReport } from '../../src/control/api.js';
-import { commands } from '../../src/control/registry.js';
+import type { DaemonApi, DeleteResult, HomeInfo, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../../src/control/api.js';
+import { PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer } from '../../src/control/server.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -31,14 +31,81 @@ const STATUS: StatusReport = {
   ],
 };
 
-let mode: 'ok' | 'error' | 'hang' = 'ok';
-const api: DaemonApi = {
-  async status() {
-    if (mode === 'error') throw new HomesError('NOT_FOUND', 'no such home', { home: 'acme/nope' });
-    if (mode === 'hang') return new Promise<StatusReport>(() => {});
-    return STATUS;
-  },
+const HOME: HomeInfo = {
+  tenant: 'acme',
+  key: 'web',
+  scope: 'project',
+  path: '/homes/acme/web',
+  owner: { uid: 20001, gid: 20001 },
+  profile: 'default',
+  profileSource: 'default',
+  bytes: 1048576,
+  budget: 1073741824,
+  fileCap: 104857600,
+  inodes: 12,
+  inodeCap: 10000,
+  openHandles: 2,
+  scan: 'done',
+  orphan: false,
 };
+const HOMES: HomeInfo[] = [
+  HOME,
+  { ...HOME, key: 'old-api', path: '/homes/acme/old-api', owner: { uid: 20002, gid: 20002 }, bytes: 512, budget: 0, inodes: 3, openHandles: 0, orphan: true },
+  { ...HOME, key: '_tenant', scope: 'tenant', path: '/homes/acme/_tenant', owner: { uid: 20003, gid: 20003 }, profile: 'strict', profileSource: 'override', bytes: 0, budget: 0, inodes: 1, openHandles: 0, scan: 'scanning' },
+];
+const SETTINGS: SettingsView = {
+  tenant: 'acme',
+  tenantDefault: 'tenant',
+  project: { name: 'web', value: null },
+  resolved: { scope: 'tenant', source: 'tenant', key: '_tenant' },
+};
+const RESCAN: RescanResult = { home: 'acme/web', before: { bytes: 100, inodes: 3 }, after: { bytes: 164, inodes: 4 }, drift: { bytes: 64, inodes: 1 } };
+const RESOLVE: ResolveResult = { tenant: 'acme', scope: 'user', key: '_user_alice', home: '/homes/acme/_user_alice', owner: { uid: 20010, gid: 20010 }, created: true, source: 'user' };
+const RENAME: RenameResult = { from: 'acme/web', to: 'acme/www', openFiles: 0, cwdProcesses: 0 };
+const DELETE: DeleteResult = { deleted: 'acme/web', bytes: 1048576 };
+
+type Method = keyof DaemonApi;
+const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
+  status: STATUS,
+  list: HOMES,
+  usage: HOME,
+  create: HOME,
+  setBudget: HOME,
+  setProfile: { ...HOME, profile: 'strict', profileSource: 'override' },
+  settingsGet: SETTINGS,
+  settingsSet: SETTINGS,
+  rescan: RESCAN,
+  resolve: RESOLVE,
+  renameProject: RENAME,
+  renameUser: { from: 'acme/_user_alice', to: 'acme/_user_bob', openFiles: 2, cwdProcesses: 1 },
+  deleteProject: DELETE,
+  deleteUser: { deleted: null, deleteNote: 'nothing to delete' },
+};
+
+let mode: 'ok' | 'error' | 'hang' = 'ok';
+const calls: Array<{ method: Method; args: unknown[] }> = [];
+/** The next call of this method throws this. */
+const failNext = new Map<Method, Error>();
+/** Overrides the canned result of a method. */
+const resultOf = new Map<Method, unknown>();
+const api = Object.fromEntries(
+  (Object.keys(RESULTS) as Method[]).map((m) => [
+    m,
+    async (...args: unknown[]) => {
+      if (m === 'status') {
+        if (mode === 'error') throw new HomesError('NOT_FOUND', 'no such home', { home: 'acme/nope' });
+        if (mode === 'hang') return new Promise<StatusReport>(() => {});
+      }
+      calls.push({ method: m, args });
+      const err = failNext.get(m);
+      if (err) {
+        failNext.delete(m);
+        throw err;
+      }
+      return resultOf.has(m) ? resultOf.get(m) : RESULTS[m];
+    },
+  ]),
+) as unknown as DaemonApi;
 
 interface Run {
   code: number | null;
@@ -67,6 +134,7 @@ function homesctl(args: string[], env: Record<string, string | undefined> = {}):
 
 let tmp: string;
 let server: ControlServer;
+let platform: ControlServer;
 let sock: string;
 
 beforeAll(async () => {
@@ -86,10 +154,20 @@ beforeAll(async () => {
     requestTimeoutMs: 10_000,
   });
   sock = server.address;
+  platform = await startControlServer({
+    socketPath: path.join(tmp, 'platform', 'platform.sock'),
+    socketMode: 0o660,
+    socketGroup: process.getgid!(),
+    allowed: PLATFORM_COMMANDS,
+    commands,
+    api,
+    log: createRootLogger('silent'),
+  });
 });
 
 afterAll(async () => {
   await server?.close();
+  await platform?.close();
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 
@@ -204,5 +282,249 @@ describe('homesctl exit codes', () => {
     expect(cmd.stdout).toMatch(/^Usage: homesctl \[global options\] status/);
     const viaHelp = await homesctl(['help', 'status']);
     expect(viaHelp.stdout).toBe(cmd.stdout);
+  });
+});
+
+// ---- the management commands ---------------------------------------------------
+
+beforeEach(() => {
+  calls.length = 0;
+  failNext.clear();
+  resultOf.clear();
+  mode = 'ok';
+});
+
+/** [argv after --socket, API method, the arguments it must receive] */
+const PARSING: Array<[string[], Method, unknown[]]> = [
+  [['list'], 'list', []],
+  [['usage', 'acme/web'], 'usage', ['acme/web']],
+  [['create', 'acme/web'], 'create', [{ home: 'acme/web' }]],
+  [
+    ['create', 'acme/web', '--profile', 'strict', '--budget', '1G', '--owner', '1000:1001'],
+    'create',
+    [{ home: 'acme/web', profile: 'strict', budget: 1073741824, owner: { uid: 1000, gid: 1001 } }],
+  ],
+  [['create', '--owner=0:4294967294', 'acme/_tenant', '--budget=0'], 'create', [{ home: 'acme/_tenant', budget: 0, owner: { uid: 0, gid: 4294967294 } }]],
+  [['set-budget', 'acme/web', '1G'], 'setBudget', [{ home: 'acme/web', bytes: 1073741824 }]],
+  [['set-budget', 'acme/web', '1GiB'], 'setBudget', [{ home: 'acme/web', bytes: 1073741824 }]],
+  [['set-budget', 'acme/web', '500M'], 'setBudget', [{ home: 'acme/web', bytes: 500 * 1024 * 1024 }]],
+  [['set-budget', 'acme/web', '64KiB'], 'setBudget', [{ home: 'acme/web', bytes: 65536 }]],
+  [['set-budget', 'acme/web', '3k'], 'setBudget', [{ home: 'acme/web', bytes: 3072 }]],
+  [['set-budget', 'acme/web', '2MiB'], 'setBudget', [{ home: 'acme/web', bytes: 2097152 }]],
+  [['set-budget', 'acme/web', '1234567'], 'setBudget', [{ home: 'acme/web', bytes: 1234567 }]],
+  [['set-budget', 'acme/web', '0'], 'setBudget', [{ home: 'acme/web', bytes: 0 }]],
+  [['set-budget', 'acme/web', 'off'], 'setBudget', [{ home: 'acme/web', bytes: 0 }]],
+  [['set-profile', 'acme/web', 'strict'], 'setProfile', [{ home: 'acme/web', profile: 'strict' }]],
+  [['set-profile', 'acme/web', '--clear'], 'setProfile', [{ home: 'acme/web', profile: null }]],
+  [['settings', 'get', '--tenant', 'acme'], 'settingsGet', [{ tenant: 'acme' }]],
+  [['settings', 'get', '--tenant', 'acme', '--project', 'web'], 'settingsGet', [{ tenant: 'acme', project: 'web' }]],
+  [['settings', 'get', '--tenant=acme', '--user=alice'], 'settingsGet', [{ tenant: 'acme', user: 'alice' }]],
+  [['settings', 'set', '--tenant', 'acme', 'tenant'], 'settingsSet', [{ tenant: 'acme', homeScope: 'tenant' }]],
+  [['settings', 'set', '--tenant', 'acme', '--project', 'web', 'user'], 'settingsSet', [{ tenant: 'acme', project: 'web', homeScope: 'user' }]],
+  [['settings', 'set', '--tenant', 'acme', '--user', 'alice', 'project'], 'settingsSet', [{ tenant: 'acme', user: 'alice', homeScope: 'project' }]],
+  [['settings', 'set', '--tenant', 'acme', '--project', 'web', 'unset'], 'settingsSet', [{ tenant: 'acme', project: 'web', homeScope: null }]],
+  [['rescan', 'acme/web'], 'rescan', [{ home: 'acme/web' }]],
+  [['resolve', '--tenant', 'acme', '--project', 'web'], 'resolve', [{ tenant: 'acme', project: 'web' }]],
+  [['resolve', '--tenant', 'acme', '--project', 'web', '--user', 'alice'], 'resolve', [{ tenant: 'acme', project: 'web', user: 'alice' }]],
+  [['rename-project', '--tenant', 'acme', 'web', 'www'], 'renameProject', [{ tenant: 'acme', from: 'web', to: 'www' }]],
+  [['rename-project', 'web', 'www', '--tenant', 'acme', '--force'], 'renameProject', [{ tenant: 'acme', from: 'web', to: 'www', force: true }]],
+  [['rename-user', '--tenant', 'acme', 'alice', 'bob'], 'renameUser', [{ tenant: 'acme', from: 'alice', to: 'bob' }]],
+  [['delete-project', '--tenant', 'acme', 'web'], 'deleteProject', [{ tenant: 'acme', project: 'web' }]],
+  [['delete-project', '--tenant', 'acme', '--force', '--', '-odd'], 'deleteProject', [{ tenant: 'acme', project: '-odd', force: true }]],
+  [['delete-user', '--tenant', 'acme', 'alice', '--force'], 'deleteUser', [{ tenant: 'acme', login: 'alice', force: true }]],
+];
+
+describe('homesctl management commands: argument parsing', () => {
+  it.each(PARSING.map((p) => [p[0].join(' '), ...p] as const))('%s', async (_l, argv, method, apiArgs) => {
+    const r = await homesctl(['--socket', sock, '--json', ...argv]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(calls).toEqual([{ method, args: apiArgs }]);
+    expect(JSON.parse(r.stdout)).toEqual(RESULTS[method]);
+  });
+
+  it('2 for usage errors, which never reach the daemon', async () => {
+    const cases: Array<[string[], string]> = [
+      [['usage'], 'usage'],
+      [['usage', 'acme/web', 'extra'], 'usage'],
+      [['usage', 'acmeweb'], 'usage'],
+      [['usage', 'acme/web/x'], 'usage'],
+      [['create'], 'create'],
+      [['create', 'acme/web', '--owner', '1000'], 'create'],
+      [['create', 'acme/web', '--owner', '-1:0'], 'create'],
+      [['create', 'acme/web', '--owner=-1:0'], 'create'],
+      [['create', 'acme/web', '--owner', '1000:'], 'create'],
+      [['create', 'acme/web', '--owner', '4294967295:0'], 'create'],
+      [['create', 'acme/web', '--budget', 'lots'], 'create'],
+      [['create', 'acme/web', '--profile'], 'create'],
+      [['set-budget', 'acme/web'], 'set-budget'],
+      [['set-budget', 'acme/web', '-5'], 'set-budget'],
+      [['set-budget', 'acme/web', '1.5G'], 'set-budget'],
+      [['set-budget', 'acme/web', '1X'], 'set-budget'],
+      [['set-budget', 'acme/web', '1KB'], 'set-budget'],
+      [['set-budget', 'acme/web', '99999999999T'], 'set-budget'],
+      [['set-budget', 'acme', '1G'], 'set-budget'],
+      [['set-profile', 'acme/web'], 'set-profile'],
+      [['set-profile', 'acme/web', 'strict', '--clear'], 'set-profile'],
+      [['settings'], 'settings'],
+      [['settings', 'frob'], 'settings'],
+      [['settings', 'get'], 'settings get'],
+      [['settings', 'get', '--tenant', 'acme', '--project', 'web', '--user', 'alice'], 'settings get'],
+      [['settings', 'get', '--tenant', 'acme', 'extra'], 'settings get'],
+      [['settings', 'set', '--tenant', 'acme'], 'settings set'],
+      [['settings', 'set', '--tenant', 'acme', 'global'], 'settings set'],
+      [['settings', 'set', 'tenant'], 'settings set'],
+      [['settings', 'set', '--tenant', 'acme', '--project', 'web', '--user', 'alice', 'user'], 'settings set'],
+      [['rescan'], 'rescan'],
+      [['resolve', '--tenant', 'acme'], 'resolve'],
+      [['resolve', '--project', 'web'], 'resolve'],
+      [['resolve', '--tenant', 'acme', '--project', 'web', 'extra'], 'resolve'],
+      [['rename-project', '--tenant', 'acme', 'web'], 'rename-project'],
+      [['rename-project', 'web', 'www'], 'rename-project'],
+      [['rename-user', '--tenant', 'acme', 'a', 'b', 'c'], 'rename-user'],
+      [['delete-project', '--tenant', 'acme'], 'delete-project'],
+      [['delete-project', '--tenant', 'acme', 'web', '--bogus'], 'delete-project'],
+      [['delete-user', 'alice'], 'delete-user'],
+      [['list', 'extra'], 'list'],
+    ];
+    for (const [argv, cmd] of cases) {
+      const r = await homesctl(['--socket', sock, ...argv]);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr, argv.join(' ')).toMatch(new RegExp(`^homesctl: [\\s\\S]*\\nTry 'homesctl ${cmd} --help'\\.\\n$`));
+    }
+    expect(calls).toEqual([]);
+  });
+
+  it('--help for every command, and the main help lists them all', async () => {
+    const main = await homesctl(['--help']);
+    expect(main.code).toBe(0);
+    for (const name of ['list', 'usage', 'create', 'set-budget', 'set-profile', 'settings get', 'settings set', 'rescan', 'resolve', 'rename-project', 'rename-user', 'delete-project', 'delete-user']) {
+      expect(main.stdout).toMatch(new RegExp(`^  ${name}\\s{2,}\\S`, 'm'));
+      const r = await homesctl([...name.split(' '), '--help']);
+      expect(r.code, name).toBe(0);
+      expect(r.stdout).toMatch(new RegExp(`^Usage: homesctl \\[global options\\] ${name}\\b`));
+      expect((await homesctl(['help', ...name.split(' ')])).stdout).toBe(r.stdout);
+    }
+    const create = await homesctl(['create', '--help']);
+    expect(create.stdout.split('\n')[0]).toBe('Usage: homesctl [global options] create HOME [--profile P] [--budget BYTES] [--owner UID:GID]');
+    const group = await homesctl(['settings', '--help']);
+    expect(group.code).toBe(0);
+    expect(group.stdout).toMatch(/^Usage: homesctl \[global options\] settings <get\|set>/);
+    expect(calls).toEqual([]);
+  });
+});
+
+describe('homesctl management commands: human output', () => {
+  it('list prints a table with an orphan row flagged', async () => {
+    const r = await homesctl(['--socket', sock, 'list']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const lines = r.stdout.trimEnd().split('\n');
+    expect(lines[0]!.split(/\s+/)).toEqual(['TENANT', 'KEY', 'SCOPE', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'INODES', 'OPEN', 'FLAGS']);
+    const rows = lines.slice(1).map((l) => l.split(/\s{2,}/).map((c) => c.trim()));
+    expect(rows).toEqual([
+      ['acme', 'web', 'project', '20001:20001', 'default', '1.0 MiB', '1.0 GiB', '12', '2', '-'],
+      ['acme', 'old-api', 'project', '20002:20002', 'default', '512 B', 'off', '3', '0', 'orphan'],
+      ['acme', '_tenant', 'tenant', '20003:20003', 'strict', '0 B', 'off', '1', '0', 'scan:scanning'],
+    ]);
+    const flagCol = lines[0]!.indexOf('FLAGS');
+    expect(lines[2]!.slice(flagCol)).toBe('orphan');
+  });
+
+  it('list with no homes says so', async () => {
+    resultOf.set('list', []);
+    const r = await homesctl(['--socket', sock, 'list']);
+    expect(r.stdout).toBe('No homes.\n');
+  });
+
+  it('usage prints key: value lines', async () => {
+    const r = await homesctl(['--socket', sock, 'usage', 'acme/web']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Home:\s+acme\/web$/m);
+    expect(r.stdout).toMatch(/^Path:\s+\/homes\/acme\/web$/m);
+    expect(r.stdout).toMatch(/^Scope:\s+project$/m);
+    expect(r.stdout).toMatch(/^Owner:\s+20001:20001$/m);
+    expect(r.stdout).toMatch(/^Profile:\s+default \(default\)$/m);
+    expect(r.stdout).toMatch(/^Used:\s+1\.0 MiB \(1048576 bytes\) \(0\.1% of budget\)$/m);
+    expect(r.stdout).toMatch(/^Budget:\s+1\.0 GiB \(1073741824 bytes\)$/m);
+    expect(r.stdout).toMatch(/^Inodes:\s+12 of 10000$/m);
+    expect(r.stdout).toMatch(/^Open handles:\s+2$/m);
+    expect(r.stdout).toMatch(/^Orphan:\s+no$/m);
+  });
+
+  it('the other commands print a short sentence or key: value lines', async () => {
+    const out = async (...argv: string[]) => {
+      const r = await homesctl(['--socket', sock, ...argv]);
+      expect(r.code, argv.join(' ')).toBe(0);
+      return r.stdout;
+    };
+    expect(await out('set-budget', 'acme/web', '1G')).toBe('Budget of acme/web: 1.0 GiB; used 1.0 MiB.\n');
+    resultOf.set('setBudget', { ...HOME, budget: 0 });
+    expect(await out('set-budget', 'acme/web', '0')).toBe('Budget of acme/web: off; used 1.0 MiB.\n');
+    resultOf.set('setBudget', { ...HOME, budget: 1024 });
+    expect(await out('set-budget', 'acme/web', '1K')).toMatch(/^Budget of acme\/web: 1\.0 KiB; used 1\.0 MiB \(over budget/);
+    expect(await out('set-profile', 'acme/web', 'strict')).toBe('Profile of acme/web: strict (override).\n');
+    expect(await out('create', 'acme/web')).toMatch(/^Created acme\/web\.\nHome:\s+acme\/web\n/);
+    const sg = await out('settings', 'get', '--tenant', 'acme', '--project', 'web');
+    expect(sg).toMatch(/^Tenant default:\s+tenant$/m);
+    expect(sg).toMatch(/^Project web:\s+\(unset\)$/m);
+    expect(sg).toMatch(/^Resolves to:\s+tenant \(from tenant\), key _tenant$/m);
+    expect(await out('settings', 'set', '--tenant', 'acme', '--project', 'web', 'unset')).toMatch(/^home-scope for project web of acme cleared\.\n/);
+    expect(await out('settings', 'set', '--tenant', 'acme', 'tenant')).toMatch(/^home-scope for the tenant default of acme set to tenant\.\n/);
+    const rs = await out('rescan', 'acme/web');
+    expect(rs).toMatch(/^Bytes:\s+100 -> 164 \(drift \+64\)$/m);
+    expect(rs).toMatch(/^Inodes:\s+3 -> 4 \(drift \+1\)$/m);
+    const rv = await out('resolve', '--tenant', 'acme', '--project', 'web', '--user', 'alice');
+    expect(rv).toMatch(/^Home:\s+\/homes\/acme\/_user_alice$/m);
+    expect(rv).toMatch(/^Scope:\s+user \(from user\)$/m);
+    expect(rv).toMatch(/^Owner:\s+20010:20010$/m);
+    expect(rv).toMatch(/^Created:\s+yes$/m);
+    expect(await out('rename-project', '--tenant', 'acme', 'web', 'www')).toBe('Renamed acme/web to acme/www.\n');
+    expect(await out('rename-user', '--tenant', 'acme', 'alice', 'bob', '--force')).toBe(
+      'Renamed acme/_user_alice to acme/_user_bob (forced while in use: 2 open files, 1 working directory).\n',
+    );
+    expect(await out('delete-project', '--tenant', 'acme', 'web')).toBe('Deleted acme/web (1.0 MiB freed).\n');
+    resultOf.set('deleteProject', { deleted: null, deleteNote: "project web uses the tenant's shared home; nothing deleted" });
+    expect(await out('delete-project', '--tenant', 'acme', 'web')).toBe("Nothing deleted: project web uses the tenant's shared home; nothing deleted\n");
+  });
+
+  it('escapes control characters in daemon-supplied names', async () => {
+    resultOf.set('list', [{ ...HOME, key: 'evil\u001b[2J' }]);
+    const r = await homesctl(['--socket', sock, 'list']);
+    expect(r.stdout).not.toContain('\u001b');
+    expect(r.stdout).toContain('evil\\x1b[2J');
+  });
+});
+
+describe('homesctl management commands: error replies', () => {
+  it('BUSY: exit 1, code and message on stderr, details and a --force hint', async () => {
+    failNext.set('deleteProject', new HomesError('BUSY', 'acme/web is busy: 2 open files', { openFiles: 2, cwdProcesses: 0 }));
+    const r = await homesctl(['--socket', sock, 'delete-project', '--tenant', 'acme', 'web']);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe('homesctl: BUSY: acme/web is busy: 2 open files\n  details: {"openFiles":2,"cwdProcesses":0}\n  (--force goes ahead anyway)\n');
+  });
+
+  it('RENAME_BLOCKED with --json: the whole error reply on stdout', async () => {
+    failNext.set('renameProject', new HomesError('RENAME_BLOCKED', 'acme/www exists; homes are never merged', { target: 'acme/www' }));
+    const r = await homesctl(['--socket', sock, '--json', 'rename-project', '--tenant', 'acme', 'web', 'www']);
+    expect(r.code).toBe(1);
+    expect(JSON.parse(r.stdout)).toEqual({ ok: false, code: 'RENAME_BLOCKED', message: 'acme/www exists; homes are never merged', details: { target: 'acme/www' } });
+    expect(r.stderr).toBe('homesctl: RENAME_BLOCKED: acme/www exists; homes are never merged\n');
+  });
+
+  it('the platform socket refuses admin commands (exit 1, ACCESS_DENIED) and serves resolve', async () => {
+    const psock = platform.address;
+    const denied = await homesctl(['--socket', psock, 'delete-user', '--tenant', 'acme', 'alice', '--force']);
+    expect(denied.code).toBe(1);
+    expect(denied.stderr).toBe('homesctl: ACCESS_DENIED: delete-user is not served on this socket\n');
+    const setBudget = await homesctl(['--socket', psock, 'set-budget', 'acme/web', '1G']);
+    expect(setBudget.stderr).toBe('homesctl: ACCESS_DENIED: set-budget is not served on this socket\n');
+    expect(calls).toEqual([]);
+    const ok = await homesctl(['--socket', psock, '--json', 'resolve', '--tenant', 'acme', '--project', 'web', '--user', 'alice']);
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(ok.stdout)).toEqual(RESOLVE);
+    expect(calls).toEqual([{ method: 'resolve', args: [{ tenant: 'acme', project: 'web', user: 'alice' }] }]);
   });
 });
