@@ -3,14 +3,15 @@ import { BackingStore } from './backing/store.js';
 import { EXIT } from './cli/exitcodes.js';
 import type { LoadedConfig } from './config/load.js';
 import type { DaemonApi, StatusReport } from './control/api.js';
-import { commands } from './control/registry.js';
+import { commands, PLATFORM_COMMANDS } from './control/registry.js';
+import { HomeManager } from './homes/manager.js';
+import { StateError, StateStore } from './state/store.js';
 import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
 import { loadFuse, NativeBindingError, REQUIRED_PATCH } from './fuse/binding.js';
 import { MountManager, nativeUtimensat } from './fuse/mount.js';
 import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
-import { resolveProfileName } from './policy/profiles.js';
 
 export class DaemonError extends Error {
   constructor(
@@ -46,21 +47,32 @@ export async function startDaemon(loaded: LoadedConfig, log: Logger): Promise<Da
   await mkdir(config.backing, { recursive: true, mode: 0o700 }).catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
   });
-  const ownerOf = (ref: HomeRef) => config.homes[homeId(ref)]?.owner;
+  let state: StateStore;
+  try {
+    state = await StateStore.load(config.stateFile);
+  } catch (err) {
+    throw new DaemonError(`state file ${config.stateFile}: ${(err as Error).message}`, err instanceof StateError ? EXIT.STATE : EXIT.INTERNAL);
+  }
+
+  // The manager needs the fs context and the context needs the manager's policy
+  // lookups: the lookups are late-bound through this holder.
+  let manager: HomeManager | null = null;
+  const ownerOf = (ref: HomeRef) => manager?.ownerOf(ref) ?? config.homes[homeId(ref)]?.owner;
   const store = new BackingStore(config.backing, log.child({ component: 'backing' }), ownerOf);
   await store.init().catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
   });
+  const purged = await store.purgeTrash();
+  if (purged) log.info({ purged }, 'removed homes left half-deleted by an earlier run');
 
-  const profileFor = (ref: HomeRef) => {
-    const choice = resolveProfileName({
-      homeEntry: config.homes[homeId(ref)]?.profile,
-      tenantDefault: config.tenants[ref.tenant]?.defaultProfile,
-      configDefault: config.defaultProfile,
-    });
-    return { name: choice.name, profile: profiles[choice.name]! };
-  };
-  const ctx = new FsContext({ store, log: log.child({ component: 'fs' }), profileFor, utimensat: nativeUtimensat(Fuse) });
+  const ctx = new FsContext({
+    store,
+    log: log.child({ component: 'fs' }),
+    profileFor: (ref) => manager!.profileFor(ref),
+    utimensat: nativeUtimensat(Fuse),
+  });
+  manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }));
+  const homes = manager;
 
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((r) => (resolveDone = r));
@@ -88,7 +100,7 @@ export async function startDaemon(loaded: LoadedConfig, log: Logger): Promise<Da
   const api: DaemonApi = {
     async status(): Promise<StatusReport> {
       await scans.catch(() => undefined);
-      const homes = await Promise.all(
+      const list = await Promise.all(
         ctx.knownHomes().map((p) =>
           p.then(
             (hs) => {
@@ -108,34 +120,63 @@ export async function startDaemon(loaded: LoadedConfig, log: Logger): Promise<Da
         configPath: loaded.path,
         mount: { path: config.mount, ...mount.state },
         native: { patch: REQUIRED_PATCH, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
-        homes: homes.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
+        homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
       };
     },
+    list: () => homes.list(),
+    usage: (home) => homes.usage(home),
+    create: (args) => homes.create(args),
+    setBudget: (args) => homes.setBudget(args),
+    setProfile: (args) => homes.setProfile(args),
+    settingsGet: (args) => homes.settingsGet(args),
+    settingsSet: (args) => homes.settingsSet(args),
+    rescan: (args) => homes.rescan(args),
+    resolve: (args) => homes.resolve(args),
+    renameProject: (args) => homes.renameProject(args),
+    renameUser: (args) => homes.renameUser(args),
+    deleteProject: (args) => homes.deleteProject(args),
+    deleteUser: (args) => homes.deleteUser(args),
   };
 
-  let control: ControlServer;
+  const controls: ControlServer[] = [];
   try {
-    control = await startControlServer({
-      socketPath: config.socket,
-      socketMode: 0o600,
-      commands,
-      api,
-      log: log.child({ component: 'control' }),
-    });
+    const controlLog = log.child({ component: 'control' });
+    controls.push(
+      await startControlServer({
+        socketPath: config.socket,
+        socketMode: config.adminGroup === undefined ? 0o600 : 0o660,
+        ...(config.adminGroup !== undefined ? { socketGroup: config.adminGroup } : {}),
+        commands,
+        api,
+        log: controlLog.child({ socket: 'admin' }),
+      }),
+    );
+    controls.push(
+      await startControlServer({
+        socketPath: config.platformSocket,
+        socketMode: config.platformGroup === undefined ? 0o600 : 0o660,
+        ...(config.platformGroup !== undefined ? { socketGroup: config.platformGroup } : {}),
+        commands,
+        allowed: PLATFORM_COMMANDS,
+        api,
+        log: controlLog.child({ socket: 'platform' }),
+      }),
+    );
   } catch (err) {
+    for (const c of controls) await c.close().catch(() => undefined);
     await mount.unmount();
     await store.close();
-    throw new DaemonError(`control socket ${config.socket}: ${(err as Error).message}`, EXIT.CONTROL);
+    throw new DaemonError(`control socket: ${(err as Error).message}`, EXIT.CONTROL);
   }
 
   await mount.runSelfCheck();
   mount.startProbing();
-  log.info({ mount: config.mount, backing: store.root, socket: config.socket }, 'serving');
+  log.info({ mount: config.mount, backing: store.root, socket: config.socket, platformSocket: config.platformSocket }, 'serving');
 
   async function shutdown(code: number): Promise<void> {
     if (stopping) return;
     stopping = true;
-    await control.close().catch(() => undefined);
+    for (const c of controls) await c.close().catch(() => undefined);
     await mount.unmount();
     await store.close().catch(() => undefined);
     resolveDone(code);

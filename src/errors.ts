@@ -28,6 +28,7 @@ export type HomesCode =
   | 'INVALID_ARGUMENT'
   | 'ACCESS_DENIED'
   | 'BUSY'
+  | 'RENAME_BLOCKED'
   | 'IO';
 
 export const ERRNO_OF = {
@@ -56,6 +57,8 @@ export const ERRNO_OF = {
   INVALID_ARGUMENT: osConstants.errno.EINVAL,
   ACCESS_DENIED: osConstants.errno.EACCES,
   BUSY: osConstants.errno.EBUSY,
+  // The per-scope-home design's renameBlocker: the target home exists; never a merge.
+  RENAME_BLOCKED: osConstants.errno.EEXIST,
   IO: osConstants.errno.EIO,
 } as const satisfies Record<HomesCode, number>;
 

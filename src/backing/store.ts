@@ -11,17 +11,21 @@ export interface Owner {
 }
 
 export interface BackingHome {
-  readonly ref: HomeRef;
-  readonly id: string;
+  /** changes when the home is renamed through the control socket */
+  ref: HomeRef;
+  id: string;
   /** O_PATH descriptor of the home's backing directory: the anchor of every access below it. */
   readonly fd: number;
   readonly dev: bigint;
   readonly ino: bigint;
-  readonly owner: Owner;
+  /** changes when an admin sets the owner through the control socket */
+  owner: Owner;
 }
 
 const DIR_FLAGS = sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW;
 const REVALIDATE_MS = 1000;
+/** A deleted home is first renamed to this (through the mount), then removed. Never a valid key. */
+export const TRASH_PREFIX = '.homesfs-trash-';
 const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
 
 /**
@@ -129,6 +133,7 @@ export class BackingStore {
       const out: string[] = [];
       for (const e of entries) {
         if (!e.isDirectory()) continue;
+        if (e.name.subarray(0, TRASH_PREFIX.length).equals(Buffer.from(TRASH_PREFIX))) continue;
         const name = decodeBackingName(e.name);
         if (name === null) {
           this.warnOnce('home', e.name, 'not a valid UTF-8 name');
@@ -145,6 +150,25 @@ export class BackingStore {
     } finally {
       await sys.close(fd);
     }
+  }
+
+  /** Trash left by a delete that a crash interrupted: nobody can reach it any more. */
+  async purgeTrash(): Promise<number> {
+    let n = 0;
+    for (const tenant of await this.listTenants()) {
+      const fd = await this.openTenant(tenant).catch(() => -1);
+      if (fd < 0) continue;
+      try {
+        for (const e of await sys.readdirRaw(sys.fdPath(fd))) {
+          if (!e.name.subarray(0, TRASH_PREFIX.length).equals(Buffer.from(TRASH_PREFIX))) continue;
+          await removeTree(fd, e.name);
+          n++;
+        }
+      } finally {
+        await sys.close(fd);
+      }
+    }
+    return n;
   }
 
   /** Every home currently present in the backing tree. */
@@ -199,6 +223,67 @@ export class BackingStore {
     this.forget(ref);
     await sys.close(h.fd).catch(() => undefined);
     return this.home(ref);
+  }
+
+  /** A home renamed through the mount: same directory, same descriptor, new name. */
+  rekey(from: HomeRef, to: HomeRef): void {
+    const p = this.homes.get(homeId(from));
+    this.homes.delete(homeId(from));
+    this.validatedAt.delete(homeId(from));
+    if (!p) return;
+    this.homes.set(homeId(to), p);
+    void p.then((h) => {
+      h.ref = to;
+      h.id = homeId(to);
+    });
+  }
+
+  /** Is there a directory entry (of any type) at <tenant>/<key>? */
+  async homeExists(ref: HomeRef): Promise<boolean> {
+    try {
+      return await this.withTenant(ref.tenant, async (tfd) => {
+        try {
+          await sys.lstat(sys.fdPath(tfd, ref.key));
+          return true;
+        } catch (err) {
+          if (sys.sysCode(err) === 'ENOENT') return false;
+          throw err;
+        }
+      });
+    } catch (err) {
+      if (err instanceof HomesError && err.code === 'NOT_FOUND') return false;
+      throw err;
+    }
+  }
+
+  /** Create <tenant>/<key> (and the tenant directory) in the backing tree. */
+  async createHome(ref: HomeRef, owner: Owner): Promise<void> {
+    checkSegment('tenant', ref.tenant);
+    classifyKey(ref.key);
+    await sys.mkdir(sys.fdPath(this.rootFd, ref.tenant), 0o711).catch((err) => {
+      if (sys.sysCode(err) !== 'EEXIST') throw err;
+    });
+    await this.withTenant(ref.tenant, async (tfd) => {
+      await sys.mkdir(sys.fdPath(tfd, ref.key), 0o700).catch((err) => {
+        if (sys.sysCode(err) === 'EEXIST') throw new HomesError('EXISTS', `home ${homeId(ref)} exists`);
+        throw err;
+      });
+      await sys.lchown(sys.fdPath(tfd, ref.key), owner.uid, owner.gid);
+    });
+  }
+
+  /**
+   * Remove a tree below a tenant directory entry (a home moved to a trash name).
+   * Every directory is opened by descriptor without following anything, so a
+   * symlink inside is removed, never its target.
+   */
+  async removeTenantEntry(tenant: string, rawName: string): Promise<void> {
+    const tfd = await this.openTenant(tenant);
+    try {
+      await removeTree(tfd, Buffer.from(rawName));
+    } finally {
+      await sys.close(tfd);
+    }
   }
 
   forget(ref: HomeRef): void {
@@ -269,6 +354,28 @@ export class BackingStore {
   openNode(dirFd: number, name: string): Promise<number> {
     return sys.open(sys.fdPath(dirFd, name), NODE_FLAGS);
   }
+}
+
+async function removeTree(parentFd: number, name: Buffer): Promise<void> {
+  const path = Buffer.concat([Buffer.from(`/proc/self/fd/${parentFd}/`), name]);
+  let fd: number;
+  try {
+    fd = await sys.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
+  } catch (err) {
+    const code = sys.sysCode(err);
+    if (code === 'ENOTDIR' || code === 'ELOOP') return sys.unlink(path);
+    if (code === 'ENOENT') return;
+    throw err;
+  }
+  try {
+    for (const e of await sys.readdirRaw(sys.fdPath(fd))) {
+      if (e.isDirectory()) await removeTree(fd, e.name);
+      else await sys.unlink(Buffer.concat([Buffer.from(`/proc/self/fd/${fd}/`), e.name]));
+    }
+  } finally {
+    await sys.close(fd);
+  }
+  await sys.rmdir(path);
 }
 
 function notFoundIfMissing(err: unknown, what: string): unknown {

@@ -28,7 +28,7 @@ export const chmod = promisify(fs.chmod);
 export const lchown = promisify(fs.lchown);
 export const mkdir = (path: string, mode: number): Promise<void> =>
   new Promise((resolve, reject) => fs.mkdir(path, { mode }, (e) => (e ? reject(e) : resolve())));
-export const rmdir = promisify(fs.rmdir) as (path: string) => Promise<void>;
+export const rmdir = promisify(fs.rmdir) as (path: fs.PathLike) => Promise<void>;
 export const unlink = promisify(fs.unlink) as (path: fs.PathLike) => Promise<void>;
 export const rename = promisify(fs.rename);
 export const symlink = promisify(fs.symlink) as (target: string, path: string) => Promise<void>;

@@ -20,4 +20,6 @@ export const EXIT = {
   CONTROL: 7,
   /** the backing directory cannot be used */
   BACKING: 8,
+  /** the state file is unreadable or invalid: the daemon will not guess owners or limits */
+  STATE: 9,
 } as const;

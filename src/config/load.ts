@@ -23,6 +23,8 @@ export const DEMO_DEFAULTS = {
   backing: '/var/lib/homesfs-demo/backing',
   mount: '/var/lib/homesfs-demo/homes',
   socket: '/run/homesfs-demo/admin.sock',
+  platformSocket: '/run/homesfs-demo-platform/platform.sock',
+  stateFile: '/var/lib/homesfs-demo/state.json',
 } as const;
 
 function deepFreeze<T>(o: T): T {
@@ -47,7 +49,7 @@ export function buildConfig(input: unknown, path: string | null): LoadedConfig {
   const raw = (parsed.success ? parsed.data : typeof input === 'object' && input !== null ? input : {}) as Partial<Config>;
   const str = (v: unknown): v is string => typeof v === 'string';
   const obj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-  for (const key of ['backing', 'mount', 'socket'] as const) {
+  for (const key of ['backing', 'mount', 'socket', 'platformSocket', 'stateFile'] as const) {
     const p = raw[key];
     if (str(p) && p.length > 0 && !isAbsolute(p)) issues.push(`${key}: must be an absolute path`);
   }

@@ -30,6 +30,20 @@ export const ConfigSchema = z
     backing: z.string().min(1),
     mount: z.string().min(1),
     socket: z.string().min(1).default('/run/homesfs/admin.sock'),
+    /** serves only status and resolve: for the service that starts agents */
+    platformSocket: z.string().min(1).default('/run/homesfs-platform/platform.sock'),
+    /** admin socket 0660 with this group (else 0600) */
+    adminGroup: z.number().int().min(0).max(0xfffffffe).optional(),
+    /** platform socket 0660 with this group (else 0600) */
+    platformGroup: z.number().int().min(0).max(0xfffffffe).optional(),
+    /** settings, owners and per-home overrides survive restarts here */
+    stateFile: z.string().min(1).default('/var/lib/homesfs/state.json'),
+    /** uids (and gids) allocated to new homes */
+    owners: z
+      .object({ from: z.number().int().min(1).max(0xfffffffe), to: z.number().int().min(1).max(0xfffffffe) })
+      .strict()
+      .refine((o) => o.from <= o.to, { message: 'owners.from must be <= owners.to' })
+      .default({ from: 200000, to: 299999 }),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     defaultProfile: z.string().min(1).default('home'),
     profiles: z.record(ProfileNameSchema, ProfileSchema).default({}),

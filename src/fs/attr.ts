@@ -15,7 +15,17 @@ function foreignDevice(hs: HomeState, st: BigIntStats): void {
 }
 
 export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
-  const vp = ctx.parse(path);
+  let vp;
+  try {
+    vp = ctx.parse(path);
+  } catch (err) {
+    // A lookup of a name that cannot exist in the tree (".hidden" as a tenant,
+    // "_other" as a key) is simply not there; creating one is refused elsewhere.
+    if (err instanceof HomesError && (err.code === 'INVALID_NAME' || err.code === 'NAME_TOO_LONG')) {
+      throw new HomesError('NOT_FOUND', 'no such name');
+    }
+    throw err;
+  }
   if (vp.kind === 'root') return daemonDirAttr(await ctx.store.rootStat());
   if (vp.kind === 'tenant') return daemonDirAttr(await ctx.store.statTenant(vp.tenant));
   if (vp.rel.length === 0) {

@@ -23,6 +23,8 @@ export type Utimensat = (path: string, atime: TimeSpec, mtime: TimeSpec) => Prom
 export interface ProfileChoice {
   name: string;
   profile: Profile;
+  /** the profile's limits with any live budget override applied */
+  limits: import('../policy/ledger.js').Limits;
 }
 
 export interface FsDeps {
@@ -30,6 +32,19 @@ export interface FsDeps {
   log: Logger;
   profileFor: (ref: HomeRef) => ProfileChoice;
   utimensat: Utimensat;
+}
+
+/**
+ * A one-shot permission for the control socket's helper process to rename a
+ * home (or move it to a trash name) through the mount: renames at the home
+ * level are otherwise refused. Matched on the caller's pid and both paths.
+ */
+export interface HomeRenameAdmission {
+  pid: number;
+  from: string;
+  to: string;
+  /** the daemon's own bookkeeping, run before the kernel hears success */
+  onRenamed(): void;
 }
 
 export type HomePath = { kind: 'home'; home: HomeRef; rel: readonly string[] };
@@ -41,6 +56,7 @@ export type HomePath = { kind: 'home'; home: HomeRef; rel: readonly string[] };
  */
 export class FsContext {
   readonly handles = new HandleTable();
+  admission: HomeRenameAdmission | null = null;
   private readonly homes = new Map<string, Promise<HomeState>>();
   readonly log: Logger;
 
@@ -84,14 +100,38 @@ export class FsContext {
   /** The home, once its ledger has been built by the start-up scan. */
   async readyHome(ref: HomeRef): Promise<HomeState> {
     const hs = await this.home(ref);
-    await hs.ready;
+    // A rescan may close the gate again while we wait: wait until it stays open.
+    for (let gate = hs.ready; ; gate = hs.ready) {
+      await gate;
+      if (gate === hs.ready) break;
+    }
     // Without a ledger the budget cannot be kept exact: refuse changes rather than guess.
     if (hs.scan !== 'done') throw new HomesError('IO', `the ledger of ${hs.backing.id} could not be built: ${hs.scanError ?? 'unknown'}`);
     return hs;
   }
 
+  /** Hold back operations that change the home's tree (for a rescan); call the result to let them go. */
+  closeGate(hs: HomeState): () => void {
+    let open!: () => void;
+    hs.ready = new Promise<void>((resolve) => (open = resolve));
+    return open;
+  }
+
   knownHomes(): Promise<HomeState>[] {
     return [...this.homes.values()];
+  }
+
+  /** A home renamed through the mount keeps its state (ledger, handles) under the new name. */
+  rekeyHome(from: HomeRef, to: HomeRef): void {
+    const p = this.homes.get(homeId(from));
+    this.homes.delete(homeId(from));
+    this.store.rekey(from, to);
+    if (p) this.homes.set(homeId(to), p);
+  }
+
+  /** The home's state if it is loaded (no scan is started). */
+  loadedHome(ref: HomeRef): Promise<HomeState> | undefined {
+    return this.homes.get(homeId(ref));
   }
 
   /** Called when the backing home vanished or was replaced: drop every cache of it. */
@@ -117,12 +157,8 @@ export class FsContext {
 
   private async openHomeState(ref: HomeRef): Promise<HomeState> {
     const backing = await this.store.home(ref);
-    const { name, profile } = this.deps.profileFor(ref);
-    const ledger = new Ledger({
-      maxHomeBytes: profile.maxHomeBytes,
-      maxInodes: profile.maxInodes,
-      maxFileBytes: profile.maxFileBytes,
-    });
+    const { name, profile, limits } = this.deps.profileFor(ref);
+    const ledger = new Ledger(limits);
     let markReady!: () => void;
     const ready = new Promise<void>((resolve) => (markReady = resolve));
     const hs: HomeState = {

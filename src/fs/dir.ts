@@ -66,7 +66,29 @@ function sameHome(a: HomeRef, b: HomeRef): boolean {
   return a.tenant === b.tenant && a.key === b.key;
 }
 
-export async function rename(ctx: FsContext, from: string, to: string): Promise<void> {
+/** The control socket's helper renaming a home: the one rename allowed at the home level. */
+async function admittedHomeRename(ctx: FsContext, from: string, to: string, caller: Caller): Promise<boolean> {
+  const a = ctx.admission;
+  if (!a || a.pid !== caller.pid || a.from !== from || a.to !== to) return false;
+  const [, tenant = '', fromKey = ''] = from.split('/');
+  const [, toTenant = '', toKey = ''] = to.split('/');
+  if (tenant !== toTenant) return false;
+  await ctx.store.withTenant(tenant, async (tfd) => {
+    // rename(2) would replace an empty directory: a home is never merged or replaced.
+    const exists = await sys.lstat(sys.fdPath(tfd, toKey)).then(
+      () => true,
+      (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err)),
+    );
+    if (exists) throw new HomesError('RENAME_BLOCKED', `${to.slice(1)} exists`);
+    await sys.rename(sys.fdPath(tfd, fromKey), sys.fdPath(tfd, toKey));
+  });
+  ctx.admission = null;
+  a.onRenamed();
+  return true;
+}
+
+export async function rename(ctx: FsContext, from: string, to: string, caller: Caller): Promise<void> {
+  if (await admittedHomeRename(ctx, from, to, caller)) return;
   const src = ctx.parseInHome(from, 'rename');
   const dst = ctx.parseInHome(to, 'rename');
   // Between homes: EXDEV, so mv(1) copies and deletes, and the target's budget applies.

@@ -20,7 +20,12 @@ export interface ScanResult {
  * (the file was unlinked while open): nobody can reach them any more, so they
  * are removed instead of charged.
  */
-export async function measureTree(rootFd: number, onProgress?: (r: ScanResult) => void): Promise<ScanResult> {
+export async function measureTree(
+  rootFd: number,
+  onProgress?: (r: ScanResult) => void,
+  /** the size to charge for a file (a rescan substitutes the ledger's size for open files) */
+  sizeOf: (key: string, diskSize: number) => number = (_k, size) => size,
+): Promise<ScanResult> {
   const seen = new Set<string>();
   const result: ScanResult = { bytes: 0, inodes: 0, purged: 0 };
   let sinceReport = 0;
@@ -46,7 +51,7 @@ export async function measureTree(rootFd: number, onProgress?: (r: ScanResult) =
         seen.add(key);
       }
       result.inodes++;
-      if (st.isFile()) result.bytes += Number(st.size);
+      if (st.isFile()) result.bytes += sizeOf(key, Number(st.size));
       if (st.isDirectory()) {
         let fd: number;
         try {

@@ -39,14 +39,15 @@ export type ScanState = 'pending' | 'scanning' | 'done' | 'failed';
 
 export interface HomeState {
   readonly backing: BackingHome;
-  readonly profileName: string;
-  readonly profile: Profile;
+  /** both change when a profile override is set through the control socket */
+  profileName: string;
+  profile: Profile;
   /** replaced once by the start-up scan, before `ready` resolves */
   ledger: Ledger;
   scan: ScanState;
   scanError?: string;
-  /** resolves when the ledger is built; mutating operations wait for it */
-  readonly ready: Promise<void>;
+  /** resolves when the ledger is built (or a rescan ends); mutating operations wait for it */
+  ready: Promise<void>;
   readonly inodes: Map<string, OpenInode>;
   openHandles: number;
 }

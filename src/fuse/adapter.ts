@@ -169,7 +169,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
     mkdir: (path, mode, cb, caller) => run('mkdir', path, caller, cb, async () => (await dir.mkdir(ctx, path, mode, caller), [])),
     rmdir: (path, cb, caller) => run('rmdir', path, caller, cb, async () => (await dir.rmdir(ctx, path), [])),
     unlink: (path, cb, caller) => run('unlink', path, caller, cb, async () => (await dir.unlink(ctx, path), [])),
-    rename: (src, dest, cb, caller) => run('rename', src, caller, cb, async () => (await dir.rename(ctx, src, dest), [])),
+    rename: (src, dest, cb, caller) => run('rename', src, caller, cb, async () => (await dir.rename(ctx, src, dest, caller), [])),
     link: (src, dest, cb, caller) => run('link', dest, caller, cb, async () => (await dir.link(ctx, src, dest), [])),
     symlink: (target, path, cb, caller) => run('symlink', path, caller, cb, async () => (await dir.symlink(ctx, target, path, caller), [])),
     mknod: (path, _mode, _dev, cb, caller) => run('mknod', path, caller, cb, async () => (await dir.mknod(ctx, path), [])),

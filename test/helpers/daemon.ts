@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
@@ -28,6 +28,10 @@ export interface RunningDaemon {
   /** resolves with the exit code */
   exited: Promise<number | null>;
   stop(): Promise<number | null>;
+  /** stop, keeping the directory (backing, state file, config) */
+  stopKeep(): Promise<number | null>;
+  /** stop and start again on the same directory and configuration */
+  restart(): Promise<RunningDaemon>;
   home(tenant: string, key: string): string;
   backingOf(tenant: string, key: string): string;
   fdCount(): number;
@@ -41,6 +45,8 @@ export interface StartOptions {
   /** create these "tenant/key" backing dirs before start */
   create?: string[];
   env?: NodeJS.ProcessEnv;
+  /** reuse this directory (restart) */
+  dir?: string;
 }
 
 function isMounted(path: string): boolean {
@@ -52,18 +58,31 @@ function isMounted(path: string): boolean {
 /** Spawn the built daemon as a child and wait until it reports that it serves. */
 export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemon> {
   if (!existsSync(HOMESFS)) throw new Error(`${HOMESFS} is missing: run "npm run build" (npm test does it)`);
-  const dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
+  const reuse = opts.dir !== undefined;
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'homesfs-it-'));
   chmodSync(dir, 0o755); // the unprivileged test uids must reach the mount point
   const backing = join(dir, 'backing');
   const mount = join(dir, 'mnt');
   const socket = join(dir, 'run', 'admin.sock');
-  mkdirSync(backing, { mode: 0o755 });
-  for (const h of opts.create ?? []) mkdirSync(join(backing, h), { recursive: true, mode: 0o700 });
   const configPath = join(dir, 'config.json');
-  writeFileSync(
-    configPath,
-    JSON.stringify({ backing, mount, socket, logLevel: 'debug', homes: opts.homes ?? {}, probe: { intervalMs: 1000, timeoutMs: 5000 }, ...opts.config }),
-  );
+  if (!reuse) {
+    mkdirSync(backing, { mode: 0o755 });
+    for (const h of opts.create ?? []) mkdirSync(join(backing, h), { recursive: true, mode: 0o700 });
+    writeFileSync(
+      configPath,
+      JSON.stringify({
+        backing,
+        mount,
+        socket,
+        platformSocket: join(dir, 'platform', 'platform.sock'),
+        stateFile: join(dir, 'state.json'),
+        logLevel: 'debug',
+        homes: opts.homes ?? {},
+        probe: { intervalMs: 1000, timeoutMs: 5000 },
+        ...opts.config,
+      }),
+    );
+  }
   const proc = spawn(process.execPath, [HOMESFS, 'serve', '--config', configPath], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...opts.env },
@@ -129,6 +148,15 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
       return JSON.parse(r.stdout) as Record<string, unknown>;
     },
     stop: async () => {
+      const code = await d.stopKeep();
+      rmSync(dir, { recursive: true, force: true });
+      return code;
+    },
+    restart: async () => {
+      await d.stopKeep();
+      return startDaemon({ ...opts, dir });
+    },
+    stopKeep: async () => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
       const timer = new Promise<'timeout'>((res) => setTimeout(() => res('timeout'), 15_000));
       const r = await Promise.race([exited, timer]);
@@ -138,9 +166,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
         proc.kill('SIGKILL');
       }
       if (isMounted(mount)) spawnSync('umount', ['-l', mount]);
-      const code = r === 'timeout' ? null : r;
-      rmSync(dir, { recursive: true, force: true });
-      return code;
+      return r === 'timeout' ? null : r;
     },
   };
   void ctl;
@@ -172,10 +198,13 @@ export function runAsync(cmd: string, args: string[], opts: { cwd?: string; env?
   });
 }
 
+/** A PATH an unprivileged uid can use (root's pyenv shims live under 0700 /root). */
+export const SYSTEM_PATH = `${dirname(process.execPath)}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`;
+
 /** Run a shell snippet as an unprivileged uid (setpriv from util-linux). */
 export function runAs(uid: number, gid: number, script: string, opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<RunResult> {
   return runAsync('setpriv', [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', 'sh', '-c', script], {
     ...opts,
-    env: { PATH: process.env.PATH, LANG: 'C.UTF-8', ...opts.env },
+    env: { PATH: SYSTEM_PATH, LANG: 'C.UTF-8', ...opts.env },
   });
 }

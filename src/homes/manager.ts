@@ -1,0 +1,465 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import type { Owner } from '../backing/store.js';
+import { TRASH_PREFIX } from '../backing/store.js';
+import type { LoadedConfig } from '../config/load.js';
+import type {
+  DeleteResult,
+  HomeInfo,
+  OwnerArg,
+  RenameResult,
+  RescanResult,
+  ResolveResult,
+  SettingsTarget,
+  SettingsView,
+  HomeScopeValue,
+} from '../control/api.js';
+import { HomesError } from '../errors.js';
+import type { FsContext } from '../fs/context.js';
+import { measureTree } from '../fs/scan.js';
+import { inodeKey, type HomeState } from '../fs/state.js';
+import type { Logger } from '../log.js';
+import { checkSegment, classifyKey, keyFor } from '../paths/names.js';
+import { homeId, type HomeRef } from '../paths/parse.js';
+import { Ledger, type Limits } from '../policy/ledger.js';
+import { resolveProfileName, type Profile, type ProfileSource } from '../policy/profiles.js';
+import { allocateOwner } from '../scope/owners.js';
+import { isOrphan, resolveScope } from '../scope/resolve.js';
+import type { StateStore } from '../state/store.js';
+import { cwdProcessesUnder } from './busy.js';
+
+export function parseHomeArg(arg: string): HomeRef {
+  const parts = arg.split('/');
+  if (parts.length !== 2) throw new HomesError('INVALID_NAME', `a home is named "<tenant>/<key>", not "${arg}"`);
+  const ref = { tenant: parts[0]!, key: parts[1]! };
+  checkSegment('tenant', ref.tenant);
+  classifyKey(ref.key);
+  return ref;
+}
+
+/**
+ * The life of homes: creation, resolution through the scope cascade, owners,
+ * live overrides, rescans, rename and delete. The persistent part lives in the
+ * state file; the live part in the fs context. Renames and deletes go through
+ * the mount (a helper process, admitted by pid), so libfuse's path cache, open
+ * files and working directories follow the home.
+ */
+export class HomeManager {
+  constructor(
+    private readonly ctx: FsContext,
+    private readonly state: StateStore,
+    private readonly loaded: LoadedConfig,
+    private readonly log: Logger,
+  ) {}
+
+  private get config() {
+    return this.loaded.config;
+  }
+
+  /** Owner precedence: the state file > the config's home entry > (caller falls back to) the backing directory's owner. */
+  ownerOf(ref: HomeRef): Owner | undefined {
+    return this.state.state.homes[homeId(ref)]?.owner ?? this.config.homes[homeId(ref)]?.owner;
+  }
+
+  /** Profile precedence: live override > config entry > tenant default > configured default. */
+  profileFor(ref: HomeRef): { name: string; profile: Profile; source: ProfileSource; limits: Limits } {
+    const id = homeId(ref);
+    const entry = this.state.state.homes[id];
+    const choice = resolveProfileName({
+      override: entry?.profile,
+      homeEntry: this.config.homes[id]?.profile,
+      tenantDefault: this.config.tenants[ref.tenant]?.defaultProfile,
+      configDefault: this.config.defaultProfile,
+    });
+    let profile = this.loaded.profiles[choice.name];
+    if (!profile) {
+      // An override naming a profile removed from the config: fall back, loudly.
+      this.log.warn({ home: id, profile: choice.name }, 'profile override names an unknown profile: using the default');
+      profile = this.loaded.profiles[this.config.defaultProfile]!;
+    }
+    const limits = {
+      maxHomeBytes: entry?.budget ?? profile.maxHomeBytes,
+      maxInodes: profile.maxInodes,
+      maxFileBytes: profile.maxFileBytes,
+    };
+    return { name: choice.name, profile, source: choice.source, limits };
+  }
+
+  /** Re-apply profile and budget to a loaded home after an override changed. */
+  private async applyPolicy(ref: HomeRef): Promise<void> {
+    const p = this.ctx.loadedHome(ref);
+    if (!p) return;
+    const hs = await p;
+    const choice = this.profileFor(ref);
+    hs.profile = choice.profile;
+    hs.profileName = choice.name;
+    hs.ledger.setLimits(choice.limits);
+  }
+
+  private mountPath(ref: HomeRef): string {
+    return join(this.config.mount, ref.tenant, ref.key);
+  }
+
+  async info(ref: HomeRef): Promise<HomeInfo> {
+    const hs = await this.ctx.home(ref);
+    const choice = this.profileFor(ref);
+    const snap = hs.ledger.snapshot();
+    const scope = classifyKey(ref.key).scope;
+    return {
+      tenant: ref.tenant,
+      key: ref.key,
+      scope,
+      path: this.mountPath(ref),
+      owner: { ...hs.backing.owner },
+      profile: choice.name,
+      profileSource: choice.source,
+      bytes: snap.bytes,
+      budget: snap.limits.maxHomeBytes,
+      fileCap: snap.limits.maxFileBytes,
+      inodes: snap.inodes,
+      inodeCap: snap.limits.maxInodes,
+      openHandles: hs.openHandles,
+      scan: hs.scan,
+      orphan: isOrphan(this.state.state.settings[ref.tenant], ref.tenant, ref.key),
+    };
+  }
+
+  async list(): Promise<HomeInfo[]> {
+    const refs = await this.ctx.store.listAllHomes();
+    const out: HomeInfo[] = [];
+    for (const ref of refs) {
+      try {
+        out.push(await this.info(ref));
+      } catch (err) {
+        this.log.warn({ home: homeId(ref), err: (err as Error).message }, 'home not listed');
+      }
+    }
+    return out;
+  }
+
+  async usage(arg: string): Promise<HomeInfo> {
+    const ref = parseHomeArg(arg);
+    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${arg} does not exist`);
+    return this.info(ref);
+  }
+
+  /** uids and gids already given out (gid = uid for allocated owners, but an explicit owner may differ). */
+  private usedIds(): number[] {
+    const ids = Object.values(this.state.state.homes).flatMap((h) => [h.owner.uid, h.owner.gid]);
+    for (const h of Object.values(this.config.homes)) if (h.owner) ids.push(h.owner.uid, h.owner.gid);
+    return ids;
+  }
+
+  private checkProfile(name: string | undefined): void {
+    if (name !== undefined && !Object.hasOwn(this.loaded.profiles, name)) {
+      throw new HomesError('INVALID_ARGUMENT', `unknown profile "${name}"`, { profiles: Object.keys(this.loaded.profiles) });
+    }
+  }
+
+  /** Create a home: owner allocated from the configured range unless given; recorded before the directory exists. */
+  async create(args: { home: string; profile?: string; budget?: number; owner?: OwnerArg }): Promise<HomeInfo> {
+    const ref = parseHomeArg(args.home);
+    this.checkProfile(args.profile);
+    await this.createHome(ref, args);
+    return this.info(ref);
+  }
+
+  private async createHome(ref: HomeRef, args: { profile?: string; budget?: number; owner?: OwnerArg }): Promise<Owner> {
+    const id = homeId(ref);
+    if (await this.ctx.store.homeExists(ref)) throw new HomesError('EXISTS', `home ${id} exists`);
+    const owner = args.owner ?? this.ownerOf(ref) ?? allocateOwner(this.config.owners, this.usedIds());
+    await this.state.update((s) => {
+      s.homes[id] = {
+        owner: { uid: owner.uid, gid: owner.gid },
+        ...(args.profile !== undefined ? { profile: args.profile } : {}),
+        ...(args.budget !== undefined ? { budget: args.budget } : {}),
+        createdAt: new Date().toISOString(),
+      };
+    });
+    await this.ctx.store.createHome(ref, owner);
+    this.log.info({ home: id, owner, profile: args.profile, budget: args.budget }, 'home created');
+    return owner;
+  }
+
+  /** Make sure the home has a state entry (owner pinned) before an override is recorded. */
+  private async entryFor(ref: HomeRef): Promise<void> {
+    if (this.state.state.homes[homeId(ref)]) return;
+    const hs = await this.ctx.home(ref);
+    await this.state.update((s) => {
+      s.homes[homeId(ref)] ??= { owner: { ...hs.backing.owner }, createdAt: new Date().toISOString() };
+    });
+  }
+
+  async setBudget(args: { home: string; bytes: number }): Promise<HomeInfo> {
+    const ref = parseHomeArg(args.home);
+    if (!Number.isSafeInteger(args.bytes) || args.bytes < 0) throw new HomesError('INVALID_ARGUMENT', 'a budget is a non-negative number of bytes');
+    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
+    await this.entryFor(ref);
+    await this.state.update((s) => {
+      s.homes[homeId(ref)]!.budget = args.bytes;
+    });
+    await this.applyPolicy(ref);
+    this.log.info({ home: homeId(ref), budget: args.bytes }, 'budget set');
+    return this.info(ref);
+  }
+
+  async setProfile(args: { home: string; profile: string | null }): Promise<HomeInfo> {
+    const ref = parseHomeArg(args.home);
+    this.checkProfile(args.profile ?? undefined);
+    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
+    await this.entryFor(ref);
+    await this.state.update((s) => {
+      const e = s.homes[homeId(ref)]!;
+      if (args.profile === null) delete e.profile;
+      else e.profile = args.profile;
+    });
+    await this.applyPolicy(ref);
+    this.log.info({ home: homeId(ref), profile: args.profile }, 'profile override set');
+    return this.info(ref);
+  }
+
+  private settingsView(t: SettingsTarget): SettingsView {
+    const st = this.state.state.settings[t.tenant];
+    const view: SettingsView = { tenant: t.tenant, tenantDefault: st?.tenantDefault ?? null };
+    if (t.project !== undefined) view.project = { name: t.project, value: st?.projects[t.project] ?? null };
+    if (t.user !== undefined) view.user = { login: t.user, value: st?.users[t.user] ?? null };
+    if (t.project !== undefined) {
+      const r = resolveScope(st, { tenant: t.tenant, project: t.project, ...(t.user !== undefined ? { user: t.user } : {}) });
+      view.resolved = { scope: r.scope, source: r.source, key: r.key };
+    }
+    return view;
+  }
+
+  private checkTarget(t: SettingsTarget): void {
+    checkSegment('tenant', t.tenant);
+    if (t.project !== undefined) keyFor('project', t.project);
+    if (t.user !== undefined) checkSegment('login', t.user);
+  }
+
+  async settingsGet(t: SettingsTarget): Promise<SettingsView> {
+    this.checkTarget(t);
+    return this.settingsView(t);
+  }
+
+  async settingsSet(args: SettingsTarget & { homeScope: HomeScopeValue | null }): Promise<SettingsView> {
+    this.checkTarget(args);
+    if (args.project !== undefined && args.user !== undefined) {
+      throw new HomesError('INVALID_ARGUMENT', 'a setting belongs to the tenant, one project or one user, not both');
+    }
+    if (args.homeScope !== null && !['project', 'tenant', 'user'].includes(args.homeScope)) {
+      throw new HomesError('INVALID_ARGUMENT', 'home-scope is project, tenant or user');
+    }
+    await this.state.update((s) => {
+      const st = (s.settings[args.tenant] ??= { projects: {}, users: {} });
+      if (args.project !== undefined) {
+        if (args.homeScope === null) delete st.projects[args.project];
+        else st.projects[args.project] = args.homeScope;
+      } else if (args.user !== undefined) {
+        if (args.homeScope === null) delete st.users[args.user];
+        else st.users[args.user] = args.homeScope;
+      } else if (args.homeScope === null) delete st.tenantDefault;
+      else st.tenantDefault = args.homeScope;
+    });
+    this.log.info({ tenant: args.tenant, project: args.project, user: args.user, homeScope: args.homeScope }, 'home-scope setting changed');
+    return this.settingsView(args);
+  }
+
+  async resolve(args: { tenant: string; project: string; user?: string }): Promise<ResolveResult> {
+    checkSegment('tenant', args.tenant);
+    const r = resolveScope(this.state.state.settings[args.tenant], args);
+    if (r.warning) this.log.warn({ tenant: args.tenant, project: args.project, user: args.user, reason: r.warning }, 'home-scope setting unusable: project scope');
+    const ref = { tenant: args.tenant, key: r.key };
+    let created = false;
+    if (!(await this.ctx.store.homeExists(ref))) {
+      try {
+        await this.createHome(ref, {});
+        created = true;
+      } catch (err) {
+        // Two resolves racing for one new home: the second finds it made.
+        if (!(err instanceof HomesError && err.code === 'EXISTS')) throw err;
+      }
+    }
+    const hs = await this.ctx.home(ref);
+    return {
+      tenant: args.tenant,
+      scope: r.scope,
+      key: r.key,
+      home: this.mountPath(ref),
+      owner: { ...hs.backing.owner },
+      created,
+      source: r.source,
+    };
+  }
+
+  /**
+   * Rebuild a home's ledger from the disk. Changes to the tree wait (the home's
+   * `ready` gate); writes through handles already open keep going, so open
+   * files are counted at the size the ledger holds for them.
+   */
+  async rescan(args: { home: string }): Promise<RescanResult> {
+    const ref = parseHomeArg(args.home);
+    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
+    const hs = await this.ctx.readyHome(ref);
+    const before = { bytes: hs.ledger.bytes, inodes: hs.ledger.inodes };
+    const gate = this.ctx.closeGate(hs);
+    try {
+      const r = await measureTree(hs.backing.fd, undefined, (key, diskSize) => {
+        const open = hs.inodes.get(key);
+        return open ? open.size : diskSize;
+      });
+      const unlinkedOpen = [...hs.inodes.values()].filter((i) => i.unlinked);
+      const bytes = r.bytes + unlinkedOpen.reduce((a, i) => a + i.size, 0);
+      const inodes = r.inodes + unlinkedOpen.length;
+      hs.ledger = new Ledger(hs.ledger.limits, { bytes, inodes });
+      const after = { bytes, inodes };
+      const drift = { bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes };
+      (drift.bytes || drift.inodes ? this.log.warn.bind(this.log) : this.log.info.bind(this.log))({ home: homeId(ref), before, after, drift }, 'home rescanned');
+      return { home: homeId(ref), before, after, drift };
+    } finally {
+      gate();
+    }
+  }
+
+  private async inUse(ref: HomeRef): Promise<{ openFiles: number; cwdProcesses: number }> {
+    const p = this.ctx.loadedHome(ref);
+    const openFiles = p ? (await p.catch(() => null))?.openHandles ?? 0 : 0;
+    const cwd = await cwdProcessesUnder(this.mountPath(ref));
+    return { openFiles, cwdProcesses: cwd.length };
+  }
+
+  private async checkBusy(ref: HomeRef, force: boolean | undefined, op: string): Promise<{ openFiles: number; cwdProcesses: number }> {
+    const use = await this.inUse(ref);
+    if ((use.openFiles > 0 || use.cwdProcesses > 0) && !force) {
+      throw new HomesError(
+        'BUSY',
+        `home ${homeId(ref)} is in use (${use.openFiles} open files, ${use.cwdProcesses} processes working inside): ${op} refused; --force to ${op} anyway`,
+        use,
+      );
+    }
+    return use;
+  }
+
+  /**
+   * Rename a home through the mount: a child process calls rename(2) on the
+   * mount, the daemon admits exactly that call (by pid and paths) and moves its
+   * own state under the new name before the kernel hears success. The kernel
+   * and libfuse then move their dentries and path cache, so open files and
+   * working directories follow the home, and the old path is gone at once.
+   */
+  private async renameThroughMount(tenant: string, fromKey: string, toKey: string, after: () => void): Promise<void> {
+    const mnt = this.config.mount;
+    const from = `/${tenant}/${fromKey}`;
+    const to = `/${tenant}/${toKey}`;
+    if (this.ctx.admission) throw new HomesError('BUSY', 'another home rename is in progress');
+    await new Promise<void>((resolve, reject) => {
+      const child = execFile(
+        process.execPath,
+        ['-e', 'require("fs").renameSync(process.argv[1], process.argv[2])', mnt + from, mnt + to],
+        { timeout: 30_000 },
+        (err, _out, stderr) => {
+          if (this.ctx.admission?.pid === child.pid) this.ctx.admission = null;
+          if (!err) return resolve();
+          const code = /\b(E[A-Z]+)\b/.exec(String(stderr))?.[1];
+          if (code === 'EEXIST') return reject(new HomesError('RENAME_BLOCKED', `${to.slice(1)} exists`));
+          reject(new HomesError('IO', `rename through the mount failed: ${code ?? String(stderr).trim().split('\n')[0]}`));
+        },
+      );
+      if (child.pid === undefined) return reject(new HomesError('IO', 'could not start the rename helper'));
+      // Set before the event loop can run the child's FUSE request.
+      this.ctx.admission = { pid: child.pid, from, to, onRenamed: after };
+    });
+  }
+
+  private async renameHome(tenant: string, fromKey: string, toKey: string, force: boolean | undefined, moveSettings: (s: import('../state/schema.js').State) => void): Promise<RenameResult> {
+    checkSegment('tenant', tenant);
+    const from = { tenant, key: fromKey };
+    const to = { tenant, key: toKey };
+    if (!(await this.ctx.store.homeExists(from))) throw new HomesError('NOT_FOUND', `home ${homeId(from)} does not exist`);
+    if (await this.ctx.store.homeExists(to)) {
+      throw new HomesError('RENAME_BLOCKED', `home ${homeId(to)} exists: homes are never merged`, { renameBlocker: homeId(to) });
+    }
+    const use = await this.checkBusy(from, force, 'rename');
+    await this.renameThroughMount(tenant, fromKey, toKey, () => this.ctx.rekeyHome(from, to));
+    await this.state.update((s) => {
+      const e = s.homes[homeId(from)];
+      if (e) {
+        s.homes[homeId(to)] = e;
+        delete s.homes[homeId(from)];
+      }
+      moveSettings(s);
+    });
+    this.log.info({ from: homeId(from), to: homeId(to), ...use }, 'home renamed');
+    return { from: homeId(from), to: homeId(to), ...use };
+  }
+
+  renameProject(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult> {
+    const fromKey = keyFor('project', args.from);
+    const toKey = keyFor('project', args.to);
+    return this.renameHome(args.tenant, fromKey, toKey, args.force, (s) => {
+      const st = s.settings[args.tenant];
+      if (st && args.from in st.projects) {
+        st.projects[args.to] = st.projects[args.from]!;
+        delete st.projects[args.from];
+      }
+    });
+  }
+
+  renameUser(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult> {
+    const fromKey = keyFor('user', args.from);
+    const toKey = keyFor('user', args.to);
+    return this.renameHome(args.tenant, fromKey, toKey, args.force, (s) => {
+      const st = s.settings[args.tenant];
+      if (st && args.from in st.users) {
+        st.users[args.to] = st.users[args.from]!;
+        delete st.users[args.from];
+      }
+    });
+  }
+
+  /** Move the home to a trash name through the mount (the path is gone at once), then remove the backing tree. */
+  private async deleteHome(ref: HomeRef, force: boolean | undefined): Promise<number> {
+    await this.checkBusy(ref, force, 'delete');
+    const loaded = this.ctx.loadedHome(ref);
+    const bytes = loaded ? (await loaded.catch(() => null))?.ledger.bytes ?? 0 : 0;
+    const trash = `${TRASH_PREFIX}${randomBytes(6).toString('hex')}`;
+    await this.renameThroughMount(ref.tenant, ref.key, trash, () => this.ctx.forgetHome(ref));
+    await this.state.update((s) => {
+      delete s.homes[homeId(ref)];
+    });
+    await this.ctx.store.removeTenantEntry(ref.tenant, trash);
+    this.log.info({ home: homeId(ref), bytes }, 'home deleted');
+    return bytes;
+  }
+
+  async deleteProject(args: { tenant: string; project: string; force?: boolean }): Promise<DeleteResult> {
+    checkSegment('tenant', args.tenant);
+    const key = keyFor('project', args.project);
+    const r = resolveScope(this.state.state.settings[args.tenant], { tenant: args.tenant, project: args.project });
+    const ref = { tenant: args.tenant, key };
+    const shared = r.scope !== 'project' ? `project ${args.project} uses the shared home ${homeId({ tenant: args.tenant, key: r.key })} (${r.scope} scope): it stays` : undefined;
+    if (!(await this.ctx.store.homeExists(ref))) {
+      if (shared) return { deleted: null, deleteNote: shared };
+      throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
+    }
+    const bytes = await this.deleteHome(ref, args.force);
+    await this.state.update((s) => {
+      delete s.settings[args.tenant]?.projects[args.project];
+    });
+    return { deleted: homeId(ref), bytes, ...(shared ? { deleteNote: shared } : {}) };
+  }
+
+  async deleteUser(args: { tenant: string; login: string; force?: boolean }): Promise<DeleteResult> {
+    checkSegment('tenant', args.tenant);
+    const ref = { tenant: args.tenant, key: keyFor('user', args.login) };
+    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
+    const bytes = await this.deleteHome(ref, args.force);
+    await this.state.update((s) => {
+      delete s.settings[args.tenant]?.users[args.login];
+    });
+    return { deleted: homeId(ref), bytes };
+  }
+}
+
+export type { HomeState };
+export { inodeKey };
