@@ -26,6 +26,8 @@ export const VERSION = '0.1.0';
 
 export interface Daemon {
   stop(): Promise<void>;
+  /** re-read the configuration; an invalid one is refused and the old one stays */
+  reload(): Promise<boolean>;
   readonly done: Promise<number>;
 }
 
@@ -33,8 +35,12 @@ export interface Daemon {
  * Composition root: config → backing store → fs context → mount → control
  * socket. Nothing below this file knows about process signals or exit codes.
  */
-export async function startDaemon(loaded: LoadedConfig, log: Logger): Promise<Daemon> {
-  const { config, profiles } = loaded;
+/** Keys that only a restart can change: reloading a config that changes them is refused. */
+const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners'] as const;
+
+export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => LoadedConfig): Promise<Daemon> {
+  let loaded = initial;
+  const { config } = initial;
   const started = Date.now();
 
   let Fuse;
@@ -104,7 +110,7 @@ export async function startDaemon(loaded: LoadedConfig, log: Logger): Promise<Da
         ctx.knownHomes().map((p) =>
           p.then(
             (hs) => {
-              const snap = hs.ledger.snapshot();
+              const snap = hs.scan === 'scanning' ? (hs.scanProgress ?? { bytes: 0, inodes: 0 }) : hs.ledger.snapshot();
               return { tenant: hs.backing.ref.tenant, key: hs.backing.ref.key, scan: hs.scan, bytes: snap.bytes, inodes: snap.inodes };
             },
             () => null,
@@ -182,5 +188,30 @@ export async function startDaemon(loaded: LoadedConfig, log: Logger): Promise<Da
     resolveDone(code);
   }
 
-  return { stop: () => shutdown(EXIT.OK), done };
+  async function reload(): Promise<boolean> {
+    const reloadLog = log.child({ component: 'config' });
+    if (!readConfig || loaded.path === null) {
+      reloadLog.warn('no configuration file to reload (built-in demo configuration)');
+      return false;
+    }
+    let next: LoadedConfig;
+    try {
+      next = readConfig();
+    } catch (err) {
+      reloadLog.error({ issues: (err as { issues?: string[] }).issues, err: (err as Error).message }, 'reload refused: the configuration is invalid; the old one stays');
+      return false;
+    }
+    const changed = RESTART_KEYS.filter((k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]));
+    const missing = homes.missingOverrideProfiles(next);
+    if (changed.length || missing.length) {
+      reloadLog.error({ needsRestart: changed, overridesWithoutProfile: missing }, 'reload refused; the old configuration stays');
+      return false;
+    }
+    await homes.reload(next);
+    loaded = next;
+    reloadLog.info({ path: next.path }, 'configuration reloaded');
+    return true;
+  }
+
+  return { stop: () => shutdown(EXIT.OK), reload, done };
 }

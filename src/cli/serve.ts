@@ -42,14 +42,16 @@ async function main(): Promise<void> {
   }
   if (positionals[0] !== 'serve' || positionals.length > 1) fail(EXIT.USAGE, USAGE);
 
-  let loaded: LoadedConfig;
-  try {
-    loaded = loadConfig(values.config, {
+  const readConfig = () =>
+    loadConfig(values.config, {
       backing: values.backing,
       mount: values.mount,
       socket: values.socket,
       logLevel: values['log-level'] as LoadedConfig['config']['logLevel'] | undefined,
     });
+  let loaded: LoadedConfig;
+  try {
+    loaded = readConfig();
   } catch (err) {
     if (err instanceof ConfigError) fail(EXIT.CONFIG, err.message);
     throw err;
@@ -65,7 +67,7 @@ async function main(): Promise<void> {
 
   let daemon;
   try {
-    daemon = await startDaemon(loaded, log);
+    daemon = await startDaemon(loaded, log, readConfig);
   } catch (err) {
     if (err instanceof DaemonError) {
       log.fatal({ exitCode: err.exitCode }, err.message);
@@ -74,6 +76,7 @@ async function main(): Promise<void> {
     }
     throw err;
   }
+  process.on('SIGHUP', () => void daemon.reload());
   for (const sig of ['SIGINT', 'SIGTERM'] as const) {
     process.on(sig, () => {
       log.info({ signal: sig }, 'shutting down');

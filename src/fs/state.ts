@@ -46,6 +46,8 @@ export interface HomeState {
   ledger: Ledger;
   scan: ScanState;
   scanError?: string;
+  /** counts so far while the start-up scan runs */
+  scanProgress?: { bytes: number; inodes: number };
   /** resolves when the ledger is built (or a rescan ends); mutating operations wait for it */
   ready: Promise<void>;
   readonly inodes: Map<string, OpenInode>;

@@ -28,6 +28,10 @@ const REFUSALS = new Set<HomesCode>([
   'SYMLINK_ESCAPES',
 ]);
 
+const BUDGET_CODES = new Set<HomesCode>(['QUOTA_EXCEEDED', 'INODES_EXCEEDED', 'FILE_TOO_LARGE']);
+/** Every budget refusal says how to get out of it. */
+const WAYS_OUT = 'clean up files in the home; raise the budget (homesctl set-budget TENANT/KEY BYTES); or set it to 0 (off)';
+
 /** Ordinary answers that programs expect all the time (lookups of missing names…): not worth a log line. */
 const ROUTINE = new Set<number>([E.ENOENT, E.EEXIST, E.ENOTEMPTY, E.ENOTDIR, E.EISDIR, E.EOPNOTSUPP, E.ENODATA, E.EACCES]);
 
@@ -69,6 +73,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
             errno: errnoName(errno),
             caller: caller ? { uid: caller.uid, gid: caller.gid, pid: caller.pid, comm } : undefined,
             ...err.details,
+            ...(BUDGET_CODES.has(err.code) ? { waysOut: WAYS_OUT } : {}),
             ...(gate.suppressed > 0 ? { suppressed: gate.suppressed } : {}),
           },
           err.message,

@@ -49,9 +49,32 @@ export class HomeManager {
   constructor(
     private readonly ctx: FsContext,
     private readonly state: StateStore,
-    private readonly loaded: LoadedConfig,
+    private loaded: LoadedConfig,
     private readonly log: Logger,
   ) {}
+
+  /** Profile names that live overrides in the state file use but `loaded` does not define. */
+  missingOverrideProfiles(loaded: LoadedConfig): string[] {
+    return Object.entries(this.state.state.homes)
+      .filter(([, e]) => e.profile !== undefined && !Object.hasOwn(loaded.profiles, e.profile))
+      .map(([id, e]) => `${id}: ${e.profile}`);
+  }
+
+  /**
+   * A new configuration (SIGHUP): profiles, tenant defaults and home entries
+   * take effect on every loaded home at once; overrides keep outranking them.
+   */
+  async reload(next: LoadedConfig): Promise<void> {
+    this.loaded = next;
+    for (const p of this.ctx.knownHomes()) {
+      const hs = await p.catch(() => null);
+      if (!hs) continue;
+      const ref = hs.backing.ref;
+      const owner = this.ownerOf(ref);
+      if (owner) hs.backing.owner = { ...owner };
+      await this.applyPolicy(ref);
+    }
+  }
 
   private get config() {
     return this.loaded.config;
