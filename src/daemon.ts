@@ -38,7 +38,7 @@ export interface Daemon {
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
 const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners'] as const;
 
-export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => LoadedConfig): Promise<Daemon> {
+export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => Promise<LoadedConfig>): Promise<Daemon> {
   let loaded = initial;
   const { config } = initial;
   const started = Date.now();
@@ -196,7 +196,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     }
     let next: LoadedConfig;
     try {
-      next = readConfig();
+      next = await readConfig();
     } catch (err) {
       reloadLog.error({ issues: (err as { issues?: string[] }).issues, err: (err as Error).message }, 'reload refused: the configuration is invalid; the old one stays');
       return false;

@@ -3,6 +3,7 @@ import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkSegment, classifyKey, decodeBackingName } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
+import { DirCache } from './dircache.js';
 import * as sys from './sys.js';
 
 export interface Owner {
@@ -42,6 +43,7 @@ export class BackingStore {
   private readonly homes = new Map<string, Promise<BackingHome>>();
   private readonly warnedNames = new Set<string>();
   private readonly validatedAt = new Map<string, number>();
+  private readonly dirs = new DirCache();
 
   constructor(
     private readonly configuredRoot: string,
@@ -66,6 +68,7 @@ export class BackingStore {
       if (h) await sys.close(h.fd).catch(() => undefined);
     }
     this.homes.clear();
+    this.dirs.clear();
     if (this.rootFd >= 0) await sys.close(this.rootFd).catch(() => undefined);
     this.rootFd = -1;
   }
@@ -342,12 +345,18 @@ export class BackingStore {
   async withDir<T>(home: BackingHome, rel: readonly string[], fn: (dirFd: number) => Promise<T>): Promise<T> {
     // The home's own descriptor lives as long as the home: no copy needed for its top level.
     if (rel.length === 0) return fn(home.fd);
-    const fd = await this.openDir(home, rel);
+    const relPath = rel.join('/');
+    const expected = Buffer.from(`${this.rootPath}/${home.ref.tenant}/${home.ref.key}/${relPath}`);
+    const lease = await this.dirs.acquire(`${home.dev}:${home.ino}/${relPath}`, expected, () => this.openDir(home, rel));
     try {
-      return await fn(fd);
+      return await fn(lease.fd);
     } finally {
-      await sys.close(fd);
+      lease.release();
     }
+  }
+
+  get dirCacheStats(): { hits: number; misses: number } {
+    return { hits: this.dirs.hits, misses: this.dirs.misses };
   }
 
   /** An O_PATH descriptor of the node itself (not followed if it is a symlink). */

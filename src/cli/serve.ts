@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { ConfigError, DEMO_DEFAULTS, loadConfig, type LoadedConfig } from '../config/load.js';
+import { ConfigError, DEMO_DEFAULTS, loadConfig, reloadConfig, type LoadedConfig } from '../config/load.js';
 import { DaemonError, startDaemon } from '../daemon.js';
 import { createRootLogger } from '../log.js';
 import { EXIT } from './exitcodes.js';
@@ -42,16 +42,17 @@ async function main(): Promise<void> {
   }
   if (positionals[0] !== 'serve' || positionals.length > 1) fail(EXIT.USAGE, USAGE);
 
-  const readConfig = () =>
-    loadConfig(values.config, {
-      backing: values.backing,
-      mount: values.mount,
-      socket: values.socket,
-      logLevel: values['log-level'] as LoadedConfig['config']['logLevel'] | undefined,
-    });
+  const overrides = {
+    backing: values.backing,
+    mount: values.mount,
+    socket: values.socket,
+    logLevel: values['log-level'] as LoadedConfig['config']['logLevel'] | undefined,
+  };
+  const configFile = values.config;
+  const readConfig = configFile === undefined ? undefined : () => reloadConfig(configFile, overrides);
   let loaded: LoadedConfig;
   try {
-    loaded = readConfig();
+    loaded = loadConfig(configFile, overrides);
   } catch (err) {
     if (err instanceof ConfigError) fail(EXIT.CONFIG, err.message);
     throw err;

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { isAbsolute } from 'node:path';
 import { HomesError } from '../errors.js';
 import { checkSegment, classifyKey } from '../paths/names.js';
@@ -98,29 +99,47 @@ export function buildConfig(input: unknown, path: string | null): LoadedConfig {
   return deepFreeze({ config: parsed.data, profiles, path });
 }
 
-/** Read at start-up only (before the mount exists), so the sync read blocks nobody. */
-export function loadConfig(file: string | undefined, overrides: Partial<ConfigInput>): LoadedConfig {
-  let fromFile: Record<string, unknown> = {};
-  if (file !== undefined) {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (err) {
-      throw new ConfigError([`${file}: ${(err as Error).message}`]);
-    }
-    try {
-      fromFile = JSON.parse(text) as Record<string, unknown>;
-    } catch (err) {
-      throw new ConfigError([`${file}: not valid JSON: ${(err as Error).message}`]);
-    }
-    if (typeof fromFile !== 'object' || fromFile === null || Array.isArray(fromFile)) {
-      throw new ConfigError([`${file}: the top level must be a JSON object`]);
-    }
+function fromText(file: string, text: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new ConfigError([`${file}: not valid JSON: ${(err as Error).message}`]);
   }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new ConfigError([`${file}: the top level must be a JSON object`]);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function merge(file: string | undefined, fromFile: Record<string, unknown>, overrides: Partial<ConfigInput>): LoadedConfig {
   const merged: Record<string, unknown> = { ...fromFile };
   for (const [k, v] of Object.entries(overrides)) if (v !== undefined) merged[k] = v;
   if (file === undefined) {
     for (const [k, v] of Object.entries(DEMO_DEFAULTS)) if (merged[k] === undefined) merged[k] = v;
   }
   return buildConfig(merged, file ?? null);
+}
+
+/** Read at start-up only (before the mount exists), so the sync read blocks nobody. */
+export function loadConfig(file: string | undefined, overrides: Partial<ConfigInput>): LoadedConfig {
+  if (file === undefined) return merge(undefined, {}, overrides);
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError([`${file}: ${(err as Error).message}`]);
+  }
+  return merge(file, fromText(file, text), overrides);
+}
+
+/** The same, read without blocking: for a reload while the mount is served. */
+export async function reloadConfig(file: string, overrides: Partial<ConfigInput>): Promise<LoadedConfig> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError([`${file}: ${(err as Error).message}`]);
+  }
+  return merge(file, fromText(file, text), overrides);
 }

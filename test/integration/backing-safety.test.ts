@@ -1,5 +1,5 @@
-import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -133,6 +133,41 @@ print(n)
     // The daemon is still serving.
     const r = await runAs(OWNER.uid, OWNER.gid, `cat ${home}/sub/inside.txt`);
     expect(r.stdout).toBe('inside\n');
+  });
+
+  it('refuses a home on another device than its tenant, and a mount point inside a home', async () => {
+    const foreign = join(d.backing, 'acme', 'devhome');
+    const inner = join(backing, 'mnt-inside');
+    mkdirSync(foreign);
+    mkdirSync(inner);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', foreign]);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', inner]);
+    try {
+      writeFileSync(join(foreign, 'secret'), 'other device');
+      writeFileSync(join(inner, 'secret'), 'other device');
+      const r = await runAs(0, 0, `cat ${d.mount}/acme/devhome/secret 2>&1; touch ${d.mount}/acme/devhome/new 2>&1; cat ${home}/mnt-inside/secret 2>&1; touch ${home}/mnt-inside/new 2>&1; true`);
+      expect(r.stdout).not.toContain('other device');
+      expect(existsSync(join(foreign, 'new'))).toBe(false);
+      expect(existsSync(join(inner, 'new'))).toBe(false);
+      expect(d.logs.some((l) => l.code === 'CROSS_DEVICE')).toBe(true);
+    } finally {
+      execFileSync('umount', [foreign]);
+      execFileSync('umount', [inner]);
+    }
+  });
+
+  it('skips backing names that are not valid (non-UTF-8, reserved, dot names) with a warning, never serving them', async () => {
+    mkdirSync(join(d.backing, '.hidden-tenant'));
+    mkdirSync(join(d.backing, 'acme', '_bogus'));
+    mkdirSync(Buffer.concat([Buffer.from(d.backing + '/acme/'), Buffer.from([0x62, 0xff])]));
+    writeFileSync(Buffer.concat([Buffer.from(backing + '/'), Buffer.from([0x66, 0xfe])]), 'latin1 name');
+    const r = await runAs(0, 0, `ls -a ${d.mount}; ls -a ${d.mount}/acme; ls ${home}`);
+    expect(r.stdout).not.toMatch(/hidden-tenant|_bogus/);
+    expect(r.stdout.split('\n')).not.toContain('b\ufffd');
+    expect(r.stdout).not.toContain('\ufffd');
+    const miss = await runAs(0, 0, `stat ${d.mount}/.hidden-tenant 2>&1; stat ${d.mount}/acme/_bogus 2>&1; true`);
+    expect(miss.stdout.match(/No such file/g)?.length).toBe(2);
+    await d.waitForLog((l) => l.msg === 'backing name skipped, never served' && l.kind === 'home');
   });
 
   it('refuses a home whose backing directory is a symlink to elsewhere', async () => {

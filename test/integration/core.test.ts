@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -266,7 +266,19 @@ print(s.f_bsize > 0 and s.f_blocks * s.f_frsize >= 2 * 1024 ** 3 - s.f_frsize)
   });
 
   it('leaks no descriptors once every file is closed', () => {
-    expect(d.fdCount()).toBeLessThanOrEqual(fdsAtStart + 2);
+    // Directory descriptors are cached (bounded LRU); file descriptors must all be gone.
+    const fdDir = `/proc/${d.proc.pid}/fd`;
+    const openFiles = readdirSync(fdDir)
+      .map((fd) => {
+        try {
+          return readlinkSync(join(fdDir, fd));
+        } catch {
+          return '';
+        }
+      })
+      .filter((target) => target.startsWith(d.backing) && statSync(target, { throwIfNoEntry: false })?.isFile());
+    expect(openFiles).toEqual([]);
+    expect(d.fdCount()).toBeLessThan(fdsAtStart + 1100);
   });
 
   it('unmounts cleanly on SIGTERM with exit code 0', async () => {
