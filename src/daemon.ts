@@ -85,10 +85,17 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   let stopping = false;
 
   const mountLog = log.child({ component: 'mount' });
-  const mount = new MountManager(Fuse, ctx, config, mountLog, (why) => {
-    mountLog.error({ reason: why }, 'mount lost: exiting');
-    void shutdown(EXIT.MOUNT_LOST);
-  });
+  const mount = new MountManager(
+    Fuse,
+    ctx,
+    config,
+    mountLog,
+    (why) => {
+      mountLog.error({ reason: why }, 'mount lost: exiting');
+      void shutdown(EXIT.MOUNT_LOST);
+    },
+    log.child({ component: 'fuse' }),
+  );
 
   // Ledgers of every home present at start are built in the background; other
   // homes are served meanwhile and a home's mutating ops wait for its scan.
@@ -154,7 +161,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         ...(config.adminGroup !== undefined ? { socketGroup: config.adminGroup } : {}),
         commands,
         api,
-        log: controlLog.child({ socket: 'admin' }),
+        log: controlLog.child({ listener: 'admin' }),
       }),
     );
     controls.push(
@@ -165,7 +172,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         commands,
         allowed: PLATFORM_COMMANDS,
         api,
-        log: controlLog.child({ socket: 'platform' }),
+        log: controlLog.child({ listener: 'platform' }),
       }),
     );
   } catch (err) {

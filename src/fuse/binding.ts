@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import type { Caller, TimeSpec } from '../fs/context.js';
 
 /** The patch level this daemon was written against (see patches/ and native-notes/). */
-export const REQUIRED_PATCH = 1;
+export const REQUIRED_PATCH = 2;
 
 type Cb = (err: number) => void;
 export type OpenOpts = { directIo?: boolean; keepCache?: boolean; nonseekable?: boolean };

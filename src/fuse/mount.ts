@@ -40,6 +40,11 @@ async function mountedAt(path: string): Promise<string | null> {
 
 export class MountError extends Error {}
 
+/*
+ * Probes use statfs (`stat -f`): the kernel answers stat from its attribute
+ * cache without asking a dead daemon, but statfs always goes to the daemon.
+ */
+
 /**
  * The mount's life: clear a stale mount, mount, know when it is really up (the
  * kernel's INIT), keep knowing (fuse-native never says that its loop ended: a
@@ -58,6 +63,8 @@ export class MountManager {
     private readonly config: Config,
     private readonly log: Logger,
     private readonly onLost: (why: string) => void,
+    /** the adapter's own logger (component "fuse"), not a child of this one */
+    private readonly fuseLog: Logger = log,
   ) {}
 
   private get mnt(): string {
@@ -73,7 +80,7 @@ export class MountManager {
     const fstype = await mountedAt(this.mnt);
     if (fstype === null) return;
     if (!fstype.startsWith('fuse')) throw new MountError(`${this.mnt} already has a ${fstype} mount on it`);
-    const probe = await run('stat', ['-c', '%i', this.mnt], this.config.probe.timeoutMs);
+    const probe = await run('stat', ['-f', '-c', '%T', this.mnt], this.config.probe.timeoutMs);
     if (probe.ok) throw new MountError(`${this.mnt} is already served by a live FUSE daemon`);
     this.log.warn({ mount: this.mnt, reason: probe.timedOut ? 'probe timed out' : probe.stderr.trim() }, 'clearing a stale FUSE mount');
     const um = await run('umount', ['-l', this.mnt], 10_000);
@@ -82,7 +89,7 @@ export class MountManager {
 
   async mount(): Promise<void> {
     await this.clearStale();
-    const ops = createNativeOps(this.ctx, this.log.child({ component: 'fuse' }), this.selfCheck);
+    const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck);
     const f = this.config.fuse;
     this.fuse = new this.Fuse(this.mnt, ops, {
       // Every op's timer is off: an ETIMEDOUT answered while the backing write
@@ -120,7 +127,7 @@ export class MountManager {
     const tick = async (): Promise<void> => {
       if (!this.fuse || !this.state.mounted) return;
       if (this.fuse.loopState() === 2) return this.lost('the FUSE loop ended (unmounted behind the daemon?)');
-      const r = await run('stat', ['-c', '%i', this.mnt], this.config.probe.timeoutMs);
+      const r = await run('stat', ['-f', '-c', '%T', this.mnt], this.config.probe.timeoutMs);
       this.state.lastProbeAt = new Date().toISOString();
       this.state.lastProbeOk = r.ok;
       if (r.ok) {

@@ -117,11 +117,11 @@ describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
     if (work && !readFileSync('/proc/mounts', 'utf8').includes(work)) rmSync(work, { recursive: true, force: true });
   }, 30_000);
 
-  it('loads the patched binding (HOMESFS_PATCH === 1) in this process without mounting', () => {
+  it('loads the patched binding (HOMESFS_PATCH === 2) in this process without mounting', () => {
     const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
-    expect(Fuse.HOMESFS_PATCH).toBe(1);
+    expect(Fuse.HOMESFS_PATCH).toBe(2);
     expect(existsSync(Fuse.BINDING_PATH)).toBe(true);
-    expect(events[0]).toMatchObject({ ready: true, patch: 1, loopState: 1 });
+    expect(events[0]).toMatchObject({ ready: true, patch: 2, loopState: 1 });
     // The C UTF-8 validator agrees with a fatal TextDecoder on edge cases.
     const cases = [
       [0x61], [0xc3, 0xa9], [0xc0, 0x80], [0xc1, 0xbf], [0xe0, 0x80, 0x80], [0xe0, 0xa0, 0x80],
