@@ -1,0 +1,100 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+
+if (!canMount) console.warn(`policy-edges integration suite skipped: ${skipReason}`);
+
+const OWNER = { uid: 40041, gid: 40041 };
+
+describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and at read', () => {
+  let d: RunningDaemon;
+
+  beforeAll(async () => {
+    d = await startDaemon({
+      create: ['t/few', 't/text', 't/home'],
+      homes: { 't/few': { owner: OWNER, profile: 'few' }, 't/text': { owner: OWNER, profile: 'scratch' }, 't/home': { owner: OWNER } },
+      config: {
+        profiles: {
+          few: {
+            maxHomeBytes: 0, maxInodes: 5, maxFileBytes: 0, content: 'binary', fileMode: '0600', dirMode: '0700', allowUserExec: false,
+            chmod: 'ignore', symlinks: 'deny', hardLinks: 'deny', specialFiles: 'deny', chown: 'owner-only', directIo: false,
+            xattrs: 'deny', maxDepth: 0, maxEntriesPerDir: 0, maxNameBytes: 255,
+          },
+        },
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+  });
+
+  it('refuses the inode past the cap with EDQUOT and frees it on removal', async () => {
+    const h = d.home('t', 'few');
+    const r = await runAs(OWNER.uid, OWNER.gid, `cd ${h} && mkdir d && touch a b c d/e && (touch f 2>&1; mkdir g 2>&1); ls | wc -l; rm a && touch f && echo freed`);
+    expect(r.stdout.match(/Disk quota exceeded/g)?.length).toBe(2);
+    expect(r.stdout).toContain('4\nfreed\n');
+    await d.waitForLog((l) => l.code === 'INODES_EXCEEDED' && l.home === 't/few');
+  });
+
+  it('lets chown to the home owner succeed and refuses chown to anyone else, even for root', async () => {
+    const h = d.home('t', 'home');
+    const r = await runAs(0, 0, `touch ${h}/c && chown ${OWNER.uid}:${OWNER.gid} ${h}/c && echo same-ok; chown 0:0 ${h}/c 2>&1; chown 12345 ${h}/c 2>&1; stat -c %u:%g ${h}/c`);
+    expect(r.stdout).toContain('same-ok');
+    expect(r.stdout.match(/Operation not permitted/g)?.length).toBe(2);
+    expect(r.stdout.trim().split('\n').pop()).toBe(`${OWNER.uid}:${OWNER.gid}`);
+  });
+
+  it('reports EILSEQ at the close of the writer that left half a character; readers are refused until it is whole', async () => {
+    const h = d.home('t', 'text');
+    const py = `
+import os, errno
+p = '${h}/half.txt'
+fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
+os.write(fd, b'caf\\xc3')
+try:
+    os.close(fd); print('close-ok')
+except OSError as e:
+    print('close', errno.errorcode[e.errno])
+try:
+    open(p, 'rb').read(); print('read-ok')
+except OSError as e:
+    print('read', errno.errorcode[e.errno])
+fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+os.write(fd, b'\\xa9!')
+os.close(fd)
+print(open(p, encoding='utf-8').read())
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('close EILSEQ\nread EILSEQ\ncafé!\n');
+    expect(readFileSync(join(d.backingOf('t', 'text'), 'half.txt'), 'utf8')).toBe('café!');
+  });
+
+  it('refuses to open for reading a text file placed in the backing tree that is not UTF-8', async () => {
+    writeFileSync(join(d.backingOf('t', 'text'), 'latin1.txt'), Buffer.from([0x63, 0x61, 0x66, 0xe9, 0x0a]));
+    const r = await runAs(OWNER.uid, OWNER.gid, `cat ${d.home('t', 'text')}/latin1.txt 2>&1; echo rc=$?`);
+    expect(r.stdout).toMatch(/Invalid or incomplete multibyte or wide character/);
+    expect(r.stdout).toMatch(/rc=1/);
+  });
+
+  it('refuses a write in the middle of a file that would cut a character in half', async () => {
+    const h = d.home('t', 'text');
+    const py = `
+import os, errno
+p = '${h}/mid.txt'
+open(p, 'w', encoding='utf-8').write('aéb')
+fd = os.open(p, os.O_WRONLY)
+try:
+    os.pwrite(fd, b'X', 2); print('written')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+os.pwrite(fd, b'\\xc3\\xa8', 1)
+os.close(fd)
+print(open(p, encoding='utf-8').read())
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    expect(r.stdout).toBe('EILSEQ\naèb\n');
+  });
+});
