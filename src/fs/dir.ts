@@ -154,3 +154,18 @@ export async function mknod(ctx: FsContext, path: string): Promise<void> {
   const hs = await ctx.home(vp.home);
   throw new HomesError('OP_REFUSED', `device nodes, FIFOs and sockets are not allowed in profile ${hs.profileName}`);
 }
+
+/** fsync(2) on a directory: git and sqlite rely on it to make a create or rename durable. */
+export async function fsyncdir(ctx: FsContext, path: string): Promise<void> {
+  const vp = ctx.parse(path);
+  if (vp.kind !== 'home') return; // the daemon's own levels hold nothing to flush
+  const hs = await ctx.home(vp.home);
+  await ctx.store.withDir(hs.backing, vp.rel, async (dirFd) => {
+    const fd = await sys.open(sys.fdPath(dirFd), sys.C.O_RDONLY | sys.C.O_DIRECTORY);
+    try {
+      await sys.fsync(fd);
+    } finally {
+      await sys.close(fd);
+    }
+  });
+}

@@ -127,7 +127,11 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
     },
     access: (path, _mode, cb, caller) => run('access', path, caller, cb, async () => (await attr.access(ctx, path), [])),
     statfs: (path, cb, caller) => run('statfs', path, caller, cb, async () => [await attr.statfs(ctx, path)]),
-    readdir: (path, cb, caller) => run('readdir', path, caller, cb, async () => [await dir.readdir(ctx, path)]),
+    readdir: (path, cb, caller) => {
+      // A directory removed while a process still lists it: empty, as on any filesystem.
+      if (path === null) return cb(0, ['.', '..']);
+      run('readdir', path, caller, cb, async () => [await dir.readdir(ctx, path)]);
+    },
     readlink: (path, cb, caller) => run('readlink', path, caller, cb, async () => [await attr.readlink(ctx, path)]),
     open: (path, flags, cb, caller) => {
       if (selfCheck.owns(path)) return cb(0, selfCheck.open(), { directIo: true });
@@ -152,7 +156,11 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
       run('flush', path, caller, cb, async () => (await file.flush(ctx, fh), []));
     },
     fsync: (path, fh, datasync, cb, caller) => run('fsync', path, caller, cb, async () => (await file.fsync(ctx, fh, Boolean(datasync)), [])),
-    fsyncdir: (_path, _fh, _datasync, cb) => cb(0),
+    fsyncdir: (path, _fh, _datasync, cb, caller) => {
+      // A directory unlinked while open has no path left and nothing to flush.
+      if (path === null) return cb(0);
+      run('fsyncdir', path, caller, cb, async () => (await dir.fsyncdir(ctx, path), []));
+    },
     release: (path, fh, cb, caller) => {
       if (selfCheck.ownsHandle(fh)) return cb(selfCheck.release());
       run('release', path, caller, cb, async () => (await file.release(ctx, fh), []));

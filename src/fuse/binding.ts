@@ -18,7 +18,7 @@ export interface NativeOps {
   fgetattr(path: string | null, fh: number, cb: (err: number, st?: object) => void, caller: Caller): void;
   access(path: string, mode: number, cb: Cb, caller: Caller): void;
   statfs(path: string, cb: (err: number, st?: object) => void, caller: Caller): void;
-  readdir(path: string, cb: (err: number, names?: string[]) => void, caller: Caller): void;
+  readdir(path: string | null, cb: (err: number, names?: string[]) => void, caller: Caller): void;
   readlink(path: string, cb: (err: number, target?: string) => void, caller: Caller): void;
   open(path: string, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
   create(path: string, mode: number, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
