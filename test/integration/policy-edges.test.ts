@@ -1,5 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 
@@ -16,11 +17,7 @@ describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and a
       homes: { 't/few': { owner: OWNER, profile: 'few' }, 't/text': { owner: OWNER, profile: 'scratch' }, 't/home': { owner: OWNER } },
       config: {
         profiles: {
-          few: {
-            maxHomeBytes: 0, maxInodes: 5, maxFileBytes: 0, content: 'binary', fileMode: '0600', dirMode: '0700', allowUserExec: false,
-            chmod: 'ignore', symlinks: 'deny', hardLinks: 'deny', specialFiles: 'deny', chown: 'owner-only', directIo: false,
-            xattrs: 'deny', maxDepth: 0, maxEntriesPerDir: 0, maxNameBytes: 255,
-          },
+          few: { ...BUILTIN_PROFILES.home, maxHomeBytes: 0, maxInodes: 5 },
         },
       },
     });

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type LogLine, type RunResult, type RunningDaemon } from '../helpers/daemon.js';
 
@@ -20,26 +21,8 @@ const T = 't';
 
 if (!canMount) console.warn(`policy integration suite skipped: ${skipReason}`);
 
-/** The built-in `home` profile, spelled out field by field (the schema is strict). */
-const homeLike = {
-  maxHomeBytes: 2 * 1024 * MiB,
-  maxInodes: 1_000_000,
-  maxFileBytes: 0,
-  content: 'binary',
-  fileMode: '0600',
-  dirMode: '0700',
-  allowUserExec: false,
-  chmod: 'ignore',
-  symlinks: 'deny',
-  hardLinks: 'deny',
-  specialFiles: 'deny',
-  chown: 'owner-only',
-  directIo: false,
-  xattrs: 'deny',
-  maxDepth: 0,
-  maxEntriesPerDir: 0,
-  maxNameBytes: 255,
-};
+/** The built-in `home` profile as a config entry (the schema is strict: every field). */
+const homeLike = { ...BUILTIN_PROFILES.home };
 
 const PROFILES = {
   /** 1 MiB per home, 256 KiB per file */

@@ -1,6 +1,7 @@
 import { connect } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HOMESCTL, canMount, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 
@@ -8,27 +9,8 @@ if (!canMount) console.warn(`reload/fuzz integration suite skipped: ${skipReason
 
 const OWNER = { uid: 40031, gid: 40031 };
 
-/** A copy of the built-in `home` profile with other numbers. */
-const profile = (over: Record<string, unknown>) => ({
-  maxHomeBytes: 2147483648,
-  maxInodes: 1000000,
-  maxFileBytes: 0,
-  content: 'binary',
-  fileMode: '0600',
-  dirMode: '0700',
-  allowUserExec: false,
-  chmod: 'ignore',
-  symlinks: 'deny',
-  hardLinks: 'deny',
-  specialFiles: 'deny',
-  chown: 'owner-only',
-  directIo: false,
-  xattrs: 'deny',
-  maxDepth: 0,
-  maxEntriesPerDir: 0,
-  maxNameBytes: 255,
-  ...over,
-});
+/** The built-in `home` profile with other numbers, as a config entry. */
+const profile = (over: Record<string, unknown>) => ({ ...BUILTIN_PROFILES.home, ...over });
 
 /** Send raw lines on a fresh connection; collect reply lines until `expect` replies or a deadline. */
 function sendRaw(socket: string, payload: Buffer, expectReplies: number, timeoutMs = 10_000): Promise<string[]> {
