@@ -1,6 +1,9 @@
 import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { SELFCHECK_NAME } from '../fs/attr.js';
 import { S_IFREG, type Attr } from '../fs/present.js';
+
+const WRITER = fileURLToPath(new URL('../cli/selfcheck-writer.js', import.meta.url));
 
 /** fh reserved for the self-check file; the handle table never reaches it. */
 const SELFCHECK_FH = 0xfffffffe;
@@ -66,9 +69,8 @@ export class SelfCheck {
   }
 
   run(mountPoint: string, timeoutMs: number): Promise<SelfCheckReport> {
-    const script = `const fs=require('fs');const fd=fs.openSync(process.argv[1],'w');const n=fs.writeSync(fd,Buffer.alloc(${TOTAL}));fs.closeSync(fd);if(n!==${TOTAL})process.exit(3)`;
     return new Promise((resolve) => {
-      execFile(process.execPath, ['-e', script, `${mountPoint}/${SELFCHECK_NAME}`], { timeout: timeoutMs }, (err) => {
+      execFile(process.execPath, [WRITER, `${mountPoint}/${SELFCHECK_NAME}`, String(TOTAL)], { timeout: timeoutMs }, (err) => {
         const max = this.sizes.length ? Math.max(...this.sizes) : null;
         this.report.maxWriteRequest = max;
         this.report.requests = this.sizes.length;

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Owner } from '../backing/store.js';
 import { TRASH_PREFIX } from '../backing/store.js';
 import type { LoadedConfig } from '../config/load.js';
@@ -28,6 +29,8 @@ import { allocateOwner } from '../scope/owners.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
 import type { StateStore } from '../state/store.js';
 import { cwdProcessesUnder } from './busy.js';
+
+const RENAME_HELPER = fileURLToPath(new URL('../cli/rename-helper.js', import.meta.url));
 
 export function parseHomeArg(arg: string): HomeRef {
   const parts = arg.split('/');
@@ -378,7 +381,7 @@ export class HomeManager {
     await new Promise<void>((resolve, reject) => {
       const child = execFile(
         process.execPath,
-        ['-e', 'require("fs").renameSync(process.argv[1], process.argv[2])', mnt + from, mnt + to],
+        [RENAME_HELPER, mnt + from, mnt + to],
         { timeout: 30_000 },
         (err, _out, stderr) => {
           if (this.ctx.admission?.pid === child.pid) this.ctx.admission = null;
