@@ -4,14 +4,14 @@ import { EXIT } from './cli/exitcodes.js';
 import type { LoadedConfig } from './config/load.js';
 import type { DaemonApi, StatusReport } from './control/api.js';
 import { commands, PLATFORM_COMMANDS } from './control/registry.js';
-import { HomeManager } from './homes/manager.js';
-import { StateError, StateStore } from './state/store.js';
 import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
-import { loadFuse, NativeBindingError, REQUIRED_PATCH } from './fuse/binding.js';
+import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { MountManager, nativeUtimensat } from './fuse/mount.js';
+import { HomeManager } from './homes/manager.js';
 import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
+import { StateError, StateStore } from './state/store.js';
 
 export class DaemonError extends Error {
   constructor(
@@ -31,13 +31,14 @@ export interface Daemon {
   readonly done: Promise<number>;
 }
 
-/**
- * Composition root: config → backing store → fs context → mount → control
- * socket. Nothing below this file knows about process signals or exit codes.
- */
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
 const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners'] as const;
 
+/**
+ * Composition root: config → state → backing store → fs context → homes →
+ * mount → control sockets. Nothing below this file knows about process
+ * signals or exit codes.
+ */
 export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => Promise<LoadedConfig>): Promise<Daemon> {
   let loaded = initial;
   const { config } = initial;
@@ -132,7 +133,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         backing: store.root,
         configPath: loaded.path,
         mount: { path: config.mount, ...mount.state },
-        native: { patch: REQUIRED_PATCH, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
+        native: { patch: Fuse.HOMESFS_PATCH ?? 0, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
       };
     },
