@@ -71,6 +71,9 @@ export interface FileHandle {
   readonly rel: readonly string[];
 }
 
+/** fh numbers from here up are the daemon's own (the self-check file). */
+export const RESERVED_FH_FROM = 0xfffffff0;
+
 /**
  * fh numbers handed to the kernel. 0 is never used: the binding treats fh 0 as
  * "no handle".
@@ -80,7 +83,7 @@ export class HandleTable {
   private next = 1;
 
   add(make: (fh: number) => FileHandle): FileHandle {
-    while (this.byFh.has(this.next) || this.next === 0) this.next = (this.next + 1) >>> 0;
+    while (this.byFh.has(this.next) || this.next === 0 || this.next >= RESERVED_FH_FROM) this.next = (this.next + 1) >>> 0;
     const h = make(this.next);
     this.byFh.set(h.fh, h);
     this.next = (this.next + 1) >>> 0;
