@@ -91,6 +91,7 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
 }
 
 async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: number): Promise<void> {
+  checkEnd(size);
   await inode.lock.run(async () => {
     const before = inode.size;
     if (hs.profile.content === 'utf8') {
@@ -179,8 +180,19 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
   });
 }
 
+/**
+ * Offsets reach JavaScript as doubles: past 2^53 they are no longer exact, so
+ * a file may never grow there (EFBIG) and nothing can be read there (EOF).
+ */
+const MAX_OFFSET = Number.MAX_SAFE_INTEGER;
+
+function checkEnd(end: number): void {
+  if (!(end <= MAX_OFFSET)) throw new HomesError('FILE_TOO_LARGE', `offset ${end} is beyond what homesfs can address (2^53 - 1)`);
+}
+
 export async function read(ctx: FsContext, fh: number, buf: Buffer, len: number, pos: number): Promise<number> {
   const h = ctx.handles.get(fh);
+  if (!(pos + len <= MAX_OFFSET)) return 0;
   let done = 0;
   // A short read from the backing file is not EOF by itself; keep going until it is.
   while (done < len) {
@@ -205,6 +217,7 @@ export async function write(ctx: FsContext, fh: number, data: Buffer, pos: numbe
     const before = inode.size;
     const start = h.append ? before : pos;
     const end = start + data.length;
+    checkEnd(end);
     const after = Math.max(before, end);
     // Budget first (cheap, synchronous), then content: neither changes anything when it refuses.
     hs.ledger.resize(before, after)();
@@ -267,6 +280,7 @@ export async function fallocate(ctx: FsContext, fh: number, mode: number, offset
   if (mode !== 0) throw new HomesError('NOT_SUPPORTED', `fallocate mode ${mode} is not supported`);
   if (!h.writable) throw new HomesError('BAD_HANDLE', 'handle is not open for writing');
   const end = offset + length;
+  checkEnd(end);
   await h.inode.lock.run(async () => {
     if (end <= h.inode.size) return;
     const before = h.inode.size;

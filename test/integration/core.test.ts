@@ -172,6 +172,18 @@ console.log(fs.readFileSync(h + "/n-final", "utf8"), fs.readdirSync(h + "/nd2").
     const r = await runAs(OWNER.uid, OWNER.gid, `cd ${open} && printf end | dd of=sparse bs=1 seek=5000000000 2>/dev/null && stat -c %s sparse && tail -c 3 sparse`);
     expect(r.stdout).toBe('5000000003\nend');
     expect(statSync(join(d.backingOf('acme', '_tenant'), 'sparse')).size).toBe(5000000003);
+    // past 2^53 offsets are no longer exact in JavaScript: refused with EFBIG, never written at a rounded offset
+    const far = await runAs(OWNER.uid, OWNER.gid, `python3 -c "
+import os, errno
+fd = os.open('${open}/far', os.O_CREAT | os.O_WRONLY, 0o600)
+try:
+    os.pwrite(fd, b'x', 2**60); print('written')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+os.close(fd)
+print(os.stat('${open}/far').st_size)
+"`);
+    expect(far.stdout).toBe('EFBIG\n0\n');
   });
 
   it('removes a tree with rm -rf while a file in it is still open, and the file stays usable', async () => {
