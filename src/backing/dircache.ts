@@ -27,8 +27,6 @@ export interface Lease {
  */
 export class DirCache {
   private readonly lru: LRUCache<string, Entry>;
-  hits = 0;
-  misses = 0;
 
   constructor(max = 1024) {
     this.lru = new LRUCache<string, Entry>({
@@ -68,13 +66,11 @@ export class DirCache {
       cached.refs++;
       const at = await sys.readlink(sys.fdPath(cached.fd)).catch(() => null);
       if (at !== null && at.equals(expected)) {
-        this.hits++;
         return this.lease(cached);
       }
       this.release(cached);
       if (this.lru.get(key) === cached) this.lru.delete(key);
     }
-    this.misses++;
     const fd = await walk();
     const entry: Entry = { fd, refs: 1, dropped: false };
     const at = await sys.readlink(sys.fdPath(fd)).catch(() => null);

@@ -355,9 +355,6 @@ export class BackingStore {
     }
   }
 
-  get dirCacheStats(): { hits: number; misses: number } {
-    return { hits: this.dirs.hits, misses: this.dirs.misses };
-  }
 
   /** An O_PATH descriptor of the node itself (not followed if it is a symlink). */
   openNode(dirFd: number, name: string): Promise<number> {

@@ -2,7 +2,7 @@ import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { chmodDecision, symlinkTargetInsideHome } from '../policy/profiles.js';
-import type { Caller, FsContext, TimeSpec } from './context.js';
+import type { FsContext, TimeSpec } from './context.js';
 import { daemonDirAttr, homeNodeAttr, type Attr } from './present.js';
 import { inodeKey, type HomeState } from './state.js';
 
@@ -203,4 +203,3 @@ export function access(ctx: FsContext, path: string): Promise<Attr> {
   return getattr(ctx, path);
 }
 
-export type { Caller };

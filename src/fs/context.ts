@@ -3,7 +3,7 @@ import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkComponent } from '../paths/names.js';
-import { homeId, parseVirtualPath, type HomeRef, type VirtualPath } from '../paths/parse.js';
+import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } from '../paths/parse.js';
 import { Ledger } from '../policy/ledger.js';
 import type { Profile } from '../policy/profiles.js';
 import { scanHome } from './scan.js';
@@ -82,8 +82,9 @@ export class FsContext {
   /** As parseHomePath, but the home directory itself is also refused. */
   parseInHome(path: string, op: string): HomePath & { dir: readonly string[]; name: string } {
     const vp = this.parseHomePath(path, op);
-    if (vp.rel.length === 0) throw new HomesError('DAEMON_TREE', `${op} of a home itself is done through the control socket`);
-    return { ...vp, dir: vp.rel.slice(0, -1), name: vp.rel[vp.rel.length - 1]! };
+    const last = splitLast(vp.rel);
+    if (last === null) throw new HomesError('DAEMON_TREE', `${op} of a home itself is done through the control socket`);
+    return { ...vp, ...last };
   }
 
   home(ref: HomeRef): Promise<HomeState> {

@@ -4,7 +4,6 @@ import type { HomeRef } from '../paths/parse.js';
 import { checkComponent, decodeBackingName } from '../paths/names.js';
 import { effectiveDirMode, symlinkTargetInsideHome } from '../policy/profiles.js';
 import type { Caller, FsContext } from './context.js';
-import type { HomeState } from './state.js';
 
 export async function readdir(ctx: FsContext, path: string): Promise<string[]> {
   const vp = ctx.parse(path);

@@ -19,7 +19,6 @@ import type {
 import { HomesError } from '../errors.js';
 import type { FsContext } from '../fs/context.js';
 import { measureTree } from '../fs/scan.js';
-import { inodeKey, type HomeState } from '../fs/state.js';
 import type { Logger } from '../log.js';
 import { checkSegment, classifyKey, keyFor } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
@@ -487,5 +486,3 @@ export class HomeManager {
   }
 }
 
-export type { HomeState };
-export { inodeKey };
