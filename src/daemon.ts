@@ -192,6 +192,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     stopping = true;
     for (const c of controls) await c.close().catch(() => undefined);
     await mount.unmount();
+    await ctx.close().catch(() => undefined);
     await store.close().catch(() => undefined);
     resolveDone(code);
   }

@@ -21,10 +21,15 @@ export interface BackingHome {
   readonly ino: bigint;
   /** changes when an admin sets the owner through the control socket */
   owner: Owner;
+  /** when the backing directory was last found still in place (ms since epoch) */
+  checkedAt: number;
+  /** operations using `fd` right now */
+  uses: number;
+  /** replaced, deleted or shut down: close `fd` when the last use ends */
+  retired: boolean;
 }
 
 const DIR_FLAGS = sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW;
-const REVALIDATE_MS = 1000;
 /** A deleted home is first renamed to this (through the mount), then removed. Never a valid key. */
 export const TRASH_PREFIX = '.homesfs-trash-';
 const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
@@ -40,9 +45,7 @@ const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
 export class BackingStore {
   private rootFd = -1;
   private rootPath = '';
-  private readonly homes = new Map<string, Promise<BackingHome>>();
   private readonly warnedNames = new Set<string>();
-  private readonly validatedAt = new Map<string, number>();
   private readonly dirs = new DirCache();
 
   constructor(
@@ -62,12 +65,8 @@ export class BackingStore {
     this.rootFd = await sys.open(this.rootPath, DIR_FLAGS);
   }
 
+  /** Closes the root and the directory cache; homes are retired by their owner (the fs context). */
   async close(): Promise<void> {
-    for (const p of this.homes.values()) {
-      const h = await p.catch(() => null);
-      if (h) await sys.close(h.fd).catch(() => undefined);
-    }
-    this.homes.clear();
     this.dirs.clear();
     if (this.rootFd >= 0) await sys.close(this.rootFd).catch(() => undefined);
     this.rootFd = -1;
@@ -185,60 +184,44 @@ export class BackingStore {
   }
 
   /**
-   * The home for a route, opened once and cached. A cached home whose backing
-   * directory was removed or replaced behind the daemon is noticed by
-   * `revalidate` (called on every lookup of the home itself).
+   * Is the home's backing directory still the one that was opened (same inode
+   * at <tenant>/<key>)? False when it was removed or replaced behind the daemon.
    */
-  home(ref: HomeRef): Promise<BackingHome> {
-    const id = homeId(ref);
-    let p = this.homes.get(id);
-    if (!p) {
-      p = this.openHome(ref);
-      this.homes.set(id, p);
-      p.catch(() => this.homes.delete(id));
-    }
-    return p;
-  }
-
-  async revalidate(ref: HomeRef): Promise<BackingHome> {
-    const id = homeId(ref);
-    const cached = this.homes.get(id);
-    if (!cached) return this.home(ref);
-    const h = await cached;
-    // The kernel asks for the home's attributes after every change inside it;
-    // a replaced backing directory is noticed within a second, not on every op.
-    const now = Date.now();
-    if (now - (this.validatedAt.get(id) ?? 0) < REVALIDATE_MS) return h;
-    this.validatedAt.set(id, now);
-    const tfd = await this.openTenant(ref.tenant);
+  async stillInPlace(home: BackingHome): Promise<boolean> {
+    const tfd = await this.openTenant(home.ref.tenant).catch(() => -1);
+    if (tfd < 0) return false;
     try {
-      const st = await sys.lstat(sys.fdPath(tfd, ref.key)).catch((err) => {
-        throw notFoundIfMissing(err, `home ${id}`);
-      });
-      if (st.isDirectory() && st.ino === h.ino && st.dev === h.dev) return h;
-    } catch (err) {
-      this.forget(ref);
-      await sys.close(h.fd).catch(() => undefined);
-      throw err;
+      const st = await sys.lstat(sys.fdPath(tfd, home.ref.key));
+      return st.isDirectory() && st.ino === home.ino && st.dev === home.dev;
+    } catch {
+      return false;
     } finally {
       await sys.close(tfd);
     }
-    this.forget(ref);
-    await sys.close(h.fd).catch(() => undefined);
-    return this.home(ref);
   }
 
-  /** A home renamed through the mount: same directory, same descriptor, new name. */
-  rekey(from: HomeRef, to: HomeRef): void {
-    const p = this.homes.get(homeId(from));
-    this.homes.delete(homeId(from));
-    this.validatedAt.delete(homeId(from));
-    if (!p) return;
-    this.homes.set(homeId(to), p);
-    void p.then((h) => {
-      h.ref = to;
-      h.id = homeId(to);
-    });
+  /**
+   * The home's descriptor is no longer to be used. It is closed only once no
+   * operation holds it: closing it under a running operation could let the
+   * number be reused for another directory, and that operation would then act
+   * there.
+   */
+  retire(home: BackingHome): void {
+    home.retired = true;
+    if (home.uses === 0) void sys.close(home.fd).catch(() => undefined);
+  }
+
+  /** Run `fn` with the home's own descriptor, counted as a use (see `retire`). */
+  async useHome<T>(home: BackingHome, fn: (fd: number) => Promise<T>): Promise<T> {
+    // Checked and counted synchronously: no retire can slip in between.
+    if (home.retired) throw new HomesError('NOT_FOUND', `home ${home.id} is gone`);
+    home.uses++;
+    try {
+      return await fn(home.fd);
+    } finally {
+      home.uses--;
+      if (home.retired && home.uses === 0) void sys.close(home.fd).catch(() => undefined);
+    }
   }
 
   /** Is there a directory entry (of any type) at <tenant>/<key>? */
@@ -289,12 +272,8 @@ export class BackingStore {
     }
   }
 
-  forget(ref: HomeRef): void {
-    this.homes.delete(homeId(ref));
-    this.validatedAt.delete(homeId(ref));
-  }
-
-  private async openHome(ref: HomeRef): Promise<BackingHome> {
+  /** Open a home's backing directory; the caller owns the result and retires it. */
+  async openHome(ref: HomeRef): Promise<BackingHome> {
     classifyKey(ref.key);
     const tfd = await this.openTenant(ref.tenant);
     try {
@@ -307,7 +286,7 @@ export class BackingStore {
           throw new HomesError('CROSS_DEVICE', `home ${homeId(ref)} is on another device than its tenant directory`);
         }
         const owner = this.ownerOverride(ref) ?? { uid: Number(st.uid), gid: Number(st.gid) };
-        return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, owner };
+        return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, owner, checkedAt: Date.now(), uses: 0, retired: false };
       } catch (err) {
         await sys.close(fd);
         throw err;
@@ -322,7 +301,7 @@ export class BackingStore {
    * component that is a symlink (planted, or swapped in by a race) fails with
    * ENOTDIR/ELOOP instead of being followed. The caller closes the result.
    */
-  async openDir(home: BackingHome, rel: readonly string[]): Promise<number> {
+  private async openDir(home: BackingHome, rel: readonly string[]): Promise<number> {
     let fd = home.fd;
     try {
       for (const comp of rel) {
@@ -344,10 +323,10 @@ export class BackingStore {
 
   async withDir<T>(home: BackingHome, rel: readonly string[], fn: (dirFd: number) => Promise<T>): Promise<T> {
     // The home's own descriptor lives as long as the home: no copy needed for its top level.
-    if (rel.length === 0) return fn(home.fd);
+    if (rel.length === 0) return this.useHome(home, fn);
     const relPath = rel.join('/');
     const expected = Buffer.from(`${this.rootPath}/${home.ref.tenant}/${home.ref.key}/${relPath}`);
-    const lease = await this.dirs.acquire(`${home.dev}:${home.ino}/${relPath}`, expected, () => this.openDir(home, rel));
+    const lease = await this.useHome(home, () => this.dirs.acquire(`${home.dev}:${home.ino}/${relPath}`, expected, () => this.openDir(home, rel)));
     try {
       return await fn(lease.fd);
     } finally {

@@ -30,7 +30,7 @@ export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
   if (vp.kind === 'tenant') return daemonDirAttr(await ctx.store.statTenant(vp.tenant));
   if (vp.rel.length === 0) {
     const hs = await ctx.revalidateHome(vp.home);
-    return homeNodeAttr(hs.profile, hs.backing.owner, await sys.fstat(hs.backing.fd), true);
+    return homeNodeAttr(hs.profile, hs.backing.owner, await ctx.store.useHome(hs.backing, sys.fstat), true);
   }
   const hs = await ctx.home(vp.home);
   const st = await ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (dirFd) => sys.lstat(sys.fdPath(dirFd, vp.rel[vp.rel.length - 1]!)));
@@ -143,7 +143,10 @@ const U32 = 0xffffffff;
  */
 export async function statfs(ctx: FsContext, path: string): Promise<StatFs> {
   const vp = ctx.parse(path);
-  const disk = await sys.statfs(vp.kind === 'home' ? sys.fdPath((await ctx.home(vp.home)).backing.fd) : ctx.store.root);
+  const disk =
+    vp.kind === 'home'
+      ? await ctx.store.useHome((await ctx.home(vp.home)).backing, (fd) => sys.statfs(sys.fdPath(fd)))
+      : await sys.statfs(ctx.store.root);
   let totalBytes = disk.blocks * disk.bsize;
   let freeBytes = disk.bfree * disk.bsize;
   let availBytes = disk.bavail * disk.bsize;

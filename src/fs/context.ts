@@ -1,4 +1,4 @@
-import type { BackingHome, BackingStore } from '../backing/store.js';
+import type { BackingStore } from '../backing/store.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -14,6 +14,9 @@ export interface Caller {
   gid: number;
   pid: number;
 }
+
+/** How often a lookup of a home re-checks its backing directory. */
+const REVALIDATE_MS = 1000;
 
 export type TimeSpec = 'now' | 'omit' | { sec: number; nsec: number };
 
@@ -122,12 +125,16 @@ export class FsContext {
     return [...this.homes.values()];
   }
 
-  /** A home renamed through the mount keeps its state (ledger, handles) under the new name. */
+  /** A home renamed through the mount keeps its state (ledger, handles, descriptor) under the new name. */
   rekeyHome(from: HomeRef, to: HomeRef): void {
     const p = this.homes.get(homeId(from));
     this.homes.delete(homeId(from));
-    this.store.rekey(from, to);
-    if (p) this.homes.set(homeId(to), p);
+    if (!p) return;
+    this.homes.set(homeId(to), p);
+    void p.then((hs) => {
+      hs.backing.ref = to;
+      hs.backing.id = homeId(to);
+    });
   }
 
   /** The home's state if it is loaded (no scan is started). */
@@ -135,29 +142,42 @@ export class FsContext {
     return this.homes.get(homeId(ref));
   }
 
-  /** Called when the backing home vanished or was replaced: drop every cache of it. */
+  /** The home was deleted or replaced: drop its state and retire its descriptor. */
   forgetHome(ref: HomeRef): void {
+    const p = this.homes.get(homeId(ref));
     this.homes.delete(homeId(ref));
-    this.store.forget(ref);
+    void p?.then((hs) => this.store.retire(hs.backing), () => undefined);
   }
 
-  /** Re-check the home's backing directory (on lookups of the home itself). */
+  /**
+   * Re-check the home's backing directory (on lookups of the home itself). The
+   * kernel asks after every change inside the home; a replaced or removed
+   * directory is noticed within a second, not on every operation.
+   */
   async revalidateHome(ref: HomeRef): Promise<HomeState> {
     const hs = await this.home(ref);
-    let fresh: BackingHome;
-    try {
-      fresh = await this.store.revalidate(ref);
-    } catch (err) {
-      if (hs.openHandles === 0) this.homes.delete(homeId(ref));
-      throw err;
-    }
-    if (fresh === hs.backing) return hs;
-    this.homes.delete(homeId(ref));
+    const now = Date.now();
+    if (now - hs.backing.checkedAt < REVALIDATE_MS) return hs;
+    hs.backing.checkedAt = now;
+    if (await this.store.stillInPlace(hs.backing)) return hs;
+    // Unless a concurrent lookup already replaced it, drop the stale state and open afresh.
+    const current = this.homes.get(homeId(ref));
+    if (current && (await current.catch(() => null)) === hs) this.forgetHome(ref);
     return this.home(ref);
   }
 
+  /** Shut down: retire every home's descriptor. */
+  async close(): Promise<void> {
+    const all = [...this.homes.values()];
+    this.homes.clear();
+    for (const p of all) {
+      const hs = await p.catch(() => null);
+      if (hs) this.store.retire(hs.backing);
+    }
+  }
+
   private async openHomeState(ref: HomeRef): Promise<HomeState> {
-    const backing = await this.store.home(ref);
+    const backing = await this.store.openHome(ref);
     const { name, profile, limits } = this.deps.profileFor(ref);
     const ledger = new Ledger(limits);
     let markReady!: () => void;

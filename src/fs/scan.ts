@@ -80,10 +80,12 @@ export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
   hs.scan = 'scanning';
   const started = Date.now();
   try {
-    const r = await measureTree(hs.backing.fd, (p) => {
-      hs.scanProgress = { bytes: p.bytes, inodes: p.inodes };
-      log.info({ bytes: p.bytes, inodes: p.inodes }, 'scan progress');
-    });
+    const r = await ctx.store.useHome(hs.backing, (fd) =>
+      measureTree(fd, (p) => {
+        hs.scanProgress = { bytes: p.bytes, inodes: p.inodes };
+        log.info({ bytes: p.bytes, inodes: p.inodes }, 'scan progress');
+      }),
+    );
     hs.ledger = new Ledger(hs.ledger.limits, { bytes: r.bytes, inodes: r.inodes });
     hs.scan = 'done';
     log.info({ bytes: r.bytes, inodes: r.inodes, purgedHidden: r.purged, ms: Date.now() - started, profile: hs.profileName }, 'home ledger built');

@@ -329,10 +329,12 @@ export class HomeManager {
     const before = { bytes: hs.ledger.bytes, inodes: hs.ledger.inodes };
     const gate = this.ctx.closeGate(hs);
     try {
-      const r = await measureTree(hs.backing.fd, undefined, (key, diskSize) => {
-        const open = hs.inodes.get(key);
-        return open ? open.size : diskSize;
-      });
+      const r = await this.ctx.store.useHome(hs.backing, (fd) =>
+        measureTree(fd, undefined, (key, diskSize) => {
+          const open = hs.inodes.get(key);
+          return open ? open.size : diskSize;
+        }),
+      );
       const unlinkedOpen = [...hs.inodes.values()].filter((i) => i.unlinked);
       const bytes = r.bytes + unlinkedOpen.reduce((a, i) => a + i.size, 0);
       const inodes = r.inodes + unlinkedOpen.length;

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -62,6 +62,33 @@ describe.skipIf(!canMount)('daemon lifecycle', () => {
       expect(fuseFds.length).toBe(1);
       const flags = /flags:\s+(\d+)/.exec(readFileSync(`/proc/${d.proc.pid}/fdinfo/${fuseFds[0]}`, 'utf8'))![1]!;
       expect(parseInt(flags, 8) & 0o2000000).toBe(0o2000000);
+    } finally {
+      await d.stop();
+    }
+  });
+
+  it('follows a home directory replaced behind its back, and lets go of the old one', async () => {
+    const d = await startDaemon({ create: ['t/h', 't/gone'] });
+    try {
+      writeFileSync(join(d.home('t', 'h'), 'old'), 'old');
+      writeFileSync(join(d.home('t', 'gone'), 'x'), 'x');
+      renameSync(d.backingOf('t', 'h'), `${d.backingOf('t', 'h')}.old`);
+      mkdirSync(d.backingOf('t', 'h'));
+      writeFileSync(join(d.backingOf('t', 'h'), 'new'), 'new');
+      const del = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'delete-project', '--tenant', 't', 'gone']);
+      expect(del.code).toBe(0);
+      // lookups of a home re-check its backing directory at most once a second
+      await new Promise((r) => setTimeout(r, 1100));
+      expect(readdirSync(d.home('t', 'h'))).toEqual(['new']);
+      const fdDir = `/proc/${d.proc.pid}/fd`;
+      const targets = readdirSync(fdDir).map((fd) => {
+        try {
+          return readlinkSync(join(fdDir, fd));
+        } catch {
+          return '';
+        }
+      });
+      expect(targets.filter((t) => t.includes('/t/h.old') || t.includes('homesfs-trash') || t.endsWith('(deleted)'))).toEqual([]);
     } finally {
       await d.stop();
     }
