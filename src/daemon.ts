@@ -153,32 +153,30 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   };
 
   const controls: ControlServer[] = [];
+  const listeners = [
+    { name: 'admin', socketPath: config.socket, group: config.adminGroup },
+    { name: 'platform', socketPath: config.platformSocket, group: config.platformGroup, allowed: PLATFORM_COMMANDS },
+  ];
   try {
     const controlLog = log.child({ component: 'control' });
-    controls.push(
-      await startControlServer({
-        socketPath: config.socket,
-        socketMode: config.adminGroup === undefined ? 0o600 : 0o660,
-        ...(config.adminGroup !== undefined ? { socketGroup: config.adminGroup } : {}),
-        commands,
-        api,
-        log: controlLog.child({ listener: 'admin' }),
-      }),
-    );
-    controls.push(
-      await startControlServer({
-        socketPath: config.platformSocket,
-        socketMode: config.platformGroup === undefined ? 0o600 : 0o660,
-        ...(config.platformGroup !== undefined ? { socketGroup: config.platformGroup } : {}),
-        commands,
-        allowed: PLATFORM_COMMANDS,
-        api,
-        log: controlLog.child({ listener: 'platform' }),
-      }),
-    );
+    for (const l of listeners) {
+      controls.push(
+        await startControlServer({
+          socketPath: l.socketPath,
+          // With a group the socket is 0660 (its directory 0750); without, owner only.
+          socketMode: l.group === undefined ? 0o600 : 0o660,
+          ...(l.group !== undefined ? { socketGroup: l.group } : {}),
+          ...(l.allowed ? { allowed: l.allowed } : {}),
+          commands,
+          api,
+          log: controlLog.child({ listener: l.name }),
+        }),
+      );
+    }
   } catch (err) {
     for (const c of controls) await c.close().catch(() => undefined);
     await mount.unmount();
+    await ctx.close();
     await store.close();
     throw new DaemonError(`control socket: ${(err as Error).message}`, EXIT.CONTROL);
   }

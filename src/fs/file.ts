@@ -219,9 +219,12 @@ export async function write(ctx: FsContext, fh: number, data: Buffer, pos: numbe
     const end = start + data.length;
     checkEnd(end);
     const after = Math.max(before, end);
-    // Budget first (cheap, synchronous), then content: neither changes anything when it refuses.
-    hs.ledger.resize(before, after)();
-    if (hs.profile.content === 'utf8') await checkTextWrite(h, data, start);
+    if (hs.profile.content === 'utf8') {
+      // Budget first (cheap, synchronous) so a write over budget is not read around
+      // for nothing; the real charge follows the content check, which awaits.
+      hs.ledger.resize(before, after)();
+      await checkTextWrite(h, data, start);
+    }
     const undo = hs.ledger.resize(before, after);
     inode.size = after;
     let n: number;

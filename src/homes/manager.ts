@@ -398,50 +398,45 @@ export class HomeManager {
     });
   }
 
-  private async renameHome(tenant: string, fromKey: string, toKey: string, force: boolean | undefined, moveSettings: (s: import('../state/schema.js').State) => void): Promise<RenameResult> {
+  /**
+   * Rename a project's or a user's home; the name's home-scope setting moves
+   * with it (a setting belongs to the name, as the home does).
+   */
+  private async renameHome(kind: 'project' | 'user', args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult> {
+    const { tenant, force } = args;
     checkSegment('tenant', tenant);
-    const from = { tenant, key: fromKey };
-    const to = { tenant, key: toKey };
+    const from = { tenant, key: keyFor(kind, args.from) };
+    const to = { tenant, key: keyFor(kind, args.to) };
+    const level = kind === 'project' ? 'projects' : 'users';
     if (!(await this.ctx.store.homeExists(from))) throw new HomesError('NOT_FOUND', `home ${homeId(from)} does not exist`);
     if (await this.ctx.store.homeExists(to)) {
       throw new HomesError('RENAME_BLOCKED', `home ${homeId(to)} exists: homes are never merged`, { renameBlocker: homeId(to) });
     }
     const use = await this.checkBusy(from, force, 'rename');
-    await this.renameThroughMount(tenant, fromKey, toKey, () => this.ctx.rekeyHome(from, to));
+    await this.renameThroughMount(tenant, from.key, to.key, () => this.ctx.rekeyHome(from, to));
     await this.state.update((s) => {
       const e = s.homes[homeId(from)];
       if (e) {
         s.homes[homeId(to)] = e;
         delete s.homes[homeId(from)];
       }
-      moveSettings(s);
+      const st = s.settings[tenant];
+      const value = st?.[level][args.from];
+      if (st && value !== undefined) {
+        st[level][args.to] = value;
+        delete st[level][args.from];
+      }
     });
     this.log.info({ from: homeId(from), to: homeId(to), ...use }, 'home renamed');
     return { from: homeId(from), to: homeId(to), ...use };
   }
 
   renameProject(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult> {
-    const fromKey = keyFor('project', args.from);
-    const toKey = keyFor('project', args.to);
-    return this.renameHome(args.tenant, fromKey, toKey, args.force, (s) => {
-      const st = s.settings[args.tenant];
-      if (st && args.from in st.projects) {
-        st.projects[args.to] = st.projects[args.from]!;
-        delete st.projects[args.from];
-      }
-    });
+    return this.renameHome('project', args);
   }
 
   renameUser(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult> {
-    const fromKey = keyFor('user', args.from);
-    const toKey = keyFor('user', args.to);
-    return this.renameHome(args.tenant, fromKey, toKey, args.force, (s) => {
-      const st = s.settings[args.tenant];
-      if (st && args.from in st.users) {
-        st.users[args.to] = st.users[args.from]!;
-        delete st.users[args.from];
-      }
-    });
+    return this.renameHome('user', args);
   }
 
   /** Move the home to a trash name through the mount (the path is gone at once), then remove the backing tree. */

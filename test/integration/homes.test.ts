@@ -194,6 +194,9 @@ print('done', flush=True)
     expect(existsSync(d.backingOf('acme', 'mover'))).toBe(false);
     const usage = await ctlJson('usage', 'acme/moved');
     expect(usage.owner).toEqual(owner);
+    // the project's home-scope setting moved with its name
+    expect(await ctlJson('settings', 'get', '--tenant', 'acme', '--project', 'moved')).toMatchObject({ project: { value: 'project' } });
+    expect(await ctlJson('settings', 'get', '--tenant', 'acme', '--project', 'mover')).toMatchObject({ project: { value: null } });
     expect(usage.bytes).toBe(statSync(join(d.backingOf('acme', 'moved'), 'held.txt')).size);
   });
 
