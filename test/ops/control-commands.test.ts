@@ -8,46 +8,18 @@ import { createRootLogger } from '../../src/log.js';
 import type {
   DaemonApi,
   DeleteResult,
-  HomeInfo,
   RenameResult,
   RescanResult,
   ResolveResult,
   SettingsView,
-  StatusReport,
 } from '../../src/control/api.js';
 import { ADMIN_COMMANDS, PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer, type ControlServerOptions } from '../../src/control/server.js';
 import { COMMAND_NAMES, Request, type CommandName, type Reply } from '../../src/control/protocol.js';
+import { STATUS, HOME } from '../helpers/fixtures.js';
 
 // ---- a fake DaemonApi that records every call -------------------------------
 
-const STATUS: StatusReport = {
-  version: '0.1.0-test',
-  pid: 4242,
-  uptimeSec: 10,
-  backing: '/srv/homes',
-  configPath: null,
-  mount: { path: '/homes', mounted: true, loop: 'running', lastProbeAt: null, lastProbeOk: null },
-  native: { patch: 3, selfCheck: 'ok', maxWriteRequest: 131072 },
-  homes: [],
-};
-const HOME: HomeInfo = {
-  tenant: 'acme',
-  key: 'web',
-  scope: 'project',
-  path: '/homes/acme/web',
-  owner: { uid: 20001, gid: 20001 },
-  profile: 'default',
-  profileSource: 'default',
-  bytes: 4096,
-  budget: 1073741824,
-  fileCap: 0,
-  inodes: 3,
-  inodeCap: 0,
-  openHandles: 0,
-  scan: 'done',
-  orphan: false,
-};
 const SETTINGS: SettingsView = { tenant: 'acme', tenantDefault: null, project: { name: 'web', value: 'tenant' } };
 const RESCAN: RescanResult = { home: 'acme/web', before: { bytes: 1, inodes: 1 }, after: { bytes: 2, inodes: 1 }, drift: { bytes: 1, inodes: 0 } };
 const RESOLVE: ResolveResult = { tenant: 'acme', scope: 'project', key: 'web', home: '/homes/acme/web', owner: { uid: 20001, gid: 20001 }, created: false, source: 'default' };

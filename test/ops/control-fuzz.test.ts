@@ -5,11 +5,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createRootLogger } from '../../src/log.js';
-import type { DaemonApi, HomeInfo, SettingsView, StatusReport } from '../../src/control/api.js';
+import type { DaemonApi, SettingsView } from '../../src/control/api.js';
 import { PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer } from '../../src/control/server.js';
 import { LineDecoder } from '../../src/control/framing.js';
 import { COMMAND_NAMES, Reply, Request, type CommandName } from '../../src/control/protocol.js';
+import { STATUS, HOME } from '../helpers/fixtures.js';
 
 /**
  * Throws malformed, oversized and hostile lines at an admin and a platform
@@ -22,20 +23,6 @@ const MAX_LINE = 8192;
 
 // ---- fake API: reads answer canned data, mutations are recorded -------------
 
-const STATUS: StatusReport = {
-  version: 'fuzz',
-  pid: 1,
-  uptimeSec: 1,
-  backing: '/srv/homes',
-  configPath: null,
-  mount: { path: '/homes', mounted: true, loop: 'running', lastProbeAt: null, lastProbeOk: null },
-  native: { patch: 3, selfCheck: 'ok', maxWriteRequest: null },
-  homes: [],
-};
-const HOME: HomeInfo = {
-  tenant: 'acme', key: 'web', scope: 'project', path: '/homes/acme/web', owner: { uid: 1, gid: 1 }, profile: 'default',
-  profileSource: 'default', bytes: 0, budget: 0, fileCap: 0, inodes: 1, inodeCap: 0, openHandles: 0, scan: 'done', orphan: false,
-};
 const SETTINGS: SettingsView = { tenant: 'acme', tenantDefault: null };
 
 /** Methods that change homes, owners or settings (resolve creates homes, rescan rewrites a ledger). */

@@ -13,20 +13,8 @@ import { commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer, type ControlServerOptions } from '../../src/control/server.js';
 import { controlRequest, ControlClientError } from '../../src/control/client.js';
 import { CONTROL_CODES, controlCodeTableMarkdown, type Reply } from '../../src/control/protocol.js';
+import { STATUS } from '../helpers/fixtures.js';
 
-const STATUS: StatusReport = {
-  version: '0.1.0-test',
-  pid: 4242,
-  uptimeSec: 3723,
-  backing: '/srv/homes',
-  configPath: null,
-  mount: { path: '/homes', mounted: true, loop: 'running', lastProbeAt: '2025-01-01T00:00:00.000Z', lastProbeOk: true },
-  native: { patch: 3, selfCheck: 'ok', maxWriteRequest: 131072 },
-  homes: [
-    { tenant: 'acme', key: 'web', scan: 'done', bytes: 1048576, inodes: 12 },
-    { tenant: 'acme', key: '_tenant', scan: 'scanning' },
-  ],
-};
 
 type Mode = 'ok' | 'homes-error' | 'crash' | 'hang';
 let mode: Mode = 'ok';

@@ -10,44 +10,21 @@ import { createRootLogger } from '../../src/log.js';
 import type { DaemonApi, DeleteResult, HomeInfo, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../../src/control/api.js';
 import { PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer } from '../../src/control/server.js';
+import { STATUS as BASE_STATUS, HOME } from '../helpers/fixtures.js';
+
+/** A config path and a third, long tenant name: the table's column alignment is tested on it. */
+const STATUS: StatusReport = {
+  ...BASE_STATUS,
+  configPath: '/etc/homesfs/config.json',
+  homes: [...BASE_STATUS.homes, { tenant: 'globex-corporation', key: '_user_alice', scan: 'done', bytes: 512, inodes: 3 }],
+};
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 // The installed entry point, exactly as package.json publishes it.
 const BIN = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { bin: Record<string, string> }).bin.homesctl!;
 const CLI = path.join(ROOT, BIN);
 
-const STATUS: StatusReport = {
-  version: '0.1.0-test',
-  pid: 4242,
-  uptimeSec: 3723,
-  backing: '/srv/homes',
-  configPath: '/etc/homesfs/config.json',
-  mount: { path: '/homes', mounted: true, loop: 'running', lastProbeAt: '2025-01-01T00:00:00.000Z', lastProbeOk: true },
-  native: { patch: 3, selfCheck: 'ok', maxWriteRequest: 131072 },
-  homes: [
-    { tenant: 'acme', key: 'web', scan: 'done', bytes: 1048576, inodes: 12 },
-    { tenant: 'acme', key: '_tenant', scan: 'scanning' },
-    { tenant: 'globex-corporation', key: '_user_alice', scan: 'done', bytes: 512, inodes: 3 },
-  ],
-};
 
-const HOME: HomeInfo = {
-  tenant: 'acme',
-  key: 'web',
-  scope: 'project',
-  path: '/homes/acme/web',
-  owner: { uid: 20001, gid: 20001 },
-  profile: 'default',
-  profileSource: 'default',
-  bytes: 1048576,
-  budget: 1073741824,
-  fileCap: 104857600,
-  inodes: 12,
-  inodeCap: 10000,
-  openHandles: 2,
-  scan: 'done',
-  orphan: false,
-};
 const HOMES: HomeInfo[] = [
   HOME,
   { ...HOME, key: 'old-api', path: '/homes/acme/old-api', owner: { uid: 20002, gid: 20002 }, bytes: 512, budget: 0, inodes: 3, openHandles: 0, orphan: true },
@@ -181,7 +158,7 @@ describe('homesctl status', () => {
     expect(out).toMatch(/^Mount:\s+\/homes$/m);
     expect(out).toMatch(/^Mounted:\s+yes$/m);
     expect(out).toMatch(/^Loop:\s+running$/m);
-    expect(out).toMatch(/^Native:\s+ok \(patch 3, max write 128\.0 KiB\)$/m);
+    expect(out).toMatch(/^Native:\s+ok \(patch 2, max write 128\.0 KiB\)$/m);
     expect(out).toMatch(/^Uptime:\s+1h 2m 3s$/m);
     expect(out).toMatch(/^Config:\s+\/etc\/homesfs\/config\.json$/m);
     const lines = out.trimEnd().split('\n');

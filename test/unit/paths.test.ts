@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { codeOf } from '../helpers/fixtures.js';
 import fc from 'fast-check';
 import path from 'node:path';
 import { HomesError, type HomesCode } from '../../src/errors.js';
@@ -15,15 +16,6 @@ import {
 } from '../../src/paths/names.js';
 import { homeId, parseVirtualPath, splitLast } from '../../src/paths/parse.js';
 
-/** Run fn, expect a HomesError with the given code. */
-function codeOf(fn: () => unknown): HomesCode | 'OK' | 'NOT_HOMES_ERROR' {
-  try {
-    fn();
-    return 'OK';
-  } catch (err) {
-    return err instanceof HomesError ? err.code : 'NOT_HOMES_ERROR';
-  }
-}
 
 const LONE_HIGH = '\ud800';
 const LONE_LOW = '\udc00';

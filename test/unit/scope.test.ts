@@ -1,17 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import { codeOf } from '../helpers/fixtures.js';
 import fc from 'fast-check';
 import { HomesError, type HomesCode } from '../../src/errors.js';
 import { allocateOwner, OVERFLOW_ID } from '../../src/scope/owners.js';
 import { isOrphan, parseHomeScope, resolveScope, type ScopeSettings } from '../../src/scope/resolve.js';
 
-function codeOf(fn: () => unknown): HomesCode | 'OK' | 'NOT_HOMES_ERROR' {
-  try {
-    fn();
-    return 'OK';
-  } catch (err) {
-    return err instanceof HomesError ? err.code : 'NOT_HOMES_ERROR';
-  }
-}
 
 const S = (s: Partial<ScopeSettings>): ScopeSettings => ({ projects: {}, users: {}, ...s });
 

@@ -1,0 +1,45 @@
+import type { HomeInfo, StatusReport } from '../../src/control/api.js';
+import { HomesError, type HomesCode } from '../../src/errors.js';
+
+/** Canned daemon answers for tests of the control layer (no mount behind them). */
+export const STATUS: StatusReport = {
+  version: '0.1.0-test',
+  pid: 4242,
+  uptimeSec: 3723,
+  backing: '/srv/homes',
+  configPath: null,
+  mount: { path: '/homes', mounted: true, loop: 'running', lastProbeAt: '2025-01-01T00:00:00.000Z', lastProbeOk: true },
+  native: { patch: 2, selfCheck: 'ok', maxWriteRequest: 131072 },
+  homes: [
+    { tenant: 'acme', key: 'web', scan: 'done', bytes: 1048576, inodes: 12 },
+    { tenant: 'acme', key: '_tenant', scan: 'scanning' },
+  ],
+};
+
+export const HOME: HomeInfo = {
+  tenant: 'acme',
+  key: 'web',
+  scope: 'project',
+  path: '/homes/acme/web',
+  owner: { uid: 20001, gid: 20001 },
+  profile: 'default',
+  profileSource: 'default',
+  bytes: 1048576,
+  budget: 1073741824,
+  fileCap: 104857600,
+  inodes: 12,
+  inodeCap: 10000,
+  openHandles: 2,
+  scan: 'done',
+  orphan: false,
+};
+
+/** The HomesError code `fn` throws ('OK' when it returns, 'NOT_HOMES_ERROR' for anything else). */
+export function codeOf(fn: () => unknown): HomesCode | 'OK' | 'NOT_HOMES_ERROR' {
+  try {
+    fn();
+    return 'OK';
+  } catch (err) {
+    return err instanceof HomesError ? err.code : 'NOT_HOMES_ERROR';
+  }
+}
