@@ -45,6 +45,8 @@ const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
 export class BackingStore {
   private rootFd = -1;
   private rootPath = '';
+  /** every tenant and home must be on this device: inode numbers are then unique across the mount */
+  private rootDev = -1n;
   private readonly warnedNames = new Set<string>();
   private readonly dirs = new DirCache();
 
@@ -63,6 +65,16 @@ export class BackingStore {
     // symlink (/var/lib → /data); everything below it is never followed.
     this.rootPath = await realpath(this.configuredRoot);
     this.rootFd = await sys.open(this.rootPath, DIR_FLAGS);
+    this.rootDev = (await sys.fstat(this.rootFd)).dev;
+  }
+
+  /** The one device of the whole presented tree. */
+  get dev(): bigint {
+    return this.rootDev;
+  }
+
+  private sameDevice(st: import('node:fs').BigIntStats, what: string): void {
+    if (st.dev !== this.rootDev) throw new HomesError('CROSS_DEVICE', `${what} is on another device than the backing root`);
   }
 
   /** Closes the root and the directory cache; homes are retired by their owner (the fs context). */
@@ -84,8 +96,20 @@ export class BackingStore {
   }
 
   async listTenants(): Promise<string[]> {
+    return (await this.tenantEntries(false)).map((e) => e.name);
+  }
+
+  /**
+   * Tenants with their lstat (for readdir's d_ino). A tenant on another device
+   * than the root is left out of listings, as it is refused on lookup.
+   */
+  listTenantsWithStats(): Promise<Array<{ name: string; st: import('node:fs').BigIntStats }>> {
+    return this.tenantEntries(true) as Promise<Array<{ name: string; st: import('node:fs').BigIntStats }>>;
+  }
+
+  private async tenantEntries(withStats: boolean): Promise<Array<{ name: string; st?: import('node:fs').BigIntStats }>> {
     const entries = await sys.readdirRaw(sys.fdPath(this.rootFd));
-    const out: string[] = [];
+    const out: Array<{ name: string; st?: import('node:fs').BigIntStats }> = [];
     for (const e of entries) {
       if (!e.isDirectory()) continue;
       const name = decodeBackingName(e.name);
@@ -95,12 +119,18 @@ export class BackingStore {
       }
       try {
         checkSegment('tenant', name);
-        out.push(name);
       } catch (err) {
         this.warnOnce('tenant', name, (err as Error).message);
+        continue;
       }
+      if (!withStats) {
+        out.push({ name });
+        continue;
+      }
+      const st = await sys.lstat(sys.fdPath(this.rootFd, name)).catch(() => null);
+      if (st && st.isDirectory() && st.dev === this.rootDev) out.push({ name, st });
     }
-    return out.sort();
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
   private async openTenant(tenant: string): Promise<number> {
@@ -122,17 +152,28 @@ export class BackingStore {
   async statTenant(tenant: string): Promise<import('node:fs').BigIntStats> {
     const fd = await this.openTenant(tenant);
     try {
-      return await sys.fstat(fd);
+      const st = await sys.fstat(fd);
+      this.sameDevice(st, `tenant ${tenant}`);
+      return st;
     } finally {
       await sys.close(fd);
     }
   }
 
   async listHomes(tenant: string): Promise<string[]> {
+    return (await this.homeEntries(tenant, false)).map((e) => e.name);
+  }
+
+  /** Homes of a tenant with their lstat (for readdir's d_ino); homes on another device are left out. */
+  listHomesWithStats(tenant: string): Promise<Array<{ name: string; st: import('node:fs').BigIntStats }>> {
+    return this.homeEntries(tenant, true) as Promise<Array<{ name: string; st: import('node:fs').BigIntStats }>>;
+  }
+
+  private async homeEntries(tenant: string, withStats: boolean): Promise<Array<{ name: string; st?: import('node:fs').BigIntStats }>> {
     const fd = await this.openTenant(tenant);
     try {
       const entries = await sys.readdirRaw(sys.fdPath(fd));
-      const out: string[] = [];
+      const out: Array<{ name: string; st?: import('node:fs').BigIntStats }> = [];
       for (const e of entries) {
         if (!e.isDirectory()) continue;
         if (e.name.subarray(0, TRASH_PREFIX.length).equals(Buffer.from(TRASH_PREFIX))) continue;
@@ -143,12 +184,18 @@ export class BackingStore {
         }
         try {
           classifyKey(name);
-          out.push(name);
         } catch (err) {
           this.warnOnce('home', `${tenant}/${name}`, (err as Error).message);
+          continue;
         }
+        if (!withStats) {
+          out.push({ name });
+          continue;
+        }
+        const st = await sys.lstat(sys.fdPath(fd, name)).catch(() => null);
+        if (st && st.isDirectory() && st.dev === this.rootDev) out.push({ name, st });
       }
-      return out.sort();
+      return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     } finally {
       await sys.close(fd);
     }
@@ -285,6 +332,7 @@ export class BackingStore {
         if (st.dev !== tst.dev) {
           throw new HomesError('CROSS_DEVICE', `home ${homeId(ref)} is on another device than its tenant directory`);
         }
+        this.sameDevice(tst, `tenant ${ref.tenant}`);
         const owner = this.ownerOverride(ref) ?? { uid: Number(st.uid), gid: Number(st.gid) };
         return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, owner, checkedAt: Date.now(), uses: 0, retired: false };
       } catch (err) {

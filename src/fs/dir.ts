@@ -1,24 +1,68 @@
+import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import type { HomeRef } from '../paths/parse.js';
 import { checkComponent, decodeBackingName } from '../paths/names.js';
 import { effectiveDirMode, symlinkTargetInsideHome } from '../policy/profiles.js';
 import type { Caller, FsContext } from './context.js';
+import { dirEntryAttr, type DirEntryAttr } from './present.js';
 
-export async function readdir(ctx: FsContext, path: string): Promise<string[]> {
+/** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
+export interface Listing {
+  names: string[];
+  stats: DirEntryAttr[];
+}
+
+/** lstat of every listed name, a bounded number at a time (each is a threadpool round trip). */
+const LSTAT_BATCH = 64;
+
+/**
+ * d_ino must be the st_ino that stat gives (git, find -inum, os.scandir rely on
+ * it): every entry is lstat'ed. An entry that vanished meanwhile is left out;
+ * one on another device (a mount point inside a home) is left out too, as it
+ * is never served.
+ */
+export async function readdir(ctx: FsContext, path: string): Promise<Listing> {
   const vp = ctx.parse(path);
-  if (vp.kind === 'root') return ['.', '..', ...(await ctx.store.listTenants())];
-  if (vp.kind === 'tenant') return ['.', '..', ...(await ctx.store.listHomes(vp.tenant))];
-  const hs = await ctx.home(vp.home);
-  const entries = await ctx.store.withDir(hs.backing, vp.rel, (fd) => sys.readdirRaw(sys.fdPath(fd)));
-  const names = ['.', '..'];
-  for (const e of entries) {
-    const name = decodeBackingName(e.name);
-    // A name that is not UTF-8 could not be looked up again (paths arrive decoded):
-    // it is left out of listings rather than shown under a name that means another file.
-    if (name !== null) names.push(name);
+  if (vp.kind === 'root') {
+    const self = dirEntryAttr(await ctx.store.rootStat());
+    return withDots(self, self, await ctx.store.listTenantsWithStats());
   }
-  return names;
+  if (vp.kind === 'tenant') {
+    const [self, parent] = await Promise.all([ctx.store.statTenant(vp.tenant), ctx.store.rootStat()]);
+    return withDots(dirEntryAttr(self), dirEntryAttr(parent), await ctx.store.listHomesWithStats(vp.tenant));
+  }
+  const hs = await ctx.home(vp.home);
+  const parentStat =
+    vp.rel.length === 0
+      ? ctx.store.statTenant(vp.home.tenant)
+      : ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (fd) => sys.fstat(fd));
+  return ctx.store.withDir(hs.backing, vp.rel, async (fd) => {
+    const [entries, self, parent] = await Promise.all([sys.readdirRaw(sys.fdPath(fd)), sys.fstat(fd), parentStat]);
+    const named: Array<{ name: string; st: BigIntStats }> = [];
+    for (let i = 0; i < entries.length; i += LSTAT_BATCH) {
+      const batch = entries.slice(i, i + LSTAT_BATCH).map(async (e) => {
+        const name = decodeBackingName(e.name);
+        // A name that is not UTF-8 could not be looked up again (paths arrive decoded):
+        // it is left out of listings rather than shown under a name that means another file.
+        if (name === null) return null;
+        const st = await sys.lstat(sys.fdPath(fd, name)).catch(() => null);
+        return st && st.dev === hs.backing.dev ? { name, st } : null;
+      });
+      for (const r of await Promise.all(batch)) if (r) named.push(r);
+    }
+    return withDots(dirEntryAttr(self), dirEntryAttr(parent), named);
+  });
+}
+
+function withDots(self: DirEntryAttr, parent: DirEntryAttr, entries: Array<{ name: string; st: BigIntStats }>): Listing {
+  const names = ['.', '..'];
+  const stats = [self, parent];
+  for (const e of entries) {
+    names.push(e.name);
+    stats.push(dirEntryAttr(e.st));
+  }
+  return { names, stats };
 }
 
 export async function mkdir(ctx: FsContext, path: string, mode: number, caller: Caller): Promise<void> {
@@ -141,7 +185,10 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
     ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
       await ctx.checkNewEntry(hs, dstDir, dst.dir, dst.name);
       const st = await sys.lstat(sys.fdPath(srcDir, src.name));
-      if (!st.isFile()) throw new HomesError('OP_REFUSED', 'only regular files can be hard-linked');
+      // As on Linux: never a directory. A symlink or special file only where the profile has them at all.
+      if (st.isDirectory()) throw new HomesError('OP_REFUSED', 'a directory cannot be hard-linked');
+      if (st.isSymbolicLink() && hs.profile.symlinks === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
+      if (!st.isFile() && !st.isSymbolicLink()) throw new HomesError('OP_REFUSED', 'only regular files and symlinks can be hard-linked');
       // linkat without AT_SYMLINK_FOLLOW: the source name is never followed. Same inode, no new bytes.
       await sys.link(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
     }),

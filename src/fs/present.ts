@@ -1,5 +1,6 @@
 import type { BigIntStats } from 'node:fs';
 import type { Owner } from '../backing/store.js';
+import { HomesError } from '../errors.js';
 import type { Profile } from '../policy/profiles.js';
 
 /** What the FUSE adapter hands to the kernel for one node. */
@@ -20,6 +21,36 @@ export interface Attr {
 }
 
 export const S_IFMT = 0o170000;
+/**
+ * Inode numbers the mount presents are the backing filesystem's own (libfuse's
+ * use_ino), so they are stable across restarts and identical through stat,
+ * fstat and readdir. Every presented node lives on the backing root's device
+ * (tenants and homes on another device are refused), so they are unique.
+ * Nodes the daemon makes up (the self-check file, status files) take numbers
+ * with the top bit set, which no backing inode may have (refused as EIO).
+ */
+export const SYNTHETIC_INO_BASE = 1n << 63n;
+/** The synthetic numbers handed out so far; new virtual nodes add theirs here. */
+export const SYNTHETIC_INO = {
+  selfCheck: SYNTHETIC_INO_BASE | 1n,
+} as const;
+
+/** A backing inode number, refused if it falls into the synthetic range. */
+export function backingIno(ino: bigint): bigint {
+  if (ino >= SYNTHETIC_INO_BASE) throw new HomesError('IO', `backing inode number ${ino} collides with the daemon's synthetic range`);
+  return ino;
+}
+
+/** What readdir hands to the kernel per entry: d_ino and d_type (mode >> 12). */
+export interface DirEntryAttr {
+  ino: bigint;
+  mode: number;
+}
+
+export function dirEntryAttr(st: BigIntStats): DirEntryAttr {
+  return { ino: backingIno(st.ino), mode: Number(st.mode) & S_IFMT };
+}
+
 export const S_IFDIR = 0o040000;
 export const S_IFREG = 0o100000;
 export const S_IFLNK = 0o120000;
@@ -32,7 +63,7 @@ export function daemonDirAttr(st: BigIntStats): Attr {
     gid: 0,
     size: 4096n,
     nlink: 2,
-    ino: st.ino,
+    ino: backingIno(st.ino),
     dev: st.dev,
     rdev: 0n,
     blksize: 4096,
@@ -68,7 +99,7 @@ export function homeNodeAttr(profile: Profile, owner: Owner, st: BigIntStats, is
     gid: presentOwner.gid,
     size: st.size,
     nlink: Number(st.nlink),
-    ino: st.ino,
+    ino: backingIno(st.ino),
     dev: st.dev,
     rdev: st.rdev,
     blksize: Number(st.blksize),

@@ -130,7 +130,10 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
     readdir: (path, cb, caller) => {
       // A directory removed while a process still lists it: empty, as on any filesystem.
       if (path === null) return cb(0, ['.', '..']);
-      run('readdir', path, caller, cb, async () => [await dir.readdir(ctx, path)]);
+      run('readdir', path, caller, cb, async () => {
+        const listing = await dir.readdir(ctx, path);
+        return [listing.names, listing.stats];
+      });
     },
     readlink: (path, cb, caller) => run('readlink', path, caller, cb, async () => [await attr.readlink(ctx, path)]),
     open: (path, flags, cb, caller) => {

@@ -98,6 +98,9 @@ export class MountManager {
       allowOther: true,
       defaultPermissions: true,
       hardRemove: true,
+      // st_ino and d_ino are the backing filesystem's (stable across restarts,
+      // one number for every hard link); libfuse otherwise numbers its own nodes.
+      useIno: true,
       bigWrites: true,
       maxWrite: f.maxWrite,
       maxRead: 131072,

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { SELFCHECK_NAME } from '../fs/attr.js';
-import { S_IFREG, type Attr } from '../fs/present.js';
+import { S_IFREG, SYNTHETIC_INO, type Attr } from '../fs/present.js';
 import { RESERVED_FH_FROM } from '../fs/state.js';
 
 const WRITER = fileURLToPath(new URL('../cli/selfcheck-writer.js', import.meta.url));
@@ -44,7 +44,7 @@ export class SelfCheck {
       gid: 0,
       size: 0n,
       nlink: 1,
-      ino: 0n,
+      ino: SYNTHETIC_INO.selfCheck,
       dev: 0n,
       rdev: 0n,
       blksize: 4096,

@@ -1,0 +1,217 @@
+import { spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+
+/**
+ * POSIX conformance in the style of go-fuse's posixtest: one table of small
+ * named cases, each a syscall sequence run by a real python3 process as the
+ * home's owner, and its expected result. Every case runs twice, in a `posix`
+ * home and in a plain directory on the backing filesystem, so any difference
+ * between homesfs and a local filesystem shows up by name.
+ */
+
+if (!canMount) console.warn(`posix conformance suite skipped: ${skipReason}`);
+
+// Owner uids of their own (other suites use 200000+ ranges at the same time).
+const BASE = 300_000 + Math.floor(Math.random() * 60_000) * 10;
+const U = { uid: BASE, gid: BASE };
+const OTHER = BASE + 1;
+const T = 't';
+const RUNNER = resolve(import.meta.dirname, 'fixtures/syscalls.py');
+
+interface Case {
+  name: string;
+  /** Python source that assigns its result to `r` (helpers: test/integration/fixtures/syscalls.py) */
+  code: string;
+  expect: unknown;
+}
+
+/** Cases that must behave exactly as on a local filesystem in a `posix` home. */
+const CASES: Case[] = [
+  // --- inode identity -------------------------------------------------------
+  {
+    name: 'hard links are one file: samefile, sameopenfile, st_ino, st_nlink',
+    code: `
+touch('a', b'x')
+os.link('a', 'b')
+fa, fb = os.open('a', os.O_RDONLY), os.open('b', os.O_RDONLY)
+r = [os.path.samefile('a', 'b'), os.path.sameopenfile(fa, fb), os.stat('a').st_ino == os.stat('b').st_ino,
+     os.stat('a').st_nlink, os.fstat(fb).st_nlink]`,
+    expect: [true, true, true, 2, 2],
+  },
+  {
+    name: "readdir's d_ino is stat's st_ino for every kind of entry",
+    code: `
+touch('f'); os.mkdir('d'); os.symlink('f', 'l'); os.link('f', 'h')
+r = sorted((e.name, e.inode() == os.lstat(e.name).st_ino) for e in os.scandir('.'))`,
+    expect: [
+      ['d', true],
+      ['f', true],
+      ['h', true],
+      ['l', true],
+    ],
+  },
+  {
+    name: 'fstat and stat give the same st_ino',
+    code: `
+touch('f'); fd = os.open('f', os.O_RDONLY)
+r = os.fstat(fd).st_ino == os.stat('f').st_ino`,
+    expect: true,
+  },
+  {
+    name: 'rename keeps the inode number',
+    code: `
+touch('f'); before = os.stat('f').st_ino; os.rename('f', 'g')
+r = os.stat('g').st_ino == before`,
+    expect: true,
+  },
+  {
+    name: 'st_nlink follows link and unlink',
+    code: `
+touch('a'); os.link('a', 'b'); os.link('a', 'c'); n3 = os.stat('c').st_nlink
+os.unlink('b'); n2 = os.stat('c').st_nlink
+r = [n3, n2]`,
+    expect: [3, 2],
+  },
+  {
+    name: 'a directory has 2 + subdirectories links',
+    code: `
+os.mkdir('d'); os.mkdir('d/e'); os.mkdir('d/f')
+r = os.stat('d').st_nlink`,
+    expect: 4,
+  },
+  {
+    name: 'a hard link to a directory is EPERM',
+    code: `
+os.mkdir('d')
+r = E(os.link, 'd', 'e')`,
+    expect: 'EPERM',
+  },
+  {
+    name: 'a hard link to a symlink links the symlink itself',
+    code: `
+os.symlink('nowhere', 's'); os.link('s', 't', follow_symlinks=False)
+r = [os.readlink('t'), os.lstat('s').st_ino == os.lstat('t').st_ino, os.lstat('s').st_nlink]`,
+    expect: ['nowhere', true, 2],
+  },
+];
+
+interface Side {
+  root: string;
+  results: Record<string, unknown>;
+}
+
+async function runTable(root: string, cases: Case[], scripts: string, tag: string): Promise<Record<string, unknown>> {
+  const file = join(scripts, `${tag}.json`);
+  writeFileSync(file, JSON.stringify(cases.map((c) => ({ name: c.name, code: c.code }))), { mode: 0o644 });
+  const r = await runAs(U.uid, U.gid, `exec python3 ${RUNNER} ${root} ${file}`, { env: { OTHER_UID: String(OTHER) }, timeoutMs: 120_000 });
+  if (r.code !== 0) throw new Error(`case runner failed (${r.code}): ${r.stderr}`);
+  return JSON.parse(r.stdout) as Record<string, unknown>;
+}
+
+describe.skipIf(!canMount)('posix conformance: a posix home side by side with a plain directory', () => {
+  let d: RunningDaemon;
+  let scripts: string;
+  const sides: Record<'posix' | 'plain', Side> = { posix: { root: '', results: {} }, plain: { root: '', results: {} } };
+
+  beforeAll(async () => {
+    d = await startDaemon({
+      homes: { [`${T}/p`]: { owner: U, profile: 'posix' } },
+      create: [`${T}/p`],
+      // libfuse 2.9 gives every name of a hard-linked file its own kernel inode:
+      // st_nlink seen through another name is exact only without attribute caching.
+      config: { fuse: { attrTimeout: 0 } },
+    });
+    scripts = join(d.dir, 'scripts');
+    mkdirSync(scripts, { mode: 0o755 });
+    // The plain side: a directory on the backing filesystem, owned and moded like the home.
+    const plain = join(d.dir, 'plain');
+    mkdirSync(plain, { mode: 0o700 });
+    chownSync(plain, U.uid, U.gid);
+    chmodSync(d.dir, 0o755);
+    sides.plain.root = plain;
+    sides.posix.root = d.home(T, 'p');
+    chownSync(d.backingOf(T, 'p'), U.uid, U.gid);
+    sides.posix.results = await runTable(sides.posix.root, CASES, scripts, 'posix');
+    sides.plain.results = await runTable(sides.plain.root, CASES, scripts, 'plain');
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+  });
+
+  for (const c of CASES) {
+    it(c.name, () => {
+      expect({ plain: sides.plain.results[c.name], posix: sides.posix.results[c.name] }).toEqual({ plain: c.expect, posix: c.expect });
+    });
+  }
+});
+
+describe.skipIf(!canMount)('posix: inode numbers survive a daemon restart', () => {
+  let d: RunningDaemon;
+
+  beforeAll(async () => {
+    d = await startDaemon({ homes: { [`${T}/p`]: { owner: U, profile: 'posix' } }, create: [`${T}/p`] });
+    chownSync(d.backingOf(T, 'p'), U.uid, U.gid);
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+  });
+
+  const FIND = `find . -printf '%i %n %p\\n' | sort -k3`;
+  const inodes = async (): Promise<{ find: string; ls: string }> => {
+    const r = await runAs(U.uid, U.gid, `cd ${d.home(T, 'p')} && ${FIND} && echo -- && ls -ai sub`);
+    expect(r.stderr).toBe('');
+    const [find = '', ls = ''] = r.stdout.split('--\n');
+    return { find, ls };
+  };
+
+  it('stat, readdir and hard links show the same numbers before and after a restart', async () => {
+    const setup = await runAs(U.uid, U.gid, `cd ${d.home(T, 'p')} && mkdir sub && echo a > sub/a && ln sub/a sub/b && ln -s a sub/l`);
+    expect(setup.code).toBe(0);
+    const before = await inodes();
+    d = await d.restart();
+    expect(await inodes()).toEqual(before);
+    // and they are the backing filesystem's own numbers
+    expect(spawnSync('sh', ['-c', FIND], { cwd: d.backingOf(T, 'p'), encoding: 'utf8' }).stdout).toBe(before.find);
+    expect(before.ls).toMatch(/^(\d+) a\n\1 b\n/m);
+  });
+
+  it("the daemon's own levels (mount root, tenant) list the same numbers stat gives", async () => {
+    const r = spawnSync('python3', ['-c', `
+import os, sys
+bad = [(d, e.name) for d in sys.argv[1:] for e in os.scandir(d) if e.inode() != os.lstat(e.path).st_ino]
+print(bad)`, d.mount, join(d.mount, T)], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('[]');
+    expect(statSync(d.home(T, 'p')).ino).toBe(statSync(d.backingOf(T, 'p')).ino);
+  });
+
+  it('git status after a restart re-reads no file contents', async () => {
+    const repo = join(d.home(T, 'p'), 'repo');
+    const git = (args: string, extra = ''): Promise<{ code: number | null; stdout: string; stderr: string }> =>
+      runAs(U.uid, U.gid, `cd ${repo} && ${extra} git -c user.name=t -c user.email=t@t ${args}`, { env: { HOME: d.home(T, 'p') } });
+    const mk = await runAs(U.uid, U.gid, `mkdir ${repo} && cd ${repo} && for i in 1 2 3 4 5; do echo "content $i" > f$i; done && touch -d '2020-01-01' f1 f2 f3 f4 f5`);
+    expect(mk.code).toBe(0);
+    expect((await git('init -q')).code).toBe(0);
+    expect((await git('add -A')).code).toBe(0);
+    expect((await git('commit -qm init')).code).toBe(0);
+    expect((await git('status --porcelain')).stdout).toBe('');
+    d = await d.restart();
+    // strace shows every open: git re-hashes a file whose stat data changed by opening it.
+    const trace = join(d.dir, 'git.strace');
+    writeFileSync(trace, '', { mode: 0o666 });
+    chmodSync(trace, 0o666);
+    const traced = await git('status --porcelain', `strace -f -qq -e trace=openat -o ${trace}`);
+    expect(traced.stdout).toBe('');
+    const all = readFileSync(trace, 'utf8');
+    expect(all).toContain('.git/index'); // the trace did record git's opens
+    const opens = all
+      .split('\n')
+      .filter((l) => /"f[1-5]"/.test(l));
+    expect(opens).toEqual([]);
+  });
+});
