@@ -1,3 +1,4 @@
+import { fstatSync } from 'node:fs';
 import type { BackingStore } from '../backing/store.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
@@ -114,6 +115,28 @@ export class FsContext {
     return hs;
   }
 
+  /**
+   * Run an operation that changes the home's tree or a file's size by name
+   * (create, unlink, rename, truncate, …) once the home is ready. It is counted
+   * from the moment the gate lets it through (no await in between) until it
+   * ends, so a rescan that closes the gate can wait for the ones already inside.
+   */
+  async changing<T>(ref: HomeRef, fn: (hs: HomeState) => Promise<T>): Promise<T> {
+    const hs = await this.readyHome(ref);
+    hs.changing++;
+    try {
+      return await fn(hs);
+    } finally {
+      if (--hs.changing === 0) for (const wake of hs.drained.splice(0)) wake();
+    }
+  }
+
+  /** Resolves when no changing operation is inside the home (call after closing its gate). */
+  drained(hs: HomeState): Promise<void> {
+    if (hs.changing === 0) return Promise.resolve();
+    return new Promise((resolve) => hs.drained.push(resolve));
+  }
+
   /** Hold back operations that change the home's tree (for a rescan); call the result to let them go. */
   closeGate(hs: HomeState): () => void {
     let open!: () => void;
@@ -191,17 +214,32 @@ export class FsContext {
       ready,
       inodes: new Map(),
       openHandles: 0,
+      changing: 0,
+      drained: [],
     };
     void scanHome(this, hs).finally(markReady);
     return hs;
   }
 
-  /** The open-file record for an inode, created on first open. */
-  attachInode(hs: HomeState, dev: bigint, ino: bigint, size: number): OpenInode {
+  /**
+   * The open-file record for the inode behind `fd`, created on first open.
+   * A new record's size is read here, synchronously, with no await between the
+   * read and the record becoming visible: a size read earlier (before an await)
+   * may predate a truncate or write that finished meanwhile, and a record built
+   * from it would let later writes up to that size pass as uncharged
+   * overwrites. Once the record exists, every size change goes through it.
+   * An inode whose last name is gone and that has no record was already given
+   * back to the ledger by the unlink or rename that removed it: the open lost
+   * that race and answers ENOENT.
+   */
+  attachInode(hs: HomeState, fd: number, dev: bigint, ino: bigint): OpenInode {
     const key = inodeKey(dev, ino);
     let inode = hs.inodes.get(key);
     if (!inode) {
-      inode = { key, size, handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex() };
+      // fstat of an open descriptor on the local backing disk: metadata only, microseconds.
+      const st = fstatSync(fd, { bigint: true });
+      if (st.nlink === 0n) throw new HomesError('NOT_FOUND', 'the file was removed while it was being opened');
+      inode = { key, size: Number(st.size), handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex() };
       hs.inodes.set(key, inode);
     }
     return inode;
@@ -209,10 +247,15 @@ export class FsContext {
 
   /**
    * Account for a node whose last name went away (unlink, rmdir, rename over
-   * it). `st` is an fstat of an O_PATH descriptor taken after the removal, so
-   * nlink and size are current. An open file keeps its bytes until last close.
+   * it). `nodeFd` is an O_PATH descriptor of the node, read after the removal
+   * and synchronously here, so nlink and size are current when the decision
+   * is made (an fstat awaited earlier could predate the last write of a handle
+   * that closed meanwhile). An open file keeps its bytes until last close.
+   * Two removals of one name never interleave: the kernel holds the parent
+   * directory's lock across the FUSE unlink/rename request.
    */
-  settleRemoved(hs: HomeState, st: import('node:fs').BigIntStats): void {
+  settleRemoved(hs: HomeState, nodeFd: number): void {
+    const st = fstatSync(nodeFd, { bigint: true });
     if (st.nlink > 0n) return;
     const inode = hs.inodes.get(inodeKey(st.dev, st.ino));
     if (inode) {

@@ -67,41 +67,44 @@ function withDots(self: DirEntryAttr, parent: DirEntryAttr, entries: Array<{ nam
 
 export async function mkdir(ctx: FsContext, path: string, mode: number, caller: Caller): Promise<void> {
   const vp = ctx.parseInHome(path, 'mkdir');
-  const hs = await ctx.readyHome(vp.home);
-  await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
-    await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
-    const undo = hs.ledger.addInode();
-    try {
-      await sys.mkdir(sys.fdPath(dirFd, vp.name), effectiveDirMode(hs.profile, mode & 0o7777));
-    } catch (err) {
-      undo();
-      throw err;
-    }
-    if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+  await ctx.changing(vp.home, async (hs) => {
+    await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+      await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
+      const undo = hs.ledger.addInode();
+      try {
+        await sys.mkdir(sys.fdPath(dirFd, vp.name), effectiveDirMode(hs.profile, mode & 0o7777));
+      } catch (err) {
+        undo();
+        throw err;
+      }
+      if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+    });
   });
 }
 
 export async function rmdir(ctx: FsContext, path: string): Promise<void> {
   const vp = ctx.parseInHome(path, 'rmdir');
-  const hs = await ctx.readyHome(vp.home);
-  await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
-    await sys.rmdir(sys.fdPath(dirFd, vp.name));
-    hs.ledger.removeInode();
+  await ctx.changing(vp.home, async (hs) => {
+    await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+      await sys.rmdir(sys.fdPath(dirFd, vp.name));
+      hs.ledger.removeInode();
+    });
   });
 }
 
 export async function unlink(ctx: FsContext, path: string): Promise<void> {
   const vp = ctx.parseInHome(path, 'unlink');
-  const hs = await ctx.readyHome(vp.home);
-  await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
-    const node = await ctx.store.openNode(dirFd, vp.name);
-    try {
-      await sys.unlink(sys.fdPath(dirFd, vp.name));
-      // fstat after the unlink: nlink tells whether this was the last name.
-      ctx.settleRemoved(hs, await sys.fstat(node));
-    } finally {
-      await sys.close(node);
-    }
+  await ctx.changing(vp.home, async (hs) => {
+    await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+      const node = await ctx.store.openNode(dirFd, vp.name);
+      try {
+        await sys.unlink(sys.fdPath(dirFd, vp.name));
+        // read after the unlink: nlink tells whether this was the last name.
+        ctx.settleRemoved(hs, node);
+      } finally {
+        await sys.close(node);
+      }
+    });
   });
 }
 
@@ -136,42 +139,44 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
   const dst = ctx.parseInHome(to, 'rename');
   // Between homes: EXDEV, so mv(1) copies and deletes, and the target's budget applies.
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'rename between two homes');
-  const hs = await ctx.readyHome(src.home);
-  await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
-    ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
-      await checkComponent(dst.name, hs.profile.maxNameBytes);
-      if (hs.profile.maxDepth > 0 && dst.dir.length + 1 > hs.profile.maxDepth) {
-        throw new HomesError('OP_REFUSED', `nesting deeper than ${hs.profile.maxDepth} levels is not allowed in profile ${hs.profileName}`);
-      }
-      const replaced = await ctx.probeNode(dstDir, dst.name);
-      try {
-        await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
-        if (replaced !== null) ctx.settleRemoved(hs, await sys.fstat(replaced));
-      } finally {
-        if (replaced !== null) await sys.close(replaced);
-      }
-    }),
-  );
+  await ctx.changing(src.home, async (hs) => {
+    await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
+      ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
+        await checkComponent(dst.name, hs.profile.maxNameBytes);
+        if (hs.profile.maxDepth > 0 && dst.dir.length + 1 > hs.profile.maxDepth) {
+          throw new HomesError('OP_REFUSED', `nesting deeper than ${hs.profile.maxDepth} levels is not allowed in profile ${hs.profileName}`);
+        }
+        const replaced = await ctx.probeNode(dstDir, dst.name);
+        try {
+          await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
+          if (replaced !== null) ctx.settleRemoved(hs, replaced);
+        } finally {
+          if (replaced !== null) await sys.close(replaced);
+        }
+      }),
+    );
+  });
 }
 
 export async function symlink(ctx: FsContext, target: string, path: string, caller: Caller): Promise<void> {
   const vp = ctx.parseInHome(path, 'symlink');
-  const hs = await ctx.readyHome(vp.home);
-  const rule = hs.profile.symlinks;
-  if (rule === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
-  if (rule === 'inside-home' && !symlinkTargetInsideHome([...vp.dir], target)) {
-    throw new HomesError('OP_REFUSED', 'symlink target leaves the home', { target });
-  }
-  await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
-    await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
-    const undo = hs.ledger.addInode();
-    try {
-      await sys.symlink(target, sys.fdPath(dirFd, vp.name));
-    } catch (err) {
-      undo();
-      throw err;
+  await ctx.changing(vp.home, async (hs) => {
+    const rule = hs.profile.symlinks;
+    if (rule === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
+    if (rule === 'inside-home' && !symlinkTargetInsideHome([...vp.dir], target)) {
+      throw new HomesError('OP_REFUSED', 'symlink target leaves the home', { target });
     }
-    if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+    await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+      await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
+      const undo = hs.ledger.addInode();
+      try {
+        await sys.symlink(target, sys.fdPath(dirFd, vp.name));
+      } catch (err) {
+        undo();
+        throw err;
+      }
+      if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+    });
   });
 }
 
@@ -179,20 +184,21 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
   const src = ctx.parseInHome(from, 'link');
   const dst = ctx.parseInHome(to, 'link');
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'hard link between two homes');
-  const hs = await ctx.readyHome(src.home);
-  if (hs.profile.hardLinks === 'deny') throw new HomesError('OP_REFUSED', `hard links are not allowed in profile ${hs.profileName}`);
-  await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
-    ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
-      await ctx.checkNewEntry(hs, dstDir, dst.dir, dst.name);
-      const st = await sys.lstat(sys.fdPath(srcDir, src.name));
-      // As on Linux: never a directory. A symlink or special file only where the profile has them at all.
-      if (st.isDirectory()) throw new HomesError('OP_REFUSED', 'a directory cannot be hard-linked');
-      if (st.isSymbolicLink() && hs.profile.symlinks === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
-      if (!st.isFile() && !st.isSymbolicLink()) throw new HomesError('OP_REFUSED', 'only regular files and symlinks can be hard-linked');
-      // linkat without AT_SYMLINK_FOLLOW: the source name is never followed. Same inode, no new bytes.
-      await sys.link(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
-    }),
-  );
+  await ctx.changing(src.home, async (hs) => {
+    if (hs.profile.hardLinks === 'deny') throw new HomesError('OP_REFUSED', `hard links are not allowed in profile ${hs.profileName}`);
+    await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
+      ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
+        await ctx.checkNewEntry(hs, dstDir, dst.dir, dst.name);
+        const st = await sys.lstat(sys.fdPath(srcDir, src.name));
+        // As on Linux: never a directory. A symlink or special file only where the profile has them at all.
+        if (st.isDirectory()) throw new HomesError('OP_REFUSED', 'a directory cannot be hard-linked');
+        if (st.isSymbolicLink() && hs.profile.symlinks === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
+        if (!st.isFile() && !st.isSymbolicLink()) throw new HomesError('OP_REFUSED', 'only regular files and symlinks can be hard-linked');
+        // linkat without AT_SYMLINK_FOLLOW: the source name is never followed. Same inode, no new bytes.
+        await sys.link(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
+      }),
+    );
+  });
 }
 
 export async function mknod(ctx: FsContext, path: string): Promise<void> {

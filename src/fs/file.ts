@@ -80,8 +80,9 @@ function refuseNonRegular(st: BigIntStats): void {
   throw new HomesError('OP_REFUSED', 'only regular files can be opened in a home');
 }
 
+/** Must run after the open's last await: the record's size is read inside (see attachInode). */
 function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flags: number, rel: readonly string[]): OpenResult {
-  const inode = ctx.attachInode(hs, st.dev, st.ino, Number(st.size));
+  const inode = ctx.attachInode(hs, fd, st.dev, st.ino);
   const writable = (flags & ACCMODE) !== C.O_RDONLY;
   inode.handles++;
   if (writable) inode.writers++;
@@ -90,19 +91,26 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
   return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
 }
 
+/**
+ * Text homes, a size change that zero-fills or cuts (truncate, fallocate):
+ * zeros after a cut character would make it invalid, so a file ending inside
+ * a character cannot grow; a cut itself leaves an incomplete tail. Called
+ * under the inode's lock with the size the record holds.
+ */
+async function checkTextResize(inode: OpenInode, fd: number, before: number, size: number): Promise<void> {
+  const tailFrom = Math.max(0, Math.min(before, size) - UTF8_CONTEXT_BYTES);
+  const tail = await readAt(fd, tailFrom, Math.min(before, size) - tailFrom);
+  if (size > before && endsWithIncompleteChar(tail)) {
+    throw new HomesError('NOT_UTF8', 'extending a file that ends inside a character would make it invalid UTF-8');
+  }
+  inode.incompleteTail = size > before ? false : endsWithIncompleteChar(tail);
+}
+
 async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: number): Promise<void> {
   checkEnd(size);
   await inode.lock.run(async () => {
     const before = inode.size;
-    if (hs.profile.content === 'utf8') {
-      // Zeros after a cut character would make it invalid; a cut itself leaves an incomplete tail.
-      const tailFrom = Math.max(0, Math.min(before, size) - UTF8_CONTEXT_BYTES);
-      const tail = await readAt(fd, tailFrom, Math.min(before, size) - tailFrom);
-      if (size > before && endsWithIncompleteChar(tail)) {
-        throw new HomesError('NOT_UTF8', 'extending a file that ends inside a character would make it invalid UTF-8');
-      }
-      inode.incompleteTail = size > before ? false : endsWithIncompleteChar(tail);
-    }
+    if (hs.profile.content === 'utf8') await checkTextResize(inode, fd, before, size);
     const undo = hs.ledger.resize(before, size);
     inode.size = size;
     try {
@@ -117,7 +125,12 @@ async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: 
 
 export async function open(ctx: FsContext, path: string, flags: number): Promise<OpenResult> {
   const vp = ctx.parseInHome(path, 'open');
-  const hs = (flags & ACCMODE) === C.O_RDONLY ? await ctx.home(vp.home) : await ctx.readyHome(vp.home);
+  // O_TRUNC truncates even with O_RDONLY on Linux: it changes the size, so it waits for the ledger.
+  if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) return openIn(ctx, await ctx.home(vp.home), vp, flags);
+  return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags));
+}
+
+async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number): Promise<OpenResult> {
   const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), backingFlags(flags)));
   let res: OpenResult;
   try {
@@ -144,8 +157,7 @@ export async function open(ctx: FsContext, path: string, flags: number): Promise
 
 export async function create(ctx: FsContext, path: string, mode: number, flags: number, caller: Caller): Promise<OpenResult> {
   const vp = ctx.parseInHome(path, 'create');
-  const hs = await ctx.readyHome(vp.home);
-  return ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+  return ctx.changing(vp.home, (hs) => ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
     const target = sys.fdPath(dirFd, vp.name);
     let fd: number;
     let created = true;
@@ -177,7 +189,7 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
       });
     }
     return res;
-  });
+  }));
 }
 
 /**
@@ -252,24 +264,24 @@ export async function ftruncate(ctx: FsContext, fh: number, size: number): Promi
 
 export async function truncate(ctx: FsContext, path: string, size: number): Promise<void> {
   const vp = ctx.parseInHome(path, 'truncate');
-  const hs = await ctx.readyHome(vp.home);
-  const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), C.O_WRONLY | SAFE));
-  try {
-    const st = await sys.fstat(fd);
-    refuseNonRegular(st);
-    const open = hs.inodes.get(`${st.dev}:${st.ino}`);
-    if (open) return await truncateInode(hs, open, fd, size);
-    // Not open anywhere: a temporary record serialises this with any open that races it.
-    const inode = ctx.attachInode(hs, st.dev, st.ino, Number(st.size));
-    inode.handles++;
+  await ctx.changing(vp.home, async (hs) => {
+    const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), C.O_WRONLY | SAFE));
     try {
-      await truncateInode(hs, inode, fd, size);
+      const st = await sys.fstat(fd);
+      refuseNonRegular(st);
+      // The record (existing, or a temporary one that serialises this with any
+      // open racing it) is taken after the last await, with its size read then.
+      const inode = ctx.attachInode(hs, fd, st.dev, st.ino);
+      inode.handles++;
+      try {
+        await truncateInode(hs, inode, fd, size);
+      } finally {
+        ctx.detachInode(hs, inode);
+      }
     } finally {
-      ctx.detachInode(hs, inode);
+      await sys.close(fd);
     }
-  } finally {
-    await sys.close(fd);
-  }
+  });
 }
 
 /**

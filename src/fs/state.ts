@@ -52,6 +52,10 @@ export interface HomeState {
   ready: Promise<void>;
   readonly inodes: Map<string, OpenInode>;
   openHandles: number;
+  /** operations that change the tree or a size by name, inside the gate right now */
+  changing: number;
+  /** wake-ups for a rescan waiting until `changing` is 0 */
+  readonly drained: Array<() => void>;
 }
 
 export function inodeKey(dev: bigint, ino: bigint): string {

@@ -19,6 +19,7 @@ import type {
 import { HomesError } from '../errors.js';
 import type { FsContext } from '../fs/context.js';
 import { measureTree } from '../fs/scan.js';
+import type { OpenInode } from '../fs/state.js';
 import type { Logger } from '../log.js';
 import { checkSegment, classifyKey, keyFor } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
@@ -319,24 +320,33 @@ export class HomeManager {
 
   /**
    * Rebuild a home's ledger from the disk. Changes to the tree wait (the home's
-   * `ready` gate); writes through handles already open keep going, so open
-   * files are counted at the size the ledger holds for them.
+   * `ready` gate), and the ones already inside it are waited for before the
+   * walk starts; writes through handles already open keep going. An open file
+   * is counted through its record, read when the walk ends (not when it passes
+   * the file), so growth during the walk is neither lost nor counted twice.
    */
   async rescan(args: { home: string }): Promise<RescanResult> {
     const ref = parseHomeArg(args.home);
     if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
     const hs = await this.ctx.readyHome(ref);
-    const before = { bytes: hs.ledger.bytes, inodes: hs.ledger.inodes };
     const gate = this.ctx.closeGate(hs);
     try {
+      await this.ctx.drained(hs);
+      // Only files open when the walk reaches them can change size meanwhile
+      // (new writable opens wait at the gate): keep their records.
+      const open = new Set<OpenInode>();
       const r = await this.ctx.store.useHome(hs.backing, (fd) =>
         measureTree(fd, undefined, (key, diskSize) => {
-          const open = hs.inodes.get(key);
-          return open ? open.size : diskSize;
+          const rec = hs.inodes.get(key);
+          if (!rec) return diskSize;
+          open.add(rec);
+          return 0;
         }),
       );
+      // From here to the swap, nothing awaits: the ledger and the records agree.
+      const before = { bytes: hs.ledger.bytes, inodes: hs.ledger.inodes };
       const unlinkedOpen = [...hs.inodes.values()].filter((i) => i.unlinked);
-      const bytes = r.bytes + unlinkedOpen.reduce((a, i) => a + i.size, 0);
+      const bytes = r.bytes + [...open].reduce((a, i) => a + i.size, 0) + unlinkedOpen.reduce((a, i) => a + i.size, 0);
       const inodes = r.inodes + unlinkedOpen.length;
       hs.ledger = new Ledger(hs.ledger.limits, { bytes, inodes });
       const after = { bytes, inodes };
