@@ -299,6 +299,8 @@ export async function fallocate(ctx: FsContext, fh: number, mode: number, offset
   await h.inode.lock.run(async () => {
     if (end <= h.inode.size) return;
     const before = h.inode.size;
+    // Zero-fill is an extension like truncate-up: the same incomplete-tail rule.
+    if (h.home.profile.content === 'utf8') await checkTextResize(h.inode, h.fd, before, end);
     const undo = h.home.ledger.resize(before, end);
     h.inode.size = end;
     try {

@@ -3,12 +3,9 @@ import { Ledger } from '../policy/ledger.js';
 import type { FsContext } from './context.js';
 import type { HomeState } from './state.js';
 
-const HIDDEN_PREFIX = Buffer.from('.fuse_hidden');
-
 export interface ScanResult {
   bytes: number;
   inodes: number;
-  purged: number;
 }
 
 /**
@@ -16,9 +13,8 @@ export interface ScanResult {
  * files (each inode once, so hard links are not counted twice) and the number
  * of inodes below the home root. Symlinks are counted, never followed; nothing
  * outside the home is reached because every directory is opened by descriptor.
- * `.fuse_hidden*` files are leftovers of a libfuse run without hard_remove
- * (the file was unlinked while open): nobody can reach them any more, so they
- * are removed instead of charged.
+ * Nothing is removed: the mount runs with hard_remove, so libfuse never makes
+ * `.fuse_hidden*` files, and a file of that name in a home is the user's.
  */
 export async function measureTree(
   rootFd: number,
@@ -27,18 +23,13 @@ export async function measureTree(
   sizeOf: (key: string, diskSize: number) => number = (_k, size) => size,
 ): Promise<ScanResult> {
   const seen = new Set<string>();
-  const result: ScanResult = { bytes: 0, inodes: 0, purged: 0 };
+  const result: ScanResult = { bytes: 0, inodes: 0 };
   let sinceReport = 0;
   const walk = async (dirFd: number): Promise<void> => {
     const entries = await sys.readdirRaw(sys.fdPath(dirFd));
     for (const e of entries) {
       // Buffer paths: names that are not UTF-8 are still measured, byte for byte.
       const path = Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), e.name]);
-      if (e.isFile() && e.name.subarray(0, HIDDEN_PREFIX.length).equals(HIDDEN_PREFIX)) {
-        await sys.unlink(path).catch(() => undefined);
-        result.purged++;
-        continue;
-      }
       let st;
       try {
         st = await sys.lstat(path);
@@ -88,7 +79,7 @@ export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
     );
     hs.ledger = new Ledger(hs.ledger.limits, { bytes: r.bytes, inodes: r.inodes });
     hs.scan = 'done';
-    log.info({ bytes: r.bytes, inodes: r.inodes, purgedHidden: r.purged, ms: Date.now() - started, profile: hs.profileName }, 'home ledger built');
+    log.info({ bytes: r.bytes, inodes: r.inodes, ms: Date.now() - started, profile: hs.profileName }, 'home ledger built');
   } catch (err) {
     hs.scan = 'failed';
     hs.scanError = (err as Error).message;
