@@ -1,34 +1,49 @@
 #!/usr/bin/env node
-// homesfs benchmark: the same workloads on the raw backing directory, on the
-// homesfs mount (default `home` profile and `posix` profile) and, when
-// installed, on bindfs, in one run; prints a table of medians and ratios and
-// writes bench/results/latest.json.
+// homesfs benchmark: the same workloads on the raw backing filesystem, on the
+// homesfs mount (`home` and `posix` profiles) and on bindfs (-o big_writes),
+// in one run. Prints a workload table (medians, min–max spread, time ratios,
+// each daemon's CPU seconds) and a per-op micro table (µs), and writes
+// bench/results/latest.json.
 //
 // Usage (as root, /dev/fuse present):  npm run bench
 //   (= tsc -p tsconfig.json && node bench/run.mjs)
+//   BENCH_QUICK=1 npm run bench      a few minutes: smaller sizes, 3 reps
 //
 // Environment:
-//   BENCH_MB          size of the sequential file in MiB          (default 256)
-//   BENCH_FILES       small files created / stat'ed / removed     (default 2000)
-//   BENCH_TREE_FILES  files in the generated tree for tar and git (default 3000)
-//   BENCH_REPS        repetitions per workload; the median is kept (default 3)
-//   BENCH_DIR         parent of the scratch directory             (default os.tmpdir())
-//   BENCH_NO_BINDFS=1 skip bindfs even when installed
+//   BENCH_QUICK=1      smaller defaults (64 MiB, 1000 files, 1500-file tree, 3 reps, 1000 micro ops)
+//   BENCH_MB           size of the sequential file in MiB          (default 256)
+//   BENCH_FILES        small files created / stat'ed / removed     (default 3000)
+//   BENCH_TREE_FILES   files in the generated tree (tar, find, git) (default 4400)
+//   BENCH_MICRO        ops per micro-benchmark loop                (default 3000)
+//   BENCH_REPS         repetitions per workload; medians are kept  (default 5)
+//   BENCH_FS           where every backing lives:
+//                        auto  (default) a journaled ext4 loop file when the scratch
+//                              filesystem is ext4 without a journal, else the scratch fs
+//                        loop  always the ext4 loop file;  here  always the scratch fs
+//   BENCH_DIR          parent of the scratch directory             (default os.tmpdir())
+//   BENCH_NO_BINDFS=1  skip bindfs (otherwise installed with apt-get when missing)
+//
+// Fairness rules: every backing (raw, homesfs, bindfs) is a directory of the
+// same filesystem; targets are visited in an order rotated on every rep;
+// metadata phases are measured cold (dentry/inode/page caches dropped) and
+// warm (straight after); bindfs gets -o big_writes (without it every write is
+// a 4 KiB request and "faster than bindfs" is an artifact).
 //
 // Performance numbers live here, never in tests. Every workload runs in a
-// child process (dd, tar, sh, node -e, git): this process never touches a
-// FUSE mount synchronously, so a stuck daemon cannot wedge the harness.
+// child process (dd, tar, find, git, node, the C micro program): this process
+// never touches a FUSE mount synchronously, so a stuck daemon cannot wedge it.
 
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync, chmodSync, accessSync, constants } from 'node:fs';
 import { availableParallelism, release, tmpdir, cpus, totalmem } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const HOMESFS = join(ROOT, 'dist/cli/homesfs.js');
 const HOMESCTL = join(ROOT, 'dist/cli/homesctl.js');
 
+const QUICK = Boolean(process.env.BENCH_QUICK && process.env.BENCH_QUICK !== '0');
 const envInt = (name, dflt) => {
   const v = process.env[name];
   if (v === undefined || v === '') return dflt;
@@ -36,19 +51,23 @@ const envInt = (name, dflt) => {
   if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
   return n;
 };
-const MB = envInt('BENCH_MB', 256);
-const FILES = envInt('BENCH_FILES', 2000);
-const TREE_FILES = envInt('BENCH_TREE_FILES', 3000);
-const REPS = envInt('BENCH_REPS', 3);
+const MB = envInt('BENCH_MB', QUICK ? 64 : 256);
+const FILES = envInt('BENCH_FILES', QUICK ? 1000 : 3000);
+const TREE_FILES = envInt('BENCH_TREE_FILES', QUICK ? 1500 : 4400);
+const MICRO_N = envInt('BENCH_MICRO', QUICK ? 1000 : 3000);
+const REPS = envInt('BENCH_REPS', QUICK ? 3 : 5);
+const FS_MODE = process.env.BENCH_FS || 'auto';
+if (!['auto', 'loop', 'here'].includes(FS_MODE)) throw new Error(`BENCH_FS must be auto, loop or here, got ${FS_MODE}`);
 const SMALL_DIRS = 20;
 const SMALL_SIZE = 4096;
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
 
 const log = (...a) => process.stderr.write(`[bench] ${a.join(' ')}\n`);
 
 // ---------------------------------------------------------------- helpers --
 
 /** Run a program asynchronously; resolves with code, output and wall time in seconds. */
-function run(cmd, args, { cwd, timeoutMs = 180_000, env } = {}) {
+function run(cmd, args, { cwd, timeoutMs = 300_000, env } = {}) {
   return new Promise((res) => {
     const t0 = process.hrtime.bigint();
     const p = spawn(cmd, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -109,57 +128,99 @@ function which(cmd) {
   return spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' }).stdout.trim() || null;
 }
 
+/** user+system CPU seconds of a process and all its threads so far (/proc/<pid>/stat fields 14, 15). */
+function cpuSeconds(pid) {
+  if (!pid) return null;
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / CLK_TCK;
+  } catch {
+    return null;
+  }
+}
+
+const loadAvg1 = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+
+/** mount source and fstype of the filesystem holding `path`, and whether ext4 has a jbd2 journal. */
+function fsOf(path) {
+  const r = spawnSync('findmnt', ['-n', '-o', 'SOURCE,FSTYPE,TARGET', '-T', path], { encoding: 'utf8' });
+  const [source = '?', fstype = '?', target = '?'] = r.stdout.trim().split(/\s+/);
+  let journal = null;
+  if (fstype === 'ext4' || fstype === 'ext3') {
+    const dev = basename(source);
+    try {
+      journal = readFileSync('/proc/fs/jbd2/' + dev + '-8/info', 'utf8').length > 0;
+    } catch {
+      journal = existsSync('/proc/fs/jbd2') && spawnSync('sh', ['-c', `ls /proc/fs/jbd2 | grep -q '^${dev}-'`]).status === 0;
+    }
+  }
+  return { source, fstype, target, journal };
+}
+
 // ---------------------------------------------------------------- setup ----
 
 const scratch = mkdtempSync(join(process.env.BENCH_DIR || tmpdir(), 'homesfs-bench-'));
 chmodSync(scratch, 0o755);
-const backing = join(scratch, 'backing');
-const mount = join(scratch, 'mnt');
-const socket = join(scratch, 'run', 'admin.sock');
-const bindRaw = join(scratch, 'bindraw');
-const bindMnt = join(scratch, 'bindmnt');
-const treeSrc = join(scratch, 'tree-src');
-const tarball = join(scratch, 'tree.tar');
+const fsRoot = join(scratch, 'fs'); // every backing lives below here
+const loopImg = join(scratch, 'fs.img');
+let loopMounted = false;
+let backing, mount, socket, rawDir, bindRaw, bindMnt, treeSrc, tarball, gitRepo;
+function layout() {
+  backing = join(fsRoot, 'backing');
+  rawDir = join(fsRoot, 'raw');
+  bindRaw = join(fsRoot, 'bindraw');
+  treeSrc = join(fsRoot, 'tree-src');
+  tarball = join(fsRoot, 'tree.tar');
+  gitRepo = join(fsRoot, 'tree-repo');
+  mount = join(scratch, 'mnt');
+  bindMnt = join(scratch, 'bindmnt');
+  socket = join(scratch, 'run', 'admin.sock');
+}
 
 let daemon = null;
 let daemonStderr = '';
 /** daemon log lines by kind -> count */
 const daemonLogKinds = new Map();
-let bindfsMounted = false;
+let bindfsProc = null;
 let cleanedUp = false;
 
-async function stopDaemon() {
-  if (!daemon) return;
-  const proc = daemon;
-  daemon = null;
+async function stopChild(proc, mnt, what) {
+  if (!proc) return;
   if (proc.exitCode === null && proc.signalCode === null) {
     const exited = new Promise((r) => proc.once('exit', () => r('exit')));
-    proc.kill('SIGTERM');
+    if (what === 'bindfs') spawnSync('umount', [mnt]);
+    else proc.kill('SIGTERM');
     const r = await Promise.race([exited, sleep(15_000).then(() => 'timeout')]);
     if (r === 'timeout') {
-      log('daemon did not exit within 15 s of SIGTERM: umount -l and SIGKILL');
-      spawnSync('umount', ['-l', mount]);
+      log(`${what} did not exit within 15 s: umount -l and SIGKILL`);
+      spawnSync('umount', ['-l', mnt]);
       proc.kill('SIGKILL');
     }
   }
-  if (isMounted(mount)) spawnSync('umount', ['-l', mount]);
+  if (isMounted(mnt)) spawnSync('umount', ['-l', mnt]);
 }
 
 async function cleanup() {
   if (cleanedUp) return;
   cleanedUp = true;
-  await stopDaemon();
-  if (bindfsMounted) {
-    const r = spawnSync('umount', [bindMnt], { encoding: 'utf8' });
-    if (r.status !== 0) spawnSync('umount', ['-l', bindMnt]);
-    bindfsMounted = false;
-  }
-  const left = [mount, bindMnt].filter(isMounted);
+  const d = daemon;
+  daemon = null;
+  await stopChild(d, mount, 'homesfs');
+  const b = bindfsProc;
+  bindfsProc = null;
+  await stopChild(b, bindMnt, 'bindfs');
+  const left = [mount, bindMnt].filter((p) => p && isMounted(p));
   if (left.length) {
     log(`still mounted, scratch kept: ${left.join(', ')}`);
-  } else {
-    rmSync(scratch, { recursive: true, force: true });
+    return;
   }
+  if (loopMounted) {
+    const r = spawnSync('umount', [fsRoot], { encoding: 'utf8' });
+    if (r.status !== 0) spawnSync('umount', ['-l', fsRoot]);
+    loopMounted = false;
+  }
+  rmSync(scratch, { recursive: true, force: true });
 }
 
 for (const sig of ['SIGINT', 'SIGTERM']) {
@@ -167,6 +228,27 @@ for (const sig of ['SIGINT', 'SIGTERM']) {
     log(`${sig}: cleaning up`);
     void cleanup().finally(() => process.exit(130));
   });
+}
+
+/** Put every backing on one filesystem; a journaled ext4 loop file when the scratch fs would distort creates. */
+async function prepareFs() {
+  mkdirSync(fsRoot, { mode: 0o755 });
+  const here = fsOf(scratch);
+  const journalLess = here.fstype === 'ext4' && here.journal === false;
+  const useLoop = FS_MODE === 'loop' || (FS_MODE === 'auto' && journalLess);
+  if (!useLoop) {
+    layout();
+    return `${here.fstype} ${here.source} (scratch fs${here.journal === false ? ', no journal' : here.journal ? ', journaled' : ''})`;
+  }
+  const gib = Math.ceil((MB * 3 + 1536) / 1024);
+  mustOk(await run('truncate', ['-s', `${gib}G`, loopImg]), 'truncate the loop image');
+  mustOk(await run('mkfs.ext4', ['-q', '-F', '-E', 'lazy_itable_init=0,lazy_journal_init=0', loopImg]), 'mkfs.ext4');
+  mustOk(await run('mount', ['-o', 'loop', loopImg, fsRoot]), 'mount the loop image');
+  loopMounted = true;
+  chmodSync(fsRoot, 0o755);
+  layout();
+  const f = fsOf(fsRoot);
+  return `ext4 (journaled: ${f.journal}) on loop ${f.source}, a ${gib} GiB file on the ${here.fstype} scratch fs${journalLess ? ' (which has no journal)' : ''}`;
 }
 
 async function startDaemon() {
@@ -237,8 +319,42 @@ async function startDaemon() {
   throw new Error(`daemon not mounted after 30 s (${last}); stderr: ${daemonStderr}`);
 }
 
-/** A deterministic tree of small text files (source-like), tarred once outside any mount. */
-async function makeTarball() {
+async function ensureBindfs() {
+  if (process.env.BENCH_NO_BINDFS) return { bin: null, note: 'bindfs skipped (BENCH_NO_BINDFS)' };
+  let bin = which('bindfs');
+  if (!bin) {
+    log('bindfs is missing: apt-get install -y bindfs');
+    const r = await run('apt-get', ['install', '-y', 'bindfs'], { env: { DEBIAN_FRONTEND: 'noninteractive' }, timeoutMs: 600_000 });
+    if (r.code !== 0) return { bin: null, note: `bindfs is not installed and apt-get install failed: ${r.stderr.trim().slice(0, 200)}` };
+    bin = which('bindfs');
+  }
+  return { bin, note: '' };
+}
+
+/** bindfs in the foreground as our child, so its pid (for CPU seconds) is known; -o big_writes for 128 KiB writes. */
+async function startBindfs(bin) {
+  mkdirSync(bindRaw, { mode: 0o755 });
+  mkdirSync(bindMnt, { mode: 0o755 });
+  const proc = spawn(bin, ['-f', '--no-allow-other', '-o', 'big_writes', bindRaw, bindMnt], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  proc.stderr.on('data', (d) => (err += d));
+  bindfsProc = proc;
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    if (isMounted(bindMnt)) {
+      const v = spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout.trim().split('\n')[0];
+      return `${v}, -o big_writes, single-threaded (its default)`;
+    }
+    if (proc.exitCode !== null) break;
+    await sleep(50);
+  }
+  bindfsProc = null;
+  proc.kill('SIGKILL');
+  return null;
+}
+
+/** A deterministic tree of small text files (source-like): a tarball and a git repository, both outside any mount. */
+async function makeTree() {
   const script = `
     const fs = require('node:fs'), path = require('node:path');
     const root = ${JSON.stringify(treeSrc)}, n = ${TREE_FILES};
@@ -254,14 +370,59 @@ async function makeTarball() {
     }`;
   mustOk(await run(process.execPath, ['-e', script]), 'generating the tree');
   mustOk(await run('tar', ['-cf', tarball, '-C', treeSrc, '.']), 'creating the tarball');
+  mustOk(await run('git', ['init', '-q', gitRepo], { env: gitEnv() }), 'git init');
+  mustOk(await run('tar', ['-xf', tarball, '-C', gitRepo]), 'filling the repo');
+  mustOk(await run('git', ['add', '-A'], { cwd: gitRepo, env: gitEnv() }), 'git add');
+  mustOk(await run('git', ['commit', '-q', '-m', 'tree'], { cwd: gitRepo, env: gitEnv() }), 'git commit');
   rmSync(treeSrc, { recursive: true, force: true });
 }
 
-// ---------------------------------------------------------------- workloads --
-// Each workload: { id, label, unit, higherIsBetter, steps(dir) -> [{ key, value }] }
-// A step returns its metric; a failure throws and is recorded as FAIL.
+function gitEnv() {
+  return {
+    GIT_AUTHOR_NAME: 'bench',
+    GIT_AUTHOR_EMAIL: 'bench@example.invalid',
+    GIT_COMMITTER_NAME: 'bench',
+    GIT_COMMITTER_EMAIL: 'bench@example.invalid',
+    GIT_CONFIG_NOSYSTEM: '1',
+    HOME: scratch, // no user config, no safe.directory surprises from $HOME
+  };
+}
 
-const seqFile = (dir) => join(dir, 'seq.bin');
+let microBin = null;
+async function buildMicro() {
+  const out = join(scratch, 'micro');
+  const r = await run('cc', ['-O2', '-Wall', '-o', out, join(ROOT, 'bench/micro.c')]);
+  if (r.code !== 0) {
+    log(`micro table skipped: cc failed: ${r.stderr.trim().slice(0, 300)}`);
+    return null;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- workloads --
+
+/** The metrics, in table order. `cold`: caches dropped first; `warm`: run again straight after. */
+const METRICS = [
+  { key: 'seqWrite', label: `seq write ${MB} MiB (dd bs=1M conv=fsync)`, unit: 'MiB/s', higher: true },
+  { key: 'seqReadCold', label: `seq read ${MB} MiB, cold`, unit: 'MiB/s', higher: true },
+  { key: 'seqReadWarm', label: `seq re-read ${MB} MiB, warm`, unit: 'MiB/s', higher: true },
+  { key: 'smallCreate', label: `create ${FILES} x 4 KiB (node)`, unit: 'files/s', higher: true },
+  { key: 'smallStatCold', label: `stat ${FILES} (find -printf %s), cold`, unit: 'files/s', higher: true },
+  { key: 'smallStatWarm', label: `stat ${FILES} (find -printf %s), warm`, unit: 'files/s', higher: true },
+  { key: 'smallRm', label: `delete ${FILES} (rm -rf)`, unit: 'files/s', higher: true },
+  { key: 'tarX', label: `tar -x ${TREE_FILES} files`, unit: 's', higher: false },
+  { key: 'findCold', label: `find -type f (tree), cold`, unit: 's', higher: false },
+  { key: 'findWarm', label: `find -type f (tree), warm`, unit: 's', higher: false },
+  { key: 'gitClone', label: `git clone ${TREE_FILES} files`, unit: 's', higher: false },
+  { key: 'rmTree', label: `rm -rf tree`, unit: 's', higher: false },
+];
+const MICRO_OPS = [
+  { key: 'lookup', label: 'lookup (first stat of a name)' },
+  { key: 'getattr', label: 'getattr (statx FORCE_SYNC)' },
+  { key: 'createClose', label: 'create+close' },
+  { key: 'openClose', label: 'open+close' },
+  { key: 'unlink', label: 'unlink' },
+];
 
 function createScript(dir) {
   return `
@@ -273,80 +434,75 @@ function createScript(dir) {
 
 let nodeStartup = 0; // median seconds of `node -e ''`, subtracted from node -e workloads
 
-/** The metrics, in table order. */
-const METRICS = [
-  { key: 'seqWrite', label: `seq write ${MB} MiB, dd conv=fsync`, unit: 'MiB/s', higher: true },
-  { key: 'seqRead', label: `seq read ${MB} MiB, dd`, unit: 'MiB/s', higher: true },
-  { key: 'smallCreate', label: `create ${FILES} x 4 KiB in ${SMALL_DIRS} dirs (node)`, unit: 'files/s', higher: true },
-  { key: 'smallStat', label: `stat ${FILES} files (find -printf %s)`, unit: 'files/s', higher: true },
-  { key: 'smallRm', label: `rm -rf ${FILES} files`, unit: 'files/s', higher: true },
-  { key: 'tarX', label: `tar -xf ${TREE_FILES}-file tree`, unit: 's', higher: false },
-  { key: 'walk', label: `find . -type f | wc -l (tree)`, unit: 's', higher: false },
-  { key: 'git', label: `git init+add -A+commit (tree)`, unit: 's', higher: false },
-];
-
 const WORKLOADS = [
   {
     id: 'seq',
-    async rep(dir, out) {
-      const f = seqFile(dir);
-      const w = await run('dd', ['if=/dev/zero', `of=${f}`, 'bs=1M', `count=${MB}`, 'conv=fsync']);
+    async rep(t, phase) {
+      const f = join(t.dir, 'seq.bin');
+      const w = await phase('seqWrite', () => run('dd', ['if=/dev/zero', `of=${f}`, 'bs=1M', `count=${MB}`, 'conv=fsync']));
       mustOk(w, 'dd write');
-      out.seqWrite = MB / w.secs;
+      w.value = MB / w.secs;
       await dropCaches();
-      const r = await run('dd', [`if=${f}`, 'of=/dev/null', 'bs=1M']);
-      mustOk(r, 'dd read');
-      if (!new RegExp(`^${MB}\\+0 records in`, 'm').test(r.stderr)) throw new Error(`dd read short: ${r.stderr.trim()}`);
-      out.seqRead = MB / r.secs;
+      for (const key of ['seqReadCold', 'seqReadWarm']) {
+        const r = await phase(key, () => run('dd', [`if=${f}`, 'of=/dev/null', 'bs=1M']));
+        mustOk(r, 'dd read');
+        if (!new RegExp(`^${MB}\\+0 records in`, 'm').test(r.stderr)) throw new Error(`dd read short: ${r.stderr.trim()}`);
+        r.value = MB / r.secs;
+      }
       mustOk(await run('rm', ['-f', f]), 'rm seq file');
     },
   },
   {
     id: 'small',
-    async rep(dir, out) {
-      const c = await run(process.execPath, ['-e', createScript(dir)]);
+    async rep(t, phase) {
+      const c = await phase('smallCreate', () => run(process.execPath, ['-e', createScript(t.dir)]));
       mustOk(c, 'create small files');
-      out.smallCreate = FILES / Math.max(c.secs - nodeStartup, 1e-6);
+      c.value = FILES / Math.max(c.secs - nodeStartup, 1e-6);
       await dropCaches();
-      // -printf %s needs an lstat per file (plain -type f can be answered from d_type).
-      const s = await sh(`find . -type f -printf '%s\\n' | wc -l`, { cwd: join(dir, 'small') });
-      mustOk(s, 'stat small files');
-      if (Number(s.stdout.trim()) !== FILES) throw new Error(`stat phase saw ${s.stdout.trim()} files, expected ${FILES}`);
-      out.smallStat = FILES / s.secs;
-      const r = await run('rm', ['-rf', join(dir, 'small')]);
+      for (const key of ['smallStatCold', 'smallStatWarm']) {
+        // -printf %s needs an lstat per file (plain -type f can be answered from d_type).
+        const s = await phase(key, () => sh(`find . -type f -printf '%s\\n' | wc -l`, { cwd: join(t.dir, 'small') }));
+        mustOk(s, 'stat small files');
+        if (Number(s.stdout.trim()) !== FILES) throw new Error(`stat phase saw ${s.stdout.trim()} files, expected ${FILES}`);
+        s.value = FILES / s.secs;
+      }
+      const r = await phase('smallRm', () => run('rm', ['-rf', join(t.dir, 'small')]));
       mustOk(r, 'rm small files');
-      out.smallRm = FILES / r.secs;
+      r.value = FILES / r.secs;
     },
   },
   {
     id: 'tree',
-    async rep(dir, out) {
-      const t = join(dir, 'tree');
-      mustOk(await run('mkdir', ['-p', t]), 'mkdir tree');
-      const x = await run('tar', ['-xf', tarball, '-C', t]);
+    async rep(t, phase) {
+      const tree = join(t.dir, 'tree');
+      mustOk(await run('mkdir', ['-p', tree]), 'mkdir tree');
+      const x = await phase('tarX', () => run('tar', ['-xf', tarball, '-C', tree]));
       mustOk(x, 'tar -xf');
-      out.tarX = x.secs;
       await dropCaches();
-      const w = await sh('find . -type f | wc -l', { cwd: t });
-      mustOk(w, 'find walk');
-      if (Number(w.stdout.trim()) !== TREE_FILES) throw new Error(`walk saw ${w.stdout.trim()} files, expected ${TREE_FILES}`);
-      out.walk = w.secs;
-      const gitEnv = {
-        GIT_AUTHOR_NAME: 'bench',
-        GIT_AUTHOR_EMAIL: 'bench@example.invalid',
-        GIT_COMMITTER_NAME: 'bench',
-        GIT_COMMITTER_EMAIL: 'bench@example.invalid',
-        GIT_CONFIG_NOSYSTEM: '1',
-        HOME: scratch, // no user config, no safe.directory surprises from $HOME
-      };
-      let gitSecs = 0;
-      for (const args of [['init', '-q'], ['add', '-A'], ['commit', '-q', '-m', 'bench']]) {
-        const g = await run('git', args, { cwd: t, env: gitEnv });
-        mustOk(g, `git ${args[0]}`);
-        gitSecs += g.secs;
+      for (const key of ['findCold', 'findWarm']) {
+        const w = await phase(key, () => sh('find . -type f | wc -l', { cwd: tree }));
+        mustOk(w, 'find walk');
+        if (Number(w.stdout.trim()) !== TREE_FILES) throw new Error(`walk saw ${w.stdout.trim()} files, expected ${TREE_FILES}`);
       }
-      out.git = gitSecs;
-      mustOk(await run('rm', ['-rf', t]), 'rm tree');
+      const r = await phase('rmTree', () => run('rm', ['-rf', tree]));
+      mustOk(r, 'rm tree');
+      const clone = join(t.dir, 'clone');
+      // --no-local: the pack protocol, as for a remote, and no hard links into the source.
+      const g = await phase('gitClone', () => run('git', ['clone', '-q', '--no-local', gitRepo, clone], { env: gitEnv() }));
+      mustOk(g, 'git clone');
+      mustOk(await run('rm', ['-rf', clone]), 'rm clone');
+    },
+  },
+  {
+    id: 'micro',
+    async rep(t, phase) {
+      if (!microBin) return;
+      const d = join(t.dir, 'micro');
+      mustOk(await run('mkdir', ['-p', d]), 'mkdir micro');
+      const r = await phase('micro', () => run(microBin, [d, join(t.warmDir, 'micro'), String(MICRO_N)]));
+      mustOk(r, 'micro');
+      r.micro = JSON.parse(r.stdout);
+      mustOk(await run('rmdir', [d]), 'rmdir micro');
     },
   },
 ];
@@ -357,139 +513,186 @@ async function main() {
   if (process.getuid?.() !== 0) log('warning: not root; mounting may fail');
   if (!existsSync('/dev/fuse')) throw new Error('/dev/fuse is missing: cannot mount');
   const started = Date.now();
+  const loadStart = readFileSync('/proc/loadavg', 'utf8').trim();
 
-  const fsType = spawnSync('stat', ['-f', '-c', '%T', scratch], { encoding: 'utf8' }).stdout.trim();
+  const fsNote = await prepareFs();
+  log(`backings on ${fsNote}`);
   const machine = {
     nproc: availableParallelism(),
     cpu: cpus()[0]?.model ?? 'unknown',
     memGiB: Math.round((totalmem() / 1024 ** 3) * 10) / 10,
     kernel: release(),
     node: process.version,
-    scratchFs: fsType,
+    backingFs: fsNote,
     date: new Date().toISOString(),
   };
 
-  // node -e startup cost, subtracted from the node-driven create phase.
   const ns = [];
   for (let i = 0; i < 3; i++) ns.push((await run(process.execPath, ['-e', ''])).secs);
   nodeStartup = median(ns);
 
-  log('generating the tree tarball');
-  await makeTarball();
+  log('generating the tree (tarball and git repository)');
+  await makeTree();
+  microBin = await buildMicro();
 
   log('starting homesfs');
   const status = await startDaemon();
+  mkdirSync(rawDir, { mode: 0o755 });
 
   const targets = [
-    { id: 'raw', label: 'raw', dir: join(backing, 'bench/proj') },
-    { id: 'home', label: 'homesfs(home)', dir: join(mount, 'bench/proj') },
-    { id: 'posix', label: 'homesfs(posix)', dir: join(mount, 'bench/_tenant') },
+    { id: 'raw', label: 'raw', dir: rawDir, warmDir: rawDir, pid: () => null },
+    { id: 'home', label: 'homesfs(home)', dir: join(mount, 'bench/proj'), warmDir: join(backing, 'bench/proj'), pid: () => daemon?.pid },
+    { id: 'posix', label: 'homesfs(posix)', dir: join(mount, 'bench/_tenant'), warmDir: join(backing, 'bench/_tenant'), pid: () => daemon?.pid },
   ];
-
-  const bindfs = process.env.BENCH_NO_BINDFS ? null : which('bindfs');
-  let bindfsNote = '';
-  if (bindfs) {
-    mkdirSync(bindRaw, { mode: 0o755 });
-    mkdirSync(bindMnt, { mode: 0o755 });
-    const r = await run(bindfs, ['--no-allow-other', bindRaw, bindMnt]);
-    if (r.code === 0 && isMounted(bindMnt)) {
-      bindfsMounted = true;
-      const v = spawnSync(bindfs, ['--version'], { encoding: 'utf8' }).stdout.trim().split('\n')[0];
+  const { bin: bindfsBin, note } = await ensureBindfs();
+  let bindfsNote = note;
+  if (bindfsBin) {
+    const v = await startBindfs(bindfsBin);
+    if (v) {
       bindfsNote = v;
-      targets.push({ id: 'bindfs', label: 'bindfs', dir: bindMnt });
-    } else {
-      bindfsNote = `bindfs failed to mount: ${r.stderr.trim()}`;
-    }
-  } else {
-    bindfsNote = process.env.BENCH_NO_BINDFS ? 'bindfs skipped (BENCH_NO_BINDFS)' : 'bindfs is not installed (apt-get install bindfs to compare)';
+      targets.push({ id: 'bindfs', label: 'bindfs', dir: bindMnt, warmDir: bindRaw, pid: () => bindfsProc?.pid });
+    } else bindfsNote = 'bindfs failed to mount';
   }
   log(bindfsNote);
 
-  // samples[target][metric] = number[]; errors[target][metric] = string
+  // samples[target][metric] = number[]; cpu[target][metric] = number[]; micro[target][op] = number[]
   const samples = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(METRICS.map((m) => [m.key, []]))]));
+  const cpu = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries([...METRICS.map((m) => [m.key, []]), ['micro', []]])]));
+  const micro = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(MICRO_OPS.map((o) => [o.key, []]))]));
   const errors = Object.fromEntries(targets.map((t) => [t.id, {}]));
+  const loads = [];
 
-  // Interleave: for each workload, each repetition visits every target in turn,
-  // so slow drift (page cache, thermal, neighbours) spreads over all columns.
+  // Interleave and rotate: rep r visits the targets starting at target r, so
+  // no target always runs first (cold host caches) or last (warm, or loaded).
   for (const w of WORKLOADS) {
     for (let rep = 0; rep < REPS; rep++) {
-      for (const t of targets) {
-        if (Object.keys(errors[t.id]).some((k) => k.startsWith(`${w.id}:`))) continue; // failed before: skip
-        const out = {};
+      const order = targets.map((_, i) => targets[(i + rep) % targets.length]);
+      for (const t of order) {
+        if (errors[t.id][w.id]) continue; // failed before: skip
+        loads.push(loadAvg1());
         const t0 = Date.now();
+        const phase = async (key, fn) => {
+          const pid = t.pid();
+          const c0 = cpuSeconds(pid);
+          const r = await fn();
+          const c1 = cpuSeconds(pid);
+          if (c0 !== null && c1 !== null) cpu[t.id][key].push(c1 - c0);
+          r.key = key;
+          phases.push(r);
+          return r;
+        };
+        const phases = [];
         try {
-          await w.rep(t.dir, out);
+          await w.rep(t, phase);
+          for (const r of phases) {
+            if (r.micro) for (const o of MICRO_OPS) micro[t.id][o.key].push(r.micro[o.key]);
+            else samples[t.id][r.key].push(r.value ?? r.secs);
+          }
         } catch (e) {
           const msg = String(e?.message ?? e).split('\n')[0];
-          errors[t.id][`${w.id}:`] = msg;
+          errors[t.id][w.id] = msg;
           log(`${w.id} on ${t.label} FAILED: ${msg}`);
-          // best effort cleanup so later workloads start from an empty home
-          await run('sh', ['-c', `rm -rf ${JSON.stringify(t.dir)}/* ${JSON.stringify(t.dir)}/.[!.]*`], { timeoutMs: 60_000 });
+          await run('sh', ['-c', `rm -rf ${JSON.stringify(t.dir)}/* ${JSON.stringify(t.dir)}/.[!.]*`], { timeoutMs: 120_000 });
         }
-        for (const [k, v] of Object.entries(out)) samples[t.id][k].push(v);
         log(`${w.id} rep ${rep + 1}/${REPS} on ${t.label}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       }
     }
   }
 
   // ------------------------------------------------------------- report ----
-  const med = (tid, key) => {
-    const xs = samples[tid]?.[key];
+  const has = (id) => targets.some((t) => t.id === id);
+  const med = (tab, tid, key) => {
+    const xs = tab[tid]?.[key];
     return xs && xs.length ? median(xs) : null;
   };
-  /** time ratio a/b: >1 means a is slower than b (throughputs are inverted). */
   const timeRatio = (m, a, b) => {
-    const va = med(a, m.key);
-    const vb = med(b, m.key);
+    const va = med(samples, a, m.key);
+    const vb = med(samples, b, m.key);
     if (va === null || vb === null) return null;
     return m.higher ? vb / va : va / vb;
   };
-  const fmt = (v, unit) => {
-    if (v === null) return 'FAIL';
+  const num = (v, unit) => {
+    if (v === null || v === undefined) return 'FAIL';
     if (unit === 's') return v.toFixed(3);
     return v >= 100 ? v.toFixed(0) : v.toFixed(1);
   };
+  const cellWithSpread = (tab, id, key, unit) => {
+    const xs = tab[id]?.[key];
+    if (!xs || xs.length === 0) return has(id) ? 'FAIL' : 'n/a';
+    const lo = Math.min(...xs);
+    const hi = Math.max(...xs);
+    return `${num(median(xs), unit)} (${num(lo, unit)}–${num(hi, unit)})`;
+  };
   const fmtR = (r) => (r === null ? '-' : `${r.toFixed(2)}x`);
-  const has = (id) => targets.some((t) => t.id === id);
-  const col = (id) => (has(id) ? id : null);
+  const cpuCell = (id, key) => {
+    const v = med(cpu, id, key);
+    return v === null ? '-' : v.toFixed(2);
+  };
+  const table = (header, rows, leftCols) => {
+    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+    const line = (cells) => '| ' + cells.map((c, i) => (i < leftCols ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ') + ' |';
+    const sep = '|' + widths.map((w, i) => (i < leftCols ? ':' + '-'.repeat(w + 1) : '-'.repeat(w + 1) + ':')).join('|') + '|';
+    return [line(header), sep, ...rows.map(line)];
+  };
 
-  const header = ['workload', 'unit', 'raw', 'homesfs(home)', 'homesfs(posix)', 'bindfs', 'home/raw', 'posix/raw', 'home/bindfs', 'posix/bindfs'];
-  const rows = METRICS.map((m) => {
-    const cell = (id) => (col(id) ? fmt(med(id, m.key), m.unit) : 'n/a');
-    return [
-      m.label,
-      m.unit,
-      cell('raw'),
-      cell('home'),
-      cell('posix'),
-      cell('bindfs'),
-      fmtR(timeRatio(m, 'home', 'raw')),
-      fmtR(timeRatio(m, 'posix', 'raw')),
-      has('bindfs') ? fmtR(timeRatio(m, 'home', 'bindfs')) : 'n/a',
-      has('bindfs') ? fmtR(timeRatio(m, 'posix', 'bindfs')) : 'n/a',
-    ];
-  });
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells) => '| ' + cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ') + ' |';
-  const sep = '|' + widths.map((w, i) => (i < 2 ? ':' + '-'.repeat(w + 1) : '-'.repeat(w + 1) + ':')).join('|') + '|';
+  const wHeader = ['workload', 'unit', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'home/posix', 'CPU s home', 'CPU s posix', 'CPU s bindfs'];
+  const wRows = METRICS.map((m) => [
+    m.label,
+    m.unit,
+    cellWithSpread(samples, 'raw', m.key, m.unit),
+    cellWithSpread(samples, 'home', m.key, m.unit),
+    cellWithSpread(samples, 'posix', m.key, m.unit),
+    cellWithSpread(samples, 'bindfs', m.key, m.unit),
+    has('bindfs') ? fmtR(timeRatio(m, 'home', 'bindfs')) : 'n/a',
+    has('bindfs') ? fmtR(timeRatio(m, 'posix', 'bindfs')) : 'n/a',
+    fmtR(timeRatio(m, 'home', 'posix')),
+    cpuCell('home', m.key),
+    cpuCell('posix', m.key),
+    cpuCell('bindfs', m.key),
+  ]);
+  const mHeader = ['op (µs, mean of ' + MICRO_N + ')', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs'];
+  const mRatio = (a, b, k) => {
+    const va = med(micro, a, k);
+    const vb = med(micro, b, k);
+    return va === null || vb === null ? '-' : fmtR(va / vb);
+  };
+  const mRows = MICRO_OPS.map((o) => [
+    o.label,
+    cellWithSpread(micro, 'raw', o.key, 'us'),
+    cellWithSpread(micro, 'home', o.key, 'us'),
+    cellWithSpread(micro, 'posix', o.key, 'us'),
+    cellWithSpread(micro, 'bindfs', o.key, 'us'),
+    has('bindfs') ? mRatio('home', 'bindfs', o.key) : 'n/a',
+    has('bindfs') ? mRatio('posix', 'bindfs', o.key) : 'n/a',
+  ]);
 
   const elapsed = (Date.now() - started) / 1000;
+  const loadEnd = readFileSync('/proc/loadavg', 'utf8').trim();
   const out = [];
   out.push('');
-  out.push(`homesfs bench — ${machine.date}`);
-  out.push(`machine: nproc=${machine.nproc} kernel=${machine.kernel} cpu="${machine.cpu}" mem=${machine.memGiB} GiB node=${machine.node} scratch fs=${machine.scratchFs}`);
-  out.push(`homesfs: native maxWriteRequest=${status.native?.maxWriteRequest ?? '?'} selfCheck=${status.native?.selfCheck ?? '?'}; ${bindfsNote}`);
+  out.push(`homesfs bench — ${machine.date}${QUICK ? ' (BENCH_QUICK)' : ''}`);
+  out.push(`machine: nproc=${machine.nproc} kernel=${machine.kernel} cpu="${machine.cpu}" mem=${machine.memGiB} GiB node=${machine.node}`);
+  out.push(`backings (raw, homesfs, bindfs) all on: ${fsNote}`);
+  out.push(`homesfs: native maxWriteRequest=${status.native?.maxWriteRequest ?? '?'}; bindfs: ${bindfsNote}`);
   out.push(
-    `medians of ${REPS} runs; ` +
-      (canDropCaches ? 'page/dentry/inode caches dropped before each read, stat and walk phase' : 'caches NOT dropped (/proc/sys/vm/drop_caches not writable): read/stat/walk ran warm') +
-      `; create phase net of node startup (${(nodeStartup * 1000).toFixed(0)} ms)`,
+    `load average (1 min) over the run: min ${Math.min(...loads).toFixed(2)}, median ${median(loads).toFixed(2)}, max ${Math.max(...loads).toFixed(2)}` +
+      `; /proc/loadavg at start "${loadStart}", at end "${loadEnd}"`,
   );
-  out.push('ratios are time ratios: >1x means homesfs takes that many times as long (throughputs inverted)');
+  out.push(
+    `medians of ${REPS} reps (min–max in brackets), targets in an order rotated each rep; ` +
+      (canDropCaches ? '"cold": page/dentry/inode caches dropped first, "warm": run again straight after' : 'caches NOT dropped (/proc/sys/vm/drop_caches not writable): cold = warm') +
+      `; create net of node startup (${(nodeStartup * 1000).toFixed(0)} ms)`,
+  );
+  out.push('ratios are time ratios: >1x means the first takes that many times as long (throughputs inverted); CPU s = the daemon\'s user+system seconds in that phase (median)');
   out.push('');
-  out.push(line(header));
-  out.push(sep);
-  for (const r of rows) out.push(line(r));
-  const errLines = targets.flatMap((t) => Object.entries(errors[t.id]).map(([k, v]) => `  ${t.label} ${k} ${v}`));
+  out.push(...table(wHeader, wRows, 2));
+  if (microBin) {
+    out.push('');
+    out.push(`per-op latency (bench/micro.c; lookup after dropping dentries with the backing re-warmed; getattr forced with AT_STATX_FORCE_SYNC):`);
+    out.push('');
+    out.push(...table(mHeader, mRows, 1));
+  }
+  const errLines = targets.flatMap((t) => Object.entries(errors[t.id]).map(([k, v]) => `  ${t.label} ${k}: ${v}`));
   if (errLines.length) out.push('', 'failures:', ...errLines);
   if (daemonLogKinds.size) {
     out.push('', 'daemon log lines during the run (count  kind):');
@@ -500,23 +703,26 @@ async function main() {
 
   const results = {
     machine,
-    params: { mb: MB, files: FILES, smallDirs: SMALL_DIRS, smallSize: SMALL_SIZE, treeFiles: TREE_FILES, reps: REPS },
+    quick: QUICK,
+    params: { mb: MB, files: FILES, smallDirs: SMALL_DIRS, smallSize: SMALL_SIZE, treeFiles: TREE_FILES, microN: MICRO_N, reps: REPS },
     cachesDropped: canDropCaches,
     nodeStartupSec: nodeStartup,
     bindfs: bindfsNote,
+    loadAvg: { samples: loads, start: loadStart, end: loadEnd },
     homesfs: { native: status.native, version: status.version },
     targets: targets.map((t) => t.id),
     metrics: METRICS.map((m) => ({
       ...m,
-      median: Object.fromEntries(targets.map((t) => [t.id, med(t.id, m.key)])),
+      median: Object.fromEntries(targets.map((t) => [t.id, med(samples, t.id, m.key)])),
       samples: Object.fromEntries(targets.map((t) => [t.id, samples[t.id][m.key]])),
+      cpuSec: Object.fromEntries(targets.map((t) => [t.id, cpu[t.id][m.key]])),
       timeRatio: {
-        homeRaw: timeRatio(m, 'home', 'raw'),
-        posixRaw: timeRatio(m, 'posix', 'raw'),
         homeBindfs: has('bindfs') ? timeRatio(m, 'home', 'bindfs') : null,
         posixBindfs: has('bindfs') ? timeRatio(m, 'posix', 'bindfs') : null,
+        homePosix: timeRatio(m, 'home', 'posix'),
       },
     })),
+    micro: Object.fromEntries(MICRO_OPS.map((o) => [o.key, Object.fromEntries(targets.map((t) => [t.id, micro[t.id][o.key]]))])),
     errors,
     daemonLog: Object.fromEntries(daemonLogKinds),
     elapsedSec: elapsed,
@@ -524,6 +730,7 @@ async function main() {
   const resultsDir = join(ROOT, 'bench/results');
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(join(resultsDir, 'latest.json'), JSON.stringify(results, null, 2) + '\n');
+  writeFileSync(join(resultsDir, 'latest.txt'), out.join('\n') + '\n');
   log(`wrote ${join(resultsDir, 'latest.json')}`);
 }
 
