@@ -6,6 +6,7 @@ import type { DaemonApi, StatusReport } from './control/api.js';
 import { commands, PLATFORM_COMMANDS } from './control/registry.js';
 import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
+import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { MountManager, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
@@ -32,7 +33,7 @@ export interface Daemon {
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
-const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners'] as const;
+const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata'] as const;
 
 /**
  * Composition root: config → state → backing store → fs context → homes →
@@ -65,6 +66,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   // lookups: the lookups are late-bound through this holder.
   let manager: HomeManager | null = null;
   const ownerOf = (ref: HomeRef) => manager?.ownerOf(ref) ?? config.homes[homeId(ref)]?.owner;
+  sys.setSyncMetadata(config.syncMetadata);
   const store = new BackingStore(config.backing, log.child({ component: 'backing' }), ownerOf);
   await store.init().catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);

@@ -389,26 +389,27 @@ export class BackingStore {
   }
 }
 
+// On the threadpool: a whole tree must not hold the JS thread.
 async function removeTree(parentFd: number, name: Buffer): Promise<void> {
   const path = Buffer.concat([Buffer.from(`/proc/self/fd/${parentFd}/`), name]);
   let fd: number;
   try {
-    fd = await sys.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
+    fd = await sys.pooled.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
   } catch (err) {
     const code = sys.sysCode(err);
-    if (code === 'ENOTDIR' || code === 'ELOOP') return sys.unlink(path);
+    if (code === 'ENOTDIR' || code === 'ELOOP') return sys.pooled.unlink(path);
     if (code === 'ENOENT') return;
     throw err;
   }
   try {
-    for (const e of await sys.readdirRaw(sys.fdPath(fd))) {
+    for (const e of await sys.pooled.readdirRaw(sys.fdPath(fd))) {
       if (e.isDirectory()) await removeTree(fd, e.name);
-      else await sys.unlink(Buffer.concat([Buffer.from(`/proc/self/fd/${fd}/`), e.name]));
+      else await sys.pooled.unlink(Buffer.concat([Buffer.from(`/proc/self/fd/${fd}/`), e.name]));
     }
   } finally {
-    await sys.close(fd);
+    await sys.pooled.close(fd);
   }
-  await sys.rmdir(path);
+  await sys.pooled.rmdir(path);
 }
 
 function notFoundIfMissing(err: unknown, what: string): unknown {

@@ -51,6 +51,8 @@ export const ConfigSchema = z
     /** keyed "tenant/key" */
     homes: z.record(z.string().regex(/^[^/]+\/[^/]+$/, { message: 'a home is keyed "<tenant>/<key>"' }), HomeEntry).default({}),
     fuse: FuseOptions.default(FuseOptions.parse({})),
+    /** metadata syscalls on the JS thread (fast on a local disk); false for a network backing (CephFS, NFS) */
+    syncMetadata: z.boolean().default(true),
     probe: z
       .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })
       .strict()

@@ -8,7 +8,7 @@ import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } f
 import { Ledger } from '../policy/ledger.js';
 import type { Profile } from '../policy/profiles.js';
 import { scanHome } from './scan.js';
-import { HandleTable, Mutex, type HomeState, type OpenInode, inodeKey } from './state.js';
+import { HandleTable, Mutex, type FileHandle, type HomeState, type OpenInode, inodeKey } from './state.js';
 
 export interface Caller {
   uid: number;
@@ -60,6 +60,13 @@ export type HomePath = { kind: 'home'; home: HomeRef; rel: readonly string[] };
  */
 export class FsContext {
   readonly handles = new HandleTable();
+  /**
+   * Published to the binding (setFlushGate): slot fh & 0xffff counts the open
+   * handles in it whose FLUSH must reach JS. Every other FLUSH (one per close
+   * of every descriptor) is answered on libfuse's thread: flush is a no-op in
+   * JS unless the handle writes into a text home, which checks the tail.
+   */
+  readonly flushGate = new Uint16Array(65536);
   admission: HomeRenameAdmission | null = null;
   private readonly homes = new Map<string, Promise<HomeState>>();
   readonly log: Logger;
@@ -275,6 +282,27 @@ export class FsContext {
       hs.ledger.release(inode.size);
       hs.ledger.removeInode();
     }
+  }
+
+  /** (Re)publish whether the handle's FLUSH needs JS: before the open is answered, and whenever its home's profile changes. */
+  gateFlush(h: FileHandle): void {
+    const want = h.writable && h.home.profile.content === 'utf8';
+    if (want === h.jsFlush) return;
+    h.jsFlush = want;
+    const slot = h.fh & 0xffff;
+    this.flushGate[slot] = this.flushGate[slot]! + (want ? 1 : -1);
+  }
+
+  ungateFlush(h: FileHandle): void {
+    if (!h.jsFlush) return;
+    h.jsFlush = false;
+    const slot = h.fh & 0xffff;
+    this.flushGate[slot] = this.flushGate[slot]! - 1;
+  }
+
+  /** A home's profile or budget changed (control socket, reload): republish what depends on it. */
+  policyChanged(hs: HomeState): void {
+    for (const h of this.handles.values()) if (h.home === hs) this.gateFlush(h);
   }
 
   /** Name-shape rules of the profile for a new entry (length, depth, entries per directory). */

@@ -87,7 +87,8 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
   inode.handles++;
   if (writable) inode.writers++;
   hs.openHandles++;
-  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false }));
+  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false }));
+  ctx.gateFlush(h);
   return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
 }
 
@@ -331,6 +332,7 @@ export async function fsync(ctx: FsContext, fh: number, datasync: boolean): Prom
 export async function release(ctx: FsContext, fh: number): Promise<void> {
   const h = ctx.handles.remove(fh);
   if (!h) return;
+  ctx.ungateFlush(h);
   h.home.openHandles--;
   if (h.writable) h.inode.writers--;
   ctx.detachInode(h.home, h.inode);

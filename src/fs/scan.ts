@@ -26,13 +26,13 @@ export async function measureTree(
   const result: ScanResult = { bytes: 0, inodes: 0 };
   let sinceReport = 0;
   const walk = async (dirFd: number): Promise<void> => {
-    const entries = await sys.readdirRaw(sys.fdPath(dirFd));
+    const entries = await sys.pooled.readdirRaw(sys.fdPath(dirFd));
     for (const e of entries) {
       // Buffer paths: names that are not UTF-8 are still measured, byte for byte.
       const path = Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), e.name]);
       let st;
       try {
-        st = await sys.lstat(path);
+        st = await sys.pooled.lstat(path);
       } catch {
         continue; // vanished while scanning
       }
@@ -46,14 +46,14 @@ export async function measureTree(
       if (st.isDirectory()) {
         let fd: number;
         try {
-          fd = await sys.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
+          fd = await sys.pooled.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
         } catch {
           continue;
         }
         try {
           await walk(fd);
         } finally {
-          await sys.close(fd);
+          await sys.pooled.close(fd);
         }
       }
       if (onProgress && ++sinceReport >= 10_000) {

@@ -73,6 +73,8 @@ export interface FileHandle {
   leftIncompleteTail: boolean;
   /** components below the home, for log lines only (may be stale after a rename) */
   readonly rel: readonly string[];
+  /** counted in the flush gate: its FLUSH must reach JS (see FsContext.gateFlush) */
+  jsFlush: boolean;
 }
 
 /** fh numbers from here up are the daemon's own (the self-check file). */

@@ -52,6 +52,7 @@ export interface FuseInstance {
   mount(cb: (err: Error | null) => void): void;
   unmount(cb: (err: Error | null) => void): void;
   loopState(): number;
+  setFlushGate(gate: Uint16Array): void;
 }
 
 export interface FuseClass {

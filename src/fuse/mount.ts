@@ -112,6 +112,7 @@ export class MountManager {
       subtype: 'homesfs',
       debug: f.debug,
     });
+    this.fuse.setFlushGate(this.ctx.flushGate);
     await new Promise<void>((resolve, reject) => {
       this.fuse!.mount((err) => (err ? reject(new MountError(`mount failed: ${err.message}`)) : resolve()));
     });

@@ -121,6 +121,7 @@ export class HomeManager {
     hs.profile = choice.profile;
     hs.profileName = choice.name;
     hs.ledger.setLimits(choice.limits);
+    this.ctx.policyChanged(hs);
   }
 
   private mountPath(ref: HomeRef): string {

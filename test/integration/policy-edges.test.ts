@@ -1,8 +1,9 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 
 if (!canMount) console.warn(`policy-edges integration suite skipped: ${skipReason}`);
 
@@ -13,8 +14,13 @@ describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and a
 
   beforeAll(async () => {
     d = await startDaemon({
-      create: ['t/few', 't/text', 't/home'],
-      homes: { 't/few': { owner: OWNER, profile: 'few' }, 't/text': { owner: OWNER, profile: 'scratch' }, 't/home': { owner: OWNER } },
+      create: ['t/few', 't/text', 't/home', 't/switch'],
+      homes: {
+        't/few': { owner: OWNER, profile: 'few' },
+        't/text': { owner: OWNER, profile: 'scratch' },
+        't/home': { owner: OWNER },
+        't/switch': { owner: OWNER },
+      },
       config: {
         profiles: {
           few: { ...BUILTIN_PROFILES.home, maxHomeBytes: 0, maxInodes: 5 },
@@ -67,6 +73,34 @@ print(open(p, encoding='utf-8').read())
     expect(r.stderr).toBe('');
     expect(r.stdout).toBe('close EILSEQ\nread EILSEQ\ncafé!\n');
     expect(readFileSync(join(d.backingOf('t', 'text'), 'half.txt'), 'utf8')).toBe('café!');
+  });
+
+  it('checks the close of a writer whose home became a text home while the file was open', async () => {
+    // FLUSH of handles that need no check is answered in the binding; a profile
+    // change must republish that for the handles already open.
+    const h = d.home('t', 'switch');
+    const sig = mkdtempSync(join(tmpdir(), 'homesfs-switch-'));
+    chmodSync(sig, 0o777); // the home owner writes the "opened" marker here
+    const py = `
+import os, errno, time
+fd = os.open('${h}/late.txt', os.O_CREAT | os.O_WRONLY, 0o600)
+open('${sig}/opened', 'w').close()
+while not os.path.exists('${sig}/go'): time.sleep(0.02)
+os.write(fd, b'caf\\xc3')
+try:
+    os.close(fd); print('close-ok')
+except OSError as e:
+    print('close', errno.errorcode[e.errno])
+`;
+    const writer = runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    for (let i = 0; i < 500 && !existsSync(join(sig, 'opened')); i++) await new Promise((r) => setTimeout(r, 20));
+    const set = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'set-profile', 't/switch', 'scratch']);
+    expect(set.code).toBe(0);
+    writeFileSync(join(sig, 'go'), '');
+    const r = await writer;
+    rmSync(sig, { recursive: true, force: true });
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('close EILSEQ\n');
   });
 
   it('refuses to open for reading a text file placed in the backing tree that is not UTF-8', async () => {

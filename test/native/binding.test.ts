@@ -333,6 +333,51 @@ print(json.dumps({'ls': ls, 'r1': r1, 'r2': r2, 'exists': os.path.exists(d)}))
     expect(writes.map((e) => e.len)).toEqual(Array(8).fill(131072));
   }, 30_000);
 
+  it('readdir carries d_type from a mode-only stat (file, dir, symlink, fifo)', async () => {
+    mkdirSync(B('dt'));
+    writeFileSync(B('dt/f'), 'x');
+    mkdirSync(B('dt/d'));
+    await run('ln', ['-s', 'f', B('dt/l')]);
+    await run('mkfifo', [B('dt/p')]);
+    const { stdout } = await py(`
+import ctypes, json
+libc = ctypes.CDLL(None)
+class Dirent(ctypes.Structure):
+    _fields_ = [('d_ino', ctypes.c_uint64), ('d_off', ctypes.c_int64), ('d_reclen', ctypes.c_ushort), ('d_type', ctypes.c_ubyte), ('d_name', ctypes.c_char * 256)]
+libc.opendir.restype = ctypes.c_void_p
+libc.opendir.argtypes = [ctypes.c_char_p]
+libc.readdir.restype = ctypes.POINTER(Dirent)
+libc.readdir.argtypes = [ctypes.c_void_p]
+libc.closedir.argtypes = [ctypes.c_void_p]
+d = libc.opendir(${JSON.stringify(M('dt'))}.encode())
+out = {}
+while True:
+    e = libc.readdir(d)
+    if not e: break
+    out[e.contents.d_name.decode()] = e.contents.d_type
+libc.closedir(d)
+print(json.dumps(out, sort_keys=True))
+`);
+    // DT_DIR 4, DT_REG 8, DT_LNK 10, DT_FIFO 1
+    expect(JSON.parse(stdout)).toEqual({ '.': 4, '..': 4, d: 4, f: 8, l: 10, p: 1 });
+  }, 30_000);
+
+  it('FLUSH reaches JS only for handles whose flush-gate slot is raised', async () => {
+    const mark = events.length;
+    await py(`
+for name, data in (('gate-js-1', b'a'), ('plain-1', b'b')):
+    with open(${JSON.stringify(mnt)} + '/' + name, 'wb') as f: f.write(data)
+    with open(${JSON.stringify(mnt)} + '/' + name, 'rb') as f: f.read()
+`);
+    await waitFor((e) => e.op === 'release' && e.path === '/plain-1', mark);
+    await waitFor((e) => e.op === 'release' && e.path === '/gate-js-1', mark);
+    await settle();
+    const flushes = since(mark).filter((e) => e.op === 'flush').map((e) => e.path);
+    // one close each for the write and the read of gate-js-1; none for plain-1
+    expect(flushes).toEqual(['/gate-js-1', '/gate-js-1']);
+    expect(readFileSync(B('plain-1'), 'utf8')).toBe('b');
+  }, 30_000);
+
   it('a name with invalid UTF-8 fails with EILSEQ and creates nothing', async () => {
     const mark = events.length;
     const target = Buffer.concat([Buffer.from(M('bad-')), Buffer.from([0xff])]);
