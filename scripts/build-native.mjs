@@ -106,9 +106,9 @@ try {
 } catch {
   fail(`unexpected output while loading the module: ${check.stdout}`);
 }
-if (info.patch !== 2) {
+if (info.patch !== 3) {
   fail(
-    `HOMESFS_PATCH is ${info.patch}, expected 2: the homesfs patch is not applied.\n` +
+    `HOMESFS_PATCH is ${info.patch}, expected 3: the homesfs patch is not applied.\n` +
       '  Run `npx patch-package` (patches/@cocalc+fuse-native+2.4.3.patch) and build again.',
   );
 }

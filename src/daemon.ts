@@ -8,7 +8,7 @@ import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
 import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
-import { MountManager, nativeUtimensat } from './fuse/mount.js';
+import { MountManager, nativeMknod, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
@@ -79,6 +79,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     log: log.child({ component: 'fs' }),
     profileFor: (ref) => manager!.profileFor(ref),
     utimensat: nativeUtimensat(Fuse),
+    mknod: nativeMknod(Fuse),
   });
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }));
   const homes = manager;

@@ -36,6 +36,8 @@ export interface FsDeps {
   log: Logger;
   profileFor: (ref: HomeRef) => ProfileChoice;
   utimensat: Utimensat;
+  /** mknod(2) (Node has none), provided by the patched binding */
+  mknod: (path: string, mode: number, dev: number) => Promise<void>;
 }
 
 /**

@@ -3,9 +3,10 @@ import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import type { HomeRef } from '../paths/parse.js';
 import { checkComponent, decodeBackingName } from '../paths/names.js';
-import { effectiveDirMode, symlinkTargetInsideHome } from '../policy/profiles.js';
+import { effectiveDirMode, effectiveFileMode, maySpecial, symlinkTargetInsideHome, type SpecialKind } from '../policy/profiles.js';
 import type { Caller, FsContext } from './context.js';
-import { dirEntryAttr, type DirEntryAttr } from './present.js';
+import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
+import type { HomeState } from './state.js';
 
 /** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
 export interface Listing {
@@ -193,7 +194,9 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
         // As on Linux: never a directory. A symlink or special file only where the profile has them at all.
         if (st.isDirectory()) throw new HomesError('OP_REFUSED', 'a directory cannot be hard-linked');
         if (st.isSymbolicLink() && hs.profile.symlinks === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
-        if (!st.isFile() && !st.isSymbolicLink()) throw new HomesError('OP_REFUSED', 'only regular files and symlinks can be hard-linked');
+        if (!st.isFile() && !st.isSymbolicLink() && hs.profile.specialFiles === 'none') {
+          throw new HomesError('OP_REFUSED', `special files are not allowed in profile ${hs.profileName}`);
+        }
         // linkat without AT_SYMLINK_FOLLOW: the source name is never followed. Same inode, no new bytes.
         await sys.link(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
       }),
@@ -201,10 +204,44 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
   });
 }
 
-export async function mknod(ctx: FsContext, path: string): Promise<void> {
+const KIND_OF_TYPE: Record<number, SpecialKind> = { [S_IFIFO]: 'fifo', [S_IFSOCK]: 'socket', [S_IFCHR]: 'char', [S_IFBLK]: 'block' };
+
+/**
+ * mknod(2), mkfifo(3) and bind(2) of a Unix socket. The daemon creates the
+ * backing node and never opens it: the kernel serves FIFOs and sockets on the
+ * mount's own inode, and the mount is nodev, so a device node opens nothing.
+ */
+export async function mknod(ctx: FsContext, path: string, mode: number, dev: number, caller: Caller): Promise<void> {
   const vp = ctx.parseInHome(path, 'mknod');
-  const hs = await ctx.home(vp.home);
-  throw new HomesError('OP_REFUSED', `device nodes, FIFOs and sockets are not allowed in profile ${hs.profileName}`);
+  await ctx.changing(vp.home, (hs) => mknodIn(ctx, hs, vp, mode, dev, caller));
+}
+
+async function mknodIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string }, mode: number, dev: number, caller: Caller): Promise<void> {
+  const type = mode & S_IFMT;
+  // libfuse turns mknod(S_IFREG) into create; a regular file is still made here if one comes.
+  const kind = type === S_IFREG || type === 0 ? null : KIND_OF_TYPE[type];
+  if (kind === undefined) throw new HomesError('INVALID_ARGUMENT', `mknod of file type ${type.toString(8)}`);
+  if (kind !== null && !maySpecial(hs.profile, kind, caller.uid)) {
+    throw new HomesError(
+      'OP_REFUSED',
+      kind === 'char' || kind === 'block'
+        ? `device nodes are not allowed in profile ${hs.profileName}${hs.profile.specialFiles === 'all' ? ' (only for uid 0)' : ''}`
+        : `FIFOs and sockets are not allowed in profile ${hs.profileName}`,
+    );
+  }
+  // A forced mode applies to special files too, without execute bits (they mean nothing there).
+  const perms = kind === null || hs.profile.fileMode === 'asked' ? effectiveFileMode(hs.profile, mode & 0o7777) : effectiveFileMode(hs.profile, 0) & 0o666;
+  await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+    await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
+    const undo = hs.ledger.addInode();
+    try {
+      await ctx.deps.mknod(sys.fdPath(dirFd, vp.name), (kind === null ? S_IFREG : type) | perms, kind === 'char' || kind === 'block' ? dev : 0);
+    } catch (err) {
+      undo();
+      throw err;
+    }
+    if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+  });
 }
 
 /** fsync(2) on a directory: git and sqlite rely on it to make a create or rename durable. */

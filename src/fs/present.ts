@@ -54,6 +54,10 @@ export function dirEntryAttr(st: BigIntStats): DirEntryAttr {
 export const S_IFDIR = 0o040000;
 export const S_IFREG = 0o100000;
 export const S_IFLNK = 0o120000;
+export const S_IFIFO = 0o010000;
+export const S_IFSOCK = 0o140000;
+export const S_IFCHR = 0o020000;
+export const S_IFBLK = 0o060000;
 
 /** The two daemon levels: reachable by path, listable only by root. */
 export function daemonDirAttr(st: BigIntStats): Attr {
@@ -88,7 +92,8 @@ export function presentedMode(profile: Profile, st: BigIntStats): number {
     return type | profile.fileMode | (profile.allowUserExec ? perms & 0o100 : 0);
   }
   if (type === S_IFLNK) return type | 0o777;
-  return type | (perms & 0o600);
+  // FIFOs, sockets, devices: as asked where modes are, else the forced file mode without x.
+  return type | (profile.fileMode === 'asked' ? perms : profile.fileMode & 0o666);
 }
 
 export function homeNodeAttr(profile: Profile, owner: Owner, st: BigIntStats, isHomeRoot: boolean): Attr {

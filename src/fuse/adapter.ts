@@ -187,7 +187,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
     rename: (src, dest, cb, caller) => run('rename', src, caller, cb, async () => (await dir.rename(ctx, src, dest, caller), [])),
     link: (src, dest, cb, caller) => run('link', dest, caller, cb, async () => (await dir.link(ctx, src, dest), [])),
     symlink: (target, path, cb, caller) => run('symlink', path, caller, cb, async () => (await dir.symlink(ctx, target, path, caller), [])),
-    mknod: (path, _mode, _dev, cb, caller) => run('mknod', path, caller, cb, async () => (await dir.mknod(ctx, path), [])),
+    mknod: (path, mode, dev, cb, caller) => run('mknod', path, caller, cb, async () => (await dir.mknod(ctx, path, mode, dev, caller), [])),
     // Extended attributes are not part of any profile, so the xattr ops are not
     // registered: libfuse answers ENOSYS, the kernel turns that into EOPNOTSUPP
     // (what tar and cp -a expect) and, unlike after EOPNOTSUPP, stops asking.

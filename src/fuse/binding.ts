@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import type { Caller, TimeSpec } from '../fs/context.js';
 
 /** The patch level this daemon was written against (see patches/ and native-notes/). */
-export const REQUIRED_PATCH = 2;
+export const REQUIRED_PATCH = 3;
 
 type Cb = (err: number) => void;
 export type OpenOpts = { directIo?: boolean; keepCache?: boolean; nonseekable?: boolean };
@@ -60,6 +60,7 @@ export interface FuseClass {
   HOMESFS_PATCH?: number;
   BINDING_PATH?: string;
   utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: (errno: number) => void): void;
+  mknod(path: string, mode: number, dev: number, cb: (errno: number) => void): void;
   unmount(mnt: string, cb: (err: Error | null) => void): void;
 }
 

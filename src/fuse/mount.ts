@@ -101,6 +101,9 @@ export class MountManager {
       // st_ino and d_ino are the backing filesystem's (stable across restarts,
       // one number for every hard link); libfuse otherwise numbers its own nodes.
       useIno: true,
+      // Nothing created in a home may give privileges on this host.
+      nosuid: true,
+      nodev: true,
       bigWrites: true,
       maxWrite: f.maxWrite,
       maxRead: 131072,
@@ -175,6 +178,17 @@ export class MountManager {
     this.state.loop = 'ended';
     this.log.info({ mount: this.mnt }, 'unmounted');
   }
+}
+
+/** A negative errno from the binding, shaped like a Node system error so errnoOf maps it through the same table. */
+function nativeError(call: string, res: number): Error {
+  const code = errnoName(-res);
+  return Object.assign(new Error(`${call}: ${code}`), { code });
+}
+
+export function nativeMknod(Fuse: FuseClass) {
+  return (path: string, mode: number, dev: number): Promise<void> =>
+    new Promise((resolve, reject) => Fuse.mknod(path, mode, dev, (res) => (res === 0 ? resolve() : reject(nativeError('mknod', res)))));
 }
 
 export function nativeUtimensat(Fuse: FuseClass) {

@@ -67,10 +67,11 @@ export const ProfileSchema = z
     chmod: z.enum(['ignore', 'deny-widen', 'allow']),
     symlinks: z.enum(['deny', 'inside-home', 'any']),
     hardLinks: z.enum(['deny', 'inside-home']),
-    /** sockets, FIFOs and devices: 'allow' is accepted but the daemon still
-     *  never serves them (mknod is EPERM in every profile); kept as a field so a
-     *  config that states it is explicit rather than unknown */
-    specialFiles: z.enum(['deny', 'allow']),
+    /** mknod, mkfifo and bind(2) of a Unix socket: 'none' (EPERM), 'fifo-socket'
+     *  (FIFOs and sockets), 'all' (also block and character devices, for a caller
+     *  with uid 0 only; the mount is nodev, so a device node opens nothing).
+     *  The older spellings 'deny' and 'allow' mean 'none' and 'all'. */
+    specialFiles: z.preprocess((v) => (v === 'deny' ? 'none' : v === 'allow' ? 'all' : v), z.enum(['none', 'fifo-socket', 'all'])),
     /** 'owner-only': chown to the presented owner (or -1) succeeds as a no-op,
      *  anything else EPERM; 'allow': passed to the backing store */
     chown: z.enum(['owner-only', 'allow']),
@@ -139,7 +140,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     chmod: 'ignore',
     symlinks: 'deny',
     hardLinks: 'deny',
-    specialFiles: 'deny',
+    specialFiles: 'fifo-socket',
     chown: 'owner-only',
     directIo: false,
     xattrs: 'deny',
@@ -160,7 +161,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     chmod: 'deny-widen',
     symlinks: 'deny',
     hardLinks: 'deny',
-    specialFiles: 'deny',
+    specialFiles: 'none',
     chown: 'owner-only',
     directIo: true,
     xattrs: 'deny',
@@ -169,7 +170,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     maxNameBytes: 128,
   }),
   /** Nothing beyond backing safety: the baseline that measures what the
-   *  policies cost, and for trusted uses. Special files are still never served. */
+   *  policies cost, and for trusted uses. */
   posix: ProfileSchema.parse({
     maxHomeBytes: 0,
     maxInodes: 0,
@@ -181,7 +182,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     chmod: 'allow',
     symlinks: 'any',
     hardLinks: 'inside-home',
-    specialFiles: 'deny',
+    specialFiles: 'all',
     chown: 'allow',
     directIo: false,
     xattrs: 'deny',
@@ -242,6 +243,24 @@ export function effectiveFileMode(profile: Profile, requestedMode: number): numb
 export function effectiveDirMode(profile: Profile, requestedMode: number): number {
   if (profile.dirMode === 'asked') return requestedMode & PERMISSION_BITS;
   return profile.dirMode;
+}
+
+export type SpecialKind = 'fifo' | 'socket' | 'char' | 'block';
+
+/**
+ * May `callerUid` create a special file of this kind? Devices need CAP_MKNOD,
+ * which the kernel already checks before the request reaches the daemon; the
+ * uid-0 test here is the daemon's own second wall.
+ */
+export function maySpecial(profile: Profile, kind: SpecialKind, callerUid: number): boolean {
+  switch (profile.specialFiles) {
+    case 'none':
+      return false;
+    case 'fifo-socket':
+      return kind === 'fifo' || kind === 'socket';
+    case 'all':
+      return kind === 'fifo' || kind === 'socket' || callerUid === 0;
+  }
 }
 
 export type ChmodDecision = { action: 'apply'; mode: number } | { action: 'keep' } | { action: 'refuse' };

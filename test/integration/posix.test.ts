@@ -96,6 +96,68 @@ os.symlink('nowhere', 's'); os.link('s', 't', follow_symlinks=False)
 r = [os.readlink('t'), os.lstat('s').st_ino == os.lstat('t').st_ino, os.lstat('s').st_nlink]`,
     expect: ['nowhere', true, 2],
   },
+  // --- special files ----------------------------------------------------------
+  {
+    name: 'a FIFO carries bytes between two processes',
+    code: `
+os.mkfifo('f', 0o600)
+p = spawn("fd = os.open('f', os.O_WRONLY); os.write(fd, b'ping'); os.close(fd); r = 'sent'")
+fd = os.open('f', os.O_RDONLY); data = os.read(fd, 16); os.close(fd)
+r = [data.decode(), result_of(p), stat.S_ISFIFO(os.stat('f').st_mode), stat.S_IMODE(os.stat('f').st_mode)]`,
+    expect: ['ping', 'sent', true, 0o600],
+  },
+  {
+    name: 'a Unix socket server and client talk through the bound name',
+    code: `
+srv = socket.socket(socket.AF_UNIX); srv.bind('s'); srv.listen(1)
+p = spawn("c = socket.socket(socket.AF_UNIX); c.connect('s'); c.sendall(b'hello'); r = c.recv(16).decode()")
+conn, _ = srv.accept(); m = conn.recv(16); conn.sendall(m.upper()); conn.close()
+r = [m.decode(), result_of(p), stat.S_ISSOCK(os.stat('s').st_mode)]`,
+    expect: ['hello', 'HELLO', true],
+  },
+  {
+    name: 'mknod of FIFO and socket nodes; unlink removes them',
+    code: `
+os.mknod('p', stat.S_IFIFO | 0o640); os.mknod('s', stat.S_IFSOCK | 0o600)
+kinds = [stat.S_ISFIFO(os.lstat('p').st_mode), stat.S_ISSOCK(os.lstat('s').st_mode), stat.S_IMODE(os.lstat('p').st_mode)]
+os.unlink('p'); os.unlink('s')
+r = kinds + [sorted(os.listdir('.'))]`,
+    expect: [true, true, 0o640, []],
+  },
+  {
+    name: 'a device node needs CAP_MKNOD: EPERM for the owner',
+    code: `r = [E(os.mknod, 'c', stat.S_IFCHR | 0o600, os.makedev(1, 3)), E(os.mknod, 'b', stat.S_IFBLK | 0o600, os.makedev(7, 0))]`,
+    expect: ['EPERM', 'EPERM'],
+  },
+  {
+    name: 'a hard link to a FIFO is the same FIFO',
+    code: `
+os.mkfifo('f'); os.link('f', 'g')
+r = [os.stat('f').st_ino == os.stat('g').st_ino, os.stat('g').st_nlink, stat.S_ISFIFO(os.stat('g').st_mode)]`,
+    expect: [true, 2, true],
+  },
+];
+
+/** Cases run as root (uid 0 may create device nodes). `expect` per side where they differ on purpose. */
+const ROOT_CASES: Array<Omit<Case, 'expect'> & { expect: { posix: unknown; plain: unknown } }> = [
+  {
+    name: 'root creates a character device; the mount is nodev, so it opens nothing',
+    code: `
+os.mknod('null', stat.S_IFCHR | 0o666, os.makedev(1, 3))
+st = os.stat('null')
+r = [stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev), E(os.open, 'null', os.O_WRONLY)]`,
+    // The plain side sits on the test machine's /tmp, which is not nodev.
+    // The plain side opens it unless the test machine's own filesystem is nodev.
+    expect: { posix: [true, 1, 3, 'EACCES'], plain: [true, 1, 3, 'PLAIN_DEV_OPEN'] },
+  },
+  {
+    name: 'root creates a block device node',
+    code: `
+os.mknod('loop', stat.S_IFBLK | 0o600, os.makedev(7, 200))
+st = os.stat('loop')
+r = [stat.S_ISBLK(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev)]`,
+    expect: { posix: [true, 7, 200], plain: [true, 7, 200] },
+  },
 ];
 
 interface Side {
@@ -103,10 +165,10 @@ interface Side {
   results: Record<string, unknown>;
 }
 
-async function runTable(root: string, cases: Case[], scripts: string, tag: string): Promise<Record<string, unknown>> {
+async function runTable(root: string, cases: Array<{ name: string; code: string }>, scripts: string, tag: string, as = U): Promise<Record<string, unknown>> {
   const file = join(scripts, `${tag}.json`);
   writeFileSync(file, JSON.stringify(cases.map((c) => ({ name: c.name, code: c.code }))), { mode: 0o644 });
-  const r = await runAs(U.uid, U.gid, `exec python3 ${RUNNER} ${root} ${file}`, { env: { OTHER_UID: String(OTHER) }, timeoutMs: 120_000 });
+  const r = await runAs(as.uid, as.gid, `exec python3 ${RUNNER} ${root} ${file}`, { env: { OTHER_UID: String(OTHER) }, timeoutMs: 120_000 });
   if (r.code !== 0) throw new Error(`case runner failed (${r.code}): ${r.stderr}`);
   return JSON.parse(r.stdout) as Record<string, unknown>;
 }
@@ -136,6 +198,11 @@ describe.skipIf(!canMount)('posix conformance: a posix home side by side with a 
     chownSync(d.backingOf(T, 'p'), U.uid, U.gid);
     sides.posix.results = await runTable(sides.posix.root, CASES, scripts, 'posix');
     sides.plain.results = await runTable(sides.plain.root, CASES, scripts, 'plain');
+    for (const side of ['posix', 'plain'] as const) {
+      const root = join(sides[side].root, 'as-root');
+      mkdirSync(root);
+      Object.assign(sides[side].results, await runTable(root, ROOT_CASES, scripts, `${side}-root`, { uid: 0, gid: 0 }));
+    }
   });
 
   afterAll(async () => {
@@ -145,6 +212,76 @@ describe.skipIf(!canMount)('posix conformance: a posix home side by side with a 
   for (const c of CASES) {
     it(c.name, () => {
       expect({ plain: sides.plain.results[c.name], posix: sides.posix.results[c.name] }).toEqual({ plain: c.expect, posix: c.expect });
+    });
+  }
+  for (const c of ROOT_CASES) {
+    it(`as root: ${c.name}`, () => {
+      const plainNodev = spawnSync('findmnt', ['-n', '-o', 'OPTIONS', '-T', sides.plain.root], { encoding: 'utf8' }).stdout.split(',').includes('nodev');
+      const want = JSON.parse(JSON.stringify(c.expect).replace('"PLAIN_DEV_OPEN"', plainNodev ? '"EACCES"' : '"OK"')) as unknown;
+      expect({ plain: sides.plain.results[c.name], posix: sides.posix.results[c.name] }).toEqual(want);
+    });
+  }
+
+  it('the mount is nodev and nosuid (/proc/mounts)', () => {
+    const line = readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
+      .find((l) => l.split(' ')[1] === d.mount);
+    expect(line?.split(' ')[3]?.split(',')).toEqual(expect.arrayContaining(['nodev', 'nosuid']));
+  });
+});
+
+type Profile3 = { posix: unknown; home: unknown; scratch: unknown };
+
+/** What the three built-in profiles do with the same syscalls (run as the owner, and as root where `root`). */
+const PROFILE_CASES: Array<{ name: string; code: string; expect: Profile3; root?: boolean }> = [
+  {
+    name: 'mkfifo',
+    code: `r = E(os.mkfifo, 'f')`,
+    expect: { posix: 'OK', home: 'OK', scratch: 'EPERM' },
+  },
+  {
+    name: 'bind(2) of a Unix socket',
+    code: `r = E(socket.socket(socket.AF_UNIX).bind, 's')`,
+    expect: { posix: 'OK', home: 'OK', scratch: 'EPERM' },
+  },
+  {
+    name: 'mknod of a character device by root',
+    code: `r = E(os.mknod, 'c', stat.S_IFCHR | 0o600, os.makedev(1, 3))`,
+    expect: { posix: 'OK', home: 'EPERM', scratch: 'EPERM' },
+    root: true,
+  },
+];
+
+describe.skipIf(!canMount)('posix, home and scratch side by side: what each profile keeps and refuses', () => {
+  let d: RunningDaemon;
+  const results: Record<string, Record<string, unknown>> = {};
+  const profiles = ['posix', 'home', 'scratch'] as const;
+
+  beforeAll(async () => {
+    d = await startDaemon({
+      homes: Object.fromEntries(profiles.map((p) => [`${T}/${p}`, { owner: U, profile: p }])),
+      create: profiles.map((p) => `${T}/${p}`),
+    });
+    const scripts = join(d.dir, 'scripts');
+    mkdirSync(scripts, { mode: 0o755 });
+    for (const p of profiles) {
+      chownSync(d.backingOf(T, p), U.uid, U.gid);
+      const owner = PROFILE_CASES.filter((c) => !c.root);
+      const root = PROFILE_CASES.filter((c) => c.root);
+      results[p] = await runTable(d.home(T, p), owner, scripts, p);
+      const rootDir = join(d.home(T, p), 'as-root');
+      mkdirSync(rootDir);
+      Object.assign(results[p], await runTable(rootDir, root, scripts, `${p}-root`, { uid: 0, gid: 0 }));
+    }
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+  });
+
+  for (const c of PROFILE_CASES) {
+    it(c.name, () => {
+      expect({ posix: results.posix?.[c.name], home: results.home?.[c.name], scratch: results.scratch?.[c.name] }).toEqual(c.expect);
     });
   }
 });

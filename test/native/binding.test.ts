@@ -117,11 +117,37 @@ describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
     if (work && !readFileSync('/proc/mounts', 'utf8').includes(work)) rmSync(work, { recursive: true, force: true });
   }, 30_000);
 
-  it('loads the patched binding (HOMESFS_PATCH === 2) in this process without mounting', () => {
+  it('Fuse.mknod creates FIFOs, sockets and devices on the threadpool and answers -errno', async () => {
     const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
-    expect(Fuse.HOMESFS_PATCH).toBe(2);
+    const dir = mkdtempSync(path.join(tmpdir(), 'homesfs-mknod-'));
+    const mknod = (p: string, mode: number, dev: number) => new Promise<number>((r) => Fuse.mknod(p, mode, dev, r));
+    try {
+      expect(await mknod(path.join(dir, 'fifo'), 0o010640, 0)).toBe(0);
+      expect(await mknod(path.join(dir, 'sock'), 0o140600, 0)).toBe(0);
+      expect(await mknod(path.join(dir, 'null'), 0o020600, (1 << 8) | 3)).toBe(0);
+      const { stdout } = await run('stat', ['-c', '%n %F %a %t:%T', ...['fifo', 'sock', 'null'].map((n) => path.join(dir, n))]);
+      expect(stdout.replaceAll(dir + '/', '')).toBe('fifo fifo 640 0:0\nsock socket 600 0:0\nnull character special file 600 1:3\n');
+      expect(await mknod(path.join(dir, 'fifo'), 0o010600, 0)).toBe(-17); // EEXIST, never replaced
+      expect(await mknod(path.join(dir, 'no/such'), 0o010600, 0)).toBe(-2); // ENOENT
+      expect(await mknod(path.join(dir, 'a\0b'), 0o010600, 0)).toBe(-22); // EINVAL before reaching C
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('passes nodev and nosuid through as mount options', () => {
+    const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
+    const f = new Fuse('/nonexistent-homesfs-test', {}, { nodev: true, nosuid: true, useIno: true });
+    const opts: string = f._fuseOptions();
+    expect(opts.startsWith('-o')).toBe(true);
+    expect(opts.slice(2).split(',')).toEqual(expect.arrayContaining(['nodev', 'nosuid', 'use_ino']));
+  });
+
+  it('loads the patched binding (HOMESFS_PATCH === 3) in this process without mounting', () => {
+    const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
+    expect(Fuse.HOMESFS_PATCH).toBe(3);
     expect(existsSync(Fuse.BINDING_PATH)).toBe(true);
-    expect(events[0]).toMatchObject({ ready: true, patch: 2, loopState: 1 });
+    expect(events[0]).toMatchObject({ ready: true, patch: 3, loopState: 1 });
     // The C UTF-8 validator agrees with a fatal TextDecoder on edge cases.
     const cases = [
       [0x61], [0xc3, 0xa9], [0xc0, 0x80], [0xc1, 0xbf], [0xe0, 0x80, 0x80], [0xe0, 0xa0, 0x80],

@@ -158,7 +158,7 @@ describe('homesctl status', () => {
     expect(out).toMatch(/^Mount:\s+\/homes$/m);
     expect(out).toMatch(/^Mounted:\s+yes$/m);
     expect(out).toMatch(/^Loop:\s+running$/m);
-    expect(out).toMatch(/^Native:\s+ok \(patch 2, max write 128\.0 KiB\)$/m);
+    expect(out).toMatch(/^Native:\s+ok \(patch 3, max write 128\.0 KiB\)$/m);
     expect(out).toMatch(/^Uptime:\s+1h 2m 3s$/m);
     expect(out).toMatch(/^Config:\s+\/etc\/homesfs\/config\.json$/m);
     const lines = out.trimEnd().split('\n');

@@ -6,6 +6,7 @@ import {
   DEFAULT_PROFILE_NAME,
   effectiveDirMode,
   effectiveFileMode,
+  maySpecial,
   ProfileNameSchema,
   ProfileSchema,
   resolveProfileName,
@@ -50,7 +51,9 @@ describe('built-in profiles', () => {
     { name: 'posix', field: 'chmod', value: 'allow' },
     { name: 'posix', field: 'symlinks', value: 'any' },
     { name: 'posix', field: 'hardLinks', value: 'inside-home' },
-    { name: 'posix', field: 'specialFiles', value: 'deny' },
+    { name: 'posix', field: 'specialFiles', value: 'all' },
+    { name: 'home', field: 'specialFiles', value: 'fifo-socket' },
+    { name: 'scratch', field: 'specialFiles', value: 'none' },
     { name: 'posix', field: 'chown', value: 'allow' },
   ] as const)('$name.$field = $value', ({ name, field, value }) => {
     expect(BUILTIN_PROFILES[name][field]).toBe(value);
@@ -230,6 +233,24 @@ describe('mode helpers', () => {
       }),
       { numRuns: 300 },
     );
+  });
+});
+
+describe('special files', () => {
+  it('maySpecial: none / fifo-socket / all, devices only for uid 0', () => {
+    const kinds = ['fifo', 'socket', 'char', 'block'] as const;
+    const table = (p: Profile, uid: number) => kinds.map((k) => maySpecial(p, k, uid));
+    expect(table(BUILTIN_PROFILES.scratch, 0)).toEqual([false, false, false, false]);
+    expect(table(BUILTIN_PROFILES.home, 0)).toEqual([true, true, false, false]);
+    expect(table(BUILTIN_PROFILES.home, 1000)).toEqual([true, true, false, false]);
+    expect(table(BUILTIN_PROFILES.posix, 0)).toEqual([true, true, true, true]);
+    expect(table(BUILTIN_PROFILES.posix, 1000)).toEqual([true, true, false, false]);
+  });
+
+  it("accepts the older spellings 'deny' and 'allow'", () => {
+    expect(ProfileSchema.parse({ ...BUILTIN_PROFILES.home, specialFiles: 'deny' }).specialFiles).toBe('none');
+    expect(ProfileSchema.parse({ ...BUILTIN_PROFILES.home, specialFiles: 'allow' }).specialFiles).toBe('all');
+    expect(() => ProfileSchema.parse({ ...BUILTIN_PROFILES.home, specialFiles: 'some' })).toThrow();
   });
 });
 
