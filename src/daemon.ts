@@ -140,10 +140,11 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
       };
     },
-    list: () => homes.list(),
+    list: (args) => homes.list(args),
     usage: (home) => homes.usage(home),
     create: (args) => homes.create(args),
     setBudget: (args) => homes.setBudget(args),
+    setLimits: (args) => homes.setLimits(args),
     setProfile: (args) => homes.setProfile(args),
     settingsGet: (args) => homes.settingsGet(args),
     settingsSet: (args) => homes.settingsSet(args),
@@ -153,6 +154,9 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     renameUser: (args) => homes.renameUser(args),
     deleteProject: (args) => homes.deleteProject(args),
     deleteUser: (args) => homes.deleteUser(args),
+    deleteHome: (args) => homes.deleteHome(args),
+    forwards: async () => homes.forwards(),
+    releaseName: (args) => homes.releaseName(args),
   };
 
   const controls: ControlServer[] = [];

@@ -29,6 +29,8 @@ export type HomesCode =
   | 'ACCESS_DENIED'
   | 'BUSY'
   | 'RENAME_BLOCKED'
+  | 'RENAMED'
+  | 'CONFIRM_REQUIRED'
   | 'IO';
 
 export const ERRNO_OF = {
@@ -59,6 +61,12 @@ export const ERRNO_OF = {
   BUSY: osConstants.errno.EBUSY,
   // The per-scope-home design's renameBlocker: the target home exists; never a merge.
   RENAME_BLOCKED: osConstants.errno.EEXIST,
+  // A renamed home's old name: no home lives there, and none may be created
+  // there until an admin releases the name (details.to names the new home).
+  RENAMED: osConstants.errno.ENOENT,
+  // A control change that would leave data behind (orphaned homes) and was
+  // sent without `yes`: try again, knowingly.
+  CONFIRM_REQUIRED: osConstants.errno.EAGAIN,
   IO: osConstants.errno.EIO,
 } as const satisfies Record<HomesCode, number>;
 

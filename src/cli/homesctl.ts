@@ -2,9 +2,12 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { DeleteResult, HomeInfo, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../control/api.js';
+import type { DeleteResult, Forward, HomeInfo, LimitSource, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../control/api.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
-import { MAX_ID, type ArgsOf, type CommandName } from '../control/protocol.js';
+import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
+import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
+
+export { formatBytes } from './size.js';
 
 /**
  * homesctl [--socket PATH] [--json] [--timeout MS] <command> [args]
@@ -46,16 +49,21 @@ interface CliCommand<K extends CommandName> {
   timeoutMs?: number;
   /** Turn the parsed command line into the request's args; throw UsageError on nonsense. */
   args(values: Values, positionals: string[]): ArgsOf<K>;
-  /** Human-readable rendering of the reply's `data`; gets the request's args for context. */
-  human(data: unknown, args: ArgsOf<K>): string;
+  /** Human-readable rendering of the reply's `data`; gets the request's args and the parsed command line for context. */
+  human(data: unknown, args: ArgsOf<K>, values: Values): string;
+  /** What --json prints on success when it is not the reply's `data` as is (e.g. sorted). */
+  json?(data: unknown, args: ArgsOf<K>, values: Values): unknown;
+  /** Takes --watch: the request is repeated and the table redrawn (list, top). */
+  watchable?: boolean;
   /** Takes --force: a BUSY reply then hints at it. */
   force?: boolean;
 }
 
 /** A table entry without the link between name and argument type, for the generic driver code below. */
-interface LooseCliCommand extends Omit<CliCommand<CommandName>, 'args' | 'human'> {
+interface LooseCliCommand extends Omit<CliCommand<CommandName>, 'args' | 'human' | 'json'> {
   args(values: Values, positionals: string[]): unknown;
-  human(data: unknown, args: unknown): string;
+  human(data: unknown, args: unknown, values: Values): string;
+  json?(data: unknown, args: unknown, values: Values): unknown;
 }
 
 class UsageError extends Error {
@@ -73,6 +81,18 @@ const HOME_HELP = 'HOME is "tenant/key": the project name, _tenant or _user_<log
 const FORCE_HELP = ['--force', 'go ahead even while files are open or working directories are inside'] as const;
 const TENANT_OPT = { tenant: { type: 'string' } } as const satisfies OptionsConfig;
 const TARGET_OPTS = { tenant: { type: 'string' }, project: { type: 'string' }, user: { type: 'string' } } as const satisfies OptionsConfig;
+const LIMIT_HELP =
+  `SIZE is ${SIZE_SYNTAX}. "off" (or 0) means no limit, as in xfs_quota; "default" drops the override so the profile's limit applies again.`;
+const LIST_OPTS = {
+  tenant: { type: 'string' },
+  sort: { type: 'string' },
+  orphans: { type: 'boolean' },
+  watch: { type: 'boolean' },
+  interval: { type: 'string' },
+  count: { type: 'string' },
+  limit: { type: 'string' },
+} as const satisfies OptionsConfig;
+const SORTS = ['name', 'used', 'percent', 'busy'] as const;
 
 const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   status: {
@@ -83,14 +103,38 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     human: (data) => renderStatus(data as StatusReport),
   },
   list: {
-    summary: 'Every home with its scope, owner, profile, usage and budget',
-    description: 'One row per home. FLAGS shows `orphan` for a project home left behind by a home-scope change (its project now resolves to a shared home), and the scan state while a home is not scanned yet.',
+    summary: 'Every home with usage, budget, percent, inodes, owner, profile and flags',
+    synopsis: '[--tenant T] [--orphans] [--sort used|percent|name|busy] [--watch [--interval SEC] [--count N] [--limit N]]',
+    description:
+      'One row per home; sizes are binary (MiB = 1024 KiB), --json gives exact bytes. A budget or cap marked * is a live override (set-budget, set-limits); the others come from the profile. ' +
+      'FLAGS: OVER (usage above the budget or inodes above the cap, e.g. after a lowered budget: the home cannot grow), ORPHAN (a project home its project no longer resolves to; delete-home removes it), ' +
+      'SCANNING (the usage ledger is being built), SCAN_FAILED, BUSY (open files or working directories inside). ' +
+      '--watch redraws the busiest homes every --interval seconds until Ctrl-C (or --count frames); `homesctl top` is list --watch --sort busy.',
+    options: LIST_OPTS,
+    optionHelp: [
+      ['--tenant T', "only this tenant's homes"],
+      ['--orphans', 'only orphaned homes'],
+      ['--sort KEY', 'name (default), used, percent (of the budget), busy (growing fastest, then open files)'],
+      ['--watch', 'refresh until Ctrl-C'],
+      ['--interval SEC', 'seconds between refreshes (default 2)'],
+      ['--count N', 'stop after N refreshes'],
+      ['--limit N', 'show at most N homes'],
+    ],
     positionals: { min: 0, max: 0 },
-    args: () => ({}),
-    human: (data) => renderList(data as HomeInfo[]),
+    watchable: true,
+    args: (v) => {
+      listView(v); // checks --sort, --limit, --interval, --count before anything is sent
+      const a: ArgsOf<'list'> = {};
+      if (typeof v.tenant === 'string') a.tenant = v.tenant;
+      if (v.orphans === true) a.orphans = true;
+      return a;
+    },
+    // --json keeps the daemon's order unless --sort or --limit asks otherwise
+    json: (data, _a, v) => (v.sort === undefined && v.limit === undefined ? data : sortHomes(data as HomeInfo[], listView(v).sort).slice(0, listView(v).limit)),
+    human: (data, _a, v) => renderList(sortHomes(data as HomeInfo[], listView(v).sort).slice(0, listView(v).limit)),
   },
   usage: {
-    summary: "One home's usage, budget, owner and profile",
+    summary: "One home's usage, limits (and where each comes from), owner and profile",
     synopsis: 'HOME',
     description: HOME_HELP,
     positionals: { min: 1, max: 1 },
@@ -99,36 +143,70 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   },
   create: {
     summary: 'Create a home, optionally with a profile, budget and owner',
-    synopsis: 'HOME [--profile P] [--budget BYTES] [--owner UID:GID]',
-    description: `${HOME_HELP} Fails with EXISTS if the home exists. Without --owner the daemon allocates an owner uid/gid from its range.`,
+    synopsis: 'HOME [--profile P] [--budget SIZE] [--owner UID:GID]',
+    description: `${HOME_HELP} Fails with EXISTS if the home exists, RENAMED if the name is a renamed home's reserved old name. Without --owner the daemon allocates an owner uid/gid from its range. ${LIMIT_HELP}`,
     options: { profile: { type: 'string' }, budget: { type: 'string' }, owner: { type: 'string' } },
     optionHelp: [
       ['--profile P', 'policy profile for the home (default: from the config)'],
-      ['--budget BYTES', 'byte budget, e.g. 500M or 2GiB (K/M/G = KiB/MiB/GiB); 0 = off'],
+      ['--budget SIZE', 'byte budget override, e.g. 500M, 2GiB, 2GB; off = no budget'],
       ['--owner UID:GID', 'owner of the home instead of an allocated one'],
     ],
     positionals: { min: 1, max: 1 },
     args: (v, p) => {
       const a: ArgsOf<'create'> = { home: homeArg(p[0]!, 'create') };
       if (typeof v.profile === 'string') a.profile = v.profile;
-      if (typeof v.budget === 'string') a.budget = parseSize(v.budget, 'create', '--budget');
+      if (typeof v.budget === 'string') {
+        const b = limitArg(v.budget, 'size', 'create', '--budget');
+        if (b !== null) a.budget = b;
+      }
       if (typeof v.owner === 'string') a.owner = parseOwner(v.owner, 'create');
       return a;
     },
     human: (data) => `Created ${homeName(data as HomeInfo)}.\n${renderHome(data as HomeInfo)}\n`,
   },
   'set-budget': {
-    summary: "Change a home's byte budget while it serves (0 = off)",
-    synopsis: 'HOME BYTES',
+    summary: "Change a home's byte budget while it serves (SIZE, off or default)",
+    synopsis: 'HOME SIZE|off|default',
     description:
-      `${HOME_HELP} BYTES is a plain number of bytes or one with a suffix K, M, G, T (or KiB, MiB, GiB, TiB; powers of 1024); 0 or "off" removes the budget. ` +
-      'Lowering the budget below current usage deletes nothing: the home just cannot grow until it is back under.',
+      `${HOME_HELP} ${LIMIT_HELP} ` +
+      'Lowering the budget below current usage deletes nothing: the home just cannot grow until it is back under (list flags it OVER). The change is logged with the budget before and after.',
     positionals: { min: 2, max: 2 },
-    args: (_v, p) => ({ home: homeArg(p[0]!, 'set-budget'), bytes: parseSize(p[1]!, 'set-budget', 'BYTES') }),
+    args: (_v, p) => ({ home: homeArg(p[0]!, 'set-budget'), bytes: limitArg(p[1]!, 'size', 'set-budget', 'SIZE') }),
     human: (data) => {
       const h = data as HomeInfo;
-      const over = h.budget > 0 && h.bytes > h.budget ? ' (over budget: the home cannot grow until it is back under)' : '';
-      return `Budget of ${homeName(h)}: ${formatBudget(h.budget)}; used ${formatBytes(h.bytes)}${over}.\n`;
+      const pct = h.percent !== null ? ` (${h.percent}%)` : '';
+      const over = h.budget > 0 && h.bytes > h.budget ? '\nOver budget: nothing was deleted; the home cannot grow until it is back under.' : '';
+      return `Budget of ${homeName(h)}: ${limitWithSource(formatLimit(h.budget), h.limitSources.budget, h, formatLimit(h.profileLimits.budget))}; used ${formatBytes(h.bytes)}${pct}.${over}\n`;
+    },
+  },
+  'set-limits': {
+    summary: "Change a home's inode cap and per-file size cap while it serves",
+    synopsis: 'HOME [--inodes N|off|default] [--file-size SIZE|off|default]',
+    description:
+      `${HOME_HELP} Give one or both. N is a whole number (100000, 1e6). ${LIMIT_HELP} ` +
+      'A lowered cap deletes nothing: new files (or growth past the per-file cap) are refused until the home is back under. Persisted in the state file like the budget; logged with before and after.',
+    options: { inodes: { type: 'string' }, 'file-size': { type: 'string' } },
+    optionHelp: [
+      ['--inodes N', 'files, directories and symlinks the home may hold'],
+      ['--file-size SIZE', 'largest size of one file'],
+    ],
+    positionals: { min: 1, max: 1 },
+    args: (v, p) => {
+      const a: ArgsOf<'set-limits'> = { home: homeArg(p[0]!, 'set-limits') };
+      if (typeof v.inodes === 'string') a.inodes = limitArg(v.inodes, 'count', 'set-limits', '--inodes');
+      if (typeof v['file-size'] === 'string') a.fileBytes = limitArg(v['file-size'], 'size', 'set-limits', '--file-size');
+      if (a.inodes === undefined && a.fileBytes === undefined) throw new UsageError('set-limits: give --inodes, --file-size or both', 'set-limits');
+      return a;
+    },
+    human: (data) => {
+      const h = data as HomeInfo;
+      return (
+        keyValues([
+          ['Home', `${h.tenant}/${h.key}`],
+          ['Inodes', `${h.inodes} used; cap ${limitWithSource(h.inodeCap === 0 ? 'off' : String(h.inodeCap), h.limitSources.inodeCap, h, h.profileLimits.inodeCap === 0 ? 'off' : String(h.profileLimits.inodeCap))}`],
+          ['File cap', limitWithSource(formatLimit(h.fileCap), h.limitSources.fileCap, h, formatLimit(h.profileLimits.fileCap))],
+        ]) + '\n'
+      );
     },
   },
   'set-profile': {
@@ -150,44 +228,61 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   },
   'settings-get': {
     cli: 'settings get',
-    summary: 'Show the home-scope setting of a tenant, project or user',
-    synopsis: '--tenant T [--project P | --user L]',
-    description: 'Shows the home-scope values stored at the tenant level and, if asked, for a project or a user; with --project also what `resolve` would answer for it.',
+    summary: 'Show the home-scope cascade for a tenant, project and user (as resolve takes them)',
+    synopsis: '--tenant T [--project P] [--user L]',
+    description:
+      'Takes the same arguments as resolve. Shows the home-scope values stored at each level and, with --project, the cascade resolve walks (user, then project, then the tenant default, then the built-in default) and which level decided.',
     options: TARGET_OPTS,
     optionHelp: [
       ['--tenant T', 'the tenant (required)'],
-      ['--project P', 'also show this project\'s setting and how it resolves'],
-      ['--user L', 'also show this user\'s setting'],
+      ['--project P', "the project: show the cascade and what resolve answers"],
+      ['--user L', "the requesting user (the cascade's first level)"],
     ],
     positionals: { min: 0, max: 0 },
-    args: (v) => settingsTarget(v, 'settings get'),
+    args: (v) => settingsTarget(v, 'settings get', true),
     human: (data) => renderSettings(data as SettingsView),
   },
   'settings-set': {
     cli: 'settings set',
     summary: 'Set the home-scope setting at the tenant, project or user level',
-    synopsis: '--tenant T [--project P | --user L] SCOPE',
+    synopsis: '--tenant T [--project P | --user L] SCOPE [--dry-run | --yes]',
     description:
       'SCOPE is project, tenant or user; unset removes the value at that level. Without --project/--user the tenant default is set. ' +
-      'Resolution goes user, then project, then the tenant default; missing means project. A changed scope can leave project homes behind as orphans (see list).',
-    options: TARGET_OPTS,
+      'Resolution goes user, then project, then the tenant default; missing means project. ' +
+      'A change that would leave project homes unused (orphans) lists them with their sizes and changes nothing unless --yes; --dry-run shows what would happen. Orphans stay until delete-home.',
+    options: { ...TARGET_OPTS, 'dry-run': { type: 'boolean' }, yes: { type: 'boolean' } },
     optionHelp: [
       ['--tenant T', 'the tenant (required)'],
       ['--project P', 'set the value for this project'],
       ['--user L', 'set the value for this user'],
+      ['--dry-run', 'show which homes the change would leave unused; change nothing'],
+      ['--yes', 'go ahead although homes would be left unused'],
     ],
     positionals: { min: 1, max: 1 },
     args: (v, p) => {
       const scope = p[0]!;
       if (scope !== 'project' && scope !== 'tenant' && scope !== 'user' && scope !== 'unset') {
-        throw new UsageError(`settings set: SCOPE must be project, tenant, user or unset, got '${clean(scope)}'`, 'settings set');
+        throw new UsageError(`settings set: SCOPE must be project, tenant, user or unset, got '${clean(scope)}'${hint(scope, ['project', 'tenant', 'user', 'unset'])}`, 'settings set');
       }
-      return { ...settingsTarget(v, 'settings set'), homeScope: scope === 'unset' ? null : scope };
+      if (v['dry-run'] === true && v.yes === true) throw new UsageError('settings set: give --dry-run or --yes, not both', 'settings set');
+      const a: ArgsOf<'settings-set'> = { ...settingsTarget(v, 'settings set', false), homeScope: scope === 'unset' ? null : scope };
+      if (v['dry-run'] === true) a.dryRun = true;
+      if (v.yes === true) a.yes = true;
+      return a;
     },
     human: (data, args) => {
+      const view = data as SettingsView;
       const level = args.user !== undefined ? `user ${args.user}` : args.project !== undefined ? `project ${args.project}` : 'the tenant default';
       const what = args.homeScope === null ? 'cleared' : `set to ${args.homeScope}`;
-      return `home-scope for ${clean(level)} of ${clean(args.tenant)} ${what}.\n${renderSettings(data as SettingsView)}`;
+      const orphans = view.orphaned ?? [];
+      const left =
+        orphans.length === 0
+          ? ''
+          : `${view.dryRun ? 'Would leave' : 'Left'} ${orphans.length} project home${orphans.length === 1 ? '' : 's'} unused (${formatBytes(orphans.reduce((a, o) => a + o.bytes, 0))}); list --orphans shows them, delete-home removes one:\n` +
+            orphans.map((o) => `  ${clean(o.home)}  ${formatBytes(o.bytes)}`).join('\n') +
+            '\n';
+      if (view.dryRun) return `Dry run: home-scope for ${clean(level)} of ${clean(args.tenant)} would be ${what}; nothing changed.\n${orphans.length === 0 ? 'No home would be left unused.\n' : left}${renderSettings(view)}`;
+      return `home-scope for ${clean(level)} of ${clean(args.tenant)} ${what}.\n${left}${renderSettings(view)}`;
     },
   },
   rescan: {
@@ -202,8 +297,9 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
       return (
         keyValues([
           ['Home', r.home],
-          ['Bytes', `${r.before.bytes} -> ${r.after.bytes} (drift ${signed(r.drift.bytes)})`],
+          ['Bytes', `${formatBytes(r.before.bytes)} -> ${formatBytes(r.after.bytes)} (drift ${formatSignedBytes(r.drift.bytes)}; exact: ${r.before.bytes} -> ${r.after.bytes})`],
           ['Inodes', `${r.before.inodes} -> ${r.after.inodes} (drift ${signed(r.drift.inodes)})`],
+          ['Ledger', r.drift.bytes === 0 && r.drift.inodes === 0 ? 'matched the disk' : 'corrected to what is on disk'],
         ]) + '\n'
       );
     },
@@ -211,8 +307,10 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   resolve: {
     summary: 'The HOME and owner for a tenant, project and user (creates the home)',
     synopsis: '--tenant T --project P [--user L]',
-    description: 'Answers the home-scope in force, the home key, the HOME path under the mount and the owner uid:gid agent processes run as; creates the home if it does not exist. Served on the admin and the platform socket.',
-    options: { tenant: { type: 'string' }, project: { type: 'string' }, user: { type: 'string' } },
+    description:
+      'Answers the home-scope in force, the home key, the HOME path under the mount and the owner uid:gid agent processes run as; creates the home if it does not exist. ' +
+      "A renamed home's old name answers RENAMED with the new name (never a fresh home) until release-name. Served on the admin and the platform socket.",
+    options: TARGET_OPTS,
     optionHelp: [
       ['--tenant T', 'the tenant (required)'],
       ['--project P', 'the project (required)'],
@@ -239,9 +337,11 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     },
   },
   'rename-project': {
-    summary: "Move a project's home to a new project name",
+    summary: "Move a project's home to a new project name (the old name stays reserved)",
     synopsis: '--tenant T FROM TO [--force]',
-    description: 'The home follows the project name. Refused with RENAME_BLOCKED if TO already has a home (homes are never merged), and with BUSY while files are open or working directories are inside, unless --force.',
+    description:
+      'The home follows the project name; the old name stays reserved with a forward (resolve answers RENAMED with the new name) until release-name. ' +
+      'Refused with RENAME_BLOCKED if TO already has a home (homes are never merged), and with BUSY while files are open or working directories are inside, unless --force.',
     options: { ...TENANT_OPT, force: { type: 'boolean' } },
     optionHelp: [['--tenant T', 'the tenant (required)'], FORCE_HELP],
     positionals: { min: 2, max: 2 },
@@ -251,9 +351,10 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     human: (data) => renderRename(data as RenameResult),
   },
   'rename-user': {
-    summary: "Move a user's home (_user_FROM) to a new login",
+    summary: "Move a user's home (_user_FROM) to a new login (the old name stays reserved)",
     synopsis: '--tenant T FROM TO [--force]',
-    description: 'Moves _user_FROM to _user_TO. Refused with RENAME_BLOCKED if TO already has a home (homes are never merged), and with BUSY while files are open or working directories are inside, unless --force.',
+    description:
+      'Moves _user_FROM to _user_TO; the old name stays reserved with a forward until release-name. Refused with RENAME_BLOCKED if TO already has a home (homes are never merged), and with BUSY while files are open or working directories are inside, unless --force.',
     options: { ...TENANT_OPT, force: { type: 'boolean' } },
     optionHelp: [['--tenant T', 'the tenant (required)'], FORCE_HELP],
     positionals: { min: 2, max: 2 },
@@ -286,6 +387,45 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     args: (v, p) => withForce({ tenant: requiredOpt(v, 'tenant', 'delete-user'), login: p[0]! }, v),
     human: (data) => renderDelete(data as DeleteResult),
   },
+  'delete-home': {
+    summary: 'Delete any home by tenant/key (an orphan, a leftover)',
+    synopsis: 'HOME [--force]',
+    description: `${HOME_HELP} Removes the home and everything in it; settings stay (they belong to names). BUSY while files are open or working directories are inside, unless --force. list --orphans shows the homes a home-scope change left unused.`,
+    options: { force: { type: 'boolean' } },
+    optionHelp: [FORCE_HELP],
+    positionals: { min: 1, max: 1 },
+    timeoutMs: 120_000,
+    force: true,
+    args: (v, p) => withForce({ home: homeArg(p[0]!, 'delete-home') }, v),
+    human: (data) => renderDelete(data as DeleteResult),
+  },
+  forwards: {
+    summary: 'Old names of renamed homes, reserved until release-name',
+    description: 'resolve (and create) with a reserved name answers RENAMED with the new name, so a platform that still holds the old name never gets a fresh, empty home.',
+    positionals: { min: 0, max: 0 },
+    args: () => ({}),
+    human: (data) => {
+      const f = data as Forward[];
+      if (f.length === 0) return 'No reserved names.\n';
+      return formatTable(['OLD NAME', 'NOW', 'RENAMED AT'], f.map((x) => [x.from, x.to, x.at])) + '\n';
+    },
+  },
+  'release-name': {
+    summary: "Release a renamed home's old name (resolve may then create a fresh home there)",
+    synopsis: 'HOME',
+    description: `${HOME_HELP} HOME is the old name, as forwards lists it. NOT_FOUND if it is not reserved.`,
+    positionals: { min: 1, max: 1 },
+    args: (_v, p) => ({ home: homeArg(p[0]!, 'release-name') }),
+    human: (data) => {
+      const f = data as Forward;
+      return `Released ${clean(f.from)} (it forwarded to ${clean(f.to)}); resolve may create a fresh home under that name again.\n`;
+    },
+  },
+};
+
+/** Command-line words that stand for another command with preset options (declarative, like COMMANDS). */
+const ALIASES: Readonly<Record<string, { summary: string; argv: readonly string[] }>> = {
+  top: { summary: 'The busiest homes, refreshed until Ctrl-C (list --watch --sort busy --limit 20)', argv: ['list', '--watch', '--sort', 'busy', '--limit', '20'] },
 };
 
 function specOf(cmd: CommandName): LooseCliCommand {
@@ -327,8 +467,8 @@ function requiredOpt(v: Values, name: string, command: string): string {
   return x;
 }
 
-function settingsTarget(v: Values, command: string): { tenant: string; project?: string; user?: string } {
-  if (typeof v.project === 'string' && typeof v.user === 'string') throw new UsageError(`${command}: give --project or --user, not both`, command);
+function settingsTarget(v: Values, command: string, allowBoth: boolean): { tenant: string; project?: string; user?: string } {
+  if (!allowBoth && typeof v.project === 'string' && typeof v.user === 'string') throw new UsageError(`${command}: give --project or --user, not both`, command);
   const t: { tenant: string; project?: string; user?: string } = { tenant: requiredOpt(v, 'tenant', command) };
   if (typeof v.project === 'string') t.project = v.project;
   if (typeof v.user === 'string') t.user = v.user;
@@ -339,31 +479,20 @@ function withForce<T extends object>(a: T, v: Values): T & { force?: boolean } {
   return v.force === true ? { ...a, force: true } : a;
 }
 
-const SIZE_UNITS: Readonly<Record<string, number>> = {
-  '': 1,
-  k: 1024,
-  kib: 1024,
-  m: 1024 ** 2,
-  mib: 1024 ** 2,
-  g: 1024 ** 3,
-  gib: 1024 ** 3,
-  t: 1024 ** 4,
-  tib: 1024 ** 4,
-};
-
-/**
- * A byte count: digits with an optional binary suffix (K, M, G, T or KiB, MiB,
- * GiB, TiB, any case; all powers of 1024), or "off" for 0. Throws UsageError.
- */
-export function parseSize(s: string, command = 'set-budget', what = 'BYTES'): number {
-  if (s.toLowerCase() === 'off') return 0;
-  const m = /^([0-9]+)\s*([a-zA-Z]*)$/.exec(s);
-  const unit = m ? SIZE_UNITS[m[2]!.toLowerCase()] : undefined;
-  if (!m || unit === undefined) {
-    throw new UsageError(`${command}: ${what} must be a number of bytes, optionally with K, M, G, T, KiB, MiB, GiB or TiB (powers of 1024), got '${clean(s)}'`, command);
+/** SIZE|off|default (or N|off|default): a number (0 = off) or null (back to the profile). */
+function limitArg(text: string, kind: 'size' | 'count', command: string, what: string): number | null {
+  try {
+    return parseLimit(text, kind);
+  } catch (err) {
+    if (err instanceof SizeSyntaxError) throw new UsageError(`${command}: ${what}: ${clean(err.message)}; or off (no limit) or default (the profile's)`, command);
+    throw err;
   }
-  const n = Number(m[1]) * unit;
-  if (!Number.isSafeInteger(n)) throw new UsageError(`${command}: ${what} '${clean(s)}' is too large`, command);
+}
+
+/** Kept for callers of the old API: a byte count or "off" (0). Throws UsageError. */
+export function parseSize(s: string, command = 'set-budget', what = 'SIZE'): number {
+  const n = limitArg(s, 'size', command, what);
+  if (n === null) throw new UsageError(`${command}: ${what}: "default" is not a size here`, command);
   return n;
 }
 
@@ -375,24 +504,88 @@ function parseOwner(s: string, command: string): { uid: number; gid: number } {
   return { uid, gid };
 }
 
+function positiveNumber(v: Values, name: string, command: string, integer: boolean): number | undefined {
+  const x = v[name];
+  if (typeof x !== 'string') return undefined;
+  const n = Number(x);
+  if (!/^[0-9]*\.?[0-9]+$/.test(x) || !(n > 0) || (integer && !Number.isSafeInteger(n))) {
+    throw new UsageError(`${command}: --${name} must be a positive ${integer ? 'whole number' : 'number'}, got '${clean(x)}'`, command);
+  }
+  return n;
+}
+
+/** The client-side view options of list/top, checked. */
+function listView(v: Values): { sort: (typeof SORTS)[number]; limit: number | undefined; intervalMs: number; count: number } {
+  const sort = typeof v.sort === 'string' ? v.sort : 'name';
+  if (!(SORTS as readonly string[]).includes(sort)) throw new UsageError(`list: --sort must be ${SORTS.join(', ')}; got '${clean(sort)}'${hint(sort, SORTS)}`, 'list');
+  const watching = v.watch === true;
+  for (const o of ['interval', 'count'] as const) if (!watching && v[o] !== undefined) throw new UsageError(`list: --${o} goes with --watch`, 'list');
+  if (watching && v.json === true) throw new UsageError('list: --watch redraws a table for people; for scripts, run list --json in a loop', 'list');
+  const interval = positiveNumber(v, 'interval', 'list', false) ?? 2;
+  if (interval < 0.1) throw new UsageError('list: --interval must be at least 0.1 seconds', 'list');
+  return {
+    sort: sort as (typeof SORTS)[number],
+    limit: positiveNumber(v, 'limit', 'list', true),
+    intervalMs: Math.round(interval * 1000),
+    count: positiveNumber(v, 'count', 'list', true) ?? Infinity,
+  };
+}
+
+function sortHomes(homes: HomeInfo[], sort: (typeof SORTS)[number], rates?: ReadonlyMap<string, number>): HomeInfo[] {
+  const id = (h: HomeInfo) => `${h.tenant}/${h.key}`;
+  const byName = (a: HomeInfo, b: HomeInfo) => id(a).localeCompare(id(b));
+  const cmp: Record<(typeof SORTS)[number], (a: HomeInfo, b: HomeInfo) => number> = {
+    name: byName,
+    used: (a, b) => b.bytes - a.bytes || byName(a, b),
+    percent: (a, b) => (b.percent ?? -1) - (a.percent ?? -1) || b.bytes - a.bytes || byName(a, b),
+    busy: (a, b) =>
+      Math.abs(rates?.get(id(b)) ?? 0) - Math.abs(rates?.get(id(a)) ?? 0) ||
+      b.openHandles + b.cwdProcesses - (a.openHandles + a.cwdProcesses) ||
+      b.bytes - a.bytes ||
+      byName(a, b),
+  };
+  return [...homes].sort(cmp[sort]);
+}
+
+/** Levenshtein distance, for "did you mean". */
+function distance(a: string, b: string): number {
+  const d = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = d[0]!;
+    d[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = d[j]!;
+      d[j] = Math.min(d[j]! + 1, d[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return d[b.length]!;
+}
+
+/** The closest candidate to a mistyped word, if close enough to be a typo (or a prefix of one). */
+export function closest(word: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestD = Infinity;
+  for (const c of candidates) {
+    const d = c.startsWith(word) && word.length >= 2 ? 0.5 : distance(word.toLowerCase(), c.toLowerCase());
+    if (d < bestD) {
+      best = c;
+      bestD = d;
+    }
+  }
+  return best !== undefined && bestD <= Math.max(2, Math.floor(word.length / 3)) ? best : undefined;
+}
+
+function hint(word: string, candidates: readonly string[]): string {
+  const c = closest(word, candidates);
+  return c === undefined ? '' : ` (did you mean '${c}'?)`;
+}
+
 // ---- rendering ------------------------------------------------------------
 
 /** Escape control characters so daemon-supplied names cannot drive the terminal. */
 export function clean(s: string): string {
   return s.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
-}
-
-export function formatBytes(n: number | undefined | null): string {
-  if (n === undefined || n === null || !Number.isFinite(n)) return '-';
-  if (n < 1024) return `${n} B`;
-  const units = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
-  let v = n / 1024;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${v.toFixed(1)} ${units[i]}`;
 }
 
 export function formatDuration(totalSec: number): string {
@@ -438,10 +631,6 @@ function homeName(h: { tenant: string; key: string }): string {
   return clean(`${h.tenant}/${h.key}`);
 }
 
-function formatBudget(n: number): string {
-  return n === 0 ? 'off' : formatBytes(n);
-}
-
 function formatOwner(o: { uid: number; gid: number }): string {
   return `${o.uid}:${o.gid}`;
 }
@@ -450,50 +639,73 @@ function signed(n: number): string {
   return n > 0 ? `+${n}` : String(n);
 }
 
-function homeFlags(h: HomeInfo): string {
-  const flags: string[] = [];
-  if (h.orphan) flags.push('orphan');
-  if (h.scan !== 'done') flags.push(`scan:${h.scan}`);
-  return flags.length > 0 ? flags.join(',') : '-';
+function formatLimit(n: number): string {
+  return n === 0 ? 'off' : formatBytes(n);
 }
 
-function renderList(homes: HomeInfo[]): string {
+const PROFILE_SOURCE: Readonly<Record<HomeInfo['profileSource'], string>> = {
+  override: 'set by set-profile',
+  home: "from the config's home entry",
+  tenant: "the tenant's default",
+  default: 'the configured default',
+};
+
+/** "2.0 GiB (profile home, the configured default)" or "20.0 MiB (override; profile home: 2.0 GiB)". */
+function limitWithSource(value: string, source: LimitSource, h: HomeInfo, profileValue: string): string {
+  return source === 'override'
+    ? `${value} (override; profile ${clean(h.profile)}: ${profileValue})`
+    : `${value} (profile ${clean(h.profile)}, ${PROFILE_SOURCE[h.profileSource]})`;
+}
+
+function homeFlags(h: HomeInfo): string {
+  return h.flags.length > 0 ? h.flags.join(',') : '-';
+}
+
+/** The table of list and top; `rates` (bytes/s since the last frame) adds a RATE column. */
+function renderList(homes: HomeInfo[], rates?: ReadonlyMap<string, number>): string {
   if (homes.length === 0) return 'No homes.\n';
-  return (
-    formatTable(
-      ['TENANT', 'KEY', 'SCOPE', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'INODES', 'OPEN', 'FLAGS'],
-      homes.map((h) => [
-        h.tenant,
-        h.key,
-        h.scope,
-        formatOwner(h.owner),
-        h.profile,
-        formatBytes(h.bytes),
-        formatBudget(h.budget),
-        String(h.inodes),
-        String(h.openHandles),
-        homeFlags(h),
-      ]),
-      new Set([5, 6, 7, 8]),
-    ) + '\n'
-  );
+  const star = (s: LimitSource) => (s === 'override' ? '*' : '');
+  const headers = ['HOME', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'USE%', 'INODES', ...(rates ? ['RATE'] : []), 'FLAGS'];
+  const rows = homes.map((h) => [
+    `${h.tenant}/${h.key}`,
+    formatOwner(h.owner),
+    h.profile,
+    formatBytes(h.bytes),
+    formatLimit(h.budget) + star(h.limitSources.budget),
+    h.percent === null ? '-' : `${h.percent.toFixed(1)}%`,
+    (h.inodeCap === 0 ? String(h.inodes) : `${h.inodes}/${h.inodeCap}`) + star(h.limitSources.inodeCap),
+    ...(rates ? [rateOf(rates.get(`${h.tenant}/${h.key}`))] : []),
+    homeFlags(h),
+  ]);
+  const right = new Set([3, 4, 5, 6, ...(rates ? [7] : [])]);
+  const overridden = homes.some((h) => h.limitSources.budget === 'override' || h.limitSources.inodeCap === 'override');
+  return formatTable(headers, rows, right) + '\n' + (overridden ? '* live override (set-budget, set-limits); other limits come from the profile\n' : '');
+}
+
+function rateOf(r: number | undefined): string {
+  if (r === undefined) return '-';
+  if (r === 0) return '0';
+  return `${formatSignedBytes(Math.round(r))}/s`;
 }
 
 function renderHome(h: HomeInfo): string {
-  const pct = h.budget > 0 ? ` (${((h.bytes / h.budget) * 100).toFixed(1)}% of budget)` : '';
+  const pct = h.percent !== null ? `, ${h.percent}% of the budget` : '';
+  const inodeText = (n: number) => (n === 0 ? 'off' : String(n));
+  const flags = h.flags.length > 0 ? h.flags.join(', ') : '-';
   return keyValues([
     ['Home', `${h.tenant}/${h.key}`],
     ['Path', h.path],
     ['Scope', h.scope],
     ['Owner', formatOwner(h.owner)],
-    ['Profile', `${h.profile} (${h.profileSource})`],
-    ['Used', `${formatBytes(h.bytes)} (${h.bytes} bytes)${pct}`],
-    ['Budget', h.budget === 0 ? 'off' : `${formatBytes(h.budget)} (${h.budget} bytes)`],
-    ['File cap', h.fileCap === 0 ? 'off' : formatBytes(h.fileCap)],
-    ['Inodes', h.inodeCap === 0 ? String(h.inodes) : `${h.inodes} of ${h.inodeCap}`],
-    ['Open handles', String(h.openHandles)],
+    ['Profile', `${h.profile} (${PROFILE_SOURCE[h.profileSource]})`],
+    ['Used', `${formatBytes(h.bytes)} (${h.bytes} bytes${pct})`],
+    ['Budget', limitWithSource(h.budget === 0 ? 'off' : `${formatBytes(h.budget)} (${h.budget} bytes)`, h.limitSources.budget, h, formatLimit(h.profileLimits.budget))],
+    ['Inodes', `${h.inodes} used; cap ${limitWithSource(inodeText(h.inodeCap), h.limitSources.inodeCap, h, inodeText(h.profileLimits.inodeCap))}`],
+    ['File cap', limitWithSource(formatLimit(h.fileCap), h.limitSources.fileCap, h, formatLimit(h.profileLimits.fileCap))],
+    ['In use', `${h.openHandles} open file${h.openHandles === 1 ? '' : 's'}, ${h.cwdProcesses} working director${h.cwdProcesses === 1 ? 'y' : 'ies'}`],
     ['Scan', h.scan],
-    ['Orphan', h.orphan ? 'yes (its project now resolves to a shared home)' : 'no'],
+    ['Orphan', h.orphan ? 'yes (its project now resolves to a shared home; delete-home removes it)' : 'no'],
+    ['Flags', flags],
   ]);
 }
 
@@ -505,7 +717,21 @@ function renderSettings(v: SettingsView): string {
   if (v.project) pairs.push([`Project ${v.project.name}`, v.project.value ?? '(unset)']);
   if (v.user) pairs.push([`User ${v.user.login}`, v.user.value ?? '(unset)']);
   if (v.resolved) pairs.push(['Resolves to', `${v.resolved.scope} (from ${v.resolved.source}), key ${v.resolved.key}`]);
-  return keyValues(pairs) + '\n';
+  let out = keyValues(pairs) + '\n';
+  if (v.cascade) {
+    const label = (l: string) => (l === 'user' ? `user ${v.user?.login ?? ''}` : l === 'project' ? `project ${v.project?.name ?? ''}` : l === 'tenant' ? 'tenant default' : 'built-in default');
+    out +=
+      'Cascade (the first level with a value decides):\n' +
+      formatTable(
+        ['  LEVEL', 'VALUE', ''],
+        v.cascade.map((c, i) => [`  ${i + 1}. ${label(c.level)}`, c.value ?? '(unset)', c.decides ? '<- decides' : '']),
+      )
+        .split('\n')
+        .map((l) => l.trimEnd())
+        .join('\n') +
+      '\n';
+  }
+  return out;
 }
 
 function renderRename(r: RenameResult): string {
@@ -564,14 +790,15 @@ const GLOBAL_TAKES_VALUE = new Set(['--socket', '--timeout']);
 
 function mainUsage(): string {
   const names = Object.keys(COMMANDS) as CommandName[];
-  const w = Math.max(...names.map((n) => cliName(n).length)) + 2;
+  const rows: Array<[string, string]> = [...names.map((n): [string, string] => [cliName(n), specOf(n).summary]), ...Object.entries(ALIASES).map(([n, a]): [string, string] => [n, a.summary])];
+  const w = Math.max(...rows.map(([n]) => n.length)) + 2;
   return [
     'Usage: homesctl [--socket PATH] [--json] [--timeout MS] <command> [args]',
     '',
     'Talk to the homesfs daemon over its control socket.',
     '',
     'Commands:',
-    ...names.map((n) => `  ${cliName(n).padEnd(w)}${specOf(n).summary}`),
+    ...rows.map(([n, t]) => `  ${n.padEnd(w)}${t}`),
     '',
     globalOptionHelp(),
     '',
@@ -587,7 +814,8 @@ function globalOptionHelp(): string {
   return [
     'Global options:',
     `  --socket PATH   control socket (default: $HOMESFS_SOCKET, else ${DEFAULT_SOCKET})`,
-    '  --json          print the raw reply data as JSON (error replies too, on stdout)',
+    '  --json          print exactly one JSON value on stdout: the reply data, or {"ok":false,"code",…}',
+    '                  for an error reply, a usage error (USAGE) or no answer (UNREACHABLE)',
     `  --timeout MS    give up after MS milliseconds (default ${DEFAULT_TIMEOUT_MS})`,
     '  -h, --help      show help',
   ].join('\n');
@@ -620,16 +848,27 @@ function commandUsage(name: CommandName): string {
   return lines.join('\n');
 }
 
+/** Where the socket path came from, for the hints of a connection error. */
+export type SocketSource = 'flag' | 'env' | 'default';
+
 interface Invocation {
   kind: 'run';
   command: CommandName;
   socket: string;
+  socketFrom: SocketSource;
   json: boolean;
   timeoutMs: number;
   args: unknown;
+  /** the parsed command line (client-side options such as --sort, --watch) */
+  values: Values;
 }
 
 type Parsed = Invocation | { kind: 'help'; text: string };
+
+/** Every word that names a command, for "did you mean". */
+function commandWords(): string[] {
+  return [...new Set([...(Object.keys(COMMANDS) as CommandName[]).map((c) => cliName(c).split(' ')[0]!), ...Object.keys(ALIASES), 'help'])];
+}
 
 /** Parse argv (without node and script). Throws UsageError. */
 export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed {
@@ -645,8 +884,13 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
     i += GLOBAL_TAKES_VALUE.has(a) ? 2 : 1;
   }
   const globalArgs = argv.slice(0, Math.min(i, argv.length)).filter((a) => a !== '--');
-  const name = argv[i];
-  const rest = argv.slice(i + 1);
+  let name = argv[i];
+  let rest = argv.slice(i + 1);
+  const alias = name !== undefined && Object.hasOwn(ALIASES, name) ? ALIASES[name]! : undefined;
+  if (alias) {
+    name = alias.argv[0]!;
+    rest = [...alias.argv.slice(1), ...rest];
+  }
 
   const g = parseStrict(globalArgs, GLOBAL_OPTIONS, false);
   if (name === undefined) {
@@ -660,10 +904,11 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
   }
   const found = findCommand(name, rest);
   if (found === undefined) {
-    if (!GROUPS.has(name)) throw new UsageError(`unknown command '${clean(name)}'`);
+    if (!GROUPS.has(name)) throw new UsageError(`unknown command '${clean(name)}'${hint(name, commandWords())}`);
     if (g.values.help || rest.includes('--help') || rest.includes('-h')) return { kind: 'help', text: groupUsage(name) };
     const sub = rest[0];
-    throw new UsageError(sub === undefined ? `${name}: missing subcommand` : `${name}: unknown subcommand '${clean(sub)}'`, name);
+    const subs = (Object.keys(COMMANDS) as CommandName[]).map(cliName).filter((n) => n.startsWith(`${name} `)).map((n) => n.slice(name!.length + 1));
+    throw new UsageError(sub === undefined ? `${name}: missing subcommand (${subs.join(' or ')})` : `${name}: unknown subcommand '${clean(sub)}'${hint(sub, subs)}`, name);
   }
   const { command } = found;
   const display = cliName(command);
@@ -676,6 +921,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
   if (c.positionals.length < min) throw new UsageError(`${display}: missing argument (${spec.synopsis ?? ''})`.replace(/ \(\)$/, ''), display);
   if (c.positionals.length > max) throw new UsageError(`${display}: unexpected argument '${clean(c.positionals[max]!)}'`, display);
 
+  const socketFrom: SocketSource = typeof values.socket === 'string' ? 'flag' : env.HOMESFS_SOCKET ? 'env' : 'default';
   const socket = typeof values.socket === 'string' ? values.socket : env.HOMESFS_SOCKET || DEFAULT_SOCKET;
   if (socket === '') throw new UsageError('--socket: empty path');
   let timeoutMs = spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
@@ -684,32 +930,206 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
     if (!/^[0-9]+$/.test(t) || Number(t) < 1 || !Number.isSafeInteger(Number(t))) throw new UsageError(`--timeout: expected a positive number of milliseconds, got '${clean(t)}'`);
     timeoutMs = Number(t);
   }
-  return { kind: 'run', command, socket, json: values.json === true, timeoutMs, args: spec.args(values, c.positionals) };
+  return { kind: 'run', command, socket, socketFrom, json: values.json === true, timeoutMs, args: spec.args(values, c.positionals), values };
 }
 
 function parseStrict(args: string[], options: OptionsConfig, allowPositionals: boolean, command?: string): { values: Values; positionals: string[] } {
+  const where = command ? `${command}: ` : '';
+  // node:util's parser takes "-5" for an option and answers with a message
+  // about '--' quoting; a negative size or count is the admin's real mistake.
+  for (const a of args) {
+    if (a === '--') break;
+    if (/^-[0-9.]/.test(a)) throw new UsageError(`${where}'${clean(a)}' is negative: sizes and counts are 0 or more (off = no limit)`, command);
+  }
   try {
     const r = parseArgs({ args, options, strict: true, allowPositionals });
     return { values: r.values as Values, positionals: r.positionals };
   } catch (err) {
-    throw new UsageError(`${command ? `${command}: ` : ''}${(err as Error).message}`, command);
+    const e = err as Error & { code?: string };
+    const unknown = /^Unknown option '([^']*)'/.exec(e.message);
+    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && unknown) {
+      const opt = unknown[1]!;
+      const known = Object.entries(options).flatMap(([n, o]) => [`--${n}`, ...(o.short ? [`-${o.short}`] : [])]);
+      throw new UsageError(`${where}unknown option '${clean(opt)}'${hint(opt, known)}`, command);
+    }
+    if (e.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') throw new UsageError(`${where}unexpected argument`, command);
+    const missing = /^Option '(-[^' ]*)[^']*' argument (?:missing|is ambiguous)/.exec(e.message);
+    if (missing) throw new UsageError(`${where}${missing[1]} needs a value`, command);
+    throw new UsageError(`${where}${clean(e.message)}`, command);
   }
+}
+
+// ---- connection errors ----------------------------------------------------
+
+/**
+ * What went wrong talking to the daemon, and the way out: which socket was
+ * tried (and where its path came from), whether the daemon is running, the
+ * --socket / HOMESFS_SOCKET switch, and the admin group for EACCES.
+ */
+export function explainClientError(err: ControlClientError, socket: string, from: SocketSource, timeoutMs: number): { message: string; hints: string[] } {
+  const code = (err.cause as NodeJS.ErrnoException | undefined)?.code;
+  const origin = from === 'flag' ? 'given with --socket' : from === 'env' ? 'from HOMESFS_SOCKET' : `the default; the daemon's config key "socket" may name another`;
+  const other = `point homesctl at the right daemon with --socket PATH or HOMESFS_SOCKET=PATH (this path was ${origin})`;
+  if (err.kind === 'connect') {
+    switch (code) {
+      case 'ENOENT':
+        return {
+          message: `cannot connect to ${socket}: ENOENT: no socket there`,
+          hints: ['is the homesfs daemon running? (systemctl status homesfs; it creates the socket when it starts serving)', other],
+        };
+      case 'ECONNREFUSED':
+        return {
+          message: `cannot connect to ${socket}: ECONNREFUSED: nothing is listening on it`,
+          hints: ['the homesfs daemon that created it has stopped: start it again (systemctl start homesfs)', other],
+        };
+      case 'EACCES':
+      case 'EPERM':
+        return {
+          message: `cannot connect to ${socket}: ${code}: permission denied`,
+          hints: [
+            "the admin socket is for root, and for the daemon's adminGroup when its config sets one: run as root (sudo homesctl …) or join that group (then log in again)",
+            'the platform socket serves only status and resolve',
+          ],
+        };
+      case 'ENOTSOCK':
+      case 'ENOTDIR':
+        return { message: `cannot connect to ${socket}: ${code}: not a socket`, hints: [other] };
+      default:
+        return { message: err.message, hints: [other] };
+    }
+  }
+  if (err.kind === 'timeout') {
+    return {
+      message: `no reply from ${socket} within ${timeoutMs} ms`,
+      hints: ['the homesfs daemon may be busy or stuck: see its log (journalctl -u homesfs); --timeout MS waits longer'],
+    };
+  }
+  return { message: err.message, hints: ['is the homesfs daemon at this socket the version this homesctl belongs to? See its log (journalctl -u homesfs)'] };
 }
 
 // ---- main -----------------------------------------------------------------
 
 export interface Io {
-  stdout: { write(s: string): unknown };
+  stdout: { write(s: string): unknown; isTTY?: boolean };
   stderr: { write(s: string): unknown };
 }
 
-export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: Io = process): Promise<number> {
+/** --json given before the command or after it (also when the rest of the line does not parse). */
+function wantsJson(argv: string[]): boolean {
+  const end = argv.indexOf('--');
+  return (end < 0 ? argv : argv.slice(0, end)).includes('--json');
+}
+
+function printJson(io: Io, value: unknown): void {
+  io.stdout.write(JSON.stringify(value, null, 2) + '\n');
+}
+
+/** Extra lines under an error reply that say the way out. */
+function errorHints(reply: ErrorReply, command: CommandName): string[] {
+  const d = reply.details ?? {};
+  switch (reply.code) {
+    case 'BUSY':
+      return specOf(command).force ? ['(--force goes ahead anyway)'] : [];
+    case 'RENAMED':
+      return [
+        `the home now lives at ${clean(String(d.to))}: use its new name, or free the old one with: homesctl release-name ${clean(String(d.from))}`,
+      ];
+    case 'CONFIRM_REQUIRED': {
+      const homes = Array.isArray(d.homes) ? (d.homes as Array<{ home: string; bytes: number }>) : [];
+      return [
+        `homes that would be left unused (${formatBytes(homes.reduce((a, h) => a + h.bytes, 0))} in all):`,
+        ...homes.map((h) => `  ${clean(h.home)}  ${formatBytes(h.bytes)}`),
+        'nothing changed: add --yes to go ahead (the homes stay as orphans: list --orphans, delete-home), or --dry-run to preview',
+      ];
+    }
+    default:
+      return [];
+  }
+}
+
+async function request(inv: Invocation, io: Io): Promise<{ ok: true; data: unknown } | { ok: false; exit: number }> {
+  let reply;
+  try {
+    reply = await controlRequest(inv.socket, { cmd: inv.command, args: inv.args } as Parameters<typeof controlRequest>[1], { timeoutMs: inv.timeoutMs });
+  } catch (err) {
+    if (!(err instanceof ControlClientError)) throw err;
+    const { message, hints } = explainClientError(err, inv.socket, inv.socketFrom, inv.timeoutMs);
+    if (inv.json) printJson(io, { ok: false, code: 'UNREACHABLE', kind: err.kind, socket: inv.socket, message, hints });
+    io.stderr.write(`homesctl: ${clean(message)}\n${hints.map((h) => `  ${clean(h)}\n`).join('')}`);
+    return { ok: false, exit: EXIT.UNREACHABLE };
+  }
+  if (!reply.ok) {
+    if (inv.json) printJson(io, reply);
+    io.stderr.write(`homesctl: ${reply.code}: ${clean(reply.message)}\n`);
+    if (!inv.json) {
+      const hints = errorHints(reply, inv.command);
+      if (reply.details && Object.keys(reply.details).length > 0 && reply.code !== 'CONFIRM_REQUIRED') io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
+      for (const h of hints) io.stderr.write(`  ${h}\n`);
+    }
+    return { ok: false, exit: EXIT.ERROR_REPLY };
+  }
+  return { ok: true, data: reply.data };
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+/**
+ * list --watch / top: redraw the table every interval, busiest first (bytes
+ * per second since the previous frame), until `signal` aborts (Ctrl-C) or
+ * --count frames are drawn. A terminal gets the screen cleared per frame; a
+ * pipe gets frames one after another.
+ */
+let watching = false;
+
+async function watch(inv: Invocation, io: Io, signal: AbortSignal | undefined): Promise<number> {
+  const view = listView(inv.values);
+  watching = true;
+  let prev: { at: number; bytes: Map<string, number> } | undefined;
+  for (let frame = 0; frame < view.count && !signal?.aborted; frame++) {
+    const r = await request(inv, io);
+    if (!r.ok) return r.exit;
+    if (signal?.aborted) break;
+    const now = Date.now();
+    const homes = r.data as HomeInfo[];
+    const bytes = new Map(homes.map((h) => [`${h.tenant}/${h.key}`, h.bytes]));
+    const rates = new Map<string, number>();
+    if (prev) {
+      const secs = Math.max(0.001, (now - prev.at) / 1000);
+      for (const [id, b] of bytes) {
+        const before = prev.bytes.get(id);
+        if (before !== undefined) rates.set(id, (b - before) / secs);
+      }
+    }
+    prev = { at: now, bytes };
+    const shown = sortHomes(homes, view.sort, rates).slice(0, view.limit);
+    const more = homes.length > shown.length ? ` (${shown.length} of ${homes.length} homes)` : '';
+    const head = `homesctl top: ${new Date(now).toISOString()}, every ${view.intervalMs / 1000}s, sorted by ${view.sort}${more}; Ctrl-C quits\n\n`;
+    io.stdout.write((io.stdout.isTTY ? '\x1b[H\x1b[2J' : frame > 0 ? '\n' : '') + head + renderList(shown, rates));
+    if (frame + 1 < view.count) await pause(view.intervalMs, signal);
+  }
+  return EXIT.OK;
+}
+
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: Io = process, signal?: AbortSignal): Promise<number> {
   let inv: Parsed;
   try {
     inv = parseCommandLine(argv, env);
   } catch (err) {
     if (!(err instanceof UsageError)) throw err;
     const cmd = err.command ? `${err.command} ` : '';
+    if (wantsJson(argv)) printJson(io, { ok: false, code: 'USAGE', message: err.message });
     io.stderr.write(`homesctl: ${err.message}\nTry 'homesctl ${cmd}--help'.\n`);
     return EXIT.USAGE;
   }
@@ -717,32 +1137,13 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     io.stdout.write(inv.text);
     return EXIT.OK;
   }
+  if (inv.values.watch === true) return watch(inv, io, signal);
 
-  let reply;
-  try {
-    reply = await controlRequest(inv.socket, { cmd: inv.command, args: inv.args } as Parameters<typeof controlRequest>[1], { timeoutMs: inv.timeoutMs });
-  } catch (err) {
-    if (err instanceof ControlClientError) {
-      io.stderr.write(`homesctl: ${err.message}\n`);
-      return EXIT.UNREACHABLE;
-    }
-    throw err;
-  }
-
-  if (!reply.ok) {
-    if (inv.json) io.stdout.write(JSON.stringify(reply, null, 2) + '\n');
-    io.stderr.write(`homesctl: ${reply.code}: ${clean(reply.message)}\n`);
-    if (!inv.json && reply.details && Object.keys(reply.details).length > 0) {
-      io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
-      if (reply.code === 'BUSY' && specOf(inv.command).force) io.stderr.write('  (--force goes ahead anyway)\n');
-    }
-    return EXIT.ERROR_REPLY;
-  }
-  if (inv.json) {
-    io.stdout.write(JSON.stringify(reply.data, null, 2) + '\n');
-  } else {
-    io.stdout.write(specOf(inv.command).human(reply.data, inv.args));
-  }
+  const r = await request(inv, io);
+  if (!r.ok) return r.exit;
+  const spec = specOf(inv.command);
+  if (inv.json) printJson(io, spec.json ? spec.json(r.data, inv.args, inv.values) : r.data);
+  else io.stdout.write(spec.human(r.data, inv.args, inv.values));
   return EXIT.OK;
 }
 
@@ -758,9 +1159,18 @@ function isEntryPoint(): boolean {
 }
 
 if (isEntryPoint()) {
-  main(process.argv.slice(2)).then(
+  // Ctrl-C ends a watch cleanly (exit 0); a single request is short enough to just end.
+  const stop = new AbortController();
+  process.once('SIGINT', () => {
+    if (!watching) process.exit(130);
+    stop.abort();
+    process.once('SIGINT', () => process.exit(130));
+  });
+  main(process.argv.slice(2), process.env, process, stop.signal).then(
     (code) => {
       process.exitCode = code;
+      // a pending request must not keep a Ctrl-C'd watch alive
+      if (stop.signal.aborted) process.exit(code);
     },
     (err: unknown) => {
       process.stderr.write(`homesctl: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);

@@ -7,18 +7,24 @@
  */
 export interface DaemonApi {
   status(): Promise<StatusReport>;
-  /** every home in the backing tree, orphans marked */
-  list(): Promise<HomeInfo[]>;
+  /** every home in the backing tree (or one tenant's, or only the orphans), flags set */
+  list(args?: { tenant?: string; orphans?: boolean }): Promise<HomeInfo[]>;
   usage(home: HomeRefArg): Promise<HomeInfo>;
   /** creates the backing directory; EXISTS if the home exists */
   create(args: { home: HomeRefArg; profile?: string; budget?: number; owner?: OwnerArg }): Promise<HomeInfo>;
-  /** live override of the home's byte budget (0 = off); lowering below usage only refuses growth */
-  setBudget(args: { home: HomeRefArg; bytes: number }): Promise<HomeInfo>;
+  /** live override of the home's byte budget (0 = off, null = drop the override); lowering below usage only refuses growth */
+  setBudget(args: { home: HomeRefArg; bytes: number | null }): Promise<HomeInfo>;
+  /** live overrides of the inode cap and the per-file cap (0 = off, null = drop the override, absent = unchanged) */
+  setLimits(args: { home: HomeRefArg; inodes?: number | null; fileBytes?: number | null }): Promise<HomeInfo>;
   /** live profile override; null clears it */
   setProfile(args: { home: HomeRefArg; profile: string | null }): Promise<HomeInfo>;
   settingsGet(args: SettingsTarget): Promise<SettingsView>;
-  /** homeScope null clears the setting at that level */
-  settingsSet(args: SettingsTarget & { homeScope: HomeScopeValue | null }): Promise<SettingsView>;
+  /**
+   * homeScope null clears the setting at that level. A change that would leave
+   * project homes unused (orphans) answers CONFIRM_REQUIRED unless `yes`;
+   * `dryRun` changes nothing and reports what would be left (`orphaned`).
+   */
+  settingsSet(args: SettingsTarget & { homeScope: HomeScopeValue | null; dryRun?: boolean; yes?: boolean }): Promise<SettingsView>;
   rescan(args: { home: HomeRefArg }): Promise<RescanResult>;
   /** the scope, key, HOME path and owner for a (tenant, project, user?); creates the home if missing */
   resolve(args: { tenant: string; project: string; user?: string }): Promise<ResolveResult>;
@@ -26,7 +32,34 @@ export interface DaemonApi {
   renameUser(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult>;
   deleteProject(args: { tenant: string; project: string; force?: boolean }): Promise<DeleteResult>;
   deleteUser(args: { tenant: string; login: string; force?: boolean }): Promise<DeleteResult>;
+  /** delete any home by its "tenant/key" (an orphan, a leftover); BUSY while in use unless `force` */
+  deleteHome(args: { home: HomeRefArg; force?: boolean }): Promise<DeleteResult>;
+  /** old names of renamed homes, reserved with a forward until released */
+  forwards(): Promise<Forward[]>;
+  /** release a reserved old name: resolve may create a fresh home there again */
+  releaseName(args: { home: HomeRefArg }): Promise<Forward>;
 }
+
+/** A renamed home's old name, reserved: resolve answers RENAMED with `to`. */
+export interface Forward {
+  /** "tenant/key" of the old name */
+  from: string;
+  /** "tenant/key" the home moved to */
+  to: string;
+  /** ISO 8601 time of the rename */
+  at: string;
+}
+
+/** Where a limit in force comes from: a live override (state file) or the home's profile (see profileSource). */
+export type LimitSource = 'override' | 'profile';
+
+/**
+ * Trouble worth a glance, as `list` shows it: OVER (usage above the byte budget
+ * or inodes above the cap), ORPHAN (a project home its project no longer
+ * resolves to), SCANNING (the ledger is being built), SCAN_FAILED, BUSY (open
+ * files or working directories inside: rename and delete need --force).
+ */
+export type HomeFlag = 'OVER' | 'ORPHAN' | 'SCANNING' | 'SCAN_FAILED' | 'BUSY';
 
 /** "tenant/key" */
 export type HomeRefArg = string;
@@ -49,13 +82,24 @@ export interface HomeInfo {
   bytes: number;
   /** effective byte budget, 0 = off */
   budget: number;
+  /** per-file cap in bytes, 0 = off */
   fileCap: number;
   inodes: number;
+  /** 0 = off */
   inodeCap: number;
+  /** bytes / budget in percent (one decimal), null without a budget */
+  percent: number | null;
+  /** where each limit in force comes from */
+  limitSources: { budget: LimitSource; inodeCap: LimitSource; fileCap: LimitSource };
+  /** what the profile alone would give (what `default` goes back to) */
+  profileLimits: { budget: number; inodeCap: number; fileCap: number };
   openHandles: number;
+  /** processes whose working directory is inside the home */
+  cwdProcesses: number;
   scan: 'pending' | 'scanning' | 'done' | 'failed';
   /** a project home whose project now resolves to a shared scope (left by a home-scope change) */
   orphan: boolean;
+  flags: HomeFlag[];
 }
 
 export interface SettingsTarget {
@@ -72,6 +116,16 @@ export interface SettingsView {
   user?: { login: string; value: string | null };
   /** present when a project is given: what resolve would answer */
   resolved?: { scope: HomeScopeValue; source: 'user' | 'project' | 'tenant' | 'default'; key: string };
+  /**
+   * Present when a project is given: the levels resolve consults, in order
+   * (user only when a user is given), with the raw value stored at each; the
+   * first level with a value decides ('default' decides when none has one).
+   */
+  cascade?: Array<{ level: 'user' | 'project' | 'tenant' | 'default'; value: string | null; decides: boolean }>;
+  /** settings-set: homes the change leaves unused (already applied, or with dryRun only previewed) */
+  orphaned?: Array<{ home: string; bytes: number }>;
+  /** settings-set with dryRun: nothing was changed */
+  dryRun?: boolean;
 }
 
 export interface RescanResult {

@@ -59,7 +59,12 @@ function notBoth<T extends { project?: string | undefined; user?: string | undef
 const NOT_BOTH = { message: 'give either project or user, not both', path: ['user'] };
 
 export const StatusArgs = z.strictObject({});
-export const ListArgs = z.strictObject({});
+export const ListArgs = z.strictObject({
+  /** only this tenant's homes */
+  tenant: Name.optional(),
+  /** only orphaned homes (project homes left unused by a home-scope change) */
+  orphans: z.boolean().optional(),
+});
 export const UsageArgs = z.strictObject({ home: HomeRef });
 export const CreateArgs = z.strictObject({
   home: HomeRef,
@@ -67,17 +72,35 @@ export const CreateArgs = z.strictObject({
   budget: Bytes.optional(),
   owner: Owner.optional(),
 });
-export const SetBudgetArgs = z.strictObject({ home: HomeRef, bytes: Bytes });
+/** A live limit: a number (0 = off, no limit) or null (drop the override: the profile decides again). */
+export const LimitValue = Bytes.nullable();
+export const SetBudgetArgs = z.strictObject({ home: HomeRef, bytes: LimitValue });
+export const SetLimitsArgs = z
+  .strictObject({ home: HomeRef, inodes: LimitValue.optional(), fileBytes: LimitValue.optional() })
+  .refine((a) => a.inodes !== undefined || a.fileBytes !== undefined, { message: 'give inodes, fileBytes or both', path: ['inodes'] });
 export const SetProfileArgs = z.strictObject({ home: HomeRef, profile: Name.nullable() });
-export const SettingsGetArgs = z.strictObject({ tenant: Name, project: Name.optional(), user: Name.optional() }).refine(notBoth, NOT_BOTH);
+/** The same target as `resolve` (a project and a user together): the reply shows the whole cascade. */
+export const SettingsGetArgs = z.strictObject({ tenant: Name, project: Name.optional(), user: Name.optional() });
 export const SettingsSetArgs = z
-  .strictObject({ tenant: Name, project: Name.optional(), user: Name.optional(), homeScope: HomeScope.nullable() })
+  .strictObject({
+    tenant: Name,
+    project: Name.optional(),
+    user: Name.optional(),
+    homeScope: HomeScope.nullable(),
+    /** show what the change would leave unused, change nothing */
+    dryRun: z.boolean().optional(),
+    /** go ahead although homes would be left unused (else CONFIRM_REQUIRED) */
+    yes: z.boolean().optional(),
+  })
   .refine(notBoth, NOT_BOTH);
 export const RescanArgs = z.strictObject({ home: HomeRef });
 export const ResolveArgs = z.strictObject({ tenant: Name, project: Name, user: Name.optional() });
 export const RenameArgs = z.strictObject({ tenant: Name, from: Name, to: Name, force: z.boolean().optional() });
 export const DeleteProjectArgs = z.strictObject({ tenant: Name, project: Name, force: z.boolean().optional() });
 export const DeleteUserArgs = z.strictObject({ tenant: Name, login: Name, force: z.boolean().optional() });
+export const DeleteHomeArgs = z.strictObject({ home: HomeRef, force: z.boolean().optional() });
+export const ForwardsArgs = z.strictObject({});
+export const ReleaseNameArgs = z.strictObject({ home: HomeRef });
 
 // ---- the request union -------------------------------------------------------
 
@@ -87,6 +110,7 @@ export const Request = z.discriminatedUnion('cmd', [
   request('usage', UsageArgs),
   request('create', CreateArgs),
   request('set-budget', SetBudgetArgs),
+  request('set-limits', SetLimitsArgs),
   request('set-profile', SetProfileArgs),
   request('settings-get', SettingsGetArgs),
   request('settings-set', SettingsSetArgs),
@@ -96,6 +120,9 @@ export const Request = z.discriminatedUnion('cmd', [
   request('rename-user', RenameArgs),
   request('delete-project', DeleteProjectArgs),
   request('delete-user', DeleteUserArgs),
+  request('delete-home', DeleteHomeArgs),
+  request('forwards', ForwardsArgs),
+  request('release-name', ReleaseNameArgs),
 ]);
 
 /** A parsed request (args filled in). */
@@ -156,6 +183,8 @@ export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
   ACCESS_DENIED: 'Access denied; on the control socket: the command is not served on this socket (the platform socket serves only `status` and `resolve`).',
   BUSY: 'The target is busy (open files, working directories), or the daemon is at its connection limit.',
   RENAME_BLOCKED: 'The rename target home already exists (renameBlocker): homes are never merged.',
+  RENAMED: 'The name belonged to a home that was renamed: it stays reserved with a forward (`details.to`) until an admin runs `release-name`; `resolve` never makes a fresh home there.',
+  CONFIRM_REQUIRED: 'The change would leave homes unused (`details.homes` with their sizes): send it again with `yes: true`, or `dryRun: true` to preview.',
   IO: 'An I/O error on the backing store.',
 };
 

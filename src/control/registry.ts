@@ -7,6 +7,7 @@ import { list } from './commands/list.js';
 import { usage } from './commands/usage.js';
 import { create } from './commands/create.js';
 import { setBudget } from './commands/set-budget.js';
+import { setLimits } from './commands/set-limits.js';
 import { setProfile } from './commands/set-profile.js';
 import { settingsGet } from './commands/settings-get.js';
 import { settingsSet } from './commands/settings-set.js';
@@ -16,6 +17,9 @@ import { renameProject } from './commands/rename-project.js';
 import { renameUser } from './commands/rename-user.js';
 import { deleteProject } from './commands/delete-project.js';
 import { deleteUser } from './commands/delete-user.js';
+import { deleteHome } from './commands/delete-home.js';
+import { forwards } from './commands/forwards.js';
+import { releaseName } from './commands/release-name.js';
 
 /** Everything a handler may use besides its arguments. */
 export interface CommandContext {
@@ -45,6 +49,7 @@ export const commands: CommandRegistry = {
   usage,
   create,
   'set-budget': setBudget,
+  'set-limits': setLimits,
   'set-profile': setProfile,
   'settings-get': settingsGet,
   'settings-set': settingsSet,
@@ -54,6 +59,9 @@ export const commands: CommandRegistry = {
   'rename-user': renameUser,
   'delete-project': deleteProject,
   'delete-user': deleteUser,
+  'delete-home': deleteHome,
+  forwards,
+  'release-name': releaseName,
 };
 
 /**

@@ -29,8 +29,12 @@ const REFUSALS = new Set<HomesCode>([
 ]);
 
 const BUDGET_CODES = new Set<HomesCode>(['QUOTA_EXCEEDED', 'INODES_EXCEEDED', 'FILE_TOO_LARGE']);
-/** Every budget refusal says how to get out of it. */
-const WAYS_OUT = 'clean up files in the home; raise the budget (homesctl set-budget TENANT/KEY BYTES); or set it to 0 (off)';
+/** Every budget refusal says how to get out of it, for the home it happened in. */
+const waysOut = (home: string | undefined, code: HomesCode): string => {
+  const h = home ?? 'TENANT/KEY';
+  const raise = code === 'QUOTA_EXCEEDED' ? `homesctl set-budget ${h} SIZE|off` : code === 'INODES_EXCEEDED' ? `homesctl set-limits ${h} --inodes N|off` : `homesctl set-limits ${h} --file-size SIZE|off`;
+  return `clean up files in the home; or raise the limit: ${raise} (default goes back to the profile's)`;
+};
 
 /** Ordinary answers that programs expect all the time (lookups of missing names…): not worth a log line. */
 const ROUTINE = new Set<number>([E.ENOENT, E.EEXIST, E.ENOTEMPTY, E.ENOTDIR, E.EISDIR, E.EOPNOTSUPP, E.ENODATA, E.EACCES]);
@@ -55,7 +59,12 @@ async function commOf(pid: number): Promise<string | undefined> {
  * It decides nothing: every op calls one fs/ function and turns its result or
  * error into the reply (errors through errnoOf, the one errno table).
  */
-export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfCheck): Partial<NativeOps> {
+/**
+ * `mountPoint`: log lines carry absolute paths (the mount point joined with
+ * the path the kernel sent), so an admin can paste them into a shell.
+ */
+export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfCheck, mountPoint = ''): Partial<NativeOps> {
+  const abs = (path: string | null): string | null => (path === null ? null : mountPoint + (path === '/' && mountPoint ? '' : path));
   const limiter = new RefusalLimiter({ windowMs: 10_000, burst: 5 });
 
   const report = (op: string, path: string | null, caller: Caller | undefined, err: unknown, errno: number): void => {
@@ -68,12 +77,12 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
           {
             op,
             home,
-            path,
+            path: abs(path),
             code: err.code,
             errno: errnoName(errno),
             caller: caller ? { uid: caller.uid, gid: caller.gid, pid: caller.pid, comm } : undefined,
             ...err.details,
-            ...(BUDGET_CODES.has(err.code) ? { waysOut: WAYS_OUT } : {}),
+            ...(BUDGET_CODES.has(err.code) ? { waysOut: waysOut(home, err.code) } : {}),
             ...(gate.suppressed > 0 ? { suppressed: gate.suppressed } : {}),
           },
           err.message,
@@ -82,17 +91,17 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
       return;
     }
     if (ROUTINE.has(errno) || errno === E.EBADF) {
-      if (log.isLevelEnabled('debug')) log.debug({ op, path, errno: errnoName(errno) }, 'op failed');
+      if (log.isLevelEnabled('debug')) log.debug({ op, path: abs(path), errno: errnoName(errno) }, 'op failed');
       return;
     }
-    log.error({ op, path, errno: errnoName(errno), err }, 'operation failed');
+    log.error({ op, path: abs(path), errno: errnoName(errno), err }, 'operation failed');
   };
 
   /** Run an op that replies `cb(0, ...values)` or `cb(-errno)`. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   type AnyCb = (err: number, ...rest: any[]) => void;
   const run = (op: string, path: string | null, caller: Caller | undefined, cb: AnyCb, fn: () => Promise<unknown[]>): void => {
-    if (log.isLevelEnabled('trace')) log.trace({ op, path, caller }, 'op');
+    if (log.isLevelEnabled('trace')) log.trace({ op, path: abs(path), caller }, 'op');
     fn().then(
       (values) => cb(0, ...values),
       (err: unknown) => {

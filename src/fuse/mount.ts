@@ -89,7 +89,7 @@ export class MountManager {
 
   async mount(): Promise<void> {
     await this.clearStale();
-    const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck);
+    const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck, this.mnt);
     const f = this.config.fuse;
     this.fuse = new this.Fuse(this.mnt, ops, {
       // Every op's timer is off: an ETIMEDOUT answered while the backing write
@@ -169,14 +169,23 @@ export class MountManager {
     const fuse = this.fuse;
     this.fuse = null;
     this.state.mounted = false;
+    // After an external `umount` the binding's own unmount fails with "not
+    // mounted": that is no failure, and the log must say what happened.
+    const fsType = await mountedAt(this.mnt).catch(() => 'unknown');
+    const gone = fsType === null;
+    let failed = false;
     await new Promise<void>((resolve) => {
       fuse.unmount((err) => {
-        if (err) this.log.error({ err: err.message }, 'unmount failed');
+        if (err && !gone) {
+          failed = true;
+          this.log.error({ mount: this.mnt, err: err.message }, 'unmount failed');
+        }
         resolve();
       });
     });
     this.state.loop = 'ended';
-    this.log.info({ mount: this.mnt }, 'unmounted');
+    if (gone) this.log.info({ mount: this.mnt }, 'already unmounted (by someone else): nothing left to unmount');
+    else if (!failed) this.log.info({ mount: this.mnt }, 'unmounted');
   }
 }
 

@@ -29,3 +29,35 @@ export async function cwdProcessesUnder(dir: string): Promise<number[]> {
   );
   return pids.sort((a, b) => a - b);
 }
+
+/**
+ * Working directories of all processes below `root` (the mount), counted per
+ * home ("tenant/key"): one /proc walk for a whole `list`.
+ */
+export async function cwdCountsByHome(root: string): Promise<Map<string, number>> {
+  const counts = new Map<string, number>();
+  let entries: string[];
+  try {
+    entries = await readdir('/proc');
+  } catch {
+    return counts;
+  }
+  const prefix = root.endsWith('/') ? root : `${root}/`;
+  await Promise.all(
+    entries
+      .filter((e) => /^\d+$/.test(e))
+      .map(async (e) => {
+        try {
+          const cwd = await readlink(`/proc/${e}/cwd`);
+          if (!cwd.startsWith(prefix)) return;
+          const [tenant, key] = cwd.slice(prefix.length).split('/');
+          if (tenant === undefined || key === undefined || key === '') return;
+          const id = `${tenant}/${key}`;
+          counts.set(id, (counts.get(id) ?? 0) + 1);
+        } catch {
+          // gone, or not ours to read
+        }
+      }),
+  );
+  return counts;
+}

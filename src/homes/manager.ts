@@ -7,7 +7,10 @@ import { TRASH_PREFIX } from '../backing/store.js';
 import type { LoadedConfig } from '../config/load.js';
 import type {
   DeleteResult,
+  Forward,
+  HomeFlag,
   HomeInfo,
+  LimitSource,
   OwnerArg,
   RenameResult,
   RescanResult,
@@ -28,7 +31,8 @@ import { resolveProfileName, type Profile, type ProfileSource } from '../policy/
 import { allocateOwner } from '../scope/owners.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
 import type { StateStore } from '../state/store.js';
-import { cwdProcessesUnder } from './busy.js';
+import { cwdCountsByHome, cwdProcessesUnder } from './busy.js';
+import type { TenantSettings } from '../state/store.js';
 
 const RENAME_HELPER = fileURLToPath(new URL('../cli/rename-helper.js', import.meta.url));
 
@@ -88,8 +92,18 @@ export class HomeManager {
     return this.state.state.homes[homeId(ref)]?.owner ?? this.config.homes[homeId(ref)]?.owner;
   }
 
-  /** Profile precedence: live override > config entry > tenant default > configured default. */
-  profileFor(ref: HomeRef): { name: string; profile: Profile; source: ProfileSource; limits: Limits } {
+  /**
+   * Profile precedence: live override > config entry > tenant default > configured default.
+   * Each limit: a live override (set-budget, set-limits) > the profile.
+   */
+  profileFor(ref: HomeRef): {
+    name: string;
+    profile: Profile;
+    source: ProfileSource;
+    limits: Limits;
+    limitSources: { budget: LimitSource; inodeCap: LimitSource; fileCap: LimitSource };
+    profileLimits: { budget: number; inodeCap: number; fileCap: number };
+  } {
     const id = homeId(ref);
     const entry = this.state.state.homes[id];
     const choice = resolveProfileName({
@@ -106,10 +120,18 @@ export class HomeManager {
     }
     const limits = {
       maxHomeBytes: entry?.budget ?? profile.maxHomeBytes,
-      maxInodes: profile.maxInodes,
-      maxFileBytes: profile.maxFileBytes,
+      maxInodes: entry?.maxInodes ?? profile.maxInodes,
+      maxFileBytes: entry?.maxFileBytes ?? profile.maxFileBytes,
     };
-    return { name: choice.name, profile, source: choice.source, limits };
+    const src = (v: number | undefined): LimitSource => (v === undefined ? 'profile' : 'override');
+    return {
+      name: choice.name,
+      profile,
+      source: choice.source,
+      limits,
+      limitSources: { budget: src(entry?.budget), inodeCap: src(entry?.maxInodes), fileCap: src(entry?.maxFileBytes) },
+      profileLimits: { budget: profile.maxHomeBytes, inodeCap: profile.maxInodes, fileCap: profile.maxFileBytes },
+    };
   }
 
   /** Re-apply profile and budget to a loaded home after an override changed. */
@@ -128,11 +150,21 @@ export class HomeManager {
     return join(this.config.mount, ref.tenant, ref.key);
   }
 
-  async info(ref: HomeRef): Promise<HomeInfo> {
+  /** `cwd`: processes working inside, when the caller already counted them (list); else counted here. */
+  async info(ref: HomeRef, cwd?: number): Promise<HomeInfo> {
     const hs = await this.ctx.home(ref);
     const choice = this.profileFor(ref);
     const snap = hs.ledger.snapshot();
     const scope = classifyKey(ref.key).scope;
+    const cwdProcesses = cwd ?? (await cwdProcessesUnder(this.mountPath(ref))).length;
+    const orphan = isOrphan(this.state.state.settings[ref.tenant], ref.tenant, ref.key);
+    const { maxHomeBytes: budget, maxInodes: inodeCap } = snap.limits;
+    const flags: HomeFlag[] = [];
+    if ((budget > 0 && snap.bytes > budget) || (inodeCap > 0 && snap.inodes > inodeCap)) flags.push('OVER');
+    if (orphan) flags.push('ORPHAN');
+    if (hs.scan === 'pending' || hs.scan === 'scanning') flags.push('SCANNING');
+    if (hs.scan === 'failed') flags.push('SCAN_FAILED');
+    if (hs.openHandles > 0 || cwdProcesses > 0) flags.push('BUSY');
     return {
       tenant: ref.tenant,
       key: ref.key,
@@ -146,18 +178,29 @@ export class HomeManager {
       fileCap: snap.limits.maxFileBytes,
       inodes: snap.inodes,
       inodeCap: snap.limits.maxInodes,
+      percent: budget > 0 ? Math.round((snap.bytes / budget) * 1000) / 10 : null,
+      limitSources: choice.limitSources,
+      profileLimits: choice.profileLimits,
       openHandles: hs.openHandles,
+      cwdProcesses,
       scan: hs.scan,
-      orphan: isOrphan(this.state.state.settings[ref.tenant], ref.tenant, ref.key),
+      orphan,
+      flags,
     };
   }
 
-  async list(): Promise<HomeInfo[]> {
-    const refs = await this.ctx.store.listAllHomes();
+  async list(args: { tenant?: string; orphans?: boolean } = {}): Promise<HomeInfo[]> {
+    if (args.tenant !== undefined) checkSegment('tenant', args.tenant);
+    const refs = (await this.ctx.store.listAllHomes()).filter(
+      (r) =>
+        (args.tenant === undefined || r.tenant === args.tenant) &&
+        (!args.orphans || isOrphan(this.state.state.settings[r.tenant], r.tenant, r.key)),
+    );
+    const cwd = await cwdCountsByHome(this.config.mount);
     const out: HomeInfo[] = [];
     for (const ref of refs) {
       try {
-        out.push(await this.info(ref));
+        out.push(await this.info(ref, cwd.get(homeId(ref)) ?? 0));
       } catch (err) {
         this.log.warn({ home: homeId(ref), err: (err as Error).message }, 'home not listed');
       }
@@ -194,6 +237,7 @@ export class HomeManager {
 
   private async createHome(ref: HomeRef, args: { profile?: string; budget?: number; owner?: OwnerArg }): Promise<Owner> {
     const id = homeId(ref);
+    this.checkNotForwarded(ref);
     if (await this.ctx.store.homeExists(ref)) throw new HomesError('EXISTS', `home ${id} exists`);
     const owner = args.owner ?? this.ownerOf(ref) ?? allocateOwner(this.config.owners, this.usedIds());
     await this.state.update((s) => {
@@ -218,17 +262,50 @@ export class HomeManager {
     });
   }
 
-  async setBudget(args: { home: string; bytes: number }): Promise<HomeInfo> {
-    const ref = parseHomeArg(args.home);
-    if (!Number.isSafeInteger(args.bytes) || args.bytes < 0) throw new HomesError('INVALID_ARGUMENT', 'a budget is a non-negative number of bytes');
-    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
+  /** The limits in force and where each comes from, for before/after log lines. */
+  private limitsNow(ref: HomeRef) {
+    const c = this.profileFor(ref);
+    return {
+      profile: c.name,
+      budget: { bytes: c.limits.maxHomeBytes, source: c.limitSources.budget },
+      inodes: { count: c.limits.maxInodes, source: c.limitSources.inodeCap },
+      fileBytes: { bytes: c.limits.maxFileBytes, source: c.limitSources.fileCap },
+    };
+  }
+
+  /**
+   * Set or drop per-home limit overrides. A value of 0 means off; null drops
+   * the override (the profile decides again); undefined leaves it alone.
+   */
+  private async setOverrides(home: string, o: { budget?: number | null; maxInodes?: number | null; maxFileBytes?: number | null }, what: string): Promise<HomeInfo> {
+    const ref = parseHomeArg(home);
+    for (const v of Object.values(o)) {
+      if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0)) throw new HomesError('INVALID_ARGUMENT', 'a limit is a non-negative whole number (0 = off), or null for the profile\'s');
+    }
+    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${home} does not exist`);
     await this.entryFor(ref);
+    const before = this.limitsNow(ref);
     await this.state.update((s) => {
-      s.homes[homeId(ref)]!.budget = args.bytes;
+      const e = s.homes[homeId(ref)]!;
+      for (const k of ['budget', 'maxInodes', 'maxFileBytes'] as const) {
+        const v = o[k];
+        if (v === null) delete e[k];
+        else if (v !== undefined) e[k] = v;
+      }
     });
     await this.applyPolicy(ref);
-    this.log.info({ home: homeId(ref), budget: args.bytes }, 'budget set');
+    const after = this.limitsNow(ref);
+    this.log.info({ home: homeId(ref), path: this.mountPath(ref), before, after }, what);
     return this.info(ref);
+  }
+
+  setBudget(args: { home: string; bytes: number | null }): Promise<HomeInfo> {
+    return this.setOverrides(args.home, { budget: args.bytes }, args.bytes === null ? 'budget override dropped' : 'budget set');
+  }
+
+  setLimits(args: { home: string; inodes?: number | null; fileBytes?: number | null }): Promise<HomeInfo> {
+    if (args.inodes === undefined && args.fileBytes === undefined) return Promise.reject(new HomesError('INVALID_ARGUMENT', 'give inodes, fileBytes or both'));
+    return this.setOverrides(args.home, { maxInodes: args.inodes, maxFileBytes: args.fileBytes }, 'limits set');
   }
 
   async setProfile(args: { home: string; profile: string | null }): Promise<HomeInfo> {
@@ -236,26 +313,44 @@ export class HomeManager {
     this.checkProfile(args.profile ?? undefined);
     if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
     await this.entryFor(ref);
+    const before = this.limitsNow(ref);
     await this.state.update((s) => {
       const e = s.homes[homeId(ref)]!;
       if (args.profile === null) delete e.profile;
       else e.profile = args.profile;
     });
     await this.applyPolicy(ref);
-    this.log.info({ home: homeId(ref), profile: args.profile }, 'profile override set');
+    this.log.info({ home: homeId(ref), path: this.mountPath(ref), before, after: this.limitsNow(ref) }, args.profile === null ? 'profile override dropped' : 'profile override set');
     return this.info(ref);
   }
 
-  private settingsView(t: SettingsTarget): SettingsView {
-    const st = this.state.state.settings[t.tenant];
+  /** What is stored for the target and, with a project, how resolve decides (the whole cascade). */
+  private settingsView(t: SettingsTarget, st: Readonly<TenantSettings> | undefined = this.state.state.settings[t.tenant]): SettingsView {
+    const own = (r: Readonly<Record<string, string>> | undefined, k: string): string | null => (r && Object.hasOwn(r, k) ? r[k]! : null);
     const view: SettingsView = { tenant: t.tenant, tenantDefault: st?.tenantDefault ?? null };
-    if (t.project !== undefined) view.project = { name: t.project, value: st?.projects[t.project] ?? null };
-    if (t.user !== undefined) view.user = { login: t.user, value: st?.users[t.user] ?? null };
+    if (t.project !== undefined) view.project = { name: t.project, value: own(st?.projects, t.project) };
+    if (t.user !== undefined) view.user = { login: t.user, value: own(st?.users, t.user) };
     if (t.project !== undefined) {
       const r = resolveScope(st, { tenant: t.tenant, project: t.project, ...(t.user !== undefined ? { user: t.user } : {}) });
       view.resolved = { scope: r.scope, source: r.source, key: r.key };
+      const levels: Array<[NonNullable<SettingsView['cascade']>[number]['level'], string | null]> = [];
+      if (t.user !== undefined) levels.push(['user', view.user!.value]);
+      levels.push(['project', view.project!.value], ['tenant', view.tenantDefault], ['default', 'project']);
+      view.cascade = levels.map(([level, value]) => ({ level, value, decides: level === r.source }));
     }
     return view;
+  }
+
+  /** Project homes of a tenant that `next` would orphan and the current settings do not. */
+  private async newlyOrphaned(tenant: string, next: TenantSettings): Promise<Array<{ home: string; bytes: number }>> {
+    const cur = this.state.state.settings[tenant];
+    const refs = (await this.ctx.store.listAllHomes()).filter((r) => r.tenant === tenant && !isOrphan(cur, tenant, r.key) && isOrphan(next, tenant, r.key));
+    const out: Array<{ home: string; bytes: number }> = [];
+    for (const ref of refs) {
+      const hs = await this.ctx.home(ref).catch(() => null);
+      out.push({ home: homeId(ref), bytes: hs ? hs.ledger.bytes : 0 });
+    }
+    return out;
   }
 
   private checkTarget(t: SettingsTarget): void {
@@ -269,7 +364,7 @@ export class HomeManager {
     return this.settingsView(t);
   }
 
-  async settingsSet(args: SettingsTarget & { homeScope: HomeScopeValue | null }): Promise<SettingsView> {
+  async settingsSet(args: SettingsTarget & { homeScope: HomeScopeValue | null; dryRun?: boolean; yes?: boolean }): Promise<SettingsView> {
     this.checkTarget(args);
     if (args.project !== undefined && args.user !== undefined) {
       throw new HomesError('INVALID_ARGUMENT', 'a setting belongs to the tenant, one project or one user, not both');
@@ -277,8 +372,7 @@ export class HomeManager {
     if (args.homeScope !== null && !['project', 'tenant', 'user'].includes(args.homeScope)) {
       throw new HomesError('INVALID_ARGUMENT', 'home-scope is project, tenant or user');
     }
-    await this.state.update((s) => {
-      const st = (s.settings[args.tenant] ??= { projects: {}, users: {} });
+    const apply = (st: TenantSettings): void => {
       if (args.project !== undefined) {
         if (args.homeScope === null) delete st.projects[args.project];
         else st.projects[args.project] = args.homeScope;
@@ -287,9 +381,47 @@ export class HomeManager {
         else st.users[args.user] = args.homeScope;
       } else if (args.homeScope === null) delete st.tenantDefault;
       else st.tenantDefault = args.homeScope;
+    };
+    const cur = this.state.state.settings[args.tenant];
+    const next: TenantSettings = structuredClone(cur ?? { projects: {}, users: {} }) as TenantSettings;
+    apply(next);
+    const orphaned = await this.newlyOrphaned(args.tenant, next);
+    const target: SettingsTarget = { tenant: args.tenant, ...(args.project !== undefined ? { project: args.project } : {}), ...(args.user !== undefined ? { user: args.user } : {}) };
+    if (args.dryRun) return { ...this.settingsView(target, next), orphaned, dryRun: true };
+    if (orphaned.length > 0 && !args.yes) {
+      const bytes = orphaned.reduce((a, o) => a + o.bytes, 0);
+      throw new HomesError(
+        'CONFIRM_REQUIRED',
+        `this change leaves ${orphaned.length} project home${orphaned.length === 1 ? '' : 's'} unused (${bytes} bytes): ${orphaned.map((o) => o.home).join(', ')}; nothing changed (confirm with yes, preview with dryRun)`,
+        { homes: orphaned, bytes },
+      );
+    }
+    const level = args.project !== undefined ? `project ${args.project}` : args.user !== undefined ? `user ${args.user}` : 'tenant default';
+    const valueAt = (st: Readonly<TenantSettings> | undefined): string | null => {
+      if (!st) return null;
+      if (args.project !== undefined) return Object.hasOwn(st.projects, args.project) ? st.projects[args.project]! : null;
+      if (args.user !== undefined) return Object.hasOwn(st.users, args.user) ? st.users[args.user]! : null;
+      return st.tenantDefault ?? null;
+    };
+    const before = valueAt(cur);
+    await this.state.update((s) => {
+      apply((s.settings[args.tenant] ??= { projects: {}, users: {} }));
     });
-    this.log.info({ tenant: args.tenant, project: args.project, user: args.user, homeScope: args.homeScope }, 'home-scope setting changed');
-    return this.settingsView(args);
+    this.log.info(
+      { tenant: args.tenant, level, before, after: valueAt(this.state.state.settings[args.tenant]), ...(orphaned.length > 0 ? { orphaned } : {}) },
+      'home-scope setting changed',
+    );
+    return { ...this.settingsView(target), ...(orphaned.length > 0 ? { orphaned } : {}) };
+  }
+
+  /** RENAMED when the name is a renamed home's reserved old name. */
+  private checkNotForwarded(ref: HomeRef): void {
+    const id = homeId(ref);
+    const f = this.state.state.forwards;
+    if (f && Object.hasOwn(f, id)) {
+      const to = f[id]!.to;
+      throw new HomesError('RENAMED', `home ${id} was renamed to ${to} (${f[id]!.at}); the old name stays reserved until an admin runs release-name ${id}`, { from: id, to, at: f[id]!.at });
+    }
   }
 
   async resolve(args: { tenant: string; project: string; user?: string }): Promise<ResolveResult> {
@@ -297,6 +429,7 @@ export class HomeManager {
     const r = resolveScope(this.state.state.settings[args.tenant], args);
     if (r.warning) this.log.warn({ tenant: args.tenant, project: args.project, user: args.user, reason: r.warning }, 'home-scope setting unusable: project scope');
     const ref = { tenant: args.tenant, key: r.key };
+    this.checkNotForwarded(ref);
     let created = false;
     if (!(await this.ctx.store.homeExists(ref))) {
       try {
@@ -423,6 +556,9 @@ export class HomeManager {
     if (await this.ctx.store.homeExists(to)) {
       throw new HomesError('RENAME_BLOCKED', `home ${homeId(to)} exists: homes are never merged`, { renameBlocker: homeId(to) });
     }
+    // A reserved old name is free only for the home it forwards to (renaming back).
+    const fwd = this.state.state.forwards?.[homeId(to)];
+    if (fwd && Object.hasOwn(this.state.state.forwards!, homeId(to)) && fwd.to !== homeId(from)) this.checkNotForwarded(to);
     const use = await this.checkBusy(from, force, 'rename');
     await this.renameThroughMount(tenant, from.key, to.key, () => this.ctx.rekeyHome(from, to));
     await this.state.update((s) => {
@@ -437,8 +573,13 @@ export class HomeManager {
         st[level][args.to] = value;
         delete st[level][args.from];
       }
+      // The old name stays reserved with a forward; older forwards follow the home.
+      const fw = (s.forwards ??= {});
+      delete fw[homeId(to)];
+      for (const f of Object.values(fw)) if (f.to === homeId(from)) f.to = homeId(to);
+      fw[homeId(from)] = { to: homeId(to), at: new Date().toISOString() };
     });
-    this.log.info({ from: homeId(from), to: homeId(to), ...use }, 'home renamed');
+    this.log.info({ from: homeId(from), to: homeId(to), fromPath: this.mountPath(from), toPath: this.mountPath(to), reserved: homeId(from), ...use }, 'home renamed');
     return { from: homeId(from), to: homeId(to), ...use };
   }
 
@@ -451,7 +592,7 @@ export class HomeManager {
   }
 
   /** Move the home to a trash name through the mount (the path is gone at once), then remove the backing tree. */
-  private async deleteHome(ref: HomeRef, force: boolean | undefined): Promise<number> {
+  private async removeHome(ref: HomeRef, force: boolean | undefined): Promise<number> {
     await this.checkBusy(ref, force, 'delete');
     const loaded = this.ctx.loadedHome(ref);
     const bytes = loaded ? (await loaded.catch(() => null))?.ledger.bytes ?? 0 : 0;
@@ -461,7 +602,7 @@ export class HomeManager {
       delete s.homes[homeId(ref)];
     });
     await this.ctx.store.removeTenantEntry(ref.tenant, trash);
-    this.log.info({ home: homeId(ref), bytes }, 'home deleted');
+    this.log.info({ home: homeId(ref), path: this.mountPath(ref), bytes }, 'home deleted');
     return bytes;
   }
 
@@ -475,7 +616,7 @@ export class HomeManager {
       if (shared) return { deleted: null, deleteNote: shared };
       throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
     }
-    const bytes = await this.deleteHome(ref, args.force);
+    const bytes = await this.removeHome(ref, args.force);
     await this.state.update((s) => {
       delete s.settings[args.tenant]?.projects[args.project];
     });
@@ -486,11 +627,37 @@ export class HomeManager {
     checkSegment('tenant', args.tenant);
     const ref = { tenant: args.tenant, key: keyFor('user', args.login) };
     if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
-    const bytes = await this.deleteHome(ref, args.force);
+    const bytes = await this.removeHome(ref, args.force);
     await this.state.update((s) => {
       delete s.settings[args.tenant]?.users[args.login];
     });
     return { deleted: homeId(ref), bytes };
   }
-}
 
+  /** Delete any home by "tenant/key": an orphan, a leftover. Settings stay (they belong to names, not homes). */
+  async deleteHome(args: { home: string; force?: boolean }): Promise<DeleteResult> {
+    const ref = parseHomeArg(args.home);
+    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
+    const bytes = await this.removeHome(ref, args.force);
+    return { deleted: homeId(ref), bytes };
+  }
+
+  forwards(): Forward[] {
+    return Object.entries(this.state.state.forwards ?? {})
+      .map(([from, f]) => ({ from, to: f.to, at: f.at }))
+      .sort((a, b) => a.from.localeCompare(b.from));
+  }
+
+  async releaseName(args: { home: string }): Promise<Forward> {
+    const ref = parseHomeArg(args.home);
+    const id = homeId(ref);
+    const f = this.state.state.forwards;
+    if (!f || !Object.hasOwn(f, id)) throw new HomesError('NOT_FOUND', `${id} is not a reserved name (see homesctl forwards)`);
+    const released = { from: id, to: f[id]!.to, at: f[id]!.at };
+    await this.state.update((s) => {
+      delete s.forwards![id];
+    });
+    this.log.info({ home: id, before: { forward: released.to }, after: { forward: null } }, 'reserved name released');
+    return released;
+  }
+}

@@ -48,7 +48,17 @@ export const HomeRecordSchema = z.strictObject({
   profile: Str.min(1).optional(),
   /** byte budget override, 0 = off */
   budget: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  /** inode cap override, 0 = off */
+  maxInodes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  /** per-file cap override in bytes, 0 = off */
+  maxFileBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
   createdAt: z.iso.datetime({ offset: true }).max(STATE_STRING_MAX),
+});
+
+/** A renamed home's old name, reserved: resolve answers RENAMED with `to` until an admin releases it. */
+export const ForwardSchema = z.strictObject({
+  to: HomeRef,
+  at: z.iso.datetime({ offset: true }).max(STATE_STRING_MAX),
 });
 
 export const StateSchema = z.strictObject({
@@ -57,6 +67,8 @@ export const StateSchema = z.strictObject({
   settings: z.record(TenantName, TenantSettingsSchema).default({}),
   /** "tenant/key" → record */
   homes: z.record(HomeRef, HomeRecordSchema).default({}),
+  /** old "tenant/key" → forward (absent in files written before renames reserved names) */
+  forwards: z.record(HomeRef, ForwardSchema).optional(),
 });
 
 export type OwnerRecord = z.infer<typeof OwnerSchema>;
@@ -88,6 +100,7 @@ export function reservedKeyIssues(input: unknown): string[] {
   if (!obj(input)) return issues;
   check(input.settings, 'settings');
   check(input.homes, 'homes');
+  check(input.forwards, 'forwards');
   if (obj(input.settings)) {
     for (const [tenant, t] of Object.entries(input.settings)) {
       if (!obj(t)) continue;

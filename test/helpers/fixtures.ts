@@ -29,9 +29,14 @@ export const HOME: HomeInfo = {
   fileCap: 104857600,
   inodes: 12,
   inodeCap: 10000,
+  percent: 0.1,
+  limitSources: { budget: 'profile', inodeCap: 'profile', fileCap: 'profile' },
+  profileLimits: { budget: 1073741824, inodeCap: 10000, fileCap: 104857600 },
   openHandles: 2,
+  cwdProcesses: 0,
   scan: 'done',
   orphan: false,
+  flags: ['BUSY'],
 };
 
 /** The HomesError code `fn` throws ('OK' when it returns, 'NOT_HOMES_ERROR' for anything else). */

@@ -47,7 +47,16 @@ describe.skipIf(!canMount)('the life of a home through homesctl', () => {
   });
 
   it('follows the home-scope cascade user → project → tenant, never widened by a bad value', async () => {
-    await ctlJson('settings', 'set', '--tenant', 'acme', 'tenant');
+    // acme/web would be left unused: nothing changes without --yes, --dry-run previews
+    const refused = await ctl('settings', 'set', '--tenant', 'acme', 'tenant');
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/^homesctl: CONFIRM_REQUIRED: .*acme\/web/);
+    expect(await ctlJson('resolve', '--tenant', 'acme', '--project', 'web')).toMatchObject({ scope: 'project', key: 'web' });
+    const dry = await ctlJson('settings', 'set', '--tenant', 'acme', 'tenant', '--dry-run');
+    expect(dry).toMatchObject({ dryRun: true, orphaned: [{ home: 'acme/web', bytes: 0 }], tenantDefault: 'tenant' });
+    expect((await ctlJson('settings', 'get', '--tenant', 'acme')).tenantDefault).toBeNull();
+    const done = await ctlJson('settings', 'set', '--tenant', 'acme', 'tenant', '--yes');
+    expect(done).toMatchObject({ tenantDefault: 'tenant', orphaned: [{ home: 'acme/web' }] });
     expect(await ctlJson('resolve', '--tenant', 'acme', '--project', 'web')).toMatchObject({ scope: 'tenant', key: '_tenant', source: 'tenant' });
     await ctlJson('settings', 'set', '--tenant', 'acme', '--project', 'api', 'user');
     expect(await ctlJson('resolve', '--tenant', 'acme', '--project', 'api', '--user', 'alice')).toMatchObject({ scope: 'user', key: '_user_alice' });
@@ -75,7 +84,9 @@ describe.skipIf(!canMount)('the life of a home through homesctl', () => {
     const tenant = list.find((h) => h.key === '_tenant');
     expect(tenant).toMatchObject({ scope: 'tenant', orphan: false });
     const human = await ctl('list');
-    expect(human.stdout).toMatch(/acme\s+web\b.*orphan/);
+    expect(human.stdout).toMatch(/^acme\/web\s.*\bORPHAN\b/m);
+    const orphans = (await ctlJson('list', '--orphans')) as unknown as Array<Record<string, any>>;
+    expect(orphans.map((h) => `${h.tenant}/${h.key}`)).toEqual(['acme/web']);
   });
 
   it('keeps one home owner out of another home', async () => {

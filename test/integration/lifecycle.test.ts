@@ -39,6 +39,8 @@ describe.skipIf(!canMount)('daemon lifecycle', () => {
       const code = await Promise.race([d.exited, new Promise((r) => setTimeout(() => r('still running'), 20_000))]);
       expect(code).toBe(6);
       expect(d.logs.some((l) => l.msg === 'mount lost: exiting')).toBe(true);
+      // no "unmount failed … not mounted" followed by "unmounted": it was already gone
+      expect(d.logs.filter((l) => /unmount/.test(l.msg)).map((l) => l.msg)).toEqual(['already unmounted (by someone else): nothing left to unmount']);
     } finally {
       await d.stop();
     }

@@ -77,7 +77,9 @@ describe.skipIf(!canMount)('config reload and a fuzzed control socket on a live 
     expect(r.stdout).toMatch(/Disk quota exceeded/);
     const line = await d.waitForLog((l) => l.code === 'QUOTA_EXCEEDED' && l.home === 'acme/p1');
     expect(line).toMatchObject({ level: 'warn', op: 'write', limit: 100000 });
-    expect(String(line.waysOut)).toMatch(/clean up.*raise the budget.*0 \(off\)/);
+    expect(String(line.waysOut)).toMatch(/clean up.*homesctl set-budget acme\/p1 SIZE\|off/);
+    // an absolute path an admin can paste into a shell, not a mount-relative one
+    expect(line.path).toBe(`${d.home('acme', 'p1')}/big`);
     expect((line.caller as { uid: number; comm?: string }).uid).toBe(OWNER.uid);
     expect(typeof line.current).toBe('number');
   });

@@ -42,6 +42,10 @@ const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
   renameUser: RENAME,
   deleteProject: DELETE,
   deleteUser: DELETE,
+  setLimits: HOME,
+  deleteHome: DELETE,
+  forwards: [{ from: 'acme/web', to: 'acme/webapp', at: '2026-01-01T00:00:00.000Z' }],
+  releaseName: { from: 'acme/web', to: 'acme/webapp', at: '2026-01-01T00:00:00.000Z' },
 };
 
 interface Call {
@@ -120,8 +124,9 @@ afterAll(async () => {
 const VALID: Array<[CommandName, Record<string, unknown> | undefined, Method, unknown[]]> = [
   ['status', undefined, 'status', []],
   ['status', {}, 'status', []],
-  ['list', undefined, 'list', []],
-  ['list', {}, 'list', []],
+  ['list', undefined, 'list', [{}]],
+  ['list', {}, 'list', [{}]],
+  ['list', { tenant: 'acme', orphans: true }, 'list', [{ tenant: 'acme', orphans: true }]],
   ['usage', { home: 'acme/web' }, 'usage', ['acme/web']],
   ['usage', { home: 'acme/_user_alice' }, 'usage', ['acme/_user_alice']],
   ['create', { home: 'acme/web' }, 'create', [{ home: 'acme/web' }]],
@@ -134,6 +139,16 @@ const VALID: Array<[CommandName, Record<string, unknown> | undefined, Method, un
   ['set-budget', { home: 'acme/web', bytes: 1073741824 }, 'setBudget', [{ home: 'acme/web', bytes: 1073741824 }]],
   ['set-budget', { home: 'acme/web', bytes: 0 }, 'setBudget', [{ home: 'acme/web', bytes: 0 }]],
   ['set-budget', { home: 'acme/web', bytes: Number.MAX_SAFE_INTEGER }, 'setBudget', [{ home: 'acme/web', bytes: Number.MAX_SAFE_INTEGER }]],
+  ['set-budget', { home: 'acme/web', bytes: null }, 'setBudget', [{ home: 'acme/web', bytes: null }]],
+  ['set-limits', { home: 'acme/web', inodes: 5000 }, 'setLimits', [{ home: 'acme/web', inodes: 5000 }]],
+  ['set-limits', { home: 'acme/web', fileBytes: 0, inodes: null }, 'setLimits', [{ home: 'acme/web', fileBytes: 0, inodes: null }]],
+  ['delete-home', { home: 'acme/old-api' }, 'deleteHome', [{ home: 'acme/old-api' }]],
+  ['delete-home', { home: 'acme/old-api', force: true }, 'deleteHome', [{ home: 'acme/old-api', force: true }]],
+  ['forwards', undefined, 'forwards', []],
+  ['release-name', { home: 'acme/web' }, 'releaseName', [{ home: 'acme/web' }]],
+  ['settings-get', { tenant: 'acme', project: 'web', user: 'alice' }, 'settingsGet', [{ tenant: 'acme', project: 'web', user: 'alice' }]],
+  ['settings-set', { tenant: 'acme', homeScope: 'tenant', dryRun: true }, 'settingsSet', [{ tenant: 'acme', homeScope: 'tenant', dryRun: true }]],
+  ['settings-set', { tenant: 'acme', homeScope: 'tenant', yes: true }, 'settingsSet', [{ tenant: 'acme', homeScope: 'tenant', yes: true }]],
   ['set-profile', { home: 'acme/web', profile: 'strict' }, 'setProfile', [{ home: 'acme/web', profile: 'strict' }]],
   ['set-profile', { home: 'acme/web', profile: null }, 'setProfile', [{ home: 'acme/web', profile: null }]],
   ['settings-get', { tenant: 'acme' }, 'settingsGet', [{ tenant: 'acme' }]],
@@ -231,7 +246,14 @@ const MALFORMED: Array<[string, unknown, string[]]> = [
   ['set-budget', { home: 'acme/web', bytes: 2.5 }, ['args.bytes']],
   ['set-budget', { home: 'acme/web', bytes: 9007199254740992 }, ['args.bytes']],
   ['set-budget', { home: 'acme/web', bytes: '100' }, ['args.bytes']],
-  ['set-budget', { home: 'acme/web', bytes: null }, ['args.bytes']],
+  ['set-limits', { home: 'acme/web' }, ['args.inodes']],
+  ['set-limits', { home: 'acme/web', inodes: -1 }, ['args.inodes']],
+  ['set-limits', { home: 'acme/web', fileBytes: '1G' }, ['args.fileBytes']],
+  ['delete-home', { home: 'acme' }, ['args.home']],
+  ['release-name', {}, ['args.home']],
+  ['forwards', { all: true }, ['args']],
+  ['list', { tenant: '' }, ['args.tenant']],
+  ['list', { orphans: 'yes' }, ['args.orphans']],
   ['set-budget', { home: 'acmeweb', bytes: 5 }, ['args.home']],
   // set-profile
   ['set-profile', { home: 'acme/web' }, ['args.profile']],
@@ -242,7 +264,6 @@ const MALFORMED: Array<[string, unknown, string[]]> = [
   ['settings-get', {}, ['args.tenant']],
   ['settings-get', { tenant: '' }, ['args.tenant']],
   ['settings-get', { tenant: LONG }, ['args.tenant']],
-  ['settings-get', { tenant: 'acme', project: 'web', user: 'alice' }, ['args.user']],
   ['settings-get', { tenant: 'acme', project: null }, ['args.project']],
   ['settings-get', { tenant: 'acme', scope: 'x' }, ['args']],
   // settings-set
@@ -353,7 +374,24 @@ describe('control commands: the platform socket serves only status and resolve',
 
   it('lists exactly the admin-only commands', () => {
     expect(adminOnly.sort()).toEqual(
-      ['create', 'delete-project', 'delete-user', 'list', 'rename-project', 'rename-user', 'rescan', 'set-budget', 'set-profile', 'settings-get', 'settings-set', 'usage'].sort(),
+      [
+        'create',
+        'delete-home',
+        'delete-project',
+        'delete-user',
+        'forwards',
+        'list',
+        'release-name',
+        'rename-project',
+        'rename-user',
+        'rescan',
+        'set-budget',
+        'set-limits',
+        'set-profile',
+        'settings-get',
+        'settings-set',
+        'usage',
+      ].sort(),
     );
   });
 

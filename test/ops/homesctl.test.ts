@@ -27,9 +27,26 @@ const CLI = path.join(ROOT, BIN);
 
 const HOMES: HomeInfo[] = [
   HOME,
-  { ...HOME, key: 'old-api', path: '/homes/acme/old-api', owner: { uid: 20002, gid: 20002 }, bytes: 512, budget: 0, inodes: 3, openHandles: 0, orphan: true },
-  { ...HOME, key: '_tenant', scope: 'tenant', path: '/homes/acme/_tenant', owner: { uid: 20003, gid: 20003 }, profile: 'strict', profileSource: 'override', bytes: 0, budget: 0, inodes: 1, openHandles: 0, scan: 'scanning' },
+  { ...HOME, key: 'old-api', path: '/homes/acme/old-api', owner: { uid: 20002, gid: 20002 }, bytes: 512, budget: 0, percent: null, inodes: 3, inodeCap: 0, openHandles: 0, orphan: true, flags: ['ORPHAN'] },
+  {
+    ...HOME,
+    key: '_tenant',
+    scope: 'tenant',
+    path: '/homes/acme/_tenant',
+    owner: { uid: 20003, gid: 20003 },
+    profile: 'strict',
+    profileSource: 'override',
+    bytes: 26319257,
+    budget: 10485760,
+    percent: 251,
+    limitSources: { budget: 'override', inodeCap: 'profile', fileCap: 'profile' },
+    inodes: 1,
+    openHandles: 0,
+    scan: 'scanning',
+    flags: ['OVER', 'SCANNING'],
+  },
 ];
+const FORWARD = { from: 'acme/web', to: 'acme/webapp', at: '2026-01-01T00:00:00.000Z' };
 const SETTINGS: SettingsView = {
   tenant: 'acme',
   tenantDefault: 'tenant',
@@ -57,6 +74,10 @@ const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
   renameUser: { from: 'acme/_user_alice', to: 'acme/_user_bob', openFiles: 2, cwdProcesses: 1 },
   deleteProject: DELETE,
   deleteUser: { deleted: null, deleteNote: 'nothing to delete' },
+  setLimits: { ...HOME, inodeCap: 5000, limitSources: { budget: 'profile', inodeCap: 'override', fileCap: 'profile' } },
+  deleteHome: { deleted: 'acme/old-api', bytes: 512 },
+  forwards: [FORWARD],
+  releaseName: FORWARD,
 };
 
 let mode: 'ok' | 'error' | 'hang' = 'ok';
@@ -273,7 +294,8 @@ beforeEach(() => {
 
 /** [argv after --socket, API method, the arguments it must receive] */
 const PARSING: Array<[string[], Method, unknown[]]> = [
-  [['list'], 'list', []],
+  [['list'], 'list', [{}]],
+  [['list', '--tenant', 'acme', '--orphans'], 'list', [{ tenant: 'acme', orphans: true }]],
   [['usage', 'acme/web'], 'usage', ['acme/web']],
   [['create', 'acme/web'], 'create', [{ home: 'acme/web' }]],
   [
@@ -291,11 +313,27 @@ const PARSING: Array<[string[], Method, unknown[]]> = [
   [['set-budget', 'acme/web', '1234567'], 'setBudget', [{ home: 'acme/web', bytes: 1234567 }]],
   [['set-budget', 'acme/web', '0'], 'setBudget', [{ home: 'acme/web', bytes: 0 }]],
   [['set-budget', 'acme/web', 'off'], 'setBudget', [{ home: 'acme/web', bytes: 0 }]],
+  [['set-budget', 'acme/web', 'default'], 'setBudget', [{ home: 'acme/web', bytes: null }]],
+  [['set-budget', 'acme/web', '2GB'], 'setBudget', [{ home: 'acme/web', bytes: 2_000_000_000 }]],
+  [['set-budget', 'acme/web', '2G'], 'setBudget', [{ home: 'acme/web', bytes: 2 * 1024 ** 3 }]],
+  [['set-budget', 'acme/web', '1.5G'], 'setBudget', [{ home: 'acme/web', bytes: 1.5 * 1024 ** 3 }]],
+  [['set-budget', 'acme/web', '1e9'], 'setBudget', [{ home: 'acme/web', bytes: 1e9 }]],
+  [['set-budget', 'acme/web', '10g'], 'setBudget', [{ home: 'acme/web', bytes: 10 * 1024 ** 3 }]],
+  [['set-limits', 'acme/web', '--inodes', '5000'], 'setLimits', [{ home: 'acme/web', inodes: 5000 }]],
+  [['set-limits', 'acme/web', '--inodes', '1e6', '--file-size', '512M'], 'setLimits', [{ home: 'acme/web', inodes: 1e6, fileBytes: 512 * 1024 ** 2 }]],
+  [['set-limits', 'acme/web', '--inodes=off', '--file-size=default'], 'setLimits', [{ home: 'acme/web', inodes: 0, fileBytes: null }]],
+  [['delete-home', 'acme/old-api'], 'deleteHome', [{ home: 'acme/old-api' }]],
+  [['delete-home', 'acme/old-api', '--force'], 'deleteHome', [{ home: 'acme/old-api', force: true }]],
+  [['forwards'], 'forwards', []],
+  [['release-name', 'acme/web'], 'releaseName', [{ home: 'acme/web' }]],
   [['set-profile', 'acme/web', 'strict'], 'setProfile', [{ home: 'acme/web', profile: 'strict' }]],
   [['set-profile', 'acme/web', '--clear'], 'setProfile', [{ home: 'acme/web', profile: null }]],
   [['settings', 'get', '--tenant', 'acme'], 'settingsGet', [{ tenant: 'acme' }]],
   [['settings', 'get', '--tenant', 'acme', '--project', 'web'], 'settingsGet', [{ tenant: 'acme', project: 'web' }]],
   [['settings', 'get', '--tenant=acme', '--user=alice'], 'settingsGet', [{ tenant: 'acme', user: 'alice' }]],
+  [['settings', 'get', '--tenant', 'acme', '--project', 'web', '--user', 'alice'], 'settingsGet', [{ tenant: 'acme', project: 'web', user: 'alice' }]],
+  [['settings', 'set', '--tenant', 'acme', 'tenant', '--dry-run'], 'settingsSet', [{ tenant: 'acme', homeScope: 'tenant', dryRun: true }]],
+  [['settings', 'set', '--tenant', 'acme', 'tenant', '--yes'], 'settingsSet', [{ tenant: 'acme', homeScope: 'tenant', yes: true }]],
   [['settings', 'set', '--tenant', 'acme', 'tenant'], 'settingsSet', [{ tenant: 'acme', homeScope: 'tenant' }]],
   [['settings', 'set', '--tenant', 'acme', '--project', 'web', 'user'], 'settingsSet', [{ tenant: 'acme', project: 'web', homeScope: 'user' }]],
   [['settings', 'set', '--tenant', 'acme', '--user', 'alice', 'project'], 'settingsSet', [{ tenant: 'acme', user: 'alice', homeScope: 'project' }]],
@@ -336,9 +374,19 @@ describe('homesctl management commands: argument parsing', () => {
       [['create', 'acme/web', '--profile'], 'create'],
       [['set-budget', 'acme/web'], 'set-budget'],
       [['set-budget', 'acme/web', '-5'], 'set-budget'],
-      [['set-budget', 'acme/web', '1.5G'], 'set-budget'],
       [['set-budget', 'acme/web', '1X'], 'set-budget'],
-      [['set-budget', 'acme/web', '1KB'], 'set-budget'],
+      [['set-budget', 'acme/web', 'lots'], 'set-budget'],
+      [['set-budget', 'acme/web', '5Gi'], 'set-budget'],
+      [['set-limits', 'acme/web'], 'set-limits'],
+      [['set-limits', 'acme/web', '--inodes', '-5'], 'set-limits'],
+      [['set-limits', 'acme/web', '--inodes', '10K'], 'set-limits'],
+      [['set-limits', 'acme/web', '--file-size', 'huge'], 'set-limits'],
+      [['delete-home', 'acme'], 'delete-home'],
+      [['release-name'], 'release-name'],
+      [['settings', 'set', '--tenant', 'acme', 'tenant', '--yes', '--dry-run'], 'settings set'],
+      [['list', '--sort', 'size'], 'list'],
+      [['list', '--count', '2'], 'list'],
+      [['list', '--watch', '--interval', '0'], 'list'],
       [['set-budget', 'acme/web', '99999999999T'], 'set-budget'],
       [['set-budget', 'acme', '1G'], 'set-budget'],
       [['set-profile', 'acme/web'], 'set-profile'],
@@ -346,7 +394,6 @@ describe('homesctl management commands: argument parsing', () => {
       [['settings'], 'settings'],
       [['settings', 'frob'], 'settings'],
       [['settings', 'get'], 'settings get'],
-      [['settings', 'get', '--tenant', 'acme', '--project', 'web', '--user', 'alice'], 'settings get'],
       [['settings', 'get', '--tenant', 'acme', 'extra'], 'settings get'],
       [['settings', 'set', '--tenant', 'acme'], 'settings set'],
       [['settings', 'set', '--tenant', 'acme', 'global'], 'settings set'],
@@ -376,7 +423,7 @@ describe('homesctl management commands: argument parsing', () => {
   it('--help for every command, and the main help lists them all', async () => {
     const main = await homesctl(['--help']);
     expect(main.code).toBe(0);
-    for (const name of ['list', 'usage', 'create', 'set-budget', 'set-profile', 'settings get', 'settings set', 'rescan', 'resolve', 'rename-project', 'rename-user', 'delete-project', 'delete-user']) {
+    for (const name of ['list', 'usage', 'create', 'set-budget', 'set-limits', 'delete-home', 'forwards', 'release-name', 'set-profile', 'settings get', 'settings set', 'rescan', 'resolve', 'rename-project', 'rename-user', 'delete-project', 'delete-user']) {
       expect(main.stdout).toMatch(new RegExp(`^  ${name}\\s{2,}\\S`, 'm'));
       const r = await homesctl([...name.split(' '), '--help']);
       expect(r.code, name).toBe(0);
@@ -384,7 +431,13 @@ describe('homesctl management commands: argument parsing', () => {
       expect((await homesctl(['help', ...name.split(' ')])).stdout).toBe(r.stdout);
     }
     const create = await homesctl(['create', '--help']);
-    expect(create.stdout.split('\n')[0]).toBe('Usage: homesctl [global options] create HOME [--profile P] [--budget BYTES] [--owner UID:GID]');
+    expect(create.stdout.split('\n')[0]).toBe('Usage: homesctl [global options] create HOME [--profile P] [--budget SIZE] [--owner UID:GID]');
+    // the size units are documented where they are typed
+    const sb = await homesctl(['set-budget', '--help']);
+    expect(sb.stdout).toContain('KB, MB, GB, TB, PB (powers of 1000)');
+    expect(sb.stdout).toContain('KiB, MiB, GiB, TiB, PiB (powers of 1024)');
+    expect(sb.stdout).toMatch(/"off" \(or 0\) means no limit/);
+    expect(main.stdout).toMatch(/^  top\s{2,}The busiest homes/m);
     const group = await homesctl(['settings', '--help']);
     expect(group.code).toBe(0);
     expect(group.stdout).toMatch(/^Usage: homesctl \[global options\] settings <get\|set>/);
@@ -393,20 +446,63 @@ describe('homesctl management commands: argument parsing', () => {
 });
 
 describe('homesctl management commands: human output', () => {
-  it('list prints a table with an orphan row flagged', async () => {
+  it('list prints used, budget, percent, inodes, owner, profile and flags; * marks an override', async () => {
     const r = await homesctl(['--socket', sock, 'list']);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const lines = r.stdout.trimEnd().split('\n');
-    expect(lines[0]!.split(/\s+/)).toEqual(['TENANT', 'KEY', 'SCOPE', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'INODES', 'OPEN', 'FLAGS']);
-    const rows = lines.slice(1).map((l) => l.split(/\s{2,}/).map((c) => c.trim()));
+    expect(lines[0]!.split(/\s+/)).toEqual(['HOME', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'USE%', 'INODES', 'FLAGS']);
+    const rows = lines.slice(1, 4).map((l) => l.split(/\s{2,}/).map((c) => c.trim()));
+    // sorted by name by default
     expect(rows).toEqual([
-      ['acme', 'web', 'project', '20001:20001', 'default', '1.0 MiB', '1.0 GiB', '12', '2', '-'],
-      ['acme', 'old-api', 'project', '20002:20002', 'default', '512 B', 'off', '3', '0', 'orphan'],
-      ['acme', '_tenant', 'tenant', '20003:20003', 'strict', '0 B', 'off', '1', '0', 'scan:scanning'],
+      ['acme/_tenant', '20003:20003', 'strict', '25.1 MiB', '10.0 MiB*', '251.0%', '1/10000', 'OVER,SCANNING'],
+      ['acme/old-api', '20002:20002', 'default', '512 B', 'off', '-', '3', 'ORPHAN'],
+      ['acme/web', '20001:20001', 'default', '1.0 MiB', '1.0 GiB', '0.1%', '12/10000', 'BUSY'],
     ]);
-    const flagCol = lines[0]!.indexOf('FLAGS');
-    expect(lines[2]!.slice(flagCol)).toBe('orphan');
+    expect(lines[4]).toMatch(/^\* live override/);
+    expect(calls).toEqual([{ method: 'list', args: [{}] }]);
+  });
+
+  it('list --sort used|percent|name orders rows, in the table and in --json (exact bytes)', async () => {
+    const order = async (...extra: string[]) => {
+      const r = await homesctl(['--socket', sock, 'list', ...extra]);
+      expect(r.code).toBe(0);
+      return r.stdout.split('\n').slice(1, 4).map((l) => l.split(/\s+/)[0]);
+    };
+    expect(await order('--sort', 'used')).toEqual(['acme/_tenant', 'acme/web', 'acme/old-api']);
+    expect(await order('--sort', 'percent')).toEqual(['acme/_tenant', 'acme/web', 'acme/old-api']);
+    expect(await order('--sort', 'name')).toEqual(['acme/_tenant', 'acme/old-api', 'acme/web']);
+    const j = await homesctl(['--socket', sock, '--json', 'list', '--sort', 'used', '--limit', '2']);
+    const data = JSON.parse(j.stdout) as HomeInfo[];
+    expect(data.map((h) => [h.key, h.bytes, h.budget])).toEqual([
+      ['_tenant', 26319257, 10485760],
+      ['web', 1048576, 1073741824],
+    ]);
+  });
+
+  it('list --watch (and top) redraws a bounded number of frames, busiest first', async () => {
+    const r = await homesctl(['--socket', sock, 'list', '--watch', '--count', '2', '--interval', '0.1']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout.match(/^homesctl top: /gm)).toHaveLength(2);
+    expect(r.stdout).toMatch(/^HOME\s+OWNER\s+PROFILE\s+USED\s+BUDGET\s+USE%\s+INODES\s+RATE\s+FLAGS$/m);
+    expect(calls.filter((c) => c.method === 'list')).toHaveLength(2);
+    calls.length = 0;
+    const top = await homesctl(['--socket', sock, 'top', '--count', '1', '--limit', '1']);
+    expect(top.code).toBe(0);
+    expect(top.stdout).toMatch(/sorted by busy \(1 of 3 homes\)/);
+    // busiest: the one with open files (no growth measured yet in one frame)
+    expect(top.stdout.split('\n').filter((l) => l.startsWith('acme/'))).toEqual([expect.stringMatching(/^acme\/web\s/)]);
+  });
+
+  it('top stops cleanly on Ctrl-C (SIGINT): exit 0', async () => {
+    const child = spawn(process.execPath, [CLI, '--socket', sock, 'top', '--interval', '0.2'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    const firstFrame = new Promise<void>((res) => child.stdout.on('data', (d: Buffer) => ((out += d.toString()), out.includes('FLAGS') && res())));
+    const exited = new Promise<number | null>((res) => child.on('close', (code) => res(code)));
+    await firstFrame;
+    child.kill('SIGINT');
+    expect(await exited).toBe(0);
   });
 
   it('list with no homes says so', async () => {
@@ -415,19 +511,26 @@ describe('homesctl management commands: human output', () => {
     expect(r.stdout).toBe('No homes.\n');
   });
 
-  it('usage prints key: value lines', async () => {
+  it('usage prints key: value lines, with where each limit comes from', async () => {
     const r = await homesctl(['--socket', sock, 'usage', 'acme/web']);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^Home:\s+acme\/web$/m);
     expect(r.stdout).toMatch(/^Path:\s+\/homes\/acme\/web$/m);
     expect(r.stdout).toMatch(/^Scope:\s+project$/m);
     expect(r.stdout).toMatch(/^Owner:\s+20001:20001$/m);
-    expect(r.stdout).toMatch(/^Profile:\s+default \(default\)$/m);
-    expect(r.stdout).toMatch(/^Used:\s+1\.0 MiB \(1048576 bytes\) \(0\.1% of budget\)$/m);
-    expect(r.stdout).toMatch(/^Budget:\s+1\.0 GiB \(1073741824 bytes\)$/m);
-    expect(r.stdout).toMatch(/^Inodes:\s+12 of 10000$/m);
-    expect(r.stdout).toMatch(/^Open handles:\s+2$/m);
+    expect(r.stdout).toMatch(/^Profile:\s+default \(the configured default\)$/m);
+    expect(r.stdout).toMatch(/^Used:\s+1\.0 MiB \(1048576 bytes, 0\.1% of the budget\)$/m);
+    expect(r.stdout).toMatch(/^Budget:\s+1\.0 GiB \(1073741824 bytes\) \(profile default, the configured default\)$/m);
+    expect(r.stdout).toMatch(/^Inodes:\s+12 used; cap 10000 \(profile default, the configured default\)$/m);
+    expect(r.stdout).toMatch(/^File cap:\s+100\.0 MiB \(profile default, the configured default\)$/m);
+    expect(r.stdout).toMatch(/^In use:\s+2 open files, 0 working directories$/m);
     expect(r.stdout).toMatch(/^Orphan:\s+no$/m);
+    expect(r.stdout).toMatch(/^Flags:\s+BUSY$/m);
+    resultOf.set('usage', { ...HOME, budget: 20971520, limitSources: { budget: 'override', inodeCap: 'profile', fileCap: 'override' }, fileCap: 0, profileSource: 'tenant' });
+    const o = await homesctl(['--socket', sock, 'usage', 'acme/web']);
+    expect(o.stdout).toMatch(/^Budget:\s+20\.0 MiB \(20971520 bytes\) \(override; profile default: 1\.0 GiB\)$/m);
+    expect(o.stdout).toMatch(/^File cap:\s+off \(override; profile default: 100\.0 MiB\)$/m);
+    expect(o.stdout).toMatch(/^Inodes:\s+12 used; cap 10000 \(profile default, the tenant's default\)$/m);
   });
 
   it('the other commands print a short sentence or key: value lines', async () => {
@@ -436,11 +539,20 @@ describe('homesctl management commands: human output', () => {
       expect(r.code, argv.join(' ')).toBe(0);
       return r.stdout;
     };
-    expect(await out('set-budget', 'acme/web', '1G')).toBe('Budget of acme/web: 1.0 GiB; used 1.0 MiB.\n');
-    resultOf.set('setBudget', { ...HOME, budget: 0 });
-    expect(await out('set-budget', 'acme/web', '0')).toBe('Budget of acme/web: off; used 1.0 MiB.\n');
-    resultOf.set('setBudget', { ...HOME, budget: 1024 });
-    expect(await out('set-budget', 'acme/web', '1K')).toMatch(/^Budget of acme\/web: 1\.0 KiB; used 1\.0 MiB \(over budget/);
+    resultOf.set('setBudget', { ...HOME, limitSources: { ...HOME.limitSources, budget: 'override' }, profileLimits: { ...HOME.profileLimits, budget: 2 * 1024 ** 3 } });
+    expect(await out('set-budget', 'acme/web', '1G')).toBe('Budget of acme/web: 1.0 GiB (override; profile default: 2.0 GiB); used 1.0 MiB (0.1%).\n');
+    resultOf.set('setBudget', { ...HOME, budget: 0, percent: null, limitSources: { ...HOME.limitSources, budget: 'override' } });
+    expect(await out('set-budget', 'acme/web', 'off')).toBe('Budget of acme/web: off (override; profile default: 1.0 GiB); used 1.0 MiB.\n');
+    resultOf.set('setBudget', HOME);
+    expect(await out('set-budget', 'acme/web', 'default')).toBe('Budget of acme/web: 1.0 GiB (profile default, the configured default); used 1.0 MiB (0.1%).\n');
+    resultOf.set('setBudget', { ...HOME, budget: 1024, percent: 102400, limitSources: { ...HOME.limitSources, budget: 'override' } });
+    expect(await out('set-budget', 'acme/web', '1K')).toMatch(/^Budget of acme\/web: 1\.0 KiB \(override; .*\); used 1\.0 MiB \(102400%\)\.\nOver budget: nothing was deleted/);
+    const sl = await out('set-limits', 'acme/web', '--inodes', '5000');
+    expect(sl).toMatch(/^Inodes:\s+12 used; cap 5000 \(override; profile default: 10000\)$/m);
+    expect(sl).toMatch(/^File cap:\s+100\.0 MiB \(profile default, the configured default\)$/m);
+    expect(await out('delete-home', 'acme/old-api')).toBe('Deleted acme/old-api (512 B freed).\n');
+    expect(await out('forwards')).toMatch(/^OLD NAME\s+NOW\s+RENAMED AT\nacme\/web\s+acme\/webapp\s+2026-01-01T00:00:00\.000Z\n$/);
+    expect(await out('release-name', 'acme/web')).toMatch(/^Released acme\/web \(it forwarded to acme\/webapp\)/);
     expect(await out('set-profile', 'acme/web', 'strict')).toBe('Profile of acme/web: strict (override).\n');
     expect(await out('create', 'acme/web')).toMatch(/^Created acme\/web\.\nHome:\s+acme\/web\n/);
     const sg = await out('settings', 'get', '--tenant', 'acme', '--project', 'web');
@@ -450,7 +562,10 @@ describe('homesctl management commands: human output', () => {
     expect(await out('settings', 'set', '--tenant', 'acme', '--project', 'web', 'unset')).toMatch(/^home-scope for project web of acme cleared\.\n/);
     expect(await out('settings', 'set', '--tenant', 'acme', 'tenant')).toMatch(/^home-scope for the tenant default of acme set to tenant\.\n/);
     const rs = await out('rescan', 'acme/web');
-    expect(rs).toMatch(/^Bytes:\s+100 -> 164 \(drift \+64\)$/m);
+    expect(rs).toMatch(/^Bytes:\s+100 B -> 164 B \(drift \+64 B; exact: 100 -> 164\)$/m);
+    expect(rs).toMatch(/^Ledger:\s+corrected to what is on disk$/m);
+    resultOf.set('rescan', { home: 'acme/web', before: { bytes: 3 * 1024 ** 2, inodes: 9 }, after: { bytes: 1024 ** 2, inodes: 9 }, drift: { bytes: -2 * 1024 ** 2, inodes: 0 } });
+    expect(await out('rescan', 'acme/web')).toMatch(/^Bytes:\s+3\.0 MiB -> 1\.0 MiB \(drift -2\.0 MiB; exact: 3145728 -> 1048576\)$/m);
     expect(rs).toMatch(/^Inodes:\s+3 -> 4 \(drift \+1\)$/m);
     const rv = await out('resolve', '--tenant', 'acme', '--project', 'web', '--user', 'alice');
     expect(rv).toMatch(/^Home:\s+\/homes\/acme\/_user_alice$/m);
@@ -503,5 +618,144 @@ describe('homesctl management commands: error replies', () => {
     expect(ok.code).toBe(0);
     expect(JSON.parse(ok.stdout)).toEqual(RESOLVE);
     expect(calls).toEqual([{ method: 'resolve', args: [{ tenant: 'acme', project: 'web', user: 'alice' }] }]);
+  });
+});
+
+describe('homesctl: errors that say the way out', () => {
+  it('ENOENT names the socket, the daemon, --socket and HOMESFS_SOCKET', async () => {
+    const missing = path.join(tmp, 'nope', 'admin.sock');
+    const r = await homesctl(['--socket', missing, 'status']);
+    expect(r.code).toBe(3);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(`homesctl: cannot connect to ${missing}: ENOENT: no socket there\n`);
+    expect(r.stderr).toMatch(/homesfs daemon running\?/);
+    expect(r.stderr).toMatch(/--socket PATH or HOMESFS_SOCKET=PATH \(this path was given with --socket\)/);
+    const env = await homesctl(['status'], { HOMESFS_SOCKET: missing });
+    expect(env.stderr).toMatch(/this path was from HOMESFS_SOCKET/);
+  });
+
+  it('ECONNREFUSED (a socket nobody listens on) says the daemon has stopped', async () => {
+    const stale = path.join(tmp, 'stale.sock');
+    // bound, never listening: what a crashed daemon leaves behind
+    const py = spawn('python3', ['-c', `import socket; s=socket.socket(socket.AF_UNIX); s.bind(${JSON.stringify(stale)})`]);
+    await new Promise((res) => py.on('close', res));
+    const r = await homesctl(['--socket', stale, 'list']);
+    expect(r.code).toBe(3);
+    expect(r.stderr).toContain(`cannot connect to ${stale}: ECONNREFUSED: nothing is listening on it`);
+    expect(r.stderr).toMatch(/daemon that created it has stopped/);
+  });
+
+  it.runIf(process.getuid?.() === 0)('EACCES names the admin group', async () => {
+    // the socket's directory is 0700 root: an unprivileged uid cannot reach it
+    const child = spawn('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, CLI, '--socket', sock, 'list'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((res) => child.on('close', res));
+    expect(code).toBe(3);
+    expect(stderr).toMatch(/cannot connect to .*: EACCES: permission denied/);
+    expect(stderr).toMatch(/adminGroup/);
+  });
+
+  it('--json prints exactly one JSON object on stdout: connection errors and usage errors too', async () => {
+    const missing = path.join(tmp, 'nope', 'admin.sock');
+    const r = await homesctl(['--json', '--socket', missing, 'list']);
+    expect(r.code).toBe(3);
+    expect(JSON.parse(r.stdout)).toMatchObject({ ok: false, code: 'UNREACHABLE', kind: 'connect', socket: missing, message: expect.stringContaining('ENOENT') });
+    const u = await homesctl(['--socket', sock, 'set-budget', 'acme/web', '-5', '--json']);
+    expect(u.code).toBe(2);
+    expect(JSON.parse(u.stdout)).toMatchObject({ ok: false, code: 'USAGE', message: expect.stringContaining('negative') });
+    const w = await homesctl(['--socket', sock, 'list', '--watch', '--json']);
+    expect(w.code).toBe(2);
+    expect(JSON.parse(w.stdout)).toMatchObject({ ok: false, code: 'USAGE', message: expect.stringContaining('--watch') });
+    const t = await homesctl(['--json', '--socket', sock, 'stauts']);
+    expect(JSON.parse(t.stdout)).toMatchObject({ ok: false, code: 'USAGE' });
+  });
+
+  it('negative or garbage sizes give a clean usage error (exit 2), never the argument parser\'s message', async () => {
+    for (const argv of [
+      ['set-budget', 'acme/web', '-5'],
+      ['set-budget', 'acme/web', '-1G'],
+      ['set-limits', 'acme/web', '--inodes', '-5'],
+      ['create', 'acme/web', '--budget', '-2G'],
+    ]) {
+      const r = await homesctl(['--socket', sock, ...argv]);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/^homesctl: [a-z-]+: '-[0-9.]+G?' is negative: sizes and counts are 0 or more \(off = no limit\)\n/);
+      expect(r.stderr).not.toMatch(/positional|'--'/);
+    }
+    const g = await homesctl(['--socket', sock, 'set-budget', 'acme/web', 'lots']);
+    expect(g.stderr).toMatch(/^homesctl: set-budget: SIZE: 'lots' is not a size: expected a number of bytes, optionally with a unit/);
+    expect(calls).toEqual([]);
+  });
+
+  it('unknown commands, subcommands and options suggest the closest', async () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['stauts'], /^homesctl: unknown command 'stauts' \(did you mean 'status'\?\)/],
+      [['lsit'], /did you mean 'list'\?/],
+      [['set-budet', 'acme/web', '1G'], /did you mean 'set-budget'\?/],
+      [['setlimits'], /did you mean 'set-limits'\?/],
+      [['release'], /did you mean 'release-name'\?/],
+      [['settings', 'gte'], /^homesctl: settings: unknown subcommand 'gte' \(did you mean 'get'\?\)/],
+      [['list', '--tenent', 'acme'], /^homesctl: list: unknown option '--tenent' \(did you mean '--tenant'\?\)/],
+      [['list', '--sort', 'precent'], /did you mean 'percent'\?/],
+    ];
+    for (const [argv, re] of cases) {
+      const r = await homesctl(['--socket', sock, ...argv]);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.stderr, argv.join(' ')).toMatch(re);
+    }
+    const far = await homesctl(['--socket', sock, 'xyzzyplugh']);
+    expect(far.stderr).toBe("homesctl: unknown command 'xyzzyplugh'\nTry 'homesctl --help'.\n");
+  });
+
+  it('RENAMED from resolve says where the home went and how to free the name', async () => {
+    failNext.set('resolve', new HomesError('RENAMED', 'home acme/web was renamed to acme/webapp', { from: 'acme/web', to: 'acme/webapp', at: FORWARD.at }));
+    const r = await homesctl(['--socket', sock, 'resolve', '--tenant', 'acme', '--project', 'web']);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/^homesctl: RENAMED: home acme\/web was renamed to acme\/webapp\n/);
+    expect(r.stderr).toMatch(/homesctl release-name acme\/web/);
+  });
+
+  it('CONFIRM_REQUIRED lists the homes a settings change would leave, with sizes, and the way on', async () => {
+    failNext.set(
+      'settingsSet',
+      new HomesError('CONFIRM_REQUIRED', 'this change leaves 2 project homes unused', { homes: [{ home: 'acme/a', bytes: 10485760 }, { home: 'acme/b', bytes: 31457280 }], bytes: 41943040 }),
+    );
+    const r = await homesctl(['--socket', sock, 'settings', 'set', '--tenant', 'acme', 'tenant']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('homesctl: CONFIRM_REQUIRED: this change leaves 2 project homes unused\n');
+    expect(r.stderr).toContain('(40.0 MiB in all)');
+    expect(r.stderr).toMatch(/^ {4}acme\/a {2}10\.0 MiB$/m);
+    expect(r.stderr).toMatch(/^ {4}acme\/b {2}30\.0 MiB$/m);
+    expect(r.stderr).toMatch(/--yes to go ahead .* or --dry-run to preview/);
+  });
+
+  it('settings set --dry-run shows what would be left; settings get shows the cascade that decided', async () => {
+    resultOf.set('settingsSet', { ...SETTINGS, orphaned: [{ home: 'acme/web', bytes: 1048576 }], dryRun: true });
+    const d = await homesctl(['--socket', sock, 'settings', 'set', '--tenant', 'acme', 'tenant', '--dry-run']);
+    expect(d.code).toBe(0);
+    expect(d.stdout).toMatch(/^Dry run: home-scope for the tenant default of acme would be set to tenant; nothing changed\.\nWould leave 1 project home unused \(1\.0 MiB\)/);
+    expect(d.stdout).toMatch(/^ {2}acme\/web {2}1\.0 MiB$/m);
+    resultOf.set('settingsGet', {
+      tenant: 'acme',
+      tenantDefault: 'tenant',
+      project: { name: 'web', value: null },
+      user: { login: 'alice', value: null },
+      resolved: { scope: 'tenant', source: 'tenant', key: '_tenant' },
+      cascade: [
+        { level: 'user', value: null, decides: false },
+        { level: 'project', value: null, decides: false },
+        { level: 'tenant', value: 'tenant', decides: true },
+        { level: 'default', value: 'project', decides: false },
+      ],
+    });
+    const g = await homesctl(['--socket', sock, 'settings', 'get', '--tenant', 'acme', '--project', 'web', '--user', 'alice']);
+    expect(g.code).toBe(0);
+    expect(g.stdout).toMatch(/^Cascade \(the first level with a value decides\):$/m);
+    expect(g.stdout).toMatch(/^ {2}1\. user alice\s+\(unset\)$/m);
+    expect(g.stdout).toMatch(/^ {2}2\. project web\s+\(unset\)$/m);
+    expect(g.stdout).toMatch(/^ {2}3\. tenant default\s+tenant\s+<- decides$/m);
+    expect(g.stdout).toMatch(/^ {2}4\. built-in default\s+project$/m);
   });
 });
