@@ -47,8 +47,11 @@ function copyState(s: State): State {
       owner: { uid: h.owner.uid, gid: h.owner.gid },
       ...(h.profile !== undefined ? { profile: h.profile } : {}),
       ...(h.budget !== undefined ? { budget: h.budget } : {}),
+      ...(h.maxInodes !== undefined ? { maxInodes: h.maxInodes } : {}),
+      ...(h.maxFileBytes !== undefined ? { maxFileBytes: h.maxFileBytes } : {}),
       createdAt: h.createdAt,
     })),
+    ...(s.forwards !== undefined ? { forwards: rec(s.forwards, (f) => ({ to: f.to, at: f.at })) } : {}),
   };
 }
 

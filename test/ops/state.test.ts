@@ -46,6 +46,24 @@ describe('StateStore: load and round trip', () => {
     await expect(stat(path.dirname(file))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
+  it('keeps limit overrides and rename forwards through updates and a reload', async () => {
+    const store = await StateStore.load(file);
+    await store.update((s) => {
+      s.homes['acme/web'] = { owner: { uid: 20000, gid: 20000 }, budget: 0, maxInodes: 4, maxFileBytes: 10240, createdAt: NOW };
+      s.forwards = { 'acme/shop': { to: 'acme/web', at: NOW } };
+    });
+    // an unrelated update must not drop them
+    await store.update((s) => {
+      s.settings.acme = { projects: {}, users: {} };
+    });
+    for (const st of [store.state, (await StateStore.load(file)).state]) {
+      expect(st.homes['acme/web']).toEqual({ owner: { uid: 20000, gid: 20000 }, budget: 0, maxInodes: 4, maxFileBytes: 10240, createdAt: NOW });
+      expect(st.forwards).toEqual({ 'acme/shop': { to: 'acme/web', at: NOW } });
+    }
+    await writeRaw({ ...VALID, forwards: { 'acme/x': { to: '../etc', at: NOW } } });
+    expect((await stateError(StateStore.load(file))).issues.join('\n')).toMatch(/forwards\.acme\/x\.to/);
+  });
+
   it('the first update creates the directory 0700 and the file 0600', async () => {
     const store = await StateStore.load(file);
     await store.update((s) => {
