@@ -150,7 +150,7 @@ async function check(payload: Buffer): Promise<void> {
 
 // ---- generators -------------------------------------------------------------------
 
-type Kind = 'name' | 'home' | 'bytes' | 'nullableName' | 'scope' | 'bool' | 'owner';
+type Kind = 'name' | 'home' | 'bytes' | 'limit' | 'nullableName' | 'scope' | 'bool' | 'owner';
 interface Template {
   cmd: CommandName;
   args: Record<string, unknown>;
@@ -159,10 +159,14 @@ interface Template {
 }
 const TEMPLATES: Template[] = [
   { cmd: 'status', args: {}, kinds: {}, required: [] },
-  { cmd: 'list', args: {}, kinds: {}, required: [] },
+  { cmd: 'list', args: { tenant: 'acme', orphans: true }, kinds: { tenant: 'name', orphans: 'bool' }, required: [] },
   { cmd: 'usage', args: { home: 'acme/web' }, kinds: { home: 'home' }, required: ['home'] },
   { cmd: 'create', args: { home: 'acme/web', profile: 'strict', budget: 1024, owner: { uid: 1, gid: 2 } }, kinds: { home: 'home', profile: 'name', budget: 'bytes', owner: 'owner' }, required: ['home'] },
-  { cmd: 'set-budget', args: { home: 'acme/web', bytes: 0 }, kinds: { home: 'home', bytes: 'bytes' }, required: ['home', 'bytes'] },
+  { cmd: 'set-budget', args: { home: 'acme/web', bytes: 0 }, kinds: { home: 'home', bytes: 'limit' }, required: ['home', 'bytes'] },
+  { cmd: 'set-limits', args: { home: 'acme/web', inodes: 5, fileBytes: null }, kinds: { home: 'home', inodes: 'limit', fileBytes: 'limit' }, required: ['home'] },
+  { cmd: 'delete-home', args: { home: 'acme/web', force: true }, kinds: { home: 'home', force: 'bool' }, required: ['home'] },
+  { cmd: 'forwards', args: {}, kinds: {}, required: [] },
+  { cmd: 'release-name', args: { home: 'acme/web' }, kinds: { home: 'home' }, required: ['home'] },
   { cmd: 'set-profile', args: { home: 'acme/web', profile: null }, kinds: { home: 'home', profile: 'nullableName' }, required: ['home', 'profile'] },
   { cmd: 'settings-get', args: { tenant: 'acme', project: 'web' }, kinds: { tenant: 'name', project: 'name' }, required: ['tenant'] },
   { cmd: 'settings-set', args: { tenant: 'acme', user: 'alice', homeScope: 'user' }, kinds: { tenant: 'name', user: 'name', homeScope: 'scope' }, required: ['tenant', 'homeScope'] },
@@ -186,6 +190,8 @@ const WRONG: Record<Kind, unknown[]> = {
   name: ['', 'n'.repeat(257), 0, 1, null, true, false, [], ['acme'], {}, { name: 'acme' }, HUGE],
   home: ['', 'acme', 'acme/', '/web', 'a/b/c', '//', '/', 'a'.repeat(600) + '/b', 7, null, ['acme', 'web'], { tenant: 'acme', key: 'web' }, HUGE],
   bytes: [-1, -0.5, 1.5, 2 ** 53, 2 ** 64, -(2 ** 53), '1024', '1G', null, true, [], {}],
+  // a live limit: null (back to the profile) is valid, the rest is not
+  limit: [-1, -0.5, 1.5, 2 ** 53, 2 ** 64, -(2 ** 53), '1024', '1G', 'off', 'default', true, [], {}],
   nullableName: ['', 'p'.repeat(257), 0, false, [], {}],
   scope: ['Project', 'TENANT', 'global', 'unset', '', ' user', 1, true, [], {}],
   bool: ['true', 'false', 1, 0, null, [], {}],
@@ -235,7 +241,7 @@ const nearValid: fc.Arbitrary<unknown> = fc
       case 6: // a bad id
         return { ...base, id: [{}, [], true, null, 'i'.repeat(257), INF][b % 6] };
       case 7: // both project and user for settings; otherwise a nested prototype key
-        if (t.cmd === 'settings-get' || t.cmd === 'settings-set') return { ...base, args: { ...t.args, project: 'web', user: 'alice' } };
+        if (t.cmd === 'settings-set') return { ...base, args: { ...t.args, project: 'web', user: 'alice' } };
         return { ...base, args: withKey(t.args, '__proto__', { ...t.args, admin: true }) };
       default: // no cmd at all
         return { id: base.id, args: t.args };
