@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ProfileNameSchema, ProfileSchema } from '../policy/profiles.js';
+import { ConfigProfileSchema, ProfileNameSchema } from '../policy/profiles.js';
 
 const Owner = z.object({ uid: z.number().int().min(0).max(0xfffffffe), gid: z.number().int().min(0).max(0xfffffffe) }).strict();
 
@@ -46,7 +46,7 @@ export const ConfigSchema = z
       .default({ from: 200000, to: 299999 }),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     defaultProfile: z.string().min(1).default('home'),
-    profiles: z.record(ProfileNameSchema, ProfileSchema).default({}),
+    profiles: z.record(ProfileNameSchema, ConfigProfileSchema).default({}),
     tenants: z.record(z.string(), TenantEntry).default({}),
     /** keyed "tenant/key" */
     homes: z.record(z.string().regex(/^[^/]+\/[^/]+$/, { message: 'a home is keyed "<tenant>/<key>"' }), HomeEntry).default({}),

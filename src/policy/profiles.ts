@@ -17,6 +17,8 @@ import { z } from 'zod';
  *  anyone who reaches the backing directory by other means. */
 export const PERMISSION_BITS = 0o777;
 const USER_EXEC = 0o100;
+/** The owner's rwx: all a tool home ever stores. */
+export const OWNER_BITS = 0o700;
 
 const byteCount = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
 
@@ -45,7 +47,25 @@ const ForcedOrAsked = z
     }
   });
 
-export const ProfileSchema = z
+/** An absolute path as a process in the home sees it: no `.`/`..` components, no trailing `/`. */
+const AbsolutePath = z
+  .string()
+  .regex(/^\/./, { message: 'an absolute path' })
+  .refine((s) => !s.split('/').some((c) => c === '.' || c === '..') && !s.endsWith('/') && !s.includes('\0'), {
+    message: 'an absolute path without "." or ".." components and without a trailing "/"',
+  });
+
+/** A directory prefix such as "/usr/": absolute, ends with "/", no `.`/`..` components. */
+const DirPrefix = z
+  .string()
+  .regex(/^\/(.*\/)?$/, { message: 'a directory prefix is absolute and ends with "/"' })
+  .refine((s) => !s.split('/').some((c) => c === '.' || c === '..') && !s.includes('\0'), {
+    message: 'a prefix without "." or ".." components',
+  })
+  .refine((s) => s !== '/', { message: '"/" would allow every target' });
+
+/** The fields of a profile; `ProfileSchema` adds the cross-field rules. */
+export const ProfileShape = z
   .strictObject({
     /** sum of logical file sizes in the home, bytes, 0 = off */
     maxHomeBytes: byteCount,
@@ -63,9 +83,18 @@ export const ProfileSchema = z
     allowUserExec: z.boolean(),
     /** 'ignore': chmod succeeds and the forced mode stays (bindfs --chmod-ignore);
      *  'deny-widen': EPERM when the mode would gain bits beyond the forced mode;
+     *  'owner': the owner's bits as asked, group/other/special bits dropped
+     *  silently (a tool home: pip and npm chmod 755, git chmod 444);
      *  'allow': the mode asked for (permission bits only) */
-    chmod: z.enum(['ignore', 'deny-widen', 'allow']),
+    chmod: z.enum(['ignore', 'deny-widen', 'owner', 'allow']),
+    /** 'inside-home': a target must stay in the home (relative, under the
+     *  home's own path or an alias, or under a system prefix), judged at
+     *  creation (EPERM) and at every follow (EACCES) */
     symlinks: z.enum(['deny', 'inside-home', 'any']),
+    /** read-only system trees a link may point into (venv's bin/python -> /usr/bin/python3) */
+    symlinkSystemPrefixes: z.array(DirPrefix).max(64),
+    /** other absolute paths at which processes see this home (a tool container's /home/user) */
+    homeAliases: z.array(AbsolutePath).max(16),
     hardLinks: z.enum(['deny', 'inside-home']),
     /** mknod, mkfifo and bind(2) of a Unix socket: 'none' (EPERM), 'fifo-socket'
      *  (FIFOs and sockets), 'all' (also block and character devices, for a caller
@@ -86,18 +115,19 @@ export const ProfileSchema = z
     maxEntriesPerDir: byteCount,
     /** bytes in one name component (the kernel's own cap is 255) */
     maxNameBytes: z.number().int().min(1).max(255),
-  })
-  .superRefine((p, ctx) => {
-    // A forced mode that locks the owner out of its own home is never what was
-    // meant (and would break every tool in it): the owner keeps rw on files
-    // and rwx on directories.
-    if (typeof p.fileMode === 'number' && (p.fileMode & 0o600) !== 0o600) {
-      ctx.addIssue({ code: 'custom', path: ['fileMode'], message: 'a forced file mode must include u+rw (0o600)' });
-    }
-    if (typeof p.dirMode === 'number' && (p.dirMode & 0o700) !== 0o700) {
-      ctx.addIssue({ code: 'custom', path: ['dirMode'], message: 'a forced directory mode must include u+rwx (0o700)' });
-    }
   });
+
+export const ProfileSchema = ProfileShape.superRefine((p, ctx) => {
+  // A forced mode that locks the owner out of its own home is never what was
+  // meant (and would break every tool in it): the owner keeps rw on files
+  // and rwx on directories.
+  if (typeof p.fileMode === 'number' && (p.fileMode & 0o600) !== 0o600) {
+    ctx.addIssue({ code: 'custom', path: ['fileMode'], message: 'a forced file mode must include u+rw (0o600)' });
+  }
+  if (typeof p.dirMode === 'number' && (p.dirMode & 0o700) !== 0o700) {
+    ctx.addIssue({ code: 'custom', path: ['dirMode'], message: 'a forced directory mode must include u+rwx (0o700)' });
+  }
+});
 
 /** Input as written in a config file (modes may be octal strings). */
 export type ProfileInput = z.input<typeof ProfileSchema>;
@@ -121,14 +151,18 @@ const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
 const KiB = 1024;
 
+/** Read-only system trees a tool home's links may point into. */
+export const DEFAULT_SYSTEM_PREFIXES: readonly string[] = ['/usr/', '/bin/', '/lib/', '/lib64/', '/opt/', '/etc/alternatives/'];
+
 /**
  * The three built-ins. Every number is here so the README can quote it.
  * Parsed through the schema at load time: a built-in that breaks the schema's
  * own rules fails at import, not in production.
  */
 export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Readonly<Profile>>> = deepFreeze({
-  /** The per-scope HOME for caches and tool config: tar, cp -a and package
-   *  managers run unchanged (chmod ignored, chown to self succeeds). */
+  /** The per-scope HOME, a tool home: venv, pip, npm, git, sdkman and make
+   *  run unchanged. The owner's bits are the owner's (u+x included); nothing
+   *  is ever open to another uid, and no link leads out of the home. */
   home: ProfileSchema.parse({
     maxHomeBytes: 2 * GiB,
     maxInodes: 1_000_000,
@@ -136,9 +170,11 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     content: 'binary',
     fileMode: 0o600,
     dirMode: 0o700,
-    allowUserExec: false,
-    chmod: 'ignore',
-    symlinks: 'deny',
+    allowUserExec: true,
+    chmod: 'owner',
+    symlinks: 'inside-home',
+    symlinkSystemPrefixes: [...DEFAULT_SYSTEM_PREFIXES],
+    homeAliases: [],
     hardLinks: 'deny',
     specialFiles: 'fifo-socket',
     chown: 'owner-only',
@@ -160,6 +196,8 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     allowUserExec: false,
     chmod: 'deny-widen',
     symlinks: 'deny',
+    symlinkSystemPrefixes: [],
+    homeAliases: [],
     hardLinks: 'deny',
     specialFiles: 'none',
     chown: 'owner-only',
@@ -181,6 +219,8 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     allowUserExec: true,
     chmod: 'allow',
     symlinks: 'any',
+    symlinkSystemPrefixes: [...DEFAULT_SYSTEM_PREFIXES],
+    homeAliases: [],
     hardLinks: 'inside-home',
     specialFiles: 'all',
     chown: 'allow',
@@ -193,6 +233,28 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
 });
 
 export const DEFAULT_PROFILE_NAME = 'home';
+
+export type BuiltinProfileName = keyof typeof BUILTIN_PROFILES;
+
+/**
+ * A profile as a config file writes it: a full definition, or `extends` a
+ * built-in and only the fields that differ. The merged result is validated
+ * with the same schema as a full definition, so an override cannot produce
+ * what a full definition could not.
+ */
+export const ConfigProfileSchema = ProfileShape.partial()
+  .extend({ extends: z.enum(['home', 'scratch', 'posix']).optional() })
+  .transform((input, ctx): Profile => {
+    const { extends: base, ...fields } = input;
+    const merged = base === undefined ? fields : { ...BUILTIN_PROFILES[base], ...fields };
+    const r = ProfileSchema.safeParse(merged);
+    if (r.success) return r.data;
+    for (const issue of r.error.issues) {
+      const why = base === undefined && issue.code === 'invalid_type' && issue.input === undefined ? `${issue.message} (or name a built-in with "extends")` : issue.message;
+      ctx.addIssue({ code: 'custom', path: issue.path, message: why });
+    }
+    return z.NEVER;
+  });
 
 export type ProfileSource = 'override' | 'home' | 'tenant' | 'default';
 
@@ -268,6 +330,8 @@ export type ChmodDecision = { action: 'apply'; mode: number } | { action: 'keep'
 /**
  * What chmod does. `currentMode` may be a full st_mode (type bits ignored).
  *  - 'allow': the requested permission bits (setuid/setgid/sticky dropped).
+ *  - 'owner': the requested owner bits; group, other and special bits are
+ *    dropped and the chmod succeeds (pip's and npm's `chmod 755`).
  *  - 'ignore': succeed; the result is the forced mode (plus u+x when
  *    allowUserExec and asked). With an 'asked' mode there is nothing to force:
  *    the chmod is a successful no-op.
@@ -288,6 +352,8 @@ export function chmodDecision(profile: Profile, isDir: boolean, currentMode: num
   switch (profile.chmod) {
     case 'allow':
       return result(asked);
+    case 'owner':
+      return result(asked & OWNER_BITS);
     case 'ignore':
       if (forced === 'asked') return { action: 'keep' };
       return result(isDir ? forced : effectiveFileMode(profile, requestedMode));
@@ -300,30 +366,43 @@ export function chmodDecision(profile: Profile, isDir: boolean, currentMode: num
   }
 }
 
+/** Where absolute link targets may lead: the home's own paths and read-only system trees. */
+export interface LinkScope {
+  /** the home as processes see it: its mount path, then any aliases (absolute, no trailing "/") */
+  homePaths: readonly string[];
+  /** directory prefixes ending in "/" */
+  systemPrefixes: readonly string[];
+}
+
 /**
- * Would a symlink with this target, created in the directory `linkDirRel`
+ * Would a symlink with this target, standing in the directory `linkDirRel`
  * (components below the home root), resolve inside the home?
  *
- * String based (the target is stored as given). Outside: absolute targets, an
- * empty target, NUL, and any `..` that climbs above the home root. Also outside,
- * conservatively: a `..` after a named component ("a/../b"). The kernel resolves
- * `..` physically: if "a" is itself a symlink (say to "."), "a/.." is the
- * parent of where "a" points, not the link's directory, and a lexical check
- * would be fooled. Leading `..` only climbs real directories (the link's own
- * directory chain), so it is checked exactly.
+ * String based (the target is stored as given). Relative targets resolve from
+ * the link's own directory: any `..` that climbs above the home root is
+ * outside, and so, conservatively, is a `..` after a named component
+ * ("a/../b"): the kernel resolves `..` physically, and if "a" is itself a
+ * symlink (say to "/usr"), "a/.." is the parent of where "a" points, which a
+ * lexical check would not see. Leading `..` only climbs real directories (the
+ * link's own directory chain), so it is checked exactly.
  *
- * Not covered here (the fs layer's job): a rename that moves a symlink, or a
- * directory holding symlinks, to a shallower place changes what a leading `..`
- * reaches.
+ * Absolute targets are inside only with a `scope`: under one of the home's own
+ * paths or under a system prefix, with no `..` anywhere (for the same reason).
+ * Empty targets and NUL are outside.
+ *
+ * The caller judges again at every follow (readlink), from where the link
+ * stands then: a link moved to a shallower place, or a home renamed under an
+ * absolute link, is judged by what it would reach now.
  */
-export function symlinkTargetInsideHome(linkDirRel: string[], target: string): boolean {
-  if (target === '' || target.startsWith('/') || target.includes('\0')) return false;
-  let depth = linkDirRel.length;
+export function symlinkTargetInsideHome(linkDirRel: string[], target: string, scope?: LinkScope): boolean {
+  if (target === '' || target.includes('\0')) return false;
   for (const c of linkDirRel) {
     // The directory chain must be real components; anything else is a caller bug
     // we answer with the safe "no".
     if (c === '' || c === '.' || c === '..' || c.includes('/') || c.includes('\0')) return false;
   }
+  if (target.startsWith('/')) return scope !== undefined && absoluteTargetInside(target, scope);
+  let depth = linkDirRel.length;
   let named = false;
   for (const c of target.split('/')) {
     if (c === '' || c === '.') continue;
@@ -337,4 +416,15 @@ export function symlinkTargetInsideHome(linkDirRel: string[], target: string): b
     depth += 1;
   }
   return true;
+}
+
+function absoluteTargetInside(target: string, scope: LinkScope): boolean {
+  const parts = target.split('/').filter((c) => c !== '' && c !== '.');
+  if (parts.includes('..')) return false;
+  const norm = `/${parts.join('/')}`;
+  for (const home of scope.homePaths) {
+    if (norm === home || norm.startsWith(`${home}/`)) return true;
+  }
+  // "/usr" itself is inside the prefix "/usr/".
+  return scope.systemPrefixes.some((prefix) => `${norm}/`.startsWith(prefix));
 }

@@ -141,6 +141,13 @@ describe('buildConfig: refusals', () => {
     ['redefined built-in posix', { ...MIN, profiles: { posix: BUILTIN_PROFILES.posix } }, [/^profiles\.posix: redefines a built-in profile$/]],
     ['profile name with capitals', { ...MIN, profiles: { Custom: CUSTOM } }, [/^profiles\.Custom: /]],
     ['profile missing a field', { ...MIN, profiles: { custom: (({ content: _c, ...rest }) => rest)(CUSTOM) } }, [/^profiles\.custom\.content: /]],
+    ['extends an unknown base', { ...MIN, profiles: { custom: { extends: 'nope' } } }, [/^profiles\.custom\.extends: /]],
+    ['extends with a bad override', { ...MIN, profiles: { custom: { extends: 'home', maxHomeBytes: -5 } } }, [/^profiles\.custom\.maxHomeBytes: /]],
+    ['extends with a locked-out mode', { ...MIN, profiles: { custom: { extends: 'home', fileMode: '0400' } } }, [/^profiles\.custom\.fileMode: .*u\+rw/]],
+    ['extends with an unknown key', { ...MIN, profiles: { custom: { extends: 'home', turbo: 1 } } }, [/^profiles\.custom: .*turbo/]],
+    ['a relative system prefix', { ...MIN, profiles: { custom: { extends: 'home', symlinkSystemPrefixes: ['usr/'] } } }, [/^profiles\.custom\.symlinkSystemPrefixes\.0: /]],
+    ['"/" as a system prefix', { ...MIN, profiles: { custom: { extends: 'home', symlinkSystemPrefixes: ['/'] } } }, [/^profiles\.custom\.symlinkSystemPrefixes\.0: /]],
+    ['an alias with ".."', { ...MIN, profiles: { custom: { extends: 'home', homeAliases: ['/home/../etc'] } } }, [/^profiles\.custom\.homeAliases\.0: /]],
     ['profile with a locked-out file mode', { ...MIN, profiles: { custom: { ...CUSTOM, fileMode: 0o400 } } }, [/^profiles\.custom\.fileMode: .*u\+rw/]],
     ['tenant with leading dot', { ...MIN, tenants: { '.acme': {} } }, [/^tenants\.\.acme: .*"\."/]],
     ['tenant with backslash', { ...MIN, tenants: { 'a\\b': {} } }, [/^tenants\.a\\b: /]],
@@ -226,6 +233,17 @@ describe('buildConfig: accepted', () => {
     expect(l.profiles['strict-text']).toEqual(CUSTOM);
     expect(l.config.profiles['strict-text']).toEqual(CUSTOM);
     expect(l.config.defaultProfile).toBe('strict-text');
+  });
+
+  it('a profile that extends a built-in overrides only the fields it names', () => {
+    const l = buildConfig(
+      { ...MIN, profiles: { big: { extends: 'home', maxHomeBytes: 10737418240, homeAliases: ['/home/user'] } }, defaultProfile: 'big' },
+      null,
+    );
+    expect(l.profiles.big).toEqual({ ...BUILTIN_PROFILES.home, maxHomeBytes: 10737418240, homeAliases: ['/home/user'] });
+    expect(l.profiles.big).not.toHaveProperty('extends');
+    const s = buildConfig({ ...MIN, profiles: { notes: { extends: 'scratch', maxFileBytes: 0 } } }, null);
+    expect(s.profiles.notes).toEqual({ ...BUILTIN_PROFILES.scratch, maxFileBytes: 0 });
   });
 
   it('profile modes may be written as octal strings', () => {

@@ -26,10 +26,13 @@ describe('built-in profiles', () => {
     { name: 'home', field: 'content', value: 'binary' },
     { name: 'home', field: 'fileMode', value: 0o600 },
     { name: 'home', field: 'dirMode', value: 0o700 },
-    { name: 'home', field: 'allowUserExec', value: false },
-    { name: 'home', field: 'chmod', value: 'ignore' },
-    { name: 'home', field: 'symlinks', value: 'deny' },
+    { name: 'home', field: 'allowUserExec', value: true },
+    { name: 'home', field: 'chmod', value: 'owner' },
+    { name: 'home', field: 'symlinks', value: 'inside-home' },
     { name: 'home', field: 'hardLinks', value: 'deny' },
+    { name: 'scratch', field: 'symlinks', value: 'deny' },
+    { name: 'scratch', field: 'hardLinks', value: 'deny' },
+    { name: 'scratch', field: 'allowUserExec', value: false },
     { name: 'home', field: 'chown', value: 'owner-only' },
     { name: 'home', field: 'directIo', value: false },
     { name: 'home', field: 'maxNameBytes', value: 255 },
@@ -57,6 +60,12 @@ describe('built-in profiles', () => {
     { name: 'posix', field: 'chown', value: 'allow' },
   ] as const)('$name.$field = $value', ({ name, field, value }) => {
     expect(BUILTIN_PROFILES[name][field]).toBe(value);
+  });
+
+  it('home allows links into the read-only system trees; scratch allows none', () => {
+    expect(home.symlinkSystemPrefixes).toEqual(['/usr/', '/bin/', '/lib/', '/lib64/', '/opt/', '/etc/alternatives/']);
+    expect(home.homeAliases).toEqual([]);
+    expect(scratch.symlinkSystemPrefixes).toEqual([]);
   });
 
   it('are valid, deep-frozen, and the default exists', () => {
@@ -167,14 +176,18 @@ describe('validateProfileNames', () => {
 });
 
 describe('mode helpers', () => {
-  const execHome = withProfile(home, { allowUserExec: true });
+  /** the home profile as it was before it became a tool home: chmod ignored, no u+x */
+  const legacy = withProfile(home, { allowUserExec: false, chmod: 'ignore' });
+  const execHome = withProfile(legacy, { allowUserExec: true });
   it.each([
-    { name: 'home forces 0600 over 0644', p: home, req: 0o644, want: 0o600 },
-    { name: 'home drops u+x', p: home, req: 0o755, want: 0o600 },
+    { name: 'home forces 0600 over 0644', p: legacy, req: 0o644, want: 0o600 },
+    { name: 'home drops u+x', p: legacy, req: 0o755, want: 0o600 },
     { name: 'home+allowUserExec keeps a requested u+x', p: execHome, req: 0o755, want: 0o700 },
     { name: 'home+allowUserExec adds no u+x unasked', p: execHome, req: 0o644, want: 0o600 },
     { name: 'home+allowUserExec ignores g+x/o+x', p: execHome, req: 0o611, want: 0o600 },
     { name: 'scratch forces 0600', p: scratch, req: 0o777, want: 0o600 },
+    { name: 'tool home: 0600 unless created executable', p: home, req: 0o666, want: 0o600 },
+    { name: 'tool home: created executable is 0700', p: home, req: 0o775, want: 0o700 },
     { name: 'posix keeps the asked mode', p: posix, req: 0o640, want: 0o640 },
     { name: 'posix strips setuid', p: posix, req: 0o4755, want: 0o755 },
   ])('file: $name', ({ p, req, want }) => {
@@ -182,7 +195,7 @@ describe('mode helpers', () => {
   });
 
   it.each([
-    { name: 'home forces 0700', p: home, req: 0o755, want: 0o700 },
+    { name: 'home forces 0700', p: legacy, req: 0o755, want: 0o700 },
     { name: 'scratch forces 0700', p: scratch, req: 0o777, want: 0o700 },
     { name: 'posix keeps the asked mode', p: posix, req: 0o750, want: 0o750 },
     { name: 'posix strips sticky/setgid', p: posix, req: 0o3775, want: 0o775 },
@@ -193,10 +206,10 @@ describe('mode helpers', () => {
   const S_IFREG = 0o100000;
   const S_IFDIR = 0o040000;
   it.each([
-    { name: 'home: chmod +x is a successful no-op', p: home, dir: false, cur: S_IFREG | 0o600, req: 0o700, want: { action: 'keep' } },
-    { name: 'home: chmod 644 keeps 0600', p: home, dir: false, cur: S_IFREG | 0o600, req: 0o644, want: { action: 'keep' } },
-    { name: 'home: a drifted file is put back to 0600', p: home, dir: false, cur: S_IFREG | 0o644, req: 0o644, want: { action: 'apply', mode: 0o600 } },
-    { name: 'home: dir chmod 755 keeps 0700', p: home, dir: true, cur: S_IFDIR | 0o700, req: 0o755, want: { action: 'keep' } },
+    { name: 'home: chmod +x is a successful no-op', p: legacy, dir: false, cur: S_IFREG | 0o600, req: 0o700, want: { action: 'keep' } },
+    { name: 'home: chmod 644 keeps 0600', p: legacy, dir: false, cur: S_IFREG | 0o600, req: 0o644, want: { action: 'keep' } },
+    { name: 'home: a drifted file is put back to 0600', p: legacy, dir: false, cur: S_IFREG | 0o644, req: 0o644, want: { action: 'apply', mode: 0o600 } },
+    { name: 'home: dir chmod 755 keeps 0700', p: legacy, dir: true, cur: S_IFDIR | 0o700, req: 0o755, want: { action: 'keep' } },
     { name: 'home+exec: chmod +x applies 0700', p: execHome, dir: false, cur: S_IFREG | 0o600, req: 0o755, want: { action: 'apply', mode: 0o700 } },
     { name: 'home+exec: chmod -x applies 0600', p: execHome, dir: false, cur: S_IFREG | 0o700, req: 0o644, want: { action: 'apply', mode: 0o600 } },
     { name: 'scratch: chmod +x refused', p: scratch, dir: false, cur: S_IFREG | 0o600, req: 0o700, want: { action: 'refuse' } },
@@ -207,6 +220,12 @@ describe('mode helpers', () => {
     { name: 'scratch: setuid refused', p: scratch, dir: false, cur: S_IFREG | 0o600, req: 0o4600, want: { action: 'refuse' } },
     { name: 'scratch: dir 755 refused', p: scratch, dir: true, cur: S_IFDIR | 0o700, req: 0o755, want: { action: 'refuse' } },
     { name: 'scratch: dir 500 narrows', p: scratch, dir: true, cur: S_IFDIR | 0o700, req: 0o500, want: { action: 'apply', mode: 0o500 } },
+    { name: 'tool home: chmod 755 keeps the owner bits 0700', p: home, dir: false, cur: S_IFREG | 0o600, req: 0o755, want: { action: 'apply', mode: 0o700 } },
+    { name: 'tool home: chmod 444 (git objects) applies 0400', p: home, dir: false, cur: S_IFREG | 0o600, req: 0o444, want: { action: 'apply', mode: 0o400 } },
+    { name: 'tool home: setuid/setgid/sticky and group bits dropped silently', p: home, dir: false, cur: S_IFREG | 0o700, req: 0o7777, want: { action: 'keep' } },
+    { name: 'tool home: chmod -x', p: home, dir: false, cur: S_IFREG | 0o700, req: 0o644, want: { action: 'apply', mode: 0o600 } },
+    { name: 'tool home: dir 2775 keeps 0700', p: home, dir: true, cur: S_IFDIR | 0o700, req: 0o2775, want: { action: 'keep' } },
+    { name: 'tool home: dir 500 applies', p: home, dir: true, cur: S_IFDIR | 0o700, req: 0o555, want: { action: 'apply', mode: 0o500 } },
     { name: 'posix: chmod 755 applies', p: posix, dir: false, cur: S_IFREG | 0o644, req: 0o755, want: { action: 'apply', mode: 0o755 } },
     { name: 'posix: setuid dropped', p: posix, dir: false, cur: S_IFREG | 0o644, req: 0o4755, want: { action: 'apply', mode: 0o755 } },
     { name: 'asked + ignore: nothing to force, no-op', p: withProfile(posix, { chmod: 'ignore' }), dir: false, cur: 0o644, req: 0o777, want: { action: 'keep' } },
@@ -214,6 +233,18 @@ describe('mode helpers', () => {
     { name: 'asked + deny-widen: narrowing applies', p: withProfile(posix, { chmod: 'deny-widen' }), dir: false, cur: 0o640, req: 0o600, want: { action: 'apply', mode: 0o600 } },
   ])('chmod: $name', ({ p, dir, cur, req, want }) => {
     expect(chmodDecision(p, dir, cur, req)).toEqual(want);
+  });
+
+  it('tool home: whatever is asked, only owner bits result, and they are the asked ones', () => {
+    const mode = fc.integer({ min: 0, max: 0o7777 });
+    fc.assert(
+      fc.property(fc.boolean(), mode, mode, (isDir, cur, req) => {
+        const d = chmodDecision(home, isDir, cur, req);
+        const final = d.action === 'apply' ? d.mode : d.action === 'keep' ? cur & 0o777 : -1;
+        expect(final).toBe(req & 0o700);
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('deny-widen never yields bits beyond the forced mode; ignore never moves off it', () => {
@@ -225,7 +256,7 @@ describe('mode helpers', () => {
         const d = chmodDecision(s, isDir, cur, req);
         if (d.action === 'apply') expect(d.mode & ~ceiling).toBe(0);
         if (d.action === 'refuse') expect((req & ~ceiling) !== 0).toBe(true);
-        const h = chmodDecision(withProfile(home, { allowUserExec: exec }), isDir, cur, req);
+        const h = chmodDecision(withProfile(legacy, { allowUserExec: exec }), isDir, cur, req);
         expect(h.action).not.toBe('refuse');
         const final = h.action === 'apply' ? h.mode : cur & 0o777;
         if (isDir) expect(final).toBe(0o700);
@@ -302,7 +333,44 @@ describe('symlinkTargetInsideHome', () => {
    * was admitted by the check, then follow each link the way the kernel would:
    * none may lead above the home root.
    */
-  it('admitted symlinks never resolve outside the home (physical `..`)', () => {
+  const HOME_PATH = '/m/t/k';
+  const SCOPE = { homePaths: [HOME_PATH, '/home/user'], systemPrefixes: ['/usr/'] };
+  const absTargetArb = fc
+    .tuple(fc.constantFrom(`${HOME_PATH}`, '/home/user', '/usr', '/usr/', '/m/t', '/m/t/k2', '/etc', '/home/user2'), fc.array(targetComponent, { maxLength: 4 }))
+    .map(([prefix, parts]) => [prefix, ...parts].join('/'));
+
+  it.each([
+    { dir: ['bin'], target: '/usr/bin/python3', want: true },
+    { dir: [], target: '/usr', want: true },
+    { dir: [], target: '/usr/../etc/shadow', want: false },
+    { dir: [], target: '/usrx/bin', want: false },
+    { dir: [], target: '/etc/shadow', want: false },
+    { dir: [], target: `${HOME_PATH}/.sdkman/candidates/java/21`, want: true },
+    { dir: [], target: HOME_PATH, want: true },
+    { dir: [], target: `${HOME_PATH}//./x`, want: true },
+    { dir: [], target: `${HOME_PATH}/a/../../k2/x`, want: false },
+    { dir: [], target: `${HOME_PATH}2/x`, want: false },
+    { dir: [], target: '/m/t/k2/x', want: false },
+    { dir: ['a'], target: '/home/user/my-app', want: true },
+    { dir: ['a'], target: '/home/user2', want: false },
+    { dir: ['a'], target: '/', want: false },
+  ])('with a scope: $dir + "$target" -> $want', ({ dir, target, want }) => {
+    expect(symlinkTargetInsideHome(dir, target, SCOPE)).toBe(want);
+    // Without a scope no absolute target is inside.
+    if (target.startsWith('/')) expect(symlinkTargetInsideHome(dir, target)).toBe(false);
+  });
+
+  /**
+   * The kernel resolves `..` physically. Build random trees where every symlink
+   * was admitted by the check, then follow each link the way the kernel would:
+   * none may lead above the home root. With a scope, absolute targets lead to
+   * the home root (its path or alias) or into a system tree (allowed; its
+   * parent is not).
+   */
+  it.each([
+    { name: 'relative targets only', scope: undefined },
+    { name: 'home paths, aliases and system prefixes', scope: SCOPE },
+  ])('admitted symlinks never resolve outside the home (physical `..`): $name', ({ scope }) => {
     interface Dir {
       kind: 'dir';
       parent: Dir | null;
@@ -315,6 +383,7 @@ describe('symlinkTargetInsideHome', () => {
     }
     const ESCAPE = Symbol('escape');
     const STOP = Symbol('stop'); // ENOENT or ELOOP: the kernel fails, fine
+    const SYSTEM = Symbol('system'); // somewhere below /usr/: allowed, read-only
     const pathOf = (d: Dir): string[] => {
       const out: string[] = [];
       for (let cur = d; cur.parent !== null; cur = cur.parent) {
@@ -322,11 +391,33 @@ describe('symlinkTargetInsideHome', () => {
       }
       return out;
     };
-    const resolve = (from: Dir, target: string, hops: number): Dir | typeof ESCAPE | typeof STOP => {
-      if (target.startsWith('/')) return ESCAPE;
-      let cur = from;
-      for (const c of target.split('/')) {
+    type Where = Dir | typeof ESCAPE | typeof STOP | typeof SYSTEM;
+    let root!: Dir;
+    const resolve = (from: Dir, target: string, hops: number): Where => {
+      let cur: Dir | typeof SYSTEM = from;
+      let parts = target.split('/');
+      if (target.startsWith('/')) {
+        const norm = parts.filter((c) => c !== '' && c !== '.');
+        const homeLen = [HOME_PATH, '/home/user'].map((h) => h.split('/').length - 1).find((n, i) => norm.slice(0, n).join('/') === [HOME_PATH, '/home/user'][i]!.slice(1));
+        if (homeLen !== undefined) {
+          cur = root;
+          parts = norm.slice(homeLen);
+        } else if (norm[0] === 'usr') {
+          cur = SYSTEM;
+          parts = norm.slice(1);
+        } else return ESCAPE;
+      }
+      // Depth below the system prefix: `..` back above it leaves the allowed trees.
+      let sysDepth = 0;
+      for (const c of parts) {
         if (c === '' || c === '.') continue;
+        if (cur === SYSTEM) {
+          if (c === '..') {
+            if (sysDepth === 0) return ESCAPE;
+            sysDepth--;
+          } else sysDepth++;
+          continue;
+        }
         if (c === '..') {
           if (cur.parent === null) return ESCAPE;
           cur = cur.parent;
@@ -341,6 +432,12 @@ describe('symlinkTargetInsideHome', () => {
         if (hops >= 40) return STOP;
         const r = resolve(child.parent, child.target, hops + 1);
         if (r === ESCAPE || r === STOP) return r;
+        // A link into a system tree: what lies below it is not modelled, and a later `..` could climb anywhere.
+        if (r === SYSTEM) {
+          cur = SYSTEM;
+          sysDepth = Number.POSITIVE_INFINITY;
+          continue;
+        }
         cur = r;
       }
       return cur;
@@ -348,11 +445,11 @@ describe('symlinkTargetInsideHome', () => {
 
     const op = fc.oneof(
       fc.record({ t: fc.constant('mkdir' as const), at: fc.nat(), name: component }),
-      fc.record({ t: fc.constant('symlink' as const), at: fc.nat(), name: component, target: targetArb }),
+      fc.record({ t: fc.constant('symlink' as const), at: fc.nat(), name: component, target: scope ? fc.oneof(targetArb, absTargetArb) : targetArb }),
     );
     fc.assert(
       fc.property(fc.array(op, { maxLength: 25 }), (ops) => {
-        const root: Dir = { kind: 'dir', parent: null, children: new Map() };
+        root = { kind: 'dir', parent: null, children: new Map() };
         const dirs: Dir[] = [root];
         const links: Link[] = [];
         for (const o of ops) {
@@ -362,7 +459,7 @@ describe('symlinkTargetInsideHome', () => {
             const d: Dir = { kind: 'dir', parent: at, children: new Map() };
             at.children.set(o.name, d);
             dirs.push(d);
-          } else if (symlinkTargetInsideHome(pathOf(at), o.target)) {
+          } else if (symlinkTargetInsideHome(pathOf(at), o.target, scope)) {
             const l: Link = { kind: 'link', parent: at, target: o.target };
             at.children.set(o.name, l);
             links.push(l);
