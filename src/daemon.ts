@@ -80,6 +80,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     profileFor: (ref) => manager!.profileFor(ref),
     utimensat: nativeUtimensat(Fuse),
     mknod: nativeMknod(Fuse),
+    mountRoot: config.mount,
   });
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }));
   const homes = manager;

@@ -21,6 +21,9 @@ export const pooled = {
   fchmod: promisify(fs.fchmod),
   chmod: promisify(fs.chmod),
   lchown: promisify(fs.lchown),
+  /** only ever on /proc/self/fd/N: follows the descriptor's magic link to the node itself */
+  chown: promisify(fs.chown),
+  fchown: promisify(fs.fchown),
   mkdir: (path: string, mode: number): Promise<void> =>
     new Promise((resolve, reject) => fs.mkdir(path, { mode }, (e) => (e ? reject(e) : resolve()))),
   rmdir: promisify(fs.rmdir) as (path: fs.PathLike) => Promise<void>,
@@ -64,6 +67,8 @@ const inline: Pooled = {
   fchmod: now((fd: number, mode: fs.Mode) => fs.fchmodSync(fd, mode)),
   chmod: now((path: fs.PathLike, mode: fs.Mode) => fs.chmodSync(path, mode)),
   lchown: now((path: fs.PathLike, uid: number, gid: number) => fs.lchownSync(path, uid, gid)),
+  chown: now((path: fs.PathLike, uid: number, gid: number) => fs.chownSync(path, uid, gid)),
+  fchown: now((fd: number, uid: number, gid: number) => fs.fchownSync(fd, uid, gid)),
   mkdir: now((path: string, mode: number) => void fs.mkdirSync(path, { mode })),
   rmdir: now((path: fs.PathLike) => fs.rmdirSync(path)),
   unlink: now((path: fs.PathLike) => fs.unlinkSync(path)),
@@ -81,6 +86,8 @@ export let lstat = inline.lstat;
 export let fchmod = inline.fchmod;
 export let chmod = inline.chmod;
 export let lchown = inline.lchown;
+export let chown = inline.chown;
+export let fchown = inline.fchown;
 export let mkdir = inline.mkdir;
 export let rmdir = inline.rmdir;
 export let unlink = inline.unlink;
@@ -93,7 +100,7 @@ export let readdirRaw = inline.readdirRaw;
 /** Choose where metadata calls run (config `syncMetadata`); set once at start, before serving. */
 export function setSyncMetadata(on: boolean): void {
   const m = on ? inline : pooled;
-  ({ open, close, fstat, lstat, fchmod, chmod, lchown, mkdir, rmdir, unlink, rename, symlink, link, readlink, readdirRaw } = m);
+  ({ open, close, fstat, lstat, fchmod, chmod, lchown, chown, fchown, mkdir, rmdir, unlink, rename, symlink, link, readlink, readdirRaw } = m);
 }
 
 export const read = (fd: number, buf: Buffer, off: number, len: number, pos: number): Promise<number> =>

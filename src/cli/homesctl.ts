@@ -286,7 +286,7 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     },
   },
   rescan: {
-    summary: "Rebuild a home's usage ledger from disk and report any drift",
+    summary: "Rebuild a home's usage ledger from disk, report any drift, give backing nodes back to the home's owner",
     synopsis: 'HOME',
     description: HOME_HELP,
     positionals: { min: 1, max: 1 },
@@ -300,6 +300,7 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
           ['Bytes', `${formatBytes(r.before.bytes)} -> ${formatBytes(r.after.bytes)} (drift ${formatSignedBytes(r.drift.bytes)}; exact: ${r.before.bytes} -> ${r.after.bytes})`],
           ['Inodes', `${r.before.inodes} -> ${r.after.inodes} (drift ${signed(r.drift.inodes)})`],
           ['Ledger', r.drift.bytes === 0 && r.drift.inodes === 0 ? 'matched the disk' : 'corrected to what is on disk'],
+          ...(r.repaired ? ([['Repaired', `${r.repaired.owners} owners, ${r.repaired.modes} modes`]] as [string, string][]) : []),
         ]) + '\n'
       );
     },

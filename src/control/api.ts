@@ -133,6 +133,8 @@ export interface RescanResult {
   before: { bytes: number; inodes: number };
   after: { bytes: number; inodes: number };
   drift: { bytes: number; inodes: number };
+  /** backing nodes put back to the owner (and owner-only modes) the profile presents; absent where the profile shows real ownership */
+  repaired?: { owners: number; modes: number };
 }
 
 export interface ResolveResult {

@@ -1,7 +1,7 @@
 import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
-import { chmodDecision, symlinkTargetInsideHome } from '../policy/profiles.js';
+import { chmodDecision } from '../policy/profiles.js';
 import type { FsContext, TimeSpec } from './context.js';
 import { daemonDirAttr, homeNodeAttr, type Attr } from './present.js';
 import { inodeKey, type HomeState } from './state.js';
@@ -195,7 +195,7 @@ export async function readlink(ctx: FsContext, path: string): Promise<string> {
   } catch {
     throw new HomesError('NOT_UTF8_NAME', 'symlink target is not valid UTF-8');
   }
-  if (hs.profile.symlinks !== 'any' && !symlinkTargetInsideHome([...vp.dir], target)) {
+  if (!ctx.linkStaysInside(hs, vp.dir, target)) {
     throw new HomesError('SYMLINK_ESCAPES', 'symlink target leaves the home', { target });
   }
   return target;

@@ -1,4 +1,5 @@
 import { fstatSync } from 'node:fs';
+import { posix } from 'node:path';
 import type { BackingStore } from '../backing/store.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
@@ -6,7 +7,8 @@ import type { Logger } from '../log.js';
 import { checkComponent } from '../paths/names.js';
 import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } from '../paths/parse.js';
 import { Ledger } from '../policy/ledger.js';
-import type { Profile } from '../policy/profiles.js';
+import { symlinkTargetInsideHome, type Profile } from '../policy/profiles.js';
+import type { Owner } from '../backing/store.js';
 import { scanHome } from './scan.js';
 import { HandleTable, Mutex, type FileHandle, type HomeState, type OpenInode, inodeKey } from './state.js';
 
@@ -38,6 +40,8 @@ export interface FsDeps {
   utimensat: Utimensat;
   /** mknod(2) (Node has none), provided by the patched binding */
   mknod: (path: string, mode: number, dev: number) => Promise<void>;
+  /** the mount point: absolute link targets under <mount>/<tenant>/<key> stay in that home */
+  mountRoot: string;
 }
 
 /**
@@ -319,6 +323,34 @@ export class FsContext {
         throw new HomesError('OP_REFUSED', `a directory holds at most ${hs.profile.maxEntriesPerDir} entries in profile ${hs.profileName}`);
       }
     }
+  }
+
+  /**
+   * Does a symlink standing in `dir` with this target stay in the home, under
+   * the home's profile? Asked at creation and at every follow: the home's
+   * path is taken as it is now (a renamed home's old absolute links lead out).
+   * A profile that denies links still judges planted relative ones, so they
+   * can be read.
+   */
+  linkStaysInside(hs: HomeState, dir: readonly string[], target: string): boolean {
+    const rule = hs.profile.symlinks;
+    if (rule === 'any') return true;
+    if (rule === 'deny') return symlinkTargetInsideHome([...dir], target);
+    const { tenant, key } = hs.backing.ref;
+    return symlinkTargetInsideHome([...dir], target, {
+      homePaths: [`${posix.resolve(this.deps.mountRoot)}/${tenant}/${key}`, ...hs.profile.homeAliases],
+      systemPrefixes: hs.profile.symlinkSystemPrefixes,
+    });
+  }
+
+  /**
+   * Who owns a new backing node on disk: whom the profile presents. The home's
+   * owner, or the creating caller where real ownership is shown (`chown:
+   * allow`). The backing tree then says who owns what without the daemon, and
+   * a profile switch never locks the owner out.
+   */
+  diskOwner(hs: HomeState, caller: Caller): Owner {
+    return hs.profile.chown === 'allow' ? { uid: caller.uid, gid: caller.gid } : hs.backing.owner;
   }
 
   /** Open an O_PATH descriptor for `name` in `dirFd` if it exists. */

@@ -3,7 +3,7 @@ import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import type { HomeRef } from '../paths/parse.js';
 import { checkComponent, decodeBackingName } from '../paths/names.js';
-import { effectiveDirMode, effectiveFileMode, maySpecial, symlinkTargetInsideHome, type SpecialKind } from '../policy/profiles.js';
+import { effectiveDirMode, effectiveFileMode, maySpecial, type SpecialKind } from '../policy/profiles.js';
 import type { Caller, FsContext } from './context.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
 import type { HomeState } from './state.js';
@@ -78,7 +78,8 @@ export async function mkdir(ctx: FsContext, path: string, mode: number, caller: 
         undo();
         throw err;
       }
-      if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+      const owner = ctx.diskOwner(hs, caller);
+      await sys.lchown(sys.fdPath(dirFd, vp.name), owner.uid, owner.gid);
     });
   });
 }
@@ -164,9 +165,7 @@ export async function symlink(ctx: FsContext, target: string, path: string, call
   await ctx.changing(vp.home, async (hs) => {
     const rule = hs.profile.symlinks;
     if (rule === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
-    if (rule === 'inside-home' && !symlinkTargetInsideHome([...vp.dir], target)) {
-      throw new HomesError('OP_REFUSED', 'symlink target leaves the home', { target });
-    }
+    if (!ctx.linkStaysInside(hs, vp.dir, target)) throw new HomesError('OP_REFUSED', 'symlink target leaves the home', { target });
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
       const undo = hs.ledger.addInode();
@@ -176,7 +175,8 @@ export async function symlink(ctx: FsContext, target: string, path: string, call
         undo();
         throw err;
       }
-      if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+      const owner = ctx.diskOwner(hs, caller);
+      await sys.lchown(sys.fdPath(dirFd, vp.name), owner.uid, owner.gid);
     });
   });
 }
@@ -240,7 +240,8 @@ async function mknodIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string
       undo();
       throw err;
     }
-    if (hs.profile.chown === 'allow') await sys.lchown(sys.fdPath(dirFd, vp.name), caller.uid, caller.gid);
+    const owner = ctx.diskOwner(hs, caller);
+    await sys.lchown(sys.fdPath(dirFd, vp.name), owner.uid, owner.gid);
   });
 }
 

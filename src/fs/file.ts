@@ -177,7 +177,11 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
     try {
       const st = await sys.fstat(fd);
       refuseNonRegular(st);
-      if (created && hs.profile.chown === 'allow') await sys.lchown(target, caller.uid, caller.gid);
+      if (created) {
+        // By descriptor: the node just created, whatever the name points to by now.
+        const owner = ctx.diskOwner(hs, caller);
+        await sys.fchown(fd, owner.uid, owner.gid);
+      }
       res = attach(ctx, hs, fd, st, flags, vp.rel);
     } catch (err) {
       await sys.close(fd).catch(() => undefined);

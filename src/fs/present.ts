@@ -1,7 +1,7 @@
 import type { BigIntStats } from 'node:fs';
 import type { Owner } from '../backing/store.js';
 import { HomesError } from '../errors.js';
-import type { Profile } from '../policy/profiles.js';
+import { OWNER_BITS, type Profile } from '../policy/profiles.js';
 
 /** What the FUSE adapter hands to the kernel for one node. */
 export interface Attr {
@@ -86,6 +86,8 @@ export function daemonDirAttr(st: BigIntStats): Attr {
 export function presentedMode(profile: Profile, st: BigIntStats): number {
   const type = Number(st.mode) & S_IFMT;
   const perms = Number(st.mode) & 0o7777;
+  // The owner's own bits, whatever reached the backing tree: nothing is ever open to another uid.
+  if (profile.chmod === 'owner' && (type === S_IFDIR || type === S_IFREG)) return type | (perms & OWNER_BITS);
   if (type === S_IFDIR) return type | (profile.dirMode === 'asked' ? perms : profile.dirMode);
   if (type === S_IFREG) {
     if (profile.fileMode === 'asked') return type | perms;

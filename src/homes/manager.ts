@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Owner } from '../backing/store.js';
+import { repairTree } from '../backing/repair.js';
 import { TRASH_PREFIX } from '../backing/store.js';
 import type { LoadedConfig } from '../config/load.js';
 import type {
@@ -485,8 +486,14 @@ export class HomeManager {
       hs.ledger = new Ledger(hs.ledger.limits, { bytes, inodes });
       const after = { bytes, inodes };
       const drift = { bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes };
-      (drift.bytes || drift.inodes ? this.log.warn.bind(this.log) : this.log.info.bind(this.log))({ home: homeId(ref), before, after, drift }, 'home rescanned');
-      return { home: homeId(ref), before, after, drift };
+      // Where the profile presents the home's owner, the backing tree says so too (homes from older versions had root-owned files).
+      const repaired =
+        hs.profile.chown === 'allow'
+          ? undefined
+          : await this.ctx.store.useHome(hs.backing, (fd) => repairTree(fd, { owner: hs.backing.owner, ownerBitsOnly: hs.profile.chmod !== 'allow' }));
+      const changed = drift.bytes || drift.inodes || (repaired && (repaired.owners || repaired.modes));
+      (changed ? this.log.warn.bind(this.log) : this.log.info.bind(this.log))({ home: homeId(ref), before, after, drift, repaired }, 'home rescanned');
+      return { home: homeId(ref), before, after, drift, ...(repaired ? { repaired } : {}) };
     } finally {
       gate();
     }
