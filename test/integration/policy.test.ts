@@ -302,12 +302,18 @@ os.close(fd)
   });
 
   describe('modes and chmod', () => {
-    it('home: chmod +x succeeds and the mode stays 0600', async () => {
+    it('home: the owner bits are the owner\'s (chmod +x runs), group/other/special bits are dropped silently', async () => {
       const h = home('home');
-      const r = await sh(`cd ${h} && echo hi > tool && chmod +x tool; echo "rc=$?"; chmod 777 tool; echo "rc=$?"; stat -c %A tool`);
+      const r = await sh(
+        `cd ${h} && printf '#!/bin/sh\\necho ran\\n' > tool && chmod +x tool; echo "rc=$?"; ./tool; chmod 6777 tool; echo "rc=$?"; stat -c %A tool; ` +
+          `chmod 444 tool; stat -c %a tool; chmod 644 tool; stat -c %a tool; mkdir dd && chmod 2775 dd; echo "rc=$?"; stat -c %a dd`,
+      );
       expect(r.stderr).toBe('');
-      expect(r.stdout).toBe('rc=0\nrc=0\n-rw-------\n');
-      expect(statSync(join(backing('home'), 'tool')).mode & 0o7777).toBe(0o600);
+      expect(r.stdout).toBe('rc=0\nran\nrc=0\n-rwx------\n400\n600\nrc=0\n700\n');
+      const st = statSync(join(backing('home'), 'tool'));
+      expect(st.mode & 0o7777).toBe(0o600);
+      expect([st.uid, st.gid]).toEqual([U.uid, U.gid]);
+      expect(statSync(join(backing('home'), 'dd')).mode & 0o7777).toBe(0o700);
     }, 30_000);
 
     it('scratch: chmod +x fails with EPERM and the mode stays', async () => {
@@ -318,33 +324,34 @@ os.close(fd)
       expect(statSync(join(backing('scratch'), 's')).mode & 0o7777).toBe(0o600);
     }, 30_000);
 
-    it('home: new files are 0600 and directories 0700 whatever umask and install -m ask', async () => {
+    it('home: new files are 0600 (0700 when created executable) and directories 0700 whatever umask and install -m ask', async () => {
       const h = home('home');
       const r = await sh(
         `cd ${h} && umask 000 && touch m-file && mkdir m-dir && mkdir -m 777 m-dir2 && echo x > m-src && install -m 777 m-src m-inst && ` +
           `python3 -c "import os; os.close(os.open('m-py', os.O_CREAT|os.O_WRONLY, 0o777))" && stat -c '%n %a' m-file m-dir m-dir2 m-inst m-py`,
       );
       expect(r.stderr).toBe('');
-      expect(r.stdout).toBe('m-file 600\nm-dir 700\nm-dir2 700\nm-inst 600\nm-py 600\n');
+      expect(r.stdout).toBe('m-file 600\nm-dir 700\nm-dir2 700\nm-inst 700\nm-py 700\n');
       const b = backing('home');
-      for (const n of ['m-file', 'm-inst', 'm-py']) expect([n, statSync(join(b, n)).mode & 0o7777]).toEqual([n, 0o600]);
-      for (const n of ['m-dir', 'm-dir2']) expect([n, statSync(join(b, n)).mode & 0o7777]).toEqual([n, 0o700]);
+      for (const n of ['m-file']) expect([n, statSync(join(b, n)).mode & 0o7777]).toEqual([n, 0o600]);
+      for (const n of ['m-dir', 'm-dir2', 'm-inst', 'm-py']) expect([n, statSync(join(b, n)).mode & 0o7777]).toEqual([n, 0o700]);
+      // On disk, every node belongs to the home's owner.
+      for (const n of ['m-file', 'm-dir', 'm-dir2', 'm-inst', 'm-py']) expect([n, statSync(join(b, n)).uid, statSync(join(b, n)).gid]).toEqual([n, U.uid, U.gid]);
     }, 30_000);
   });
 
   describe('refused operations', () => {
-    it('home: ln -s and ln are EPERM, scratch: mkfifo is EPERM, and they leave nothing behind', async () => {
-      const h = home('home');
+    it('scratch: ln -s, ln and mkfifo are EPERM and leave nothing behind', async () => {
+      const h = home('scratch');
       const r = await sh(
         `cd ${h} && echo t > lt && ln -s lt sl 2>&1; echo "rc=$?"; ln lt hl 2>&1; echo "rc=$?"; mkfifo ${home('scratch')}/ff 2>&1; echo "rc=$?"`,
       );
       const lines = r.stdout.trim().split('\n');
       expect(lines.filter((l) => /Operation not permitted/.test(l))).toHaveLength(3);
       expect(lines.filter((l) => l === 'rc=1')).toHaveLength(3);
-      for (const n of ['sl', 'hl']) expect(existsSync(join(backing('home'), n))).toBe(false);
-      expect(existsSync(join(backing('scratch'), 'ff'))).toBe(false);
-      expect(statSync(join(backing('home'), 'lt')).nlink).toBe(1);
-      const w = await d.waitForLog((l) => l.level === 'warn' && l.home === `${T}/home` && l.code === 'OP_REFUSED' && l.op === 'symlink', 10_000);
+      for (const n of ['sl', 'hl', 'ff']) expect(existsSync(join(backing('scratch'), n))).toBe(false);
+      expect(statSync(join(backing('scratch'), 'lt')).nlink).toBe(1);
+      const w = await d.waitForLog((l) => l.level === 'warn' && l.home === `${T}/scratch` && l.code === 'OP_REFUSED' && l.op === 'symlink', 10_000);
       expect((w.caller as { uid: number }).uid).toBe(U.uid);
     }, 30_000);
 
