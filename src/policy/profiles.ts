@@ -175,7 +175,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     symlinks: 'inside-home',
     symlinkSystemPrefixes: [...DEFAULT_SYSTEM_PREFIXES],
     homeAliases: [],
-    hardLinks: 'deny',
+    hardLinks: 'inside-home',
     specialFiles: 'fifo-socket',
     chown: 'owner-only',
     directIo: false,

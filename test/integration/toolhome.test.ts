@@ -226,6 +226,47 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
       expectBackingClean('tools');
     }, 180_000);
 
+    it('hard links inside one home: one inode, counted once; across homes EXDEV', async () => {
+      const usage = async () => {
+        const u = await ctl('usage', `${T}/esc`);
+        return { bytes: u.bytes as number, inodes: u.inodes as number };
+      };
+      let r = await inHome('esc', `head -c 5000 /dev/zero > hl-a && echo ok`);
+      expect(r.stdout).toBe('ok\n');
+      const before = await usage();
+      // The new name's attributes are fresh; the old name's may be cached for attrTimeout (README, inode numbers).
+      r = await inHome('esc', `ln hl-a hl-b && stat -c '%i' hl-a && stat -c '%i %h' hl-b && ln hl-a ${home('tools')}/hl-x 2>&1; echo "rc=$?"`);
+      const ino = String(lstatSync(join(backing('esc'), 'hl-a')).ino);
+      expect(r.stdout.startsWith(`${ino}\n${ino} 2\n`)).toBe(true);
+      expect(r.stdout).toMatch(/Invalid cross-device link\nrc=1\n$/);
+      expect(existsSync(join(backing('tools'), 'hl-x'))).toBe(false);
+      expect(await usage()).toEqual(before);
+      await inHome('esc', `rm hl-a`);
+      expect(await usage()).toEqual(before);
+      await inHome('esc', `rm hl-b`);
+      expect(await usage()).toEqual({ bytes: before.bytes - 5000, inodes: before.inodes - 1 });
+    });
+
+    it('a local git clone hard-links its objects and works', async () => {
+      const git = `GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x`;
+      const r = await inHome(
+        'tools',
+        `git init -q local && cd local && for i in 1 2 3; do echo $i > f$i; done && git add -A && ${git} git commit -qm one && cd .. && ` +
+          `git clone -q local local-clone && cd local-clone && git status --porcelain && cat f3 && echo more >> f1 && ${git} git commit -qam two && git log --oneline | wc -l`,
+        120_000,
+      );
+      expect(r.stderr).toBe('');
+      expect(r.stdout).toBe('3\n2\n');
+      // The loose objects of the first commit are shared: one inode under two names.
+      const objs = join(backing('tools'), 'local-clone/.git/objects');
+      const linked = readdirSync(objs)
+        .filter((x) => /^[0-9a-f]{2}$/.test(x))
+        .flatMap((x) => readdirSync(join(objs, x)).map((f) => lstatSync(join(objs, x, f))))
+        .filter((st) => st.nlink === 2);
+      expect(linked.length).toBeGreaterThanOrEqual(3);
+      expectBackingClean('tools');
+    }, 180_000);
+
     it('an sdkman-like layout: versions, absolute current links (own path and a declared alias), bin/ on PATH', async () => {
       const exe = (path: string, says: string): string => `mkdir -p $(dirname ${path}) && printf '#!/bin/sh\\necho ${says}\\n' > ${path} && chmod 755 ${path}`;
       const layout =

@@ -29,7 +29,7 @@ describe('built-in profiles', () => {
     { name: 'home', field: 'allowUserExec', value: true },
     { name: 'home', field: 'chmod', value: 'owner' },
     { name: 'home', field: 'symlinks', value: 'inside-home' },
-    { name: 'home', field: 'hardLinks', value: 'deny' },
+    { name: 'home', field: 'hardLinks', value: 'inside-home' },
     { name: 'scratch', field: 'symlinks', value: 'deny' },
     { name: 'scratch', field: 'hardLinks', value: 'deny' },
     { name: 'scratch', field: 'allowUserExec', value: false },
