@@ -10,13 +10,18 @@ const OTHER = { uid: 40002, gid: 40002 };
 
 if (!canMount) console.warn(`core integration suite skipped: ${skipReason}`);
 
-/** Sum of the logical sizes of regular files below dir (what `find -type f` sizes add up to). */
-function regularBytes(dir: string): number {
+/** Sum of the logical sizes of regular files below dir, each inode once (a local git clone hard-links its objects). */
+function regularBytes(dir: string, seen = new Set<number>()): number {
   let total = 0;
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
-    if (e.isDirectory()) total += regularBytes(p);
-    else if (e.isFile()) total += lstatSync(p).size;
+    if (e.isDirectory()) total += regularBytes(p, seen);
+    else if (e.isFile()) {
+      const st = lstatSync(p);
+      if (seen.has(st.ino)) continue;
+      seen.add(st.ino);
+      total += st.size;
+    }
   }
   return total;
 }
