@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in libfuse2 libfuse-dev pkg-config g++ make python3 python3-venv git tar diffutils util-linux sqlite3 procps strace; do
+for pkg in libfuse2 libfuse-dev pkg-config g++ make python3 python3-venv openssh-client git tar diffutils util-linux sqlite3 procps strace; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

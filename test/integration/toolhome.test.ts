@@ -267,6 +267,50 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
       expectBackingClean('tools');
     }, 180_000);
 
+    it('make -j4 with a fifo jobserver (or fifos made in the home by parallel recipes)', async () => {
+      const fifoStyle = (await runAsync('make', ['--help'])).stdout.includes('jobserver-style');
+      const makefile = [
+        'J := a b c d e f g h',
+        'all: $(J) relay',
+        '\t@cat $(J:%=out.%) | sort | tr -d "\\n"; echo',
+        '$(J):',
+        '\t@echo $@ > out.$@',
+        // Two recipes meet through a FIFO in the home, as a jobserver's clients do.
+        'relay:',
+        '\t@rm -f q && mkfifo q && { cat q > got & echo through-fifo > q; wait; } && cat got',
+        '',
+      ].join('\n');
+      writeFileSync(join(fixtures, 'Makefile'), makefile, { mode: 0o644 });
+      const r = await inHome(
+        'tools',
+        `mkdir -p mk tmp && cp ${fixtures}/Makefile mk/ && cd mk && TMPDIR=$HOME/tmp make -s -j4 ${fifoStyle ? '--jobserver-style=fifo' : ''} && stat -c %F q`,
+        60_000,
+      );
+      expect(r.stderr).toBe('');
+      expect(r.stdout.split('\n').sort().join('\n')).toBe(['', 'abcdefgh', 'fifo', 'through-fifo'].sort().join('\n'));
+      expect(lstatSync(join(backing('tools'), 'mk/q')).isFIFO()).toBe(true);
+      expectBackingClean('tools');
+    }, 90_000);
+
+    it('ssh-agent -a with its socket in the home, and ssh-add through it; python socket.bind', async () => {
+      // ssh-keygen needs a passwd entry for the uid; the key is made outside and copied in, as a deployment would.
+      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 't', '-f', join(fixtures, 'id_ed25519')]);
+      chmodSync(join(fixtures, 'id_ed25519'), 0o644);
+      const r = await inHome(
+        'tools',
+        `mkdir -p .ssh && chmod 700 .ssh && cp ${fixtures}/id_ed25519 .ssh/ && ` +
+          `eval "$(ssh-agent -s -a $HOME/.ssh/agent.sock)" >/dev/null && stat -c %F .ssh/agent.sock && ` +
+          `ssh-add -q .ssh/id_ed25519 && ssh-add -l | cut -d' ' -f3 && ssh-agent -k >/dev/null && ` +
+          `${PY} -c "import socket,os; s=socket.socket(socket.AF_UNIX); s.bind('py.sock'); s.listen(); c=socket.socket(socket.AF_UNIX); c.connect('py.sock'); a,_=s.accept(); c.sendall(b'ping'); print(a.recv(4).decode())"`,
+        60_000,
+      );
+      expect(r.stderr).toBe('');
+      expect(r.stdout).toBe('socket\nt\nping\n');
+      expect(lstatSync(join(backing('tools'), 'py.sock')).isSocket()).toBe(true);
+      expect(lstatSync(join(backing('tools'), '.ssh/id_ed25519')).mode & 0o777).toBe(0o600);
+      expectBackingClean('tools');
+    }, 90_000);
+
     it('an sdkman-like layout: versions, absolute current links (own path and a declared alias), bin/ on PATH', async () => {
       const exe = (path: string, says: string): string => `mkdir -p $(dirname ${path}) && printf '#!/bin/sh\\necho ${says}\\n' > ${path} && chmod 755 ${path}`;
       const layout =
