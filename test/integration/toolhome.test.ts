@@ -65,16 +65,17 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
         [`${T}/esc`]: { owner: U },
         [`${T}/rt`]: { owner: U },
         [`${T}/old`]: { owner: U },
+        [`${T}/ren`]: { owner: U },
         [`${T}/sdk`]: { owner: U, profile: 'tool' },
         [`${T}/scratch`]: { owner: U, profile: 'scratch' },
       },
       // A deployment's profile: the built-in home, seen at another path in its tool container.
       config: { profiles: { tool: { extends: 'home', homeAliases: [alias] } } },
-      create: [`${T}/tools`, `${T}/other`, `${T}/esc`, `${T}/rt`, `${T}/old`, `${T}/sdk`, `${T}/scratch`],
+      create: [`${T}/tools`, `${T}/other`, `${T}/esc`, `${T}/rt`, `${T}/old`, `${T}/ren`, `${T}/sdk`, `${T}/scratch`],
     });
     // The tool container's view: its HOME path leads to the home on the mount.
     symlinkSync(home('sdk'), alias);
-    for (const k of ['tools', 'esc', 'rt', 'sdk', 'scratch']) chownSync(backing(k), U.uid, U.gid);
+    for (const k of ['tools', 'esc', 'rt', 'sdk', 'scratch', 'ren']) chownSync(backing(k), U.uid, U.gid);
     chownSync(backing('other'), OTHER.uid, OTHER.gid);
     writeFileSync(join(backing('other'), 'secret'), 'the other home\n', { mode: 0o600 });
     chownSync(join(backing('other'), 'secret'), OTHER.uid, OTHER.gid);
@@ -132,6 +133,16 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
       r = await inHome('esc', `mkdir -p a && mv b a/b && cat a/b/l`);
       expect(r.stdout).toBe('mine\n');
       expectBackingClean('esc');
+    });
+
+    it('absolute links follow the home\'s path as it is now: after a rename the old path leads out (EACCES)', async () => {
+      let r = await inHome('ren', `echo here > f && ln -s "$HOME/f" abs && ln -s f rel && cat abs rel`);
+      expect(r.stdout).toBe('here\nhere\n');
+      await ctl('rename-project', '--tenant', T, 'ren', 'ren2');
+      const h2 = join(d.mount, T, 'ren2');
+      r = await runAs(U.uid, U.gid, `cd ${h2} && cat rel && cat abs 2>&1; echo "rc=$?"`, { env: { HOME: h2 } });
+      expect(r.stdout).toMatch(/^here\n.*Permission denied\nrc=1\n$/);
+      expect(lstatSync(join(d.backing, T, 'ren2', 'abs')).isSymbolicLink()).toBe(true);
     });
 
     it('scratch keeps refusing every link (EPERM)', async () => {
