@@ -739,7 +739,10 @@ function renderRename(r: RenameResult): string {
   const inUse: string[] = [];
   if (r.openFiles > 0) inUse.push(`${r.openFiles} open file${r.openFiles === 1 ? '' : 's'}`);
   if (r.cwdProcesses > 0) inUse.push(`${r.cwdProcesses} working director${r.cwdProcesses === 1 ? 'y' : 'ies'}`);
-  return `Renamed ${clean(r.from)} to ${clean(r.to)}${inUse.length > 0 ? ` (forced while in use: ${inUse.join(', ')})` : ''}.\n`;
+  return (
+    `Renamed ${clean(r.from)} to ${clean(r.to)}${inUse.length > 0 ? ` (forced while in use: ${inUse.join(', ')})` : ''}.\n` +
+    `${clean(r.from)} stays reserved: resolve answers RENAMED with the new name until: homesctl release-name ${clean(r.from)}\n`
+  );
 }
 
 function renderDelete(r: DeleteResult): string {
@@ -1064,7 +1067,7 @@ async function request(inv: Invocation, io: Io): Promise<{ ok: true; data: unkno
     io.stderr.write(`homesctl: ${reply.code}: ${clean(reply.message)}\n`);
     if (!inv.json) {
       const hints = errorHints(reply, inv.command);
-      if (reply.details && Object.keys(reply.details).length > 0 && reply.code !== 'CONFIRM_REQUIRED') io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
+      if (reply.details && Object.keys(reply.details).length > 0 && reply.code !== 'CONFIRM_REQUIRED' && reply.code !== 'RENAMED') io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
       for (const h of hints) io.stderr.write(`  ${h}\n`);
     }
     return { ok: false, exit: EXIT.ERROR_REPLY };

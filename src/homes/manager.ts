@@ -211,7 +211,7 @@ export class HomeManager {
 
   async usage(arg: string): Promise<HomeInfo> {
     const ref = parseHomeArg(arg);
-    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${arg} does not exist`);
+    if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     return this.info(ref);
   }
 
@@ -283,7 +283,7 @@ export class HomeManager {
     for (const v of Object.values(o)) {
       if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0)) throw new HomesError('INVALID_ARGUMENT', 'a limit is a non-negative whole number (0 = off), or null for the profile\'s');
     }
-    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${home} does not exist`);
+    if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     await this.entryFor(ref);
     const before = this.limitsNow(ref);
     await this.state.update((s) => {
@@ -312,7 +312,7 @@ export class HomeManager {
   async setProfile(args: { home: string; profile: string | null }): Promise<HomeInfo> {
     const ref = parseHomeArg(args.home);
     this.checkProfile(args.profile ?? undefined);
-    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
+    if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     await this.entryFor(ref);
     const before = this.limitsNow(ref);
     await this.state.update((s) => {
@@ -415,6 +415,12 @@ export class HomeManager {
     return { ...this.settingsView(target), ...(orphaned.length > 0 ? { orphaned } : {}) };
   }
 
+  /** No home under this name: RENAMED (with the new name) for a reserved old name, else NOT_FOUND. */
+  private notFound(ref: HomeRef): never {
+    this.checkNotForwarded(ref);
+    throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
+  }
+
   /** RENAMED when the name is a renamed home's reserved old name. */
   private checkNotForwarded(ref: HomeRef): void {
     const id = homeId(ref);
@@ -462,7 +468,7 @@ export class HomeManager {
    */
   async rescan(args: { home: string }): Promise<RescanResult> {
     const ref = parseHomeArg(args.home);
-    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${args.home} does not exist`);
+    if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     const hs = await this.ctx.readyHome(ref);
     const gate = this.ctx.closeGate(hs);
     try {
@@ -559,7 +565,7 @@ export class HomeManager {
     const from = { tenant, key: keyFor(kind, args.from) };
     const to = { tenant, key: keyFor(kind, args.to) };
     const level = kind === 'project' ? 'projects' : 'users';
-    if (!(await this.ctx.store.homeExists(from))) throw new HomesError('NOT_FOUND', `home ${homeId(from)} does not exist`);
+    if (!(await this.ctx.store.homeExists(from))) this.notFound(from);
     if (await this.ctx.store.homeExists(to)) {
       throw new HomesError('RENAME_BLOCKED', `home ${homeId(to)} exists: homes are never merged`, { renameBlocker: homeId(to) });
     }
@@ -644,7 +650,7 @@ export class HomeManager {
   /** Delete any home by "tenant/key": an orphan, a leftover. Settings stay (they belong to names, not homes). */
   async deleteHome(args: { home: string; force?: boolean }): Promise<DeleteResult> {
     const ref = parseHomeArg(args.home);
-    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
+    if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     const bytes = await this.removeHome(ref, args.force);
     return { deleted: homeId(ref), bytes };
   }

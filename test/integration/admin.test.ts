@@ -123,6 +123,8 @@ describe.skipIf(!canMount)('homesctl as an admin types it, against a real daemon
     expect(refused.stderr).toMatch(/^ {4}beta\/big {2}2\.0 MiB$/m);
     expect(refused.stderr).toMatch(/^ {4}beta\/small {2}0 B$/m);
     expect((await ctlJson('settings', 'get', '--tenant', 'beta')).tenantDefault).toBeNull();
+    const viaWire = await wire('settings-set', { tenant: 'beta', homeScope: 'tenant' });
+    expect(viaWire).toMatchObject({ ok: false, code: 'CONFIRM_REQUIRED', details: { homes: [{ home: 'beta/big', bytes: 2 * MiB }, { home: 'beta/small', bytes: 0 }], bytes: 2 * MiB } });
     const dry = await ctl('settings', 'set', '--tenant', 'beta', 'tenant', '--dry-run');
     expect(dry.stdout).toMatch(/^Dry run: .* nothing changed\.\nWould leave 2 project homes unused \(2\.0 MiB\)/);
     expect((await ctlJson<HomeInfo[]>('list', '--orphans')).length).toBe(0);
@@ -162,7 +164,7 @@ describe.skipIf(!canMount)('homesctl as an admin types it, against a real daemon
   it('after a rename the old name answers RENAMED with the new name, never a fresh home, until release-name', async () => {
     await ctlJson('resolve', '--tenant', 'acme', '--project', 'shop');
     const ren = await ctl('rename-project', '--tenant', 'acme', 'shop', 'store');
-    expect(ren.stdout).toBe('Renamed acme/shop to acme/store.\n');
+    expect(ren.stdout).toMatch(/^Renamed acme\/shop to acme\/store\.\nacme\/shop stays reserved: .*homesctl release-name acme\/shop\n$/);
     const r = await ctl('resolve', '--tenant', 'acme', '--project', 'shop');
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/^homesctl: RENAMED: home acme\/shop was renamed to acme\/store/);
@@ -171,6 +173,12 @@ describe.skipIf(!canMount)('homesctl as an admin types it, against a real daemon
     const w = await wire('resolve', { tenant: 'acme', project: 'shop' });
     expect(w).toMatchObject({ ok: false, code: 'RENAMED', details: { from: 'acme/shop', to: 'acme/store' } });
     expect((await ctl('create', 'acme/shop')).stderr).toMatch(/^homesctl: RENAMED:/);
+    // every command that names the old home says where it went
+    for (const argv of [['usage', 'acme/shop'], ['set-budget', 'acme/shop', '1G'], ['delete-home', 'acme/shop'], ['rename-project', '--tenant', 'acme', 'shop', 'x']]) {
+      const u = await ctl(...argv);
+      expect(u.code, argv.join(' ')).toBe(1);
+      expect(u.stderr, argv.join(' ')).toMatch(/^homesctl: RENAMED: home acme\/shop was renamed to acme\/store/);
+    }
     expect(await ctlJson('forwards')).toEqual([{ from: 'acme/shop', to: 'acme/store', at: expect.any(String) }]);
     // a second rename: the old forward follows the home
     await ctlJson('rename-project', '--tenant', 'acme', 'store', 'market');

@@ -572,9 +572,12 @@ describe('homesctl management commands: human output', () => {
     expect(rv).toMatch(/^Scope:\s+user \(from user\)$/m);
     expect(rv).toMatch(/^Owner:\s+20010:20010$/m);
     expect(rv).toMatch(/^Created:\s+yes$/m);
-    expect(await out('rename-project', '--tenant', 'acme', 'web', 'www')).toBe('Renamed acme/web to acme/www.\n');
+    expect(await out('rename-project', '--tenant', 'acme', 'web', 'www')).toBe(
+      'Renamed acme/web to acme/www.\nacme/web stays reserved: resolve answers RENAMED with the new name until: homesctl release-name acme/web\n',
+    );
     expect(await out('rename-user', '--tenant', 'acme', 'alice', 'bob', '--force')).toBe(
-      'Renamed acme/_user_alice to acme/_user_bob (forced while in use: 2 open files, 1 working directory).\n',
+      'Renamed acme/_user_alice to acme/_user_bob (forced while in use: 2 open files, 1 working directory).\n' +
+        'acme/_user_alice stays reserved: resolve answers RENAMED with the new name until: homesctl release-name acme/_user_alice\n',
     );
     expect(await out('delete-project', '--tenant', 'acme', 'web')).toBe('Deleted acme/web (1.0 MiB freed).\n');
     resultOf.set('deleteProject', { deleted: null, deleteNote: "project web uses the tenant's shared home; nothing deleted" });
