@@ -1,6 +1,7 @@
 import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
+import { NAME_MAX_BYTES } from '../paths/names.js';
 import { chmodDecision } from '../policy/profiles.js';
 import type { FsContext, TimeSpec } from './context.js';
 import { daemonDirAttr, homeNodeAttr, type Attr } from './present.js';
@@ -19,8 +20,13 @@ export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
   try {
     vp = ctx.parse(path);
   } catch (err) {
-    // A lookup of a name that cannot exist in the tree (".hidden" as a tenant,
-    // "_other" as a key) is simply not there; creating one is refused elsewhere.
+    // A component over NAME_MAX is ENAMETOOLONG, as on any Linux filesystem
+    // (every lookup: stat, chmod, chown, truncate…). Another name that cannot
+    // exist in the tree (".hidden" as a tenant, "_other" as a key) is simply not
+    // there; creating one is refused elsewhere.
+    if (err instanceof HomesError && path.split('/').some((c) => Buffer.byteLength(c) > NAME_MAX_BYTES)) {
+      throw new HomesError('NAME_TOO_LONG', `a name component is longer than ${NAME_MAX_BYTES} bytes`);
+    }
     if (err instanceof HomesError && (err.code === 'INVALID_NAME' || err.code === 'NAME_TOO_LONG')) {
       throw new HomesError('NOT_FOUND', 'no such name');
     }
@@ -33,7 +39,12 @@ export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
     return homeNodeAttr(hs.profile, hs.backing.owner, await ctx.store.useHome(hs.backing, sys.fstat), true);
   }
   const hs = await ctx.home(vp.home);
-  const st = await ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (dirFd) => sys.lstat(sys.fdPath(dirFd, vp.rel[vp.rel.length - 1]!)));
+  const last = vp.rel[vp.rel.length - 1]!;
+  // The home's statfs says namemax = maxNameBytes: a longer name cannot exist there.
+  if (Buffer.byteLength(last) > hs.profile.maxNameBytes) {
+    throw new HomesError('NAME_TOO_LONG', `name is longer than ${hs.profile.maxNameBytes} bytes (profile ${hs.profileName})`);
+  }
+  const st = await ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (dirFd) => sys.lstat(sys.fdPath(dirFd, last)));
   foreignDevice(hs, st);
   const attr = homeNodeAttr(hs.profile, hs.backing.owner, st, false);
   // While a file is open its charged size is the truth (writes in flight are already in it).

@@ -353,6 +353,29 @@ export class FsContext {
     return hs.profile.chown === 'allow' ? { uid: caller.uid, gid: caller.gid } : hs.backing.owner;
   }
 
+  /**
+   * Give a new backing node its owner on disk (diskOwner). Where real ownership
+   * is shown (chown 'allow'), a setgid parent directory's group stays (the
+   * backing create as root already inherited it, as a local filesystem does).
+   * chown clears setuid/setgid on files, so a mode asked with them is applied
+   * again after it, by descriptor (the open file, or an O_PATH descriptor).
+   */
+  async ownNew(hs: HomeState, dirFd: number, name: string, caller: Caller, mode: number, fileFd?: number): Promise<void> {
+    const owner = this.diskOwner(hs, caller);
+    const setgidParent = hs.profile.chown === 'allow' && (Number((await sys.fstat(dirFd)).mode) & 0o2000) !== 0;
+    const gid = setgidParent ? -1 : owner.gid;
+    if (fileFd !== undefined) await sys.fchown(fileFd, owner.uid, gid);
+    else await sys.lchown(sys.fdPath(dirFd, name), owner.uid, gid);
+    if ((mode & 0o6000) === 0) return;
+    if (fileFd !== undefined) return void (await sys.fchmod(fileFd, mode & 0o7777));
+    const fd = await this.store.openNode(dirFd, name);
+    try {
+      if (!(await sys.fstat(fd)).isSymbolicLink()) await sys.chmod(sys.fdPath(fd), mode & 0o7777);
+    } finally {
+      await sys.close(fd);
+    }
+  }
+
   /** Open an O_PATH descriptor for `name` in `dirFd` if it exists. */
   async probeNode(dirFd: number, name: string): Promise<number | null> {
     try {

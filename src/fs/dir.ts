@@ -78,8 +78,7 @@ export async function mkdir(ctx: FsContext, path: string, mode: number, caller: 
         undo();
         throw err;
       }
-      const owner = ctx.diskOwner(hs, caller);
-      await sys.lchown(sys.fdPath(dirFd, vp.name), owner.uid, owner.gid);
+      await ctx.ownNew(hs, dirFd, vp.name, caller, effectiveDirMode(hs.profile, mode & 0o7777));
     });
   });
 }
@@ -175,8 +174,7 @@ export async function symlink(ctx: FsContext, target: string, path: string, call
         undo();
         throw err;
       }
-      const owner = ctx.diskOwner(hs, caller);
-      await sys.lchown(sys.fdPath(dirFd, vp.name), owner.uid, owner.gid);
+      await ctx.ownNew(hs, dirFd, vp.name, caller, 0);
     });
   });
 }
@@ -240,8 +238,7 @@ async function mknodIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string
       undo();
       throw err;
     }
-    const owner = ctx.diskOwner(hs, caller);
-    await sys.lchown(sys.fdPath(dirFd, vp.name), owner.uid, owner.gid);
+    await ctx.ownNew(hs, dirFd, vp.name, caller, perms);
   });
 }
 

@@ -177,11 +177,8 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
     try {
       const st = await sys.fstat(fd);
       refuseNonRegular(st);
-      if (created) {
-        // By descriptor: the node just created, whatever the name points to by now.
-        const owner = ctx.diskOwner(hs, caller);
-        await sys.fchown(fd, owner.uid, owner.gid);
-      }
+      // By descriptor: the node just created, whatever the name points to by now.
+      if (created) await ctx.ownNew(hs, dirFd, vp.name, caller, effectiveFileMode(hs.profile, mode & 0o7777), fd);
       res = attach(ctx, hs, fd, st, flags, vp.rel);
     } catch (err) {
       await sys.close(fd).catch(() => undefined);
@@ -270,7 +267,8 @@ export async function ftruncate(ctx: FsContext, fh: number, size: number): Promi
 export async function truncate(ctx: FsContext, path: string, size: number): Promise<void> {
   const vp = ctx.parseInHome(path, 'truncate');
   await ctx.changing(vp.home, async (hs) => {
-    const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), C.O_WRONLY | SAFE));
+    // Read-write: a text home reads the bytes around the cut (a write-only descriptor answered EBADF).
+    const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), C.O_RDWR | SAFE));
     try {
       const st = await sys.fstat(fd);
       refuseNonRegular(st);

@@ -11,11 +11,10 @@
 
 import { z } from 'zod';
 
-/** Permission bits we ever store: rwx for user/group/other. Setuid, setgid and
- *  sticky bits are never stored in a home (not even in `posix`): the backing
- *  tree is owned by the daemon's users, and a setuid bit there is a hazard for
- *  anyone who reaches the backing directory by other means. */
+/** Permission bits: rwx for user/group/other. */
 export const PERMISSION_BITS = 0o777;
+/** With setuid, setgid and sticky: what a profile with `specialBits: 'keep'` stores. */
+export const ALL_MODE_BITS = 0o7777;
 const USER_EXEC = 0o100;
 /** The owner's rwx: all a tool home ever stores. */
 export const OWNER_BITS = 0o700;
@@ -104,6 +103,12 @@ export const ProfileShape = z
     /** 'owner-only': chown to the presented owner (or -1) succeeds as a no-op,
      *  anything else EPERM; 'allow': passed to the backing store */
     chown: z.enum(['owner-only', 'allow']),
+    /** setuid, setgid and sticky bits asked by create, mkdir or chmod: 'drop'
+     *  (never stored) or 'keep' (as asked; the kernel's default_permissions rules
+     *  decide who may set them, and the sticky-directory rule applies). The mount
+     *  is nosuid, so a setuid file in a home gives no privilege on this host.
+     *  Optional: absent means 'drop'. */
+    specialBits: z.enum(['drop', 'keep']).optional(),
     /** open with direct I/O: every byte passes through write (shared writable
      *  mmap is refused by the kernel), so the UTF-8 validator sees everything */
     directIo: z.boolean(),
@@ -224,6 +229,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     hardLinks: 'inside-home',
     specialFiles: 'all',
     chown: 'allow',
+    specialBits: 'keep',
     directIo: false,
     xattrs: 'deny',
     maxDepth: 0,
@@ -294,16 +300,21 @@ export function validateProfileNames(names: string[], defined: Record<string, Pr
  * Permission bits for a new file. A forced mode wins over what the creator
  * asked (after umask); with `allowUserExec`, a requested u+x is kept.
  */
+/** The mode bits a profile stores at all. */
+export function storedBits(profile: Profile): number {
+  return profile.specialBits === 'keep' ? ALL_MODE_BITS : PERMISSION_BITS;
+}
+
 export function effectiveFileMode(profile: Profile, requestedMode: number): number {
   const asked = requestedMode & PERMISSION_BITS;
-  if (profile.fileMode === 'asked') return asked;
+  if (profile.fileMode === 'asked') return requestedMode & storedBits(profile);
   const exec = profile.allowUserExec && (asked & USER_EXEC) !== 0 ? USER_EXEC : 0;
   return profile.fileMode | exec;
 }
 
 /** Permission bits for a new directory: the forced mode, or what was asked. */
 export function effectiveDirMode(profile: Profile, requestedMode: number): number {
-  if (profile.dirMode === 'asked') return requestedMode & PERMISSION_BITS;
+  if (profile.dirMode === 'asked') return requestedMode & storedBits(profile);
   return profile.dirMode;
 }
 
@@ -329,7 +340,7 @@ export type ChmodDecision = { action: 'apply'; mode: number } | { action: 'keep'
 
 /**
  * What chmod does. `currentMode` may be a full st_mode (type bits ignored).
- *  - 'allow': the requested permission bits (setuid/setgid/sticky dropped).
+ *  - 'allow': the requested bits (setuid/setgid/sticky only with specialBits 'keep').
  *  - 'owner': the requested owner bits; group, other and special bits are
  *    dropped and the chmod succeeds (pip's and npm's `chmod 755`).
  *  - 'ignore': succeed; the result is the forced mode (plus u+x when
@@ -350,8 +361,11 @@ export function chmodDecision(profile: Profile, isDir: boolean, currentMode: num
   const result = (mode: number): ChmodDecision => (mode === current ? { action: 'keep' } : { action: 'apply', mode });
 
   switch (profile.chmod) {
-    case 'allow':
-      return result(asked);
+    case 'allow': {
+      const bits = storedBits(profile);
+      const want = requestedMode & bits;
+      return want === (currentMode & bits) ? { action: 'keep' } : { action: 'apply', mode: want };
+    }
     case 'owner':
       return result(asked & OWNER_BITS);
     case 'ignore':

@@ -136,6 +136,61 @@ os.mkfifo('f'); os.link('f', 'g')
 r = [os.stat('f').st_ino == os.stat('g').st_ino, os.stat('g').st_nlink, stat.S_ISFIFO(os.stat('g').st_mode)]`,
     expect: [true, 2, true],
   },
+  // --- mode bits ----------------------------------------------------------------
+  {
+    name: 'chmod keeps setuid, setgid and sticky bits',
+    code: `
+touch('f'); os.chmod('f', 0o6755); os.mkdir('d'); os.chmod('d', 0o1777); os.mkdir('g'); os.chmod('g', 0o2750)
+r = [oct(stat.S_IMODE(os.stat(n).st_mode)) for n in ('f', 'd', 'g')]`,
+    expect: ['0o6755', '0o1777', '0o2750'],
+  },
+  {
+    name: 'create and mkdir keep the special bits they ask for',
+    code: `
+os.umask(0o022)
+os.close(os.open('f', os.O_CREAT | os.O_WRONLY, 0o4755)); os.mkdir('d', 0o1777)
+r = [oct(stat.S_IMODE(os.stat('f').st_mode)), oct(stat.S_IMODE(os.stat('d').st_mode))]`,
+    expect: ['0o4755', '0o1755'],
+  },
+  {
+    name: 'a write by the owner clears setuid and setgid (kernel rule)',
+    code: `
+touch('f'); os.chmod('f', 0o6755)
+fd = os.open('f', os.O_WRONLY); os.write(fd, b'x'); os.close(fd)
+r = oct(stat.S_IMODE(os.stat('f').st_mode))`,
+    expect: '0o755',
+  },
+  {
+    name: 'a setgid directory passes on its setgid bit to new subdirectories',
+    code: `
+os.mkdir('g'); os.chmod('g', 0o2775); os.mkdir('g/sub'); touch('g/f')
+r = [bool(os.stat('g/sub').st_mode & stat.S_ISGID), bool(os.stat('g/f').st_mode & stat.S_ISGID)]`,
+    expect: [true, false],
+  },
+  // --- errnos -----------------------------------------------------------------
+  {
+    name: 'ENAMETOOLONG for a 256-byte component in every lookup',
+    code: `
+n = 'a' * 256; touch('x'); os.mkdir('dd')
+r = [E(os.stat, n), E(os.lstat, 'dd/' + n), E(os.chmod, n, 0o600), E(os.chown, n, -1, -1), E(os.truncate, n, 0),
+     E(os.utime, n), E(os.open, n, os.O_CREAT | os.O_WRONLY), E(os.mkdir, n), E(os.unlink, n), E(os.rmdir, n),
+     E(os.rename, 'x', n), E(os.link, 'x', n), E(os.symlink, 'x', n), E(os.mkfifo, n), E(os.readlink, n)]`,
+    expect: Array(15).fill('ENAMETOOLONG'),
+  },
+  {
+    name: 'a 255-byte component works; a path over PATH_MAX is ENAMETOOLONG',
+    code: `
+n = 'b' * 255; touch(n); os.chmod(n, 0o600)
+r = [os.stat(n).st_size, E(os.stat, 'x/' * 2100)]`,
+    expect: [0, 'ENAMETOOLONG'],
+  },
+  {
+    name: 'truncate(2) by path shrinks and extends',
+    code: `
+touch('f', b'hello world'); os.truncate('f', 5); a = open('f', 'rb').read(); os.truncate('f', 7)
+r = [a.decode(), open('f', 'rb').read().decode(), os.stat('f').st_size]`,
+    expect: ['hello', 'hello\u0000\u0000', 7],
+  },
 ];
 
 /** Cases run as root (uid 0 may create device nodes). `expect` per side where they differ on purpose. */
@@ -149,6 +204,28 @@ r = [stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev), E(os.
     // The plain side sits on the test machine's /tmp, which is not nodev.
     // The plain side opens it unless the test machine's own filesystem is nodev.
     expect: { posix: [true, 1, 3, 'EACCES'], plain: [true, 1, 3, 'PLAIN_DEV_OPEN'] },
+  },
+  {
+    name: 'new nodes in a setgid directory take its group; the creator owns them',
+    code: `
+os.mkdir('g'); os.chown('g', 0, 4242); os.chmod('g', 0o2777)
+r = other("touch('g/f'); os.mkdir('g/d'); r = [os.stat('g/f').st_gid, os.stat('g/d').st_gid, bool(os.stat('g/d').st_mode & stat.S_ISGID), os.stat('g/f').st_uid == int(OTHER)]")`,
+    expect: { posix: [4242, 4242, true, true], plain: [4242, 4242, true, true] },
+  },
+  {
+    name: 'sticky directory: a second uid (not root, not the owner) may not unlink, rmdir or rename what it does not own',
+    code: `
+owner("os.mkdir('t'); os.chmod('t', 0o1777); touch('t/mine'); os.chmod('t/mine', 0o666); os.mkdir('t/dmine', 0o777)")
+r = other("touch('t/theirs'); r = [E(os.unlink, 't/mine'), E(os.rmdir, 't/dmine'), E(os.rename, 't/mine', 't/x'), E(os.rename, 't/theirs', 't/mine'), E(os.unlink, 't/theirs')]")
+r.append(sorted(os.listdir('t')))`,
+    expect: { posix: ['EPERM', 'EPERM', 'EPERM', 'EPERM', 'OK', ['dmine', 'mine']], plain: ['EPERM', 'EPERM', 'EPERM', 'EPERM', 'OK', ['dmine', 'mine']] },
+  },
+  {
+    name: 'without the sticky bit the second uid may unlink in a world-writable directory',
+    code: `
+owner("os.mkdir('n'); os.chmod('n', 0o777); touch('n/mine')")
+r = other("r = [E(os.unlink, 'n/mine'), E(os.chmod, '.', 0o777)]")`,
+    expect: { posix: ['OK', 'EPERM'], plain: ['OK', 'EPERM'] },
   },
   {
     name: 'root creates a block device node',
@@ -168,7 +245,9 @@ interface Side {
 async function runTable(root: string, cases: Array<{ name: string; code: string }>, scripts: string, tag: string, as = U): Promise<Record<string, unknown>> {
   const file = join(scripts, `${tag}.json`);
   writeFileSync(file, JSON.stringify(cases.map((c) => ({ name: c.name, code: c.code }))), { mode: 0o644 });
-  const r = await runAs(as.uid, as.gid, `exec python3 ${RUNNER} ${root} ${file}`, { env: { OTHER_UID: String(OTHER) }, timeoutMs: 120_000 });
+  const env: Record<string, string> = { OTHER_UID: String(OTHER) };
+  if (as.uid === 0) env.OWNER_UID = String(U.uid);
+  const r = await runAs(as.uid, as.gid, `exec python3 ${RUNNER} ${root} ${file}`, { env, timeoutMs: 120_000 });
   if (r.code !== 0) throw new Error(`case runner failed (${r.code}): ${r.stderr}`);
   return JSON.parse(r.stdout) as Record<string, unknown>;
 }
@@ -243,6 +322,30 @@ const PROFILE_CASES: Array<{ name: string; code: string; expect: Profile3; root?
     name: 'bind(2) of a Unix socket',
     code: `r = E(socket.socket(socket.AF_UNIX).bind, 's')`,
     expect: { posix: 'OK', home: 'OK', scratch: 'EPERM' },
+  },
+  {
+    name: 'chmod 01777 of a directory and 06755 of a file: kept in posix, dropped elsewhere',
+    code: `
+os.mkdir('d'); a = E(os.chmod, 'd', 0o1777); touch('f'); b = E(os.chmod, 'f', 0o6755)
+r = [a, b, oct(stat.S_IMODE(os.stat('d').st_mode)), oct(stat.S_IMODE(os.stat('f').st_mode))]`,
+    expect: { posix: ['OK', 'OK', '0o1777', '0o6755'], home: ['OK', 'OK', '0o700', '0o600'], scratch: ['EPERM', 'EPERM', '0o700', '0o600'] },
+  },
+  {
+    name: 'ENAMETOOLONG at 256 bytes (and at the profile cap, from stat to create)',
+    code: `
+r = [E(os.stat, 'a' * 256), E(os.chmod, 'a' * 256, 0o600), E(os.truncate, 'a' * 256, 0), E(touch, 'c' * 129), E(os.stat, 'c' * 129)]`,
+    expect: {
+      posix: ['ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'OK', 'OK'],
+      home: ['ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'OK', 'OK'],
+      scratch: ['ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG', 'ENAMETOOLONG'],
+    },
+  },
+  {
+    name: 'truncate(2) by path',
+    code: `
+touch('f', b'hello world'); os.truncate('f', 5)
+r = [os.stat('f').st_size, open('f', 'rb').read().decode()]`,
+    expect: { posix: [5, 'hello'], home: [5, 'hello'], scratch: [5, 'hello'] },
   },
   {
     name: 'mknod of a character device by root',

@@ -3,6 +3,7 @@ import fc from 'fast-check';
 import {
   BUILTIN_PROFILES,
   chmodDecision,
+  ConfigProfileSchema,
   DEFAULT_PROFILE_NAME,
   effectiveDirMode,
   effectiveFileMode,
@@ -58,6 +59,7 @@ describe('built-in profiles', () => {
     { name: 'home', field: 'specialFiles', value: 'fifo-socket' },
     { name: 'scratch', field: 'specialFiles', value: 'none' },
     { name: 'posix', field: 'chown', value: 'allow' },
+    { name: 'posix', field: 'specialBits', value: 'keep' },
   ] as const)('$name.$field = $value', ({ name, field, value }) => {
     expect(BUILTIN_PROFILES[name][field]).toBe(value);
   });
@@ -109,6 +111,14 @@ describe('ProfileSchema', () => {
     const r = ProfileSchema.safeParse({ ...home, ...patch });
     expect(r.success).toBe(false);
     expect(r.error?.issues.map((i) => i.path.join('.'))).toContain(path);
+  });
+
+  it("specialBits is optional (absent means 'drop') and follows extends", () => {
+    const { specialBits: _omit, ...rest } = posix;
+    expect(effectiveDirMode(ProfileSchema.parse(rest), 0o1777)).toBe(0o777);
+    expect(ConfigProfileSchema.parse({ extends: 'posix' }).specialBits).toBe('keep');
+    expect(ConfigProfileSchema.parse({ extends: 'posix', specialBits: 'drop' }).specialBits).toBe('drop');
+    expect(ConfigProfileSchema.parse({ extends: 'home' }).specialBits).toBeUndefined();
   });
 
   it('refuses a missing field', () => {
@@ -189,7 +199,8 @@ describe('mode helpers', () => {
     { name: 'tool home: 0600 unless created executable', p: home, req: 0o666, want: 0o600 },
     { name: 'tool home: created executable is 0700', p: home, req: 0o775, want: 0o700 },
     { name: 'posix keeps the asked mode', p: posix, req: 0o640, want: 0o640 },
-    { name: 'posix strips setuid', p: posix, req: 0o4755, want: 0o755 },
+    { name: 'posix keeps setuid (specialBits keep)', p: posix, req: 0o4755, want: 0o4755 },
+    { name: 'asked + specialBits drop strips setuid', p: withProfile(posix, { specialBits: 'drop' }), req: 0o4755, want: 0o755 },
   ])('file: $name', ({ p, req, want }) => {
     expect(effectiveFileMode(p, req)).toBe(want);
   });
@@ -198,7 +209,8 @@ describe('mode helpers', () => {
     { name: 'home forces 0700', p: legacy, req: 0o755, want: 0o700 },
     { name: 'scratch forces 0700', p: scratch, req: 0o777, want: 0o700 },
     { name: 'posix keeps the asked mode', p: posix, req: 0o750, want: 0o750 },
-    { name: 'posix strips sticky/setgid', p: posix, req: 0o3775, want: 0o775 },
+    { name: 'posix keeps sticky/setgid', p: posix, req: 0o3775, want: 0o3775 },
+    { name: 'asked + specialBits drop strips sticky/setgid', p: withProfile(posix, { specialBits: 'drop' }), req: 0o3775, want: 0o775 },
   ])('dir: $name', ({ p, req, want }) => {
     expect(effectiveDirMode(p, req)).toBe(want);
   });
@@ -227,7 +239,10 @@ describe('mode helpers', () => {
     { name: 'tool home: dir 2775 keeps 0700', p: home, dir: true, cur: S_IFDIR | 0o700, req: 0o2775, want: { action: 'keep' } },
     { name: 'tool home: dir 500 applies', p: home, dir: true, cur: S_IFDIR | 0o700, req: 0o555, want: { action: 'apply', mode: 0o500 } },
     { name: 'posix: chmod 755 applies', p: posix, dir: false, cur: S_IFREG | 0o644, req: 0o755, want: { action: 'apply', mode: 0o755 } },
-    { name: 'posix: setuid dropped', p: posix, dir: false, cur: S_IFREG | 0o644, req: 0o4755, want: { action: 'apply', mode: 0o755 } },
+    { name: 'posix: setuid kept', p: posix, dir: false, cur: S_IFREG | 0o644, req: 0o4755, want: { action: 'apply', mode: 0o4755 } },
+    { name: 'posix: dropping only the sticky bit applies', p: posix, dir: true, cur: S_IFDIR | 0o1777, req: 0o777, want: { action: 'apply', mode: 0o777 } },
+    { name: 'posix: same mode with sticky is a no-op', p: posix, dir: true, cur: S_IFDIR | 0o1777, req: 0o1777, want: { action: 'keep' } },
+    { name: 'allow + specialBits drop: setuid dropped', p: withProfile(posix, { specialBits: 'drop' }), dir: false, cur: S_IFREG | 0o644, req: 0o4755, want: { action: 'apply', mode: 0o755 } },
     { name: 'asked + ignore: nothing to force, no-op', p: withProfile(posix, { chmod: 'ignore' }), dir: false, cur: 0o644, req: 0o777, want: { action: 'keep' } },
     { name: 'asked + deny-widen: ceiling is the current mode', p: withProfile(posix, { chmod: 'deny-widen' }), dir: false, cur: 0o640, req: 0o644, want: { action: 'refuse' } },
     { name: 'asked + deny-widen: narrowing applies', p: withProfile(posix, { chmod: 'deny-widen' }), dir: false, cur: 0o640, req: 0o600, want: { action: 'apply', mode: 0o600 } },
