@@ -324,11 +324,12 @@ const PROFILE_CASES: Array<{ name: string; code: string; expect: Profile3; root?
     expect: { posix: 'OK', home: 'OK', scratch: 'EPERM' },
   },
   {
+    // home keeps the owner's bits as asked (issue 9), never group/other or special bits.
     name: 'chmod 01777 of a directory and 06755 of a file: kept in posix, dropped elsewhere',
     code: `
 os.mkdir('d'); a = E(os.chmod, 'd', 0o1777); touch('f'); b = E(os.chmod, 'f', 0o6755)
 r = [a, b, oct(stat.S_IMODE(os.stat('d').st_mode)), oct(stat.S_IMODE(os.stat('f').st_mode))]`,
-    expect: { posix: ['OK', 'OK', '0o1777', '0o6755'], home: ['OK', 'OK', '0o700', '0o600'], scratch: ['EPERM', 'EPERM', '0o700', '0o600'] },
+    expect: { posix: ['OK', 'OK', '0o1777', '0o6755'], home: ['OK', 'OK', '0o700', '0o700'], scratch: ['EPERM', 'EPERM', '0o700', '0o600'] },
   },
   {
     name: 'ENAMETOOLONG at 256 bytes (and at the profile cap, from stat to create)',
