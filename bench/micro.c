@@ -1,15 +1,19 @@
 // Per-operation latency on one directory, in µs, for bench/run.mjs.
 //
-//   micro DIR WARMDIR N
+//   micro DIR WARMDIR N [PID]
 //
 // DIR is where the ops run (a mount or the raw backing); WARMDIR is the same
 // directory seen without FUSE (the backing), used to re-warm the backing's
 // dentry and inode caches after the drop below, so "lookup" measures the FUSE
-// path and not the disk. Prints one JSON object: mean µs per op.
+// path and not the disk. Prints one JSON object: mean µs per op and, with
+// PID (the FUSE daemon), that daemon's CPU µs per op: the sum over its threads
+// of /proc/PID/task/*/schedstat (ns on CPU), which stays meaningful on a
+// loaded machine where wall time does not.
 //
 // C, not node: a JS loop of sync fs calls adds a few µs per call, which is the
 // size of what is being measured.
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,28 +29,56 @@ static double now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+static int daemon_pid = 0;
+
+/** ns on CPU of every thread of daemon_pid so far (0 without a pid). */
+static double cpu_ns(void) {
+  if (daemon_pid <= 0) return 0;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", daemon_pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return 0;
+  double total = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char p2[320];
+    snprintf(p2, sizeof p2, "/proc/%d/task/%s/schedstat", daemon_pid, e->d_name);
+    FILE *f = fopen(p2, "r");
+    if (f == NULL) continue;
+    unsigned long long ns = 0;
+    if (fscanf(f, "%llu", &ns) == 1) total += (double) ns;
+    fclose(f);
+  }
+  closedir(d);
+  return total;
+}
+
 static void die(const char *what, const char *name) {
   fprintf(stderr, "micro: %s %s: %s\n", what, name, strerror(errno));
   exit(1);
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: micro DIR WARMDIR N\n");
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: micro DIR WARMDIR N [PID]\n");
     return 2;
   }
   const char *dir = argv[1];
   const char *warm = argv[2];
   int n = atoi(argv[3]);
   if (n <= 0) return 2;
+  if (argc == 5) daemon_pid = atoi(argv[4]);
   int dfd = open(dir, O_RDONLY | O_DIRECTORY);
   if (dfd < 0) die("open", dir);
   int wfd = open(warm, O_RDONLY | O_DIRECTORY);
   if (wfd < 0) die("open", warm);
   char name[64];
-  double t0, create_us, open_us, lookup_us, getattr_us, unlink_us;
+  double t0, c0, create_us, open_us, lookup_us, getattr_us, unlink_us;
+  double create_cpu, open_cpu, lookup_cpu, getattr_cpu, unlink_cpu;
 
   // create+close: a new name each time (O_EXCL, as editors and tar do).
+  c0 = cpu_ns();
   t0 = now_us();
   for (int i = 0; i < n; i++) {
     snprintf(name, sizeof name, "m%d", i);
@@ -55,8 +87,10 @@ int main(int argc, char **argv) {
     close(fd);
   }
   create_us = (now_us() - t0) / n;
+  create_cpu = (cpu_ns() - c0) / 1e3 / n;
 
   // open+close of an existing file (dentry cached: OPEN, FLUSH, RELEASE).
+  c0 = cpu_ns();
   t0 = now_us();
   for (int i = 0; i < n; i++) {
     snprintf(name, sizeof name, "m%d", i);
@@ -65,6 +99,7 @@ int main(int argc, char **argv) {
     close(fd);
   }
   open_us = (now_us() - t0) / n;
+  open_cpu = (cpu_ns() - c0) / 1e3 / n;
 
   // Drop dentries and inodes (the FUSE ones get FORGET), then re-warm only the backing.
   sync();
@@ -80,30 +115,38 @@ int main(int argc, char **argv) {
   }
 
   // lookup: the first stat of a name the kernel no longer knows (LOOKUP).
+  c0 = cpu_ns();
   t0 = now_us();
   for (int i = 0; i < n; i++) {
     snprintf(name, sizeof name, "m%d", i);
     if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) die("lookup", name);
   }
   lookup_us = (now_us() - t0) / n;
+  lookup_cpu = (cpu_ns() - c0) / 1e3 / n;
 
   // getattr: a stat the kernel must ask about whatever its attribute timeout (GETATTR).
   struct statx sx;
+  c0 = cpu_ns();
   t0 = now_us();
   for (int i = 0; i < n; i++) {
     snprintf(name, sizeof name, "m%d", i);
     if (statx(dfd, name, AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC, STATX_BASIC_STATS, &sx) < 0) die("getattr", name);
   }
   getattr_us = (now_us() - t0) / n;
+  getattr_cpu = (cpu_ns() - c0) / 1e3 / n;
 
+  c0 = cpu_ns();
   t0 = now_us();
   for (int i = 0; i < n; i++) {
     snprintf(name, sizeof name, "m%d", i);
     if (unlinkat(dfd, name, 0) < 0) die("unlink", name);
   }
   unlink_us = (now_us() - t0) / n;
+  unlink_cpu = (cpu_ns() - c0) / 1e3 / n;
 
-  printf("{\"lookup\":%.2f,\"getattr\":%.2f,\"createClose\":%.2f,\"openClose\":%.2f,\"unlink\":%.2f,\"droppedCaches\":%s}\n", lookup_us,
-         getattr_us, create_us, open_us, unlink_us, dc >= 0 ? "true" : "false");
+  printf("{\"lookup\":%.2f,\"getattr\":%.2f,\"createClose\":%.2f,\"openClose\":%.2f,\"unlink\":%.2f,\"droppedCaches\":%s,"
+         "\"cpu\":{\"lookup\":%.2f,\"getattr\":%.2f,\"createClose\":%.2f,\"openClose\":%.2f,\"unlink\":%.2f}}\n",
+         lookup_us, getattr_us, create_us, open_us, unlink_us, dc >= 0 ? "true" : "false", lookup_cpu, getattr_cpu, create_cpu, open_cpu,
+         unlink_cpu);
   return 0;
 }

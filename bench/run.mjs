@@ -499,7 +499,8 @@ const WORKLOADS = [
       if (!microBin) return;
       const d = join(t.dir, 'micro');
       mustOk(await run('mkdir', ['-p', d]), 'mkdir micro');
-      const r = await phase('micro', () => run(microBin, [d, join(t.warmDir, 'micro'), String(MICRO_N)]));
+      const pid = t.pid();
+      const r = await phase('micro', () => run(microBin, [d, join(t.warmDir, 'micro'), String(MICRO_N), ...(pid ? [String(pid)] : [])]));
       mustOk(r, 'micro');
       r.micro = JSON.parse(r.stdout);
       mustOk(await run('rmdir', [d]), 'rmdir micro');
@@ -559,6 +560,7 @@ async function main() {
   const samples = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(METRICS.map((m) => [m.key, []]))]));
   const cpu = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries([...METRICS.map((m) => [m.key, []]), ['micro', []]])]));
   const micro = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(MICRO_OPS.map((o) => [o.key, []]))]));
+  const microCpu = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(MICRO_OPS.map((o) => [o.key, []]))]));
   const errors = Object.fromEntries(targets.map((t) => [t.id, {}]));
   const loads = [];
 
@@ -585,7 +587,10 @@ async function main() {
         try {
           await w.rep(t, phase);
           for (const r of phases) {
-            if (r.micro) for (const o of MICRO_OPS) micro[t.id][o.key].push(r.micro[o.key]);
+            if (r.micro) {
+              for (const o of MICRO_OPS) micro[t.id][o.key].push(r.micro[o.key]);
+              if (t.pid()) for (const o of MICRO_OPS) microCpu[t.id][o.key].push(r.micro.cpu[o.key]);
+            }
             else samples[t.id][r.key].push(r.value ?? r.secs);
           }
         } catch (e) {
@@ -650,7 +655,11 @@ async function main() {
     cpuCell('posix', m.key),
     cpuCell('bindfs', m.key),
   ]);
-  const mHeader = ['op (µs, mean of ' + MICRO_N + ')', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs'];
+  const mHeader = ['op (µs, mean of ' + MICRO_N + ')', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'CPU µs home', 'CPU µs posix', 'CPU µs bindfs'];
+  const cpuUs = (id, k) => {
+    const v = med(microCpu, id, k);
+    return v === null ? '-' : v.toFixed(1);
+  };
   const mRatio = (a, b, k) => {
     const va = med(micro, a, k);
     const vb = med(micro, b, k);
@@ -664,6 +673,9 @@ async function main() {
     cellWithSpread(micro, 'bindfs', o.key, 'us'),
     has('bindfs') ? mRatio('home', 'bindfs', o.key) : 'n/a',
     has('bindfs') ? mRatio('posix', 'bindfs', o.key) : 'n/a',
+    cpuUs('home', o.key),
+    cpuUs('posix', o.key),
+    cpuUs('bindfs', o.key),
   ]);
 
   const elapsed = (Date.now() - started) / 1000;
@@ -688,7 +700,8 @@ async function main() {
   out.push(...table(wHeader, wRows, 2));
   if (microBin) {
     out.push('');
-    out.push(`per-op latency (bench/micro.c; lookup after dropping dentries with the backing re-warmed; getattr forced with AT_STATX_FORCE_SYNC):`);
+    out.push(`per-op latency (bench/micro.c; lookup after dropping dentries with the backing re-warmed; getattr forced with AT_STATX_FORCE_SYNC;`);
+    out.push(`CPU µs = the daemon's CPU per op, all threads, from /proc/<pid>/task/*/schedstat: robust where wall time is not, on a loaded machine):`);
     out.push('');
     out.push(...table(mHeader, mRows, 1));
   }
@@ -723,6 +736,7 @@ async function main() {
       },
     })),
     micro: Object.fromEntries(MICRO_OPS.map((o) => [o.key, Object.fromEntries(targets.map((t) => [t.id, micro[t.id][o.key]]))])),
+    microDaemonCpuUs: Object.fromEntries(MICRO_OPS.map((o) => [o.key, Object.fromEntries(targets.map((t) => [t.id, microCpu[t.id][o.key]]))])),
     errors,
     daemonLog: Object.fromEntries(daemonLogKinds),
     elapsedSec: elapsed,

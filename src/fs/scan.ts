@@ -1,69 +1,93 @@
-import * as sys from '../backing/sys.js';
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
 import { Ledger } from '../policy/ledger.js';
 import type { FsContext } from './context.js';
+import type { ScanJob, ScanReply, ScanResult } from './scan-walk.js';
 import type { HomeState } from './state.js';
 
-export interface ScanResult {
-  bytes: number;
-  inodes: number;
+export type { ScanResult } from './scan-walk.js';
+
+const WORKER = new URL('./scan-worker.js', import.meta.url);
+
+interface Pending {
+  job: ScanJob;
+  onProgress: ((p: { bytes: number; inodes: number }) => void) | undefined;
+  resolve: (r: ScanResult) => void;
+  reject: (err: Error) => void;
 }
 
 /**
- * Walk a home's backing tree once: the sum of logical sizes of its regular
- * files (each inode once, so hard links are not counted twice) and the number
- * of inodes below the home root. Symlinks are counted, never followed; nothing
- * outside the home is reached because every directory is opened by descriptor.
- * Nothing is removed: the mount runs with hard_remove, so libfuse never makes
- * `.fuse_hidden*` files, and a file of that name in a home is the user's.
+ * Scans run on a few worker threads, one home per worker at a time, so homes
+ * are measured in parallel and the JS thread only hears progress and results.
+ * Workers start on first use and are unref'd: they never keep the daemon alive.
  */
-export async function measureTree(
-  rootFd: number,
-  onProgress?: (r: ScanResult) => void,
-  /** the size to charge for a file (a rescan substitutes the ledger's size for open files) */
-  sizeOf: (key: string, diskSize: number) => number = (_k, size) => size,
-): Promise<ScanResult> {
-  const seen = new Set<string>();
-  const result: ScanResult = { bytes: 0, inodes: 0 };
-  let sinceReport = 0;
-  const walk = async (dirFd: number): Promise<void> => {
-    const entries = await sys.pooled.readdirRaw(sys.fdPath(dirFd));
-    for (const e of entries) {
-      // Buffer paths: names that are not UTF-8 are still measured, byte for byte.
-      const path = Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), e.name]);
-      let st;
-      try {
-        st = await sys.pooled.lstat(path);
-      } catch {
-        continue; // vanished while scanning
-      }
-      const key = `${st.dev}:${st.ino}`;
-      if (st.nlink > 1n && !st.isDirectory()) {
-        if (seen.has(key)) continue;
-        seen.add(key);
-      }
-      result.inodes++;
-      if (st.isFile()) result.bytes += sizeOf(key, Number(st.size));
-      if (st.isDirectory()) {
-        let fd: number;
-        try {
-          fd = await sys.pooled.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
-        } catch {
-          continue;
-        }
-        try {
-          await walk(fd);
-        } finally {
-          await sys.pooled.close(fd);
-        }
-      }
-      if (onProgress && ++sinceReport >= 10_000) {
-        sinceReport = 0;
-        onProgress(result);
-      }
+class ScanPool {
+  private readonly idle: Worker[] = [];
+  private readonly busy = new Map<Worker, Pending>();
+  private readonly queue: Pending[] = [];
+  private started = 0;
+  private nextId = 1;
+
+  constructor(private readonly size: number) {}
+
+  run(rootFd: number, exclude: string[], onProgress?: (p: { bytes: number; inodes: number }) => void): Promise<ScanResult> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ job: { id: this.nextId++, rootFd, exclude }, onProgress, resolve, reject });
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.queue.length > 0) {
+      const w = this.idle.pop() ?? (this.started < this.size ? this.spawn() : undefined);
+      if (!w) return;
+      const p = this.queue.shift()!;
+      this.busy.set(w, p);
+      w.ref(); // a scan in progress is work
+      w.postMessage(p.job);
     }
-  };
-  await walk(rootFd);
-  return result;
+  }
+
+  private spawn(): Worker {
+    this.started++;
+    const w = new Worker(WORKER);
+    w.on('message', (m: ScanReply) => {
+      const p = this.busy.get(w);
+      if (!p || p.job.id !== m.id) return;
+      if ('progress' in m) return p.onProgress?.(m.progress);
+      this.busy.delete(w);
+      w.unref();
+      this.idle.push(w);
+      if ('result' in m) p.resolve(m.result);
+      else p.reject(new Error(m.error));
+      this.pump();
+    });
+    const lost = (err: Error) => {
+      const p = this.busy.get(w);
+      this.busy.delete(w);
+      const i = this.idle.indexOf(w);
+      if (i >= 0) this.idle.splice(i, 1);
+      this.started--;
+      p?.reject(err);
+      this.pump();
+    };
+    w.on('error', lost);
+    w.on('exit', (code) => lost(new Error(`scan worker exited (${code})`)));
+    w.unref();
+    return w;
+  }
+}
+
+let pool: ScanPool | null = null;
+
+/**
+ * Measure a home's backing tree (see walkTree) on a scan worker. Files whose
+ * key is in `exclude` count as inodes; their bytes are left to the caller (a
+ * rescan charges open files at their record's size), and they are listed.
+ */
+export function measureTree(rootFd: number, opts: { onProgress?: (r: { bytes: number; inodes: number }) => void; exclude?: Iterable<string> } = {}): Promise<ScanResult> {
+  pool ??= new ScanPool(Math.max(1, Math.min(4, availableParallelism())));
+  return pool.run(rootFd, [...(opts.exclude ?? [])], opts.onProgress);
 }
 
 export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
@@ -72,9 +96,11 @@ export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
   const started = Date.now();
   try {
     const r = await ctx.store.useHome(hs.backing, (fd) =>
-      measureTree(fd, (p) => {
-        hs.scanProgress = { bytes: p.bytes, inodes: p.inodes };
-        log.info({ bytes: p.bytes, inodes: p.inodes }, 'scan progress');
+      measureTree(fd, {
+        onProgress: (p) => {
+          hs.scanProgress = { bytes: p.bytes, inodes: p.inodes };
+          log.info({ bytes: p.bytes, inodes: p.inodes }, 'scan progress');
+        },
       }),
     );
     hs.ledger = new Ledger(hs.ledger.limits, { bytes: r.bytes, inodes: r.inodes });

@@ -473,17 +473,13 @@ export class HomeManager {
     const gate = this.ctx.closeGate(hs);
     try {
       await this.ctx.drained(hs);
-      // Only files open when the walk reaches them can change size meanwhile
-      // (new writable opens wait at the gate): keep their records.
-      const open = new Set<OpenInode>();
-      const r = await this.ctx.store.useHome(hs.backing, (fd) =>
-        measureTree(fd, undefined, (key, diskSize) => {
-          const rec = hs.inodes.get(key);
-          if (!rec) return diskSize;
-          open.add(rec);
-          return 0;
-        }),
-      );
+      // Only files open when the walk starts can change size meanwhile (new
+      // writable opens wait at the gate): they are charged through their
+      // records, read when the walk ends. A record that closes during the walk
+      // keeps the final size it had at close, which is what the disk holds.
+      const atStart = new Map(hs.inodes);
+      const r = await this.ctx.store.useHome(hs.backing, (fd) => measureTree(fd, { exclude: atStart.keys() }));
+      const open = new Set<OpenInode>(r.excluded.map((k) => atStart.get(k)!));
       // From here to the swap, nothing awaits: the ledger and the records agree.
       const before = { bytes: hs.ledger.bytes, inodes: hs.ledger.inodes };
       const unlinkedOpen = [...hs.inodes.values()].filter((i) => i.unlinked);
