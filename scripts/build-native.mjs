@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Builds the (patch-package patched) @cocalc/fuse-native addon from source and
-// verifies the result. Run by `postinstall` (after `patch-package`) and by hand:
+// Builds the (scripts/apply-patches.mjs patched) @cocalc/fuse-native addon from source and
+// verifies the result. Run by `postinstall` (after scripts/apply-patches.mjs) and by hand:
 //   node scripts/build-native.mjs
 // npm 11 does not run dependency install scripts, so nothing else builds it.
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -10,7 +10,13 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const pkgDir = path.join(root, 'node_modules', '@cocalc', 'fuse-native');
+// Resolved like the daemon resolves it: npm may hoist it when homesfs is itself a dependency.
+let pkgDir;
+try {
+  pkgDir = path.dirname(createRequire(path.join(root, 'package.json')).resolve('@cocalc/fuse-native/package.json'));
+} catch {
+  pkgDir = path.join(root, 'node_modules', '@cocalc', 'fuse-native');
+}
 
 function fail(msg) {
   console.error(`\nbuild-native: ERROR: ${msg}\n`);
@@ -108,8 +114,9 @@ try {
 }
 if (info.patch !== 3) {
   fail(
-    `HOMESFS_PATCH is ${info.patch}, expected 3: the homesfs patch is not applied.\n` +
-      '  Run `npx patch-package` (patches/@cocalc+fuse-native+2.4.3.patch) and build again.',
+    `HOMESFS_PATCH is ${info.patch}, expected 3: the homesfs patch is not applied.
+` +
+      '  Run `node scripts/apply-patches.mjs` (patches/@cocalc+fuse-native+2.4.3.patch) and build again.',
   );
 }
 const ldd = spawnSync('ldd', [info.path], { encoding: 'utf8' });
