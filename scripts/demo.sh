@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install.sh
-exec node dist/cli/homesfs.js serve "$@"
+exec node dist/cli/homesfs.js serve --demo "$@"

@@ -1,7 +1,8 @@
 import { mkdir } from 'node:fs/promises';
 import { BackingStore } from './backing/store.js';
 import { EXIT } from './cli/exitcodes.js';
-import type { LoadedConfig } from './config/load.js';
+import { DAEMON_DIR, stateFileOf, type LoadedConfig } from './config/load.js';
+import path from 'node:path';
 import type { DaemonApi, StatusReport } from './control/api.js';
 import { commands, PLATFORM_COMMANDS } from './control/registry.js';
 import { startControlServer, type ControlServer } from './control/server.js';
@@ -12,7 +13,9 @@ import { MountManager, nativeMknod, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
+import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
+import { VERSION } from './version.js';
 
 export class DaemonError extends Error {
   constructor(
@@ -23,7 +26,7 @@ export class DaemonError extends Error {
   }
 }
 
-export const VERSION = '0.1.0';
+export { VERSION } from './version.js';
 
 export interface Daemon {
   stop(): Promise<void>;
@@ -55,11 +58,27 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   await mkdir(config.backing, { recursive: true, mode: 0o700 }).catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
   });
+  // One daemon per backing tree and per state file: a second one refuses to
+  // start before it touches either.
+  const stateFile = stateFileOf(config);
+  const lockFiles = [path.join(config.backing, DAEMON_DIR, 'lock')];
+  if (path.resolve(stateFile) !== path.resolve(config.backing, DAEMON_DIR, 'state.json')) lockFiles.push(`${stateFile}.lock`);
+  const locks: HeldLock[] = [];
+  const releaseLocks = () => {
+    for (const l of locks.splice(0)) l.release();
+  };
+  try {
+    for (const f of lockFiles) locks.push(acquireLock(f));
+  } catch (err) {
+    releaseLocks();
+    throw new DaemonError((err as Error).message, err instanceof LockHeldError ? EXIT.LOCKED : EXIT.BACKING);
+  }
   let state: StateStore;
   try {
-    state = await StateStore.load(config.stateFile);
+    state = await StateStore.load(stateFile);
   } catch (err) {
-    throw new DaemonError(`state file ${config.stateFile}: ${(err as Error).message}`, err instanceof StateError ? EXIT.STATE : EXIT.INTERNAL);
+    releaseLocks();
+    throw new DaemonError(`state file ${stateFile}: ${(err as Error).message}`, err instanceof StateError ? EXIT.STATE : EXIT.INTERNAL);
   }
 
   // The manager needs the fs context and the context needs the manager's policy
@@ -200,6 +219,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     await mount.unmount();
     await ctx.close().catch(() => undefined);
     await store.close().catch(() => undefined);
+    await state.flush().catch(() => undefined);
+    releaseLocks();
     resolveDone(code);
   }
 

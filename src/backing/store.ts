@@ -1,7 +1,7 @@
 import { realpath } from 'node:fs/promises';
 import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { checkSegment, classifyKey, decodeBackingName } from '../paths/names.js';
+import { checkSegment, classifyKey, DAEMON_DIR, decodeBackingName } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
 import { DirCache } from './dircache.js';
 import * as sys from './sys.js';
@@ -33,6 +33,7 @@ const DIR_FLAGS = sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW;
 /** A deleted home is first renamed to this (through the mount), then removed. Never a valid key. */
 export const TRASH_PREFIX = '.homesfs-trash-';
 const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
+const DAEMON_DIR_NAME = Buffer.from(DAEMON_DIR);
 
 /**
  * The only owner of backing-tree access below the root. Nothing is reached by a
@@ -112,6 +113,8 @@ export class BackingStore {
     const out: Array<{ name: string; st?: import('node:fs').BigIntStats }> = [];
     for (const e of entries) {
       if (!e.isDirectory()) continue;
+      // the daemon's own state and lock (config DAEMON_DIR): not a tenant, not worth a warning
+      if (e.name.equals(DAEMON_DIR_NAME)) continue;
       const name = decodeBackingName(e.name);
       if (name === null) {
         this.warnOnce('tenant', e.name, 'not a valid UTF-8 name');

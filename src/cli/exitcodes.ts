@@ -22,4 +22,6 @@ export const EXIT = {
   BACKING: 8,
   /** the state file is unreadable or invalid: the daemon will not guess owners or limits */
   STATE: 9,
+  /** another daemon holds the backing tree's or the state file's lock */
+  LOCKED: 10,
 } as const;

@@ -8,6 +8,7 @@ import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../contr
 import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
 
 export { formatBytes } from './size.js';
+import { VERSION } from '../version.js';
 
 /**
  * homesctl [--socket PATH] [--json] [--timeout MS] <command> [args]
@@ -25,7 +26,18 @@ export const EXIT = {
   USAGE: 2,
   /** No usable answer: cannot connect, timeout, connection dropped, malformed reply. */
   UNREACHABLE: 3,
+  /** `status`: the daemon answers but does not serve (not mounted, FUSE loop ended, self-check failed). */
+  NOT_SERVING: 4,
 } as const;
+
+/** Why a status reply is not a serving daemon, or null: what makes `homesctl status` a health probe. */
+export function notServing(s: StatusReport): string | null {
+  const why: string[] = [];
+  if (!s.mount.mounted) why.push('not mounted');
+  if (s.mount.loop !== 'running') why.push(`FUSE loop ${s.mount.loop}`);
+  if (s.native.selfCheck === 'failed') why.push('native self-check failed');
+  return why.length ? why.join(', ') : null;
+}
 
 export const DEFAULT_SOCKET = '/run/homesfs/admin.sock';
 const DEFAULT_TIMEOUT_MS = 10_000;
@@ -788,6 +800,7 @@ const GLOBAL_OPTIONS = {
   json: { type: 'boolean' },
   timeout: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'V' },
 } as const satisfies OptionsConfig;
 
 const GLOBAL_TAKES_VALUE = new Set(['--socket', '--timeout']);
@@ -809,7 +822,8 @@ function mainUsage(): string {
     "Run 'homesctl <command> --help' for a command's arguments.",
     '',
     'Exit codes: 0 ok; 1 the daemon replied an error (CODE: message on stderr);',
-    '            2 usage error; 3 no answer (cannot connect, timeout, bad reply).',
+    '            2 usage error; 3 no answer (cannot connect, timeout, bad reply);',
+    '            4 status: the daemon answers but does not serve (not mounted, loop ended, self-check failed).',
     '',
   ].join('\n');
 }
@@ -822,6 +836,7 @@ function globalOptionHelp(): string {
     '                  for an error reply, a usage error (USAGE) or no answer (UNREACHABLE)',
     `  --timeout MS    give up after MS milliseconds (default ${DEFAULT_TIMEOUT_MS})`,
     '  -h, --help      show help',
+    '  -V, --version   print the version',
   ].join('\n');
 }
 
@@ -898,6 +913,7 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
 
   const g = parseStrict(globalArgs, GLOBAL_OPTIONS, false);
   if (name === undefined) {
+    if (g.values.version) return { kind: 'help', text: `homesctl ${VERSION}\n` };
     if (g.values.help) return { kind: 'help', text: mainUsage() };
     throw new UsageError('missing command');
   }
@@ -1148,6 +1164,13 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const spec = specOf(inv.command);
   if (inv.json) printJson(io, spec.json ? spec.json(r.data, inv.args, inv.values) : r.data);
   else io.stdout.write(spec.human(r.data, inv.args, inv.values));
+  if (inv.command === 'status') {
+    const why = notServing(r.data as StatusReport);
+    if (why !== null) {
+      io.stderr.write(`homesctl: the daemon answers but does not serve: ${why}\n`);
+      return EXIT.NOT_SERVING;
+    }
+  }
   return EXIT.OK;
 }
 

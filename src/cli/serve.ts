@@ -1,17 +1,30 @@
 import { mkdir } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { ConfigError, DEMO_DEFAULTS, loadConfig, reloadConfig, type LoadedConfig } from '../config/load.js';
+import { ConfigError, DEMO_DEFAULTS, loadConfig, reloadConfig, stateFileOf, type LoadedConfig } from '../config/load.js';
 import { DaemonError, startDaemon } from '../daemon.js';
 import { createRootLogger } from '../log.js';
+import { VERSION } from '../version.js';
 import { EXIT } from './exitcodes.js';
 
-const USAGE = `usage: homesfs serve [--backing DIR] [--mount DIR] [--socket PATH] [--config FILE] [--log-level LEVEL]
+const USAGE = `usage: homesfs serve --config FILE [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL] [--check]
+       homesfs serve --demo [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL]
+       homesfs serve --backing DIR --mount DIR [--socket PATH] [--log-level LEVEL]
+       homesfs check-config FILE
+       homesfs --version
 
-Runs in the foreground. With no --config, the built-in demo configuration is used:
+serve runs in the foreground; flags win over the file. --check validates the
+configuration without mounting (exit 0, or 3 with every problem).
+--demo serves the built-in demo configuration:
   backing ${DEMO_DEFAULTS.backing}
   mount   ${DEMO_DEFAULTS.mount}
   socket  ${DEMO_DEFAULTS.socket}
-and a demo tenant "demo" with homes "_tenant" and "hello" is created. Flags win over the file.`;
+with a tenant "demo" and homes "_tenant" and "hello".`;
+
+const NO_CONFIG = `no configuration given; homesfs will not guess where to serve.
+  the demo:       homesfs serve --demo        (from a checkout: ./scripts/demo.sh)
+  for real:       homesfs serve --config /etc/homesfs/config.json
+                  (example: systemd/config.example.json in the package; check it with: homesfs check-config FILE)
+  or at least:    homesfs serve --backing DIR --mount DIR`;
 
 function fail(code: number, message: string): never {
   process.stderr.write(`homesfs: ${message}\n`);
@@ -29,6 +42,9 @@ async function main(): Promise<void> {
         socket: { type: 'string' },
         config: { type: 'string' },
         'log-level': { type: 'string' },
+        demo: { type: 'boolean' },
+        check: { type: 'boolean' },
+        version: { type: 'boolean', short: 'V' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -36,11 +52,21 @@ async function main(): Promise<void> {
     fail(EXIT.USAGE, `${(err as Error).message}\n${USAGE}`);
   }
   const { values, positionals } = parsed;
+  if (values.version) {
+    process.stdout.write(`homesfs ${VERSION}\n`);
+    return;
+  }
   if (values.help) {
     process.stdout.write(`${USAGE}\n`);
     return;
   }
+  if (positionals[0] === 'check-config') {
+    if (positionals.length !== 2) fail(EXIT.USAGE, USAGE);
+    return checkConfig(positionals[1]!);
+  }
   if (positionals[0] !== 'serve' || positionals.length > 1) fail(EXIT.USAGE, USAGE);
+  if (values.demo && values.config !== undefined) fail(EXIT.USAGE, '--demo and --config exclude each other');
+  if (!values.demo && values.config === undefined && (values.backing === undefined || values.mount === undefined)) fail(EXIT.CONFIG, NO_CONFIG);
 
   const overrides = {
     backing: values.backing,
@@ -52,17 +78,18 @@ async function main(): Promise<void> {
   const readConfig = configFile === undefined ? undefined : () => reloadConfig(configFile, overrides);
   let loaded: LoadedConfig;
   try {
-    loaded = loadConfig(configFile, overrides);
+    loaded = loadConfig(configFile, overrides, { demo: values.demo === true });
   } catch (err) {
     if (err instanceof ConfigError) fail(EXIT.CONFIG, err.message);
     throw err;
   }
+  if (values.check) return reportValid(loaded);
   const { config } = loaded;
   const log = createRootLogger(config.logLevel);
   // Created files get exactly the mode the policy computed, not mode & ~umask.
   process.umask(0);
 
-  if (loaded.path === null && config.backing === DEMO_DEFAULTS.backing) {
+  if (values.demo && config.backing === DEMO_DEFAULTS.backing) {
     for (const home of ['demo/_tenant', 'demo/hello']) await mkdir(`${config.backing}/${home}`, { recursive: true, mode: 0o700 });
   }
 
@@ -87,6 +114,21 @@ async function main(): Promise<void> {
   const code = await daemon.done;
   log.info({ exitCode: code }, 'stopped');
   log.flush(() => process.exit(code));
+}
+
+function reportValid(loaded: LoadedConfig): void {
+  const c = loaded.config;
+  process.stdout.write(`${loaded.path ?? '(flags)'}: valid (backing ${c.backing}, mount ${c.mount}, state ${stateFileOf(c)}, socket ${c.socket})\n`);
+}
+
+/** Validate without mounting, without touching the backing tree or the state: 0 or 3. */
+function checkConfig(file: string): void {
+  try {
+    reportValid(loadConfig(file, {}));
+  } catch (err) {
+    if (err instanceof ConfigError) fail(EXIT.CONFIG, err.message);
+    throw err;
+  }
 }
 
 main().catch((err: unknown) => {

@@ -1,9 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { isAbsolute } from 'node:path';
+import { isAbsolute, join } from 'node:path';
 import { HomesError } from '../errors.js';
-import { checkSegment, classifyKey } from '../paths/names.js';
+import { checkSegment, classifyKey, DAEMON_DIR } from '../paths/names.js';
 import { BUILTIN_PROFILES, type Profile } from '../policy/profiles.js';
+import { jsonErrorOffset, lineColumn } from './json-position.js';
 import { ConfigSchema, type Config, type ConfigInput } from './schema.js';
 
 export interface LoadedConfig {
@@ -19,14 +20,24 @@ export class ConfigError extends Error {
   }
 }
 
-/** The built-in demo: what `homesfs serve` runs with no flags and no file. */
+/** The built-in demo: what `homesfs serve --demo` runs (its state lives under the backing, like any other). */
 export const DEMO_DEFAULTS = {
   backing: '/var/lib/homesfs-demo/backing',
   mount: '/var/lib/homesfs-demo/homes',
   socket: '/run/homesfs-demo/admin.sock',
   platformSocket: '/run/homesfs-demo-platform/platform.sock',
-  stateFile: '/var/lib/homesfs-demo/state.json',
 } as const;
+
+export { DAEMON_DIR };
+
+/**
+ * Where the state lives: `stateFile` when the config sets it, else with its
+ * backing tree (`<backing>/.homesfs/state.json`), so two unrelated instances
+ * never share owners and overrides by accident.
+ */
+export function stateFileOf(config: Pick<Config, 'backing' | 'stateFile'>): string {
+  return config.stateFile ?? join(config.backing, DAEMON_DIR, 'state.json');
+}
 
 function deepFreeze<T>(o: T): T {
   if (o && typeof o === 'object' && !Object.isFrozen(o)) {
@@ -104,7 +115,9 @@ function fromText(file: string, text: string): Record<string, unknown> {
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new ConfigError([`${file}: not valid JSON: ${(err as Error).message}`]);
+    const message = (err as Error).message;
+    const { line, column } = lineColumn(text, jsonErrorOffset(text));
+    throw new ConfigError([`${file}:${line}:${column}: not valid JSON (line ${line}, column ${column}): ${message}`]);
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new ConfigError([`${file}: the top level must be a JSON object`]);
@@ -112,18 +125,23 @@ function fromText(file: string, text: string): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
-function merge(file: string | undefined, fromFile: Record<string, unknown>, overrides: Partial<ConfigInput>): LoadedConfig {
+export interface LoadOptions {
+  /** no file: fill what the flags leave open from DEMO_DEFAULTS */
+  demo?: boolean;
+}
+
+function merge(file: string | undefined, fromFile: Record<string, unknown>, overrides: Partial<ConfigInput>, opts: LoadOptions = {}): LoadedConfig {
   const merged: Record<string, unknown> = { ...fromFile };
   for (const [k, v] of Object.entries(overrides)) if (v !== undefined) merged[k] = v;
-  if (file === undefined) {
+  if (file === undefined && opts.demo) {
     for (const [k, v] of Object.entries(DEMO_DEFAULTS)) if (merged[k] === undefined) merged[k] = v;
   }
   return buildConfig(merged, file ?? null);
 }
 
 /** Read at start-up only (before the mount exists), so the sync read blocks nobody. */
-export function loadConfig(file: string | undefined, overrides: Partial<ConfigInput>): LoadedConfig {
-  if (file === undefined) return merge(undefined, {}, overrides);
+export function loadConfig(file: string | undefined, overrides: Partial<ConfigInput>, opts: LoadOptions = {}): LoadedConfig {
+  if (file === undefined) return merge(undefined, {}, overrides, opts);
   let text: string;
   try {
     text = readFileSync(file, 'utf8');

@@ -36,8 +36,8 @@ export const ConfigSchema = z
     adminGroup: z.number().int().min(0).max(0xfffffffe).optional(),
     /** platform socket 0660 with this group (else 0600) */
     platformGroup: z.number().int().min(0).max(0xfffffffe).optional(),
-    /** settings, owners and per-home overrides survive restarts here */
-    stateFile: z.string().min(1).default('/var/lib/homesfs/state.json'),
+    /** settings, owners and per-home overrides survive restarts here; default `<backing>/.homesfs/state.json` (see stateFileOf) */
+    stateFile: z.string().min(1).optional(),
     /** uids (and gids) allocated to new homes */
     owners: z
       .object({ from: z.number().int().min(1).max(0xfffffffe), to: z.number().int().min(1).max(0xfffffffe) })

@@ -101,3 +101,10 @@ export function keyFor(scope: HomeScope, subject: string | null): string {
       return subject;
   }
 }
+
+/**
+ * The daemon's own directory under the backing root (state, lock). No tenant
+ * can take the name: tenant names may not begin with ".", and the backing scan
+ * skips it.
+ */
+export const DAEMON_DIR = '.homesfs';

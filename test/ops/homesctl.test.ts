@@ -206,6 +206,37 @@ describe('homesctl status', () => {
     }
   });
 
+  it('exits 4 when the daemon answers but does not serve (a health probe as it is)', async () => {
+    mode = 'ok';
+    const cases: Array<[StatusReport, RegExp]> = [
+      [{ ...STATUS, mount: { ...STATUS.mount, mounted: false, loop: 'ended' } }, /not mounted, FUSE loop ended/],
+      [{ ...STATUS, mount: { ...STATUS.mount, mounted: false, loop: 'starting' } }, /not mounted, FUSE loop starting/],
+      [{ ...STATUS, native: { ...STATUS.native, selfCheck: 'failed' } }, /native self-check failed/],
+    ];
+    try {
+      for (const [report, why] of cases) {
+        resultOf.set('status', report);
+        const r = await homesctl(['--socket', sock, 'status']);
+        expect(r.code).toBe(4);
+        expect(r.stdout).toMatch(/^Mount:\s+\/homes$/m);
+        expect(r.stderr).toMatch(why);
+        const j = await homesctl(['--socket', sock, '--json', 'status']);
+        expect(j.code).toBe(4);
+        expect(JSON.parse(j.stdout)).toEqual(report);
+      }
+    } finally {
+      resultOf.delete('status');
+    }
+    expect((await homesctl(['--socket', sock, 'status'])).code).toBe(0);
+  });
+
+  it('prints its version with --version', async () => {
+    const r = await homesctl(['--version']);
+    expect(r.code).toBe(0);
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    expect(r.stdout).toBe(`homesctl ${pkg.version}\n`);
+  });
+
   it('takes the socket from HOMESFS_SOCKET; the flag wins', async () => {
     mode = 'ok';
     const viaEnv = await homesctl(['status', '--json'], { HOMESFS_SOCKET: sock });

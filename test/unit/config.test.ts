@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig } from '../../src/config/load.js';
+import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig, stateFileOf } from '../../src/config/load.js';
+import { jsonErrorOffset, lineColumn } from '../../src/config/json-position.js';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 
 const MIN = { backing: '/srv/backing', mount: '/srv/homes' } as const;
@@ -277,8 +278,8 @@ describe('loadConfig', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('no file and no flags gives the demo defaults', () => {
-    const l = loadConfig(undefined, {});
+  it('--demo without a file gives the demo defaults', () => {
+    const l = loadConfig(undefined, {}, { demo: true });
     expect(l.path).toBeNull();
     expect(l.config.backing).toBe(DEMO_DEFAULTS.backing);
     expect(l.config.mount).toBe(DEMO_DEFAULTS.mount);
@@ -288,8 +289,41 @@ describe('loadConfig', () => {
     expect(isDeepFrozen(l)).toBe(true);
   });
 
-  it('no file: flags replace only the demo defaults they name', () => {
-    const l = loadConfig(undefined, { backing: '/x/backing', logLevel: 'debug' });
+  it('no file, no demo: only the flags, and the state lives under the backing', () => {
+    const l = loadConfig(undefined, { backing: '/x/backing', mount: '/x/mnt' });
+    expect(l.config.backing).toBe('/x/backing');
+    expect(l.config.socket).toBe('/run/homesfs/admin.sock');
+    expect(stateFileOf(l.config)).toBe('/x/backing/.homesfs/state.json');
+    expect(issuesOf(() => loadConfig(undefined, { backing: '/x/backing' })).some((i) => i.startsWith('mount:'))).toBe(true);
+  });
+
+  it('stateFile overrides the place under the backing', () => {
+    const l = loadConfig(undefined, { backing: '/x/backing', mount: '/x/mnt', stateFile: '/var/lib/other/state.json' });
+    expect(stateFileOf(l.config)).toBe('/var/lib/other/state.json');
+  });
+
+  it('JSON syntax errors name the line and column', () => {
+    const text = '{\n  "backing": "/b",\n  "mount": ,\n}\n';
+    const p = write('syntax.json', text);
+    const issues = issuesOf(() => loadConfig(p, {}));
+    expect(issues).toHaveLength(1);
+    expect(issues[0]).toContain(`${p}:3:12:`);
+    expect(issues[0]).toContain('line 3, column 12');
+    const cut = write('cut.json', '{\n  "backing": "/b"');
+    expect(issuesOf(() => loadConfig(cut, {}))[0]).toContain('line 2, column 18');
+    // the scanner agrees with JSON.parse on what is valid, and points inside the text
+    for (const bad of ['', '{', '{"a":1,}', '[1 2]', '{"a" 1}', '"\\x"', '01', '1.', 'tru', '{"a":"\u0001"}', '[]x', '{"a":-}']) {
+      expect(() => JSON.parse(bad)).toThrow();
+      expect(jsonErrorOffset(bad)).toBeLessThanOrEqual(bad.length);
+    }
+    expect(jsonErrorOffset('{"a":1,}')).toBe(7);
+    expect(jsonErrorOffset('[1 2]')).toBe(3);
+    expect(jsonErrorOffset('[]x')).toBe(2);
+    expect(lineColumn('a\nbc', 3)).toEqual({ line: 2, column: 2 });
+  });
+
+  it('--demo: flags replace only the demo defaults they name', () => {
+    const l = loadConfig(undefined, { backing: '/x/backing', logLevel: 'debug' }, { demo: true });
     expect(l.config.backing).toBe('/x/backing');
     expect(l.config.mount).toBe(DEMO_DEFAULTS.mount);
     expect(l.config.socket).toBe(DEMO_DEFAULTS.socket);
@@ -337,7 +371,7 @@ describe('loadConfig', () => {
   it('flags are validated like file values', () => {
     const p = write('flagbad.json', JSON.stringify(MIN));
     expect(issuesOf(() => loadConfig(p, { mount: 'relative' }))).toEqual(['mount: must be an absolute path']);
-    expect(issuesOf(() => loadConfig(undefined, { defaultProfile: 'nope' }))).toEqual(['defaultProfile: unknown profile "nope"']);
+    expect(issuesOf(() => loadConfig(undefined, { defaultProfile: 'nope' }, { demo: true }))).toEqual(['defaultProfile: unknown profile "nope"']);
   });
 
   it('a missing file is a ConfigError naming the file', () => {
