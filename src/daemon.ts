@@ -3,7 +3,9 @@ import { BackingStore } from './backing/store.js';
 import { EXIT } from './cli/exitcodes.js';
 import { DAEMON_DIR, stateFileOf, type LoadedConfig } from './config/load.js';
 import path from 'node:path';
-import type { DaemonApi, StatusReport } from './control/api.js';
+import type { DaemonApi, ReloadResult, StatusReport } from './control/api.js';
+import { HomesError } from './errors.js';
+import { holdersUnder, type HomeHolders } from './homes/busy.js';
 import { commands, PLATFORM_COMMANDS } from './control/registry.js';
 import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
@@ -29,9 +31,15 @@ export class DaemonError extends Error {
 export { VERSION } from './version.js';
 
 export interface Daemon {
+  /**
+   * Stop serving: wait up to `shutdownGraceMs` for the homes in use (open
+   * files, working directories: logged with their pids), then unmount.
+   */
   stop(): Promise<void>;
+  /** Stop waiting for busy homes (a second SIGTERM): unmount now. */
+  hurry(): void;
   /** re-read the configuration; an invalid one is refused and the old one stays */
-  reload(): Promise<boolean>;
+  reload(): Promise<ReloadResult>;
   readonly done: Promise<number>;
 }
 
@@ -107,6 +115,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((r) => (resolveDone = r));
   let stopping = false;
+  let lastReload: ReloadResult | null = null;
+  const hurry = new AbortController();
 
   const mountLog = log.child({ component: 'mount' });
   const mount = new MountManager(
@@ -158,6 +168,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         mount: { path: config.mount, ...mount.state },
         native: { patch: Fuse.HOMESFS_PATCH ?? 0, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
+        lastReload,
       };
     },
     list: (args) => homes.list(args),
@@ -177,6 +188,17 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     deleteHome: (args) => homes.deleteHome(args),
     forwards: async () => homes.forwards(),
     releaseName: (args) => homes.releaseName(args),
+    async reload() {
+      const r = await reload();
+      if (!r.ok) {
+        const details: Record<string, unknown> = {};
+        if (r.issues) details.issues = r.issues;
+        if (r.needsRestart) details.needsRestart = r.needsRestart;
+        if (r.overridesWithoutProfile) details.overridesWithoutProfile = r.overridesWithoutProfile;
+        throw new HomesError('INVALID_ARGUMENT', r.message, details);
+      }
+      return r;
+    },
   };
 
   const controls: ControlServer[] = [];
@@ -212,9 +234,60 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   mount.startProbing();
   log.info({ mount: config.mount, backing: store.root, socket: config.socket, platformSocket: config.platformSocket }, 'serving');
 
+  /** Homes with open handles (any pid namespace) or visible holders (pids from /proc). */
+  async function busyHomes(): Promise<Map<string, HomeHolders & { openFiles: number }>> {
+    const out = new Map<string, HomeHolders & { openFiles: number }>();
+    for (const [home, h] of await holdersUnder(config.mount)) out.set(home, { ...h, openFiles: 0 });
+    const states = await Promise.all(ctx.knownHomes().map((p) => p.catch(() => null)));
+    for (const hs of states) {
+      if (!hs || hs.openHandles === 0) continue;
+      const id = homeId(hs.backing.ref);
+      const h = out.get(id) ?? { cwdPids: [], filePids: [], openFiles: 0 };
+      h.openFiles = hs.openHandles;
+      out.set(id, h);
+    }
+    return out;
+  }
+
+  /**
+   * Before unmounting on SIGTERM: say which homes are in use and by whom, and
+   * give their processes `shutdownGraceMs` to finish. Whatever still holds a
+   * file or a working directory afterwards gets ENOTCONN from then on.
+   */
+  async function drain(): Promise<void> {
+    const stopLog = log.child({ component: 'shutdown' });
+    const graceMs = loaded.config.shutdownGraceMs;
+    const deadline = Date.now() + graceMs;
+    let announced = false;
+    for (;;) {
+      const busy = await busyHomes();
+      if (busy.size === 0) {
+        if (announced) stopLog.info('every home was released: unmounting');
+        return;
+      }
+      if (!announced) {
+        announced = true;
+        for (const [home, h] of busy) stopLog.warn({ home, openFiles: h.openFiles, filePids: h.filePids, cwdPids: h.cwdPids }, 'home in use at shutdown');
+        stopLog.warn({ homes: busy.size, graceMs }, 'waiting for the homes in use before unmounting (a second SIGTERM unmounts at once)');
+      }
+      if (Date.now() >= deadline || hurry.signal.aborted) {
+        stopLog.warn(
+          { homes: [...busy.keys()], pids: [...new Set([...busy.values()].flatMap((h) => [...h.filePids, ...h.cwdPids]))].sort((a, b) => a - b) },
+          'unmounting with homes still in use: their processes get ENOTCONN and must be restarted',
+        );
+        return;
+      }
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, Math.min(250, Math.max(0, deadline - Date.now())));
+        hurry.signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+      });
+    }
+  }
+
   async function shutdown(code: number): Promise<void> {
     if (stopping) return;
     stopping = true;
+    if (code === EXIT.OK) await drain().catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
     for (const c of controls) await c.close().catch(() => undefined);
     await mount.unmount();
     await ctx.close().catch(() => undefined);
@@ -224,30 +297,47 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     resolveDone(code);
   }
 
-  async function reload(): Promise<boolean> {
+  async function reload(): Promise<ReloadResult> {
     const reloadLog = log.child({ component: 'config' });
+    const at = new Date().toISOString();
+    const refuse = (message: string, extra: Partial<ReloadResult>, fields: Record<string, unknown> = {}): ReloadResult => {
+      reloadLog.error({ ...fields, ...extra }, message);
+      return (lastReload = { at, ok: false, message, ...extra });
+    };
     if (!readConfig || loaded.path === null) {
-      reloadLog.warn('no configuration file to reload (built-in demo configuration)');
-      return false;
+      return refuse('reload refused: no configuration file to re-read (started with --demo or flags only)', {});
     }
     let next: LoadedConfig;
     try {
       next = await readConfig();
     } catch (err) {
-      reloadLog.error({ issues: (err as { issues?: string[] }).issues, err: (err as Error).message }, 'reload refused: the configuration is invalid; the old one stays');
-      return false;
+      const issues = (err as { issues?: string[] }).issues ?? [(err as Error).message];
+      return refuse('reload refused: the configuration is invalid; the old one stays', { issues });
     }
     const changed = RESTART_KEYS.filter((k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]));
     const missing = homes.missingOverrideProfiles(next);
     if (changed.length || missing.length) {
-      reloadLog.error({ needsRestart: changed, overridesWithoutProfile: missing }, 'reload refused; the old configuration stays');
-      return false;
+      return refuse('reload refused: the configuration changes restart-only keys or drops a profile a live override uses; the old one stays', {
+        ...(changed.length ? { needsRestart: [...changed] } : {}),
+        ...(missing.length ? { overridesWithoutProfile: missing } : {}),
+      });
     }
+    const applied = (Object.keys({ ...next.config, ...loaded.config }) as Array<keyof typeof next.config>).filter(
+      (k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]),
+    );
     await homes.reload(next);
     loaded = next;
-    reloadLog.info({ path: next.path }, 'configuration reloaded');
-    return true;
+    // Logged before a new logLevel applies, so it shows even when that level hides info.
+    reloadLog.info({ path: next.path, applied }, 'configuration reloaded');
+    // pino children share the root's level unless they set their own (ours never do)
+    log.level = next.config.logLevel;
+    return (lastReload = { at, ok: true, message: applied.length ? `applied: ${applied.join(', ')}` : 'no changes', applied });
   }
 
-  return { stop: () => shutdown(EXIT.OK), reload, done };
+  return {
+    stop: () => shutdown(EXIT.OK),
+    hurry: () => hurry.abort(),
+    reload,
+    done,
+  };
 }

@@ -2,7 +2,7 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { DeleteResult, Forward, HomeInfo, LimitSource, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../control/api.js';
+import type { DeleteResult, Forward, HomeInfo, LimitSource, ReloadResult, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../control/api.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
 import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
 import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
@@ -113,6 +113,18 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     positionals: { min: 0, max: 0 },
     args: () => ({}),
     human: (data) => renderStatus(data as StatusReport),
+  },
+  reload: {
+    summary: 'Re-read the configuration file now (as SIGHUP) and show the outcome',
+    description:
+      'Applies every setting that is not restart-only (profiles, tenants, homes, defaultProfile, logLevel, shutdownGraceMs). ' +
+      'A file that is invalid or changes a restart-only key is refused (exit 1, the reasons in details) and the old configuration stays.',
+    positionals: { min: 0, max: 0 },
+    args: () => ({}),
+    human: (data) => {
+      const r = data as ReloadResult;
+      return `Reloaded at ${r.at}: ${clean(r.message)}.\n`;
+    },
   },
   list: {
     summary: 'Every home with usage, budget, percent, inodes, owner, profile and flags',
@@ -781,6 +793,7 @@ function renderStatus(s: StatusReport): string {
     ['Daemon', `homesfs ${s.version}, pid ${s.pid}`],
     ['Backing', s.backing],
     ['Config', s.configPath ?? '(none)'],
+    ...(s.lastReload ? [['Last reload', `${s.lastReload.at} (${s.lastReload.ok ? 'ok' : 'refused'}: ${s.lastReload.message})`] as [string, string]] : []),
   ]);
   const homes =
     s.homes.length === 0

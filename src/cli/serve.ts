@@ -5,6 +5,7 @@ import { DaemonError, startDaemon } from '../daemon.js';
 import { createRootLogger } from '../log.js';
 import { VERSION } from '../version.js';
 import { EXIT } from './exitcodes.js';
+import { notifySystemd } from './notify.js';
 
 const USAGE = `usage: homesfs serve --config FILE [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL] [--check]
        homesfs serve --demo [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL]
@@ -104,13 +105,24 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  process.on('SIGHUP', () => void daemon.reload());
+  const d = daemon;
+  process.on('SIGHUP', () => void d.reload());
+  let signals = 0;
   for (const sig of ['SIGINT', 'SIGTERM'] as const) {
     process.on(sig, () => {
+      if (signals++ > 0) {
+        log.warn({ signal: sig }, 'second signal: unmounting without waiting for the homes in use');
+        d.hurry();
+        return;
+      }
       log.info({ signal: sig }, 'shutting down');
-      void daemon.stop();
+      void notifySystemd(log, ['STOPPING=1']);
+      void d.stop();
     });
   }
+  // Only now, with the mount answering, the self-check done and the sockets
+  // listening: what a Type=notify unit waits for before starting its dependents.
+  void notifySystemd(log, ['--ready', `--status=serving ${config.mount}`]);
   const code = await daemon.done;
   log.info({ exitCode: code }, 'stopped');
   log.flush(() => process.exit(code));

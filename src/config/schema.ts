@@ -53,6 +53,8 @@ export const ConfigSchema = z
     fuse: FuseOptions.default(FuseOptions.parse({})),
     /** metadata syscalls on the JS thread (fast on a local disk); false for a network backing (CephFS, NFS) */
     syncMetadata: z.boolean().default(true),
+    /** on SIGTERM, how long to wait for homes in use (open files, working directories) before unmounting */
+    shutdownGraceMs: z.number().int().min(0).max(600_000).default(10_000),
     probe: z
       .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })
       .strict()

@@ -38,6 +38,24 @@ export interface DaemonApi {
   forwards(): Promise<Forward[]>;
   /** release a reserved old name: resolve may create a fresh home there again */
   releaseName(args: { home: HomeRefArg }): Promise<Forward>;
+  /** re-read the configuration file like SIGHUP; a refused reload is an INVALID_ARGUMENT error (the old configuration stays) */
+  reload(): Promise<ReloadResult>;
+}
+
+/** The outcome of a reload (SIGHUP or `reload`), also shown by `status` as the last one. */
+export interface ReloadResult {
+  /** ISO 8601 */
+  at: string;
+  ok: boolean;
+  message: string;
+  /** top-level keys whose value changed and now apply */
+  applied?: string[];
+  /** restart-only keys the new file changes (refused) */
+  needsRestart?: string[];
+  /** what is wrong with the new file (refused) */
+  issues?: string[];
+  /** profiles a live override uses that the new file drops (refused) */
+  overridesWithoutProfile?: string[];
 }
 
 /** A renamed home's old name, reserved: resolve answers RENAMED with `to`. */
@@ -193,4 +211,6 @@ export interface StatusReport {
     bytes?: number;
     inodes?: number;
   }>;
+  /** the last reload since start (SIGHUP or `reload`), null if none */
+  lastReload?: ReloadResult | null;
 }

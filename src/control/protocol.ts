@@ -101,6 +101,7 @@ export const DeleteUserArgs = z.strictObject({ tenant: Name, login: Name, force:
 export const DeleteHomeArgs = z.strictObject({ home: HomeRef, force: z.boolean().optional() });
 export const ForwardsArgs = z.strictObject({});
 export const ReleaseNameArgs = z.strictObject({ home: HomeRef });
+export const ReloadArgs = z.strictObject({});
 
 // ---- the request union -------------------------------------------------------
 
@@ -123,6 +124,7 @@ export const Request = z.discriminatedUnion('cmd', [
   request('delete-home', DeleteHomeArgs),
   request('forwards', ForwardsArgs),
   request('release-name', ReleaseNameArgs),
+  request('reload', ReloadArgs),
 ]);
 
 /** A parsed request (args filled in). */

@@ -20,6 +20,7 @@ import { deleteUser } from './commands/delete-user.js';
 import { deleteHome } from './commands/delete-home.js';
 import { forwards } from './commands/forwards.js';
 import { releaseName } from './commands/release-name.js';
+import { reload } from './commands/reload.js';
 
 /** Everything a handler may use besides its arguments. */
 export interface CommandContext {
@@ -62,6 +63,7 @@ export const commands: CommandRegistry = {
   'delete-home': deleteHome,
   forwards,
   'release-name': releaseName,
+  reload,
 };
 
 /**

@@ -61,3 +61,70 @@ export async function cwdCountsByHome(root: string): Promise<Map<string, number>
   );
   return counts;
 }
+
+export interface HomeHolders {
+  /** processes whose working directory is in the home */
+  cwdPids: number[];
+  /** processes with a descriptor open on something in the home */
+  filePids: number[];
+}
+
+/**
+ * Who holds what below `mount`, by home ("tenant/key"): working directories
+ * and open descriptors of every visible process. For the shutdown log: an
+ * admin stopping the daemon learns which agents lose their files. Best effort
+ * like cwdProcessesUnder (processes in other pid namespaces are not seen; the
+ * daemon's own handle count covers them).
+ */
+export async function holdersUnder(mount: string): Promise<Map<string, HomeHolders>> {
+  const out = new Map<string, HomeHolders>();
+  const prefix = mount.endsWith('/') ? mount : `${mount}/`;
+  const homeOf = (p: string): string | null => {
+    if (!p.startsWith(prefix)) return null;
+    const [tenant, key] = p.slice(prefix.length).split('/');
+    return tenant && key ? `${tenant}/${key}` : null;
+  };
+  const add = (home: string, pid: number, kind: keyof HomeHolders) => {
+    let h = out.get(home);
+    if (!h) out.set(home, (h = { cwdPids: [], filePids: [] }));
+    if (!h[kind].includes(pid)) h[kind].push(pid);
+  };
+  let entries: string[];
+  try {
+    entries = await readdir('/proc');
+  } catch {
+    return out;
+  }
+  await Promise.all(
+    entries
+      .filter((e) => /^\d+$/.test(e) && Number(e) !== process.pid)
+      .map(async (e) => {
+        const pid = Number(e);
+        try {
+          const home = homeOf(await readlink(`/proc/${e}/cwd`));
+          if (home) add(home, pid, 'cwdPids');
+        } catch {
+          // gone, or not ours to read
+        }
+        let fds: string[];
+        try {
+          fds = await readdir(`/proc/${e}/fd`);
+        } catch {
+          return;
+        }
+        for (const fd of fds) {
+          try {
+            const home = homeOf(await readlink(`/proc/${e}/fd/${fd}`));
+            if (home) add(home, pid, 'filePids');
+          } catch {
+            // closed meanwhile
+          }
+        }
+      }),
+  );
+  for (const h of out.values()) {
+    h.cwdPids.sort((a, b) => a - b);
+    h.filePids.sort((a, b) => a - b);
+  }
+  return out;
+}

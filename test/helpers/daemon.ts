@@ -47,6 +47,8 @@ export interface StartOptions {
   env?: NodeJS.ProcessEnv;
   /** reuse this directory (restart) */
   dir?: string;
+  /** `dir` is a new empty directory of the caller's: write the configuration into it */
+  fresh?: boolean;
 }
 
 function isMounted(path: string): boolean {
@@ -58,7 +60,7 @@ function isMounted(path: string): boolean {
 /** Spawn the built daemon as a child and wait until it reports that it serves. */
 export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemon> {
   if (!existsSync(HOMESFS)) throw new Error(`${HOMESFS} is missing: run "npm run build" (npm test does it)`);
-  const reuse = opts.dir !== undefined;
+  const reuse = opts.dir !== undefined && !opts.fresh;
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'homesfs-it-'));
   chmodSync(dir, 0o755); // the unprivileged test uids must reach the mount point
   const backing = join(dir, 'backing');
@@ -154,7 +156,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
     },
     restart: async () => {
       await d.stopKeep();
-      return startDaemon({ ...opts, dir });
+      return startDaemon({ ...opts, dir, fresh: false });
     },
     stopKeep: async () => {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');

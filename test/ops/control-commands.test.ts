@@ -46,6 +46,7 @@ const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
   deleteHome: DELETE,
   forwards: [{ from: 'acme/web', to: 'acme/webapp', at: '2026-01-01T00:00:00.000Z' }],
   releaseName: { from: 'acme/web', to: 'acme/webapp', at: '2026-01-01T00:00:00.000Z' },
+  reload: { at: '2026-01-01T00:00:00.000Z', ok: true, message: 'applied: logLevel', applied: ['logLevel'] },
 };
 
 interface Call {
@@ -169,6 +170,7 @@ const VALID: Array<[CommandName, Record<string, unknown> | undefined, Method, un
   ['delete-project', { tenant: 'acme', project: 'web', force: true }, 'deleteProject', [{ tenant: 'acme', project: 'web', force: true }]],
   ['delete-user', { tenant: 'acme', login: 'alice' }, 'deleteUser', [{ tenant: 'acme', login: 'alice' }]],
   ['delete-user', { tenant: 'acme', login: 'alice', force: true }, 'deleteUser', [{ tenant: 'acme', login: 'alice', force: true }]],
+  ['reload', {}, 'reload', []],
 ];
 
 describe('control commands: registry', () => {
@@ -298,6 +300,7 @@ const MALFORMED: Array<[string, unknown, string[]]> = [
   ['delete-user', { tenant: 'acme', user: 'alice' }, ['args', 'args.login']],
   ['delete-user', { tenant: 'acme', login: '' }, ['args.login']],
   ['delete-user', { tenant: 'acme', login: 'alice', force: 'true' }, ['args.force']],
+  ['reload', { file: '/etc/other.json' }, ['args']],
 ];
 
 describe('control commands: malformed requests get BAD_REQUEST and never reach the API', () => {
@@ -381,6 +384,7 @@ describe('control commands: the platform socket serves only status and resolve',
         'delete-user',
         'forwards',
         'list',
+        'reload',
         'release-name',
         'rename-project',
         'rename-user',

@@ -26,7 +26,7 @@ const MAX_LINE = 8192;
 const SETTINGS: SettingsView = { tenant: 'acme', tenantDefault: null };
 
 /** Methods that change homes, owners or settings (resolve creates homes, rescan rewrites a ledger). */
-const MUTATING = ['create', 'setBudget', 'setProfile', 'settingsSet', 'rescan', 'resolve', 'renameProject', 'renameUser', 'deleteProject', 'deleteUser'] as const;
+const MUTATING = ['create', 'setBudget', 'setProfile', 'settingsSet', 'rescan', 'resolve', 'renameProject', 'renameUser', 'deleteProject', 'deleteUser', 'reload'] as const;
 const READS = { status: STATUS, list: [HOME], usage: HOME, settingsGet: SETTINGS } as const;
 /** Wire commands whose API method only reads. */
 const READ_COMMANDS: ReadonlySet<CommandName> = new Set(['status', 'list', 'usage', 'settings-get']);
@@ -160,6 +160,7 @@ interface Template {
 const TEMPLATES: Template[] = [
   { cmd: 'status', args: {}, kinds: {}, required: [] },
   { cmd: 'list', args: { tenant: 'acme', orphans: true }, kinds: { tenant: 'name', orphans: 'bool' }, required: [] },
+  { cmd: 'reload', args: {}, kinds: {}, required: [] },
   { cmd: 'usage', args: { home: 'acme/web' }, kinds: { home: 'home' }, required: ['home'] },
   { cmd: 'create', args: { home: 'acme/web', profile: 'strict', budget: 1024, owner: { uid: 1, gid: 2 } }, kinds: { home: 'home', profile: 'name', budget: 'bytes', owner: 'owner' }, required: ['home'] },
   { cmd: 'set-budget', args: { home: 'acme/web', bytes: 0 }, kinds: { home: 'home', bytes: 'limit' }, required: ['home', 'bytes'] },

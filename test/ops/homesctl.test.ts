@@ -78,6 +78,7 @@ const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
   deleteHome: { deleted: 'acme/old-api', bytes: 512 },
   forwards: [FORWARD],
   releaseName: FORWARD,
+  reload: { at: '2026-01-01T00:00:00.000Z', ok: true, message: 'applied: logLevel', applied: ['logLevel'] },
 };
 
 let mode: 'ok' | 'error' | 'hang' = 'ok';
@@ -378,6 +379,7 @@ const PARSING: Array<[string[], Method, unknown[]]> = [
   [['delete-project', '--tenant', 'acme', 'web'], 'deleteProject', [{ tenant: 'acme', project: 'web' }]],
   [['delete-project', '--tenant', 'acme', '--force', '--', '-odd'], 'deleteProject', [{ tenant: 'acme', project: '-odd', force: true }]],
   [['delete-user', '--tenant', 'acme', 'alice', '--force'], 'deleteUser', [{ tenant: 'acme', login: 'alice', force: true }]],
+  [['reload'], 'reload', []],
 ];
 
 describe('homesctl management commands: argument parsing', () => {
@@ -454,7 +456,7 @@ describe('homesctl management commands: argument parsing', () => {
   it('--help for every command, and the main help lists them all', async () => {
     const main = await homesctl(['--help']);
     expect(main.code).toBe(0);
-    for (const name of ['list', 'usage', 'create', 'set-budget', 'set-limits', 'delete-home', 'forwards', 'release-name', 'set-profile', 'settings get', 'settings set', 'rescan', 'resolve', 'rename-project', 'rename-user', 'delete-project', 'delete-user']) {
+    for (const name of ['list', 'usage', 'create', 'set-budget', 'set-limits', 'delete-home', 'forwards', 'release-name', 'set-profile', 'settings get', 'settings set', 'rescan', 'resolve', 'rename-project', 'rename-user', 'delete-project', 'delete-user', 'reload']) {
       expect(main.stdout).toMatch(new RegExp(`^  ${name}\\s{2,}\\S`, 'm'));
       const r = await homesctl([...name.split(' '), '--help']);
       expect(r.code, name).toBe(0);
