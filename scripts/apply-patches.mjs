@@ -54,7 +54,12 @@ for (const file of readdirSync(patchDir).filter((f) => f.endsWith('.patch')).sor
     continue;
   }
   const forward = spawnSync('patch', ['--dry-run', '--forward', ...args], { encoding: 'utf8' });
-  if (forward.status !== 0) fail(`patches/${file} does not apply to ${pkgDir}:\n${forward.stdout}${forward.stderr}`);
+  if (forward.status !== 0) {
+    fail(
+      `patches/${file} does not apply to ${pkgDir}:\n${forward.stdout}${forward.stderr}\n` +
+        '  (an older version of the patch may be applied there: reinstall a pristine copy with `npm ci`)',
+    );
+  }
   const r = spawnSync('patch', ['--forward', '--no-backup-if-mismatch', ...args], { encoding: 'utf8' });
   if (r.status !== 0) fail(`patch ${file} failed:\n${r.stdout}${r.stderr}`);
   for (const leftover of ['.orig', '.rej']) {

@@ -114,8 +114,7 @@ try {
 }
 if (info.patch !== 3) {
   fail(
-    `HOMESFS_PATCH is ${info.patch}, expected 3: the homesfs patch is not applied.
-` +
+    `HOMESFS_PATCH is ${info.patch}, expected 3: the homesfs patch is not applied.\n` +
       '  Run `node scripts/apply-patches.mjs` (patches/@cocalc+fuse-native+2.4.3.patch) and build again.',
   );
 }

@@ -81,6 +81,8 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
         logLevel: 'debug',
         homes: opts.homes ?? {},
         probe: { intervalMs: 1000, timeoutMs: 5000 },
+        // a test that leaves a process in a home must not cost the suite the default 10 s at stop
+        shutdownGraceMs: 2000,
         ...opts.config,
       }),
     );

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REQUIRED_PATCH } from '../../src/fuse/binding.js';
 import { ROOT, canMount, runAsync, skipReason } from '../helpers/daemon.js';
 
 if (!canMount) console.warn(`install suite skipped: ${skipReason} (it also needs unshare for a network-less install)`);
@@ -59,7 +60,7 @@ describe.skipIf(!canMount)('npm install -g of the packed project', () => {
     // npm cache (the registry's content, warm after npm ci) would fail here.
     const inst = run('unshare', ['--net', 'npm', 'install', '--global', '--offline', '--foreground-scripts', '--prefix', prefix, tarball]);
     expect(inst.code, inst.out).toBe(0);
-    expect(inst.out).toMatch(/build-native: OK: .*HOMESFS_PATCH=2; libfuse\.so\.2 => /);
+    expect(inst.out).toMatch(new RegExp(`build-native: OK: .*HOMESFS_PATCH=${REQUIRED_PATCH}; libfuse\\.so\\.2 => `));
 
     const env = cleanEnv({ PATH: `${join(prefix, 'bin')}:${process.env.PATH}` });
     for (const bin of ['homesfs', 'homesctl']) {
@@ -88,7 +89,7 @@ describe.skipIf(!canMount)('npm install -g of the packed project', () => {
       });
       const st = await runAsync('homesctl', ['--socket', join(dir, 'run', 'admin.sock'), '--json', 'status'], { env });
       expect(st.code, st.stderr).toBe(0);
-      expect((JSON.parse(st.stdout) as { version: string; native: { patch: number } }).native.patch).toBe(2);
+      expect((JSON.parse(st.stdout) as { version: string; native: { patch: number } }).native.patch).toBe(REQUIRED_PATCH);
       const created = await runAsync('homesctl', ['--socket', join(dir, 'run', 'admin.sock'), 'create', 't/h'], { env });
       expect(created.code, created.stderr).toBe(0);
     } finally {

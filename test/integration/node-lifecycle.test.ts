@@ -207,6 +207,26 @@ while True:
     }
   });
 
+  it("the unit's ExecStopPost clears the dead mount a killed daemon leaves, and is quiet when there is none", async () => {
+    const unit = readFileSync(join(import.meta.dirname, '../../systemd/homesfs.service'), 'utf8');
+    const cmd = /^ExecStopPost=-\/bin\/sh -c '(.*)'$/m.exec(unit)![1]!;
+    const d = await startDaemon({ create: ['t/h'] });
+    try {
+      const run = () => runAsync('/bin/sh', ['-c', cmd.replaceAll('/homes', d.mount)]);
+      d.proc.kill('SIGKILL');
+      await d.exited;
+      expect(mounted(d.mount)).toBe(true);
+      const r = await run();
+      expect(r.code, r.stderr).toBe(0);
+      expect(mounted(d.mount)).toBe(false);
+      const again = await run();
+      expect(again.code).toBe(0);
+      expect(again.stderr).toBe('');
+    } finally {
+      await d.stop();
+    }
+  });
+
   it('kill -9 while processes write, three times: every fsynced byte survives, nothing is left over, the ledger equals the disk', async () => {
     let d = await startDaemon({ config: { owners: OWNERS } });
     const CHUNK = 4096;
