@@ -201,7 +201,8 @@ while True:
       expect(gave.pids).toContain(agent.pid);
       expect(await d.exited).toBe(0);
       expect(await exitOf(agent)).toBe(3);
-      expect(agent.err).toMatch(/Transport endpoint is not connected/);
+      // ENOTCONN; a call in flight at the very moment of the abort gets ECONNABORTED instead
+      expect(agent.err).toMatch(/Transport endpoint is not connected|Software caused connection abort/);
     } finally {
       await d.stop();
     }
@@ -250,7 +251,7 @@ while True:
         const names = [0, 1, 2].map((k) => `r${round}-w${k}`);
         const procs = [...names.map((n) => holder(owner.uid, 'exec python3 -c "$1" "$2"', [writer, join(home, n)])), holder(owner.uid, 'exec python3 -c "$1" "$2" unlink', [writer, join(home, `r${round}-gone`)])];
         const last = (p: ChildProcess & { out: string }) => Number(p.out.trim().split('\n').pop() || 0);
-        for (let i = 0; i < 400 && procs.some((p) => last(p) < 5); i++) await sleep(50);
+        for (let i = 0; i < 1200 && procs.some((p) => last(p) < 5); i++) await sleep(50);
         expect(procs.map(last).every((n) => n >= 5), procs.map((p) => p.err).join('\n')).toBe(true);
         d.proc.kill('SIGKILL');
         await d.exited;
