@@ -84,7 +84,7 @@ async function main(): Promise<void> {
     if (err instanceof ConfigError) fail(EXIT.CONFIG, err.message);
     throw err;
   }
-  if (values.check) return reportValid(loaded);
+  if (values.check) return reportValid(loaded, values.demo ? '(demo)' : undefined);
   const { config } = loaded;
   const log = createRootLogger(config.logLevel);
   // Created files get exactly the mode the policy computed, not mode & ~umask.
@@ -128,9 +128,9 @@ async function main(): Promise<void> {
   log.flush(() => process.exit(code));
 }
 
-function reportValid(loaded: LoadedConfig): void {
+function reportValid(loaded: LoadedConfig, label?: string): void {
   const c = loaded.config;
-  process.stdout.write(`${loaded.path ?? '(flags)'}: valid (backing ${c.backing}, mount ${c.mount}, state ${stateFileOf(c)}, socket ${c.socket})\n`);
+  process.stdout.write(`${loaded.path ?? label ?? '(flags)'}: valid (backing ${c.backing}, mount ${c.mount}, state ${stateFileOf(c)}, socket ${c.socket})\n`);
 }
 
 /** Validate without mounting, without touching the backing tree or the state: 0 or 3. */

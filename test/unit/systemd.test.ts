@@ -42,6 +42,8 @@ const FORBIDDEN = [
   'BindPaths', 'BindReadOnlyPaths', 'RootDirectory', 'RootImage', 'RootImageOptions', 'MountImages', 'ExtensionImages',
   'ExtensionDirectories', 'MountAPIVFS', 'MountFlags', 'NetworkNamespacePath', 'IPCNamespacePath', 'DynamicUser',
   'PrivateUsersEx', 'MemoryDenyWriteExecute', 'DevicePolicy', 'DeviceAllow',
+  // the posix profile keeps setuid/setgid bits (specialBits): this seccomp filter would refuse them
+  'RestrictSUIDSGID',
 ];
 
 describe('systemd/homesfs.service', () => {
