@@ -372,9 +372,14 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
       writeFileSync(join(b, 'sub', 'f'), 'old\n', { mode: 0o644 });
       chmodSync(join(b, 'sub', 'f'), 0o4755);
       symlinkSync('sub/f', join(b, 'l'));
+      // A planted link to a file outside: the link itself gets the owner, its target is never touched.
+      const victim = join(fixtures, 'victim');
+      writeFileSync(victim, 'outside\n', { mode: 0o644 });
+      symlinkSync(victim, join(b, 'out'));
       chmodSync(b, 0o750);
       const scan = await ctl('rescan', `${T}/old`);
-      expect(scan.repaired).toEqual({ owners: 4, modes: 3 });
+      expect(scan.repaired).toEqual({ owners: 5, modes: 3 });
+      expect([lstatSync(victim).uid, lstatSync(victim).mode & 0o7777]).toEqual([0, 0o644]);
       expectBackingClean('old');
       expect(lstatSync(join(b, 'sub', 'f')).mode & 0o7777).toBe(0o700);
       const r = await inHome('old', `cat l && echo more >> sub/f && ls -n sub | tail -1 | cut -d' ' -f3`);
