@@ -15,7 +15,20 @@ function foreignDevice(hs: HomeState, st: BigIntStats): void {
   if (st.dev !== hs.backing.dev) throw new HomesError('CROSS_DEVICE', 'node is on another device than its home');
 }
 
+/** A file unlinked while open, under its hidden name: answered from the inode itself. */
+async function hiddenAttr(ctx: FsContext, path: string): Promise<Attr | null> {
+  const h = ctx.hidden.get(path);
+  if (!h) return null;
+  const st = await sys.fstat(h.fd);
+  const attr = homeNodeAttr(h.home.profile, h.home.backing.owner, st, false);
+  const open = h.home.inodes.get(inodeKey(st.dev, st.ino));
+  if (open) attr.size = BigInt(Math.max(open.size, Number(st.size)));
+  return attr;
+}
+
 export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
+  const hidden = await hiddenAttr(ctx, path);
+  if (hidden) return hidden;
   let vp;
   try {
     vp = ctx.parse(path);
@@ -89,14 +102,18 @@ export async function chmod(ctx: FsContext, path: string, mode: number): Promise
     }
     return;
   }
-  await withNode(ctx, hs, vp.rel.slice(0, -1), vp.rel[vp.rel.length - 1]!, async (fd, st) => {
+  const hidden = ctx.hidden.get(path);
+  const apply = async (fd: number, st: BigIntStats): Promise<void> => {
     if (st.isSymbolicLink()) return; // Linux has no symlink modes; chmod through a link never reaches here
     const decision = chmodDecision(hs.profile, st.isDirectory(), Number(st.mode) & 0o7777, mode & 0o7777);
     if (decision.action === 'refuse') throw new HomesError('OP_REFUSED', `chmod to ${(mode & 0o7777).toString(8)} is not allowed by profile ${hs.profileName}`);
     if (decision.action === 'keep') return;
     // chmod through the O_PATH descriptor's magic link acts on that inode, never on a name.
     await sys.chmod(sys.fdPath(fd), decision.mode);
-  });
+  };
+  // fchmod of a file unlinked while open: libfuse asks by its hidden name.
+  if (hidden) return apply(hidden.fd, await sys.fstat(hidden.fd));
+  await withNode(ctx, hs, vp.rel.slice(0, -1), vp.rel[vp.rel.length - 1]!, apply);
 }
 
 export async function chown(ctx: FsContext, path: string, uid: number, gid: number): Promise<void> {
@@ -104,6 +121,12 @@ export async function chown(ctx: FsContext, path: string, uid: number, gid: numb
   const hs = await ctx.home(vp.home);
   const keepUid = uid === 0xffffffff || uid === -1;
   const keepGid = gid === 0xffffffff || gid === -1;
+  const hidden = ctx.hidden.get(path);
+  if (hs.profile.chown === 'allow' && hidden) {
+    // fchown of a file unlinked while open: the magic link of its O_PATH descriptor is the inode.
+    await sys.chown(sys.fdPath(hidden.fd), keepUid ? -1 : uid, keepGid ? -1 : gid);
+    return;
+  }
   if (hs.profile.chown === 'allow' && vp.rel.length > 0) {
     const { dir, name } = { dir: vp.rel.slice(0, -1), name: vp.rel[vp.rel.length - 1]! };
     await ctx.store.withDir(hs.backing, dir, (dirFd) => sys.lchown(sys.fdPath(dirFd, name), keepUid ? -1 : uid, keepGid ? -1 : gid));

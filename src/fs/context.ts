@@ -9,6 +9,7 @@ import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } f
 import { Ledger } from '../policy/ledger.js';
 import { symlinkTargetInsideHome, type Profile } from '../policy/profiles.js';
 import type { Owner } from '../backing/store.js';
+import type { HiddenNode } from './hidden.js';
 import { scanHome } from './scan.js';
 import { HandleTable, Mutex, type FileHandle, type HomeState, type OpenInode, inodeKey } from './state.js';
 
@@ -66,6 +67,8 @@ export type HomePath = { kind: 'home'; home: HomeRef; rel: readonly string[] };
  */
 export class FsContext {
   readonly handles = new HandleTable();
+  /** files unlinked while open, under the hidden name libfuse gave them (see hidden.ts) */
+  readonly hidden = new Map<string, HiddenNode>();
   /**
    * Published to the binding (setFlushGate): slot fh & 0xffff counts the open
    * handles in it whose FLUSH must reach JS. Every other FLUSH (one per close

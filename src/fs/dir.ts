@@ -6,6 +6,7 @@ import { checkComponent, decodeBackingName } from '../paths/names.js';
 import { effectiveDirMode, effectiveFileMode, maySpecial, type SpecialKind } from '../policy/profiles.js';
 import type { Caller, FsContext } from './context.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
+import { forgetHidden, hideOpenFile, HIDDEN_NAME } from './hidden.js';
 import type { HomeState } from './state.js';
 
 /** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
@@ -95,6 +96,7 @@ export async function rmdir(ctx: FsContext, path: string): Promise<void> {
 
 export async function unlink(ctx: FsContext, path: string): Promise<void> {
   const vp = ctx.parseInHome(path, 'unlink');
+  if (await forgetHidden(ctx, path)) return;
   await ctx.changing(vp.home, async (hs) => {
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       const node = await ctx.store.openNode(dirFd, vp.name);
@@ -140,6 +142,10 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
   const dst = ctx.parseInHome(to, 'rename');
   // Between homes: EXDEV, so mv(1) copies and deletes, and the target's budget applies.
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'rename between two homes');
+  if (HIDDEN_NAME.test(dst.name) && src.dir.join('/') === dst.dir.join('/')) {
+    const hidden = await ctx.changing(src.home, (hs) => ctx.store.withDir(hs.backing, src.dir, (dirFd) => hideOpenFile(ctx, hs, dirFd, src.name, to, dst.name)));
+    if (hidden) return;
+  }
   await ctx.changing(src.home, async (hs) => {
     await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
       ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {

@@ -97,7 +97,10 @@ export class MountManager {
       timeout: false,
       allowOther: true,
       defaultPermissions: true,
-      hardRemove: true,
+      // No hard_remove: libfuse then keeps an unlinked open file reachable under a
+      // hidden name, so fstat/fchmod on it reach the daemon (src/fs/hidden.ts);
+      // with hard_remove libfuse answers them ENOENT itself.
+      hardRemove: false,
       // st_ino and d_ino are the backing filesystem's (stable across restarts,
       // one number for every hard link); libfuse otherwise numbers its own nodes.
       useIno: true,

@@ -191,6 +191,24 @@ touch('f', b'hello world'); os.truncate('f', 5); a = open('f', 'rb').read(); os.
 r = [a.decode(), open('f', 'rb').read().decode(), os.stat('f').st_size]`,
     expect: ['hello', 'hello\u0000\u0000', 7],
   },
+  {
+    name: 'fstat, fchmod and ftruncate of a file unlinked while open answer from the handle',
+    code: `
+fd = os.open('f', os.O_CREAT | os.O_RDWR, 0o640); os.write(fd, b'abc'); os.unlink('f')
+st = os.fstat(fd); os.fchmod(fd, 0o600); st2 = os.fstat(fd); os.ftruncate(fd, 10)
+r = [st.st_size, st.st_nlink, oct(stat.S_IMODE(st2.st_mode)), os.fstat(fd).st_size, os.pread(fd, 3, 0).decode(), os.listdir('.')]
+os.close(fd)`,
+    expect: [3, 0, '0o600', 10, 'abc', []],
+  },
+  {
+    name: 'a directory whose open file was unlinked can be removed; rename over an open file',
+    code: `
+os.mkdir('d'); fd = os.open('d/f', os.O_CREAT | os.O_RDWR); os.unlink('d/f'); a = E(os.rmdir, 'd'); os.close(fd)
+touch('old', b'old'); touch('new', b'new'); fo = os.open('old', os.O_RDONLY); os.rename('new', 'old')
+r = [a, os.fstat(fo).st_nlink, os.pread(fo, 3, 0).decode(), open('old').read(), sorted(os.listdir('.'))]
+os.close(fo)`,
+    expect: ['OK', 0, 'old', 'new', ['old']],
+  },
 ];
 
 /** Cases run as root (uid 0 may create device nodes). `expect` per side where they differ on purpose. */
