@@ -180,6 +180,10 @@ export interface DeleteResult {
   /** why nothing was deleted (the home is shared under tenant/user scope) */
   deleteNote?: string;
   bytes?: number;
+  /** the deleted home's owner uid: retired, never handed out again */
+  ownerUid?: number;
+  /** processes still running as that uid when the home was gone (they keep running; the uid owns nothing in the mount any more) */
+  ownerProcesses?: Array<{ pid: number; comm: string }>;
 }
 
 export interface StatusReport {

@@ -1,4 +1,4 @@
-import { readdir, readlink } from 'node:fs/promises';
+import { readdir, readFile, readlink } from 'node:fs/promises';
 
 /**
  * Processes whose working directory is inside `dir` (a home under the mount).
@@ -127,4 +127,31 @@ export async function holdersUnder(mount: string): Promise<Map<string, HomeHolde
     h.filePids.sort((a, b) => a - b);
   }
   return out;
+}
+
+/** Processes with `uid` as any of their real, effective, saved or filesystem uid. */
+export async function processesOfUid(uid: number): Promise<Array<{ pid: number; comm: string }>> {
+  let entries: string[];
+  try {
+    entries = await readdir('/proc');
+  } catch {
+    return [];
+  }
+  const out: Array<{ pid: number; comm: string }> = [];
+  await Promise.all(
+    entries
+      .filter((e) => /^\d+$/.test(e))
+      .map(async (e) => {
+        try {
+          const status = await readFile(`/proc/${e}/status`, 'utf8');
+          const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+          if (!ids || !ids.slice(1).some((v) => Number(v) === uid)) return;
+          const comm = /^Name:\s*(.*)$/m.exec(status)?.[1] ?? '';
+          out.push({ pid: Number(e), comm });
+        } catch {
+          // gone meanwhile
+        }
+      }),
+  );
+  return out.sort((a, b) => a.pid - b.pid);
 }

@@ -32,7 +32,7 @@ import { resolveProfileName, type Profile, type ProfileSource } from '../policy/
 import { allocateOwner } from '../scope/owners.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
 import type { StateStore } from '../state/store.js';
-import { cwdCountsByHome, cwdProcessesUnder } from './busy.js';
+import { cwdCountsByHome, cwdProcessesUnder, processesOfUid } from './busy.js';
 import type { TenantSettings } from '../state/store.js';
 
 const RENAME_HELPER = fileURLToPath(new URL('../cli/rename-helper.js', import.meta.url));
@@ -215,11 +215,23 @@ export class HomeManager {
     return this.info(ref);
   }
 
-  /** uids and gids already given out (gid = uid for allocated owners, but an explicit owner may differ). */
+  /** uids and gids already given out (gid = uid for allocated owners, but an explicit owner may differ), and retired ones. */
   private usedIds(): number[] {
     const ids = Object.values(this.state.state.homes).flatMap((h) => [h.owner.uid, h.owner.gid]);
     for (const h of Object.values(this.config.homes)) if (h.owner) ids.push(h.owner.uid, h.owner.gid);
+    ids.push(...this.state.state.owners.retired);
     return ids;
+  }
+
+  /**
+   * Where allocation continues: the recorded mark, or (a state file written
+   * before there was one) the highest id of the range already in use.
+   */
+  private highWater(): number | undefined {
+    const { from, to } = this.config.owners;
+    let mark = this.state.state.owners.highWater;
+    for (const id of this.usedIds()) if (id >= from && id <= to && (mark === undefined || id > mark)) mark = id;
+    return mark;
   }
 
   private checkProfile(name: string | undefined): void {
@@ -240,8 +252,16 @@ export class HomeManager {
     const id = homeId(ref);
     this.checkNotForwarded(ref);
     if (await this.ctx.store.homeExists(ref)) throw new HomesError('EXISTS', `home ${id} exists`);
-    const owner = args.owner ?? this.ownerOf(ref) ?? allocateOwner(this.config.owners, this.usedIds());
+    const retired = new Set(this.state.state.owners.retired);
+    if (args.owner && (retired.has(args.owner.uid) || retired.has(args.owner.gid))) {
+      throw new HomesError('INVALID_ARGUMENT', `owner ${args.owner.uid}:${args.owner.gid} belonged to a deleted home: ids are never reused`, {
+        reason: 'owner-retired',
+      });
+    }
+    const given = args.owner ?? this.ownerOf(ref);
+    const owner = given ?? allocateOwner(this.config.owners, this.usedIds(), this.highWater());
     await this.state.update((s) => {
+      if (!given) s.owners.highWater = Math.max(s.owners.highWater ?? 0, owner.uid);
       s.homes[id] = {
         owner: { uid: owner.uid, gid: owner.gid },
         ...(args.profile !== undefined ? { profile: args.profile } : {}),
@@ -600,19 +620,34 @@ export class HomeManager {
     return this.renameHome('user', args);
   }
 
-  /** Move the home to a trash name through the mount (the path is gone at once), then remove the backing tree. */
-  private async removeHome(ref: HomeRef, force: boolean | undefined): Promise<number> {
+  /**
+   * Move the home to a trash name through the mount (the path is gone at once),
+   * retire its owner id, then remove the backing tree. Processes still running
+   * as that uid are reported (reply and log): the uid keeps them, but no home
+   * will ever be given that uid again.
+   */
+  private async removeHome(ref: HomeRef, force: boolean | undefined): Promise<{ bytes: number; ownerUid: number; ownerProcesses: Array<{ pid: number; comm: string }> }> {
     await this.checkBusy(ref, force, 'delete');
     const loaded = this.ctx.loadedHome(ref);
-    const bytes = loaded ? (await loaded.catch(() => null))?.ledger.bytes ?? 0 : 0;
+    const hs = loaded ? await loaded.catch(() => null) : null;
+    const bytes = hs?.ledger.bytes ?? 0;
+    const owner = this.ownerOf(ref) ?? hs?.backing.owner ?? (await this.ctx.home(ref)).backing.owner;
     const trash = `${TRASH_PREFIX}${randomBytes(6).toString('hex')}`;
     await this.renameThroughMount(ref.tenant, ref.key, trash, () => this.ctx.forgetHome(ref));
     await this.state.update((s) => {
       delete s.homes[homeId(ref)];
+      for (const id of new Set([owner.uid, owner.gid])) if (id !== 0 && !s.owners.retired.includes(id)) s.owners.retired.push(id);
     });
     await this.ctx.store.removeTenantEntry(ref.tenant, trash);
-    this.log.info({ home: homeId(ref), path: this.mountPath(ref), bytes }, 'home deleted');
-    return bytes;
+    const ownerProcesses = owner.uid === 0 ? [] : await processesOfUid(owner.uid);
+    if (ownerProcesses.length > 0) {
+      this.log.warn(
+        { home: homeId(ref), ownerUid: owner.uid, processes: ownerProcesses.slice(0, 50), count: ownerProcesses.length },
+        'home deleted while processes still run as its owner uid (the uid is retired, never reused)',
+      );
+    }
+    this.log.info({ home: homeId(ref), path: this.mountPath(ref), bytes, ownerUid: owner.uid }, 'home deleted');
+    return { bytes, ownerUid: owner.uid, ownerProcesses: ownerProcesses.slice(0, 50) };
   }
 
   async deleteProject(args: { tenant: string; project: string; force?: boolean }): Promise<DeleteResult> {
@@ -625,30 +660,30 @@ export class HomeManager {
       if (shared) return { deleted: null, deleteNote: shared };
       throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
     }
-    const bytes = await this.removeHome(ref, args.force);
+    const gone = await this.removeHome(ref, args.force);
     await this.state.update((s) => {
       delete s.settings[args.tenant]?.projects[args.project];
     });
-    return { deleted: homeId(ref), bytes, ...(shared ? { deleteNote: shared } : {}) };
+    return { deleted: homeId(ref), ...gone, ...(shared ? { deleteNote: shared } : {}) };
   }
 
   async deleteUser(args: { tenant: string; login: string; force?: boolean }): Promise<DeleteResult> {
     checkSegment('tenant', args.tenant);
     const ref = { tenant: args.tenant, key: keyFor('user', args.login) };
     if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
-    const bytes = await this.removeHome(ref, args.force);
+    const gone = await this.removeHome(ref, args.force);
     await this.state.update((s) => {
       delete s.settings[args.tenant]?.users[args.login];
     });
-    return { deleted: homeId(ref), bytes };
+    return { deleted: homeId(ref), ...gone };
   }
 
   /** Delete any home by "tenant/key": an orphan, a leftover. Settings stay (they belong to names, not homes). */
   async deleteHome(args: { home: string; force?: boolean }): Promise<DeleteResult> {
     const ref = parseHomeArg(args.home);
     if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
-    const bytes = await this.removeHome(ref, args.force);
-    return { deleted: homeId(ref), bytes };
+    const gone = await this.removeHome(ref, args.force);
+    return { deleted: homeId(ref), ...gone };
   }
 
   forwards(): Forward[] {

@@ -61,6 +61,16 @@ export const ForwardSchema = z.strictObject({
   at: z.iso.datetime({ offset: true }).max(STATE_STRING_MAX),
 });
 
+/**
+ * Owner ids already handed out. The allocator only moves forward from
+ * `highWater`; `retired` keeps the ids of deleted homes (tombstones) so that
+ * neither a changed range nor an explicit `--owner` can give one out again.
+ */
+export const OwnersStateSchema = z.strictObject({
+  highWater: z.number().int().min(0).max(MAX_ID).optional(),
+  retired: z.array(z.number().int().min(0).max(MAX_ID)).max(10_000_000).default([]),
+});
+
 export const StateSchema = z.strictObject({
   version: z.literal(STATE_VERSION),
   /** tenant → cascade */
@@ -69,12 +79,14 @@ export const StateSchema = z.strictObject({
   homes: z.record(HomeRef, HomeRecordSchema).default({}),
   /** old "tenant/key" → forward (absent in files written before renames reserved names) */
   forwards: z.record(HomeRef, ForwardSchema).optional(),
+  owners: OwnersStateSchema.default({ retired: [] }),
 });
 
 export type OwnerRecord = z.infer<typeof OwnerSchema>;
 export type TenantSettings = z.infer<typeof TenantSettingsSchema>;
 export type HomeRecord = z.infer<typeof HomeRecordSchema>;
 export type State = z.infer<typeof StateSchema>;
+export type OwnersState = z.infer<typeof OwnersStateSchema>;
 
 /** The state key of a home. */
 export function homeRef(tenant: string, key: string): string {
@@ -83,7 +95,7 @@ export function homeRef(tenant: string, key: string): string {
 
 /** A fresh, empty state (what a missing file means). */
 export function emptyState(): State {
-  return { version: STATE_VERSION, settings: {}, homes: {} };
+  return { version: STATE_VERSION, settings: {}, homes: {}, owners: { retired: [] } };
 }
 
 /**

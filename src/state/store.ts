@@ -52,6 +52,10 @@ function copyState(s: State): State {
       createdAt: h.createdAt,
     })),
     ...(s.forwards !== undefined ? { forwards: rec(s.forwards, (f) => ({ to: f.to, at: f.at })) } : {}),
+    owners: {
+      ...(s.owners.highWater !== undefined ? { highWater: s.owners.highWater } : {}),
+      retired: [...s.owners.retired],
+    },
   };
 }
 

@@ -37,12 +37,13 @@ const VALID = {
   version: 1,
   settings: { acme: { tenantDefault: 'tenant', projects: { web: 'project' }, users: { alice: 'user' } } },
   homes: { 'acme/web': { owner: { uid: 20000, gid: 20000 }, profile: 'home', budget: 1024, createdAt: NOW } },
+  owners: { highWater: 20000, retired: [19999] },
 };
 
 describe('StateStore: load and round trip', () => {
   it('a missing file is an empty state; nothing is created until the first update', async () => {
     const store = await StateStore.load(file);
-    expect(store.state).toEqual({ version: STATE_VERSION, settings: {}, homes: {} });
+    expect(store.state).toEqual({ version: STATE_VERSION, settings: {}, homes: {}, owners: { retired: [] } });
     await expect(stat(path.dirname(file))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
@@ -227,7 +228,7 @@ describe('StateStore: atomic, serialised updates', () => {
   it('an async mutator is refused', async () => {
     const store = await StateStore.load(file);
     await expect(store.update((async () => undefined) as unknown as (s: State) => void)).rejects.toThrow(/synchronous/);
-    expect(store.state).toEqual({ version: 1, settings: {}, homes: {} });
+    expect(store.state).toEqual({ version: 1, settings: {}, homes: {}, owners: { retired: [] } });
   });
 
   it('a failed write leaves memory and file as before, and no temp file', async () => {
@@ -319,7 +320,7 @@ describe('StateStore: crash leftovers', () => {
     await mkdir(path.dirname(file), { recursive: true });
     await writeFile(`${file}.tmp-${process.pid}-0`, JSON.stringify(VALID));
     const store = await StateStore.load(file);
-    expect(store.state).toEqual({ version: 1, settings: {}, homes: {} });
+    expect(store.state).toEqual({ version: 1, settings: {}, homes: {}, owners: { retired: [] } });
     expect(await readdir(path.dirname(file))).toEqual([]);
     // and our own first temp name is free again
     await store.update((s) => {

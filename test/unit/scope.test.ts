@@ -186,6 +186,22 @@ describe('allocateOwner', () => {
     // duplicates in `used` are fine
     expect(allocateOwner(range, [20000, 20000, 20001])).toEqual({ uid: 20002, gid: 20002 });
   });
+  it('with a high-water mark it only moves forward: a freed id below the mark is never handed out again', () => {
+    expect(allocateOwner(range, [20000, 20003], 20003)).toEqual({ uid: 20004, gid: 20004 });
+    expect(allocateOwner(range, [], 20005)).toEqual({ uid: 20006, gid: 20006 });
+    // a mark below the range (the range was moved up) starts at the range
+    expect(allocateOwner(range, [], 100)).toEqual({ uid: 20000, gid: 20000 });
+    const err = (() => {
+      try {
+        allocateOwner(range, [], 20009);
+      } catch (e) {
+        return e as { code: string; details: Record<string, unknown> };
+      }
+      return null;
+    })();
+    expect(err?.code).toBe('INVALID_ARGUMENT');
+    expect(err?.details.reason).toBe('owner-range-exhausted');
+  });
   it('a gid taken by an explicit owner is not handed out as a uid', () => {
     // home A: uid 20000 gid 20001 (set explicitly) → caller passes both
     expect(allocateOwner(range, [20000, 20001])).toEqual({ uid: 20002, gid: 20002 });
