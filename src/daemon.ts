@@ -98,6 +98,18 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   await store.init().catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
   });
+  const openings = await store.openings();
+  if (openings.length > 0) {
+    if (!config.allowOpenBacking) {
+      await store.close();
+      throw new DaemonError(
+        `the backing tree can be reached without the mount (its homes could be written around every budget): ${openings.join('; ')}. ` +
+          `Make the backing root and every tenant directory root-owned 0700 (chown root: DIR && chmod 0700 DIR), or set "allowOpenBacking": true`,
+        EXIT.BACKING_OPEN,
+      );
+    }
+    log.warn({ openings }, 'the backing tree can be reached without the mount (allowOpenBacking is set)');
+  }
   const purged = await store.purgeTrash();
   if (purged) log.info({ purged }, 'removed homes left half-deleted by an earlier run');
 

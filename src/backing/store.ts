@@ -85,6 +85,28 @@ export class BackingStore {
     this.rootFd = -1;
   }
 
+  /**
+   * Where a non-root uid could get into the backing tree other than through
+   * the mount: the root or a tenant directory not owned by root, or with any
+   * group/other permission bit. Below them the homes belong to their owners,
+   * so these two levels are the only wall. One line per problem.
+   */
+  async openings(): Promise<string[]> {
+    const problems: string[] = [];
+    const check = (what: string, st: import('node:fs').BigIntStats): void => {
+      const mode = Number(st.mode) & 0o7777;
+      if (st.uid !== 0n) problems.push(`${what} is owned by uid ${st.uid}, not root`);
+      if (mode & 0o077) problems.push(`${what} has mode ${mode.toString(8).padStart(4, '0')}: group/other can reach it (want 0700)`);
+    };
+    check(`backing root ${this.rootPath}`, await sys.fstat(this.rootFd));
+    for (const e of await sys.readdirRaw(sys.fdPath(this.rootFd))) {
+      if (!e.isDirectory()) continue;
+      const st = await sys.lstat(Buffer.concat([Buffer.from(`${sys.fdPath(this.rootFd)}/`), e.name])).catch(() => null);
+      if (st) check(`tenant directory ${this.rootPath}/${e.name.toString('latin1')}`, st);
+    }
+    return problems;
+  }
+
   rootStat(): Promise<import('node:fs').BigIntStats> {
     return sys.fstat(this.rootFd);
   }
@@ -296,7 +318,8 @@ export class BackingStore {
   async createHome(ref: HomeRef, owner: Owner): Promise<void> {
     checkSegment('tenant', ref.tenant);
     classifyKey(ref.key);
-    await sys.mkdir(sys.fdPath(this.rootFd, ref.tenant), 0o711).catch((err) => {
+    // root-only: the backing homes below are owned by their owners, and only this keeps them out
+    await sys.mkdir(sys.fdPath(this.rootFd, ref.tenant), 0o700).catch((err) => {
       if (sys.sysCode(err) !== 'EEXIST') throw err;
     });
     await this.withTenant(ref.tenant, async (tfd) => {

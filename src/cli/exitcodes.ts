@@ -24,4 +24,6 @@ export const EXIT = {
   STATE: 9,
   /** another daemon holds the backing tree's or the state file's lock */
   LOCKED: 10,
+  /** the backing root or a tenant directory is reachable by a non-root uid (see allowOpenBacking) */
+  BACKING_OPEN: 11,
 } as const;

@@ -44,6 +44,11 @@ export const ConfigSchema = z
       .strict()
       .refine((o) => o.from <= o.to, { message: 'owners.from must be <= owners.to' })
       .default({ from: 200000, to: 299999 }),
+    /**
+     * Serve even when the backing root or a tenant directory can be reached
+     * by a non-root uid (homes could then be written around the ledger).
+     */
+    allowOpenBacking: z.boolean().default(false),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     defaultProfile: z.string().min(1).default('home'),
     profiles: z.record(ProfileNameSchema, ConfigProfileSchema).default({}),

@@ -68,7 +68,8 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
   const socket = join(dir, 'run', 'admin.sock');
   const configPath = join(dir, 'config.json');
   if (!reuse) {
-    mkdirSync(backing, { mode: 0o755 });
+    // root-only, as the daemon demands (issue 8): the homes below belong to their owners
+    mkdirSync(backing, { mode: 0o700 });
     for (const h of opts.create ?? []) mkdirSync(join(backing, h), { recursive: true, mode: 0o700 });
     writeFileSync(
       configPath,
