@@ -13,6 +13,10 @@ import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { MountManager, nativeMknod, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
+import { renderMetrics } from './metrics/exposition.js';
+import { OpMetrics } from './metrics/ops.js';
+import { metricsSnapshot } from './metrics/snapshot.js';
+import { startMetricsServer, type MetricsServer } from './metrics/server.js';
 import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
 import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
@@ -44,7 +48,7 @@ export interface Daemon {
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
-const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata'] as const;
+const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics'] as const;
 
 /**
  * Composition root: config → state → backing store → fs context → homes →
@@ -117,6 +121,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     store,
     log: log.child({ component: 'fs' }),
     profileFor: (ref) => manager!.profileFor(ref),
+    tenantBudgetFor: (tenant) => manager!.tenantBudgetFor(tenant).bytes,
     utimensat: nativeUtimensat(Fuse),
     mknod: nativeMknod(Fuse),
     mountRoot: config.mount,
@@ -130,6 +135,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   let lastReload: ReloadResult | null = null;
   const hurry = new AbortController();
 
+  // Per-operation counting costs a clock read and a few increments per request: only when someone scrapes.
+  const opMetrics = config.metrics?.socket !== undefined || config.metrics?.listen !== undefined ? new OpMetrics() : null;
   const mountLog = log.child({ component: 'mount' });
   const mount = new MountManager(
     Fuse,
@@ -141,6 +148,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
       void shutdown(EXIT.MOUNT_LOST);
     },
     log.child({ component: 'fuse' }),
+    opMetrics,
   );
 
   // Ledgers of every home present at start are built in the background; other
@@ -181,6 +189,10 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         native: { patch: Fuse.HOMESFS_PATCH ?? 0, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,
+        tenants: ctx
+          .knownPools()
+          .map((p) => ({ tenant: p.tenant, bytes: p.bytes, budget: p.limit }))
+          .sort((a, b) => a.tenant.localeCompare(b.tenant)),
       };
     },
     list: (args) => homes.list(args),
@@ -211,6 +223,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
       }
       return r;
     },
+    tenantUsage: (args) => homes.tenantUsage(args.tenant),
+    setTenantBudget: (args) => homes.setTenantBudget(args),
   };
 
   const controls: ControlServer[] = [];
@@ -240,6 +254,25 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     await ctx.close();
     await store.close();
     throw new DaemonError(`control socket: ${(err as Error).message}`, EXIT.CONTROL);
+  }
+
+  let metricsServer: MetricsServer | null = null;
+  if (opMetrics !== null) {
+    try {
+      metricsServer = await startMetricsServer({
+        ...(config.metrics?.socket !== undefined ? { socket: config.metrics.socket } : {}),
+        ...(config.metrics?.listen !== undefined ? { listen: config.metrics.listen } : {}),
+        ...(config.adminGroup !== undefined ? { group: config.adminGroup } : {}),
+        render: async () => renderMetrics(await metricsSnapshot(ctx, opMetrics, started)),
+        log: log.child({ component: 'metrics' }),
+      });
+    } catch (err) {
+      for (const c of controls) await c.close().catch(() => undefined);
+      await mount.unmount();
+      await ctx.close();
+      await store.close();
+      throw new DaemonError(`metrics endpoint: ${(err as Error).message}`, EXIT.CONTROL);
+    }
   }
 
   await mount.runSelfCheck();
@@ -301,6 +334,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     stopping = true;
     if (code === EXIT.OK) await drain().catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
     for (const c of controls) await c.close().catch(() => undefined);
+    await metricsServer?.close().catch(() => undefined);
     await mount.unmount();
     await ctx.close().catch(() => undefined);
     await store.close().catch(() => undefined);

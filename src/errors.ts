@@ -20,6 +20,7 @@ export type HomesCode =
   | 'CROSS_HOME'
   | 'CROSS_DEVICE'
   | 'QUOTA_EXCEEDED'
+  | 'TENANT_QUOTA_EXCEEDED'
   | 'INODES_EXCEEDED'
   | 'FILE_TOO_LARGE'
   | 'NOT_UTF8'
@@ -51,6 +52,8 @@ export const ERRNO_OF = {
   CROSS_HOME: osConstants.errno.EXDEV,
   CROSS_DEVICE: osConstants.errno.EXDEV,
   QUOTA_EXCEEDED: osConstants.errno.EDQUOT,
+  // The tenant's total across its homes: the same errno as a home budget, a code of its own.
+  TENANT_QUOTA_EXCEEDED: osConstants.errno.EDQUOT,
   INODES_EXCEEDED: osConstants.errno.EDQUOT,
   FILE_TOO_LARGE: osConstants.errno.EFBIG,
   NOT_UTF8: osConstants.errno.EILSEQ,

@@ -2,7 +2,7 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { DeleteResult, Forward, HomeInfo, LimitSource, ReloadResult, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../control/api.js';
+import type { DeleteResult, Forward, HomeInfo, LimitSource, ReloadResult, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport, TenantUsage } from '../control/api.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
 import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
 import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
@@ -446,6 +446,24 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
       return `Released ${clean(f.from)} (it forwarded to ${clean(f.to)}); resolve may create a fresh home under that name again.\n`;
     },
   },
+  'tenant-usage': {
+    summary: "A tenant's total across its homes and its total budget",
+    synopsis: 'TENANT',
+    description: 'The sum of the bytes of every home of TENANT, its total budget (0 = off) and where that budget comes from.',
+    positionals: { min: 1, max: 1 },
+    args: (_v, p) => ({ tenant: p[0]! }),
+    human: (data) => renderTenant(data as TenantUsage),
+  },
+  'set-tenant-budget': {
+    summary: "Change a tenant's total budget across its homes (off, or default = the config's)",
+    synopsis: 'TENANT (SIZE | off | default)',
+    description:
+      'SIZE as for set-budget; "off" or 0 removes the tenant budget; "default" drops the live override, so the ' +
+      "config's tenants.<t>.maxBytes applies again. Every write of any home of the tenant is checked against it. Lowering it below usage deletes nothing.",
+    positionals: { min: 2, max: 2 },
+    args: (_v, p) => ({ tenant: p[0]!, bytes: limitArg(p[1]!, 'size', 'set-tenant-budget', 'SIZE') }),
+    human: (data) => renderTenant(data as TenantUsage),
+  },
 };
 
 /** Command-line words that stand for another command with preset options (declarative, like COMMANDS). */
@@ -727,11 +745,25 @@ function renderHome(h: HomeInfo): string {
     ['Budget', limitWithSource(h.budget === 0 ? 'off' : `${formatBytes(h.budget)} (${h.budget} bytes)`, h.limitSources.budget, h, formatLimit(h.profileLimits.budget))],
     ['Inodes', `${h.inodes} used; cap ${limitWithSource(inodeText(h.inodeCap), h.limitSources.inodeCap, h, inodeText(h.profileLimits.inodeCap))}`],
     ['File cap', limitWithSource(formatLimit(h.fileCap), h.limitSources.fileCap, h, formatLimit(h.profileLimits.fileCap))],
+    ['Tenant total', `${formatBytes(h.tenantBytes)} of ${h.tenantBudget === 0 ? 'no tenant budget' : formatBytes(h.tenantBudget)}`],
     ['In use', `${h.openHandles} open file${h.openHandles === 1 ? '' : 's'}, ${h.cwdProcesses} working director${h.cwdProcesses === 1 ? 'y' : 'ies'}`],
     ['Scan', h.scan],
     ['Orphan', h.orphan ? 'yes (its project now resolves to a shared home; delete-home removes it)' : 'no'],
     ['Flags', flags],
   ]);
+}
+
+function renderTenant(t: TenantUsage): string {
+  const budget = t.budget === 0 ? 'off' : `${formatBytes(t.budget)} (${t.budget} bytes, ${t.budgetSource === 'override' ? 'live override' : 'config'})`;
+  const over = t.budget > 0 && t.bytes > t.budget ? ' (over budget: its homes cannot grow until it is back under)' : '';
+  return (
+    keyValues([
+      ['Tenant', t.tenant],
+      ['Used', `${formatBytes(t.bytes)} (${t.bytes} bytes)${over}`],
+      ['Budget', budget],
+      ['Homes', t.homes.map((h) => `${h.key} ${formatBytes(h.bytes)}`).join(', ') || '(none loaded)'],
+    ]) + '\n'
+  );
 }
 
 function renderSettings(v: SettingsView): string {

@@ -10,7 +10,13 @@ const HomeEntry = z
   })
   .strict();
 
-const TenantEntry = z.object({ defaultProfile: z.string().min(1).optional() }).strict();
+const TenantEntry = z
+  .object({
+    defaultProfile: z.string().min(1).optional(),
+    /** total byte budget across the tenant's homes, 0 = off */
+    maxBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  })
+  .strict();
 
 const FuseOptions = z
   .object({
@@ -60,6 +66,18 @@ export const ConfigSchema = z
     syncMetadata: z.boolean().default(true),
     /** on SIGTERM, how long to wait for homes in use (open files, working directories) before unmounting */
     shutdownGraceMs: z.number().int().min(0).max(600_000).default(10_000),
+    /** Prometheus text endpoint, off unless one of these is set */
+    metrics: z
+      .object({
+        socket: z.string().min(1).optional(),
+        listen: z
+          .string()
+          .regex(/^(127\.0\.0\.1|\[::1\]):([0-9]{1,5})$/, { message: 'metrics.listen is 127.0.0.1:PORT or [::1]:PORT (loopback only)' })
+          .refine((s) => Number(s.slice(s.lastIndexOf(':') + 1)) <= 65535, { message: 'port out of range' })
+          .optional(),
+      })
+      .strict()
+      .optional(),
     probe: z
       .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })
       .strict()

@@ -38,6 +38,10 @@ export interface DaemonApi {
   forwards(): Promise<Forward[]>;
   /** release a reserved old name: resolve may create a fresh home there again */
   releaseName(args: { home: HomeRefArg }): Promise<Forward>;
+  /** one tenant's total across its homes and its budget */
+  tenantUsage(args: { tenant: string }): Promise<TenantUsage>;
+  /** live override of the tenant's total budget (0 = off, null = back to the config) */
+  setTenantBudget(args: { tenant: string; bytes: number | null }): Promise<TenantUsage>;
   /** re-read the configuration file like SIGHUP; a refused reload is an INVALID_ARGUMENT error (the old configuration stays) */
   reload(): Promise<ReloadResult>;
 }
@@ -56,6 +60,17 @@ export interface ReloadResult {
   issues?: string[];
   /** profiles a live override uses that the new file drops (refused) */
   overridesWithoutProfile?: string[];
+}
+
+export interface TenantUsage {
+  tenant: string;
+  /** the sum of the bytes of the tenant's homes */
+  bytes: number;
+  /** effective total budget, 0 = off */
+  budget: number;
+  /** where the budget comes from: a live override, the config's `tenants.<t>.maxBytes`, or none */
+  budgetSource: 'override' | 'config' | 'off';
+  homes: Array<{ key: string; bytes: number }>;
 }
 
 /** A renamed home's old name, reserved: resolve answers RENAMED with `to`. */
@@ -114,6 +129,9 @@ export interface HomeInfo {
   openHandles: number;
   /** processes whose working directory is inside the home */
   cwdProcesses: number;
+  /** the home's tenant: total bytes across its homes and its total budget (0 = off) */
+  tenantBytes: number;
+  tenantBudget: number;
   scan: 'pending' | 'scanning' | 'done' | 'failed';
   /** a project home whose project now resolves to a shared scope (left by a home-scope change) */
   orphan: boolean;
@@ -217,4 +235,6 @@ export interface StatusReport {
   }>;
   /** the last reload since start (SIGHUP or `reload`), null if none */
   lastReload?: ReloadResult | null;
+  /** every tenant with a loaded home: total bytes and total budget (0 = off) */
+  tenants?: Array<{ tenant: string; bytes: number; budget: number }>;
 }

@@ -97,6 +97,9 @@ export const RescanArgs = z.strictObject({ home: HomeRef });
 export const ResolveArgs = z.strictObject({ tenant: Name, project: Name, user: Name.optional() });
 export const RenameArgs = z.strictObject({ tenant: Name, from: Name, to: Name, force: z.boolean().optional() });
 export const DeleteProjectArgs = z.strictObject({ tenant: Name, project: Name, force: z.boolean().optional() });
+export const TenantUsageArgs = z.strictObject({ tenant: Name });
+/** bytes: 0 = off, null = drop the override (back to the config) */
+export const SetTenantBudgetArgs = z.strictObject({ tenant: Name, bytes: Bytes.nullable() });
 export const DeleteUserArgs = z.strictObject({ tenant: Name, login: Name, force: z.boolean().optional() });
 export const DeleteHomeArgs = z.strictObject({ home: HomeRef, force: z.boolean().optional() });
 export const ForwardsArgs = z.strictObject({});
@@ -125,6 +128,8 @@ export const Request = z.discriminatedUnion('cmd', [
   request('forwards', ForwardsArgs),
   request('release-name', ReleaseNameArgs),
   request('reload', ReloadArgs),
+  request('tenant-usage', TenantUsageArgs),
+  request('set-tenant-budget', SetTenantBudgetArgs),
 ]);
 
 /** A parsed request (args filled in). */
@@ -176,6 +181,7 @@ export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
   CROSS_HOME: 'The operation would cross homes.',
   CROSS_DEVICE: 'The operation would cross devices.',
   QUOTA_EXCEEDED: 'The byte budget would be exceeded.',
+  TENANT_QUOTA_EXCEEDED: "The tenant's total byte budget across its homes would be exceeded.",
   INODES_EXCEEDED: 'The inode budget would be exceeded.',
   FILE_TOO_LARGE: 'A file would exceed the maximum file size.',
   NOT_UTF8: 'Content that must be UTF-8 is not.',

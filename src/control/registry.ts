@@ -21,6 +21,7 @@ import { deleteHome } from './commands/delete-home.js';
 import { forwards } from './commands/forwards.js';
 import { releaseName } from './commands/release-name.js';
 import { reload } from './commands/reload.js';
+import { setTenantBudget, tenantUsage } from './commands/tenant-budget.js';
 
 /** Everything a handler may use besides its arguments. */
 export interface CommandContext {
@@ -64,6 +65,8 @@ export const commands: CommandRegistry = {
   forwards,
   'release-name': releaseName,
   reload,
+  'tenant-usage': tenantUsage,
+  'set-tenant-budget': setTenantBudget,
 };
 
 /**

@@ -174,10 +174,10 @@ function checkMode(name: string, mode: number, forbidden: number): void {
  * bound in it. The directory is opened with O_NOFOLLOW and changed through the
  * descriptor, so a symlink swapped in between check and chmod is refused.
  */
-async function prepareSocketDir(dir: string, mode: number, gid: number | undefined): Promise<void> {
+export async function prepareSocketDir(dir: string, mode: number, gid: number | undefined, label = 'control socket'): Promise<void> {
   const depth = dir.split('/').filter(Boolean).length;
   if (depth < 2) {
-    throw new Error(`control socket: directory ${dir} is a system directory; put the socket in a dedicated directory such as /run/homesfs`);
+    throw new Error(`${label}: directory ${dir} is a system directory; put the socket in a dedicated directory such as /run/homesfs`);
   }
   let created = false;
   try {
@@ -189,36 +189,36 @@ async function prepareSocketDir(dir: string, mode: number, gid: number | undefin
       await mkdir(dir, { recursive: true, mode });
       created = true;
     } else if (code !== 'EEXIST') {
-      throw new Error(`control socket: cannot create directory ${dir}: ${(err as Error).message}`, { cause: err });
+      throw new Error(`${label}: cannot create directory ${dir}: ${(err as Error).message}`, { cause: err });
     }
   }
   const lst = await lstat(dir);
-  if (lst.isSymbolicLink()) throw new Error(`control socket: ${dir} is a symlink; refusing to use it as the socket directory`);
-  if (!lst.isDirectory()) throw new Error(`control socket: ${dir} exists and is not a directory`);
+  if (lst.isSymbolicLink()) throw new Error(`${label}: ${dir} is a symlink; refusing to use it as the socket directory`);
+  if (!lst.isDirectory()) throw new Error(`${label}: ${dir} exists and is not a directory`);
 
   let fh;
   try {
     fh = await open(dir, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ELOOP') throw new Error(`control socket: ${dir} is a symlink; refusing to use it as the socket directory`, { cause: err });
-    if (code === 'ENOTDIR') throw new Error(`control socket: ${dir} exists and is not a directory`, { cause: err });
-    throw new Error(`control socket: cannot open directory ${dir}: ${(err as Error).message}`, { cause: err });
+    if (code === 'ELOOP') throw new Error(`${label}: ${dir} is a symlink; refusing to use it as the socket directory`, { cause: err });
+    if (code === 'ENOTDIR') throw new Error(`${label}: ${dir} exists and is not a directory`, { cause: err });
+    throw new Error(`${label}: cannot open directory ${dir}: ${(err as Error).message}`, { cause: err });
   }
   try {
     const st = await fh.stat();
     const uid = process.getuid?.();
     if (uid !== undefined && st.uid !== uid) {
-      throw new Error(`control socket: directory ${dir} is owned by uid ${st.uid}, not by this daemon (uid ${uid}); refusing to use it`);
+      throw new Error(`${label}: directory ${dir} is owned by uid ${st.uid}, not by this daemon (uid ${uid}); refusing to use it`);
     }
     if (!created && (st.mode & 0o1002) !== 0) {
-      throw new Error(`control socket: directory ${dir} is shared (world-writable or sticky); put the socket in a dedicated directory`);
+      throw new Error(`${label}: directory ${dir} is shared (world-writable or sticky); put the socket in a dedicated directory`);
     }
     await fh.chmod(mode);
     if (gid !== undefined) await fh.chown(-1, gid);
     const after = await fh.stat();
     if ((after.mode & 0o7777) !== mode) {
-      throw new Error(`control socket: directory ${dir} has mode ${(after.mode & 0o7777).toString(8)} after chmod, expected ${mode.toString(8)}`);
+      throw new Error(`${label}: directory ${dir} has mode ${(after.mode & 0o7777).toString(8)} after chmod, expected ${mode.toString(8)}`);
     }
   } finally {
     await fh.close();
@@ -226,7 +226,7 @@ async function prepareSocketDir(dir: string, mode: number, gid: number | undefin
 }
 
 /** Remove a socket left by a crashed run; refuse anything that is not a dead socket. */
-async function removeStaleSocket(socketPath: string): Promise<void> {
+export async function removeStaleSocket(socketPath: string, label = 'control socket'): Promise<void> {
   let st;
   try {
     st = await lstat(socketPath);
@@ -234,10 +234,10 @@ async function removeStaleSocket(socketPath: string): Promise<void> {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
     throw err;
   }
-  if (st.isSymbolicLink()) throw new Error(`control socket: ${socketPath} is a symlink; refusing to replace it`);
-  if (!st.isSocket()) throw new Error(`control socket: ${socketPath} exists and is not a socket; refusing to replace it`);
+  if (st.isSymbolicLink()) throw new Error(`${label}: ${socketPath} is a symlink; refusing to replace it`);
+  if (!st.isSocket()) throw new Error(`${label}: ${socketPath} exists and is not a socket; refusing to replace it`);
   if (await socketAnswers(socketPath)) {
-    throw new Error(`control socket: ${socketPath} is in use by a running process (another daemon?)`);
+    throw new Error(`${label}: ${socketPath} is in use by a running process (another daemon?)`);
   }
   try {
     await unlink(socketPath);

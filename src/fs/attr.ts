@@ -172,8 +172,11 @@ const U32 = 0xffffffff;
 
 /**
  * Inside a home, `df .` shows the home's budget, not the backing disk: the
- * budget is the limit the writer will meet first. The binding carries 32-bit
- * counts, so the fragment size grows until the block counts fit.
+ * budget is the limit the writer will meet first. df computes used = size −
+ * free, so a home over its budget (lowered below usage) reports size = its
+ * real usage and free = 0: used is then the truth and use% 100, instead of a
+ * size that hides the overage. The binding carries 32-bit counts, so the
+ * fragment size grows until the block counts fit.
  */
 export async function statfs(ctx: FsContext, path: string): Promise<StatFs> {
   const vp = ctx.parse(path);
@@ -189,15 +192,16 @@ export async function statfs(ctx: FsContext, path: string): Promise<StatFs> {
   let namemax = 255;
   if (vp.kind === 'home') {
     const hs = await ctx.home(vp.home);
-    const { bytes, inodes, limits } = hs.ledger.snapshot();
-    if (limits.maxHomeBytes > 0) {
-      totalBytes = limits.maxHomeBytes;
-      const left = Math.max(0, limits.maxHomeBytes - bytes);
+    const room = hs.ledger.room();
+    if (room.cap !== null) {
+      const left = Math.max(0, room.cap - room.bytes);
+      totalBytes = Math.max(room.cap, room.bytes);
       freeBytes = Math.min(left, freeBytes);
       availBytes = Math.min(left, availBytes);
     }
+    const { inodes, limits } = hs.ledger.snapshot();
     if (limits.maxInodes > 0) {
-      files = limits.maxInodes;
+      files = Math.max(limits.maxInodes, inodes);
       ffree = Math.min(Math.max(0, limits.maxInodes - inodes), ffree);
     }
     namemax = hs.profile.maxNameBytes;

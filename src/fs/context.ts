@@ -6,8 +6,9 @@ import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkComponent } from '../paths/names.js';
 import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } from '../paths/parse.js';
-import { Ledger } from '../policy/ledger.js';
+import { Ledger, TenantPool } from '../policy/ledger.js';
 import { symlinkTargetInsideHome, type Profile } from '../policy/profiles.js';
+import { RefusalBook } from '../policy/refusals.js';
 import type { Owner } from '../backing/store.js';
 import type { HiddenNode } from './hidden.js';
 import { scanHome } from './scan.js';
@@ -38,6 +39,8 @@ export interface FsDeps {
   store: BackingStore;
   log: Logger;
   profileFor: (ref: HomeRef) => ProfileChoice;
+  /** the tenant's total byte budget across its homes, 0 = off */
+  tenantBudgetFor: (tenant: string) => number;
   utimensat: Utimensat;
   /** mknod(2) (Node has none), provided by the patched binding */
   mknod: (path: string, mode: number, dev: number) => Promise<void>;
@@ -76,8 +79,11 @@ export class FsContext {
    * JS unless the handle writes into a text home, which checks the tail.
    */
   readonly flushGate = new Uint16Array(65536);
+  /** the last refusals of each home and their counts (for `.homesfs/status` and metrics) */
+  readonly refusals = new RefusalBook();
   admission: HomeRenameAdmission | null = null;
   private readonly homes = new Map<string, Promise<HomeState>>();
+  private readonly pools = new Map<string, TenantPool>();
   readonly log: Logger;
 
   constructor(readonly deps: FsDeps) {
@@ -168,6 +174,7 @@ export class FsContext {
   rekeyHome(from: HomeRef, to: HomeRef): void {
     const p = this.homes.get(homeId(from));
     this.homes.delete(homeId(from));
+    this.refusals.rename(homeId(from), homeId(to));
     if (!p) return;
     this.homes.set(homeId(to), p);
     void p.then((hs) => {
@@ -184,8 +191,16 @@ export class FsContext {
   /** The home was deleted or replaced: drop its state and retire its descriptor. */
   forgetHome(ref: HomeRef): void {
     const p = this.homes.get(homeId(ref));
+    this.refusals.forget(homeId(ref));
     this.homes.delete(homeId(ref));
-    void p?.then((hs) => this.store.retire(hs.backing), () => undefined);
+    void p?.then(
+      (hs) => {
+        // A deleted or replaced home's bytes leave its tenant's total.
+        hs.ledger.detach();
+        this.store.retire(hs.backing);
+      },
+      () => undefined,
+    );
   }
 
   /**
@@ -205,6 +220,32 @@ export class FsContext {
     return this.home(ref);
   }
 
+  /** The tenant's byte pool (created on first use with the configured budget). */
+  pool(tenant: string): TenantPool {
+    let p = this.pools.get(tenant);
+    if (!p) {
+      p = new TenantPool(tenant, this.deps.tenantBudgetFor(tenant));
+      this.pools.set(tenant, p);
+    }
+    return p;
+  }
+
+  /** Every tenant pool in use. */
+  knownPools(): TenantPool[] {
+    return [...this.pools.values()];
+  }
+
+  /**
+   * A home's ledger rebuilt from a scan: the old one leaves the tenant pool and
+   * the new one joins it in the same synchronous step, so the tenant total
+   * never counts the home twice or not at all.
+   */
+  replaceLedger(hs: HomeState, counts: { bytes: number; inodes: number }): void {
+    const pool = this.pool(hs.backing.ref.tenant);
+    hs.ledger.detach();
+    hs.ledger = new Ledger(hs.ledger.limits, counts, pool);
+  }
+
   /** Shut down: retire every home's descriptor. */
   async close(): Promise<void> {
     const all = [...this.homes.values()];
@@ -218,7 +259,7 @@ export class FsContext {
   private async openHomeState(ref: HomeRef): Promise<HomeState> {
     const backing = await this.store.openHome(ref);
     const { name, profile, limits } = this.deps.profileFor(ref);
-    const ledger = new Ledger(limits);
+    const ledger = new Ledger(limits, { bytes: 0, inodes: 0 }, this.pool(ref.tenant));
     let markReady!: () => void;
     const ready = new Promise<void>((resolve) => (markReady = resolve));
     const hs: HomeState = {

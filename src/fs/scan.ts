@@ -1,6 +1,5 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
-import { Ledger } from '../policy/ledger.js';
 import type { FsContext } from './context.js';
 import type { ScanJob, ScanReply, ScanResult } from './scan-walk.js';
 import type { HomeState } from './state.js';
@@ -103,7 +102,7 @@ export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
         },
       }),
     );
-    hs.ledger = new Ledger(hs.ledger.limits, { bytes: r.bytes, inodes: r.inodes });
+    ctx.replaceLedger(hs, { bytes: r.bytes, inodes: r.inodes });
     hs.scan = 'done';
     log.info({ bytes: r.bytes, inodes: r.inodes, ms: Date.now() - started, profile: hs.profileName }, 'home ledger built');
   } catch (err) {

@@ -6,6 +6,7 @@ import type { Caller, FsContext, TimeSpec } from '../fs/context.js';
 import * as dir from '../fs/dir.js';
 import * as file from '../fs/file.js';
 import type { Logger } from '../log.js';
+import type { OpMetrics } from '../metrics/ops.js';
 import { RefusalLimiter } from '../policy/ratelimit.js';
 import type { NativeOps, OpenOpts } from './binding.js';
 import type { SelfCheck } from './selfcheck.js';
@@ -15,6 +16,7 @@ const E = osConstants.errno;
 /** Codes that are the policy saying no: each one is logged (rate-limited) with home, op and caller. */
 const REFUSALS = new Set<HomesCode>([
   'QUOTA_EXCEEDED',
+  'TENANT_QUOTA_EXCEEDED',
   'INODES_EXCEEDED',
   'FILE_TOO_LARGE',
   'NOT_UTF8',
@@ -28,10 +30,13 @@ const REFUSALS = new Set<HomesCode>([
   'SYMLINK_ESCAPES',
 ]);
 
-const BUDGET_CODES = new Set<HomesCode>(['QUOTA_EXCEEDED', 'INODES_EXCEEDED', 'FILE_TOO_LARGE']);
+const BUDGET_CODES = new Set<HomesCode>(['QUOTA_EXCEEDED', 'TENANT_QUOTA_EXCEEDED', 'INODES_EXCEEDED', 'FILE_TOO_LARGE']);
 /** Every budget refusal says how to get out of it, for the home it happened in. */
 const waysOut = (home: string | undefined, code: HomesCode): string => {
   const h = home ?? 'TENANT/KEY';
+  if (code === 'TENANT_QUOTA_EXCEEDED') {
+    return `clean up files in any of the tenant's homes; or raise the tenant budget: homesctl set-tenant-budget ${h.split('/')[0]} SIZE|off (default goes back to the config's)`;
+  }
   const raise = code === 'QUOTA_EXCEEDED' ? `homesctl set-budget ${h} SIZE|off` : code === 'INODES_EXCEEDED' ? `homesctl set-limits ${h} --inodes N|off` : `homesctl set-limits ${h} --file-size SIZE|off`;
   return `clean up files in the home; or raise the limit: ${raise} (default goes back to the profile's)`;
 };
@@ -63,13 +68,17 @@ async function commOf(pid: number): Promise<string | undefined> {
  * `mountPoint`: log lines carry absolute paths (the mount point joined with
  * the path the kernel sent), so an admin can paste them into a shell.
  */
-export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfCheck, mountPoint = ''): Partial<NativeOps> {
+export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfCheck, mountPoint = '', metrics: OpMetrics | null = null): Partial<NativeOps> {
   const abs = (path: string | null): string | null => (path === null ? null : mountPoint + (path === '/' && mountPoint ? '' : path));
   const limiter = new RefusalLimiter({ windowMs: 10_000, burst: 5 });
 
   const report = (op: string, path: string | null, caller: Caller | undefined, err: unknown, errno: number): void => {
     if (isHomesError(err) && REFUSALS.has(err.code)) {
       const home = homeOf(path);
+      // Every refusal, before rate limiting: the home's status file and the metrics count them all.
+      if (home !== undefined && path !== null) {
+        ctx.refusals.record(home, { at: Date.now(), op, path: path.split('/').slice(3).join('/'), code: err.code, errno: errnoName(errno), reason: err.message });
+      }
       const gate = limiter.admit(`${home ?? '-'}|${op}|${err.code}`);
       if (!gate.log) return;
       void commOf(caller?.pid ?? 0).then((comm) =>
@@ -102,11 +111,16 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
   type AnyCb = (err: number, ...rest: any[]) => void;
   const run = (op: string, path: string | null, caller: Caller | undefined, cb: AnyCb, fn: () => Promise<unknown[]>): void => {
     if (log.isLevelEnabled('trace')) log.trace({ op, path: abs(path), caller }, 'op');
+    const t0 = metrics !== null ? metrics.start() : 0;
     fn().then(
-      (values) => cb(0, ...values),
+      (values) => {
+        metrics?.observe(op, t0, false);
+        cb(0, ...values);
+      },
       (err: unknown) => {
         const errno = errnoOf(err);
         report(op, path, caller, err, errno);
+        metrics?.observe(op, t0, true);
         cb(-errno);
       },
     );
@@ -114,11 +128,19 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
 
   /** read/write reply with the byte count or a negative errno in one number. */
   const runCount = (op: string, path: string | null, caller: Caller, cb: (res: number) => void, fn: () => Promise<number>): void => {
-    fn().then(cb, (err: unknown) => {
-      const errno = errnoOf(err);
-      report(op, path, caller, err, errno);
-      cb(-errno);
-    });
+    const t0 = metrics !== null ? metrics.start() : 0;
+    fn().then(
+      (n) => {
+        metrics?.observe(op, t0, false);
+        cb(n);
+      },
+      (err: unknown) => {
+        const errno = errnoOf(err);
+        report(op, path, caller, err, errno);
+        metrics?.observe(op, t0, true);
+        cb(-errno);
+      },
+    );
   };
 
   const openOpts = (r: file.OpenResult): OpenOpts => ({ directIo: r.directIo, keepCache: r.keepCache });

@@ -4,6 +4,7 @@ import type { Config } from '../config/schema.js';
 import { errnoName } from '../errors.js';
 import type { FsContext, TimeSpec } from '../fs/context.js';
 import type { Logger } from '../log.js';
+import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
 import type { FuseClass, FuseInstance } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
@@ -65,6 +66,8 @@ export class MountManager {
     private readonly onLost: (why: string) => void,
     /** the adapter's own logger (component "fuse"), not a child of this one */
     private readonly fuseLog: Logger = log,
+    /** per-operation counts and latencies, when the metrics endpoint is on */
+    private readonly opMetrics: OpMetrics | null = null,
   ) {}
 
   private get mnt(): string {
@@ -89,7 +92,7 @@ export class MountManager {
 
   async mount(): Promise<void> {
     await this.clearStale();
-    const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck, this.mnt);
+    const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck, this.mnt, this.opMetrics);
     const f = this.config.fuse;
     this.fuse = new this.Fuse(this.mnt, ops, {
       // Every op's timer is off: an ETIMEDOUT answered while the backing write

@@ -12,6 +12,7 @@ import type {
   HomeFlag,
   HomeInfo,
   LimitSource,
+  TenantUsage,
   OwnerArg,
   RenameResult,
   RescanResult,
@@ -27,7 +28,7 @@ import type { OpenInode } from '../fs/state.js';
 import type { Logger } from '../log.js';
 import { checkSegment, classifyKey, keyFor } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
-import { Ledger, type Limits } from '../policy/ledger.js';
+import type { Limits } from '../policy/ledger.js';
 import { resolveProfileName, type Profile, type ProfileSource } from '../policy/profiles.js';
 import { allocateOwner } from '../scope/owners.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
@@ -82,6 +83,54 @@ export class HomeManager {
       if (owner) hs.backing.owner = { ...owner };
       await this.applyPolicy(ref);
     }
+    for (const pool of this.ctx.knownPools()) pool.setLimit(this.tenantBudgetFor(pool.tenant).bytes);
+  }
+
+  /** Tenant budget precedence: live override (state file) > the config's `tenants.<t>.maxBytes` > off. */
+  tenantBudgetFor(tenant: string): { bytes: number; source: 'override' | 'config' | 'off' } {
+    const override = this.state.state.tenants?.[tenant]?.maxBytes;
+    if (override !== undefined) return { bytes: override, source: 'override' };
+    const configured = this.config.tenants[tenant]?.maxBytes;
+    if (configured !== undefined) return { bytes: configured, source: 'config' };
+    return { bytes: 0, source: 'off' };
+  }
+
+  /** The tenant's total across its loaded homes, its budget and where that comes from. */
+  async tenantUsage(tenant: string): Promise<TenantUsage> {
+    checkSegment('tenant', tenant);
+    if (!(await this.ctx.store.listAllHomes()).some((r) => r.tenant === tenant) && this.ctx.knownPools().every((p) => p.tenant !== tenant)) {
+      throw new HomesError('NOT_FOUND', `tenant ${tenant} has no homes`);
+    }
+    const pool = this.ctx.pool(tenant);
+    const homes: TenantUsage['homes'] = [];
+    for (const p of this.ctx.knownHomes()) {
+      const hs = await p.catch(() => null);
+      if (hs && hs.backing.ref.tenant === tenant && hs.ledger.pool === pool) homes.push({ key: hs.backing.ref.key, bytes: hs.ledger.bytes });
+    }
+    homes.sort((a, b) => a.key.localeCompare(b.key));
+    const budget = this.tenantBudgetFor(tenant);
+    return { tenant, bytes: pool.bytes, budget: pool.limit, budgetSource: budget.source, homes };
+  }
+
+  /** `bytes`: a budget (0 = off), or null to drop the override (back to the config's value). */
+  async setTenantBudget(args: { tenant: string; bytes: number | null }): Promise<TenantUsage> {
+    checkSegment('tenant', args.tenant);
+    if (args.bytes !== null && (!Number.isSafeInteger(args.bytes) || args.bytes < 0)) {
+      throw new HomesError('INVALID_ARGUMENT', 'a tenant budget is a non-negative number of bytes');
+    }
+    const before = this.tenantBudgetFor(args.tenant);
+    await this.state.update((s) => {
+      if (args.bytes === null) {
+        if (s.tenants) delete s.tenants[args.tenant];
+        return;
+      }
+      s.tenants ??= Object.create(null) as NonNullable<typeof s.tenants>;
+      s.tenants[args.tenant] = { maxBytes: args.bytes };
+    });
+    const after = this.tenantBudgetFor(args.tenant);
+    this.ctx.pool(args.tenant).setLimit(after.bytes);
+    this.log.info({ tenant: args.tenant, before, after }, 'tenant budget set');
+    return this.tenantUsage(args.tenant);
   }
 
   private get config() {
@@ -184,6 +233,8 @@ export class HomeManager {
       profileLimits: choice.profileLimits,
       openHandles: hs.openHandles,
       cwdProcesses,
+      tenantBytes: hs.ledger.pool?.bytes ?? 0,
+      tenantBudget: hs.ledger.pool?.limit ?? 0,
       scan: hs.scan,
       orphan,
       flags,
@@ -505,7 +556,7 @@ export class HomeManager {
       const unlinkedOpen = [...hs.inodes.values()].filter((i) => i.unlinked);
       const bytes = r.bytes + [...open].reduce((a, i) => a + i.size, 0) + unlinkedOpen.reduce((a, i) => a + i.size, 0);
       const inodes = r.inodes + unlinkedOpen.length;
-      hs.ledger = new Ledger(hs.ledger.limits, { bytes, inodes });
+      this.ctx.replaceLedger(hs, { bytes, inodes });
       const after = { bytes, inodes };
       const drift = { bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes };
       // Where the profile presents the home's owner, the backing tree says so too (homes from older versions had root-owned files).

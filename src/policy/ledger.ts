@@ -15,6 +15,12 @@
  *  - inodes: files and directories (and symlinks, where a profile allows them).
  *
  * Limits are numbers of bytes/inodes; 0 means "off" for each one.
+ *
+ * A tenant's total budget is a `TenantPool` shared by the ledgers of all its
+ * homes: each ledger adds every byte delta it applies to its pool in the same
+ * synchronous step, and checks the pool's limit with its own. So the pool's
+ * bytes are always the sum of its attached ledgers' bytes, a refused request
+ * changes neither, and an undo restores both.
  */
 
 import { HomesError } from '../errors.js';
@@ -61,13 +67,62 @@ function once(fn: () => void): Undo {
   };
 }
 
+/**
+ * One tenant's byte total across its homes, and its optional limit (0 = off).
+ * Only ledgers change `bytes` (through `charge`), so it is the sum of the
+ * attached ledgers' bytes. Like a home, a tenant may be over a lowered limit:
+ * that only refuses growth.
+ */
+export class TenantPool {
+  #bytes = 0;
+  #limit: number;
+  #underflows = 0;
+
+  constructor(
+    readonly tenant: string,
+    limit = 0,
+  ) {
+    assertCount('tenant limit', limit);
+    this.#limit = limit;
+  }
+
+  get bytes(): number {
+    return this.#bytes;
+  }
+
+  get limit(): number {
+    return this.#limit;
+  }
+
+  get underflows(): number {
+    return this.#underflows;
+  }
+
+  setLimit(limit: number): void {
+    assertCount('tenant limit', limit);
+    this.#limit = limit;
+  }
+
+  /** For Ledger only: apply a delta a home ledger has applied to itself. */
+  charge(delta: number): void {
+    const next = this.#bytes + delta;
+    if (next < 0) {
+      this.#underflows += 1;
+      this.#bytes = 0;
+      return;
+    }
+    this.#bytes = next;
+  }
+}
+
 export class Ledger {
   #bytes: number;
   #inodes: number;
   #limits: Limits;
   #underflows = 0;
+  #pool: TenantPool | null;
 
-  constructor(limits: Limits, initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 }) {
+  constructor(limits: Limits, initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 }, pool: TenantPool | null = null) {
     this.#limits = checkedLimits(limits);
     assertCount('bytes', initial.bytes);
     assertCount('inodes', initial.inodes);
@@ -76,6 +131,21 @@ export class Ledger {
     // it only refuses growth.
     this.#bytes = initial.bytes;
     this.#inodes = initial.inodes;
+    this.#pool = pool;
+    pool?.charge(initial.bytes);
+  }
+
+  get pool(): TenantPool | null {
+    return this.#pool;
+  }
+
+  /**
+   * Leave the tenant pool, taking this home's bytes out of its total: the
+   * ledger is being replaced (scan, rescan) or the home is gone (delete).
+   */
+  detach(): void {
+    this.#pool?.charge(-this.#bytes);
+    this.#pool = null;
   }
 
   get bytes(): number {
@@ -111,7 +181,8 @@ export class Ledger {
    * Growth is refused whole, changing nothing:
    *  - newSize over maxFileBytes -> FILE_TOO_LARGE (EFBIG), checked first: it
    *    is the more specific cause and no cleanup elsewhere would help;
-   *  - home bytes over maxHomeBytes -> QUOTA_EXCEEDED (EDQUOT).
+   *  - home bytes over maxHomeBytes -> QUOTA_EXCEEDED (EDQUOT);
+   *  - the tenant's total over its pool's limit -> TENANT_QUOTA_EXCEEDED (EDQUOT).
    * Shrinking or staying the same always succeeds, even over a lowered limit:
    * refusing `rm`/truncate to someone over budget would leave no way out.
    *
@@ -137,6 +208,14 @@ export class Ledger {
           'QUOTA_EXCEEDED',
           `home would grow to ${this.#bytes + delta} bytes, over its budget of ${maxHomeBytes}`,
           { current: this.#bytes, limit: maxHomeBytes, requested: this.#bytes + delta, growth: delta },
+        );
+      }
+      const pool = this.#pool;
+      if (pool !== null && pool.limit > 0 && pool.bytes + delta > pool.limit) {
+        throw new HomesError(
+          'TENANT_QUOTA_EXCEEDED',
+          `tenant ${pool.tenant} would grow to ${pool.bytes + delta} bytes across its homes, over its budget of ${pool.limit}`,
+          { tenant: pool.tenant, tenantCurrent: pool.bytes, tenantLimit: pool.limit, tenantRequested: pool.bytes + delta, growth: delta },
         );
       }
     }
@@ -185,6 +264,19 @@ export class Ledger {
     };
   }
 
+  /**
+   * The byte room this home sees, for statfs: `cap` is the tightest of the
+   * home budget and the tenant budget (what is left of the tenant's limit
+   * after its other homes, plus this home's bytes), null when neither is set.
+   */
+  room(): { bytes: number; cap: number | null } {
+    const caps: number[] = [];
+    if (this.#limits.maxHomeBytes > 0) caps.push(this.#limits.maxHomeBytes);
+    const pool = this.#pool;
+    if (pool !== null && pool.limit > 0) caps.push(Math.max(0, pool.limit - (pool.bytes - this.#bytes)));
+    return { bytes: this.#bytes, cap: caps.length ? Math.min(...caps) : null };
+  }
+
   snapshot(): LedgerSnapshot {
     return { bytes: this.#bytes, inodes: this.#inodes, limits: this.#limits };
   }
@@ -192,14 +284,16 @@ export class Ledger {
   /** Apply a byte delta, clamping at 0; returns the delta actually applied. */
   #addBytes(delta: number): number {
     const next = this.#bytes + delta;
+    let applied = delta;
     if (next < 0) {
       this.#underflows += 1;
-      const applied = -this.#bytes;
+      applied = -this.#bytes;
       this.#bytes = 0;
-      return applied;
+    } else {
+      this.#bytes = next;
     }
-    this.#bytes = next;
-    return delta;
+    this.#pool?.charge(applied);
+    return applied;
   }
 
   #addInodes(delta: number): void {

@@ -71,6 +71,12 @@ export const OwnersStateSchema = z.strictObject({
   retired: z.array(z.number().int().min(0).max(MAX_ID)).max(10_000_000).default([]),
 });
 
+/** A tenant's live overrides. */
+export const TenantRecordSchema = z.strictObject({
+  /** total byte budget across the tenant's homes, 0 = off (absent: the config's `tenants.<t>.maxBytes`) */
+  maxBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+});
+
 export const StateSchema = z.strictObject({
   version: z.literal(STATE_VERSION),
   /** tenant → cascade */
@@ -80,11 +86,14 @@ export const StateSchema = z.strictObject({
   /** old "tenant/key" → forward (absent in files written before renames reserved names) */
   forwards: z.record(HomeRef, ForwardSchema).optional(),
   owners: OwnersStateSchema.default({ retired: [] }),
+  /** tenant → live overrides (absent until the first one is set) */
+  tenants: z.record(TenantName, TenantRecordSchema).optional(),
 });
 
 export type OwnerRecord = z.infer<typeof OwnerSchema>;
 export type TenantSettings = z.infer<typeof TenantSettingsSchema>;
 export type HomeRecord = z.infer<typeof HomeRecordSchema>;
+export type TenantRecord = z.infer<typeof TenantRecordSchema>;
 export type State = z.infer<typeof StateSchema>;
 export type OwnersState = z.infer<typeof OwnersStateSchema>;
 
@@ -113,6 +122,7 @@ export function reservedKeyIssues(input: unknown): string[] {
   check(input.settings, 'settings');
   check(input.homes, 'homes');
   check(input.forwards, 'forwards');
+  check(input.tenants, 'tenants');
   if (obj(input.settings)) {
     for (const [tenant, t] of Object.entries(input.settings)) {
       if (!obj(t)) continue;

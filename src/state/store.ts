@@ -56,6 +56,7 @@ function copyState(s: State): State {
       ...(s.owners.highWater !== undefined ? { highWater: s.owners.highWater } : {}),
       retired: [...s.owners.retired],
     },
+    ...(s.tenants !== undefined ? { tenants: rec(s.tenants, (t) => ({ ...(t.maxBytes !== undefined ? { maxBytes: t.maxBytes } : {}) })) } : {}),
   };
 }
 

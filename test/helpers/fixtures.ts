@@ -1,4 +1,4 @@
-import type { HomeInfo, StatusReport } from '../../src/control/api.js';
+import type { HomeInfo, StatusReport, TenantUsage } from '../../src/control/api.js';
 import { HomesError, type HomesCode } from '../../src/errors.js';
 
 /** Canned daemon answers for tests of the control layer (no mount behind them). */
@@ -34,9 +34,22 @@ export const HOME: HomeInfo = {
   profileLimits: { budget: 1073741824, inodeCap: 10000, fileCap: 104857600 },
   openHandles: 2,
   cwdProcesses: 0,
+  tenantBytes: 3145728,
+  tenantBudget: 0,
   scan: 'done',
   orphan: false,
   flags: ['BUSY'],
+};
+
+export const TENANT: TenantUsage = {
+  tenant: 'acme',
+  bytes: 3145728,
+  budget: 10485760,
+  budgetSource: 'override',
+  homes: [
+    { key: 'web', bytes: 1048576 },
+    { key: '_tenant', bytes: 2097152 },
+  ],
 };
 
 /** The HomesError code `fn` throws ('OK' when it returns, 'NOT_HOMES_ERROR' for anything else). */

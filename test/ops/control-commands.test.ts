@@ -16,7 +16,7 @@ import type {
 import { ADMIN_COMMANDS, PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer, type ControlServerOptions } from '../../src/control/server.js';
 import { COMMAND_NAMES, Request, type CommandName, type Reply } from '../../src/control/protocol.js';
-import { STATUS, HOME } from '../helpers/fixtures.js';
+import { STATUS, HOME, TENANT } from '../helpers/fixtures.js';
 
 // ---- a fake DaemonApi that records every call -------------------------------
 
@@ -47,6 +47,8 @@ const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
   forwards: [{ from: 'acme/web', to: 'acme/webapp', at: '2026-01-01T00:00:00.000Z' }],
   releaseName: { from: 'acme/web', to: 'acme/webapp', at: '2026-01-01T00:00:00.000Z' },
   reload: { at: '2026-01-01T00:00:00.000Z', ok: true, message: 'applied: logLevel', applied: ['logLevel'] },
+  tenantUsage: TENANT,
+  setTenantBudget: TENANT,
 };
 
 interface Call {
@@ -171,6 +173,9 @@ const VALID: Array<[CommandName, Record<string, unknown> | undefined, Method, un
   ['delete-user', { tenant: 'acme', login: 'alice' }, 'deleteUser', [{ tenant: 'acme', login: 'alice' }]],
   ['delete-user', { tenant: 'acme', login: 'alice', force: true }, 'deleteUser', [{ tenant: 'acme', login: 'alice', force: true }]],
   ['reload', {}, 'reload', []],
+  ['tenant-usage', { tenant: 'acme' }, 'tenantUsage', [{ tenant: 'acme' }]],
+  ['set-tenant-budget', { tenant: 'acme', bytes: 1048576 }, 'setTenantBudget', [{ tenant: 'acme', bytes: 1048576 }]],
+  ['set-tenant-budget', { tenant: 'acme', bytes: null }, 'setTenantBudget', [{ tenant: 'acme', bytes: null }]],
 ];
 
 describe('control commands: registry', () => {
@@ -301,6 +306,11 @@ const MALFORMED: Array<[string, unknown, string[]]> = [
   ['delete-user', { tenant: 'acme', login: '' }, ['args.login']],
   ['delete-user', { tenant: 'acme', login: 'alice', force: 'true' }, ['args.force']],
   ['reload', { file: '/etc/other.json' }, ['args']],
+  // tenant budget
+  ['tenant-usage', {}, ['args.tenant']],
+  ['set-tenant-budget', { tenant: 'acme' }, ['args.bytes']],
+  ['set-tenant-budget', { tenant: 'acme', bytes: -1 }, ['args.bytes']],
+  ['set-tenant-budget', { tenant: 'acme', bytes: '1G' }, ['args.bytes']],
 ];
 
 describe('control commands: malformed requests get BAD_REQUEST and never reach the API', () => {
@@ -392,8 +402,10 @@ describe('control commands: the platform socket serves only status and resolve',
         'set-budget',
         'set-limits',
         'set-profile',
+        'set-tenant-budget',
         'settings-get',
         'settings-set',
+        'tenant-usage',
         'usage',
       ].sort(),
     );

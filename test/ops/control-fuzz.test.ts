@@ -150,7 +150,7 @@ async function check(payload: Buffer): Promise<void> {
 
 // ---- generators -------------------------------------------------------------------
 
-type Kind = 'name' | 'home' | 'bytes' | 'limit' | 'nullableName' | 'scope' | 'bool' | 'owner';
+type Kind = 'name' | 'home' | 'bytes' | 'limit' | 'nullableBytes' | 'nullableName' | 'scope' | 'bool' | 'owner';
 interface Template {
   cmd: CommandName;
   args: Record<string, unknown>;
@@ -177,6 +177,8 @@ const TEMPLATES: Template[] = [
   { cmd: 'rename-user', args: { tenant: 'acme', from: 'alice', to: 'bob' }, kinds: { tenant: 'name', from: 'name', to: 'name' }, required: ['tenant', 'from', 'to'] },
   { cmd: 'delete-project', args: { tenant: 'acme', project: 'web', force: false }, kinds: { tenant: 'name', project: 'name', force: 'bool' }, required: ['tenant', 'project'] },
   { cmd: 'delete-user', args: { tenant: 'acme', login: 'alice' }, kinds: { tenant: 'name', login: 'name', force: 'bool' }, required: ['tenant', 'login'] },
+  { cmd: 'tenant-usage', args: { tenant: 'acme' }, kinds: { tenant: 'name' }, required: ['tenant'] },
+  { cmd: 'set-tenant-budget', args: { tenant: 'acme', bytes: null }, kinds: { tenant: 'name', bytes: 'nullableBytes' }, required: ['tenant', 'bytes'] },
 ];
 
 /** Placeholders replaced by number literals JSON.stringify cannot produce. */
@@ -194,6 +196,7 @@ const WRONG: Record<Kind, unknown[]> = {
   // a live limit: null (back to the profile) is valid, the rest is not
   limit: [-1, -0.5, 1.5, 2 ** 53, 2 ** 64, -(2 ** 53), '1024', '1G', 'off', 'default', true, [], {}],
   nullableName: ['', 'p'.repeat(257), 0, false, [], {}],
+  nullableBytes: [-1, -0.5, 1.5, 2 ** 53, 2 ** 64, '1024', '1G', 'off', true, [], {}],
   scope: ['Project', 'TENANT', 'global', 'unset', '', ' user', 1, true, [], {}],
   bool: ['true', 'false', 1, 0, null, [], {}],
   owner: [{ uid: -1, gid: 0 }, { uid: 0 }, { gid: 0 }, { uid: 4294967295, gid: 0 }, { uid: 0, gid: 2 ** 40 }, { uid: 1.5, gid: 0 }, { uid: '0', gid: 0 }, { uid: 0, gid: 0, x: 1 }, '0:0', [0, 0], null, 0],

@@ -10,7 +10,7 @@ import { createRootLogger } from '../../src/log.js';
 import type { DaemonApi, DeleteResult, HomeInfo, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../../src/control/api.js';
 import { PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer } from '../../src/control/server.js';
-import { STATUS as BASE_STATUS, HOME } from '../helpers/fixtures.js';
+import { STATUS as BASE_STATUS, HOME, TENANT } from '../helpers/fixtures.js';
 
 /** A config path and a third, long tenant name: the table's column alignment is tested on it. */
 const STATUS: StatusReport = {
@@ -79,6 +79,8 @@ const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
   forwards: [FORWARD],
   releaseName: FORWARD,
   reload: { at: '2026-01-01T00:00:00.000Z', ok: true, message: 'applied: logLevel', applied: ['logLevel'] },
+  tenantUsage: TENANT,
+  setTenantBudget: TENANT,
 };
 
 let mode: 'ok' | 'error' | 'hang' = 'ok';

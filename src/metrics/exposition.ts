@@ -1,0 +1,79 @@
+/**
+ * The Prometheus text exposition format (version 0.0.4), written by hand: it
+ * is a few lines of `name{labels} value`, and a client library would put its
+ * own label hashing and allocation on the per-request path.
+ */
+import { LATENCY_BUCKETS, type OpStats } from './ops.js';
+
+export interface HomeSample {
+  tenant: string;
+  key: string;
+  bytes: number;
+  inodes: number;
+  /** 0 = off */
+  budget: number;
+  inodeCap: number;
+  openHandles: number;
+}
+
+export interface MetricsSnapshot {
+  homes: HomeSample[];
+  tenants: Array<{ tenant: string; bytes: number; budget: number }>;
+  refusals: Array<{ home: string; code: string; count: number }>;
+  ops: OpStats[];
+  uptimeSeconds: number;
+}
+
+/** Label values: backslash, double quote and newline are escaped (the format's rules). */
+export function labelValue(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+function labels(l: Record<string, string>): string {
+  const parts = Object.entries(l).map(([k, v]) => `${k}="${labelValue(v)}"`);
+  return parts.length ? `{${parts.join(',')}}` : '';
+}
+
+function num(n: number): string {
+  if (Number.isNaN(n)) return 'NaN';
+  if (n === Infinity) return '+Inf';
+  if (n === -Infinity) return '-Inf';
+  return String(n);
+}
+
+export function renderMetrics(s: MetricsSnapshot): string {
+  const out: string[] = [];
+  const family = (name: string, type: string, help: string, rows: Array<[Record<string, string>, number]>): void => {
+    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+    for (const [l, v] of rows) out.push(`${name}${labels(l)} ${num(v)}`);
+  };
+  const home = (h: HomeSample) => ({ home: `${h.tenant}/${h.key}`, tenant: h.tenant });
+  family('homesfs_up_seconds', 'gauge', 'Seconds since the daemon started.', [[{}, s.uptimeSeconds]]);
+  family('homesfs_home_bytes', 'gauge', "Bytes charged to the home's ledger (sum of logical sizes of its regular files).", s.homes.map((h) => [home(h), h.bytes]));
+  family('homesfs_home_inodes', 'gauge', 'Files, directories and symlinks in the home.', s.homes.map((h) => [home(h), h.inodes]));
+  family('homesfs_home_budget_bytes', 'gauge', "The home's byte budget (0 = off).", s.homes.map((h) => [home(h), h.budget]));
+  family('homesfs_home_inode_cap', 'gauge', "The home's inode cap (0 = off).", s.homes.map((h) => [home(h), h.inodeCap]));
+  family('homesfs_home_open_handles', 'gauge', 'Open file handles in the home.', s.homes.map((h) => [home(h), h.openHandles]));
+  family('homesfs_tenant_bytes', 'gauge', "Bytes of all the tenant's homes.", s.tenants.map((t) => [{ tenant: t.tenant }, t.bytes]));
+  family('homesfs_tenant_budget_bytes', 'gauge', "The tenant's total budget across its homes (0 = off).", s.tenants.map((t) => [{ tenant: t.tenant }, t.budget]));
+  family(
+    'homesfs_refusals_total',
+    'counter',
+    'Policy refusals answered to writers, by home and reason code (see the README errno table).',
+    s.refusals.map((r) => [{ home: r.home, code: r.code }, r.count]),
+  );
+  family('homesfs_fuse_requests_total', 'counter', 'FUSE requests answered in JavaScript, by operation.', s.ops.map((o) => [{ op: o.op }, o.count]));
+  family('homesfs_fuse_errors_total', 'counter', 'FUSE requests answered with an error (any errno, ENOENT included), by operation.', s.ops.map((o) => [{ op: o.op }, o.errors]));
+  const h = 'homesfs_fuse_request_duration_seconds';
+  out.push(`# HELP ${h} Time from the request reaching JavaScript to its reply, by operation.`, `# TYPE ${h} histogram`);
+  for (const o of s.ops) {
+    let cumulative = 0;
+    for (let i = 0; i < o.buckets.length; i++) {
+      cumulative += o.buckets[i]!;
+      const le = i < LATENCY_BUCKETS.length ? String(LATENCY_BUCKETS[i]) : '+Inf';
+      out.push(`${h}_bucket${labels({ op: o.op, le })} ${cumulative}`);
+    }
+    out.push(`${h}_sum${labels({ op: o.op })} ${num(o.sumSeconds)}`, `${h}_count${labels({ op: o.op })} ${o.count}`);
+  }
+  return out.join('\n') + '\n';
+}

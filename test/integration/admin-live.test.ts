@@ -1,0 +1,260 @@
+import { request } from 'node:http';
+import { lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
+import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+
+/**
+ * Issue 12, the live half: a tenant's total budget enforced at write time
+ * across its homes, `df` honest over a lowered budget, and the Prometheus
+ * endpoint scraped over its real socket and port after real workloads.
+ */
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+const TENANT_BUDGET = 3 * MiB;
+// An owner range of this test run's own (HELPERS.md): a random 10k block in 300000–900000.
+const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+const U = { uid: BASE + 17, gid: BASE + 17 };
+const T = 'acme';
+
+if (!canMount) console.warn(`admin-live integration suite skipped: ${skipReason}`);
+
+const roomy = { ...BUILTIN_PROFILES.home, maxHomeBytes: 64 * MiB, maxFileBytes: 0 };
+const HOMES = {
+  [`${T}/a`]: { owner: U, profile: 'roomy' },
+  [`${T}/b`]: { owner: U, profile: 'roomy' },
+  [`${T}/c`]: { owner: U, profile: 'roomy' },
+  ['other/x']: { owner: U, profile: 'roomy' },
+};
+
+function regularBytes(dir: string, seen = new Set<number>()): number {
+  let total = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) total += regularBytes(p, seen);
+    else if (e.isFile()) {
+      const st = lstatSync(p);
+      if (seen.has(st.ino)) continue;
+      seen.add(st.ino);
+      total += st.size;
+    }
+  }
+  return total;
+}
+
+/** GET over a Unix socket or a TCP port: the real endpoint, no client library. */
+function scrape(target: { socketPath: string } | { host: string; port: number }, path = '/metrics'): Promise<{ status: number; type: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ ...target, path, method: 'GET' }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, type: String(res.headers['content-type']), body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** The value of one sample line `name{labels} value` (labels in the order the daemon writes them). */
+function sample(body: string, series: string): number | undefined {
+  const line = body.split('\n').find((l) => l.startsWith(series + ' '));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () => {
+  let d: RunningDaemon;
+  let metricsDir: string;
+  let metricsSocket: string;
+  let port: number;
+
+  const ctl = async (...args: string[]) => {
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
+    return r;
+  };
+  const ctlJson = async <T = Record<string, unknown>>(...args: string[]): Promise<T> => {
+    const r = await ctl('--json', ...args);
+    if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')} failed (${r.code}): ${r.stderr}${r.stdout}`);
+    return JSON.parse(r.stdout) as T;
+  };
+  const sh = (script: string) => runAs(U.uid, U.gid, script, { timeoutMs: 60_000 });
+  const tenantOnDisk = () => ['a', 'b', 'c'].reduce((n, k) => n + regularBytes(d.backingOf(T, k)), 0);
+
+  beforeAll(async () => {
+    metricsDir = mkdtempSync(join(tmpdir(), 'homesfs-metrics-'));
+    metricsSocket = join(metricsDir, 'metrics.sock');
+    d = await startDaemon({
+      create: Object.keys(HOMES),
+      homes: HOMES,
+      config: {
+        owners: { from: BASE, to: BASE + 9_999 },
+        profiles: { roomy },
+        tenants: { [T]: { maxBytes: TENANT_BUDGET } },
+        metrics: { socket: metricsSocket, listen: '127.0.0.1:0' },
+      },
+    });
+    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    const line = await d.waitForLog((l) => l.msg === 'metrics endpoint listening');
+    const tcp = (line.addresses as string[]).find((a) => a.startsWith('127.0.0.1:'))!;
+    port = Number(tcp.split(':')[1]);
+  }, 60_000);
+
+  afterAll(async () => {
+    await d?.stop();
+    rmSync(metricsDir, { recursive: true, force: true });
+  });
+
+  it('racing writers in two homes of one tenant never pass the tenant budget by one byte', async () => {
+    // Four writers, two per home, 100000-byte requests (not a divisor of the budget), 2.4 MB each: 9.6 MB asked of 3 MiB.
+    const writers = ['a', 'a', 'b', 'b'].map((k, i) =>
+      sh(`cd ${d.home(T, k)} && dd if=/dev/zero of=w${i} bs=100000 count=24 2>&1; echo "rc=$?"`),
+    );
+    const results = await Promise.all(writers);
+    const refused = results.filter((r) => r.stdout.includes('Disk quota exceeded'));
+    expect(refused.length).toBeGreaterThan(0);
+    const onDisk = tenantOnDisk();
+    expect(onDisk).toBeLessThanOrEqual(TENANT_BUDGET);
+    // Full up to less than one request: the refusals were the budget, not something else.
+    expect(TENANT_BUDGET - onDisk).toBeLessThan(100000);
+    const t = await ctlJson<{ bytes: number; budget: number; budgetSource: string; homes: Array<{ key: string; bytes: number }> }>('tenant-usage', T);
+    expect(t.bytes).toBe(onDisk);
+    expect(t.budget).toBe(TENANT_BUDGET);
+    expect(t.budgetSource).toBe('config');
+    expect(t.homes.find((h) => h.key === 'a')!.bytes).toBe(regularBytes(d.backingOf(T, 'a')));
+    // The refusal is logged with its own code and the way out.
+    const line = await d.waitForLog((l) => l.level === 'warn' && l.code === 'TENANT_QUOTA_EXCEEDED' && l.op === 'write', 10_000);
+    expect(line.errno).toBe('EDQUOT');
+    expect(String(line.waysOut)).toContain('set-tenant-budget');
+    // A third home of the tenant cannot grow either; another tenant is not affected.
+    const r = await sh(`cd ${d.home(T, 'c')} && head -c 200000 /dev/zero > f; echo "rc=$?"; cd ${d.home('other', 'x')} && head -c 200000 /dev/zero > f; echo "rc=$?"`);
+    expect(r.stderr).toContain('Disk quota exceeded');
+    expect(r.stdout).toBe('rc=1\nrc=0\n');
+    expect(tenantOnDisk()).toBeLessThanOrEqual(TENANT_BUDGET);
+    // usage of one home carries its tenant's total and budget.
+    const u = await ctlJson<{ tenantBytes: number; tenantBudget: number }>('usage', `${T}/c`);
+    expect(u).toMatchObject({ tenantBytes: tenantOnDisk(), tenantBudget: TENANT_BUDGET });
+  }, 90_000);
+
+  it('truncate and fallocate are charged to the tenant; unlink and truncate-down release', async () => {
+    const before = (await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes;
+    const room = TENANT_BUDGET - before;
+    let r = await sh(`cd ${d.home(T, 'c')} && truncate -s ${room + 1} t 2>&1; echo "rc=$?"; fallocate -l ${room + 1} fa 2>&1; echo "rc=$?"`);
+    expect(r.stdout).toMatch(/Disk quota exceeded\nrc=1\n[\s\S]*Disk quota exceeded\nrc=1\n/);
+    expect((await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes).toBe(tenantOnDisk());
+    // Exactly the room fits.
+    r = await sh(`cd ${d.home(T, 'c')} && truncate -s ${room} t; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
+    expect((await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes).toBe(TENANT_BUDGET);
+    expect(tenantOnDisk()).toBe(TENANT_BUDGET);
+    // Deletes release: removing home a's files frees room for home b.
+    const aBytes = regularBytes(d.backingOf(T, 'a'));
+    r = await sh(`cd ${d.home(T, 'a')} && rm -f w0 w1 && truncate -s 0 ${d.home(T, 'c')}/t; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
+    const after = await ctlJson<{ bytes: number }>('tenant-usage', T);
+    expect(after.bytes).toBe(TENANT_BUDGET - aBytes - room);
+    expect(after.bytes).toBe(tenantOnDisk());
+    r = await sh(`cd ${d.home(T, 'b')} && head -c ${aBytes} /dev/zero > more; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
+  }, 60_000);
+
+  it('set-tenant-budget SIZE|off|default: live, persisted in the state file, reported by homesctl', async () => {
+    let r = await ctl('set-tenant-budget', T, 'off');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/Budget:\s+off/);
+    r = await sh(`cd ${d.home(T, 'c')} && head -c ${2 * MiB} /dev/zero > big; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
+    const state = JSON.parse(readFileSync(join(d.dir, 'state.json'), 'utf8')) as { tenants?: Record<string, { maxBytes?: number }> };
+    expect(state.tenants?.[T]?.maxBytes).toBe(0);
+    // Lower it below usage: nothing is deleted, growth is refused, shrinking works.
+    const t = await ctlJson<{ bytes: number; budget: number; budgetSource: string }>('set-tenant-budget', T, '1M');
+    expect(t).toMatchObject({ budget: MiB, budgetSource: 'override' });
+    expect(t.bytes).toBeGreaterThan(MiB);
+    r = await sh(`cd ${d.home(T, 'a')} && env printf x 2>&1 >one; echo "rc=$?"; rm big 2>/dev/null; rm ${d.home(T, 'c')}/big; echo "rc=$?"`);
+    expect(r.stdout).toMatch(/Disk quota exceeded[\s\S]*rc=1\nrc=0\n$/);
+    r = await ctl('tenant-usage', T);
+    expect(r.stdout).toMatch(/over budget/);
+    // default: back to the config's 3 MiB, and the override leaves the state file.
+    const back = await ctlJson<{ budget: number; budgetSource: string }>('set-tenant-budget', T, 'default');
+    expect(back).toMatchObject({ budget: TENANT_BUDGET, budgetSource: 'config' });
+    const state2 = JSON.parse(readFileSync(join(d.dir, 'state.json'), 'utf8')) as { tenants?: Record<string, unknown> };
+    expect(state2.tenants?.[T]).toBeUndefined();
+    // Bad input: a clear error, nothing changed.
+    r = await ctl('set-tenant-budget', T, '-5');
+    expect(r.code).not.toBe(0);
+    expect((await ctlJson<{ budget: number }>('tenant-usage', T)).budget).toBe(TENANT_BUDGET);
+    r = await ctl('tenant-usage', 'nosuchtenant');
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('NOT_FOUND');
+  }, 60_000);
+
+  it('df -B1 in a home over its lowered budget shows the real usage, nothing available', async () => {
+    await ctlJson('set-tenant-budget', T, 'off');
+    const h = d.home(T, 'b');
+    let r = await sh(`cd ${h} && head -c ${3 * MiB} /dev/zero > df3; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
+    const used = (await ctlJson<{ bytes: number }>('usage', `${T}/b`)).bytes;
+    expect(used).toBeGreaterThan(2 * MiB);
+    await ctlJson('set-budget', `${T}/b`, String(MiB));
+    r = await sh(`cd ${h} && df -B1 --output=size,used,avail,pcent . | tail -n 1`);
+    const [size, dfUsed, avail, pcent] = r.stdout.trim().split(/\s+/);
+    expect(Number(avail)).toBe(0);
+    expect(pcent).toBe('100%');
+    // used = size − free: the real usage (to the 4 KiB block), not the budget.
+    expect(Math.abs(Number(dfUsed) - used)).toBeLessThan(4096);
+    expect(Math.abs(Number(size) - used)).toBeLessThan(4096);
+    // Under its budget again: size is the budget.
+    await ctlJson('set-budget', `${T}/b`, String(64 * MiB));
+    r = await sh(`cd ${h} && df -B1 --output=size,used . | tail -n 1`);
+    const [size2, used2] = r.stdout.trim().split(/\s+/).map(Number);
+    expect(size2).toBe(64 * MiB);
+    expect(Math.abs(used2! - used)).toBeLessThan(4096);
+    // A tenant budget tighter than the home's shows as the size the home can reach.
+    await ctlJson('set-tenant-budget', T, String(TENANT_BUDGET * 2));
+    const tenantBytes = (await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes;
+    r = await sh(`cd ${h} && df -B1 --output=avail . | tail -n 1`);
+    expect(Math.abs(Number(r.stdout.trim()) - (TENANT_BUDGET * 2 - tenantBytes))).toBeLessThan(4096);
+    // The metrics test below wants the home budget of c to be what refuses.
+    await ctlJson('set-tenant-budget', T, 'off');
+  }, 60_000);
+
+  it('metrics: scraped over the real socket and port, numbers match homesctl usage', async () => {
+    // Some work to count, including one refusal of a home budget.
+    await ctlJson('set-budget', `${T}/c`, String(64 * KiB));
+    await sh(`cd ${d.home(T, 'c')} && rm -f * && head -c 100000 /dev/zero > over 2>/dev/null; ls -l >/dev/null; cat over >/dev/null`);
+    const viaSocket = await scrape({ socketPath: metricsSocket });
+    expect(viaSocket.status).toBe(200);
+    expect(viaSocket.type).toContain('text/plain; version=0.0.4');
+    const viaPort = await scrape({ host: '127.0.0.1', port });
+    expect(viaPort.status).toBe(200);
+    const body = viaSocket.body;
+    for (const home of [`${T}/a`, `${T}/b`, `${T}/c`, 'other/x']) {
+      const u = await ctlJson<{ bytes: number; inodes: number; budget: number; inodeCap: number }>('usage', home);
+      const l = `{home="${home}",tenant="${home.split('/')[0]}"}`;
+      expect(sample(body, `homesfs_home_bytes${l}`)).toBe(u.bytes);
+      expect(sample(body, `homesfs_home_inodes${l}`)).toBe(u.inodes);
+      expect(sample(body, `homesfs_home_budget_bytes${l}`)).toBe(u.budget);
+      expect(sample(body, `homesfs_home_inode_cap${l}`)).toBe(u.inodeCap);
+    }
+    const t = await ctlJson<{ bytes: number; budget: number }>('tenant-usage', T);
+    expect(sample(body, `homesfs_tenant_bytes{tenant="${T}"}`)).toBe(t.bytes);
+    expect(sample(body, `homesfs_tenant_budget_bytes{tenant="${T}"}`)).toBe(t.budget);
+    expect(sample(body, `homesfs_refusals_total{home="${T}/c",code="QUOTA_EXCEEDED"}`)).toBeGreaterThanOrEqual(1);
+    expect(sample(body, `homesfs_refusals_total{home="${T}/a",code="TENANT_QUOTA_EXCEEDED"}`)).toBeGreaterThanOrEqual(1);
+    // Per-op counts and histograms: the +Inf bucket and _count equal the request count.
+    for (const op of ['write', 'create', 'getattr', 'read']) {
+      const n = sample(body, `homesfs_fuse_requests_total{op="${op}"}`);
+      expect(n).toBeGreaterThan(0);
+      expect(sample(body, `homesfs_fuse_request_duration_seconds_bucket{op="${op}",le="+Inf"}`)).toBe(n);
+      expect(sample(body, `homesfs_fuse_request_duration_seconds_count{op="${op}"}`)).toBe(n);
+    }
+    expect(sample(body, 'homesfs_fuse_errors_total{op="write"}')).toBeGreaterThan(0);
+    // Counters only grow between scrapes, and the endpoint answers nothing else.
+    const again = await scrape({ host: '127.0.0.1', port });
+    expect(sample(again.body, 'homesfs_fuse_requests_total{op="write"}')).toBeGreaterThanOrEqual(sample(body, 'homesfs_fuse_requests_total{op="write"}')!);
+    expect((await scrape({ socketPath: metricsSocket }, '/nope')).status).toBe(404);
+    expect(statSync(metricsSocket).mode & 0o777).toBe(0o600);
+  }, 60_000);
+});
