@@ -2,8 +2,10 @@ import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { NAME_MAX_BYTES } from '../paths/names.js';
+import { isReservedDir, isStatusPath } from '../paths/reserved.js';
 import { chmodDecision } from '../policy/profiles.js';
 import type { FsContext, TimeSpec } from './context.js';
+import { statusAttr, statusText, virtualDirAttr } from './status.js';
 import { daemonDirAttr, homeNodeAttr, type Attr } from './present.js';
 import { inodeKey, type HomeState } from './state.js';
 
@@ -57,7 +59,15 @@ export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
   if (Buffer.byteLength(last) > hs.profile.maxNameBytes) {
     throw new HomesError('NAME_TOO_LONG', `name is longer than ${hs.profile.maxNameBytes} bytes (profile ${hs.profileName})`);
   }
-  const st = await ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (dirFd) => sys.lstat(sys.fdPath(dirFd, last)));
+  if (isStatusPath(vp.rel)) return statusAttr(ctx, hs, statusText(ctx, hs).length);
+  let st: BigIntStats;
+  try {
+    st = await ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (dirFd) => sys.lstat(sys.fdPath(dirFd, last)));
+  } catch (err) {
+    // `.homesfs` is always there: without a backing directory it is an empty one of the daemon's.
+    if (isReservedDir(vp.rel) && sys.sysCode(err) === 'ENOENT') return virtualDirAttr(ctx, hs);
+    throw err;
+  }
   foreignDevice(hs, st);
   const attr = homeNodeAttr(hs.profile, hs.backing.owner, st, false);
   // While a file is open its charged size is the truth (writes in flight are already in it).
@@ -66,7 +76,11 @@ export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
   return attr;
 }
 
-export async function fgetattr(ctx: FsContext, fh: number): Promise<Attr> {
+export async function fgetattr(ctx: FsContext, fh: number, path: string | null): Promise<Attr> {
+  if (ctx.statusFiles.owns(fh) && path !== null) {
+    const vp = ctx.parseHomePath(path, 'open');
+    return statusAttr(ctx, await ctx.home(vp.home), ctx.statusFiles.size(fh));
+  }
   const h = ctx.handles.get(fh);
   const st = await sys.fstat(h.fd);
   return homeNodeAttr(h.home.profile, h.home.backing.owner, st, false);

@@ -5,6 +5,7 @@ import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkComponent } from '../paths/names.js';
+import { isReservedDir, isStatusPath, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } from '../paths/parse.js';
 import { Ledger, TenantPool } from '../policy/ledger.js';
 import { symlinkTargetInsideHome, type Profile } from '../policy/profiles.js';
@@ -12,6 +13,7 @@ import { RefusalBook } from '../policy/refusals.js';
 import type { Owner } from '../backing/store.js';
 import type { HiddenNode } from './hidden.js';
 import { scanHome } from './scan.js';
+import { StatusFiles } from './status.js';
 import { HandleTable, Mutex, type FileHandle, type HomeState, type OpenInode, inodeKey } from './state.js';
 
 export interface Caller {
@@ -81,6 +83,8 @@ export class FsContext {
   readonly flushGate = new Uint16Array(65536);
   /** the last refusals of each home and their counts (for `.homesfs/status` and metrics) */
   readonly refusals = new RefusalBook();
+  /** open `.homesfs/status` files and their synthetic inode numbers */
+  readonly statusFiles = new StatusFiles();
   admission: HomeRenameAdmission | null = null;
   private readonly homes = new Map<string, Promise<HomeState>>();
   private readonly pools = new Map<string, TenantPool>();
@@ -102,6 +106,9 @@ export class FsContext {
   parseHomePath(path: string, op: string): HomePath {
     const vp = parseVirtualPath(path);
     if (vp.kind !== 'home') throw new HomesError('DAEMON_TREE', `${op} on the daemon's tenant/home levels is not allowed`);
+    if (op !== 'open' && isStatusPath(vp.rel)) {
+      throw new HomesError('OP_REFUSED', `${RESERVED_DIR}/${STATUS_NAME} is presented by the daemon: it can only be read`);
+    }
     return vp;
   }
 
@@ -418,6 +425,36 @@ export class FsContext {
     } finally {
       await sys.close(fd);
     }
+  }
+
+  /**
+   * Before a new entry `dir/name` is made: `.homesfs` at the home root may only
+   * be a directory (its `status` must stay reachable), and a `.homesfs` the
+   * daemon presents without a backing directory is created first (one inode).
+   */
+  async prepareNewEntry(hs: HomeState, dir: readonly string[], name: string, isDir: boolean): Promise<void> {
+    if (dir.length === 0 && name === RESERVED_DIR && !isDir) {
+      throw new HomesError('OP_REFUSED', `${RESERVED_DIR} at the root of a home is reserved for a directory`);
+    }
+    if (!isReservedDir(dir)) return;
+    await this.store.withDir(hs.backing, [], async (rootFd) => {
+      const path = sys.fdPath(rootFd, RESERVED_DIR);
+      const exists = await sys.lstat(path).then(
+        () => true,
+        (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err)),
+      );
+      if (exists) return;
+      const undo = hs.ledger.addInode();
+      try {
+        await sys.mkdir(path, 0o700);
+      } catch (err) {
+        undo();
+        if (sys.sysCode(err) === 'EEXIST') return;
+        throw err;
+      }
+      // Owned on disk by whom the profile presents: the home's owner (the daemon made it for them).
+      await sys.lchown(path, hs.backing.owner.uid, hs.backing.owner.gid);
+    });
   }
 
   /** Open an O_PATH descriptor for `name` in `dirFd` if it exists. */

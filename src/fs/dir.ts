@@ -4,8 +4,9 @@ import { HomesError } from '../errors.js';
 import type { HomeRef } from '../paths/parse.js';
 import { checkComponent, decodeBackingName } from '../paths/names.js';
 import { effectiveDirMode, effectiveFileMode, maySpecial, type SpecialKind } from '../policy/profiles.js';
+import { isReservedDir, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import type { Caller, FsContext } from './context.js';
-import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
+import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
 import { forgetHidden, hideOpenFile, HIDDEN_NAME } from './hidden.js';
 import type { HomeState } from './state.js';
 
@@ -35,9 +36,49 @@ export async function readdir(ctx: FsContext, path: string): Promise<Listing> {
     return withDots(dirEntryAttr(self), dirEntryAttr(parent), await ctx.store.listHomesWithStats(vp.tenant));
   }
   const hs = await ctx.home(vp.home);
+  if (isReservedDir(vp.rel)) return await reservedDirListing(ctx, hs, await readdirBacking(ctx, hs, vp.rel, true));
+  return readdirBacking(ctx, hs, vp.rel);
+}
+
+/**
+ * `.homesfs` lists `status` besides what the backing directory holds (a
+ * backing entry of that name is hidden: the name is the daemon's); when the
+ * backing directory does not exist it lists only `status`.
+ */
+async function reservedDirListing(ctx: FsContext, hs: HomeState, backing: Listing | null): Promise<Listing> {
+  const status = { ino: ctx.statusFiles.ino(hs.backing.id), mode: S_IFREG };
+  if (backing === null) {
+    const self = { ino: ctx.statusFiles.ino(hs.backing.id) | 1n, mode: S_IFDIR };
+    const home = dirEntryAttr(await ctx.store.useHome(hs.backing, sys.fstat));
+    return { names: ['.', '..', STATUS_NAME], stats: [self, home, status] };
+  }
+  const names: string[] = [];
+  const stats: DirEntryAttr[] = [];
+  backing.names.forEach((n, i) => {
+    if (n === STATUS_NAME) return;
+    names.push(n);
+    stats.push(backing.stats[i]!);
+  });
+  names.push(STATUS_NAME);
+  stats.push(status);
+  return { names, stats };
+}
+
+async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[]): Promise<Listing>;
+async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[], missingOk: true): Promise<Listing | null>;
+async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[], missingOk = false): Promise<Listing | null> {
+  const vp = { rel };
+  if (missingOk) {
+    try {
+      return await readdirBacking(ctx, hs, rel);
+    } catch (err) {
+      if (sys.sysCode(err) === 'ENOENT') return null;
+      throw err;
+    }
+  }
   const parentStat =
     vp.rel.length === 0
-      ? ctx.store.statTenant(vp.home.tenant)
+      ? ctx.store.statTenant(hs.backing.ref.tenant)
       : ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (fd) => sys.fstat(fd));
   return ctx.store.withDir(hs.backing, vp.rel, async (fd) => {
     const [entries, self, parent] = await Promise.all([sys.readdirRaw(sys.fdPath(fd)), sys.fstat(fd), parentStat]);
@@ -70,6 +111,7 @@ function withDots(self: DirEntryAttr, parent: DirEntryAttr, entries: Array<{ nam
 export async function mkdir(ctx: FsContext, path: string, mode: number, caller: Caller): Promise<void> {
   const vp = ctx.parseInHome(path, 'mkdir');
   await ctx.changing(vp.home, async (hs) => {
+    await ctx.prepareNewEntry(hs, vp.dir, vp.name, true);
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
       const undo = hs.ledger.addInode();
@@ -147,6 +189,11 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
     if (hidden) return;
   }
   await ctx.changing(src.home, async (hs) => {
+    if (dst.dir.length === 0 && dst.name === RESERVED_DIR) {
+      const st = await ctx.store.withDir(hs.backing, src.dir, (srcDir) => sys.lstat(sys.fdPath(srcDir, src.name)));
+      await ctx.prepareNewEntry(hs, dst.dir, dst.name, st.isDirectory());
+    }
+    await ctx.prepareNewEntry(hs, dst.dir, dst.name, true);
     await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
       ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
         await checkComponent(dst.name, hs.profile.maxNameBytes);
@@ -171,6 +218,7 @@ export async function symlink(ctx: FsContext, target: string, path: string, call
     const rule = hs.profile.symlinks;
     if (rule === 'deny') throw new HomesError('OP_REFUSED', `symlinks are not allowed in profile ${hs.profileName}`);
     if (!ctx.linkStaysInside(hs, vp.dir, target)) throw new HomesError('OP_REFUSED', 'symlink target leaves the home', { target });
+    await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
       const undo = hs.ledger.addInode();
@@ -191,6 +239,7 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'hard link between two homes');
   await ctx.changing(src.home, async (hs) => {
     if (hs.profile.hardLinks === 'deny') throw new HomesError('OP_REFUSED', `hard links are not allowed in profile ${hs.profileName}`);
+    await ctx.prepareNewEntry(hs, dst.dir, dst.name, false);
     await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
       ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
         await ctx.checkNewEntry(hs, dstDir, dst.dir, dst.name);
@@ -235,6 +284,7 @@ async function mknodIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string
   }
   // A forced mode applies to special files too, without execute bits (they mean nothing there).
   const perms = kind === null || hs.profile.fileMode === 'asked' ? effectiveFileMode(hs.profile, mode & 0o7777) : effectiveFileMode(hs.profile, 0) & 0o666;
+  await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
   await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
     await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
     const undo = hs.ledger.addInode();

@@ -1,10 +1,12 @@
 import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
+import { isStatusPath } from '../paths/reserved.js';
 import { effectiveFileMode } from '../policy/profiles.js';
 import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BYTES } from '../policy/utf8.js';
 import type { Caller, FsContext } from './context.js';
 import type { FileHandle, HomeState, OpenInode } from './state.js';
+import { statusText } from './status.js';
 
 const C = sys.C;
 const ACCMODE = C.O_RDONLY | C.O_WRONLY | C.O_RDWR;
@@ -126,6 +128,13 @@ async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: 
 
 export async function open(ctx: FsContext, path: string, flags: number): Promise<OpenResult> {
   const vp = ctx.parseInHome(path, 'open');
+  if (isStatusPath(vp.rel)) {
+    // Mode 0400 keeps the owner's writers out in the kernel; this keeps root's out too.
+    if ((flags & ACCMODE) !== C.O_RDONLY || flags & C.O_TRUNC) throw new HomesError('ACCESS_DENIED', '.homesfs/status is read-only');
+    const hs = await ctx.home(vp.home);
+    // Generated once here: every read of this open sees the same text. Direct I/O: reads come here, whatever size getattr said.
+    return { fh: ctx.statusFiles.open(statusText(ctx, hs)), directIo: true, keepCache: false };
+  }
   // O_TRUNC truncates even with O_RDONLY on Linux: it changes the size, so it waits for the ledger.
   if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) return openIn(ctx, await ctx.home(vp.home), vp, flags);
   return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags));
@@ -158,7 +167,21 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
 
 export async function create(ctx: FsContext, path: string, mode: number, flags: number, caller: Caller): Promise<OpenResult> {
   const vp = ctx.parseInHome(path, 'create');
-  return ctx.changing(vp.home, (hs) => ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
+  return ctx.changing(vp.home, async (hs) => {
+    await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
+    return createIn(ctx, hs, vp, mode, flags, caller);
+  });
+}
+
+async function createIn(
+  ctx: FsContext,
+  hs: HomeState,
+  vp: { dir: readonly string[]; name: string; rel: readonly string[] },
+  mode: number,
+  flags: number,
+  caller: Caller,
+): Promise<OpenResult> {
+  return ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
     const target = sys.fdPath(dirFd, vp.name);
     let fd: number;
     let created = true;
@@ -191,7 +214,7 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
       });
     }
     return res;
-  }));
+  });
 }
 
 /**
@@ -205,6 +228,7 @@ function checkEnd(end: number): void {
 }
 
 export async function read(ctx: FsContext, fh: number, buf: Buffer, len: number, pos: number): Promise<number> {
+  if (ctx.statusFiles.owns(fh)) return ctx.statusFiles.read(fh, buf, len, pos);
   const h = ctx.handles.get(fh);
   if (!(pos + len <= MAX_OFFSET)) return 0;
   let done = 0;
@@ -320,6 +344,7 @@ export async function flush(ctx: FsContext, fh: number): Promise<void> {
   // Called on every close of every descriptor (dups, forks, readers): nothing
   // destructive here. The writer that left half a character hears about it at
   // close, unless another writer is still there to complete it. The bytes stay.
+  if (ctx.statusFiles.owns(fh)) return;
   const h = ctx.handles.get(fh);
   if (h.home.profile.content === 'utf8' && h.leftIncompleteTail && h.inode.incompleteTail && h.inode.writers <= 1) {
     throw new HomesError('NOT_UTF8', 'file was left ending inside a multi-byte character');
@@ -327,11 +352,13 @@ export async function flush(ctx: FsContext, fh: number): Promise<void> {
 }
 
 export async function fsync(ctx: FsContext, fh: number, datasync: boolean): Promise<void> {
+  if (ctx.statusFiles.owns(fh)) return;
   const h = ctx.handles.get(fh);
   await (datasync ? sys.fdatasync(h.fd) : sys.fsync(h.fd));
 }
 
 export async function release(ctx: FsContext, fh: number): Promise<void> {
+  if (ctx.statusFiles.owns(fh)) return ctx.statusFiles.release(fh);
   const h = ctx.handles.remove(fh);
   if (!h) return;
   ctx.ungateFlush(h);

@@ -33,6 +33,8 @@ export const SYNTHETIC_INO_BASE = 1n << 63n;
 /** The synthetic numbers handed out so far; new virtual nodes add theirs here. */
 export const SYNTHETIC_INO = {
   selfCheck: SYNTHETIC_INO_BASE | 1n,
+  /** `.homesfs/status` of the home with serial n: this | n << 1; its virtual `.homesfs` dir: that | 1 */
+  statusTag: SYNTHETIC_INO_BASE | (1n << 48n),
 } as const;
 
 /** A backing inode number, refused if it falls into the synthetic range. */

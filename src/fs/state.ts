@@ -77,8 +77,10 @@ export interface FileHandle {
   jsFlush: boolean;
 }
 
-/** fh numbers from here up are the daemon's own (the self-check file). */
-export const RESERVED_FH_FROM = 0xfffffff0;
+/** fh numbers from here up are the daemon's own: status files, then the self-check file. */
+export const RESERVED_FH_FROM = 0xff000000;
+/** The self-check file's fh; status-file handles use RESERVED_FH_FROM up to below it. */
+export const SELFCHECK_FH = 0xfffffff0;
 
 /**
  * fh numbers handed to the kernel. 0 is never used: the binding treats fh 0 as

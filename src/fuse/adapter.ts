@@ -153,7 +153,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
     },
     fgetattr: (path, fh, cb, caller) => {
       if (selfCheck.ownsHandle(fh)) return cb(0, selfCheck.attr());
-      run('fgetattr', path, caller, cb, async () => [await attr.fgetattr(ctx, fh)]);
+      run('fgetattr', path, caller, cb, async () => [await attr.fgetattr(ctx, fh, path)]);
     },
     access: (path, _mode, cb, caller) => run('access', path, caller, cb, async () => (await attr.access(ctx, path), [])),
     statfs: (path, cb, caller) => run('statfs', path, caller, cb, async () => [await attr.statfs(ctx, path)]),

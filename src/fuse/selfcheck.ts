@@ -2,12 +2,10 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { SELFCHECK_NAME } from '../fs/attr.js';
 import { S_IFREG, SYNTHETIC_INO, type Attr } from '../fs/present.js';
-import { RESERVED_FH_FROM } from '../fs/state.js';
+import { SELFCHECK_FH } from '../fs/state.js';
 
 const WRITER = fileURLToPath(new URL('../cli/selfcheck-writer.js', import.meta.url));
 
-/** fh reserved for the self-check file; the handle table never reaches it. */
-const SELFCHECK_FH = RESERVED_FH_FROM;
 const EXPECTED_REQUEST = 128 * 1024;
 const TOTAL = 1024 * 1024;
 

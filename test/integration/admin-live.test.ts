@@ -1,5 +1,5 @@
 import { request } from 'node:http';
-import { lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -28,7 +28,9 @@ const HOMES = {
   [`${T}/b`]: { owner: U, profile: 'roomy' },
   [`${T}/c`]: { owner: U, profile: 'roomy' },
   ['other/x']: { owner: U, profile: 'roomy' },
+  ['st/s']: { owner: U, profile: 'roomy' },
 };
+const U2 = { uid: BASE + 18, gid: BASE + 18 };
 
 function regularBytes(dir: string, seen = new Set<number>()): number {
   let total = 0;
@@ -257,4 +259,130 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     expect((await scrape({ socketPath: metricsSocket }, '/nope')).status).toBe(404);
     expect(statSync(metricsSocket).mode & 0o777).toBe(0o600);
   }, 60_000);
+
+  describe('.homesfs/status: why a write was refused, without admin rights', () => {
+    const h = () => d.home('st', 's');
+    const b = () => d.backingOf('st', 's');
+
+    it('is there from the start, owner-only, read-only, with a synthetic inode number, and not listed while .homesfs does not exist', async () => {
+      const r = await sh(`cd ${h()} && ls -a; echo --; ls -a .homesfs; echo --; stat -c '%A %u %i' .homesfs/status; cat .homesfs/status`);
+      expect(r.stderr).toBe('');
+      const [root, dir, rest] = r.stdout.split('--\n');
+      expect(root).toBe('.\n..\n');
+      expect(dir).toBe('.\n..\nstatus\n');
+      const [mode, uid, ino] = rest!.split('\n')[0]!.split(' ');
+      expect(mode).toBe('-r--------');
+      expect(Number(uid)).toBe(U.uid);
+      expect(BigInt(ino!) >= 1n << 63n).toBe(true);
+      expect(rest).toContain('homesfs status of st/s');
+      expect(rest).toContain('no refusals recorded');
+      // Not stored: the backing tree has no .homesfs.
+      expect(readdirSync(b())).toEqual([]);
+      // Another uid cannot read it.
+      const other = await runAs(U2.uid, U2.gid, `cat ${h()}/.homesfs/status 2>&1; echo "rc=$?"`);
+      expect(other.stdout).toMatch(/Permission denied\nrc=1\n$/);
+    }, 30_000);
+
+    it('shows a budget refusal in plain words after dd hits the budget', async () => {
+      await ctlJson('set-budget', 'st/s', '1M');
+      const r = await sh(`cd ${h()} && dd if=/dev/zero of=big bs=64k count=20 2>&1; echo "rc=$?"; cat .homesfs/status`);
+      expect(r.stdout).toContain('Disk quota exceeded');
+      expect(r.stdout).toMatch(/bytes: +1\.0 MiB \(1048576 bytes\) of 1\.0 MiB \(1048576 bytes\), 100\.0% — FULL/);
+      expect(r.stdout).toMatch(/write big: QUOTA_EXCEEDED \(EDQUOT\) — the home's byte budget is used up: home would grow to \d+ bytes, over its budget of 1048576/);
+      expect(r.stdout).toContain('tenant total:');
+      expect(r.stdout).toContain('Ways out:');
+    }, 30_000);
+
+    it('keeps the last 20 refusals, newest first; one open reads one consistent text', async () => {
+      await sh(`cd ${h()} && for i in $(seq 1 25); do env printf x >> big$i 2>/dev/null; done; true`);
+      let r = await sh(`cat ${h()}/.homesfs/status`);
+      const lines = r.stdout.split('\n').filter((l) => l.includes('QUOTA_EXCEEDED (EDQUOT)'));
+      expect(lines).toHaveLength(20);
+      expect(lines[0]).toContain('write big25:');
+      expect(r.stdout).toContain('last 20 refusals, newest first');
+      // Read in small pieces around a new refusal: the open's text does not change.
+      const py = `
+import os, sys
+fd = os.open(sys.argv[1] + '/.homesfs/status', os.O_RDONLY)
+first = os.read(fd, 16)
+try:
+    with open(sys.argv[1] + '/big', 'ab') as f:
+        f.write(b'y')
+except OSError:
+    pass
+rest = b''
+while True:
+    c = os.read(fd, 7)
+    if not c:
+        break
+    rest += c
+os.close(fd)
+text = (first + rest).decode()
+again = open(sys.argv[1] + '/.homesfs/status').read()
+print(text.count('big25'), again.count('write big:') - text.count('write big:'))
+`;
+      const pr = await runAs(U.uid, U.gid, `python3 -c "$PY" ${h()}`, { env: { PY: py } });
+      expect(pr.stderr).toBe('');
+      // The first read saw big25 as the newest; the write in between is only in a new open.
+      expect(pr.stdout).toBe('1 1\n');
+    }, 30_000);
+
+    it('cannot be written, truncated, removed, renamed over, chmod-ed or touched (EACCES / EPERM), even by root', async () => {
+      const r = await sh(
+        `cd ${h()}/.homesfs && { echo x > status; } 2>&1; echo "rc=$?"; rm -f status 2>&1; echo "rc=$?"; chmod 600 status 2>&1; echo "rc=$?"; ` +
+          `touch status 2>&1; echo "rc=$?"; truncate -s 0 status 2>&1; echo "rc=$?"; cd .. && rm -f big && mv big1 .homesfs/status 2>&1; echo "rc=$?"`,
+      );
+      // The kernel answers EACCES for opens for writing (mode 0400); what reaches the daemon is refused with EPERM.
+      const lines = r.stdout.split('\n');
+      expect(lines.filter((l) => l.startsWith('rc=')).every((l) => l !== 'rc=0'), r.stdout).toBe(true);
+      expect(r.stdout).toMatch(/cannot create status: Permission denied/);
+      expect(r.stdout).toMatch(/rm: cannot remove 'status': Operation not permitted/);
+      expect(r.stdout).toMatch(/chmod: changing permissions of 'status': Operation not permitted/);
+      expect(r.stdout).toMatch(/touch: cannot touch 'status': Permission denied/);
+      expect(r.stdout).toMatch(/truncate: cannot open 'status' for writing: Permission denied/);
+      expect(r.stdout).toMatch(/mv: cannot move 'big1' to '.homesfs\/status': Operation not permitted/);
+      const root = await runAsync('python3', [
+        '-c',
+        `
+import os, errno, sys
+p = sys.argv[1] + '/.homesfs/status'
+out = []
+for name, fn in [('open-w', lambda: os.open(p, os.O_WRONLY)), ('truncate', lambda: os.truncate(p, 0)), ('unlink', lambda: os.unlink(p)), ('chmod', lambda: os.chmod(p, 0o644))]:
+    try:
+        fn(); out.append(name + ' ok')
+    except OSError as e:
+        out.append(name + ' ' + errno.errorcode[e.errno])
+print(' '.join(out))
+`,
+        h(),
+      ]);
+      expect(root.stdout.trim()).toBe('open-w EACCES truncate EPERM unlink EPERM chmod EPERM');
+      expect((await sh(`cat ${h()}/.homesfs/status | head -1`)).stdout).toContain('homesfs status of st/s');
+      // The refusals of the status file are recorded too (OP_REFUSED), in plain words.
+      expect((await sh(`cat ${h()}/.homesfs/status`)).stdout).toMatch(/unlink \.homesfs\/status: OP_REFUSED \(EPERM\)/);
+    }, 30_000);
+
+    it('.homesfs stays a real directory users write into; status is never counted in a budget', async () => {
+      await ctlJson('set-budget', 'st/s', 'off');
+      const r = await sh(`cd ${h()} && echo 'export A=1' > .homesfs/env.sh && mkdir .homesfs/d && ls -a; echo --; ls .homesfs; . .homesfs/env.sh; echo "A=$A"`);
+      expect(r.stderr).toBe('');
+      expect(r.stdout).toMatch(/^\.\n\.\.\n\.homesfs\n/);
+      expect(r.stdout).toContain('--\nd\nenv.sh\nstatus\nA=1\n');
+      expect(readdirSync(join(b(), '.homesfs')).sort()).toEqual(['d', 'env.sh']);
+      expect(statSync(join(b(), '.homesfs')).isDirectory()).toBe(true);
+      const u = await ctlJson<{ bytes: number; inodes: number }>('usage', 'st/s');
+      expect(u.bytes).toBe(regularBytes(b()));
+      const count = (dir: string): number => readdirSync(dir, { withFileTypes: true }).reduce((n, e) => n + 1 + (e.isDirectory() ? count(join(dir, e.name)) : 0), 0);
+      expect(u.inodes).toBe(count(b()));
+      // A file may not take the name .homesfs at the home root (status must stay reachable).
+      // Without a backing directory it is still there (lookups find the daemon's empty one), so nothing replaces it.
+      const f = await sh(`cd ${h()} && rm -r .homesfs/d .homesfs/env.sh && rmdir .homesfs && echo x > tmpf && mv -T tmpf .homesfs 2>&1; echo "rc=$?"; ln -s tmpf .homesfs 2>&1; echo "rc=$?"; stat -c %F .homesfs; head -1 .homesfs/status`);
+      expect(f.stdout).toMatch(/rc=1\n[\s\S]*rc=1\ndirectory\nhomesfs status of st\/s/);
+      expect(existsSync(join(b(), '.homesfs'))).toBe(false);
+      // mv into it makes the backing directory on demand.
+      const m = await sh(`cd ${h()} && mv tmpf .homesfs/ && ls .homesfs`);
+      expect(m.stdout).toBe('status\ntmpf\n');
+      expect(readdirSync(join(b(), '.homesfs'))).toEqual(['tmpf']);
+    }, 30_000);
+  });
 });

@@ -1,0 +1,170 @@
+import { HomesError } from '../errors.js';
+import { homeId } from '../paths/parse.js';
+import { RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
+import type { Refusal } from '../policy/refusals.js';
+import type { FsContext } from './context.js';
+import { S_IFDIR, S_IFREG, SYNTHETIC_INO, type Attr } from './present.js';
+import { RESERVED_FH_FROM, SELFCHECK_FH, type HomeState } from './state.js';
+
+/**
+ * `.homesfs/status`: what an agent can read about its own home without admin
+ * rights — usage, limits and the last refusals with their reasons — generated
+ * at open, so one open reads one consistent text. Never stored, never counted
+ * in a budget, owner-readable only (0400; the home itself is 0700).
+ */
+
+/** Open status handles at most: each holds a few KiB of text. */
+const MAX_OPEN = 4096;
+
+const PLAIN: Record<string, string> = {
+  QUOTA_EXCEEDED: "the home's byte budget is used up",
+  TENANT_QUOTA_EXCEEDED: "the tenant's total budget across all its homes is used up",
+  INODES_EXCEEDED: 'the home holds as many files and directories as it may',
+  FILE_TOO_LARGE: 'the file would grow past the largest size allowed for one file',
+  NOT_UTF8: 'this home accepts only UTF-8 text, and these bytes are not',
+  OP_REFUSED: "the home's policy does not allow this operation",
+  CROSS_HOME: 'files cannot be moved or linked between two homes (copy them instead)',
+  CROSS_DEVICE: 'the file is on another device than its home',
+  DAEMON_TREE: 'the tenant and home levels are managed by the administrators',
+  INVALID_NAME: 'the name is not allowed (empty, ".", "..", "/" or NUL)',
+  NAME_TOO_LONG: 'the name is longer than allowed',
+  NOT_UTF8_NAME: 'the name is not valid UTF-8',
+  SYMLINK_ESCAPES: 'the symlink points outside the home',
+};
+
+function human(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u++;
+  }
+  return u === 0 ? `${n} B` : `${v.toFixed(1)} ${units[u]}`;
+}
+
+function limitLine(used: number, limit: number, what: string): string {
+  if (limit === 0) return `${human(used)} (${used} bytes), no ${what}`;
+  const pct = ((used / limit) * 100).toFixed(1);
+  const over = used > limit ? ' — OVER: files can only shrink until usage is back under' : used === limit ? ' — FULL' : '';
+  return `${human(used)} (${used} bytes) of ${human(limit)} (${limit} bytes), ${pct}%${over}`;
+}
+
+/** The text of a home's status file. */
+export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: Date): string {
+  const snap = hs.ledger.snapshot();
+  const { limits } = snap;
+  const pool = hs.ledger.pool;
+  const lines = [
+    `homesfs status of ${hs.backing.id} at ${now.toISOString()}`,
+    '',
+    `profile:        ${hs.profileName}`,
+    `bytes:          ${limitLine(snap.bytes, limits.maxHomeBytes, 'home budget')}`,
+    `inodes:         ${limits.maxInodes === 0 ? `${snap.inodes}, no cap` : `${snap.inodes} of ${limits.maxInodes}${snap.inodes >= limits.maxInodes ? ' — FULL' : ''}`}`,
+    `per-file cap:   ${limits.maxFileBytes === 0 ? 'off' : `${human(limits.maxFileBytes)} (${limits.maxFileBytes} bytes)`}`,
+    `tenant total:   ${pool ? `${limitLine(pool.bytes, pool.limit, 'tenant budget')} (tenant ${pool.tenant})` : 'unknown'}`,
+    `content:        ${hs.profile.content === 'utf8' ? 'UTF-8 text only' : 'any bytes'}`,
+    ...(hs.scan !== 'done' ? [`ledger:         ${hs.scan}${hs.scanError ? ` (${hs.scanError})` : ''}: changes wait or are refused until it is built`] : []),
+    '',
+    refusals.length === 0 ? 'no refusals recorded since the daemon started' : `last ${refusals.length} refusal${refusals.length === 1 ? '' : 's'}, newest first:`,
+  ];
+  for (const r of refusals) {
+    const plain = PLAIN[r.code];
+    lines.push(`${new Date(r.at).toISOString()}  ${r.op} ${r.path === '' ? '.' : r.path}: ${r.code} (${r.errno}) — ${plain ? `${plain}: ` : ''}${r.reason}`);
+  }
+  lines.push('', 'Ways out: delete or shrink files; ask an administrator to raise a limit (homesctl set-budget, set-tenant-budget).', '');
+  return lines.join('\n');
+}
+
+/** Handles of open status files (fh numbers in the daemon's reserved range) and synthetic inode numbers. */
+export class StatusFiles {
+  readonly #open = new Map<number, Buffer>();
+  readonly #serials = new Map<string, bigint>();
+  #next = RESERVED_FH_FROM;
+
+  owns(fh: number): boolean {
+    return this.#open.has(fh);
+  }
+
+  open(text: Buffer): number {
+    if (this.#open.size >= MAX_OPEN) throw new HomesError('BUSY', 'too many status files open');
+    while (this.#open.has(this.#next) || this.#next >= SELFCHECK_FH) this.#next = this.#next >= SELFCHECK_FH ? RESERVED_FH_FROM : this.#next + 1;
+    const fh = this.#next++;
+    this.#open.set(fh, text);
+    return fh;
+  }
+
+  read(fh: number, buf: Buffer, len: number, pos: number): number {
+    const text = this.#open.get(fh);
+    if (!text) throw new HomesError('BAD_HANDLE', `unknown file handle ${fh}`);
+    if (pos >= text.length) return 0;
+    return text.copy(buf, 0, pos, Math.min(text.length, pos + len));
+  }
+
+  release(fh: number): void {
+    this.#open.delete(fh);
+  }
+
+  size(fh: number): number {
+    return this.#open.get(fh)?.length ?? 0;
+  }
+
+  /** The status file's inode number for a home (stable while the daemon runs; renames keep it by id only). */
+  ino(id: string): bigint {
+    let s = this.#serials.get(id);
+    if (s === undefined) {
+      s = BigInt(this.#serials.size + 1);
+      this.#serials.set(id, s);
+    }
+    return SYNTHETIC_INO.statusTag | (s << 1n);
+  }
+}
+
+function nowNs(): bigint {
+  return BigInt(Date.now()) * 1_000_000n;
+}
+
+export function statusAttr(ctx: FsContext, hs: HomeState, size: number): Attr {
+  const t = nowNs();
+  return {
+    mode: S_IFREG | 0o400,
+    uid: hs.backing.owner.uid,
+    gid: hs.backing.owner.gid,
+    size: BigInt(size),
+    nlink: 1,
+    ino: ctx.statusFiles.ino(hs.backing.id),
+    dev: hs.backing.dev,
+    rdev: 0n,
+    blksize: 4096,
+    blocks: 0n,
+    atimeNs: t,
+    mtimeNs: t,
+    ctimeNs: t,
+  };
+}
+
+/** `.homesfs` when it does not exist in the backing tree: an empty owner-only directory. */
+export function virtualDirAttr(ctx: FsContext, hs: HomeState): Attr {
+  const t = nowNs();
+  return {
+    mode: S_IFDIR | 0o700,
+    uid: hs.backing.owner.uid,
+    gid: hs.backing.owner.gid,
+    size: 4096n,
+    nlink: 2,
+    ino: ctx.statusFiles.ino(hs.backing.id) | 1n,
+    dev: hs.backing.dev,
+    rdev: 0n,
+    blksize: 4096,
+    blocks: 0n,
+    atimeNs: t,
+    mtimeNs: t,
+    ctimeNs: t,
+  };
+}
+
+export function statusText(ctx: FsContext, hs: HomeState): Buffer {
+  return Buffer.from(renderStatus(hs, ctx.refusals.recent(homeId(hs.backing.ref)), new Date()), 'utf8');
+}
+
+export { RESERVED_DIR, STATUS_NAME };
