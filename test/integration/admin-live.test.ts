@@ -1,5 +1,5 @@
 import { request } from 'node:http';
-import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -190,6 +190,36 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     r = await ctl('tenant-usage', 'nosuchtenant');
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('NOT_FOUND');
+  }, 60_000);
+
+  it('a new home joins its tenant total, a deleted one leaves it; SIGHUP applies a new tenants.<t>.maxBytes', async () => {
+    await ctlJson('set-tenant-budget', T, 'off');
+    const created = await ctlJson<{ owner: { uid: number; gid: number } }>('create', `${T}/d`, '--owner', `${U.uid}:${U.gid}`);
+    expect(created.owner.uid).toBe(U.uid);
+    const before = (await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes;
+    let r = await sh(`cd ${d.home(T, 'd')} && head -c 300000 /dev/zero > f; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
+    expect((await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes).toBe(before + 300000);
+    r = await ctl('delete-project', '--tenant', T, 'd');
+    expect(r.code, r.stderr).toBe(0);
+    const after = await ctlJson<{ bytes: number; homes: Array<{ key: string }> }>('tenant-usage', T);
+    expect(after.bytes).toBe(before);
+    expect(after.homes.map((h) => h.key)).not.toContain('d');
+    await ctlJson('set-tenant-budget', T, 'default');
+    // Reload: the config's value applies at once (no override is set now).
+    const configPath = join(d.dir, 'config.json');
+    const config = JSON.parse(readFileSync(configPath, 'utf8')) as { tenants: Record<string, { maxBytes: number }> };
+    config.tenants[T]!.maxBytes = 5 * MiB;
+    writeFileSync(configPath, JSON.stringify(config));
+    d.proc.kill('SIGHUP');
+    await d.waitForLog((l) => l.msg === 'configuration reloaded' && d.logs.indexOf(l) >= 0);
+    expect(await ctlJson('tenant-usage', T)).toMatchObject({ budget: 5 * MiB, budgetSource: 'config' });
+    config.tenants[T]!.maxBytes = TENANT_BUDGET;
+    writeFileSync(configPath, JSON.stringify(config));
+    const seen = d.logs.filter((l) => l.msg === 'configuration reloaded').length;
+    d.proc.kill('SIGHUP');
+    await d.waitForLog((l) => l.msg === 'configuration reloaded' && d.logs.filter((x) => x.msg === 'configuration reloaded').length > seen);
+    expect(await ctlJson('tenant-usage', T)).toMatchObject({ budget: TENANT_BUDGET, budgetSource: 'config' });
   }, 60_000);
 
   it('df -B1 in a home over its lowered budget shows the real usage, nothing available', async () => {
