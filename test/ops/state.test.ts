@@ -108,6 +108,19 @@ describe('StateStore: load and round trip', () => {
     expect((await StateStore.load(file)).state).toEqual(VALID);
   });
 
+  it('tenant overrides round-trip; a state without them stays without them', async () => {
+    const a = await StateStore.load(file);
+    await a.update((s) => {
+      s.tenants ??= {};
+      s.tenants.acme = { maxBytes: 0 };
+      s.tenants.beta = { maxBytes: 1048576 };
+    });
+    const b = await StateStore.load(file);
+    expect(b.state.tenants).toEqual({ acme: { maxBytes: 0 }, beta: { maxBytes: 1048576 } });
+    await writeRaw(VALID);
+    expect((await StateStore.load(file)).state).not.toHaveProperty('tenants');
+  });
+
   it('the state is deeply frozen: changes go through update only', async () => {
     await writeRaw(VALID);
     const store = await StateStore.load(file);
@@ -167,6 +180,9 @@ describe('StateStore: corrupt files are refused with every issue and its path', 
     ['tenant name with backslash', { ...VALID, settings: { 'a\\b': { projects: {}, users: {} } } }, [/^settings\.a\\b: /]],
     ['project name beginning with _', { ...VALID, settings: { acme: { projects: { _user_alice: 'tenant' }, users: {} } } }, [/^settings\.acme\.projects\._user_alice: /]],
     ['over-long setting value', { ...VALID, settings: { acme: { tenantDefault: 'x'.repeat(257), projects: {}, users: {} } } }, [/^settings\.acme\.tenantDefault: /]],
+    ['negative tenant budget', { ...VALID, tenants: { acme: { maxBytes: -1 } } }, [/^tenants\.acme\.maxBytes: /]],
+    ['tenant budget record with an unknown key', { ...VALID, tenants: { acme: { maxBytes: 1, max: 2 } } }, [/^tenants\.acme: .*max/]],
+    ['tenant budget for an invalid tenant name', { ...VALID, tenants: { '.x': { maxBytes: 1 } } }, [/^tenants\.\.x: /]],
     ['non-string setting value', { ...VALID, settings: { acme: { projects: { web: 1 }, users: {} } } }, [/^settings\.acme\.projects\.web: /]],
     [
       'several problems at once',
