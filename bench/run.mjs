@@ -22,6 +22,7 @@
 //                        loop  always the ext4 loop file;  here  always the scratch fs
 //   BENCH_DIR          parent of the scratch directory             (default os.tmpdir())
 //   BENCH_NO_BINDFS=1  skip bindfs (otherwise installed with apt-get when missing)
+//   BENCH_METRICS=1    serve the metrics endpoint (per-op counting on) to measure its cost
 //
 // Fairness rules: every backing (raw, homesfs, bindfs) is a directory of the
 // same filesystem; targets are visited in an order rotated on every rep;
@@ -267,6 +268,7 @@ async function startDaemon() {
         stateFile: join(scratch, 'state.json'),
         logLevel: 'warn',
         homes: { 'bench/_tenant': { profile: 'posix' }, 'bench/proj': {} },
+        ...(process.env.BENCH_METRICS ? { metrics: { socket: join(scratch, 'metrics', 'metrics.sock') } } : {}),
       },
       null,
       2,
