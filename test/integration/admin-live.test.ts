@@ -406,7 +406,7 @@ print(' '.join(out))
       expect(u.inodes).toBe(count(b()));
       // A file may not take the name .homesfs at the home root (status must stay reachable).
       // Without a backing directory it is still there (lookups find the daemon's empty one), so nothing replaces it.
-      const f = await sh(`cd ${h()} && rm -r .homesfs/d .homesfs/env.sh && rmdir .homesfs && echo x > tmpf && mv -T tmpf .homesfs 2>&1; echo "rc=$?"; ln -s tmpf .homesfs 2>&1; echo "rc=$?"; stat -c %F .homesfs; head -1 .homesfs/status`);
+      const f = await sh(`cd ${h()} && rm -r .homesfs/d .homesfs/env.sh && rmdir .homesfs && echo x > tmpf && mv -T tmpf .homesfs 2>&1; echo "rc=$?"; ln -sT tmpf .homesfs 2>&1; echo "rc=$?"; stat -c %F .homesfs; head -1 .homesfs/status`);
       expect(f.stdout).toMatch(/rc=1\n[\s\S]*rc=1\ndirectory\nhomesfs status of st\/s/);
       expect(existsSync(join(b(), '.homesfs'))).toBe(false);
       // mv into it makes the backing directory on demand.
