@@ -13,9 +13,22 @@ need=()
 for pkg in libfuse2 libfuse-dev pkg-config g++ make python3 python3-venv openssh-client patch git tar diffutils util-linux sqlite3 procps strace systemd; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
+# homesctl exec and owner names: nss-systemd reads the daemon's /run/userdb records; pip and
+# setuptools build the sdist whose wheel the cache test sees land in a home.
+for pkg in libnss-systemd python3-pip python3-setuptools; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+# Owner names: the daemon publishes systemd userdb records in /run/userdb, which
+# nss-systemd reads (libnss-systemd's postinst adds "systemd" to these lines; a
+# hand-edited nsswitch.conf may lack it). Idempotent.
+for db in passwd group; do
+  if ! grep -Eq "^${db}:.*[[:space:]]systemd([[:space:]]|$)" /etc/nsswitch.conf; then
+    sed -i -E "s/^(${db}:.*)$/\1 systemd/" /etc/nsswitch.conf
+  fi
+done
 npm ci --no-audit --no-fund
 npm run build

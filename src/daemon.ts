@@ -22,6 +22,7 @@ import { homeId, type HomeRef } from './paths/parse.js';
 import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
 import { VERSION } from './version.js';
+import { UserDb } from './users/userdb.js';
 
 export class DaemonError extends Error {
   constructor(
@@ -48,7 +49,7 @@ export interface Daemon {
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
-const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics'] as const;
+const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb'] as const;
 
 /**
  * Composition root: config → state → backing store → fs context → homes →
@@ -126,7 +127,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     mknod: nativeMknod(Fuse),
     mountRoot: config.mount,
   });
-  manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }));
+  const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
+  manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);
   const homes = manager;
 
   let resolveDone!: (code: number) => void;
@@ -154,7 +156,21 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   // Ledgers of every home present at start are built in the background; other
   // homes are served meanwhile and a home's mutating ops wait for its scan.
   const scans = store.listAllHomes().then((refs) => {
-    for (const ref of refs) void ctx.home(ref).catch((err: Error) => log.warn({ home: homeId(ref), err: err.message }, 'home not served'));
+    const loading = refs.map((ref) =>
+      ctx.home(ref).then(
+        (hs) => homes.ownerRecord(ref, hs.backing.owner),
+        (err: Error) => {
+          log.warn({ home: homeId(ref), err: err.message }, 'home not served');
+          return null;
+        },
+      ),
+    );
+    // Owner names of every home present, and none left over from an earlier run.
+    if (users) {
+      void Promise.all(loading)
+        .then((records) => users.reconcile(records.filter((r) => r !== null)))
+        .catch((err: Error) => log.warn({ err: err.message }, 'owner names not published'));
+    }
   });
 
   try {
@@ -336,6 +352,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     for (const c of controls) await c.close().catch(() => undefined);
     await metricsServer?.close().catch(() => undefined);
     await mount.unmount();
+    await users?.removeAll().catch(() => undefined);
     await ctx.close().catch(() => undefined);
     await store.close().catch(() => undefined);
     await state.flush().catch(() => undefined);

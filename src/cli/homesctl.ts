@@ -1,10 +1,11 @@
 #!/usr/bin/env node
-import { realpathSync } from 'node:fs';
+import { realpathSync, writeSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { DeleteResult, Forward, HomeInfo, LimitSource, ReloadResult, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport, TenantUsage } from '../control/api.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
 import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
+import { execCli, passwdCli, type LocalIo } from './exec.js';
 import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
 
 export { formatBytes } from './size.js';
@@ -861,6 +862,7 @@ function mainUsage(): string {
     '',
     'Commands:',
     ...rows.map(([n, t]) => `  ${n.padEnd(w)}${t}`),
+    ...LOCAL_COMMANDS.map(([n, summary]) => `  ${n.padEnd(w)}${summary}`),
     '',
     globalOptionHelp(),
     '',
@@ -1072,6 +1074,40 @@ export function explainClientError(err: ControlClientError, socket: string, from
   return { message: err.message, hints: ['is the homesfs daemon at this socket the version this homesctl belongs to? See its log (journalctl -u homesfs)'] };
 }
 
+// ---- commands that run here (src/cli/exec.ts) ------------------------------
+
+/** Where the command word is: after the global options. */
+function commandIndex(argv: string[]): number {
+  let i = 0;
+  while (i < argv.length && argv[i] !== '--' && argv[i]!.startsWith('-') && argv[i] !== '-') i += GLOBAL_TAKES_VALUE.has(argv[i]!) ? 2 : 1;
+  return i;
+}
+
+const LOCAL_COMMANDS = [
+  ['exec', "Run a command in a home as its owner, with a sealed environment (exit status passes through)"],
+  ['passwd', "passwd/group lines of home owners, for containers"],
+] as const;
+
+/** `exec` and `passwd`, with the global options given before them; undefined when argv names another command. */
+function runLocal(argv: string[], env: NodeJS.ProcessEnv, io: Io & Partial<LocalIo>): Promise<number> | undefined {
+  const i = commandIndex(argv);
+  const name = argv[i];
+  if (name !== 'exec' && name !== 'passwd') return undefined;
+  let g;
+  try {
+    g = parseStrict(argv.slice(0, i), GLOBAL_OPTIONS, false);
+  } catch (err) {
+    io.stderr.write(`homesctl: ${(err as Error).message}
+`);
+    return Promise.resolve(name === 'exec' ? 125 : EXIT.USAGE);
+  }
+  const t = g.values.timeout;
+  const timeoutMs = typeof t === 'string' && /^[0-9]+$/.test(t) && Number(t) > 0 ? Number(t) : undefined;
+  const socket = typeof g.values.socket === 'string' ? g.values.socket : undefined;
+  if (name === 'exec') return execCli(argv.slice(i + 1), { ...(socket !== undefined ? { socket } : {}), ...(timeoutMs !== undefined ? { timeoutMs } : {}) }, env, io);
+  return passwdCli(argv.slice(i + 1), { socket: socket ?? (env.HOMESFS_SOCKET || DEFAULT_SOCKET), timeoutMs: timeoutMs ?? DEFAULT_TIMEOUT_MS }, io);
+}
+
 // ---- main -----------------------------------------------------------------
 
 export interface Io {
@@ -1187,7 +1223,9 @@ async function watch(inv: Invocation, io: Io, signal: AbortSignal | undefined): 
   return EXIT.OK;
 }
 
-export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: Io = process, signal?: AbortSignal): Promise<number> {
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: Io & Partial<LocalIo> = process, signal?: AbortSignal): Promise<number> {
+  const local = runLocal(argv, env, io);
+  if (local !== undefined) return local;
   let inv: Parsed;
   try {
     inv = parseCommandLine(argv, env);
@@ -1231,14 +1269,29 @@ function isEntryPoint(): boolean {
 }
 
 if (isEntryPoint()) {
+  const argv = process.argv.slice(2);
+  // exec passes signals on to its command and dies the way the command did.
+  const execing = argv[commandIndex(argv)] === 'exec';
   // Ctrl-C ends a watch cleanly (exit 0); a single request is short enough to just end.
   const stop = new AbortController();
-  process.once('SIGINT', () => {
-    if (!watching) process.exit(130);
-    stop.abort();
-    process.once('SIGINT', () => process.exit(130));
-  });
-  main(process.argv.slice(2), process.env, process, stop.signal).then(
+  if (!execing) {
+    process.once('SIGINT', () => {
+      if (!watching) process.exit(130);
+      stop.abort();
+      process.once('SIGINT', () => process.exit(130));
+    });
+  }
+  // exec's child shares our stdio: opening process.stdout/stderr on a pipe
+  // would make it non-blocking under the child, so exec writes synchronously.
+  const io: Io & LocalIo = {
+    stdout: execing ? { write: (s: string) => writeSync(1, s) } : process.stdout,
+    stderr: execing ? { write: (s: string) => writeSync(2, s) } : process.stderr,
+    raise: (signal) => {
+      process.removeAllListeners(signal);
+      process.kill(process.pid, signal);
+    },
+  };
+  main(argv, process.env, io, stop.signal).then(
     (code) => {
       process.exitCode = code;
       // a pending request must not keep a Ctrl-C'd watch alive

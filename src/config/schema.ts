@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { DEFAULT_EXEC_POLICY, ExecPolicySchema } from '../exec/policy.js';
 import { ConfigProfileSchema, ProfileNameSchema } from '../policy/profiles.js';
 
 const Owner = z.object({ uid: z.number().int().min(0).max(0xfffffffe), gid: z.number().int().min(0).max(0xfffffffe) }).strict();
@@ -82,6 +83,13 @@ export const ConfigSchema = z
       .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })
       .strict()
       .default({ intervalMs: 10_000, timeoutMs: 5_000 }),
+    /** the sealed environment of commands run in a home (homesctl exec, execInHome); sent with every resolve reply */
+    exec: ExecPolicySchema.default(DEFAULT_EXEC_POLICY),
+    /** owner names for NSS: systemd userdb drop-in records (nss-systemd reads /run/userdb) */
+    userdb: z
+      .object({ enabled: z.boolean().default(true), dir: z.string().min(1).refine((p) => p.startsWith('/'), { message: 'must be an absolute path' }).default('/run/userdb') })
+      .strict()
+      .default({ enabled: true, dir: '/run/userdb' }),
   })
   .strict();
 

@@ -1,3 +1,5 @@
+import type { ExecPolicy } from '../exec/policy.js';
+
 /**
  * What the control socket needs from the daemon. The daemon (composition root)
  * implements it; command handlers only ever talk to this interface, so they
@@ -182,6 +184,10 @@ export interface ResolveResult {
   owner: OwnerArg;
   created: boolean;
   source: 'user' | 'project' | 'tenant' | 'default';
+  /** the owner's user name (published for NSS when the daemon's userdb is on) */
+  userName?: string;
+  /** the sealed-environment policy of the daemon's configuration, for exec callers */
+  exec?: ExecPolicy;
 }
 
 export interface RenameResult {

@@ -33,6 +33,8 @@ import { resolveProfileName, type Profile, type ProfileSource } from '../policy/
 import { allocateOwner } from '../scope/owners.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
 import type { StateStore } from '../state/store.js';
+import { ownerUserName, type OwnerRecord } from '../users/names.js';
+import type { UserDb } from '../users/userdb.js';
 import { cwdCountsByHome, cwdProcessesUnder, processesOfUid } from './busy.js';
 import type { TenantSettings } from '../state/store.js';
 
@@ -60,7 +62,25 @@ export class HomeManager {
     private readonly state: StateStore,
     private loaded: LoadedConfig,
     private readonly log: Logger,
+    /** where owner names are published for NSS (null: not published) */
+    private readonly users: UserDb | null = null,
   ) {}
+
+  /** The NSS user record of a home's owner. */
+  ownerRecord(ref: HomeRef, owner: Owner): OwnerRecord {
+    return { name: ownerUserName(ref.tenant, ref.key), uid: owner.uid, gid: owner.gid, home: homeId(ref), dir: this.mountPath(ref) };
+  }
+
+  /** Publish (or re-publish) a home's owner name; a failure is logged, never fatal to the caller. */
+  private async publishOwner(ref: HomeRef, owner: Owner): Promise<void> {
+    if (!this.users) return;
+    await this.users.publish(this.ownerRecord(ref, owner)).catch((err: Error) => this.log.warn({ home: homeId(ref), err: err.message }, 'owner name not published'));
+  }
+
+  private async unpublishOwner(ref: HomeRef): Promise<void> {
+    if (!this.users) return;
+    await this.users.remove(homeId(ref)).catch((err: Error) => this.log.warn({ home: homeId(ref), err: err.message }, 'owner name not removed'));
+  }
 
   /** Profile names that live overrides in the state file use but `loaded` does not define. */
   missingOverrideProfiles(loaded: LoadedConfig): string[] {
@@ -82,6 +102,7 @@ export class HomeManager {
       const owner = this.ownerOf(ref);
       if (owner) hs.backing.owner = { ...owner };
       await this.applyPolicy(ref);
+      await this.publishOwner(ref, hs.backing.owner);
     }
     for (const pool of this.ctx.knownPools()) pool.setLimit(this.tenantBudgetFor(pool.tenant).bytes);
   }
@@ -321,6 +342,7 @@ export class HomeManager {
       };
     });
     await this.ctx.store.createHome(ref, owner);
+    await this.publishOwner(ref, owner);
     this.log.info({ home: id, owner, profile: args.profile, budget: args.budget }, 'home created');
     return owner;
   }
@@ -527,6 +549,8 @@ export class HomeManager {
       owner: { ...hs.backing.owner },
       created,
       source: r.source,
+      userName: ownerUserName(ref.tenant, ref.key),
+      exec: this.config.exec,
     };
   }
 
@@ -659,6 +683,10 @@ export class HomeManager {
       for (const f of Object.values(fw)) if (f.to === homeId(from)) f.to = homeId(to);
       fw[homeId(from)] = { to: homeId(to), at: new Date().toISOString() };
     });
+    await this.unpublishOwner(from);
+    const moved = this.ctx.loadedHome(to);
+    const owner = (moved ? await moved.catch(() => null) : null)?.backing.owner ?? this.ownerOf(to);
+    if (owner) await this.publishOwner(to, owner);
     this.log.info({ from: homeId(from), to: homeId(to), fromPath: this.mountPath(from), toPath: this.mountPath(to), reserved: homeId(from), ...use }, 'home renamed');
     return { from: homeId(from), to: homeId(to), ...use };
   }
@@ -690,6 +718,7 @@ export class HomeManager {
       for (const id of new Set([owner.uid, owner.gid])) if (id !== 0 && !s.owners.retired.includes(id)) s.owners.retired.push(id);
     });
     await this.ctx.store.removeTenantEntry(ref.tenant, trash);
+    await this.unpublishOwner(ref);
     const ownerProcesses = owner.uid === 0 ? [] : await processesOfUid(owner.uid);
     if (ownerProcesses.length > 0) {
       this.log.warn(

@@ -84,6 +84,8 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
         probe: { intervalMs: 1000, timeoutMs: 5000 },
         // a test that leaves a process in a home must not cost the suite the default 10 s at stop
         shutdownGraceMs: 2000,
+        // Owner names go to a directory of this run, never the host's /run/userdb.
+        userdb: { dir: join(dir, 'userdb') },
         ...opts.config,
       }),
     );

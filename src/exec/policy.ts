@@ -1,0 +1,72 @@
+import { z } from 'zod';
+
+/**
+ * What an agent command started in a home (`homesctl exec`, `execInHome`) gets
+ * from its environment: the `exec` section of the daemon's configuration. The
+ * daemon hands it out with every `resolve` reply, so a caller on the platform
+ * socket needs no copy of the config file. PURE: no node:fs here.
+ */
+
+/** An environment variable name, or a prefix pattern ending in `*` (`LC_*`). */
+const EnvPattern = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*\*?$/, { message: 'an environment variable name, optionally ending in * (e.g. LC_*)' });
+export const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: 'an environment variable name ([A-Za-z_][A-Za-z0-9_]*)' });
+
+/**
+ * A redirected location: a path relative to the home (`.cache`), or a template
+ * in which `{home}` stands for the home (`-Dmaven.repo.local={home}/.m2/repository`).
+ * A relative path may not climb out with `..`, and neither form may be absolute
+ * without `{home}`: a redirection always lands inside the home.
+ */
+const RedirectValue = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((v) => !v.includes('\0'), { message: 'no NUL bytes' })
+  .refine((v) => v.includes('{home}') || (!v.startsWith('/') && !v.split('/').includes('..')), {
+    message: 'a path relative to the home without "..", or a template containing {home}',
+  });
+
+/** prlimit(1) resource names that make sense to reset for an agent command. */
+export const RLIMIT_NAMES = ['as', 'core', 'cpu', 'data', 'fsize', 'locks', 'memlock', 'msgqueue', 'nice', 'nofile', 'nproc', 'rss', 'rtprio', 'rttime', 'sigpending', 'stack'] as const;
+const LimitValue = z.union([z.int().min(0), z.literal('unlimited')]);
+const Rlimit = z
+  .strictObject({ soft: LimitValue, hard: LimitValue })
+  .refine((l) => l.hard === 'unlimited' || (l.soft !== 'unlimited' && l.soft <= l.hard), { message: 'soft must not exceed hard' });
+
+export const DEFAULT_ALLOW_ENV = ['PATH', 'LANG', 'LC_*', 'TERM', 'TZ'];
+export const DEFAULT_REDIRECT: Readonly<Record<string, string>> = {
+  XDG_CACHE_HOME: '.cache',
+  XDG_CONFIG_HOME: '.config',
+  XDG_DATA_HOME: '.local/share',
+  npm_config_cache: '.npm',
+  PIP_CACHE_DIR: '.cache/pip',
+  GRADLE_USER_HOME: '.gradle',
+  MAVEN_OPTS: '-Dmaven.repo.local={home}/.m2/repository',
+};
+
+export const ExecPolicySchema = z
+  .strictObject({
+    /** the only variables of the caller's environment that reach the command */
+    allowEnv: z.array(EnvPattern).max(256).default(DEFAULT_ALLOW_ENV),
+    /** cache and config locations pointed inside the home (replaces the default list) */
+    redirect: z.record(EnvName, RedirectValue).default({ ...DEFAULT_REDIRECT }),
+    /** the home's own tools file, relative to the home; "" = none */
+    envFile: z
+      .string()
+      .max(1024)
+      .refine((v) => v === '' || (!v.startsWith('/') && !v.split('/').includes('..') && !v.includes('\0')), { message: 'a path relative to the home without ".."' })
+      .default('.homesfs/env.sh'),
+    /** how long sourcing the tools file may take before it is skipped */
+    envFileTimeoutMs: z.int().min(100).max(600_000).default(10_000),
+    /** PATH when the caller's environment has none */
+    defaultPath: z.string().min(1).default('/usr/local/bin:/usr/bin:/bin'),
+    /** resource limits set for the command instead of the caller's (a hard limit above the caller's is lowered to it: raising needs CAP_SYS_RESOURCE) */
+    rlimits: z.partialRecord(z.enum(RLIMIT_NAMES), Rlimit).default({ nofile: { soft: 1024, hard: 524288 } }),
+    /** the command's oom_score_adj (the daemon's OOM protection is not inherited) */
+    oomScoreAdj: z.int().min(-1000).max(1000).default(0),
+  });
+
+export type ExecPolicy = z.infer<typeof ExecPolicySchema>;
+export type ExecPolicyInput = z.input<typeof ExecPolicySchema>;
+
+export const DEFAULT_EXEC_POLICY: ExecPolicy = ExecPolicySchema.parse({});

@@ -1,0 +1,312 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes, randomInt } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HOMESCTL, ROOT, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+
+if (!canMount) console.warn(`exec integration suite skipped: ${skipReason}`);
+
+/** A uid block of this run's own: other worktrees' tests use 200000+ and 300000+ at the same time. */
+const BASE = 400000 + randomInt(0, 49) * 10000;
+const OWNERS = { from: BASE, to: BASE + 99 };
+const SECRET = `s3cr3t-${randomBytes(8).toString('hex')}`;
+
+interface Run {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Run homesctl with exactly `env` (nothing of the test runner's environment),
+ * as the platform would: the caller's secret sits in it.
+ */
+function ctl(
+  args: string[],
+  opts: { env?: Record<string, string>; input?: string; holdStdin?: boolean; onStdout?: (s: string, pid: number, stdin: NodeJS.WritableStream) => void; timeoutMs?: number } = {},
+): Promise<Run> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [HOMESCTL, ...args], { env: opts.env ?? callerEnv(), stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      opts.onStdout?.(stdout, p.pid!, p.stdin);
+    });
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const t = setTimeout(() => p.kill('SIGKILL'), opts.timeoutMs ?? 30_000);
+    p.on('close', (code, signal) => {
+      clearTimeout(t);
+      resolve({ code, signal, stdout, stderr });
+    });
+    p.stdin.on('error', () => undefined);
+    if (!opts.holdStdin) p.stdin.end(opts.input ?? '');
+  });
+}
+
+function callerEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return { PATH: SYSTEM_PATH, LANG: 'C.UTF-8', LC_CTYPE: 'C.UTF-8', TERM: 'xterm-test', TZ: 'Europe/Berlin', HOME: '/root', USER: 'root', PLATFORM_TOKEN: SECRET, ...extra };
+}
+
+function parseEnv(out: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const rec of out.split('\0')) {
+    const eq = rec.indexOf('=');
+    if (eq > 0) env[rec.slice(0, eq)] = rec.slice(eq + 1);
+  }
+  return env;
+}
+
+describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its owner', () => {
+  let d: RunningDaemon;
+  let platform: string;
+  let pkgDir: string;
+  const exec = (project: string, rest: string[], opts: Parameters<typeof ctl>[1] = {}) =>
+    ctl(['--socket', platform, 'exec', '--tenant', 'acme', '--project', project, ...rest], opts);
+  const usage = async (home: string) => {
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', home]);
+    expect(r.code, r.stderr).toBe(0);
+    return JSON.parse(r.stdout) as { bytes: number; budget: number; owner: { uid: number } };
+  };
+
+  beforeAll(async () => {
+    d = await startDaemon({
+      config: { owners: OWNERS, exec: { oomScoreAdj: 300, rlimits: { nofile: { soft: 512, hard: 4096 } } } },
+    });
+    platform = join(d.dir, 'platform', 'platform.sock');
+    pkgDir = mkdtempSync(join(tmpdir(), 'homesfs-exec-pkg-'));
+    chmodSync(pkgDir, 0o755);
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+    if (pkgDir) rmSync(pkgDir, { recursive: true, force: true });
+  });
+
+  it('env shows exactly the allow-listed variables, HOME and the redirections', async () => {
+    const r = await exec('web', ['--', 'env', '-0']);
+    expect(r.code, r.stderr).toBe(0);
+    const home = d.home('acme', 'web');
+    expect(parseEnv(r.stdout)).toEqual({
+      PATH: SYSTEM_PATH,
+      LANG: 'C.UTF-8',
+      LC_CTYPE: 'C.UTF-8',
+      TERM: 'xterm-test',
+      TZ: 'Europe/Berlin',
+      HOME: home,
+      XDG_CACHE_HOME: `${home}/.cache`,
+      XDG_CONFIG_HOME: `${home}/.config`,
+      XDG_DATA_HOME: `${home}/.local/share`,
+      npm_config_cache: `${home}/.npm`,
+      PIP_CACHE_DIR: `${home}/.cache/pip`,
+      GRADLE_USER_HOME: `${home}/.gradle`,
+      MAVEN_OPTS: `-Dmaven.repo.local=${home}/.m2/repository`,
+    });
+  });
+
+  it('runs as the owner: no groups, no new privileges, no capabilities, its own oom_score_adj and limits, in the home', async () => {
+    const owner = (await usage('acme/web')).owner.uid;
+    const r = await exec('web', ['--', 'sh', '-c', 'id -u; id -g; id -G; pwd; cat /proc/self/oom_score_adj; ulimit -Sn; ulimit -Hn; grep -E "^(NoNewPrivs|CapEff|CapPrm|CapBnd|CapAmb):" /proc/self/status']);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stdout.trim().split('\n');
+    // uid, gid, all groups (only its own), cwd, oom_score_adj (the policy's, not the caller's 0), limits (the caller's are 20000+)
+    expect(lines.slice(0, 7)).toEqual([String(owner), String(owner), String(owner), d.home('acme', 'web'), '300', '512', '4096']);
+    const status = Object.fromEntries(lines.slice(7).map((l) => l.split(':\t') as [string, string]));
+    expect(status).toEqual({ CapPrm: '0000000000000000', CapEff: '0000000000000000', CapBnd: '0000000000000000', CapAmb: '0000000000000000', NoNewPrivs: '1' });
+    expect(owner).toBeGreaterThanOrEqual(OWNERS.from);
+  });
+
+  it("a secret in the caller's environment is nowhere the command can read", async () => {
+    // The command scans every /proc/<pid>/environ and cmdline it can open while it runs
+    // (homesctl, its parent, is one of them) and reports any that hold the secret.
+    const scan = [
+      'import os, sys',
+      'secret = sys.argv[1].encode()',
+      'readable, hits = 0, []',
+      'for pid in os.listdir("/proc"):',
+      '    if not pid.isdigit(): continue',
+      '    for f in ("environ", "cmdline"):',
+      '        try:',
+      '            data = open(f"/proc/{pid}/{f}", "rb").read()',
+      '        except OSError:',
+      '            continue',
+      '        readable += 1',
+      '        if secret in data: hits.append(f"{pid}/{f}")',
+      'print(readable, os.getppid(), " ".join(hits) or "none", flush=True)',
+      'sys.stdin.read()',
+    ].join('\n');
+    // The secret's text reaches the scanner only through its own argv, reversed.
+    let parentEnviron = '';
+    const r = await exec('web', ['--', 'python3', '-c', `import sys; sys.argv[1] = sys.argv[1][::-1]; exec(${JSON.stringify(scan)})`, [...SECRET].reverse().join('')], {
+      holdStdin: true,
+      onStdout: (s, _pid, stdin) => {
+        if (!s.endsWith('\n') || parentEnviron) return;
+        // While the scanner still runs, its parent (homesctl) holds the secret: root can read it, the owner could not.
+        parentEnviron = readFileSync(`/proc/${s.split(' ')[1]}/environ`, 'utf8');
+        stdin.end();
+      },
+    });
+    expect(r.code, r.stderr).toBe(0);
+    const [readable, , hits] = r.stdout.trim().split(' ');
+    expect(hits).toBe('none');
+    expect(Number(readable)).toBeGreaterThan(0); // it could read its own
+    expect(parentEnviron).toContain(SECRET);
+  });
+
+  it('applies a good .homesfs/env.sh, skips a broken one with a warning; --env wins over it, HOME and PATH included', async () => {
+    const w = await exec('web', ['--', 'sh', '-c', 'mkdir -p .homesfs && printf \'%s\\n\' "export TOOLS_DIR=\\"$HOME/tools\\"" "export PATH=\\"$HOME/tools/bin:$PATH\\"" "echo chatter" > .homesfs/env.sh']);
+    expect(w.code, w.stderr).toBe(0);
+    const home = d.home('acme', 'web');
+    const good = await exec('web', ['--', 'env', '-0']);
+    expect(good.code, good.stderr).toBe(0);
+    expect(good.stderr).toBe('');
+    const env = parseEnv(good.stdout);
+    expect(env.TOOLS_DIR).toBe(`${home}/tools`);
+    expect(env.PATH).toBe(`${home}/tools/bin:${SYSTEM_PATH}`);
+    expect(Object.keys(env)).not.toContain('PWD');
+    expect(Object.keys(env)).not.toContain('SHLVL');
+
+    const over = await exec('web', ['--env', `HOME=${home}/elsewhere`, '--env', 'PATH=/usr/bin:/bin', '--env', 'TOOLS_DIR=mine', '--env', 'EXTRA=a=b', '--', 'env', '-0']);
+    expect(parseEnv(over.stdout)).toMatchObject({ HOME: `${home}/elsewhere`, PATH: '/usr/bin:/bin', TOOLS_DIR: 'mine', EXTRA: 'a=b', XDG_CACHE_HOME: `${home}/.cache` });
+
+    const b = await exec('web', ['--', 'sh', '-c', 'echo "if then fi (" >> .homesfs/env.sh']);
+    expect(b.code).toBe(0);
+    const broken = await exec('web', ['--', 'env', '-0']);
+    expect(broken.code).toBe(0);
+    expect(broken.stderr).toMatch(/warning: the home's tools file was skipped: \.homesfs\/env\.sh is broken \(sh -n\)/);
+    expect(parseEnv(broken.stdout)).not.toHaveProperty('TOOLS_DIR');
+    expect(parseEnv(broken.stdout).PATH).toBe(SYSTEM_PATH);
+    await exec('web', ['--', 'rm', '.homesfs/env.sh']);
+  });
+
+  it('passes exit status, signals, stdin and a TTY through', async () => {
+    expect((await exec('web', ['--', 'sh', '-c', 'exit 42'])).code).toBe(42);
+    const killed = await exec('web', ['--', 'sh', '-c', 'kill -TERM $$']);
+    expect([killed.code, killed.signal]).toEqual([null, 'SIGTERM']);
+    const cat = await exec('web', ['--', 'cat'], { input: 'through stdin\n' });
+    expect(cat.stdout).toBe('through stdin\n');
+    expect((await exec('web', ['--', 'no-such-command-here'])).code).toBe(127);
+
+    // A signal sent to homesctl reaches the command (no terminal here, so SIGINT too).
+    let sent = false;
+    const trapped = await exec('web', ['--', 'sh', '-c', 'trap "echo got-int; exit 7" INT; echo ready; while :; do sleep 0.1; done'], {
+      onStdout: (s, pid) => {
+        if (!sent && s.includes('ready')) {
+          sent = true;
+          process.kill(pid, 'SIGINT');
+        }
+      },
+    });
+    expect([trapped.code, trapped.stdout.trim().split('\n').pop()]).toEqual([7, 'got-int']);
+    let termSent = false;
+    const term = await exec('web', ['--', 'sh', '-c', 'echo ready; exec sleep 30'], {
+      onStdout: (s, pid) => {
+        if (!termSent && s.includes('ready')) {
+          termSent = true;
+          process.kill(pid, 'SIGTERM');
+        }
+      },
+    });
+    expect(term.signal).toBe('SIGTERM');
+
+    const viaPty = await runAsync('python3', ['-c', 'import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)', process.execPath, HOMESCTL, '--socket', platform, 'exec', '--tenant', 'acme', '--project', 'web', '--', 'sh', '-c', 'test -t 0 && test -t 1 && tty; exit 5'], {
+      env: callerEnv(),
+    });
+    expect(viaPty.code, viaPty.stderr).toBe(5);
+    expect(viaPty.stdout).toMatch(/\/dev\/pts\/[0-9]+/);
+  });
+
+  it('--cwd stays inside the home; homesctl exec failures exit 125', async () => {
+    await exec('web', ['--', 'mkdir', '-p', 'src/app']);
+    const r = await exec('web', ['--cwd', 'src/app', '--', 'pwd']);
+    expect(r.stdout.trim()).toBe(join(d.home('acme', 'web'), 'src/app'));
+    const out = await exec('web', ['--cwd', '../other', '--', 'pwd']);
+    expect([out.code, out.stdout]).toEqual([125, '']);
+    expect(out.stderr).toMatch(/outside the home/);
+    expect((await exec('web', ['--env', 'BAD-NAME=1', '--', 'true'])).code).toBe(125);
+    expect((await exec('web', ['true'])).code).toBe(125); // no '--'
+    const bad = await ctl(['--socket', platform, 'exec', '--tenant', 'acme', '--project', '_user_x', '--', 'true']);
+    expect([bad.code, /INVALID_NAME/.test(bad.stderr)]).toEqual([125, true]);
+    const noSock = await ctl(['--socket', join(d.dir, 'nope.sock'), 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true']);
+    expect(noSock.code).toBe(125);
+    // not root: refused before anything runs
+    const asNobody = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, HOMESCTL, '--socket', platform, 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true'], { encoding: 'utf8', env: callerEnv() });
+    expect([asNobody.status, /needs root/.test(asNobody.stderr)]).toEqual([125, true]);
+  });
+
+  it('pip and npm caches land inside the home and count against its budget', async () => {
+    // A tiny sdist (pip caches the wheel it builds) and an npm tarball, made here: no network.
+    mkdirSync(join(pkgDir, 'py/hfsdemo'), { recursive: true });
+    writeFileSync(join(pkgDir, 'py/setup.py'), "from setuptools import setup\nsetup(name='hfsdemo', version='1.0', packages=['hfsdemo'])\n");
+    writeFileSync(join(pkgDir, 'py/hfsdemo/__init__.py'), `DATA = ${JSON.stringify(randomBytes(30000).toString('base64'))}\n`);
+    const sdist = spawnSync('/usr/bin/python3', ['setup.py', '-q', 'sdist', '-d', pkgDir], { cwd: join(pkgDir, 'py'), encoding: 'utf8' });
+    expect(sdist.status, sdist.stderr).toBe(0);
+    mkdirSync(join(pkgDir, 'npm'));
+    writeFileSync(join(pkgDir, 'npm/package.json'), JSON.stringify({ name: 'hfs-demo', version: '1.0.0' }));
+    writeFileSync(join(pkgDir, 'npm/data.txt'), randomBytes(60000).toString('base64'));
+    const pack = spawnSync('npm', ['pack', './npm', '--pack-destination', pkgDir], { cwd: pkgDir, encoding: 'utf8' });
+    expect(pack.status, pack.stderr).toBe(0);
+    spawnSync('chmod', ['-R', 'a+rX', pkgDir]);
+
+    const before = (await usage('acme/caches').catch(() => ({ bytes: 0 }))).bytes;
+    const pip = await exec('caches', ['--env', 'PATH=/usr/bin:/bin', '--', 'python3', '-m', 'pip', 'install', '--no-index', '--no-build-isolation', '--disable-pip-version-check', '--user', '--break-system-packages', join(pkgDir, 'hfsdemo-1.0.tar.gz')]);
+    expect(pip.code, pip.stderr).toBe(0);
+    const npm = await exec('caches', ['--env', 'npm_config_update_notifier=false', '--', 'npm', 'cache', 'add', '--offline', join(pkgDir, 'hfs-demo-1.0.0.tgz')]);
+    expect(npm.code, npm.stderr).toBe(0);
+    const du = await exec('caches', ['--', 'du', '-sb', '--apparent-size', '.cache/pip', '.npm']);
+    const sizes = Object.fromEntries(du.stdout.trim().split('\n').map((l) => l.split('\t').reverse() as [string, string]));
+    expect(Number(sizes['.cache/pip'])).toBeGreaterThan(20000);
+    expect(Number(sizes['.npm'])).toBeGreaterThan(40000);
+    expect(existsSync(join(d.backingOf('acme', 'caches'), '.npm/_cacache'))).toBe(true);
+    const after = await usage('acme/caches');
+    expect(after.bytes - before).toBeGreaterThanOrEqual(Number(sizes['.cache/pip']) + Number(sizes['.npm']));
+
+    // With the budget just above what is used, the next cache write is refused.
+    const set = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'set-budget', 'acme/caches', String(after.bytes + 20000)]);
+    expect(set.code, set.stderr).toBe(0);
+    await exec('caches', ['--', 'npm', 'cache', 'clean', '--force']).then(() => undefined);
+    const refilled = await usage('acme/caches');
+    await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'set-budget', 'acme/caches', String(refilled.bytes + 20000)]);
+    const denied = await exec('caches', ['--env', 'npm_config_update_notifier=false', '--', 'npm', 'cache', 'add', '--offline', join(pkgDir, 'hfs-demo-1.0.0.tgz')]);
+    expect(denied.code).not.toBe(0);
+    expect(denied.stderr).toMatch(/EDQUOT|quota|error -122\b/i); // npm prints EDQUOT as 'Unknown system error -122'
+    const final = await usage('acme/caches');
+    expect(final.bytes).toBeLessThanOrEqual(final.budget);
+  });
+
+  it("Node callers get the same from the package: import { resolveHome, sealedEnv, execInHome } from 'homesfs'", async () => {
+    const app = mkdtempSync(join(tmpdir(), 'homesfs-lib-'));
+    try {
+      mkdirSync(join(app, 'node_modules'));
+      symlinkSync(ROOT, join(app, 'node_modules', 'homesfs'));
+      writeFileSync(
+        join(app, 'app.mjs'),
+        [
+          "import { resolveHome, sealedEnv, execInHome } from 'homesfs';",
+          'const [socket] = process.argv.slice(2);',
+          "const home = await resolveHome({ socket, tenant: 'acme', project: 'lib' });",
+          "const env = sealedEnv({ callerEnv: process.env, home: home.home, policy: home.exec, extras: { X: '1' } });",
+          "const run = await execInHome({ resolved: home, argv: ['sh', '-c', 'id -u; echo $HOME; echo $X; echo ${PLATFORM_TOKEN:-unset}'], env: { X: '1' }, stdio: ['ignore', 'pipe', 'inherit'] });",
+          "let out = ''; run.child.stdout.on('data', (d) => (out += d));",
+          'const res = await run.exited;',
+          'console.log(JSON.stringify({ uid: home.owner.uid, home: home.home, env, out, res, same: JSON.stringify(run.env) === JSON.stringify(env) }));',
+        ].join('\n'),
+      );
+      const r = await runAsync(process.execPath, [join(app, 'app.mjs'), platform], { cwd: app, env: callerEnv() });
+      expect(r.code, r.stderr).toBe(0);
+      const j = JSON.parse(r.stdout) as { uid: number; home: string; env: Record<string, string>; out: string; res: { code: number }; same: boolean };
+      expect(j.home).toBe(d.home('acme', 'lib'));
+      expect(j.out.split('\n')).toEqual([String(j.uid), j.home, '1', 'unset', '']);
+      expect(j.res.code).toBe(0);
+      expect(j.same).toBe(true);
+      expect(j.env).not.toHaveProperty('PLATFORM_TOKEN');
+      const types = readFileSync(join(ROOT, 'dist/index.d.ts'), 'utf8');
+      for (const name of ['resolveHome', 'sealedEnv', 'execInHome']) expect(types).toContain(name);
+    } finally {
+      rmSync(app, { recursive: true, force: true });
+    }
+  });
+});

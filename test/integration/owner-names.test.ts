@@ -1,0 +1,116 @@
+import { spawnSync } from 'node:child_process';
+import { randomBytes, randomInt } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ownerUserName } from '../../src/users/names.js';
+import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+
+if (!canMount) console.warn(`owner names integration suite skipped: ${skipReason}`);
+
+/**
+ * nss-systemd reads only the fixed drop-in directories, so this suite uses the
+ * host's /run/userdb: with a tenant name and a uid block of its own, and it
+ * removes whatever it published.
+ */
+const USERDB = '/run/userdb';
+const TENANT = `nss${randomBytes(4).toString('hex')}`;
+const BASE = 500000 + randomInt(0, 39) * 10000;
+const OWNERS = { from: BASE, to: BASE + 99 };
+
+const getent = (db: string, key: string | number) => spawnSync('getent', [db, String(key)], { encoding: 'utf8' });
+
+function ours(): string[] {
+  if (!existsSync(USERDB)) return [];
+  return readdirSync(USERDB).filter((f) => {
+    try {
+      return readFileSync(join(USERDB, f), 'utf8').includes(`"home":"${TENANT}/`);
+    } catch {
+      return false;
+    }
+  });
+}
+
+describe.skipIf(!canMount)('owner names for NSS (systemd userdb drop-ins)', () => {
+  let d: RunningDaemon;
+  const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
+  const exec = (project: string, ...cmd: string[]) =>
+    runAsync(process.execPath, [HOMESCTL, '--socket', join(d.dir, 'platform', 'platform.sock'), 'exec', '--tenant', TENANT, '--project', project, '--', ...cmd], { env: { PATH: SYSTEM_PATH } });
+
+  beforeAll(async () => {
+    d = await startDaemon({ config: { owners: OWNERS, userdb: { dir: USERDB } } });
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+    // Whatever a failed run left: our names only.
+    for (const f of ours()) rmSync(join(USERDB, f), { force: true });
+    for (const f of existsSync(USERDB) ? readdirSync(USERDB) : []) {
+      const m = /^([0-9]+)\.(user|group)$/.exec(f);
+      if (m && Number(m[1]) >= OWNERS.from && Number(m[1]) <= OWNERS.to) unlinkSync(join(USERDB, f));
+    }
+  });
+
+  it('getent, whoami and getpass.getuser() know the owner of a new home', async () => {
+    const r = await ctl('--json', 'resolve', '--tenant', TENANT, '--project', 'web');
+    expect(r.code, r.stderr).toBe(0);
+    const { owner, home, userName } = JSON.parse(r.stdout) as { owner: { uid: number; gid: number }; home: string; userName: string };
+    const name = ownerUserName(TENANT, 'web');
+    expect(userName).toBe(name);
+    const pw = getent('passwd', owner.uid);
+    expect(pw.status, pw.stderr).toBe(0);
+    expect(pw.stdout.trim()).toBe(`${name}:x:${owner.uid}:${owner.gid}:homesfs ${TENANT}/web:${home}:/usr/sbin/nologin`);
+    expect(getent('passwd', name).stdout.trim()).toBe(pw.stdout.trim());
+    expect(getent('group', owner.gid).stdout.trim()).toBe(`${name}:x:${owner.gid}:`);
+
+    const who = await exec('web', 'sh', '-c', 'whoami; id -un; id -gn; python3 -c "import getpass, os; print(getpass.getuser()); print(os.path.expanduser(\'~\'))"');
+    expect(who.code, who.stderr).toBe(0);
+    expect(who.stdout.trim().split('\n')).toEqual([name, name, name, name, home]);
+  });
+
+  it('homesctl passwd prints the lines a container needs', async () => {
+    await ctl('resolve', '--tenant', TENANT, '--project', 'api');
+    const web = ownerUserName(TENANT, 'web');
+    const api = ownerUserName(TENANT, 'api');
+    const one = await ctl('passwd', '--home-dir', '/home/user', `${TENANT}/web`);
+    expect(one.code, one.stderr).toBe(0);
+    expect(one.stdout).toMatch(new RegExp(`^${web}:x:[0-9]+:[0-9]+:homesfs ${TENANT}/web:/home/user:/usr/sbin/nologin\\n$`));
+    const all = await ctl('passwd', '--tenant', TENANT);
+    expect(all.stdout.split('\n').filter(Boolean).map((l) => l.split(':')[0]).sort()).toEqual([api, web].sort());
+    const groups = await ctl('passwd', '--group', `${TENANT}/api`);
+    expect(groups.stdout).toMatch(new RegExp(`^${api}:x:[0-9]+:\\n$`));
+    const missing = await ctl('passwd', `${TENANT}/nope`);
+    expect(missing.code).toBe(1);
+  });
+
+  it('follows a rename, goes with a delete, and a restart after a crash drops stale names', async () => {
+    const uid = (JSON.parse((await ctl('--json', 'usage', `${TENANT}/api`)).stdout) as { owner: { uid: number } }).owner.uid;
+    expect((await ctl('rename-project', '--tenant', TENANT, 'api', 'api2')).code).toBe(0);
+    expect(getent('passwd', ownerUserName(TENANT, 'api')).status).toBe(2);
+    expect(getent('passwd', uid).stdout.split(':')[0]).toBe(ownerUserName(TENANT, 'api2'));
+    expect((await ctl('delete-project', '--tenant', TENANT, 'api2')).code).toBe(0);
+    expect(getent('passwd', uid).status).toBe(2);
+    expect(getent('passwd', ownerUserName(TENANT, 'api2')).status).toBe(2);
+
+    // Crash: the names stay behind. A home removed meanwhile loses its name at the next start.
+    await ctl('resolve', '--tenant', TENANT, '--project', 'gone');
+    const goneUid = getent('passwd', ownerUserName(TENANT, 'gone')).stdout.split(':')[2];
+    expect(goneUid).toBeDefined();
+    d.proc.kill('SIGKILL');
+    await d.exited;
+    spawnSync('umount', ['-l', d.mount]);
+    rmSync(d.backingOf(TENANT, 'gone'), { recursive: true, force: true });
+    expect(getent('passwd', ownerUserName(TENANT, 'gone')).status).toBe(0);
+    d = await d.restart();
+    await d.waitForLog((l) => l.msg === 'stale owner name removed' && l.name === ownerUserName(TENANT, 'gone'));
+    await d.waitForLog((l) => l.msg === 'owner name published' && l.name === ownerUserName(TENANT, 'web'));
+    expect(getent('passwd', ownerUserName(TENANT, 'gone')).status).toBe(2);
+    expect(getent('passwd', Number(goneUid)).status).toBe(2);
+    expect(getent('passwd', ownerUserName(TENANT, 'web')).status).toBe(0);
+
+    // A clean stop takes the names with the mount.
+    await d.stopKeep();
+    expect(getent('passwd', ownerUserName(TENANT, 'web')).status).toBe(2);
+    expect(ours()).toEqual([]);
+  });
+});
