@@ -237,7 +237,31 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     expect([asNobody.status, /needs root/.test(asNobody.stderr)]).toEqual([125, true]);
   });
 
-  it('pip and npm caches land inside the home and count against its budget', async () => {
+  it('a command does not outlive a homesctl killed with SIGKILL (parent-death signal)', async () => {
+    let cmdPid = 0;
+    const r = await exec('web', ['--', 'sh', '-c', 'echo $$; exec sleep 60'], {
+      onStdout: (s, pid) => {
+        if (!cmdPid && s.endsWith('\n')) {
+          cmdPid = Number(s.trim());
+          process.kill(pid, 'SIGKILL');
+        }
+      },
+    });
+    expect(r.signal).toBe('SIGKILL');
+    expect(cmdPid).toBeGreaterThan(0);
+    // The kernel kills it as homesctl dies; it is gone or a zombie waiting for its reaper.
+    const state = () => {
+      try {
+        return readFileSync(`/proc/${cmdPid}/stat`, 'utf8').split(') ')[1]![0];
+      } catch {
+        return 'gone';
+      }
+    };
+    for (let i = 0; i < 200 && !['gone', 'Z'].includes(state()!); i++) await new Promise((res) => setTimeout(res, 25));
+    expect(['gone', 'Z']).toContain(state());
+  });
+
+  it('pip and npm caches land inside the home and count against its budget', { timeout: 180_000 }, async () => {
     // A tiny sdist (pip caches the wheel it builds) and an npm tarball, made here: no network.
     mkdirSync(join(pkgDir, 'py/hfsdemo'), { recursive: true });
     writeFileSync(join(pkgDir, 'py/setup.py'), "from setuptools import setup\nsetup(name='hfsdemo', version='1.0', packages=['hfsdemo'])\n");
