@@ -62,7 +62,8 @@ describe('deploy/kubernetes manifests', () => {
     expect(volume(dsSpec, 'backing').hostPath.path).toBe(backing.mountPath);
     expect(config.backing).toBe(backing.mountPath);
     expect(under(config.backing, shared.mountPath)).toBe(false);
-    expect(under(posix.dirname(config.stateFile), mountOf(daemon, 'state').mountPath)).toBe(true);
+    expect(config.stateFile).toBeDefined();
+    expect(under(posix.dirname(config.stateFile!), mountOf(daemon, 'state').mountPath)).toBe(true);
     expect(mountOf(daemon, 'platform-socket').mountPath).toBe(posix.dirname(config.platformSocket));
     expect(mountOf(daemon, 'userdb').mountPath).toBe(config.userdb.dir);
   });
