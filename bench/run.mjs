@@ -254,8 +254,10 @@ async function prepareFs() {
 
 async function startDaemon() {
   if (!existsSync(HOMESFS)) throw new Error(`${HOMESFS} is missing: run "npx tsc -p tsconfig.json" first`);
-  mkdirSync(join(backing, 'bench/_tenant'), { recursive: true, mode: 0o755 });
-  mkdirSync(join(backing, 'bench/proj'), { recursive: true, mode: 0o755 });
+  // The daemon refuses a backing root or tenant directory that other uids can reach (exit 11).
+  mkdirSync(join(backing, 'bench/_tenant'), { recursive: true, mode: 0o700 });
+  mkdirSync(join(backing, 'bench/proj'), { recursive: true, mode: 0o700 });
+  for (const d of [backing, join(backing, 'bench')]) chmodSync(d, 0o700);
   const configPath = join(scratch, 'config.json');
   writeFileSync(
     configPath,
