@@ -115,8 +115,11 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     }
     log.warn({ openings }, 'the backing tree can be reached without the mount (allowOpenBacking is set)');
   }
-  const purged = await store.purgeTrash();
+  const { purged, left } = await store.purgeTrash();
   if (purged) log.info({ purged }, 'removed homes left half-deleted by an earlier run');
+  for (const t of left) {
+    log.warn({ tenant: t.tenant, trash: t.name, err: t.error }, 'could not remove a half-deleted home; it stays (unreachable through the mount) until a later start');
+  }
 
   const ctx = new FsContext({
     store,

@@ -226,23 +226,33 @@ export class BackingStore {
     }
   }
 
-  /** Trash left by a delete that a crash interrupted: nobody can reach it any more. */
-  async purgeTrash(): Promise<number> {
-    let n = 0;
+  /**
+   * Trash left by a delete that a crash interrupted: nobody can reach it any more.
+   * A tree that cannot be removed (a mount inside it, an immutable file, too deep
+   * for the descriptor limit) is left for a later start and reported: the daemon
+   * must still come up, or one bad tree would keep every home offline.
+   */
+  async purgeTrash(): Promise<{ purged: number; left: { tenant: string; name: string; error: string }[] }> {
+    let purged = 0;
+    const left: { tenant: string; name: string; error: string }[] = [];
     for (const tenant of await this.listTenants()) {
       const fd = await this.openTenant(tenant).catch(() => -1);
       if (fd < 0) continue;
       try {
         for (const e of await sys.readdirRaw(sys.fdPath(fd))) {
           if (!e.name.subarray(0, TRASH_PREFIX.length).equals(Buffer.from(TRASH_PREFIX))) continue;
-          await removeTree(fd, e.name);
-          n++;
+          try {
+            await removeTree(fd, e.name);
+            purged++;
+          } catch (err) {
+            left.push({ tenant, name: e.name.toString('utf8'), error: err instanceof Error ? err.message : String(err) });
+          }
         }
       } finally {
         await sys.close(fd);
       }
     }
-    return n;
+    return { purged, left };
   }
 
   /** Every home currently present in the backing tree. */

@@ -1,11 +1,11 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 
 /**
- * Issue 8 (adversarial pass), items 6 and 7: each attack run as the home's
+ * Issue 8 (adversarial pass), items 6 and 7 and part of 4 (start-up survives trash it cannot purge): each attack run as the home's
  * unprivileged owner through the mount.
  */
 
@@ -79,5 +79,29 @@ print("size", os.fstat(fd).st_size)
     expect(usage.bytes).toBe(4321 + 5);
     const cat = await runAs(U.uid, U.gid, `cat ${h}/sub/.fuse_hidden42`);
     expect(cat.stdout).toBe('keep\n');
+  });
+
+  it('item 4: trash that cannot be removed is left with a warning; the daemon still starts, and purges it later', async () => {
+    // A mount inside a half-deleted home makes its removal fail (EBUSY), as a tree too deep for
+    // the descriptor limit did in the adversarial pass: start-up must not depend on it.
+    const trash = join(d.backing, 'h', '.homesfs-trash-0123456789ab');
+    const inner = join(trash, 'deep');
+    mkdirSync(inner, { recursive: true, mode: 0o700 });
+    expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'homesfs-test', inner]).status).toBe(0);
+    try {
+      d = await d.restart();
+      const warn = await d.waitForLog((l) => l.msg.startsWith('could not remove a half-deleted home'));
+      expect(warn.trash).toBe('.homesfs-trash-0123456789ab');
+      expect(existsSync(trash)).toBe(true);
+      const st = await d.status();
+      expect((st.mount as { mounted: boolean }).mounted).toBe(true);
+      const cat = await runAs(U.uid, U.gid, `cat ${d.home('h', 'files')}/sub/.fuse_hidden42`);
+      expect(cat.stdout).toBe('keep\n');
+    } finally {
+      spawnSync('umount', [inner]);
+    }
+    d = await d.restart();
+    await d.waitForLog((l) => l.msg === 'removed homes left half-deleted by an earlier run');
+    expect(existsSync(trash)).toBe(false);
   });
 });
