@@ -1,10 +1,11 @@
 import { request } from 'node:http';
-import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { regularBytes } from '../helpers/backing.js';
 
 /**
  * Issue 12, the live half: a tenant's total budget enforced at write time
@@ -32,20 +33,6 @@ const HOMES = {
 };
 const U2 = { uid: BASE + 18, gid: BASE + 18 };
 
-function regularBytes(dir: string, seen = new Set<number>()): number {
-  let total = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) total += regularBytes(p, seen);
-    else if (e.isFile()) {
-      const st = lstatSync(p);
-      if (seen.has(st.ino)) continue;
-      seen.add(st.ino);
-      total += st.size;
-    }
-  }
-  return total;
-}
 
 /** GET over a Unix socket or a TCP port: the real endpoint, no client library. */
 function scrape(target: { socketPath: string } | { host: string; port: number }, path = '/metrics'): Promise<{ status: number; type: string; body: string }> {

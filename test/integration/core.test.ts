@@ -1,30 +1,16 @@
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT, canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { regularBytes } from '../helpers/backing.js';
 
 const OWNER = { uid: 40001, gid: 40001 };
 const OTHER = { uid: 40002, gid: 40002 };
 
 if (!canMount) console.warn(`core integration suite skipped: ${skipReason}`);
 
-/** Sum of the logical sizes of regular files below dir, each inode once (a local git clone hard-links its objects). */
-function regularBytes(dir: string, seen = new Set<number>()): number {
-  let total = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) total += regularBytes(p, seen);
-    else if (e.isFile()) {
-      const st = lstatSync(p);
-      if (seen.has(st.ino)) continue;
-      seen.add(st.ino);
-      total += st.size;
-    }
-  }
-  return total;
-}
 
 describe.skipIf(!canMount)('core: a mounted /homes tree driven by real programs', () => {
   let d: RunningDaemon;

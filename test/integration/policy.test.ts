@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type LogLine, type RunResult, type RunningDaemon } from '../helpers/daemon.js';
+import { regularBytes } from '../helpers/backing.js';
 
 /**
  * Write-time policy (issue 3), driven by real programs as the home's
@@ -44,21 +45,6 @@ const HOMES: Record<string, { owner: { uid: number; gid: number }; profile: stri
   [`${T}/mvdst`]: { owner: U, profile: 'budget' },
 };
 
-/** Sum of the logical sizes of the regular files below dir, each inode once (what the ledger counts). */
-function regularBytes(dir: string, seen = new Set<number>()): number {
-  let total = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) total += regularBytes(p, seen);
-    else if (e.isFile()) {
-      const st = lstatSync(p);
-      if (seen.has(st.ino)) continue;
-      seen.add(st.ino);
-      total += st.size;
-    }
-  }
-  return total;
-}
 
 function sha(path: string): string {
   return createHash('sha256').update(readFileSync(path)).digest('hex');
