@@ -1,32 +1,43 @@
 import { readdir, readFile, readlink } from 'node:fs/promises';
 
 /**
- * Processes whose working directory is inside `dir` (a home under the mount).
- * A rename or delete would pull the floor from under them, so the control
- * socket counts them as "in use". Reading /proc is best effort: processes come
- * and go, and those in other pid namespaces are not visible.
+ * Call `fn` with the working directory of every visible process. Reading /proc
+ * is best effort: processes come and go, and those in other pid namespaces are
+ * not visible.
  */
-export async function cwdProcessesUnder(dir: string): Promise<number[]> {
-  const pids: number[] = [];
+async function eachCwd(fn: (pid: number, cwd: string) => void): Promise<void> {
   let entries: string[];
   try {
     entries = await readdir('/proc');
   } catch {
-    return pids;
+    return;
   }
-  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
   await Promise.all(
     entries
       .filter((e) => /^\d+$/.test(e))
       .map(async (e) => {
+        let cwd: string;
         try {
-          const cwd = await readlink(`/proc/${e}/cwd`);
-          if (cwd === dir || cwd.startsWith(prefix)) pids.push(Number(e));
+          cwd = await readlink(`/proc/${e}/cwd`);
         } catch {
-          // gone, or not ours to read
+          return; // gone, or not ours to read
         }
+        fn(Number(e), cwd);
       }),
   );
+}
+
+/**
+ * Processes whose working directory is inside `dir` (a home under the mount).
+ * A rename or delete would pull the floor from under them, so the control
+ * socket counts them as "in use".
+ */
+export async function cwdProcessesUnder(dir: string): Promise<number[]> {
+  const pids: number[] = [];
+  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
+  await eachCwd((pid, cwd) => {
+    if (cwd === dir || cwd.startsWith(prefix)) pids.push(pid);
+  });
   return pids.sort((a, b) => a - b);
 }
 
@@ -36,29 +47,14 @@ export async function cwdProcessesUnder(dir: string): Promise<number[]> {
  */
 export async function cwdCountsByHome(root: string): Promise<Map<string, number>> {
   const counts = new Map<string, number>();
-  let entries: string[];
-  try {
-    entries = await readdir('/proc');
-  } catch {
-    return counts;
-  }
   const prefix = root.endsWith('/') ? root : `${root}/`;
-  await Promise.all(
-    entries
-      .filter((e) => /^\d+$/.test(e))
-      .map(async (e) => {
-        try {
-          const cwd = await readlink(`/proc/${e}/cwd`);
-          if (!cwd.startsWith(prefix)) return;
-          const [tenant, key] = cwd.slice(prefix.length).split('/');
-          if (tenant === undefined || key === undefined || key === '') return;
-          const id = `${tenant}/${key}`;
-          counts.set(id, (counts.get(id) ?? 0) + 1);
-        } catch {
-          // gone, or not ours to read
-        }
-      }),
-  );
+  await eachCwd((_pid, cwd) => {
+    if (!cwd.startsWith(prefix)) return;
+    const [tenant, key] = cwd.slice(prefix.length).split('/');
+    if (tenant === undefined || key === undefined || key === '') return;
+    const id = `${tenant}/${key}`;
+    counts.set(id, (counts.get(id) ?? 0) + 1);
+  });
   return counts;
 }
 
