@@ -124,15 +124,16 @@ function nowNs(): bigint {
   return BigInt(Date.now()) * 1_000_000n;
 }
 
-export function statusAttr(ctx: FsContext, hs: HomeState, size: number): Attr {
+/** A node only the daemon serves, owned by the home's owner, timestamped now. */
+function syntheticAttr(hs: HomeState, mode: number, size: bigint, nlink: number, ino: bigint): Attr {
   const t = nowNs();
   return {
-    mode: S_IFREG | 0o400,
+    mode,
     uid: hs.backing.owner.uid,
     gid: hs.backing.owner.gid,
-    size: BigInt(size),
-    nlink: 1,
-    ino: ctx.statusFiles.ino(hs.backing.id),
+    size,
+    nlink,
+    ino,
     dev: hs.backing.dev,
     rdev: 0n,
     blksize: 4096,
@@ -143,24 +144,13 @@ export function statusAttr(ctx: FsContext, hs: HomeState, size: number): Attr {
   };
 }
 
+export function statusAttr(ctx: FsContext, hs: HomeState, size: number): Attr {
+  return syntheticAttr(hs, S_IFREG | 0o400, BigInt(size), 1, ctx.statusFiles.ino(hs.backing.id));
+}
+
 /** `.homesfs` when it does not exist in the backing tree: an empty owner-only directory. */
 export function virtualDirAttr(ctx: FsContext, hs: HomeState): Attr {
-  const t = nowNs();
-  return {
-    mode: S_IFDIR | 0o700,
-    uid: hs.backing.owner.uid,
-    gid: hs.backing.owner.gid,
-    size: 4096n,
-    nlink: 2,
-    ino: ctx.statusFiles.ino(hs.backing.id) | 1n,
-    dev: hs.backing.dev,
-    rdev: 0n,
-    blksize: 4096,
-    blocks: 0n,
-    atimeNs: t,
-    mtimeNs: t,
-    ctimeNs: t,
-  };
+  return syntheticAttr(hs, S_IFDIR | 0o700, 4096n, 2, ctx.statusFiles.ino(hs.backing.id) | 1n);
 }
 
 export function statusText(ctx: FsContext, hs: HomeState): Buffer {

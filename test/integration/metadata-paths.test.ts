@@ -1,30 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { readdirTypesScript } from '../helpers/dirent.js';
 
 if (!canMount) console.warn(`metadata-paths integration suite skipped: ${skipReason}`);
 
 const OWNER = { uid: 40061, gid: 40061 };
 
-/** d_type of every entry of `dir`, read with libc's readdir (Python's os.scandir hides where its answer came from). */
-const READDIR_TYPES = (dir: string) => `
-import ctypes, json
-libc = ctypes.CDLL(None)
-class Dirent(ctypes.Structure):
-    _fields_ = [('d_ino', ctypes.c_uint64), ('d_off', ctypes.c_int64), ('d_reclen', ctypes.c_ushort), ('d_type', ctypes.c_ubyte), ('d_name', ctypes.c_char * 256)]
-libc.opendir.restype = ctypes.c_void_p
-libc.opendir.argtypes = [ctypes.c_char_p]
-libc.readdir.restype = ctypes.POINTER(Dirent)
-libc.readdir.argtypes = [ctypes.c_void_p]
-libc.closedir.argtypes = [ctypes.c_void_p]
-d = libc.opendir(b'${dir}')
-out = {}
-while True:
-    e = libc.readdir(d)
-    if not e: break
-    out[e.contents.d_name.decode()] = e.contents.d_type
-libc.closedir(d)
-print(json.dumps(out, sort_keys=True))
-`;
 
 describe.skipIf(!canMount)('metadata paths: d_type in listings, metadata syscalls on or off the JS thread', () => {
   let d: RunningDaemon | undefined;
@@ -42,7 +23,7 @@ describe.skipIf(!canMount)('metadata paths: d_type in listings, metadata syscall
       'mv a/b/f2 a/b/c/f3 && cp a/f1 a/b/c/f4 && rm a/f1 && touch -d @1000000000 a/b/c/f4',
       'find . | sort | tr "\\n" " "; echo',
       'stat -c "%n %s %Y" a/b/c/f3 a/b/c/f4',
-      `python3 -c "${READDIR_TYPES(`${h}/a`).replace(/"/g, '\\"')}"`,
+      `python3 -c "${readdirTypesScript(`${h}/a`).replace(/"/g, '\\"')}"`,
       'rm -rf a && ls -A | wc -l',
     ].join('\n');
     const r = await runAs(OWNER.uid, OWNER.gid, script);

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { readdirTypesScript } from '../helpers/dirent.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '../..');
@@ -365,25 +366,7 @@ print(json.dumps({'ls': ls, 'r1': r1, 'r2': r2, 'exists': os.path.exists(d)}))
     mkdirSync(B('dt/d'));
     await run('ln', ['-s', 'f', B('dt/l')]);
     await run('mkfifo', [B('dt/p')]);
-    const { stdout } = await py(`
-import ctypes, json
-libc = ctypes.CDLL(None)
-class Dirent(ctypes.Structure):
-    _fields_ = [('d_ino', ctypes.c_uint64), ('d_off', ctypes.c_int64), ('d_reclen', ctypes.c_ushort), ('d_type', ctypes.c_ubyte), ('d_name', ctypes.c_char * 256)]
-libc.opendir.restype = ctypes.c_void_p
-libc.opendir.argtypes = [ctypes.c_char_p]
-libc.readdir.restype = ctypes.POINTER(Dirent)
-libc.readdir.argtypes = [ctypes.c_void_p]
-libc.closedir.argtypes = [ctypes.c_void_p]
-d = libc.opendir(${JSON.stringify(M('dt'))}.encode())
-out = {}
-while True:
-    e = libc.readdir(d)
-    if not e: break
-    out[e.contents.d_name.decode()] = e.contents.d_type
-libc.closedir(d)
-print(json.dumps(out, sort_keys=True))
-`);
+    const { stdout } = await py(readdirTypesScript(M('dt')));
     // DT_DIR 4, DT_REG 8, DT_LNK 10, DT_FIFO 1
     expect(JSON.parse(stdout)).toEqual({ '.': 4, '..': 4, d: 4, f: 8, l: 10, p: 1 });
   }, 30_000);
