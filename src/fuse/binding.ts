@@ -62,6 +62,10 @@ export interface FuseClass {
   utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: (errno: number) => void): void;
   mknod(path: string, mode: number, dev: number, cb: (errno: number) => void): void;
   unmount(mnt: string, cb: (err: Error | null) => void): void;
+  /** umount2(2) on the libuv threadpool: no child process, no descriptor. cb(0) or cb(-errno). */
+  umount2(mnt: string, flags: number, cb: (errno: number) => void): void;
+  /** RLIMIT_NOFILE: read it, or set it (0 keeps a value); res 0 or -errno, Infinity = unlimited */
+  nofile(soft?: number, hard?: number): { res: number; soft: number; hard: number };
 }
 
 export class NativeBindingError extends Error {}
@@ -84,6 +88,9 @@ export function loadFuse(): FuseClass {
     throw new NativeBindingError(
       `the FUSE binding is not homesfs' patched build (patch level ${String(Fuse.HOMESFS_PATCH)}, need ${REQUIRED_PATCH}); run "node scripts/build-native.mjs"`,
     );
+  }
+  if (typeof Fuse.umount2 !== 'function' || typeof Fuse.nofile !== 'function') {
+    throw new NativeBindingError('the FUSE binding was built from an older patch (no umount2/nofile); run "node scripts/build-native.mjs"');
   }
   return Fuse;
 }
