@@ -1,4 +1,4 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readdir } from 'node:fs/promises';
 import { BackingStore } from './backing/store.js';
 import { EXIT } from './cli/exitcodes.js';
 import { DAEMON_DIR, stateFileOf, type LoadedConfig } from './config/load.js';
@@ -11,6 +11,7 @@ import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
 import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
+import { applyNofile } from './fuse/limits.js';
 import { MountManager, nativeMknod, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
@@ -49,7 +50,7 @@ export interface Daemon {
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
-const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb'] as const;
+const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb', 'limits'] as const;
 
 /**
  * Composition root: config → state → backing store → fs context → homes →
@@ -67,6 +68,18 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   } catch (err) {
     throw new DaemonError((err as Error).message, err instanceof NativeBindingError ? EXIT.NATIVE : EXIT.INTERNAL);
   }
+
+  // Our descriptors are one table for every home, the sockets and our own
+  // work: set its size first, and keep a reserve no home's open files reach.
+  const nofile = applyNofile(Fuse, config.limits.nofile, config.limits.reserveFiles);
+  if (nofile.warning) log.warn({ nofile }, nofile.warning);
+  if (nofile.forHandles < 256) {
+    throw new DaemonError(
+      `the daemon may hold ${nofile.soft} descriptors: beside limits.reserveFiles (${nofile.reserve}) fewer than 256 remain for open files; raise LimitNOFILE (or limits.nofile) or lower limits.reserveFiles`,
+      EXIT.CONFIG,
+    );
+  }
+  log.info({ nofile: nofile.soft, hard: nofile.hard, reserveFiles: nofile.reserve, openFilesPerUid: config.limits.openFilesPerUid }, 'descriptor limits');
 
   await mkdir(config.backing, { recursive: true, mode: 0o700 }).catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
@@ -129,6 +142,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     utimensat: nativeUtimensat(Fuse),
     mknod: nativeMknod(Fuse),
     mountRoot: config.mount,
+    openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);
@@ -191,13 +205,26 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           p.then(
             (hs) => {
               const snap = hs.scan === 'scanning' ? (hs.scanProgress ?? { bytes: 0, inodes: 0 }) : hs.ledger.snapshot();
-              return { tenant: hs.backing.ref.tenant, key: hs.backing.ref.key, scan: hs.scan, bytes: snap.bytes, inodes: snap.inodes };
+              return {
+                tenant: hs.backing.ref.tenant,
+                key: hs.backing.ref.key,
+                scan: hs.scan,
+                bytes: snap.bytes,
+                inodes: snap.inodes,
+                openFiles: hs.openHandles,
+                maxOpenFiles: hs.profile.maxOpenFiles,
+              };
             },
             () => null,
           ),
         ),
       );
       const sc = mount.selfCheck.report;
+      // One descriptor for the listing, from the reserve; null if even that fails.
+      const inUse = await readdir('/proc/self/fd').then(
+        (l) => l.length - 1,
+        () => null,
+      );
       return {
         version: VERSION,
         pid: process.pid,
@@ -208,6 +235,14 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         native: { patch: Fuse.HOMESFS_PATCH ?? 0, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,
+        limits: {
+          nofile: { configured: nofile.configured, soft: nofile.soft, hard: nofile.hard, ...(nofile.warning ? { warning: nofile.warning } : {}) },
+          reserveFiles: nofile.reserve,
+          openFiles: ctx.openFiles.total,
+          openFilesCap: ctx.openFiles.cap,
+          openFilesPerUid: ctx.openFiles.perUidCap,
+          descriptorsInUse: inUse,
+        },
         tenants: ctx
           .knownPools()
           .map((p) => ({ tenant: p.tenant, bytes: p.bytes, budget: p.limit }))

@@ -23,6 +23,8 @@ export type HomesCode =
   | 'TENANT_QUOTA_EXCEEDED'
   | 'INODES_EXCEEDED'
   | 'FILE_TOO_LARGE'
+  | 'OPEN_FILES_EXCEEDED'
+  | 'DAEMON_FILES_EXHAUSTED'
   | 'NOT_UTF8'
   | 'NOT_SUPPORTED'
   | 'BAD_HANDLE'
@@ -56,6 +58,13 @@ export const ERRNO_OF = {
   TENANT_QUOTA_EXCEEDED: osConstants.errno.EDQUOT,
   INODES_EXCEEDED: osConstants.errno.EDQUOT,
   FILE_TOO_LARGE: osConstants.errno.EFBIG,
+  // A home's (or a uid's) open-file limit: "Too many open files", the caller's
+  // side is over its share; tools that pool descriptors (graceful-fs, make)
+  // wait and retry on it.
+  OPEN_FILES_EXCEEDED: osConstants.errno.EMFILE,
+  // Every home together reached what the daemon's descriptors carry beside its
+  // reserve: "Too many open files in system", not the caller's own doing.
+  DAEMON_FILES_EXHAUSTED: osConstants.errno.ENFILE,
   NOT_UTF8: osConstants.errno.EILSEQ,
   NOT_SUPPORTED: osConstants.errno.EOPNOTSUPP,
   BAD_HANDLE: osConstants.errno.EBADF,

@@ -826,15 +826,32 @@ function renderStatus(s: StatusReport): string {
     ['Daemon', `homesfs ${s.version}, pid ${s.pid}`],
     ['Backing', s.backing],
     ['Config', s.configPath ?? '(none)'],
+    ...(s.limits
+      ? ([
+          [
+            'Descriptors',
+            `${s.limits.descriptorsInUse ?? '?'} in use of ${s.limits.nofile.soft} (RLIMIT_NOFILE, hard ${s.limits.nofile.hard}; ${s.limits.nofile.configured === null ? 'the hard limit' : `limits.nofile ${s.limits.nofile.configured}`}), ${s.limits.reserveFiles} reserved for the daemon`,
+          ],
+          ['Open files', `${s.limits.openFiles} of ${s.limits.openFilesCap} across all homes; per uid ${s.limits.openFilesPerUid === 0 ? 'off' : s.limits.openFilesPerUid}`],
+          ...(s.limits.nofile.warning ? [['Warning', s.limits.nofile.warning] as [string, string]] : []),
+        ] as Array<[string, string]>)
+      : []),
     ...(s.lastReload ? [['Last reload', `${s.lastReload.at} (${s.lastReload.ok ? 'ok' : 'refused'}: ${s.lastReload.message})`] as [string, string]] : []),
   ]);
   const homes =
     s.homes.length === 0
       ? 'No homes.'
       : formatTable(
-          ['TENANT', 'KEY', 'SCAN', 'BYTES', 'INODES'],
-          s.homes.map((h) => [h.tenant, h.key, h.scan, formatBytes(h.bytes), h.inodes === undefined ? '-' : String(h.inodes)]),
-          new Set([3, 4]),
+          ['TENANT', 'KEY', 'SCAN', 'BYTES', 'INODES', 'OPEN'],
+          s.homes.map((h) => [
+            h.tenant,
+            h.key,
+            h.scan,
+            formatBytes(h.bytes),
+            h.inodes === undefined ? '-' : String(h.inodes),
+            h.openFiles === undefined ? '-' : `${h.openFiles}/${h.maxOpenFiles === 0 || h.maxOpenFiles === undefined ? 'off' : h.maxOpenFiles}`,
+          ]),
+          new Set([3, 4, 5]),
         );
   return `${head}\n\n${homes}\n`;
 }

@@ -79,6 +79,23 @@ export const ConfigSchema = z
       })
       .strict()
       .optional(),
+    /**
+     * The daemon's descriptors: RLIMIT_NOFILE set at start (absent: its hard
+     * limit, i.e. the service manager's LimitNOFILE), a reserve kept for its
+     * own work (directory cache, sockets, scans, logs), and the cap on one
+     * uid's open files across homes (0 = off). Restart only.
+     */
+    limits: z
+      .object({
+        nofile: z.number().int().min(1024).max(1 << 30).optional(),
+        reserveFiles: z.number().int().min(256).max(1 << 30).default(2048),
+        openFilesPerUid: z.number().int().min(0).max(1 << 30).default(8192),
+      })
+      .strict()
+      .refine((l) => l.nofile === undefined || l.nofile - l.reserveFiles >= 256, {
+        message: "limits.nofile must exceed limits.reserveFiles by at least 256 (what is left is for the homes' open files)",
+      })
+      .default({ reserveFiles: 2048, openFilesPerUid: 8192 }),
     probe: z
       .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })
       .strict()

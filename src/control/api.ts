@@ -238,7 +238,24 @@ export interface StatusReport {
     scan: 'pending' | 'scanning' | 'done' | 'failed';
     bytes?: number;
     inodes?: number;
+    /** files open in the home now (and opens in flight), against its profile's maxOpenFiles (0 = off) */
+    openFiles?: number;
+    maxOpenFiles?: number;
   }>;
+  /**
+   * The daemon's descriptors: RLIMIT_NOFILE in force (`configured`: limits.nofile,
+   * null = the hard limit), the reserve, the open files of all homes against
+   * their shared cap (limit − reserve − one descriptor per loaded home), the
+   * per-uid cap, and the descriptors the process holds right now.
+   */
+  limits?: {
+    nofile: { configured: number | null; soft: number; hard: number; warning?: string };
+    reserveFiles: number;
+    openFiles: number;
+    openFilesCap: number;
+    openFilesPerUid: number;
+    descriptorsInUse: number | null;
+  };
   /** the last reload since start (SIGHUP or `reload`), null if none */
   lastReload?: ReloadResult | null;
   /** every tenant with a loaded home: total bytes and total budget (0 = off) */

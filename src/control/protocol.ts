@@ -184,6 +184,8 @@ export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
   TENANT_QUOTA_EXCEEDED: "The tenant's total byte budget across its homes would be exceeded.",
   INODES_EXCEEDED: 'The inode budget would be exceeded.',
   FILE_TOO_LARGE: 'A file would exceed the maximum file size.',
+  OPEN_FILES_EXCEEDED: "A home's (or a uid's) open-file limit is reached.",
+  DAEMON_FILES_EXHAUSTED: "Every home together holds all the open files the daemon's descriptors allow beside its reserve.",
   NOT_UTF8: 'Content that must be UTF-8 is not.',
   NOT_SUPPORTED: 'The operation is not supported.',
   BAD_HANDLE: 'A handle is unknown or stale.',

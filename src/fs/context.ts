@@ -9,6 +9,7 @@ import { isReservedDir, isStatusPath, RESERVED_DIR, STATUS_NAME } from '../paths
 import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } from '../paths/parse.js';
 import { Ledger, TenantPool } from '../policy/ledger.js';
 import { symlinkTargetInsideHome, type Profile } from '../policy/profiles.js';
+import { OpenFileAccounting, type OpenSlot } from '../policy/openfiles.js';
 import { RefusalBook } from '../policy/refusals.js';
 import type { Owner } from '../backing/store.js';
 import type { HiddenNode } from './hidden.js';
@@ -48,6 +49,13 @@ export interface FsDeps {
   mknod: (path: string, mode: number, dev: number) => Promise<void>;
   /** the mount point: absolute link targets under <mount>/<tenant>/<key> stay in that home */
   mountRoot: string;
+  /**
+   * Open-file caps: per caller uid across homes (0 = off), and the
+   * descriptors left for handles once the daemon's reserve is set aside (the
+   * homes' own directory descriptors, one each, come out of it too). Absent:
+   * no caps beyond the profiles'.
+   */
+  openFiles?: { perUid: number; forHandles: number };
 }
 
 /**
@@ -87,11 +95,28 @@ export class FsContext {
   readonly statusFiles = new StatusFiles();
   admission: HomeRenameAdmission | null = null;
   private readonly homes = new Map<string, Promise<HomeState>>();
+  /** open handles per home, per uid and in total, against their caps (see policy/openfiles.ts) */
+  readonly openFiles: OpenFileAccounting;
   private readonly pools = new Map<string, TenantPool>();
   readonly log: Logger;
 
   constructor(readonly deps: FsDeps) {
     this.log = deps.log;
+    const caps = deps.openFiles;
+    this.openFiles = new OpenFileAccounting({
+      perUid: caps?.perUid ?? 0,
+      // Each loaded home holds one directory descriptor of its own.
+      total: () => (caps === undefined ? Number.MAX_SAFE_INTEGER : caps.forHandles - this.homes.size),
+    });
+  }
+
+  /**
+   * A slot for one more open file of the home, taken before the backing open
+   * (synchronously, so racing opens cannot pass a cap together); throws
+   * OPEN_FILES_EXCEEDED or DAEMON_FILES_EXHAUSTED with nothing changed.
+   */
+  openSlot(hs: HomeState, caller: Caller): OpenSlot {
+    return this.openFiles.acquire(hs, hs.profile.maxOpenFiles, caller.uid, hs.backing.id);
   }
 
   get store(): BackingStore {

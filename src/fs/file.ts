@@ -4,6 +4,7 @@ import { HomesError } from '../errors.js';
 import { isStatusPath } from '../paths/reserved.js';
 import { effectiveFileMode } from '../policy/profiles.js';
 import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BYTES } from '../policy/utf8.js';
+import type { OpenSlot } from '../policy/openfiles.js';
 import type { Caller, FsContext } from './context.js';
 import type { FileHandle, HomeState, OpenInode } from './state.js';
 import { statusText } from './status.js';
@@ -83,13 +84,12 @@ function refuseNonRegular(st: BigIntStats): void {
 }
 
 /** Must run after the open's last await: the record's size is read inside (see attachInode). */
-function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flags: number, rel: readonly string[]): OpenResult {
+function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flags: number, rel: readonly string[], slot: OpenSlot): OpenResult {
   const inode = ctx.attachInode(hs, fd, st.dev, st.ino);
   const writable = (flags & ACCMODE) !== C.O_RDONLY;
   inode.handles++;
   if (writable) inode.writers++;
-  hs.openHandles++;
-  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false }));
+  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false, slot }));
   ctx.gateFlush(h);
   return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
 }
@@ -126,7 +126,10 @@ async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: 
   });
 }
 
-export async function open(ctx: FsContext, path: string, flags: number): Promise<OpenResult> {
+/** Root's opens are not counted against a uid (the home's and the daemon's caps still apply). */
+const NO_CALLER: Caller = { uid: 0, gid: 0, pid: 0 };
+
+export async function open(ctx: FsContext, path: string, flags: number, caller: Caller = NO_CALLER): Promise<OpenResult> {
   const vp = ctx.parseInHome(path, 'open');
   if (isStatusPath(vp.rel)) {
     // Mode 0400 keeps the owner's writers out in the kernel; this keeps root's out too.
@@ -136,12 +139,20 @@ export async function open(ctx: FsContext, path: string, flags: number): Promise
     return { fh: ctx.statusFiles.open(statusText(ctx, hs)), directIo: true, keepCache: false };
   }
   // O_TRUNC truncates even with O_RDONLY on Linux: it changes the size, so it waits for the ledger.
-  if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) return openIn(ctx, await ctx.home(vp.home), vp, flags);
-  return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags));
+  if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) return openIn(ctx, await ctx.home(vp.home), vp, flags, caller);
+  return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags, caller));
 }
 
-async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number): Promise<OpenResult> {
-  const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), backingFlags(flags)));
+async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number, caller: Caller): Promise<OpenResult> {
+  // Counted before the await that takes a descriptor: every open in flight holds its slot.
+  const slot = ctx.openSlot(hs, caller);
+  let fd: number;
+  try {
+    fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), backingFlags(flags)));
+  } catch (err) {
+    slot.release();
+    throw err;
+  }
   let res: OpenResult;
   try {
     const st = await sys.fstat(fd);
@@ -151,9 +162,10 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
       const text = await checkTextFile(fd, open ? open.size : Number(st.size));
       if (text.incompleteTail) throw new HomesError('NOT_UTF8', 'file ends inside a multi-byte character');
     }
-    res = attach(ctx, hs, fd, st, flags, vp.rel);
+    res = attach(ctx, hs, fd, st, flags, vp.rel, slot);
   } catch (err) {
     await sys.close(fd).catch(() => undefined);
+    slot.release();
     throw err;
   }
   if (flags & C.O_TRUNC) {
@@ -168,8 +180,16 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
 export async function create(ctx: FsContext, path: string, mode: number, flags: number, caller: Caller): Promise<OpenResult> {
   const vp = ctx.parseInHome(path, 'create');
   return ctx.changing(vp.home, async (hs) => {
-    await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
-    return createIn(ctx, hs, vp, mode, flags, caller);
+    // Before anything is made (a `.homesfs` directory, the file): a refused create changes nothing.
+    const slot = ctx.openSlot(hs, caller);
+    try {
+      await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
+      return await createIn(ctx, hs, vp, mode, flags, caller, slot);
+    } catch (err) {
+      // Idempotent: a handle released by createIn's own clean-up has given it back already.
+      slot.release();
+      throw err;
+    }
   });
 }
 
@@ -180,6 +200,7 @@ async function createIn(
   mode: number,
   flags: number,
   caller: Caller,
+  slot: OpenSlot,
 ): Promise<OpenResult> {
   return ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
     const target = sys.fdPath(dirFd, vp.name);
@@ -202,7 +223,7 @@ async function createIn(
       refuseNonRegular(st);
       // By descriptor: the node just created, whatever the name points to by now.
       if (created) await ctx.ownNew(hs, dirFd, vp.name, caller, effectiveFileMode(hs.profile, mode & 0o7777), fd);
-      res = attach(ctx, hs, fd, st, flags, vp.rel);
+      res = attach(ctx, hs, fd, st, flags, vp.rel, slot);
     } catch (err) {
       await sys.close(fd).catch(() => undefined);
       throw err;
@@ -362,10 +383,14 @@ export async function release(ctx: FsContext, fh: number): Promise<void> {
   const h = ctx.handles.remove(fh);
   if (!h) return;
   ctx.ungateFlush(h);
-  h.home.openHandles--;
   if (h.writable) h.inode.writers--;
   ctx.detachInode(h.home, h.inode);
-  await sys.close(h.fd);
+  try {
+    await sys.close(h.fd);
+  } finally {
+    // Given back once the descriptor is: the count never falls below what the daemon holds.
+    h.slot.release();
+  }
 }
 
 export type { FileHandle };

@@ -1,6 +1,7 @@
 import type { BackingHome } from '../backing/store.js';
 import { HomesError } from '../errors.js';
 import type { Ledger } from '../policy/ledger.js';
+import type { OpenSlot } from '../policy/openfiles.js';
 import type { Profile } from '../policy/profiles.js';
 
 /** A FIFO mutex: writes to one file are checked and applied one at a time. */
@@ -51,6 +52,7 @@ export interface HomeState {
   /** resolves when the ledger is built (or a rescan ends); mutating operations wait for it */
   ready: Promise<void>;
   readonly inodes: Map<string, OpenInode>;
+  /** handles open or being opened (counted before the backing open; see FsContext.openSlot) */
   openHandles: number;
   /** operations that change the tree or a size by name, inside the gate right now */
   changing: number;
@@ -69,6 +71,8 @@ export interface FileHandle {
   readonly inode: OpenInode;
   readonly writable: boolean;
   readonly append: boolean;
+  /** its place under the open-file caps, given back at release */
+  readonly slot: OpenSlot;
   /** this handle wrote the bytes that left an incomplete character at EOF */
   leftIncompleteTail: boolean;
   /** components below the home, for log lines only (may be stale after a rename) */

@@ -30,6 +30,8 @@ const PLAIN: Record<string, string> = {
   NAME_TOO_LONG: 'the name is longer than allowed',
   NOT_UTF8_NAME: 'the name is not valid UTF-8',
   SYMLINK_ESCAPES: 'the symlink points outside the home',
+  OPEN_FILES_EXCEEDED: 'the home (or your uid) has as many files open as it may: close some',
+  DAEMON_FILES_EXHAUSTED: 'all homes together have as many files open as the daemon allows: try again when others have closed theirs',
 };
 
 function human(n: number): string {
@@ -64,6 +66,7 @@ export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: D
     `per-file cap:   ${limits.maxFileBytes === 0 ? 'off' : `${human(limits.maxFileBytes)} (${limits.maxFileBytes} bytes)`}`,
     `tenant total:   ${pool ? `${limitLine(pool.bytes, pool.limit, 'tenant budget')} (tenant ${pool.tenant})` : 'unknown'}`,
     `content:        ${hs.profile.content === 'utf8' ? 'UTF-8 text only' : 'any bytes'}`,
+    `open files:     ${hs.openHandles}${hs.profile.maxOpenFiles === 0 ? ', no cap' : ` of ${hs.profile.maxOpenFiles}${hs.openHandles >= hs.profile.maxOpenFiles ? ' — FULL' : ''}`}`,
     ...(hs.scan !== 'done' ? [`ledger:         ${hs.scan}${hs.scanError ? ` (${hs.scanError})` : ''}: changes wait or are refused until it is built`] : []),
     '',
     refusals.length === 0 ? 'no refusals recorded since the daemon started' : `last ${refusals.length} refusal${refusals.length === 1 ? '' : 's'}, newest first:`,

@@ -19,6 +19,8 @@ const REFUSALS = new Set<HomesCode>([
   'TENANT_QUOTA_EXCEEDED',
   'INODES_EXCEEDED',
   'FILE_TOO_LARGE',
+  'OPEN_FILES_EXCEEDED',
+  'DAEMON_FILES_EXHAUSTED',
   'NOT_UTF8',
   'OP_REFUSED',
   'CROSS_HOME',
@@ -39,6 +41,13 @@ const waysOut = (home: string | undefined, code: HomesCode): string => {
   }
   const raise = code === 'QUOTA_EXCEEDED' ? `homesctl set-budget ${h} SIZE|off` : code === 'INODES_EXCEEDED' ? `homesctl set-limits ${h} --inodes N|off` : `homesctl set-limits ${h} --file-size SIZE|off`;
   return `clean up files in the home; or raise the limit: ${raise} (default goes back to the profile's)`;
+};
+
+/** Open-file refusals: what an admin can do about them. */
+const openFilesWaysOut = (home: string | undefined, err: { code: HomesCode; details: Record<string, unknown> }): string => {
+  if (err.code === 'DAEMON_FILES_EXHAUSTED') return 'the daemon is at limits.nofile minus limits.reserveFiles across all homes: find the homes holding most (homesctl list --sort busy), or raise limits.nofile (restart)';
+  if (err.details.scope === 'uid') return "the uid's processes must close files; or raise limits.openFilesPerUid (restart)";
+  return `the home's processes must close files; or give ${home ?? 'the home'} a profile with a larger maxOpenFiles (homesctl set-profile)`;
 };
 
 /** Ordinary answers that programs expect all the time (lookups of missing names…): not worth a log line. */
@@ -92,6 +101,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
             caller: caller ? { uid: caller.uid, gid: caller.gid, pid: caller.pid, comm } : undefined,
             ...err.details,
             ...(BUDGET_CODES.has(err.code) ? { waysOut: waysOut(home, err.code) } : {}),
+            ...(err.code === 'OPEN_FILES_EXCEEDED' || err.code === 'DAEMON_FILES_EXHAUSTED' ? { waysOut: openFilesWaysOut(home, err) } : {}),
             ...(gate.suppressed > 0 ? { suppressed: gate.suppressed } : {}),
           },
           err.message,
@@ -169,7 +179,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
     open: (path, flags, cb, caller) => {
       if (selfCheck.owns(path)) return cb(0, selfCheck.open(), { directIo: true });
       run('open', path, caller, cb, async () => {
-        const r = await file.open(ctx, path, flags);
+        const r = await file.open(ctx, path, flags, caller);
         return [r.fh, openOpts(r)] as [number, OpenOpts];
       });
     },

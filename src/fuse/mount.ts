@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readFile, statfs } from 'node:fs/promises';
 import type { Config } from '../config/schema.js';
 import { errnoName } from '../errors.js';
 import type { FsContext, TimeSpec } from '../fs/context.js';
@@ -41,10 +41,35 @@ async function mountedAt(path: string): Promise<string | null> {
 
 export class MountError extends Error {}
 
-/*
- * Probes use statfs (`stat -f`): the kernel answers stat from its attribute
- * cache without asking a dead daemon, but statfs always goes to the daemon.
+/** statfs(2)'s f_type of every FUSE mount. */
+const FUSE_SUPER_MAGIC = 0x65735546;
+const MNT_DETACH = 2;
+
+/**
+ * One liveness probe: statfs(2) of the mount point. The kernel answers stat
+ * from its attribute cache without asking a dead daemon, but statfs always
+ * goes to the daemon. It needs no descriptor and no child process (both may
+ * be what is short), and it runs on the libuv threadpool: this JS thread
+ * serves the mount's requests, so a synchronous call here would deadlock. A
+ * mount replaced or gone (the path then shows the directory below) has
+ * another f_type. On timeout the threadpool thread stays in the call until
+ * the mount answers or goes; the daemon gives up after three such failures.
  */
+async function probeMount(mnt: string, timeoutMs: number): Promise<{ ok: boolean; error?: string; gone?: boolean }> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), timeoutMs);
+  });
+  try {
+    const r = await Promise.race([statfs(mnt).then((st) => ({ st }), (err: NodeJS.ErrnoException) => ({ err })), deadline]);
+    if (r === 'timeout') return { ok: false, error: 'probe timed out' };
+    if ('err' in r) return { ok: false, error: `${r.err.code ?? 'error'}: ${r.err.message}`, gone: r.err.code === 'ENOTCONN' };
+    if (r.st.type !== FUSE_SUPER_MAGIC) return { ok: false, error: `the mount point is no longer a FUSE mount (f_type 0x${r.st.type.toString(16)})`, gone: true };
+    return { ok: true };
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /**
  * The mount's life: clear a stale mount, mount, know when it is really up (the
@@ -86,8 +111,8 @@ export class MountManager {
     const probe = await run('stat', ['-f', '-c', '%T', this.mnt], this.config.probe.timeoutMs);
     if (probe.ok) throw new MountError(`${this.mnt} is already served by a live FUSE daemon`);
     this.log.warn({ mount: this.mnt, reason: probe.timedOut ? 'probe timed out' : probe.stderr.trim() }, 'clearing a stale FUSE mount');
-    const um = await run('umount', ['-l', this.mnt], 10_000);
-    if (!um.ok) throw new MountError(`cannot clear the stale mount at ${this.mnt}: ${um.stderr.trim()}`);
+    const res = await this.umount2(MNT_DETACH);
+    if (res !== 0) throw new MountError(`cannot clear the stale mount at ${this.mnt}: ${errnoName(-res)}`);
   }
 
   async mount(): Promise<void> {
@@ -140,7 +165,9 @@ export class MountManager {
     const tick = async (): Promise<void> => {
       if (!this.fuse || !this.state.mounted) return;
       if (this.fuse.loopState() === 2) return this.lost('the FUSE loop ended (unmounted behind the daemon?)');
-      const r = await run('stat', ['-f', '-c', '%T', this.mnt], this.config.probe.timeoutMs);
+      const r = await probeMount(this.mnt, this.config.probe.timeoutMs);
+      // Stopped meanwhile: the unmount is not a lost mount.
+      if (!this.fuse || !this.state.mounted) return;
       this.state.lastProbeAt = new Date().toISOString();
       this.state.lastProbeOk = r.ok;
       if (r.ok) {
@@ -148,9 +175,9 @@ export class MountManager {
         delete this.state.lastProbeError;
       } else {
         this.failures++;
-        this.state.lastProbeError = r.timedOut ? 'probe timed out' : r.stderr.trim();
+        this.state.lastProbeError = r.error ?? 'probe failed';
         this.log.warn({ failures: this.failures, error: this.state.lastProbeError }, 'mount probe failed');
-        if (this.fuse.loopState() === 2 || /not connected/i.test(r.stderr) || this.failures >= 3) {
+        if (this.fuse.loopState() === 2 || r.gone === true || this.failures >= 3) {
           return this.lost(`mount probe failed: ${this.state.lastProbeError}`);
         }
       }
@@ -158,6 +185,11 @@ export class MountManager {
     };
     this.timer = setTimeout(() => void tick(), this.config.probe.intervalMs);
     this.timer.unref();
+  }
+
+  /** umount2(2) through the binding: 0 or -errno. */
+  private umount2(flags: number): Promise<number> {
+    return new Promise((resolve) => this.Fuse.umount2(this.mnt, flags, resolve));
   }
 
   private lost(why: string): void {
@@ -180,6 +212,9 @@ export class MountManager {
     const fsType = await mountedAt(this.mnt).catch(() => 'unknown');
     const gone = fsType === null;
     let failed = false;
+    // The binding unmounts with umount2(2) (patched: no `umount` child, no
+    // descriptor, so it works even with the daemon's descriptors exhausted),
+    // lazily if busy: processes still inside get ENOTCONN from then on.
     await new Promise<void>((resolve) => {
       fuse.unmount((err) => {
         if (err && !gone) {

@@ -63,6 +63,14 @@ const DirPrefix = z
   })
   .refine((s) => s !== '/', { message: '"/" would allow every target' });
 
+/**
+ * Open files of one home at a time (each costs the daemon a descriptor), 0 =
+ * off. Optional in a full definition written before it existed: the `home`
+ * value then applies.
+ */
+const OpenFiles = z.number().int().nonnegative().max(1 << 30);
+export const DEFAULT_MAX_OPEN_FILES = 4096;
+
 /** The fields of a profile; `ProfileSchema` adds the cross-field rules. */
 export const ProfileShape = z
   .strictObject({
@@ -120,6 +128,8 @@ export const ProfileShape = z
     maxEntriesPerDir: byteCount,
     /** bytes in one name component (the kernel's own cap is 255) */
     maxNameBytes: z.number().int().min(1).max(255),
+    /** files open in the home at once (EMFILE beyond), 0 = off */
+    maxOpenFiles: OpenFiles.default(DEFAULT_MAX_OPEN_FILES),
   });
 
 export const ProfileSchema = ProfileShape.superRefine((p, ctx) => {
@@ -188,6 +198,9 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     maxDepth: 0,
     maxEntriesPerDir: 0,
     maxNameBytes: 255,
+    // npm, git, make -j and a language server at once stay far below this; a
+    // loop that opens without closing stops here, not at the daemon's limit.
+    maxOpenFiles: DEFAULT_MAX_OPEN_FILES,
   }),
   /** The per-requester scratchpad: small, text only, no widening chmod. A mode
    *  without execute bits is hygiene, not a sandbox: `sh file` still runs it. */
@@ -211,6 +224,8 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     maxDepth: 8,
     maxEntriesPerDir: 256,
     maxNameBytes: 128,
+    // notes read and written one at a time
+    maxOpenFiles: 128,
   }),
   /** Nothing beyond backing safety: the baseline that measures what the
    *  policies cost, and for trusted uses. */
@@ -235,6 +250,8 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     maxDepth: 0,
     maxEntriesPerDir: 0,
     maxNameBytes: 255,
+    // trusted uses, but the daemon's descriptors are still shared with every home
+    maxOpenFiles: 16384,
   }),
 });
 
@@ -249,7 +266,8 @@ export type BuiltinProfileName = keyof typeof BUILTIN_PROFILES;
  * what a full definition could not.
  */
 export const ConfigProfileSchema = ProfileShape.partial()
-  .extend({ extends: z.enum(['home', 'scratch', 'posix']).optional() })
+  // Without its default here: an absent field must keep the extended built-in's value.
+  .extend({ maxOpenFiles: OpenFiles.optional(), extends: z.enum(['home', 'scratch', 'posix']).optional() })
   .transform((input, ctx): Profile => {
     const { extends: base, ...fields } = input;
     const merged = base === undefined ? fields : { ...BUILTIN_PROFILES[base], ...fields };

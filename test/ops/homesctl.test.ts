@@ -16,7 +16,8 @@ import { STATUS as BASE_STATUS, HOME, TENANT } from '../helpers/fixtures.js';
 const STATUS: StatusReport = {
   ...BASE_STATUS,
   configPath: '/etc/homesfs/config.json',
-  homes: [...BASE_STATUS.homes, { tenant: 'globex-corporation', key: '_user_alice', scan: 'done', bytes: 512, inodes: 3 }],
+  homes: [...BASE_STATUS.homes, { tenant: 'globex-corporation', key: '_user_alice', scan: 'done', bytes: 512, inodes: 3, openFiles: 7, maxOpenFiles: 128 }],
+  limits: { nofile: { configured: null, soft: 65536, hard: 65536 }, reserveFiles: 2048, openFiles: 7, openFilesCap: 63485, openFilesPerUid: 8192, descriptorsInUse: 1100 },
 };
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -185,15 +186,17 @@ describe('homesctl status', () => {
     expect(out).toMatch(/^Native:\s+ok \(patch 3, max write 128\.0 KiB\)$/m);
     expect(out).toMatch(/^Uptime:\s+1h 2m 3s$/m);
     expect(out).toMatch(/^Config:\s+\/etc\/homesfs\/config\.json$/m);
+    expect(out).toMatch(/^Descriptors:\s+1100 in use of 65536 \(RLIMIT_NOFILE, hard 65536; the hard limit\), 2048 reserved for the daemon$/m);
+    expect(out).toMatch(/^Open files:\s+7 of 63485 across all homes; per uid 8192$/m);
     const lines = out.trimEnd().split('\n');
     const header = lines.findIndex((l) => l.startsWith('TENANT'));
     expect(header).toBeGreaterThan(0);
-    expect(lines[header]!.split(/\s+/)).toEqual(['TENANT', 'KEY', 'SCAN', 'BYTES', 'INODES']);
+    expect(lines[header]!.split(/\s+/)).toEqual(['TENANT', 'KEY', 'SCAN', 'BYTES', 'INODES', 'OPEN']);
     const rows = lines.slice(header + 1).map((l) => l.split(/\s{2,}/).map((c) => c.trim()));
     expect(rows).toEqual([
-      ['acme', 'web', 'done', '1.0 MiB', '12'],
-      ['acme', '_tenant', 'scanning', '-', '-'],
-      ['globex-corporation', '_user_alice', 'done', '512 B', '3'],
+      ['acme', 'web', 'done', '1.0 MiB', '12', '-'],
+      ['acme', '_tenant', 'scanning', '-', '-', '-'],
+      ['globex-corporation', '_user_alice', 'done', '512 B', '3', '7/128'],
     ]);
     // Columns line up: every row starts its KEY column where the header does.
     const keyCol = lines[header]!.indexOf('KEY');

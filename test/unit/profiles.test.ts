@@ -47,6 +47,9 @@ describe('built-in profiles', () => {
     { name: 'scratch', field: 'maxDepth', value: 8 },
     { name: 'scratch', field: 'maxEntriesPerDir', value: 256 },
     { name: 'scratch', field: 'maxNameBytes', value: 128 },
+    { name: 'home', field: 'maxOpenFiles', value: 4096 },
+    { name: 'scratch', field: 'maxOpenFiles', value: 128 },
+    { name: 'posix', field: 'maxOpenFiles', value: 16384 },
     { name: 'posix', field: 'maxHomeBytes', value: 0 },
     { name: 'posix', field: 'maxInodes', value: 0 },
     { name: 'posix', field: 'maxFileBytes', value: 0 },
@@ -119,6 +122,15 @@ describe('ProfileSchema', () => {
     expect(ConfigProfileSchema.parse({ extends: 'posix' }).specialBits).toBe('keep');
     expect(ConfigProfileSchema.parse({ extends: 'posix', specialBits: 'drop' }).specialBits).toBe('drop');
     expect(ConfigProfileSchema.parse({ extends: 'home' }).specialBits).toBeUndefined();
+  });
+
+  it('maxOpenFiles is optional in a full definition (the home value) and follows extends', () => {
+    const { maxOpenFiles: _omit, ...rest } = BUILTIN_PROFILES.scratch;
+    expect(ProfileSchema.parse(rest).maxOpenFiles).toBe(4096);
+    expect(ConfigProfileSchema.parse({ extends: 'scratch' }).maxOpenFiles).toBe(128);
+    expect(ConfigProfileSchema.parse({ extends: 'scratch', maxOpenFiles: 0 }).maxOpenFiles).toBe(0);
+    expect(ConfigProfileSchema.safeParse({ extends: 'home', maxOpenFiles: -1 }).success).toBe(false);
+    expect(ConfigProfileSchema.safeParse({ extends: 'home', maxOpenFiles: 1.5 }).success).toBe(false);
   });
 
   it('refuses a missing field', () => {

@@ -87,6 +87,12 @@ describe('systemd/homesfs.service', () => {
     expect(config.backing.startsWith(`${one('Unit', 'RequiresMountsFor')}/`)).toBe(true);
     expect(stateFileOf(config)).toBe('/var/lib/homesfs/backing/.homesfs/state.json');
     expect(Number(one('Service', 'TimeoutStopSec')) * 1000).toBeGreaterThan(config.shutdownGraceMs + 10_000);
+    // The daemon cannot raise its descriptor limit past LimitNOFILE (no CAP_SYS_RESOURCE in the
+    // bounding set): the configured limit fits under it and leaves room beside the reserve.
+    expect(one('Service', 'CapabilityBoundingSet')).not.toContain('CAP_SYS_RESOURCE');
+    const limit = Number(one('Service', 'LimitNOFILE'));
+    expect(config.limits.nofile ?? limit).toBeLessThanOrEqual(limit);
+    expect((config.limits.nofile ?? limit) - config.limits.reserveFiles).toBeGreaterThanOrEqual(64 * 1024);
   });
 
   it('the consumer drop-in orders a platform service after homesfs and binds it to it', () => {

@@ -1,0 +1,107 @@
+/**
+ * Open-file limits: every file handle the daemon keeps for a home costs it a
+ * backing descriptor, and its descriptors are one shared table (RLIMIT_NOFILE)
+ * for every home, its sockets and its own work. Three caps keep one home (or
+ * one uid) from taking that table from the others:
+ *  - per home: the profile's `maxOpenFiles` (EMFILE, `OPEN_FILES_EXCEEDED`);
+ *  - per caller uid, across homes: `limits.openFilesPerUid` (EMFILE, same code;
+ *    uid 0 is trusted and not counted);
+ *  - all homes together: the daemon's limit minus a reserve for its own
+ *    descriptors (ENFILE, `DAEMON_FILES_EXHAUSTED`: the shared table is full,
+ *    which is no fault of the caller's own home).
+ *
+ * PURE. A slot is taken synchronously before the backing open (the await that
+ * consumes a descriptor), so concurrent opens can never pass a cap together,
+ * and given back exactly once: on a failed open, or at release.
+ */
+
+import { HomesError } from '../errors.js';
+
+/** What a home counts: HomeState carries it (`openHandles`). */
+export interface HomeCount {
+  openHandles: number;
+}
+
+export interface OpenFileCaps {
+  /** per caller uid across homes, 0 = off */
+  perUid: number;
+  /** handles across all homes the daemon's descriptors can carry now */
+  total: () => number;
+}
+
+export interface OpenSlot {
+  /** give the slot back; a second call does nothing */
+  release(): void;
+}
+
+export class OpenFileAccounting {
+  #total = 0;
+  readonly #byUid = new Map<number, number>();
+
+  constructor(private readonly caps: OpenFileCaps) {}
+
+  /** Handles held (or being opened) across all homes. */
+  get total(): number {
+    return this.#total;
+  }
+
+  /** The cap on `total` right now. */
+  get cap(): number {
+    return this.caps.total();
+  }
+
+  get perUidCap(): number {
+    return this.caps.perUid;
+  }
+
+  uidCount(uid: number): number {
+    return this.#byUid.get(uid) ?? 0;
+  }
+
+  /**
+   * Take one slot for a handle of `home` opened by `uid`, or throw without
+   * counting anything. `homeName` and `homeLimit` (0 = off) only shape the
+   * refusal.
+   */
+  acquire(home: HomeCount, homeLimit: number, uid: number, homeName: string): OpenSlot {
+    if (homeLimit > 0 && home.openHandles >= homeLimit) {
+      throw new HomesError(
+        'OPEN_FILES_EXCEEDED',
+        `the home ${homeName} already has ${home.openHandles} files open, its profile's limit (maxOpenFiles): close some first`,
+        { limit: homeLimit, scope: 'home' },
+      );
+    }
+    const counted = uid !== 0;
+    const mine = counted ? this.uidCount(uid) : 0;
+    if (counted && this.caps.perUid > 0 && mine >= this.caps.perUid) {
+      throw new HomesError('OPEN_FILES_EXCEEDED', `uid ${uid} already has ${mine} files open across homes, the limit per uid (limits.openFilesPerUid): close some first`, {
+        limit: this.caps.perUid,
+        scope: 'uid',
+      });
+    }
+    const cap = this.caps.total();
+    if (this.#total >= cap) {
+      throw new HomesError(
+        'DAEMON_FILES_EXHAUSTED',
+        `all homes together have ${this.#total} files open, all the daemon's descriptors allow beside its reserve: try again when others have closed theirs`,
+        { limit: cap, scope: 'daemon' },
+      );
+    }
+    home.openHandles++;
+    this.#total++;
+    if (counted) this.#byUid.set(uid, mine + 1);
+    let held = true;
+    return {
+      release: () => {
+        if (!held) return;
+        held = false;
+        home.openHandles--;
+        this.#total--;
+        if (!counted) return;
+        const n = (this.#byUid.get(uid) ?? 1) - 1;
+        if (n > 0) this.#byUid.set(uid, n);
+        else this.#byUid.delete(uid);
+      },
+    };
+  }
+}
