@@ -747,7 +747,7 @@ function renderHome(h: HomeInfo): string {
     ['Inodes', `${h.inodes} used; cap ${limitWithSource(inodeText(h.inodeCap), h.limitSources.inodeCap, h, inodeText(h.profileLimits.inodeCap))}`],
     ['File cap', limitWithSource(formatLimit(h.fileCap), h.limitSources.fileCap, h, formatLimit(h.profileLimits.fileCap))],
     ['Tenant total', `${formatBytes(h.tenantBytes)} of ${h.tenantBudget === 0 ? 'no tenant budget' : formatBytes(h.tenantBudget)}`],
-    ['In use', `${h.openHandles} open file${h.openHandles === 1 ? '' : 's'}, ${h.cwdProcesses} working director${h.cwdProcesses === 1 ? 'y' : 'ies'}`],
+    ['In use', `${h.openHandles} open file${h.openHandles === 1 ? '' : 's'}${h.maxOpenFiles ? ` (limit ${h.maxOpenFiles})` : ''}, ${h.cwdProcesses} working director${h.cwdProcesses === 1 ? 'y' : 'ies'}`],
     ['Scan', h.scan],
     ['Orphan', h.orphan ? 'yes (its project now resolves to a shared home; delete-home removes it)' : 'no'],
     ['Flags', flags],

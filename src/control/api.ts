@@ -129,6 +129,8 @@ export interface HomeInfo {
   /** what the profile alone would give (what `default` goes back to) */
   profileLimits: { budget: number; inodeCap: number; fileCap: number };
   openHandles: number;
+  /** the profile's cap on open files (0 = off) */
+  maxOpenFiles?: number;
   /** processes whose working directory is inside the home */
   cwdProcesses: number;
   /** the home's tenant: total bytes across its homes and its total budget (0 = off) */

@@ -253,6 +253,7 @@ export class HomeManager {
       limitSources: choice.limitSources,
       profileLimits: choice.profileLimits,
       openHandles: hs.openHandles,
+      maxOpenFiles: hs.profile.maxOpenFiles,
       cwdProcesses,
       tenantBytes: hs.ledger.pool?.bytes ?? 0,
       tenantBudget: hs.ledger.pool?.limit ?? 0,

@@ -22,6 +22,8 @@ export interface MetricsSnapshot {
   refusals: Array<{ home: string; code: string; count: number }>;
   ops: OpStats[];
   uptimeSeconds: number;
+  /** open files of all homes against their shared cap (limits.nofile − limits.reserveFiles − homes) */
+  openFiles?: { total: number; cap: number };
 }
 
 /** Label values: backslash, double quote and newline are escaped (the format's rules). */
@@ -54,6 +56,10 @@ export function renderMetrics(s: MetricsSnapshot): string {
   family('homesfs_home_budget_bytes', 'gauge', "The home's byte budget (0 = off).", s.homes.map((h) => [home(h), h.budget]));
   family('homesfs_home_inode_cap', 'gauge', "The home's inode cap (0 = off).", s.homes.map((h) => [home(h), h.inodeCap]));
   family('homesfs_home_open_handles', 'gauge', 'Open file handles in the home.', s.homes.map((h) => [home(h), h.openHandles]));
+  if (s.openFiles) {
+    family('homesfs_open_files', 'gauge', 'Open file handles of all homes (each holds a daemon descriptor).', [[{}, s.openFiles.total]]);
+    family('homesfs_open_files_cap', 'gauge', "What all homes' open files may reach together: the daemon's RLIMIT_NOFILE less its reserve and one per loaded home.", [[{}, s.openFiles.cap]]);
+  }
   family('homesfs_tenant_bytes', 'gauge', "Bytes of all the tenant's homes.", s.tenants.map((t) => [{ tenant: t.tenant }, t.bytes]));
   family('homesfs_tenant_budget_bytes', 'gauge', "The tenant's total budget across its homes (0 = off).", s.tenants.map((t) => [{ tenant: t.tenant }, t.budget]));
   family(

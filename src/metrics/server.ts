@@ -5,6 +5,9 @@ import path from 'node:path';
 import { prepareSocketDir, removeStaleSocket } from '../control/server.js';
 import type { Logger } from '../log.js';
 
+/** Scrapers at once per listener (Prometheus uses one). */
+export const MAX_CONNECTIONS = 16;
+
 export interface MetricsServerOptions {
   /** Unix socket path (its directory is made 0700, or 0750 with `group`, before listen; the socket 0600/0660) */
   socket?: string;
@@ -35,8 +38,8 @@ export function parseListen(listen: string): { host: string; port: number } {
 export async function startMetricsServer(opts: MetricsServerOptions): Promise<MetricsServer> {
   const servers: Server[] = [];
   const addresses: string[] = [];
-  const make = (): Server =>
-    createServer((req, res) => {
+  const make = (): Server => {
+    const server = createServer((req, res) => {
       if (req.method !== 'GET' && req.method !== 'HEAD') {
         res.writeHead(405, { allow: 'GET, HEAD' }).end();
         return;
@@ -54,6 +57,11 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
         },
       );
     });
+    // Every connection is a daemon descriptor, and a loopback port is open to
+    // every local uid: beyond this many, new connections are closed at once.
+    server.maxConnections = MAX_CONNECTIONS;
+    return server;
+  };
   const listen = (server: Server, arg: { path: string } | { host: string; port: number }): Promise<void> =>
     new Promise((resolve, reject) => {
       server.once('error', reject);

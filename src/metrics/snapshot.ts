@@ -29,5 +29,6 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
     refusals: ctx.refusals.counts(),
     ops: ops.all(),
     uptimeSeconds: Math.round((Date.now() - startedMs) / 1000),
+    openFiles: { total: ctx.openFiles.total, cap: ctx.openFiles.cap },
   };
 }

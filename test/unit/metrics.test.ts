@@ -38,6 +38,12 @@ describe('metrics: per-op histograms', () => {
     });
     expect(text.split('\n').filter((l) => l.startsWith('homesfs_up_seconds'))).toEqual(['homesfs_up_seconds 1']);
   });
+
+  it("shows all homes' open files against their shared cap", () => {
+    const text = renderMetrics({ homes: [], tenants: [], refusals: [], ops: [], uptimeSeconds: 1, openFiles: { total: 12, cap: 63000 } });
+    expect(text).toContain('# TYPE homesfs_open_files gauge\nhomesfs_open_files 12\n');
+    expect(text).toContain('homesfs_open_files_cap 63000\n');
+  });
 });
 
 describe('RefusalBook', () => {
