@@ -88,7 +88,8 @@ export const ConfigSchema = z
     limits: z
       .object({
         nofile: z.number().int().min(1024).max(1 << 30).optional(),
-        reserveFiles: z.number().int().min(256).max(1 << 30).default(2048),
+        /** at least the directory cache (1024) and room for sockets and scans */
+        reserveFiles: z.number().int().min(1280).max(1 << 30).default(2048),
         openFilesPerUid: z.number().int().min(0).max(1 << 30).default(8192),
       })
       .strict()

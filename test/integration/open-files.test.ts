@@ -16,7 +16,7 @@ import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PA
  * daemon, the other homes and the control socket keep working.
  *
  * The daemon runs with a small descriptor limit (limits.nofile 4096, reserve
- * 1024) so the attack is quick; uids are a random block of this run's own.
+ * 1280) so the attack is quick; uids are a random block of this run's own.
  */
 
 if (!canMount) console.warn(`open-file limits suite skipped: ${skipReason}`);
@@ -27,7 +27,7 @@ const V = { uid: BASE + 2, gid: BASE + 2 }; // a victim in another tenant
 const U2 = { uid: BASE + 3, gid: BASE + 3 }; // owns two homes
 const D = { uid: BASE + 4, gid: BASE + 4 };
 const NOFILE = 4096;
-const RESERVE = 1024;
+const RESERVE = 1280;
 const TIGHT = 1000;
 const PER_UID = 1500;
 
@@ -43,6 +43,24 @@ path, n, mode, tries = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 fds, err = [], None
+if mode == 'threads':
+    # n opens from 32 threads at once: the count at the limit must still be exact
+    import threading
+    errs, lock = set(), threading.Lock()
+    def worker(k):
+        for i in range(k, n, 32):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                with lock: fds.append(fd)
+            except OSError as e:
+                with lock: errs.add(errno.errorcode[e.errno])
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(32)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    print(json.dumps({'opened': len(fds), 'err': ','.join(sorted(errs)) or None, 'again': [], 'hard': hard}), flush=True)
+    sys.stdin.read()
+    for fd in fds: os.close(fd)
+    sys.exit(0)
 def one(i):
     if mode == 'create':
         return os.open('%s-%d' % (path, i), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -213,6 +231,22 @@ print('ok')"`,
     expect(s.mount.lastProbeAt! >= started).toBe(true);
     expect(d.proc.exitCode).toBeNull();
     await victimWorks('after');
+  }, 120_000);
+
+  it('32 threads opening at once get exactly the limit, and every slot comes back', async () => {
+    const atk = await holdOpen(opener, A, [join(d.home('atk', 'a'), 'f'), String(TIGHT + 600), 'threads', '0']);
+    try {
+      expect(atk.result).toMatchObject({ opened: TIGHT, err: 'EMFILE' });
+      expect(homeOf(await status(), 'atk', 'a').openFiles).toBe(TIGHT);
+    } finally {
+      expect(await atk.release()).toBe(0);
+    }
+    let s = await status();
+    for (let i = 0; i < 50 && s.limits.openFiles !== 0; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      s = await status();
+    }
+    expect(s.limits.openFiles).toBe(0);
   }, 120_000);
 
   it('one uid across two homes stops at limits.openFilesPerUid; all homes together stop at the shared cap with ENFILE, short of the reserve', async () => {
