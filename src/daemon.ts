@@ -12,7 +12,7 @@ import { FsContext } from './fs/context.js';
 import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
-import { MountManager, nativeMknod, nativeUtimensat } from './fuse/mount.js';
+import { MountManager, nativeDataPlane, nativeMknod, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
 import { OpMetrics } from './metrics/ops.js';
@@ -143,6 +143,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     mknod: nativeMknod(Fuse),
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
+    dataPlane: nativeDataPlane(Fuse, config.fuse.nativeRead),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);

@@ -28,6 +28,8 @@ const FuseOptions = z
     /** libfuse 2.9 caps requests at 128 KiB whatever is asked */
     maxWrite: z.number().int().min(4096).max(131072).default(131072),
     kernelCache: z.boolean().default(false),
+    /** READs of handles whose reads need no policy answered in the binding (pread on libfuse's thread) */
+    nativeRead: z.boolean().default(true),
     debug: z.boolean().default(false),
   })
   .strict();

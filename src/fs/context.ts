@@ -56,6 +56,31 @@ export interface FsDeps {
    * no caps beyond the profiles'.
    */
   openFiles?: { perUid: number; forHandles: number };
+  /** the binding's data plane (config `fuse.nativeRead`); absent: every READ comes to JS */
+  dataPlane?: DataPlane | null;
+}
+
+/**
+ * READs answered on libfuse's thread by pread of the handle's descriptor (the
+ * binding's dataplane.c). It serves only what is published here; which
+ * handles qualify is decided in TypeScript (readsNeedNoPolicy).
+ */
+export interface DataPlane {
+  /** before the open is answered */
+  publishRead(fh: number, fd: number): void;
+  /** before the descriptor is closed; waits for reads in flight */
+  unpublishRead(fh: number): void;
+  stats(): { reads: number; bytes: number; fallbacks: number };
+}
+
+/**
+ * Whether a READ of this profile's files is a plain pread of the backing file,
+ * the same bytes file.read would return. Text homes stay in JavaScript: their
+ * reads are where content rules (issue 8: nothing readable past an incomplete
+ * character) apply.
+ */
+export function readsNeedNoPolicy(profile: Profile): boolean {
+  return profile.content !== 'utf8';
 }
 
 /**
@@ -382,9 +407,40 @@ export class FsContext {
     this.flushGate[slot] = this.flushGate[slot]! - 1;
   }
 
+  /**
+   * (Re)publish the handle's descriptor to the data plane if its reads need no
+   * policy, or take it back: before the open is answered, and whenever its
+   * home's profile changes.
+   */
+  publishReads(h: FileHandle): void {
+    const dp = this.deps.dataPlane;
+    if (!dp) return;
+    const want = readsNeedNoPolicy(h.home.profile);
+    if (want === h.nativeRead) return;
+    if (want) dp.publishRead(h.fh, h.fd);
+    else dp.unpublishRead(h.fh);
+    h.nativeRead = want;
+  }
+
+  /** Counters of the data plane, null when it is off. */
+  nativeReadStats(): { reads: number; bytes: number; fallbacks: number } | null {
+    return this.deps.dataPlane ? this.deps.dataPlane.stats() : null;
+  }
+
+  /** Before the handle's descriptor is closed: no native read may use it afterwards. */
+  unpublishReads(h: FileHandle): void {
+    if (!h.nativeRead) return;
+    h.nativeRead = false;
+    this.deps.dataPlane!.unpublishRead(h.fh);
+  }
+
   /** A home's profile or budget changed (control socket, reload): republish what depends on it. */
   policyChanged(hs: HomeState): void {
-    for (const h of this.handles.values()) if (h.home === hs) this.gateFlush(h);
+    for (const h of this.handles.values()) {
+      if (h.home !== hs) continue;
+      this.gateFlush(h);
+      this.publishReads(h);
+    }
   }
 
   /** Name-shape rules of the profile for a new entry (length, depth, entries per directory). */

@@ -89,8 +89,9 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
   const writable = (flags & ACCMODE) !== C.O_RDONLY;
   inode.handles++;
   if (writable) inode.writers++;
-  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false, slot }));
+  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false, slot, nativeRead: false }));
   ctx.gateFlush(h);
+  ctx.publishReads(h);
   return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
 }
 
@@ -248,6 +249,12 @@ function checkEnd(end: number): void {
   if (!(end <= MAX_OFFSET)) throw new HomesError('FILE_TOO_LARGE', `offset ${end} is beyond what homesfs can address (2^53 - 1)`);
 }
 
+/**
+ * The specification of a READ. With `fuse.nativeRead`, handles for which
+ * readsNeedNoPolicy holds are answered by the binding's copy of this function
+ * (dataplane.c: the same 2^53 bound and short-read loop; a backing error comes
+ * here): a policy added here must be reflected in readsNeedNoPolicy.
+ */
 export async function read(ctx: FsContext, fh: number, buf: Buffer, len: number, pos: number): Promise<number> {
   if (ctx.statusFiles.owns(fh)) return ctx.statusFiles.read(fh, buf, len, pos);
   const h = ctx.handles.get(fh);
@@ -383,6 +390,7 @@ export async function release(ctx: FsContext, fh: number): Promise<void> {
   const h = ctx.handles.remove(fh);
   if (!h) return;
   ctx.ungateFlush(h);
+  ctx.unpublishReads(h);
   if (h.writable) h.inode.writers--;
   ctx.detachInode(h.home, h.inode);
   try {

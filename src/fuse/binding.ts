@@ -66,6 +66,10 @@ export interface FuseClass {
   umount2(mnt: string, flags: number, cb: (errno: number) => void): void;
   /** RLIMIT_NOFILE: read it, or set it (0 keeps a value); res 0 or -errno, Infinity = unlimited */
   nofile(soft?: number, hard?: number): { res: number; soft: number; hard: number };
+  /** the data plane (dataplane.c); optional so an older build is named, not crashed on */
+  publishRead?(fh: number, fd: number): void;
+  unpublishRead?(fh: number): boolean;
+  dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number };
 }
 
 export class NativeBindingError extends Error {}

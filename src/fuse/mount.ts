@@ -2,11 +2,11 @@ import { execFile } from 'node:child_process';
 import { mkdir, readFile, statfs } from 'node:fs/promises';
 import type { Config } from '../config/schema.js';
 import { errnoName } from '../errors.js';
-import type { FsContext, TimeSpec } from '../fs/context.js';
+import type { DataPlane, FsContext, TimeSpec } from '../fs/context.js';
 import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
-import type { FuseClass, FuseInstance } from './binding.js';
+import { NativeBindingError, type FuseClass, type FuseInstance } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
 
 export interface ProbeState {
@@ -239,6 +239,23 @@ function nativeError(call: string, res: number): Error {
 export function nativeMknod(Fuse: FuseClass) {
   return (path: string, mode: number, dev: number): Promise<void> =>
     new Promise((resolve, reject) => Fuse.mknod(path, mode, dev, (res) => (res === 0 ? resolve() : reject(nativeError('mknod', res)))));
+}
+
+/** The binding's data plane (process-wide table fh -> descriptor); null when `fuse.nativeRead` is off. */
+export function nativeDataPlane(Fuse: FuseClass, on: boolean): DataPlane | null {
+  if (!on) return null;
+  const { publishRead, unpublishRead, dataPlaneStats } = Fuse;
+  if (typeof publishRead !== 'function' || typeof unpublishRead !== 'function' || typeof dataPlaneStats !== 'function') {
+    throw new NativeBindingError('the FUSE binding has no data plane (fuse.nativeRead); run "node scripts/build-native.mjs", or set fuse.nativeRead to false');
+  }
+  return {
+    publishRead: (fh, fd) => publishRead(fh, fd),
+    unpublishRead: (fh) => void unpublishRead(fh),
+    stats: () => {
+      const s = dataPlaneStats();
+      return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks };
+    },
+  };
 }
 
 export function nativeUtimensat(Fuse: FuseClass) {

@@ -21,9 +21,18 @@ export interface MetricsSnapshot {
   tenants: Array<{ tenant: string; bytes: number; budget: number }>;
   refusals: Array<{ home: string; code: string; count: number }>;
   ops: OpStats[];
+  /** READs answered in the binding (fuse.nativeRead); absent when it is off */
+  nativeReads?: NativeReadStats;
   uptimeSeconds: number;
   /** open files of all homes against their shared cap (limits.nofile − limits.reserveFiles − homes) */
   openFiles?: { total: number; cap: number };
+}
+
+export interface NativeReadStats {
+  reads: number;
+  bytes: number;
+  /** reads of published handles handed to JavaScript (a backing error, an offset past 2^53) */
+  fallbacks: number;
 }
 
 /** Label values: backslash, double quote and newline are escaped (the format's rules). */
@@ -70,6 +79,12 @@ export function renderMetrics(s: MetricsSnapshot): string {
   );
   family('homesfs_fuse_requests_total', 'counter', 'FUSE requests answered in JavaScript, by operation.', s.ops.map((o) => [{ op: o.op }, o.count]));
   family('homesfs_fuse_errors_total', 'counter', 'FUSE requests answered with an error (any errno, ENOENT included), by operation.', s.ops.map((o) => [{ op: o.op }, o.errors]));
+  if (s.nativeReads) {
+    const n = s.nativeReads;
+    family('homesfs_native_reads_total', 'counter', 'FUSE READs answered in the binding, without JavaScript (fuse.nativeRead).', [[{}, n.reads]]);
+    family('homesfs_native_read_bytes_total', 'counter', 'Bytes returned by READs answered in the binding.', [[{}, n.bytes]]);
+    family('homesfs_native_read_fallbacks_total', 'counter', 'READs of published handles handed to JavaScript (backing error, offset past 2^53).', [[{}, n.fallbacks]]);
+  }
   const h = 'homesfs_fuse_request_duration_seconds';
   out.push(`# HELP ${h} Time from the request reaching JavaScript to its reply, by operation.`, `# TYPE ${h} histogram`);
   for (const o of s.ops) {

@@ -4,6 +4,7 @@
 // binding serves every op on its JS thread, so this process must never mount.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -385,6 +386,68 @@ for name, data in (('gate-js-1', b'a'), ('plain-1', b'b')):
     // one close each for the write and the read of gate-js-1; none for plain-1
     expect(flushes).toEqual(['/gate-js-1', '/gate-js-1']);
     expect(readFileSync(B('plain-1'), 'utf8')).toBe('b');
+  }, 30_000);
+
+  it('READs of a published handle are answered in the binding (pread on libfuse\'s thread), others in JS', async () => {
+    const data = randomBytes(300_001);
+    writeFileSync(B('native-1'), data);
+    writeFileSync(B('plain-read'), data);
+    const mark = events.length;
+    const { stdout } = await py(`
+import os, json, hashlib, mmap
+out = []
+for name in ('native-1', 'plain-read'):
+    fd = os.open(${JSON.stringify(mnt)} + '/' + name, os.O_RDONLY)
+    for off, n in ((0, 1), (1, 131073), (4095, 2), (299999, 100), (300001, 5), (123457, 77777)):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        out.append(hashlib.sha256(os.pread(fd, n, off)).hexdigest())
+    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    out.append(hashlib.sha256(m[:]).hexdigest())
+    m.close()
+    os.close(fd)
+print(json.dumps(out))
+`);
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    const want = [[0, 1], [1, 131073], [4095, 2], [299999, 100], [300001, 5], [123457, 77777]].map(([o, n]) => sha(data.subarray(o!, o! + n!)));
+    want.push(sha(data));
+    expect(JSON.parse(stdout)).toEqual([...want, ...want]);
+    const unpub = await waitFor((e) => e.op === 'unpublish' && e.path === '/native-1', mark);
+    await waitFor((e) => e.op === 'release' && e.path === '/plain-read', mark);
+    await settle();
+    const reads = since(mark).filter((e) => e.op === 'read');
+    expect(reads.filter((e) => e.path === '/native-1')).toEqual([]);
+    expect(reads.filter((e) => e.path === '/plain-read').length).toBeGreaterThanOrEqual(6);
+    expect(unpub.was).toBe(true);
+    const stats = unpub.stats as { reads: number; fallbacks: number; published: number };
+    expect(stats.reads).toBeGreaterThanOrEqual(6);
+    expect(stats.fallbacks).toBe(0);
+    expect(stats.published).toBe(0);
+  }, 30_000);
+
+  it('unpublishRead waits for a native read in flight before it returns (the descriptor is then free to close)', async () => {
+    // indirect-1 is published with a descriptor of slow-target on this mount:
+    // its native pread becomes a READ of slow-target that JS answers after 300 ms,
+    // while a worker thread unpublishes indirect-1 (see the fixture).
+    const target = Buffer.alloc(5000, 0x74);
+    writeFileSync(B('slow-target'), target);
+    writeFileSync(B('indirect-1'), Buffer.alloc(5000, 0x69));
+    const mark = events.length;
+    const { stdout } = await py(`
+import os
+fd = os.open(${JSON.stringify(mnt)} + '/indirect-1', os.O_RDONLY)
+b = os.pread(fd, 5000, 0)
+print(len(b), b.count(b't'))
+os.close(fd)
+`);
+    expect(stdout.trim()).toBe('5000 5000');
+    const answered = await waitFor((e) => e.op === 'slow-answered', mark);
+    const unpublished = await waitFor((e) => e.op === 'unpublished', mark);
+    expect(unpublished.was).toBe(true);
+    // Without the in-flight count the worker's unpublish returns at once, long before the answer.
+    expect(events.indexOf(unpublished)).toBeGreaterThan(events.indexOf(answered));
+    await waitFor((e) => e.op === 'release' && e.path === '/indirect-1', mark);
+    // already taken out by the worker: release finds nothing to unpublish
+    expect(since(mark).filter((e) => e.op === 'unpublish' && e.path === '/indirect-1')).toEqual([]);
   }, 30_000);
 
   it('a name with invalid UTF-8 fails with EILSEQ and creates nothing', async () => {
