@@ -23,6 +23,9 @@
 //   BENCH_DIR          parent of the scratch directory             (default os.tmpdir())
 //   BENCH_NO_BINDFS=1  skip bindfs (otherwise installed with apt-get when missing)
 //   BENCH_METRICS=1    serve the metrics endpoint (per-op counting on) to measure its cost
+//   BENCH_ONLY         comma-separated workloads to run: seq, small, tree, micro (default all)
+//   BENCH_CONFIG       JSON merged into the daemon's configuration, e.g.
+//                        '{"fuse":{"nativeRead":false}}' to measure a switch off and on
 //
 // Fairness rules: every backing (raw, homesfs, bindfs) is a directory of the
 // same filesystem; targets are visited in an order rotated on every rep;
@@ -57,6 +60,8 @@ const FILES = envInt('BENCH_FILES', QUICK ? 1000 : 3000);
 const TREE_FILES = envInt('BENCH_TREE_FILES', QUICK ? 1500 : 4400);
 const MICRO_N = envInt('BENCH_MICRO', QUICK ? 1000 : 3000);
 const REPS = envInt('BENCH_REPS', QUICK ? 3 : 5);
+const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim())) : null;
+const EXTRA_CONFIG = process.env.BENCH_CONFIG ? JSON.parse(process.env.BENCH_CONFIG) : {};
 const FS_MODE = process.env.BENCH_FS || 'auto';
 if (!['auto', 'loop', 'here'].includes(FS_MODE)) throw new Error(`BENCH_FS must be auto, loop or here, got ${FS_MODE}`);
 const SMALL_DIRS = 20;
@@ -271,6 +276,7 @@ async function startDaemon() {
         logLevel: 'warn',
         homes: { 'bench/_tenant': { profile: 'posix' }, 'bench/proj': {} },
         ...(process.env.BENCH_METRICS ? { metrics: { socket: join(scratch, 'metrics', 'metrics.sock') } } : {}),
+        ...EXTRA_CONFIG,
       },
       null,
       2,
@@ -407,18 +413,18 @@ async function buildMicro() {
 
 /** The metrics, in table order. `cold`: caches dropped first; `warm`: run again straight after. */
 const METRICS = [
-  { key: 'seqWrite', label: `seq write ${MB} MiB (dd bs=1M conv=fsync)`, unit: 'MiB/s', higher: true },
-  { key: 'seqReadCold', label: `seq read ${MB} MiB, cold`, unit: 'MiB/s', higher: true },
-  { key: 'seqReadWarm', label: `seq re-read ${MB} MiB, warm`, unit: 'MiB/s', higher: true },
-  { key: 'smallCreate', label: `create ${FILES} x 4 KiB (node)`, unit: 'files/s', higher: true },
-  { key: 'smallStatCold', label: `stat ${FILES} (find -printf %s), cold`, unit: 'files/s', higher: true },
-  { key: 'smallStatWarm', label: `stat ${FILES} (find -printf %s), warm`, unit: 'files/s', higher: true },
-  { key: 'smallRm', label: `delete ${FILES} (rm -rf)`, unit: 'files/s', higher: true },
-  { key: 'tarX', label: `tar -x ${TREE_FILES} files`, unit: 's', higher: false },
-  { key: 'findCold', label: `find -type f (tree), cold`, unit: 's', higher: false },
-  { key: 'findWarm', label: `find -type f (tree), warm`, unit: 's', higher: false },
-  { key: 'gitClone', label: `git clone ${TREE_FILES} files`, unit: 's', higher: false },
-  { key: 'rmTree', label: `rm -rf tree`, unit: 's', higher: false },
+  { key: 'seqWrite', workload: 'seq', label: `seq write ${MB} MiB (dd bs=1M conv=fsync)`, unit: 'MiB/s', higher: true },
+  { key: 'seqReadCold', workload: 'seq', label: `seq read ${MB} MiB, cold`, unit: 'MiB/s', higher: true },
+  { key: 'seqReadWarm', workload: 'seq', label: `seq re-read ${MB} MiB, warm`, unit: 'MiB/s', higher: true },
+  { key: 'smallCreate', workload: 'small', label: `create ${FILES} x 4 KiB (node)`, unit: 'files/s', higher: true },
+  { key: 'smallStatCold', workload: 'small', label: `stat ${FILES} (find -printf %s), cold`, unit: 'files/s', higher: true },
+  { key: 'smallStatWarm', workload: 'small', label: `stat ${FILES} (find -printf %s), warm`, unit: 'files/s', higher: true },
+  { key: 'smallRm', workload: 'small', label: `delete ${FILES} (rm -rf)`, unit: 'files/s', higher: true },
+  { key: 'tarX', workload: 'tree', label: `tar -x ${TREE_FILES} files`, unit: 's', higher: false },
+  { key: 'findCold', workload: 'tree', label: `find -type f (tree), cold`, unit: 's', higher: false },
+  { key: 'findWarm', workload: 'tree', label: `find -type f (tree), warm`, unit: 's', higher: false },
+  { key: 'gitClone', workload: 'tree', label: `git clone ${TREE_FILES} files`, unit: 's', higher: false },
+  { key: 'rmTree', workload: 'tree', label: `rm -rf tree`, unit: 's', higher: false },
 ];
 const MICRO_OPS = [
   { key: 'lookup', label: 'lookup (first stat of a name)' },
@@ -534,9 +540,12 @@ async function main() {
     date: new Date().toISOString(),
   };
 
-  log('generating the tree (tarball and git repository)');
-  await makeTree();
-  microBin = await buildMicro();
+  const selected = (id) => ONLY === null || ONLY.has(id);
+  if (selected('tree')) {
+    log('generating the tree (tarball and git repository)');
+    await makeTree();
+  }
+  if (selected('micro')) microBin = await buildMicro();
 
   log('starting homesfs');
   const status = await startDaemon();
@@ -568,7 +577,7 @@ async function main() {
 
   // Interleave and rotate: rep r visits the targets starting at target r, so
   // no target always runs first (cold host caches) or last (warm, or loaded).
-  for (const w of WORKLOADS) {
+  for (const w of WORKLOADS.filter((x) => selected(x.id))) {
     for (let rep = 0; rep < REPS; rep++) {
       const order = targets.map((_, i) => targets[(i + rep) % targets.length]);
       for (const t of order) {
@@ -643,7 +652,7 @@ async function main() {
   };
 
   const wHeader = ['workload', 'unit', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'home/posix', 'CPU s home', 'CPU s posix', 'CPU s bindfs'];
-  const wRows = METRICS.map((m) => [
+  const wRows = METRICS.filter((m) => selected(m.workload)).map((m) => [
     m.label,
     m.unit,
     cellWithSpread(samples, 'raw', m.key, m.unit),
@@ -687,6 +696,8 @@ async function main() {
   out.push(`homesfs bench — ${machine.date}${QUICK ? ' (BENCH_QUICK)' : ''}`);
   out.push(`machine: nproc=${machine.nproc} kernel=${machine.kernel} cpu="${machine.cpu}" mem=${machine.memGiB} GiB node=${machine.node}`);
   out.push(`backings (raw, homesfs, bindfs) all on: ${fsNote}`);
+  if (ONLY) out.push(`workloads: ${[...ONLY].join(', ')} (BENCH_ONLY)`);
+  if (process.env.BENCH_CONFIG) out.push(`daemon configuration += ${process.env.BENCH_CONFIG} (BENCH_CONFIG)`);
   out.push(`homesfs: native maxWriteRequest=${status.native?.maxWriteRequest ?? '?'}; bindfs: ${bindfsNote}`);
   out.push(
     `load average (1 min) over the run: min ${Math.min(...loads).toFixed(2)}, median ${median(loads).toFixed(2)}, max ${Math.max(...loads).toFixed(2)}` +

@@ -55,6 +55,7 @@ describe('buildConfig: defaults', () => {
       negativeTimeout: 0,
       maxWrite: 131072,
       kernelCache: false,
+      nativeRead: true,
       debug: false,
     });
   });
