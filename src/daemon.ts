@@ -143,7 +143,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     mknod: nativeMknod(Fuse),
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
-    dataPlane: nativeDataPlane(Fuse, config.fuse.nativeRead),
+    dataPlane: nativeDataPlane(Fuse, { read: config.fuse.nativeRead, write: config.fuse.nativeWrite }),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);

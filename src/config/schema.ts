@@ -30,6 +30,8 @@ const FuseOptions = z
     kernelCache: z.boolean().default(false),
     /** READs of handles whose reads need no policy answered in the binding (pread on libfuse's thread) */
     nativeRead: z.boolean().default(true),
+    /** WRITEs of binary-content handles decided in JS without their data, written in the binding */
+    nativeWrite: z.boolean().default(true),
     debug: z.boolean().default(false),
   })
   .strict();

@@ -60,17 +60,55 @@ export interface FsDeps {
   dataPlane?: DataPlane | null;
 }
 
+/** Published flags: READs answered natively; WRITEs decided here, written natively. */
+export const DP_READ = 1;
+export const DP_WRITE = 2;
+
+export interface DataPlaneStats {
+  reads: number;
+  bytes: number;
+  fallbacks: number;
+  writes: number;
+  writeBytes: number;
+  writeFallbacks: number;
+}
+
 /**
- * READs answered on libfuse's thread by pread of the handle's descriptor (the
- * binding's dataplane.c). It serves only what is published here; which
- * handles qualify is decided in TypeScript (readsNeedNoPolicy).
+ * The binding's data plane (dataplane.c). READs of a handle published with
+ * DP_READ are a pread on libfuse's thread. WRITEs of a handle published with
+ * DP_WRITE come here without their data (serveWrites): the charge is decided
+ * by file.writeNative, the pwrite happens on libfuse's thread. It serves only
+ * what is published here; which handles qualify is decided in TypeScript
+ * (readsNeedNoPolicy, writesNeedNoData).
  */
 export interface DataPlane {
+  /** which halves are on (fuse.nativeRead, fuse.nativeWrite) */
+  readonly read: boolean;
+  readonly write: boolean;
   /** before the open is answered */
-  publishRead(fh: number, fd: number): void;
-  /** before the descriptor is closed; waits for reads in flight */
-  unpublishRead(fh: number): void;
-  stats(): { reads: number; bytes: number; fallbacks: number };
+  publish(fh: number, fd: number, flags: number): void;
+  /** for the next request; the descriptor stays open */
+  setFlags(fh: number, flags: number): void;
+  /** before the descriptor is closed; waits for syscalls in flight */
+  unpublish(fh: number): void;
+  stats(): DataPlaneStats;
+  /** where the decisions of DP_WRITE handles' writes are asked for */
+  serveWrites(handler: (w: NativeWrite) => void): void;
+}
+
+/** One WRITE of a DP_WRITE handle, without its data (the binding holds it). */
+export interface NativeWrite {
+  readonly fh: number;
+  readonly offset: number;
+  readonly len: number;
+  readonly path: string | null;
+  readonly caller: Caller;
+  /** Charged: pwrite at `start`. Resolves with its byte count, rejects with its errno. */
+  proceed(start: number): Promise<number>;
+  /** The write needs its data here after all: the binding sends it to ops.write. */
+  fallback(): void;
+  /** The answer to the kernel: bytes, or -errno (a refusal before proceed, or after a failed pwrite). */
+  finish(result: number): void;
 }
 
 /**
@@ -80,6 +118,14 @@ export interface DataPlane {
  * character) apply.
  */
 export function readsNeedNoPolicy(profile: Profile): boolean {
+  return profile.content !== 'utf8';
+}
+
+/**
+ * Whether a WRITE of this profile's files needs only its offset and length to
+ * be decided (the byte ledger), not its bytes. Text homes check the bytes.
+ */
+export function writesNeedNoData(profile: Profile): boolean {
   return profile.content !== 'utf8';
 }
 
@@ -408,30 +454,33 @@ export class FsContext {
   }
 
   /**
-   * (Re)publish the handle's descriptor to the data plane if its reads need no
-   * policy, or take it back: before the open is answered, and whenever its
-   * home's profile changes.
+   * (Re)publish the handle's descriptor to the data plane for what needs no
+   * JavaScript (reads without policy, writes decided without their data), or
+   * take it back: before the open is answered, and whenever its home's profile
+   * changes.
    */
-  publishReads(h: FileHandle): void {
+  publishData(h: FileHandle): void {
     const dp = this.deps.dataPlane;
     if (!dp) return;
-    const want = readsNeedNoPolicy(h.home.profile);
-    if (want === h.nativeRead) return;
-    if (want) dp.publishRead(h.fh, h.fd);
-    else dp.unpublishRead(h.fh);
-    h.nativeRead = want;
+    const p = h.home.profile;
+    const want = (dp.read && readsNeedNoPolicy(p) ? DP_READ : 0) | (dp.write && h.writable && writesNeedNoData(p) ? DP_WRITE : 0);
+    if (want === h.published) return;
+    if (h.published === 0) dp.publish(h.fh, h.fd, want);
+    else if (want === 0) dp.unpublish(h.fh);
+    else dp.setFlags(h.fh, want);
+    h.published = want;
   }
 
   /** Counters of the data plane, null when it is off. */
-  nativeReadStats(): { reads: number; bytes: number; fallbacks: number } | null {
+  dataPlaneStats(): DataPlaneStats | null {
     return this.deps.dataPlane ? this.deps.dataPlane.stats() : null;
   }
 
-  /** Before the handle's descriptor is closed: no native read may use it afterwards. */
-  unpublishReads(h: FileHandle): void {
-    if (!h.nativeRead) return;
-    h.nativeRead = false;
-    this.deps.dataPlane!.unpublishRead(h.fh);
+  /** Before the handle's descriptor is closed: no native read or write may use it afterwards. */
+  unpublishData(h: FileHandle): void {
+    if (h.published === 0) return;
+    h.published = 0;
+    this.deps.dataPlane!.unpublish(h.fh);
   }
 
   /** A home's profile or budget changed (control socket, reload): republish what depends on it. */
@@ -439,7 +488,7 @@ export class FsContext {
     for (const h of this.handles.values()) {
       if (h.home !== hs) continue;
       this.gateFlush(h);
-      this.publishReads(h);
+      this.publishData(h);
     }
   }
 

@@ -89,9 +89,9 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
   const writable = (flags & ACCMODE) !== C.O_RDONLY;
   inode.handles++;
   if (writable) inode.writers++;
-  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false, slot, nativeRead: false }));
+  const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false, slot, published: 0 }));
   ctx.gateFlush(h);
-  ctx.publishReads(h);
+  ctx.publishData(h);
   return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
 }
 
@@ -276,16 +276,43 @@ export async function read(ctx: FsContext, fh: number, buf: Buffer, len: number,
  * on the backing file before the kernel hears success.
  */
 export async function write(ctx: FsContext, fh: number, data: Buffer, pos: number): Promise<number> {
+  const n = await writeAt(ctx, fh, data.length, pos, data, (h, start) => sys.write(h.fd, data, 0, data.length, start));
+  return n as number;
+}
+
+/** writeNative: this write needs its bytes in JavaScript (a text home); nothing was charged. */
+export const NEEDS_DATA = Symbol('needs data');
+
+/**
+ * The same request for the data plane (fuse.nativeWrite): only offset and
+ * length are here, the bytes stay in the binding, which does the pwrite when
+ * `proceed(start)` is called and reports its result. The same function as
+ * `write` decides and charges, so the ledger rules are one.
+ */
+export function writeNative(ctx: FsContext, fh: number, len: number, pos: number, proceed: (start: number) => Promise<number>): Promise<number | typeof NEEDS_DATA> {
+  return writeAt(ctx, fh, len, pos, null, (_h, start) => proceed(start));
+}
+
+async function writeAt(
+  ctx: FsContext,
+  fh: number,
+  len: number,
+  pos: number,
+  data: Buffer | null,
+  put: (h: FileHandle, start: number) => Promise<number>,
+): Promise<number | typeof NEEDS_DATA> {
   const h = ctx.handles.get(fh);
   if (!h.writable) throw new HomesError('BAD_HANDLE', 'handle is not open for writing');
   const { inode, home: hs } = h;
   return inode.lock.run(async () => {
     const before = inode.size;
     const start = h.append ? before : pos;
-    const end = start + data.length;
+    const end = start + len;
     checkEnd(end);
     const after = Math.max(before, end);
     if (hs.profile.content === 'utf8') {
+      // The home became a text home after the handle was published: the check needs the bytes.
+      if (data === null) return NEEDS_DATA;
       // Budget first (cheap, synchronous) so a write over budget is not read around
       // for nothing; the real charge follows the content check, which awaits.
       hs.ledger.resize(before, after)();
@@ -295,13 +322,13 @@ export async function write(ctx: FsContext, fh: number, data: Buffer, pos: numbe
     inode.size = after;
     let n: number;
     try {
-      n = await sys.write(h.fd, data, 0, data.length, start);
+      n = await put(h, start);
     } catch (err) {
       undo();
       inode.size = before;
       throw err;
     }
-    if (n < data.length) {
+    if (n < len) {
       // The disk took fewer bytes (ENOSPC on the next call): charge only what landed.
       const real = Math.max(before, start + n);
       hs.ledger.resize(after, real);
@@ -390,7 +417,7 @@ export async function release(ctx: FsContext, fh: number): Promise<void> {
   const h = ctx.handles.remove(fh);
   if (!h) return;
   ctx.ungateFlush(h);
-  ctx.unpublishReads(h);
+  ctx.unpublishData(h);
   if (h.writable) h.inode.writers--;
   ctx.detachInode(h.home, h.inode);
   try {

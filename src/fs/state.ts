@@ -79,8 +79,8 @@ export interface FileHandle {
   readonly rel: readonly string[];
   /** counted in the flush gate: its FLUSH must reach JS (see FsContext.gateFlush) */
   jsFlush: boolean;
-  /** published to the data plane: its READs are answered natively (see FsContext.publishReads) */
-  nativeRead: boolean;
+  /** what is published to the data plane for it: DP_READ | DP_WRITE (see FsContext.publishData) */
+  published: number;
 }
 
 /** fh numbers from here up are the daemon's own: status files, then the self-check file. */

@@ -155,6 +155,26 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
 
   const openOpts = (r: file.OpenResult): OpenOpts => ({ directIo: r.directIo, keepCache: r.keepCache });
 
+  // WRITEs of handles published for the data plane: the same decision as the
+  // write op below (file.writeNative and file.write share it), without the
+  // bytes; the binding writes them. Replies, logs and metrics as for `write`.
+  ctx.deps.dataPlane?.serveWrites((w) => {
+    const t0 = metrics !== null ? metrics.start() : 0;
+    file.writeNative(ctx, w.fh, w.len, w.offset, w.proceed).then(
+      (n) => {
+        if (n === file.NEEDS_DATA) return w.fallback();
+        metrics?.observe('write', t0, false);
+        w.finish(n);
+      },
+      (err: unknown) => {
+        const errno = errnoOf(err);
+        report('write', w.path, w.caller, err, errno);
+        metrics?.observe('write', t0, true);
+        w.finish(-errno);
+      },
+    );
+  });
+
   return {
     init: (cb) => cb(0),
     getattr: (path, cb, caller) => {

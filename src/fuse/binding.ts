@@ -67,10 +67,17 @@ export interface FuseClass {
   /** RLIMIT_NOFILE: read it, or set it (0 keeps a value); res 0 or -errno, Infinity = unlimited */
   nofile(soft?: number, hard?: number): { res: number; soft: number; hard: number };
   /** the data plane (dataplane.c); optional so an older build is named, not crashed on */
-  publishRead?(fh: number, fd: number): void;
-  unpublishRead?(fh: number): boolean;
-  dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number };
+  publish?(fh: number, fd: number, flags: number): void;
+  setPublishFlags?(fh: number, flags: number): boolean;
+  unpublish?(fh: number): boolean;
+  setWriteHandler?(handler: WriteHandler): void;
+  writeDecision?(id: number, offset: number): boolean;
+  writeDone?(id: number, result: number): boolean;
+  dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number; writes: number; writeBytes: number; writeFallbacks: number };
 }
+
+/** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */
+export type WriteHandler = (kind: number, id: number, a: number, b: number, c: number, path: string | null, uid: number, gid: number, pid: number) => void;
 
 export class NativeBindingError extends Error {}
 

@@ -2,11 +2,11 @@ import { execFile } from 'node:child_process';
 import { mkdir, readFile, statfs } from 'node:fs/promises';
 import type { Config } from '../config/schema.js';
 import { errnoName } from '../errors.js';
-import type { DataPlane, FsContext, TimeSpec } from '../fs/context.js';
+import type { DataPlane, FsContext, NativeWrite, TimeSpec } from '../fs/context.js';
 import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
-import { NativeBindingError, type FuseClass, type FuseInstance } from './binding.js';
+import { NativeBindingError, type FuseClass, type FuseInstance, type WriteHandler } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
 
 export interface ProbeState {
@@ -241,19 +241,74 @@ export function nativeMknod(Fuse: FuseClass) {
     new Promise((resolve, reject) => Fuse.mknod(path, mode, dev, (res) => (res === 0 ? resolve() : reject(nativeError('mknod', res)))));
 }
 
-/** The binding's data plane (process-wide table fh -> descriptor); null when `fuse.nativeRead` is off. */
-export function nativeDataPlane(Fuse: FuseClass, on: boolean): DataPlane | null {
-  if (!on) return null;
-  const { publishRead, unpublishRead, dataPlaneStats } = Fuse;
-  if (typeof publishRead !== 'function' || typeof unpublishRead !== 'function' || typeof dataPlaneStats !== 'function') {
-    throw new NativeBindingError('the FUSE binding has no data plane (fuse.nativeRead); run "node scripts/build-native.mjs", or set fuse.nativeRead to false');
+/**
+ * The binding's data plane (process-wide table fh -> descriptor); null when
+ * `fuse.nativeRead` and `fuse.nativeWrite` are both off.
+ */
+export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boolean }): DataPlane | null {
+  if (!on.read && !on.write) return null;
+  const { publish, setPublishFlags, unpublish, setWriteHandler, writeDecision, writeDone, dataPlaneStats } = Fuse;
+  if (
+    typeof publish !== 'function' ||
+    typeof setPublishFlags !== 'function' ||
+    typeof unpublish !== 'function' ||
+    typeof setWriteHandler !== 'function' ||
+    typeof writeDecision !== 'function' ||
+    typeof writeDone !== 'function' ||
+    typeof dataPlaneStats !== 'function'
+  ) {
+    throw new NativeBindingError('the FUSE binding has no data plane (fuse.nativeRead/nativeWrite); run "node scripts/build-native.mjs", or set both to false');
   }
+  // pwrite results the binding reports for writes told to proceed, by request id.
+  const reports = new Map<number, { resolve: (n: number) => void; reject: (err: Error) => void }>();
+  let serve: ((w: NativeWrite) => void) | null = null;
+  const onWrite: WriteHandler = (kind, id, a, b, c, path, uid, gid, pid) => {
+    if (kind === 1) {
+      const r = reports.get(id);
+      reports.delete(id);
+      if (!r) return void writeDone(id, a);
+      if (a >= 0) r.resolve(a);
+      else r.reject(nativeError('write', a));
+      return;
+    }
+    try {
+      serve!({
+        fh: a,
+        offset: b,
+        len: c,
+        path,
+        caller: { uid, gid, pid },
+        proceed: (start) =>
+          new Promise<number>((resolve, reject) => {
+            reports.set(id, { resolve, reject });
+            // Not waiting any more cannot happen (the binding waits for exactly this); if it did, nothing was written.
+            if (!writeDecision(id, start)) {
+              reports.delete(id);
+              reject(Object.assign(new Error('write plane: the request is gone'), { code: 'EIO' }));
+            }
+          }),
+        fallback: () => void writeDecision(id, -1),
+        finish: (res) => void writeDone(id, res),
+      });
+    } catch {
+      // Never leave libfuse's thread waiting: the data goes to ops.write, which answers.
+      writeDecision(id, -1);
+    }
+  };
   return {
-    publishRead: (fh, fd) => publishRead(fh, fd),
-    unpublishRead: (fh) => void unpublishRead(fh),
+    read: on.read,
+    write: on.write,
+    publish: (fh, fd, flags) => publish(fh, fd, flags),
+    setFlags: (fh, flags) => void setPublishFlags(fh, flags),
+    unpublish: (fh) => void unpublish(fh),
     stats: () => {
       const s = dataPlaneStats();
-      return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks };
+      return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks, writes: s.writes, writeBytes: s.writeBytes, writeFallbacks: s.writeFallbacks };
+    },
+    serveWrites: (handler) => {
+      if (!on.write) return;
+      if (serve === null) setWriteHandler(onWrite);
+      serve = handler;
     },
   };
 }

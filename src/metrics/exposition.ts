@@ -21,18 +21,22 @@ export interface MetricsSnapshot {
   tenants: Array<{ tenant: string; bytes: number; budget: number }>;
   refusals: Array<{ home: string; code: string; count: number }>;
   ops: OpStats[];
-  /** READs answered in the binding (fuse.nativeRead); absent when it is off */
-  nativeReads?: NativeReadStats;
+  /** the binding's data plane (fuse.nativeRead / nativeWrite); absent when both are off */
+  dataPlane?: DataPlaneSample;
   uptimeSeconds: number;
   /** open files of all homes against their shared cap (limits.nofile − limits.reserveFiles − homes) */
   openFiles?: { total: number; cap: number };
 }
 
-export interface NativeReadStats {
+export interface DataPlaneSample {
   reads: number;
   bytes: number;
   /** reads of published handles handed to JavaScript (a backing error, an offset past 2^53) */
   fallbacks: number;
+  writes: number;
+  writeBytes: number;
+  /** writes of published handles whose data JavaScript asked for after all */
+  writeFallbacks: number;
 }
 
 /** Label values: backslash, double quote and newline are escaped (the format's rules). */
@@ -79,11 +83,14 @@ export function renderMetrics(s: MetricsSnapshot): string {
   );
   family('homesfs_fuse_requests_total', 'counter', 'FUSE requests answered in JavaScript, by operation.', s.ops.map((o) => [{ op: o.op }, o.count]));
   family('homesfs_fuse_errors_total', 'counter', 'FUSE requests answered with an error (any errno, ENOENT included), by operation.', s.ops.map((o) => [{ op: o.op }, o.errors]));
-  if (s.nativeReads) {
-    const n = s.nativeReads;
+  if (s.dataPlane) {
+    const n = s.dataPlane;
     family('homesfs_native_reads_total', 'counter', 'FUSE READs answered in the binding, without JavaScript (fuse.nativeRead).', [[{}, n.reads]]);
     family('homesfs_native_read_bytes_total', 'counter', 'Bytes returned by READs answered in the binding.', [[{}, n.bytes]]);
     family('homesfs_native_read_fallbacks_total', 'counter', 'READs of published handles handed to JavaScript (backing error, offset past 2^53).', [[{}, n.fallbacks]]);
+    family('homesfs_native_writes_total', 'counter', 'FUSE WRITEs decided in JavaScript without their data and written in the binding (fuse.nativeWrite).', [[{}, n.writes]]);
+    family('homesfs_native_write_bytes_total', 'counter', 'Bytes written by WRITEs written in the binding.', [[{}, n.writeBytes]]);
+    family('homesfs_native_write_fallbacks_total', 'counter', 'WRITEs of published handles whose data JavaScript asked for after all.', [[{}, n.writeFallbacks]]);
   }
   const h = 'homesfs_fuse_request_duration_seconds';
   out.push(`# HELP ${h} Time from the request reaching JavaScript to its reply, by operation.`, `# TYPE ${h} histogram`);

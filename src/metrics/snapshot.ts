@@ -28,7 +28,7 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
       .sort((a, b) => a.tenant.localeCompare(b.tenant)),
     refusals: ctx.refusals.counts(),
     ops: ops.all(),
-    ...(ctx.nativeReadStats() ? { nativeReads: ctx.nativeReadStats()! } : {}),
+    ...(ctx.dataPlaneStats() ? { dataPlane: ctx.dataPlaneStats()! } : {}),
     uptimeSeconds: Math.round((Date.now() - startedMs) / 1000),
     openFiles: { total: ctx.openFiles.total, cap: ctx.openFiles.cap },
   };

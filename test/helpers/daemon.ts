@@ -69,7 +69,8 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
   const configPath = join(dir, 'config.json');
   if (!reuse) {
     // root-only, as the daemon demands (issue 8): the homes below belong to their owners
-    mkdirSync(backing, { mode: 0o700 });
+    // (a caller may have mounted a small filesystem there already: fresh + dir)
+    if (!existsSync(backing)) mkdirSync(backing, { mode: 0o700 });
     for (const h of opts.create ?? []) mkdirSync(join(backing, h), { recursive: true, mode: 0o700 });
     writeFileSync(
       configPath,

@@ -450,6 +450,66 @@ os.close(fd)
     expect(since(mark).filter((e) => e.op === 'unpublish' && e.path === '/indirect-1')).toEqual([]);
   }, 30_000);
 
+  it('WRITEs of a published handle are decided without their data and written in the binding', async () => {
+    const a = randomBytes(100_000);
+    const b = randomBytes(5_000);
+    writeFileSync(path.join(work, 'wa.bin'), a);
+    writeFileSync(path.join(work, 'wb.bin'), b);
+    const mark = events.length;
+    const { stdout } = await py(`
+import os, errno
+w = ${JSON.stringify(work)}
+fd = os.open(${JSON.stringify(mnt)} + '/wnative-1', os.O_RDWR | os.O_CREAT, 0o644)
+print(os.pwrite(fd, open(w + '/wa.bin', 'rb').read(), 0), os.pwrite(fd, open(w + '/wb.bin', 'rb').read(), 774144))
+try:
+    os.pwrite(fd, b'0123456789', (1 << 20) + 100)
+    print('written')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+print(os.fstat(fd).st_size)
+os.close(fd)
+`);
+    expect(stdout.trim().split('\n')).toEqual(['100000 5000', 'EDQUOT', '779144']);
+    const onDisk = readFileSync(B('wnative-1'));
+    expect(onDisk.length).toBe(779_144);
+    expect(onDisk.subarray(0, 100_000).equals(a)).toBe(true);
+    expect(onDisk.subarray(774_144).equals(b)).toBe(true);
+    expect(onDisk.subarray(100_000, 774_144).every((x) => x === 0)).toBe(true);
+    await waitFor((e) => e.op === 'release' && e.path === '/wnative-1', mark);
+    const mine = since(mark).filter((e) => e.path === '/wnative-1' || e.op === 'wreport');
+    const decided = mine.filter((e) => e.op === 'wdecide').map((e) => [e.offset, e.len]);
+    expect(decided).toEqual([[0, 100_000], [774_144, 5_000], [(1 << 20) + 100, 10]]);
+    expect(mine.filter((e) => e.op === 'wreport').map((e) => e.result)).toEqual([100_000, 5_000]);
+    expect(mine.filter((e) => e.op === 'write')).toEqual([]);
+    const caller = mine.find((e) => e.op === 'wdecide')!.caller!;
+    expect(caller.uid).toBe(0);
+    expect(caller.pid).toBeGreaterThan(0);
+  }, 30_000);
+
+  it('a write the handler sends back reaches ops.write with its data; a failed pwrite gets the handler\'s answer', async () => {
+    const mark = events.length;
+    const { stdout } = await py(`
+import os, errno
+m = ${JSON.stringify(mnt)}
+with open(m + '/wfall-1', 'wb') as f: f.write(b'hello')
+fd = os.open(m + '/wbad-1', os.O_WRONLY | os.O_CREAT, 0o644)
+try:
+    os.write(fd, b'x' * 10)
+    print('written')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+os.close(fd)
+`);
+    expect(stdout.trim()).toBe('EIO');
+    expect(readFileSync(B('wfall-1'), 'utf8')).toBe('hello');
+    expect(readFileSync(B('wbad-1')).length).toBe(0);
+    await waitFor((e) => e.op === 'release' && e.path === '/wbad-1', mark);
+    const ev = since(mark);
+    expect(ev.filter((e) => e.op === 'write').map((e) => e.path)).toEqual(['/wfall-1']);
+    expect(ev.filter((e) => e.op === 'wdecide').map((e) => e.path)).toEqual(['/wfall-1', '/wbad-1']);
+    expect(ev.filter((e) => e.op === 'wreport').map((e) => e.result)).toEqual([-9]); // EBADF from the read-only descriptor
+  }, 30_000);
+
   it('a name with invalid UTF-8 fails with EILSEQ and creates nothing', async () => {
     const mark = events.length;
     const target = Buffer.concat([Buffer.from(M('bad-')), Buffer.from([0xff])]);

@@ -56,6 +56,7 @@ describe('buildConfig: defaults', () => {
       maxWrite: 131072,
       kernelCache: false,
       nativeRead: true,
+      nativeWrite: true,
       debug: false,
     });
   });
