@@ -1,10 +1,11 @@
-import type { BigIntStats } from 'node:fs';
+import { chmodSync, chownSync, fstatSync, type BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { NAME_MAX_BYTES } from '../paths/names.js';
 import { isReservedDir, isStatusPath } from '../paths/reserved.js';
 import { chmodDecision } from '../policy/profiles.js';
 import type { FsContext, TimeSpec } from './context.js';
+import { hiddenFd } from './hidden.js';
 import { statusAttr, statusText, virtualDirAttr } from './status.js';
 import { daemonDirAttr, homeNodeAttr, type Attr } from './present.js';
 import { inodeKey, type HomeState } from './state.js';
@@ -21,7 +22,8 @@ function foreignDevice(hs: HomeState, st: BigIntStats): void {
 async function hiddenAttr(ctx: FsContext, path: string): Promise<Attr | null> {
   const h = ctx.hidden.get(path);
   if (!h) return null;
-  const st = await sys.fstat(h.fd);
+  // Synchronous from picking the descriptor to using it (see hiddenFd).
+  const st = fstatSync(hiddenFd(h), { bigint: true });
   const attr = homeNodeAttr(h.home.profile, h.home.backing.owner, st, false);
   const open = h.home.inodes.get(inodeKey(st.dev, st.ino));
   if (open) attr.size = BigInt(Math.max(open.size, Number(st.size)));
@@ -126,7 +128,16 @@ export async function chmod(ctx: FsContext, path: string, mode: number): Promise
     await sys.chmod(sys.fdPath(fd), decision.mode);
   };
   // fchmod of a file unlinked while open: libfuse asks by its hidden name.
-  if (hidden) return apply(hidden.fd, await sys.fstat(hidden.fd));
+  if (hidden) {
+    // Synchronous from picking the descriptor to using it (see hiddenFd).
+    const fd = hiddenFd(hidden);
+    const st = fstatSync(fd, { bigint: true });
+    if (st.isSymbolicLink()) return;
+    const decision = chmodDecision(hs.profile, st.isDirectory(), Number(st.mode) & 0o7777, mode & 0o7777);
+    if (decision.action === 'refuse') throw new HomesError('OP_REFUSED', `chmod to ${(mode & 0o7777).toString(8)} is not allowed by profile ${hs.profileName}`);
+    if (decision.action === 'apply') chmodSync(sys.fdPath(fd), decision.mode);
+    return;
+  }
   await withNode(ctx, hs, vp.rel.slice(0, -1), vp.rel[vp.rel.length - 1]!, apply);
 }
 
@@ -137,8 +148,8 @@ export async function chown(ctx: FsContext, path: string, uid: number, gid: numb
   const keepGid = gid === 0xffffffff || gid === -1;
   const hidden = ctx.hidden.get(path);
   if (hs.profile.chown === 'allow' && hidden) {
-    // fchown of a file unlinked while open: the magic link of its O_PATH descriptor is the inode.
-    await sys.chown(sys.fdPath(hidden.fd), keepUid ? -1 : uid, keepGid ? -1 : gid);
+    // fchown of a file unlinked while open: the magic link of one of its handles' descriptors is the inode.
+    chownSync(sys.fdPath(hiddenFd(hidden)), keepUid ? -1 : uid, keepGid ? -1 : gid);
     return;
   }
   if (hs.profile.chown === 'allow' && vp.rel.length > 0) {

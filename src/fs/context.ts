@@ -399,7 +399,7 @@ export class FsContext {
       // fstat of an open descriptor on the local backing disk: metadata only, microseconds.
       const st = fstatSync(fd, { bigint: true });
       if (st.nlink === 0n) throw new HomesError('NOT_FOUND', 'the file was removed while it was being opened');
-      inode = { key, size: Number(st.size), handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex() };
+      inode = { key, size: Number(st.size), handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex(), fds: new Set() };
       hs.inodes.set(key, inode);
     }
     return inode;

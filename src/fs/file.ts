@@ -89,6 +89,7 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
   const writable = (flags & ACCMODE) !== C.O_RDONLY;
   inode.handles++;
   if (writable) inode.writers++;
+  inode.fds.add(fd);
   const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false, slot, published: 0 }));
   ctx.gateFlush(h);
   ctx.publishData(h);
@@ -418,6 +419,8 @@ export async function release(ctx: FsContext, fh: number): Promise<void> {
   if (!h) return;
   ctx.ungateFlush(h);
   ctx.unpublishData(h);
+  // Out of the set before its close is issued: hidden.ts never picks a descriptor being closed.
+  h.inode.fds.delete(h.fd);
   if (h.writable) h.inode.writers--;
   ctx.detachInode(h.home, h.inode);
   try {

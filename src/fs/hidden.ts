@@ -1,6 +1,7 @@
 import * as sys from '../backing/sys.js';
+import { HomesError } from '../errors.js';
 import type { FsContext } from './context.js';
-import { inodeKey, type HomeState } from './state.js';
+import { inodeKey, type HomeState, type OpenInode } from './state.js';
 
 /**
  * Files unlinked while open. libfuse 2.9 (without hard_remove) does not let
@@ -12,15 +13,29 @@ import { inodeKey, type HomeState } from './state.js';
  *
  * The daemon takes that rename as the unlink it is: the backing name goes at
  * once (nothing appears in the backing tree or in listings, the directory can
- * be removed), and the hidden name is served from an O_PATH descriptor of the
- * inode until libfuse unlinks it.
+ * be removed), and the hidden name is served from the descriptor of one of the
+ * inode's open handles until libfuse unlinks it.
  */
 export const HIDDEN_NAME = /^\.fuse_hidden[0-9a-f]{16}$/;
 
 export interface HiddenNode {
-  /** O_PATH descriptor of the unlinked inode */
-  readonly fd: number;
+  /** the open-file record of the unlinked inode: its handles' descriptors reach it */
+  readonly inode: OpenInode;
   readonly home: HomeState;
+}
+
+/**
+ * A descriptor of the hidden inode: one of its open handles'. No descriptor of
+ * its own: each would be one more the daemon holds per file a home unlinks
+ * while open, outside every open-file cap. Use it synchronously only (no await
+ * between picking it and the call that uses it): a handle's descriptor leaves
+ * `fds` before its close is issued, so a descriptor picked and used in one
+ * synchronous step is never a closed one, or a number reused by another open.
+ * Gone (every handle released, libfuse about to unlink the name): ENOENT.
+ */
+export function hiddenFd(h: HiddenNode): number {
+  for (const fd of h.inode.fds) return fd;
+  throw new HomesError('NOT_FOUND', 'the unlinked file is no longer open');
 }
 
 /**
@@ -36,19 +51,16 @@ export async function hideOpenFile(ctx: FsContext, hs: HomeState, dirFd: number,
   if (node === null) return false;
   try {
     const st = await sys.fstat(node);
-    if (!st.isFile() || !hs.inodes.has(inodeKey(st.dev, st.ino))) {
-      await sys.close(node);
-      return false;
-    }
+    const key = inodeKey(st.dev, st.ino);
+    if (!st.isFile() || !hs.inodes.has(key)) return false;
     await sys.unlink(sys.fdPath(dirFd, name));
     ctx.settleRemoved(hs, node);
-  } catch (err) {
+    // In the same synchronous step as the removal was settled: the record, if any handle still has it.
+    const inode = hs.inodes.get(key);
+    if (inode) ctx.hidden.set(to, { inode, home: hs });
+  } finally {
     await sys.close(node);
-    throw err;
   }
-  const old = ctx.hidden.get(to);
-  if (old) await sys.close(old.fd);
-  ctx.hidden.set(to, { fd: node, home: hs });
   return true;
 }
 
@@ -57,6 +69,5 @@ export async function forgetHidden(ctx: FsContext, path: string): Promise<boolea
   const h = ctx.hidden.get(path);
   if (!h) return false;
   ctx.hidden.delete(path);
-  await sys.close(h.fd);
   return true;
 }

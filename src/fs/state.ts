@@ -34,6 +34,12 @@ export interface OpenInode {
   /** text homes: the file currently ends inside a multi-byte character */
   incompleteTail: boolean;
   readonly lock: Mutex;
+  /**
+   * Descriptors of the handles open on it (taken out before their close is
+   * issued): a file unlinked while open is served from one of them, so hiding
+   * it costs no descriptor of its own (see hidden.ts).
+   */
+  readonly fds: Set<number>;
 }
 
 export type ScanState = 'pending' | 'scanning' | 'done' | 'failed';

@@ -61,6 +61,21 @@ if mode == 'threads':
     sys.stdin.read()
     for fd in fds: os.close(fd)
     sys.exit(0)
+if mode == 'unlinked':
+    # n files created, held open and unlinked: each is served by libfuse's hidden name
+    for i in range(n):
+        name = '%s-%d' % (path, i)
+        fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.write(fd, b'x')
+        os.unlink(name)
+        fds.append(fd)
+    st = [os.fstat(fd) for fd in fds]
+    os.fchmod(fds[0], 0o400)
+    ok = all(s.st_nlink == 0 and s.st_size == 1 for s in st) and (os.fstat(fds[0]).st_mode & 0o777) == 0o400
+    print(json.dumps({'opened': len(fds), 'err': None if ok else 'bad fstat', 'again': [], 'hard': hard}), flush=True)
+    sys.stdin.read()
+    for fd in fds: os.close(fd)
+    sys.exit(0)
 def one(i):
     if mode == 'create':
         return os.open('%s-%d' % (path, i), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -247,6 +262,19 @@ print('ok')"`,
       s = await status();
     }
     expect(s.limits.openFiles).toBe(0);
+  }, 120_000);
+
+  it('files unlinked while open cost the daemon no descriptor beyond their handles', async () => {
+    const before = d.fdCount();
+    const held = await holdOpen(opener, A, [join(d.home('atk', 'a'), 'gone'), '400', 'unlinked', '0']);
+    try {
+      expect(held.result).toMatchObject({ opened: 400, err: null });
+      expect(homeOf(await status(), 'atk', 'a').openFiles).toBe(400);
+      // One backing descriptor per handle; a hidden node used to hold an O_PATH descriptor of its own.
+      expect(d.fdCount() - before).toBeLessThan(400 + 50);
+    } finally {
+      expect(await held.release()).toBe(0);
+    }
   }, 120_000);
 
   it('one uid across two homes stops at limits.openFilesPerUid; all homes together stop at the shared cap with ENFILE, short of the reserve', async () => {
