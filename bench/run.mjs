@@ -15,6 +15,7 @@
 //   BENCH_FILES        small files created / stat'ed / removed     (default 3000)
 //   BENCH_TREE_FILES   files in the generated tree (tar, find, git) (default 4400)
 //   BENCH_MICRO        ops per micro-benchmark loop                (default 3000)
+//   BENCH_RAND         random 4 KiB pwrites over a 32 MiB file      (default 16000)
 //   BENCH_REPS         repetitions per workload; medians are kept  (default 5)
 //   BENCH_FS           where every backing lives:
 //                        auto  (default) a journaled ext4 loop file when the scratch
@@ -23,7 +24,7 @@
 //   BENCH_DIR          parent of the scratch directory             (default os.tmpdir())
 //   BENCH_NO_BINDFS=1  skip bindfs (otherwise installed with apt-get when missing)
 //   BENCH_METRICS=1    serve the metrics endpoint (per-op counting on) to measure its cost
-//   BENCH_ONLY         comma-separated workloads to run: seq, small, tree, micro (default all)
+//   BENCH_ONLY         comma-separated workloads to run: seq, rand, small, tree, micro (default all)
 //   BENCH_CONFIG       JSON merged into the daemon's configuration, e.g.
 //                        '{"fuse":{"nativeRead":false}}' to measure a switch off and on
 //
@@ -59,6 +60,7 @@ const MB = envInt('BENCH_MB', QUICK ? 64 : 256);
 const FILES = envInt('BENCH_FILES', QUICK ? 1000 : 3000);
 const TREE_FILES = envInt('BENCH_TREE_FILES', QUICK ? 1500 : 4400);
 const MICRO_N = envInt('BENCH_MICRO', QUICK ? 1000 : 3000);
+const RAND_N = envInt('BENCH_RAND', QUICK ? 4000 : 16000);
 const REPS = envInt('BENCH_REPS', QUICK ? 3 : 5);
 const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim())) : null;
 const EXTRA_CONFIG = process.env.BENCH_CONFIG ? JSON.parse(process.env.BENCH_CONFIG) : {};
@@ -416,6 +418,7 @@ const METRICS = [
   { key: 'seqWrite', workload: 'seq', label: `seq write ${MB} MiB (dd bs=1M conv=fsync)`, unit: 'MiB/s', higher: true },
   { key: 'seqReadCold', workload: 'seq', label: `seq read ${MB} MiB, cold`, unit: 'MiB/s', higher: true },
   { key: 'seqReadWarm', workload: 'seq', label: `seq re-read ${MB} MiB, warm`, unit: 'MiB/s', higher: true },
+  { key: 'randWrite4k', workload: 'rand', label: `random 4 KiB writes x ${RAND_N} (pwrite)`, unit: 'writes/s', higher: true },
   { key: 'smallCreate', workload: 'small', label: `create ${FILES} x 4 KiB (node)`, unit: 'files/s', higher: true },
   { key: 'smallStatCold', workload: 'small', label: `stat ${FILES} (find -printf %s), cold`, unit: 'files/s', higher: true },
   { key: 'smallStatWarm', workload: 'small', label: `stat ${FILES} (find -printf %s), warm`, unit: 'files/s', higher: true },
@@ -433,6 +436,23 @@ const MICRO_OPS = [
   { key: 'openClose', label: 'open+close' },
   { key: 'unlink', label: 'unlink' },
 ];
+
+const RAND_SCRIPT = `
+import os, sys, time, random
+f, n = sys.argv[1], int(sys.argv[2])
+span = 32 << 20
+fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.ftruncate(fd, span)
+buf = os.urandom(4096)
+random.seed(1)
+offs = [random.randrange(0, span // 4096) * 4096 for _ in range(n)]
+t0 = time.perf_counter()
+for o in offs:
+    os.pwrite(fd, buf, o)
+t = time.perf_counter() - t0
+os.close(fd)
+print(t)
+`;
 
 function createScript(dir) {
   return `
@@ -461,6 +481,18 @@ const WORKLOADS = [
         r.value = MB / r.secs;
       }
       mustOk(await run('rm', ['-f', f]), 'rm seq file');
+    },
+  },
+  {
+    id: 'rand',
+    async rep(t, phase) {
+      // fio-like: one request per write(2) (no writeback cache in libfuse 2.9), so this is
+      // the per-request cost of the write path; timed inside the child.
+      const f = join(t.dir, 'rand.bin');
+      const w = await phase('randWrite4k', () => run('python3', ['-c', RAND_SCRIPT, f, String(RAND_N)]));
+      mustOk(w, 'random 4 KiB writes');
+      w.value = RAND_N / Number(w.stdout);
+      mustOk(await run('rm', ['-f', f]), 'rm rand file');
     },
   },
   {
