@@ -63,8 +63,11 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   const started = Date.now();
 
   let Fuse;
+  let dataPlane;
   try {
     Fuse = loadFuse();
+    // A build without the data plane is named (exit NATIVE) unless both switches are off.
+    dataPlane = nativeDataPlane(Fuse, { read: config.fuse.nativeRead, write: config.fuse.nativeWrite });
   } catch (err) {
     throw new DaemonError((err as Error).message, err instanceof NativeBindingError ? EXIT.NATIVE : EXIT.INTERNAL);
   }
@@ -143,7 +146,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     mknod: nativeMknod(Fuse),
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
-    dataPlane: nativeDataPlane(Fuse, { read: config.fuse.nativeRead, write: config.fuse.nativeWrite }),
+    dataPlane,
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);
