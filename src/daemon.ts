@@ -12,6 +12,7 @@ import { FsContext } from './fs/context.js';
 import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
+import { NativeFastPath } from './fuse/fastpath.js';
 import { MountManager, nativeDataPlane, nativeMknod, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
@@ -24,6 +25,10 @@ import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
 import { VERSION } from './version.js';
 import { UserDb } from './users/userdb.js';
+
+function fastPathReport(s: { answered: number; fallbacks: number; homes: number; inodes: number }) {
+  return { answered: s.answered, fallbacks: s.fallbacks, homes: s.homes, openInodes: s.inodes };
+}
 
 export class DaemonError extends Error {
   constructor(
@@ -137,6 +142,9 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     log.warn({ tenant: t.tenant, trash: t.name, err: t.error }, 'could not remove a half-deleted home; it stays (unreachable through the mount) until a later start');
   }
 
+  // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
+  const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' })) : null;
+  if (config.fuse.nativeFastPath && !fastPath) log.warn('fuse.nativeFastPath is on but the binding has no fast path (rebuild it: node scripts/build-native.mjs): every getattr goes to JS');
   const ctx = new FsContext({
     store,
     log: log.child({ component: 'fs' }),
@@ -147,6 +155,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
     dataPlane,
+    ...(fastPath ? { attrs: fastPath } : {}),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);
@@ -236,7 +245,13 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         backing: store.root,
         configPath: loaded.path,
         mount: { path: config.mount, ...mount.state },
-        native: { patch: Fuse.HOMESFS_PATCH ?? 0, selfCheck: sc.state, maxWriteRequest: sc.maxWriteRequest, ...(sc.detail ? { detail: sc.detail } : {}) },
+        native: {
+          patch: Fuse.HOMESFS_PATCH ?? 0,
+          selfCheck: sc.state,
+          maxWriteRequest: sc.maxWriteRequest,
+          ...(sc.detail ? { detail: sc.detail } : {}),
+          ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
+        },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,
         limits: {

@@ -32,6 +32,11 @@ const FuseOptions = z
     nativeRead: z.boolean().default(true),
     /** WRITEs of binary-content handles decided in JS without their data, written in the binding */
     nativeWrite: z.boolean().default(true),
+    /**
+     * getattr/lookup answered on libfuse's threads from state the daemon
+     * publishes (binding patch 4); anything it is unsure of still goes to JS
+     */
+    nativeFastPath: z.boolean().default(true),
     debug: z.boolean().default(false),
   })
   .strict();

@@ -233,6 +233,8 @@ export interface StatusReport {
     selfCheck: 'pending' | 'ok' | 'failed';
     maxWriteRequest: number | null;
     detail?: string;
+    /** the native getattr/lookup fast path (absent when fuse.nativeFastPath is off): requests answered natively and handed to JS */
+    fastPath?: { answered: number; fallbacks: number; homes: number; openInodes: number };
   };
   homes: Array<{
     tenant: string;

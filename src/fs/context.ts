@@ -38,6 +38,26 @@ export interface ProfileChoice {
   limits: import('../policy/ledger.js').Limits;
 }
 
+/**
+ * Where the fs layer publishes what a native getattr/lookup needs (the FUSE
+ * binding's fast path, src/fuse/fastpath.ts). Every call happens before the
+ * change it reports is answered to anyone (an open, a control reply), so the
+ * native side never answers from state JS has left behind.
+ */
+export interface AttrPublisher {
+  /** publish or replace the home's presentation under its current path */
+  publish(hs: HomeState): void;
+  /** the home's policy or owner changed: publish again if it is published */
+  republish(hs: HomeState): void;
+  /** this home state is retired: drop its publication, wherever it is */
+  homeGone(hs: HomeState): void;
+  /** nothing may be answered natively under `/<id>` any more */
+  pathGone(id: string): void;
+  /** an inode whose size only JS knows (open in JS): +1 before the open is answered, -1 at the last close */
+  inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  clear(): void;
+}
+
 export interface FsDeps {
   store: BackingStore;
   log: Logger;
@@ -58,6 +78,8 @@ export interface FsDeps {
   openFiles?: { perUid: number; forHandles: number };
   /** the binding's data plane (config `fuse.nativeRead`); absent: every READ comes to JS */
   dataPlane?: DataPlane | null;
+  /** the native getattr fast path's control plane, when it is on */
+  attrs?: AttrPublisher;
 }
 
 /** Published flags: READs answered natively; WRITEs decided here, written natively. */
@@ -220,9 +242,16 @@ export class FsContext {
     const id = homeId(ref);
     let p = this.homes.get(id);
     if (!p) {
-      p = this.openHomeState(ref);
-      this.homes.set(id, p);
-      p.catch(() => this.homes.delete(id));
+      const opened = this.openHomeState(ref);
+      p = opened;
+      this.homes.set(id, opened);
+      opened.then(
+        // Published only while it is still the state of that path (a forget or rename may have come first).
+        (hs) => {
+          if (this.homes.get(homeId(hs.backing.ref)) === opened) this.deps.attrs?.publish(hs);
+        },
+        () => this.homes.delete(id),
+      );
     }
     return p;
   }
@@ -278,11 +307,14 @@ export class FsContext {
     const p = this.homes.get(homeId(from));
     this.homes.delete(homeId(from));
     this.refusals.rename(homeId(from), homeId(to));
+    // Before the rename is answered: nothing is served natively under the old path.
+    this.deps.attrs?.pathGone(homeId(from));
     if (!p) return;
     this.homes.set(homeId(to), p);
     void p.then((hs) => {
       hs.backing.ref = to;
       hs.backing.id = homeId(to);
+      if (this.homes.get(homeId(to)) === p) this.deps.attrs?.publish(hs);
     });
   }
 
@@ -296,8 +328,10 @@ export class FsContext {
     const p = this.homes.get(homeId(ref));
     this.refusals.forget(homeId(ref));
     this.homes.delete(homeId(ref));
+    this.deps.attrs?.pathGone(homeId(ref));
     void p?.then(
       (hs) => {
+        this.deps.attrs?.homeGone(hs);
         // A deleted or replaced home's bytes leave its tenant's total.
         hs.ledger.detach();
         this.store.retire(hs.backing);
@@ -353,6 +387,7 @@ export class FsContext {
   async close(): Promise<void> {
     const all = [...this.homes.values()];
     this.homes.clear();
+    this.deps.attrs?.clear();
     for (const p of all) {
       const hs = await p.catch(() => null);
       if (hs) this.store.retire(hs.backing);
@@ -399,8 +434,10 @@ export class FsContext {
       // fstat of an open descriptor on the local backing disk: metadata only, microseconds.
       const st = fstatSync(fd, { bigint: true });
       if (st.nlink === 0n) throw new HomesError('NOT_FOUND', 'the file was removed while it was being opened');
-      inode = { key, size: Number(st.size), handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex(), fds: new Set() };
+      inode = { key, dev, ino, size: Number(st.size), handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex(), fds: new Set() };
       hs.inodes.set(key, inode);
+      // Its size is the ledger's from now on: the native getattr must ask JS.
+      this.deps.attrs?.inode(dev, ino, 1);
     }
     return inode;
   }
@@ -431,6 +468,7 @@ export class FsContext {
     inode.handles--;
     if (inode.handles > 0) return;
     hs.inodes.delete(inode.key);
+    this.deps.attrs?.inode(inode.dev, inode.ino, -1);
     if (inode.unlinked) {
       hs.ledger.release(inode.size);
       hs.ledger.removeInode();
@@ -490,6 +528,7 @@ export class FsContext {
       this.gateFlush(h);
       this.publishData(h);
     }
+    this.deps.attrs?.republish(hs);
   }
 
   /** Name-shape rules of the profile for a new entry (length, depth, entries per directory). */

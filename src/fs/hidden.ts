@@ -16,6 +16,7 @@ import { inodeKey, type HomeState, type OpenInode } from './state.js';
  * be removed), and the hidden name is served from the descriptor of one of the
  * inode's open handles until libfuse unlinks it.
  */
+export const HIDDEN_NAME_PREFIX = '.fuse_hidden';
 export const HIDDEN_NAME = /^\.fuse_hidden[0-9a-f]{16}$/;
 
 export interface HiddenNode {

@@ -26,6 +26,8 @@ export class Mutex {
  */
 export interface OpenInode {
   readonly key: string;
+  readonly dev: bigint;
+  readonly ino: bigint;
   size: number;
   handles: number;
   writers: number;

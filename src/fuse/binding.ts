@@ -55,6 +55,17 @@ export interface FuseInstance {
   setFlushGate(gate: Uint16Array): void;
 }
 
+/** The binding's native getattr/lookup table (patch 4, fastpath.c): one per process. */
+export interface FastPathNative {
+  setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
+  removeHome(prefix: string, token?: number): boolean;
+  inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  setReserved(names: string[]): void;
+  enable(on: boolean): void;
+  clear(): void;
+  stats(): { enabled: boolean; answered: number; fallbacks: number; homes: number; inodes: number };
+}
+
 export interface FuseClass {
   new (mnt: string, ops: Partial<NativeOps>, opts: Record<string, unknown>): FuseInstance;
   HOMESFS_PATCH?: number;
@@ -74,6 +85,8 @@ export interface FuseClass {
   writeDecision?(id: number, offset: number): boolean;
   writeDone?(id: number, result: number): boolean;
   dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number; writes: number; writeBytes: number; writeFallbacks: number };
+  /** absent from a binding built before patch 4 */
+  fastPath?: FastPathNative;
 }
 
 /** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */

@@ -57,6 +57,7 @@ describe('buildConfig: defaults', () => {
       kernelCache: false,
       nativeRead: true,
       nativeWrite: true,
+      nativeFastPath: true,
       debug: false,
     });
   });

@@ -1,0 +1,134 @@
+import type { BigIntStats } from 'node:fs';
+import type { AttrPublisher } from '../fs/context.js';
+import { HIDDEN_NAME_PREFIX } from '../fs/hidden.js';
+import { presentedMode } from '../fs/present.js';
+import type { HomeState } from '../fs/state.js';
+import type { Logger } from '../log.js';
+import { RESERVED_DIR } from '../paths/reserved.js';
+import type { Profile } from '../policy/profiles.js';
+import type { FastPathNative } from './binding.js';
+
+/** Every file type the kernel knows, as mode >> 12. */
+const TYPES = [0o01, 0o02, 0o04, 0o06, 0o10, 0o12, 0o14] as const;
+
+export interface PresentationMasks {
+  /** bit t: type t (mode >> 12) is presented as type | (perms & keep[t]) | or[t] */
+  types: number;
+  /** keep[0..15] then or[0..15] */
+  masks: Uint32Array;
+}
+
+const cache = new WeakMap<Profile, PresentationMasks>();
+
+/**
+ * The native side never re-derives policy: it gets JS's own presentedMode in
+ * the form `type | (perms & keep) | or`, found by evaluating it on all 4096
+ * permission values of each type. A type whose presentation is not of that
+ * form is not published (the native getattr then hands it to JS).
+ */
+export function presentationMasks(profile: Profile): PresentationMasks {
+  const hit = cache.get(profile);
+  if (hit) return hit;
+  const masks = new Uint32Array(32);
+  let types = 0;
+  for (const t of TYPES) {
+    const type = t << 12;
+    const present = (perms: number): number => presentedMode(profile, { mode: BigInt(type | perms) } as BigIntStats);
+    const or = present(0) & 0o7777;
+    const keep = present(0o7777) & 0o7777 & ~or;
+    let ok = true;
+    for (let perms = 0; perms <= 0o7777 && ok; perms++) {
+      ok = present(perms) === (type | (perms & keep) | or);
+    }
+    if (!ok) continue;
+    types |= 1 << t;
+    masks[t] = keep;
+    masks[16 + t] = or;
+  }
+  const out = { types, masks };
+  cache.set(profile, out);
+  return out;
+}
+
+/** Names below a home that only JS answers (the native walk hands them over). */
+export const JS_ONLY_NAMES = [RESERVED_DIR, `${HIDDEN_NAME_PREFIX}*`];
+
+/**
+ * The control plane of the binding's native getattr/lookup (fastpath.c): what
+ * the fs layer reports through AttrPublisher becomes the native table, under
+ * the binding's write lock, before the reported change is answered.
+ */
+export class NativeFastPath implements AttrPublisher {
+  /** what is published under each path prefix, and by whom */
+  private readonly byPrefix = new Map<string, { hs: HomeState; token: number }>();
+  private readonly prefixOf = new Map<HomeState, string>();
+  private next = 0;
+
+  constructor(
+    private readonly native: FastPathNative,
+    private readonly log: Logger,
+  ) {
+    native.clear();
+    native.setReserved(JS_ONLY_NAMES);
+    native.enable(true);
+  }
+
+  publish(hs: HomeState): void {
+    // A retired home's descriptor may already be closed: never publish one.
+    if (hs.backing.retired) return this.homeGone(hs);
+    const prefix = `/${hs.backing.ref.tenant}/${hs.backing.ref.key}`;
+    const before = this.prefixOf.get(hs);
+    if (before !== undefined && before !== prefix) this.remove(before);
+    const { types, masks } = presentationMasks(hs.profile);
+    const owner = hs.backing.owner;
+    const token = ++this.next;
+    try {
+      this.native.setHome(prefix, hs.backing.fd, hs.backing.dev, owner.uid, owner.gid, hs.profile.chown === 'allow', hs.profile.maxNameBytes, types, masks, token);
+    } catch (err) {
+      // Unpublished is always correct: JS answers that home's getattrs.
+      this.remove(prefix);
+      this.log.warn({ home: hs.backing.id, err: (err as Error).message }, 'native getattr not published for this home');
+      return;
+    }
+    const old = this.byPrefix.get(prefix);
+    if (old && old.hs !== hs) this.prefixOf.delete(old.hs);
+    this.byPrefix.set(prefix, { hs, token });
+    this.prefixOf.set(hs, prefix);
+  }
+
+  republish(hs: HomeState): void {
+    if (this.prefixOf.has(hs)) this.publish(hs);
+  }
+
+  homeGone(hs: HomeState): void {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix !== undefined) this.remove(prefix);
+  }
+
+  pathGone(id: string): void {
+    this.remove(`/${id}`);
+  }
+
+  inode(dev: bigint, ino: bigint, delta: 1 | -1): void {
+    this.native.inode(dev, ino, delta);
+  }
+
+  clear(): void {
+    this.byPrefix.clear();
+    this.prefixOf.clear();
+    this.native.clear();
+  }
+
+  stats(): ReturnType<FastPathNative['stats']> {
+    return this.native.stats();
+  }
+
+  private remove(prefix: string): void {
+    const e = this.byPrefix.get(prefix);
+    // Removed natively even when JS has no record: a stale entry must never survive.
+    this.native.removeHome(prefix, -1);
+    if (!e) return;
+    this.byPrefix.delete(prefix);
+    this.prefixOf.delete(e.hs);
+  }
+}

@@ -1,0 +1,34 @@
+import type { BigIntStats } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { presentationMasks } from '../../src/fuse/fastpath.js';
+import { presentedMode } from '../../src/fs/present.js';
+import { BUILTIN_PROFILES, type Profile } from '../../src/policy/profiles.js';
+
+const TYPES = { fifo: 0o01, chr: 0o02, dir: 0o04, blk: 0o06, reg: 0o10, lnk: 0o12, sock: 0o14 };
+
+describe('native getattr presentation masks', () => {
+  const odd: Profile = { ...BUILTIN_PROFILES.home, chmod: 'allow', fileMode: 0o640, dirMode: 0o711, allowUserExec: false };
+  for (const [name, profile] of [...Object.entries(BUILTIN_PROFILES), ['odd', odd] as const]) {
+    it(`reproduce presentedMode of profile ${name} for every type and all 4096 permission values`, () => {
+      const { types, masks } = presentationMasks(profile);
+      for (const t of Object.values(TYPES)) {
+        expect(types & (1 << t), `type ${t} published`).not.toBe(0);
+        for (let perms = 0; perms <= 0o7777; perms++) {
+          const want = presentedMode(profile, { mode: BigInt((t << 12) | perms) } as BigIntStats);
+          expect((t << 12) | (perms & masks[t]!) | masks[16 + t]!).toBe(want);
+        }
+      }
+    });
+  }
+
+  it('are what the profiles say: owner bits in home, everything as stored in posix, links 0777', () => {
+    const home = presentationMasks(BUILTIN_PROFILES.home);
+    expect([home.masks[TYPES.reg], home.masks[16 + TYPES.reg]]).toEqual([0o700, 0]);
+    expect([home.masks[TYPES.lnk], home.masks[16 + TYPES.lnk]]).toEqual([0, 0o777]);
+    const posix = presentationMasks(BUILTIN_PROFILES.posix);
+    expect([posix.masks[TYPES.reg], posix.masks[16 + TYPES.reg]]).toEqual([0o7777, 0]);
+    const scratch = presentationMasks(BUILTIN_PROFILES.scratch);
+    expect([scratch.masks[TYPES.reg], scratch.masks[16 + TYPES.reg]]).toEqual([0, 0o600]);
+    expect([scratch.masks[TYPES.fifo], scratch.masks[16 + TYPES.fifo]]).toEqual([0, 0o600]);
+  });
+});
