@@ -3,11 +3,11 @@
 // path by path through a daemon with the fast path and through one without,
 // on the same backing, and every field must match.
 import { spawn } from 'node:child_process';
-import { readFileSync, truncateSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
-import { canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 
 if (!canMount) console.warn(`fastpath integration suite skipped: ${skipReason}`);
 
@@ -130,4 +130,168 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
     const modes = new Set([...fast.values()].filter((r) => r.length > 2).map((r) => r[1]));
     expect(modes.size).toBeGreaterThan(8);
   }, 180_000);
+});
+
+/** A process working inside a home: lstat()s names relative to its cwd on request (size, or the errno name). */
+function cwdProbe(cwd: string): { ask(name: string): Promise<string>; stop(): void } {
+  const code = `import os,sys,errno\nfor l in sys.stdin:\n  n=l.rstrip('\\n')\n  try: print(os.lstat(n).st_size, flush=True)\n  except OSError as e: print(errno.errorcode[e.errno], flush=True)`;
+  const p = spawn('python3', ['-c', code], { cwd, stdio: ['pipe', 'pipe', 'inherit'] });
+  const waiting: Array<(s: string) => void> = [];
+  let buf = '';
+  p.stdout.on('data', (d: Buffer) => {
+    buf += d.toString();
+    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      waiting.shift()?.(line);
+    }
+  });
+  return {
+    ask: (name) =>
+      new Promise((resolve) => {
+        waiting.push(resolve);
+        p.stdin.write(`${name}\n`);
+      }),
+    stop: () => p.kill('SIGKILL'),
+  };
+}
+
+describe.skipIf(!canMount)('native getattr fast path: every policy change takes effect on the next request', () => {
+  let d: RunningDaemon;
+  const O2 = { uid: BASE + 29, gid: BASE + 31 };
+  const probes: Array<{ stop(): void }> = [];
+
+  const ctl = async (...args: string[]) => {
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
+    if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')} failed (${r.code}): ${r.stderr}`);
+    return r.stdout;
+  };
+  /** `stat -c` of a path in the mount (as root), or the error */
+  const stat = async (rel: string, fmt = '%a %u %g %s'): Promise<string> => {
+    const r = await runAsync('stat', ['-c', fmt, join(d.mount, rel)]);
+    return r.code === 0 ? r.stdout.trim() : r.stderr.includes('No such file') ? 'ENOENT' : r.stderr.trim();
+  };
+  const answered = async () => (await fastPathStats(d))!.answered;
+  /** The answer came from the native path: stat twice and see its count move. */
+  const nativeStat = async (rel: string): Promise<string> => {
+    const before = await answered();
+    const s = await stat(rel);
+    expect(await answered(), `${rel} answered natively`).toBeGreaterThan(before);
+    return s;
+  };
+  const plant = (home: string, name: string, mode: number, owner: { uid: number; gid: number }, bytes = 10) => {
+    const p = join(d.backing, home, name);
+    writeFileSync(p, 'x'.repeat(bytes));
+    chownSync(p, owner.uid, owner.gid);
+    chmodSync(p, mode);
+  };
+
+  beforeAll(async () => {
+    d = await startDaemon({
+      create: ['t/prof', 't/own', 't/hup', 't/rep'],
+      homes: { 't/prof': { owner: OWNER }, 't/own': { owner: OWNER }, 't/hup': { owner: OWNER }, 't/rep': { owner: OWNER } },
+      config: { owners: OWNERS, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0 } },
+    });
+    const other = { uid: OWNER.uid + 1, gid: OWNER.gid + 1 };
+    for (const h of ['t/prof', 't/own', 't/hup', 't/rep']) {
+      chownSync(join(d.backing, h), OWNER.uid, OWNER.gid);
+      plant(h, 'f', 0o4755, other);
+    }
+  });
+
+  afterAll(async () => {
+    for (const p of probes) p.stop();
+    await d?.stop();
+  });
+
+  it('set-profile, set-budget and dropping the override: the next stat shows the new presentation', async () => {
+    const homeView = `700 ${OWNER.uid} ${OWNER.gid} 10`;
+    const posixView = `4755 ${OWNER.uid + 1} ${OWNER.gid + 1} 10`;
+    expect(await nativeStat('t/prof/f')).toBe(homeView);
+    await ctl('set-profile', 't/prof', 'posix');
+    expect(await nativeStat('t/prof/f')).toBe(posixView);
+    await ctl('set-budget', 't/prof', '1M');
+    expect(await nativeStat('t/prof/f')).toBe(posixView);
+    await ctl('set-profile', 't/prof', 'scratch');
+    expect(await nativeStat('t/prof/f')).toBe(`600 ${OWNER.uid} ${OWNER.gid} 10`);
+    await ctl('set-profile', 't/prof', '--clear');
+    expect(await nativeStat('t/prof/f')).toBe(homeView);
+  });
+
+  it('an owner change by SIGHUP reload: the next stat shows the new owner', async () => {
+    expect(await nativeStat('t/own/f')).toBe(`700 ${OWNER.uid} ${OWNER.gid} 10`);
+    rewriteConfig(d, (c) => ((c.homes as Record<string, { owner: unknown }>)['t/own']!.owner = O2));
+    const mark = d.logs.length;
+    d.proc.kill('SIGHUP');
+    await d.waitForLog((l) => l.msg === 'configuration reloaded' && d.logs.indexOf(l) >= mark);
+    expect(await nativeStat('t/own/f')).toBe(`700 ${O2.uid} ${O2.gid} 10`);
+  });
+
+  it('a profile change by SIGHUP reload: the next stat shows the new profile', async () => {
+    expect(await nativeStat('t/hup/f')).toBe(`700 ${OWNER.uid} ${OWNER.gid} 10`);
+    rewriteConfig(d, (c) => ((c.homes as Record<string, { profile?: string }>)['t/hup']!.profile = 'posix'));
+    const mark = d.logs.length;
+    d.proc.kill('SIGHUP');
+    await d.waitForLog((l) => l.msg === 'configuration reloaded' && d.logs.indexOf(l) >= mark);
+    expect(await nativeStat('t/hup/f')).toBe(`4755 ${OWNER.uid + 1} ${OWNER.gid + 1} 10`);
+  });
+
+  it('rename-project: the old path is gone, the new one is served (natively), a new home under the old name is its own', async () => {
+    await ctl('settings', 'set', '--tenant', 't', '--project', 'ren', 'project');
+    await ctl('resolve', '--tenant', 't', '--project', 'ren');
+    const owner = JSON.parse(await ctl('--json', 'usage', 't/ren')).owner as { uid: number; gid: number };
+    plant('t/ren', 'f', 0o644, owner, 3);
+    expect(await nativeStat('t/ren/f')).toBe(`600 ${owner.uid} ${owner.gid} 3`);
+    await ctl('rename-project', '--tenant', 't', 'ren', 'ren2');
+    expect(await stat('t/ren/f')).toBe('ENOENT');
+    expect(await nativeStat('t/ren2/f')).toBe(`600 ${owner.uid} ${owner.gid} 3`);
+    await ctl('release-name', 't/ren');
+    await ctl('resolve', '--tenant', 't', '--project', 'ren');
+    expect(await stat('t/ren/f')).toBe('ENOENT');
+    expect(await nativeStat('t/ren2/f')).toBe(`600 ${owner.uid} ${owner.gid} 3`);
+  });
+
+  it('delete-project then recreate: a process still inside sees nothing of the old home', async () => {
+    await ctl('settings', 'set', '--tenant', 't', '--project', 'del', 'project');
+    await ctl('resolve', '--tenant', 't', '--project', 'del');
+    const owner = JSON.parse(await ctl('--json', 'usage', 't/del')).owner as { uid: number; gid: number };
+    plant('t/del', 'f', 0o644, owner, 3);
+    const inside = cwdProbe(join(d.mount, 't', 'del'));
+    probes.push(inside);
+    expect(await inside.ask('f')).toBe('3');
+    expect(await nativeStat('t/del/f')).toBe(`600 ${owner.uid} ${owner.gid} 3`);
+    await ctl('delete-project', '--tenant', 't', 'del', '--force');
+    expect(await inside.ask('f')).toBe('ENOENT');
+    expect(await stat('t/del/f')).toBe('ENOENT');
+    await ctl('resolve', '--tenant', 't', '--project', 'del');
+    expect(await stat('t/del/f')).toBe('ENOENT');
+    expect(await inside.ask('f')).toBe('ENOENT');
+    const again = JSON.parse(await ctl('--json', 'usage', 't/del')).owner as { uid: number; gid: number };
+    plant('t/del', 'g', 0o644, again, 4);
+    expect(await nativeStat('t/del/g')).toBe(`600 ${again.uid} ${again.gid} 4`);
+  });
+
+  it('a backing directory moved away behind the daemon: once noticed, nothing of it is served; a new one in its place is', async () => {
+    const inside = cwdProbe(join(d.mount, 't', 'rep'));
+    probes.push(inside);
+    expect(await nativeStat('t/rep/f')).toBe(`700 ${OWNER.uid} ${OWNER.gid} 10`);
+    expect(await inside.ask('f')).toBe('10');
+    renameSync(join(d.backing, 't', 'rep'), join(d.dir, 'rep-moved'));
+    // The daemon re-checks a home's directory at most once a second, on a lookup of the home itself.
+    const deadline = Date.now() + 15_000;
+    while ((await stat('t/rep')) !== 'ENOENT') {
+      expect(Date.now()).toBeLessThan(deadline);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(await inside.ask('f')).toBe('ENOENT');
+    expect(await stat('t/rep/f')).toBe('ENOENT');
+    mkdirSync(join(d.backing, 't', 'rep'), { mode: 0o700 });
+    chownSync(join(d.backing, 't', 'rep'), OWNER.uid, OWNER.gid);
+    plant('t/rep', 'f', 0o600, OWNER, 6);
+    while ((await stat('t/rep/f')) !== `600 ${OWNER.uid} ${OWNER.gid} 6`) {
+      expect(Date.now()).toBeLessThan(deadline);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(await nativeStat('t/rep/f')).toBe(`600 ${OWNER.uid} ${OWNER.gid} 6`);
+  });
 });

@@ -1,0 +1,167 @@
+// The binding's native getattr fast path (patch 4, fastpath.c) through a
+// fixture whose JS getattr marks its answers (uid 55555): what C answers, what
+// it hands to JS, and that it never follows a symlink or leaves the home.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repoRoot = path.resolve(here, '../..');
+const execFileP = promisify(execFile);
+const skip = typeof process.getuid !== 'function' || process.getuid() !== 0 || !existsSync('/dev/fuse');
+
+describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
+  let work = '';
+  let backing = '';
+  let mnt = '';
+  let child: ChildProcess;
+  const lines: Array<Record<string, unknown>> = [];
+  const mounts: string[] = [];
+
+  const next = async (pred: (l: Record<string, unknown>) => boolean, from: number) => {
+    const end = Date.now() + 10_000;
+    for (;;) {
+      const hit = lines.slice(from).find(pred);
+      if (hit) return hit;
+      if (Date.now() > end) throw new Error('fixture did not answer');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  const cmd = async (m: Record<string, unknown>) => {
+    const from = lines.length;
+    child.stdin!.write(JSON.stringify(m) + '\n');
+    return next((l) => l.done === m.cmd, from);
+  };
+  /** `uid gid mode type` as the mount answers, and whether the getattr of that path reached JS. */
+  const look = async (rel: string) => {
+    const from = lines.length;
+    const r = await execFileP('stat', ['-c', '%u %g %a %F', path.join(mnt, rel)]).then(
+      (o) => o.stdout.trim(),
+      (e: { stderr: string }) => (/No such file/.test(e.stderr) ? 'ENOENT' : e.stderr.trim()),
+    );
+    // the JS getattr logs before it answers: the line is there once stat returned
+    const js = lines.slice(from).some((l) => l.getattr === `/${rel}`);
+    return { r, js };
+  };
+
+  beforeAll(async () => {
+    work = mkdtempSync(path.join(tmpdir(), 'homesfs-fastpath-'));
+    chmodSync(work, 0o755);
+    backing = path.join(work, 'b');
+    mnt = path.join(work, 'm');
+    mkdirSync(path.join(backing, 't', 'k', 'sub', 'deep'), { recursive: true });
+    mkdirSync(mnt);
+    const k = (p: string) => path.join(backing, 't', 'k', p);
+    writeFileSync(k('f'), 'hello');
+    chmodSync(k('f'), 0o4755);
+    writeFileSync(k('sub/deep/g'), 'x');
+    chmodSync(k('sub/deep/g'), 0o640);
+    symlinkSync('sub', k('link'));
+    mkdirSync(k('.homesfs'));
+    writeFileSync(k('.fuse_hidden0000000100000002'), '');
+    writeFileSync(k('longname12'), '');
+    mkdirSync(k('sub2'));
+    writeFileSync(k('sub2/passwd'), 'inside');
+    mkdirSync(k('mnt'));
+    execFile('mkfifo', [k('fifo')]);
+    child = spawn(process.execPath, [path.join(here, 'fixtures', 'fastpath.cjs'), backing, mnt], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+      env: { ...process.env, FUSE_NATIVE_DIR: path.join(repoRoot, 'node_modules/@cocalc/fuse-native') },
+    });
+    createInterface({ input: child.stdout! }).on('line', (l) => lines.push(JSON.parse(l) as Record<string, unknown>));
+    const ready = await next((l) => 'ready' in l, 0);
+    expect(ready.ready, String(ready.err)).toBe(true);
+  }, 30_000);
+
+  afterAll(async () => {
+    for (const m of mounts.reverse()) await execFileP('umount', ['-l', m]).catch(() => undefined);
+    if (child && child.exitCode === null) {
+      const exited = new Promise<void>((r) => child.once('exit', () => r()));
+      child.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+    if (mnt && readFileSync('/proc/mounts', 'utf8').includes(` ${mnt} `)) await execFileP('umount', ['-l', mnt]).catch(() => undefined);
+    if (work && !readFileSync('/proc/mounts', 'utf8').includes(work)) rmSync(work, { recursive: true, force: true });
+  }, 30_000);
+
+  it('answers nodes below a published home in C: published owner, mode through the keep/or masks', async () => {
+    expect(await look('t/k/f')).toEqual({ r: '1111 2222 700 regular file', js: false });
+    expect(await look('t/k/sub/deep/g')).toEqual({ r: '1111 2222 600 regular file', js: false });
+    expect(await look('t/k/sub')).toEqual({ r: '1111 2222 755 directory', js: false });
+    expect(await look('t/k/link')).toEqual({ r: '1111 2222 777 symbolic link', js: false });
+    const { stats } = (await cmd({ cmd: 'stats' })) as { stats: { enabled: boolean; answered: number; homes: number } };
+    expect(stats).toMatchObject({ enabled: true, homes: 1 });
+    expect(stats.answered).toBeGreaterThan(4);
+  });
+
+  it('hands to JS: the root, a tenant, the home itself, reserved names, missing names, types without masks', async () => {
+    for (const rel of ['t', 't/k', 't/k/.homesfs', 't/k/.fuse_hidden0000000100000002', 't/k/fifo', 'u']) {
+      const { r, js } = await look(rel);
+      expect(js, rel).toBe(true);
+      expect(r.startsWith('ENOENT') || r.startsWith('55555'), `${rel}: ${r}`).toBe(true);
+    }
+    expect(await look('t/k/nope')).toEqual({ r: 'ENOENT', js: true });
+  });
+
+  it('hands to JS: an inode JS holds open, until JS lets it go', async () => {
+    await cmd({ cmd: 'inode', path: 't/k/f', delta: 1 });
+    await cmd({ cmd: 'inode', path: 't/k/f', delta: 1 });
+    expect((await look('t/k/f')).js).toBe(true);
+    await cmd({ cmd: 'inode', path: 't/k/f', delta: -1 });
+    expect((await look('t/k/f')).js).toBe(true);
+    await cmd({ cmd: 'inode', path: 't/k/f', delta: -1 });
+    expect(await look('t/k/f')).toEqual({ r: '1111 2222 700 regular file', js: false });
+  });
+
+  it('never follows a symlink swapped in below the home, and never crosses a mount', async () => {
+    const k = (p: string) => path.join(backing, 't', 'k', p);
+    // A process sits in sub2; sub2 then becomes a symlink to /etc behind everyone's back.
+    const py = spawn('python3', ['-c', 'import os,sys\nfor l in sys.stdin:\n  st=os.lstat(l.strip()); print(st.st_uid, st.st_size, flush=True)'], {
+      cwd: path.join(mnt, 't', 'k', 'sub2'),
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    const ask = (n: string) =>
+      new Promise<string>((resolve) => {
+        py.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim()));
+        py.stdin!.write(n + '\n');
+      });
+    try {
+      expect(await ask('passwd')).toBe(`1111 ${'inside'.length}`);
+      renameSync(k('sub2'), k('sub2-old'));
+      symlinkSync('/etc', k('sub2'));
+      // C refuses the walk (RESOLVE_NO_SYMLINKS) and JS answers: the careless fixture follows it (uid 55555).
+      expect(await ask('passwd')).toBe(`55555 ${readFileSync('/etc/passwd').length}`);
+    } finally {
+      py.kill('SIGKILL');
+    }
+    // another filesystem mounted inside the home
+    await execFileP('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'homesfs-fastpath-test', k('mnt')]);
+    mounts.push(k('mnt'));
+    writeFileSync(k('mnt/x'), 'y');
+    expect((await look('t/k/mnt')).js).toBe(true);
+    expect((await look('t/k/mnt/x')).js).toBe(true);
+  });
+
+  it('follows what JS publishes: a longer-name limit, owner from the stat, fewer types, removal', async () => {
+    await cmd({ cmd: 'publish', maxName: 8 });
+    expect((await look('t/k/longname12')).js).toBe(true);
+    expect((await look('t/k/f')).js).toBe(false);
+    await cmd({ cmd: 'publish', ownerFromStat: true, types: 1 << 0o10 });
+    expect(await look('t/k/f')).toEqual({ r: '0 0 700 regular file', js: false });
+    expect((await look('t/k/sub')).js).toBe(true);
+    expect(await cmd({ cmd: 'remove', token: 1 })).toMatchObject({ removed: false });
+    expect((await look('t/k/f')).js).toBe(false);
+    expect(await cmd({ cmd: 'remove', token: 2 })).toMatchObject({ removed: true });
+    expect((await look('t/k/f')).js).toBe(true);
+    expect((await cmd({ cmd: 'bad' })).err).toMatch(/bad arguments/);
+    const { stats } = (await cmd({ cmd: 'stats' })) as { stats: { homes: number; fallbacks: number } };
+    expect(stats.homes).toBe(0);
+    expect(stats.fallbacks).toBeGreaterThan(5);
+  });
+});
