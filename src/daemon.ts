@@ -26,8 +26,8 @@ import { StateError, StateStore } from './state/store.js';
 import { VERSION } from './version.js';
 import { UserDb } from './users/userdb.js';
 
-function fastPathReport(s: { answered: number; fallbacks: number; homes: number; inodes: number }) {
-  return { answered: s.answered, fallbacks: s.fallbacks, homes: s.homes, openInodes: s.inodes };
+function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
+  return { answered: s.answered, fallbacks: s.fallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, homes: s.homes, openInodes: s.inodes, handles: s.handles };
 }
 
 export class DaemonError extends Error {

@@ -55,6 +55,10 @@ export interface AttrPublisher {
   pathGone(id: string): void;
   /** an inode whose size only JS knows (open in JS): +1 before the open is answered, -1 at the last close */
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  /** an open file's fgetattr (fstat of its descriptor, presented by its home): before the open is answered, and when its home's policy changes */
+  handle(h: FileHandle): void;
+  /** before the handle's descriptor is closed */
+  handleGone(fh: number): void;
   clear(): void;
 }
 
@@ -527,6 +531,7 @@ export class FsContext {
       if (h.home !== hs) continue;
       this.gateFlush(h);
       this.publishData(h);
+      this.deps.attrs?.handle(h);
     }
     this.deps.attrs?.republish(hs);
   }

@@ -93,6 +93,7 @@ function attach(ctx: FsContext, hs: HomeState, fd: number, st: BigIntStats, flag
   const h = ctx.handles.add((fh) => ({ fh, fd, home: hs, inode, writable, append: (flags & C.O_APPEND) !== 0, rel, leftIncompleteTail: false, jsFlush: false, slot, published: 0 }));
   ctx.gateFlush(h);
   ctx.publishData(h);
+  ctx.deps.attrs?.handle(h);
   return { fh: h.fh, directIo: hs.profile.directIo, keepCache: false };
 }
 
@@ -417,6 +418,8 @@ export async function release(ctx: FsContext, fh: number): Promise<void> {
   if (ctx.statusFiles.owns(fh)) return ctx.statusFiles.release(fh);
   const h = ctx.handles.remove(fh);
   if (!h) return;
+  // The native fgetattr reads h.fd: it lets go before the descriptor is closed.
+  ctx.deps.attrs?.handleGone(fh);
   ctx.ungateFlush(h);
   ctx.unpublishData(h);
   // Out of the set before its close is issued: hidden.ts never picks a descriptor being closed.

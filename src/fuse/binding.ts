@@ -60,10 +60,12 @@ export interface FastPathNative {
   setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
   removeHome(prefix: string, token?: number): boolean;
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  setHandle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
+  removeHandle(fh: number): void;
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; homes: number; inodes: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {

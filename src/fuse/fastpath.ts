@@ -2,7 +2,7 @@ import type { BigIntStats } from 'node:fs';
 import type { AttrPublisher } from '../fs/context.js';
 import { HIDDEN_NAME_PREFIX } from '../fs/hidden.js';
 import { presentedMode } from '../fs/present.js';
-import type { HomeState } from '../fs/state.js';
+import type { FileHandle, HomeState } from '../fs/state.js';
 import type { Logger } from '../log.js';
 import { RESERVED_DIR } from '../paths/reserved.js';
 import type { Profile } from '../policy/profiles.js';
@@ -111,6 +111,16 @@ export class NativeFastPath implements AttrPublisher {
 
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void {
     this.native.inode(dev, ino, delta);
+  }
+
+  handle(h: FileHandle): void {
+    const { types, masks } = presentationMasks(h.home.profile);
+    const owner = h.home.backing.owner;
+    this.native.setHandle(h.fh, h.fd, owner.uid, owner.gid, h.home.profile.chown === 'allow', types, masks);
+  }
+
+  handleGone(fh: number): void {
+    this.native.removeHandle(fh);
   }
 
   clear(): void {

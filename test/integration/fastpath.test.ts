@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
@@ -26,8 +27,9 @@ function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) =>
   writeFileSync(file, JSON.stringify(c));
 }
 
-async function fastPathStats(d: RunningDaemon): Promise<{ answered: number; fallbacks: number } | undefined> {
-  const s = (await d.status()) as { native: { fastPath?: { answered: number; fallbacks: number } } };
+type FastPathStats = { answered: number; fallbacks: number; fgetattrAnswered: number };
+async function fastPathStats(d: RunningDaemon): Promise<FastPathStats | undefined> {
+  const s = (await d.status()) as { native: { fastPath?: FastPathStats } };
   return s.native.fastPath;
 }
 
@@ -96,23 +98,43 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
       for (const h of Object.keys(HOMES)) truncateSync(join(d.backing, h, 'held'), 100);
       runs.push(await lstatAll(paths));
       await release();
+      // Created through the mount: the create's attributes and fstat of the new descriptor (fgetattr).
+      for (const h of Object.keys(HOMES)) {
+        const r = await runAsync('python3', [TREE, 'create', join(d.mount, h), '6']);
+        expect(r.stderr).toBe('');
+        for (const line of r.stdout.trim().split('\n')) {
+          const [name, ...rest] = JSON.parse(line) as [string, ...unknown[]];
+          // ino and times differ between the two runs (new files): mode, uid, gid, size, nlink are compared
+          const cut = rest.map((x) => (Array.isArray(x) ? x.slice(0, 5) : x));
+          runs[runs.length - 1]!.set(name, [name, JSON.stringify(cut)]);
+          if (Array.isArray(rest[0])) {
+            const [afterCreate, afterWrite, byName] = rest as number[][];
+            // fstat right after the create and lstat by name agree on everything but size and times
+            expect(afterCreate!.slice(0, 3).concat(afterCreate!.slice(4, 6)), name).toEqual(byName!.slice(0, 3).concat(byName!.slice(4, 6)));
+            expect(afterWrite![3], name).toBe(byName![3]);
+          }
+        }
+        await runAsync('sh', ['-c', `rm -f ${join(d.backing, h)}/new-*`]);
+      }
       const stats = await fastPathStats(d);
       if (fast) {
         // The run did exercise the native path (and handed the rest to JS).
         expect(stats!.answered).toBeGreaterThan(paths.length / 2);
         expect(stats!.fallbacks).toBeGreaterThan(0);
+        expect(stats!.fgetattrAnswered).toBeGreaterThan(20);
       } else {
         expect(stats).toBeUndefined();
       }
       await d.stopKeep();
     }
     const [fast, js] = runs as [Map<string, Row>, Map<string, Row>];
-    expect(fast.size).toBe(paths.length);
+    expect([...fast.keys()].sort()).toEqual([...js.keys()].sort());
+    expect(fast.size).toBeGreaterThan(paths.length + 24);
     let compared = 0;
-    for (const p of paths) {
+    for (const p of fast.keys()) {
       let a = fast.get(p)!;
       let b = js.get(p)!;
-      const rel = p.slice(d.mount.length).split('/').length;
+      const rel = p.replace(/^(fstat|create):/, '').slice(d.mount.length).split('/').length;
       // Times of the rewritten file and of the daemon's own levels are not the tree's;
       // the status file is made up by JS at each start (its text says when).
       const keep = p.endsWith('/.homesfs/status') ? 4 : p.endsWith('/held') || rel < 4 ? 7 : a.length;
@@ -121,7 +143,7 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
       expect(a, p).toEqual(b);
       compared++;
     }
-    expect(compared).toBe(paths.length);
+    expect(compared).toBe(fast.size);
     for (const h of Object.keys(HOMES)) {
       const held = fast.get(join(d.mount, h, 'held'))!;
       expect(held[4], `${h}/held size`).toBe(5000);
@@ -131,6 +153,20 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
     expect(modes.size).toBeGreaterThan(8);
   }, 180_000);
 });
+
+/** A process holding a file open in the mount: `ask()` answers "mode uid gid size" as the daemon gives them by handle (fgetattr). */
+function handleProbe(file: string): { ask(): Promise<string>; stop(): void } {
+  const p = spawn('python3', [TREE, 'hold', file], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: p.stdout });
+  return {
+    ask: () =>
+      new Promise((resolve) => {
+        lines.once('line', (l) => resolve(l.trim()));
+        p.stdin.write('\n');
+      }),
+    stop: () => p.kill('SIGKILL'),
+  };
+}
 
 /** A process working inside a home: lstat()s names relative to its cwd on request (size, or the errno name). */
 function cwdProbe(cwd: string): { ask(name: string): Promise<string>; stop(): void } {
@@ -207,15 +243,30 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
   it('set-profile, set-budget and dropping the override: the next stat shows the new presentation', async () => {
     const homeView = `700 ${OWNER.uid} ${OWNER.gid} 10`;
     const posixView = `4755 ${OWNER.uid + 1} ${OWNER.gid + 1} 10`;
+    // a handle open across the changes (on another file: an open inode's getattr by name is JS's): its fgetattr follows the home's policy too
+    plant('t/prof', 'g', 0o4755, { uid: OWNER.uid + 1, gid: OWNER.gid + 1 });
+    const open = handleProbe(join(d.mount, 't/prof/g'));
+    probes.push(open);
+    const byHandle = async () => {
+      const before = (await fastPathStats(d))!.fgetattrAnswered;
+      const s = await open.ask();
+      expect((await fastPathStats(d))!.fgetattrAnswered, 'fgetattr answered natively').toBeGreaterThan(before);
+      return s;
+    };
     expect(await nativeStat('t/prof/f')).toBe(homeView);
+    expect(await byHandle()).toBe(homeView);
     await ctl('set-profile', 't/prof', 'posix');
     expect(await nativeStat('t/prof/f')).toBe(posixView);
+    expect(await byHandle()).toBe(posixView);
     await ctl('set-budget', 't/prof', '1M');
     expect(await nativeStat('t/prof/f')).toBe(posixView);
     await ctl('set-profile', 't/prof', 'scratch');
     expect(await nativeStat('t/prof/f')).toBe(`600 ${OWNER.uid} ${OWNER.gid} 10`);
+    expect(await byHandle()).toBe(`600 ${OWNER.uid} ${OWNER.gid} 10`);
     await ctl('set-profile', 't/prof', '--clear');
     expect(await nativeStat('t/prof/f')).toBe(homeView);
+    expect(await byHandle()).toBe(homeView);
+    open.stop();
   });
 
   it('an owner change by SIGHUP reload: the next stat shows the new owner', async () => {

@@ -126,9 +126,10 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
       cwd: path.join(mnt, 't', 'k', 'sub2'),
       stdio: ['pipe', 'pipe', 'inherit'],
     });
+    const answers = createInterface({ input: py.stdout! });
     const ask = (n: string) =>
       new Promise<string>((resolve) => {
-        py.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim()));
+        answers.once('line', (l) => resolve(l.trim()));
         py.stdin!.write(n + '\n');
       });
     try {
@@ -146,6 +147,30 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     writeFileSync(k('mnt/x'), 'y');
     expect((await look('t/k/mnt')).js).toBe(true);
     expect((await look('t/k/mnt/x')).js).toBe(true);
+  });
+
+  it('answers fgetattr of a published handle in C (fstat of its descriptor, masked), and leaves the rest to JS', async () => {
+    const k = (p: string) => path.join(backing, 't', 'k', p);
+    writeFileSync(k('h1'), 'abc');
+    chmodSync(k('h1'), 0o644);
+    writeFileSync(k('js-h2'), 'abcd');
+    // lseek(SEEK_END) refreshes the size with a GETATTR that carries the handle (libfuse's
+    // fgetattr; fstat never does); statx AT_STATX_DONT_SYNC then reads what it answered.
+    const tree = path.join(repoRoot, 'test/integration/fixtures/fastpath_tree.py');
+    const fstat = async (name: string) => {
+      const from = lines.length;
+      const code = `import importlib.util,os\ns=importlib.util.spec_from_file_location('t', ${JSON.stringify(tree)}); t=importlib.util.module_from_spec(s); s.loader.exec_module(t)\nfd=os.open(${JSON.stringify(path.join(mnt, 't', 'k', name))}, os.O_RDONLY)\nf=t.by_handle(fd)\nprint(f[1], f[2], oct(f[0] & 0o7777), f[3])\nos.close(fd)`;
+      const r = await execFileP('python3', ['-c', code]);
+      return { r: r.stdout.trim(), js: lines.slice(from).some((l) => l.fgetattr === `/t/k/${name}`) };
+    };
+    expect(await fstat('h1')).toEqual({ r: '3333 4444 0o600 3', js: false });
+    expect(await fstat('js-h2')).toEqual({ r: '55555 55555 0o644 4', js: true });
+    await cmd({ cmd: 'handleTypes', types: 1 << 0o04 });
+    expect(await fstat('h1')).toEqual({ r: '55555 55555 0o644 3', js: true });
+    await cmd({ cmd: 'handleTypes', types: 1 << 0o10 });
+    const { stats } = (await cmd({ cmd: 'stats' })) as { stats: { fgetattrAnswered: number; handles: number } };
+    expect(stats.fgetattrAnswered).toBeGreaterThan(0);
+    expect(stats.handles).toBe(0);
   });
 
   it('follows what JS publishes: a longer-name limit, owner from the stat, fewer types, removal', async () => {
