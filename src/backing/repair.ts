@@ -1,5 +1,6 @@
 import type { Owner } from './store.js';
 import * as sys from './sys.js';
+import { entryPath, pooledIo, runWalk, walkSteps } from './walk.js';
 
 // A walk of a whole tree: on the threadpool, never holding the JS thread (as the scans).
 const io = sys.pooled;
@@ -26,7 +27,8 @@ const NOT_OWNER_BITS = 0o7077;
  * daemon had root-owned 0600 files: readable through the mount, but not by
  * their owner anywhere else, and locked once the home was switched to a
  * profile that shows real ownership. Symlinks get their owner (lchown), never
- * a mode, and are never followed; every directory is opened by descriptor.
+ * a mode, and are never followed; every directory is opened by descriptor,
+ * iteratively and with a bounded number of them whatever the depth (walk.ts).
  */
 export async function repairTree(homeFd: number, policy: RepairPolicy): Promise<RepairResult> {
   const result: RepairResult = { owners: 0, modes: 0 };
@@ -56,24 +58,6 @@ export async function repairTree(homeFd: number, policy: RepairPolicy): Promise<
       await io.close(fd);
     }
   };
-  const walk = async (dirFd: number): Promise<void> => {
-    for (const e of await io.readdirRaw(sys.fdPath(dirFd))) {
-      const path = Buffer.concat([Buffer.from(`/proc/self/fd/${dirFd}/`), e.name]);
-      await fix(path);
-      if (!e.isDirectory()) continue;
-      let fd: number;
-      try {
-        fd = await io.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
-      } catch {
-        continue;
-      }
-      try {
-        await walk(fd);
-      } finally {
-        await io.close(fd);
-      }
-    }
-  };
   // The home directory itself, through its descriptor's magic link (lstat would see the link).
   const home = await io.fstat(homeFd);
   if (Number(home.uid) !== policy.owner.uid || Number(home.gid) !== policy.owner.gid) {
@@ -84,6 +68,6 @@ export async function repairTree(homeFd: number, policy: RepairPolicy): Promise<
     await io.chmod(sys.fdPath(homeFd), Number(home.mode) & 0o700);
     result.modes++;
   }
-  await walk(homeFd);
+  await runWalk(walkSteps(homeFd), pooledIo({ visit: async (dirFd, e) => (await fix(entryPath(dirFd, e.name)), e.isDirectory()) }));
   return result;
 }

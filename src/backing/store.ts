@@ -5,6 +5,7 @@ import { checkSegment, classifyKey, DAEMON_DIR, decodeBackingName } from '../pat
 import { homeId, type HomeRef } from '../paths/parse.js';
 import { DirCache } from './dircache.js';
 import * as sys from './sys.js';
+import { entryPath, pooledIo, runWalk, walkSteps } from './walk.js';
 
 export interface Owner {
   uid: number;
@@ -425,9 +426,14 @@ export class BackingStore {
   }
 }
 
-// On the threadpool: a whole tree must not hold the JS thread.
-async function removeTree(parentFd: number, name: Buffer): Promise<void> {
-  const path = Buffer.concat([Buffer.from(`/proc/self/fd/${parentFd}/`), name]);
+/**
+ * Remove `name` below `parentFd` and everything in it, on the threadpool (a
+ * whole tree must not hold the JS thread), iteratively with a bounded number
+ * of descriptors whatever the depth (walk.ts). A symlink is removed, never
+ * followed.
+ */
+export async function removeTree(parentFd: number, name: Buffer): Promise<void> {
+  const path = entryPath(parentFd, name);
   let fd: number;
   try {
     fd = await sys.pooled.open(path, sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
@@ -438,10 +444,17 @@ async function removeTree(parentFd: number, name: Buffer): Promise<void> {
     throw err;
   }
   try {
-    for (const e of await sys.pooled.readdirRaw(sys.fdPath(fd))) {
-      if (e.isDirectory()) await removeTree(fd, e.name);
-      else await sys.pooled.unlink(Buffer.concat([Buffer.from(`/proc/self/fd/${fd}/`), e.name]));
-    }
+    await runWalk(
+      walkSteps(fd, { leave: true }),
+      pooledIo({
+        visit: async (dirFd, e) => {
+          if (e.isDirectory()) return true;
+          await sys.pooled.unlink(entryPath(dirFd, e.name));
+          return false;
+        },
+        leave: (pfd, child) => sys.pooled.rmdir(entryPath(pfd, child)),
+      }),
+    );
   } finally {
     await sys.pooled.close(fd);
   }

@@ -1,10 +1,13 @@
 import type fsType from 'node:fs';
+import { entryPath, runWalkSync, syncIo, walkSteps, type WalkOptions, type WalkStats } from '../backing/walk.js';
 
 export interface ScanResult {
   bytes: number;
   inodes: number;
   /** keys of `exclude` met in the tree: counted as inodes, their bytes left to the caller */
   excluded: string[];
+  /** how the walk went (depth, descriptors): for the log */
+  walk?: WalkStats;
 }
 
 export interface ScanJob {
@@ -18,7 +21,6 @@ export type ScanReply =
   | { id: number; result: ScanResult }
   | { id: number; error: string };
 
-const O_PATH = 0o10000000;
 const PROGRESS_EVERY = 10_000;
 
 /**
@@ -26,62 +28,46 @@ const PROGRESS_EVERY = 10_000;
  * its regular files (each inode once, so hard links are not counted twice)
  * and the number of inodes below the root. Symlinks are counted, never
  * followed; nothing outside the home is reached because every directory is
- * opened by descriptor (O_NOFOLLOW|O_DIRECTORY) below `rootFd`. Nothing is
- * removed. Runs on a scan worker thread, never on the JS thread that serves.
+ * opened by descriptor (O_NOFOLLOW|O_DIRECTORY) below `rootFd`, iteratively
+ * and with a bounded number of descriptors whatever the depth (see walk.ts).
+ * Nothing is removed. Runs on a scan worker thread, never on the JS thread
+ * that serves.
  */
-export function walkTree(fs: typeof fsType, rootFd: number, exclude: Set<string>, onProgress: (p: { bytes: number; inodes: number }) => void): ScanResult {
+export function walkTree(
+  fs: typeof fsType,
+  rootFd: number,
+  exclude: Set<string>,
+  onProgress: (p: { bytes: number; inodes: number }) => void,
+  opts: WalkOptions = {},
+): ScanResult {
   const seen = new Set<string>();
   const result: ScanResult = { bytes: 0, inodes: 0, excluded: [] };
   let sinceReport = 0;
-  const dirFlags = O_PATH | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW;
-  const walk = (dirFd: number): void => {
-    const prefix = Buffer.from(`/proc/self/fd/${dirFd}/`);
-    let entries: fsType.Dirent<Buffer>[];
+  const visit = (dirFd: number, e: fsType.Dirent<Buffer>): boolean => {
+    let st: fsType.BigIntStats | undefined;
     try {
-      entries = fs.readdirSync(prefix, { encoding: 'buffer', withFileTypes: true }) as fsType.Dirent<Buffer>[];
-    } catch (err) {
-      if (dirFd === rootFd) throw err;
-      return; // a directory removed while scanning
-    }
-    for (const e of entries) {
       // Buffer paths: names that are not UTF-8 are still measured, byte for byte.
-      const path = Buffer.concat([prefix, e.name]);
-      let st: fsType.BigIntStats | undefined;
-      try {
-        st = fs.lstatSync(path, { bigint: true, throwIfNoEntry: false });
-      } catch {
-        st = undefined;
-      }
-      if (!st) continue; // vanished while scanning
-      const key = `${st.dev}:${st.ino}`;
-      if (st.nlink > 1n && !st.isDirectory()) {
-        if (seen.has(key)) continue;
-        seen.add(key);
-      }
-      result.inodes++;
-      if (st.isFile()) {
-        if (exclude.has(key)) result.excluded.push(key);
-        else result.bytes += Number(st.size);
-      }
-      if (st.isDirectory()) {
-        let fd: number;
-        try {
-          fd = fs.openSync(path, dirFlags);
-        } catch {
-          continue;
-        }
-        try {
-          walk(fd);
-        } finally {
-          fs.closeSync(fd);
-        }
-      }
-      if (++sinceReport >= PROGRESS_EVERY) {
-        sinceReport = 0;
-        onProgress({ bytes: result.bytes, inodes: result.inodes });
-      }
+      st = fs.lstatSync(entryPath(dirFd, e.name), { bigint: true, throwIfNoEntry: false });
+    } catch {
+      st = undefined;
     }
+    if (!st) return false; // vanished while scanning
+    if (++sinceReport >= PROGRESS_EVERY) {
+      sinceReport = 0;
+      onProgress({ bytes: result.bytes, inodes: result.inodes });
+    }
+    const key = `${st.dev}:${st.ino}`;
+    if (st.nlink > 1n && !st.isDirectory()) {
+      if (seen.has(key)) return false;
+      seen.add(key);
+    }
+    result.inodes++;
+    if (st.isFile()) {
+      if (exclude.has(key)) result.excluded.push(key);
+      else result.bytes += Number(st.size);
+    }
+    return st.isDirectory();
   };
-  walk(rootFd);
-  return result;
+  const walk = runWalkSync(walkSteps(rootFd, opts), syncIo(fs, { visit }));
+  return { ...result, walk };
 }

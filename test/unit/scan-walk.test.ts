@@ -33,9 +33,9 @@ describe('scan walk', () => {
       const progress: number[] = [];
       const all = walkTree(fs, fd, new Set(), (p) => progress.push(p.inodes));
       // a, a/b, a/f (= a/b/f-link), a/b/g, a/out, bad-\xff
-      expect(all).toEqual({ bytes: 10 + 5 + 1, inodes: 6, excluded: [] });
+      expect(all).toMatchObject({ bytes: 10 + 5 + 1, inodes: 6, excluded: [] });
       const k = key(join(root, 'a/b/g'));
-      expect(walkTree(fs, fd, new Set([k]), () => undefined)).toEqual({ bytes: 10 + 1, inodes: 6, excluded: [k] });
+      expect(walkTree(fs, fd, new Set([k]), () => undefined)).toMatchObject({ bytes: 10 + 1, inodes: 6, excluded: [k] });
     } finally {
       closeSync(fd);
     }
