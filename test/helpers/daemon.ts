@@ -49,6 +49,8 @@ export interface StartOptions {
   dir?: string;
   /** `dir` is a new empty directory of the caller's: write the configuration into it */
   fresh?: boolean;
+  /** start the daemon with this RLIMIT_NOFILE (soft and hard), through prlimit(1), which execs it: same pid */
+  nofile?: number;
 }
 
 function isMounted(path: string): boolean {
@@ -91,7 +93,9 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
       }),
     );
   }
-  const proc = spawn(process.execPath, [HOMESFS, 'serve', '--config', configPath], {
+  const argv = [process.execPath, HOMESFS, 'serve', '--config', configPath];
+  if (opts.nofile !== undefined) argv.unshift('prlimit', `--nofile=${opts.nofile}:${opts.nofile}`, '--');
+  const proc = spawn(argv[0]!, argv.slice(1), {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...opts.env },
   });
