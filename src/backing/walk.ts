@@ -294,3 +294,40 @@ export function pooledIo(job: WalkJob<Promise<boolean>>): (s: WalkStep) => unkno
 
 /** The path of `name` in the directory `fd`, resolved by the kernel from the descriptor. */
 export { at as entryPath };
+
+const TOO_DEEP = Symbol('too deep');
+
+/**
+ * Does the directory `name` below `parentFd` hold a directory more than
+ * `levels` levels below it? A walk of its directories only (files are not
+ * stat'ed), stopped at the first one too deep: what a rename must know
+ * before it moves a subtree deeper (a moved directory carries its own depth).
+ * Not a directory: false.
+ */
+export async function subtreeDeeperThan(parentFd: number, name: string, levels: number): Promise<boolean> {
+  let fd: number;
+  try {
+    fd = await sys.pooled.open(at(parentFd, Buffer.from(name)), O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW);
+  } catch (err) {
+    if (gone(err)) return false;
+    throw err;
+  }
+  try {
+    await runWalk(
+      walkSteps(fd),
+      pooledIo({
+        visit: async (_dirFd, e, depth) => {
+          if (!e.isDirectory()) return false;
+          if (depth > levels) throw TOO_DEEP;
+          return true;
+        },
+      }),
+    );
+    return false;
+  } catch (err) {
+    if (err === TOO_DEEP) return true;
+    throw err;
+  } finally {
+    await sys.pooled.close(fd);
+  }
+}

@@ -1,5 +1,6 @@
 import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
+import { subtreeDeeperThan } from '../backing/walk.js';
 import { HomesError } from '../errors.js';
 import type { HomeRef } from '../paths/parse.js';
 import { checkComponent, decodeBackingName } from '../paths/names.js';
@@ -197,8 +198,15 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
     await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
       ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
         await checkComponent(dst.name, hs.profile.maxNameBytes);
-        if (hs.profile.maxDepth > 0 && dst.dir.length + 1 > hs.profile.maxDepth) {
-          throw new HomesError('OP_REFUSED', `nesting deeper than ${hs.profile.maxDepth} levels is not allowed in profile ${hs.profileName}`);
+        const cap = hs.profile.maxDepth;
+        if (cap > 0 && dst.dir.length + 1 > cap) {
+          throw new HomesError('OP_REFUSED', `nesting deeper than ${cap} levels is not allowed in profile ${hs.profileName}`);
+        }
+        // A directory moved deeper takes its subtree along: measured, not assumed
+        // (a 100-deep subtree under a 100-deep directory makes 200). Moving to the
+        // same depth or higher up never deepens anything, and costs no walk.
+        if (cap > 0 && dst.dir.length > src.dir.length && (await subtreeDeeperThan(srcDir, src.name, cap - dst.dir.length - 1))) {
+          throw new HomesError('OP_REFUSED', `nesting deeper than ${cap} levels is not allowed in profile ${hs.profileName} (the directory moved holds deeper levels)`);
         }
         const replaced = await ctx.probeNode(dstDir, dst.name);
         try {

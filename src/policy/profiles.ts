@@ -195,7 +195,12 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     chown: 'owner-only',
     directIo: false,
     xattrs: 'deny',
-    maxDepth: 0,
+    // Far deeper than any real tool tree (the deepest directory of /usr,
+    // node_modules, ~/.m2 or ~/.cargo is 8–18 levels; pnpm, bazel and Java
+    // package trees stay under 40), far below what breaks tools and makes
+    // every path longer than PATH_MAX: an owner cannot build a tree whose
+    // walks and lookups cost thousands of levels (issue 8, item 4).
+    maxDepth: 128,
     maxEntriesPerDir: 0,
     maxNameBytes: 255,
     // npm, git, make -j and a language server at once stay far below this; a

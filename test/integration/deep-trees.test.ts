@@ -115,3 +115,59 @@ for i in range(${2 * CHAIN}):
     expect(((await d.status()).mount as { mounted: boolean }).mounted).toBe(true);
   });
 });
+
+describe.skipIf(!canMount)('maxDepth in the home profile (128 levels by default)', () => {
+  let d: RunningDaemon;
+
+  beforeAll(async () => {
+    d = await startDaemon({ create: ['t/capped'], homes: { 't/capped': { owner: U } } });
+    await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === 't/capped');
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+  });
+
+  it('refuses mkdir below level 128, and a rename that carries a subtree below it, with EPERM', async () => {
+    const r = await runAs(
+      U.uid,
+      U.gid,
+      `python3 -c '
+import os, errno
+os.chdir("${d.home('t', 'capped')}")
+def tryit(what, f):
+    try:
+        f(); print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+full = "/".join(["x"] * 128)
+tryit("mkdir-128", lambda: os.makedirs(full))
+tryit("mkdir-129", lambda: os.mkdir(full + "/x"))
+tryit("file-129", lambda: open(full + "/f", "w"))
+# a 100-level subtree (sub + 99 levels below it), and a 100-level target
+os.makedirs("sub/" + "/".join(["s"] * 99))
+os.makedirs("/".join(["t"] * 100))
+tryit("rename-deep", lambda: os.rename("sub", "/".join(["t"] * 100) + "/sub"))
+tryit("rename-file-deep", lambda: (open("plain", "w").close(), os.rename("plain", "/".join(["t"] * 100) + "/plain")))
+tryit("rename-28", lambda: os.rename("sub", "/".join(["t"] * 28) + "/sub"))
+tryit("rename-29", lambda: os.rename("/".join(["t"] * 28) + "/sub", "/".join(["t"] * 29) + "/sub"))
+tryit("rename-up", lambda: os.rename("/".join(["t"] * 28) + "/sub", "sub2"))
+'`,
+    );
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim().split('\n')).toEqual([
+      'mkdir-128 ok',
+      'mkdir-129 EPERM',
+      'file-129 EPERM',
+      // 101 + 99 levels below: 200
+      'rename-deep EPERM',
+      'rename-file-deep ok',
+      // 28 + 1 + 99 = 128: exactly the cap
+      'rename-28 ok',
+      'rename-29 EPERM',
+      'rename-up ok',
+    ]);
+    const refusal = d.logs.find((l) => typeof l.msg === 'string' && JSON.stringify(l).includes('the directory moved holds deeper levels'));
+    expect(refusal).toBeDefined();
+  });
+});
