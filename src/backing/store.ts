@@ -28,6 +28,8 @@ export interface BackingHome {
   uses: number;
   /** replaced, deleted or shut down: close `fd` when the last use ends */
   retired: boolean;
+  /** bumped after every directory rename or rmdir through the mount (DirCache) */
+  dirGen: number;
 }
 
 const DIR_FLAGS = sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW;
@@ -371,7 +373,7 @@ export class BackingStore {
         }
         this.sameDevice(tst, `tenant ${ref.tenant}`);
         const owner = this.ownerOverride(ref) ?? { uid: Number(st.uid), gid: Number(st.gid) };
-        return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, owner, checkedAt: Date.now(), uses: 0, retired: false };
+        return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, owner, checkedAt: Date.now(), uses: 0, retired: false, dirGen: 0 };
       } catch (err) {
         await sys.close(fd);
         throw err;
@@ -382,36 +384,25 @@ export class BackingStore {
   }
 
   /**
-   * Open the directory `rel` below the home, one component at a time. A
-   * component that is a symlink (planted, or swapped in by a race) fails with
-   * ENOTDIR/ELOOP instead of being followed. The caller closes the result.
+   * Open one component below a directory of the home. A component that is a
+   * symlink (planted, or swapped in by a race) fails with ENOTDIR instead of
+   * being followed.
    */
-  private async openDir(home: BackingHome, rel: readonly string[]): Promise<number> {
-    let fd = home.fd;
-    try {
-      for (const comp of rel) {
-        const next = await sys.open(sys.fdPath(fd, comp), DIR_FLAGS).catch((err) => {
-          throw sys.sysCode(err) === 'ELOOP' ? Object.assign(new Error('symlink in path'), { code: 'ENOTDIR' }) : err;
-        });
-        if (fd !== home.fd) await sys.close(fd);
-        fd = next;
-      }
-      // The home itself: a second descriptor of the same directory. No O_NOFOLLOW here:
-      // /proc/self/fd/N is a magic link to the descriptor's own object, not a name.
-      if (fd === home.fd) fd = await sys.open(sys.fdPath(home.fd), sys.O_PATH | sys.C.O_DIRECTORY);
-      return fd;
-    } catch (err) {
-      if (fd !== home.fd) await sys.close(fd).catch(() => undefined);
-      throw err;
-    }
-  }
+  private openStep = (dirFd: number, comp: string): Promise<number> =>
+    sys.open(sys.fdPath(dirFd, comp), DIR_FLAGS).catch((err) => {
+      throw sys.sysCode(err) === 'ELOOP' ? Object.assign(new Error('symlink in path'), { code: 'ENOTDIR' }) : err;
+    });
 
+  /**
+   * Run `fn` with a descriptor of the directory `rel` below the home, opened
+   * one component at a time (never following a symlink) or taken from the
+   * directory cache after it proved to still be there (see DirCache).
+   */
   async withDir<T>(home: BackingHome, rel: readonly string[], fn: (dirFd: number) => Promise<T>): Promise<T> {
     // The home's own descriptor lives as long as the home: no copy needed for its top level.
     if (rel.length === 0) return this.useHome(home, fn);
-    const relPath = rel.join('/');
-    const expected = Buffer.from(`${this.rootPath}/${home.ref.tenant}/${home.ref.key}/${relPath}`);
-    const lease = await this.useHome(home, () => this.dirs.acquire(`${home.dev}:${home.ino}/${relPath}`, expected, () => this.openDir(home, rel)));
+    const base = `${this.rootPath}/${home.ref.tenant}/${home.ref.key}`;
+    const lease = await this.useHome(home, () => this.dirs.acquire(home, base, rel, this.openStep));
     try {
       return await fn(lease.fd);
     } finally {
@@ -419,6 +410,14 @@ export class BackingStore {
     }
   }
 
+  /**
+   * A directory of the home was renamed or removed (call right after the
+   * syscall): cached descriptors too deep for procfs to verify are no longer
+   * trusted (see DirCache).
+   */
+  dirsChanged(home: BackingHome): void {
+    home.dirGen++;
+  }
 
   /** An O_PATH descriptor of the node itself (not followed if it is a symlink). */
   openNode(dirFd: number, name: string): Promise<number> {

@@ -132,6 +132,7 @@ export async function rmdir(ctx: FsContext, path: string): Promise<void> {
   await ctx.changing(vp.home, async (hs) => {
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       await sys.rmdir(sys.fdPath(dirFd, vp.name));
+      ctx.store.dirsChanged(hs.backing);
       hs.ledger.removeInode();
     });
   });
@@ -210,7 +211,12 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
         }
         const replaced = await ctx.probeNode(dstDir, dst.name);
         try {
-          await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
+          try {
+            await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
+          } finally {
+            // Every rename, not only a directory's: what moved is known only racily (see DirCache).
+            ctx.store.dirsChanged(hs.backing);
+          }
           if (replaced !== null) ctx.settleRemoved(hs, replaced);
         } finally {
           if (replaced !== null) await sys.close(replaced);

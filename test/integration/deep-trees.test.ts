@@ -171,3 +171,56 @@ tryit("rename-up", lambda: os.rename("/".join(["t"] * 28) + "/sub", "sub2"))
     expect(refusal).toBeDefined();
   });
 });
+
+describe.skipIf(!canMount)('directories deeper than procfs can read back (paths past 4000 bytes)', () => {
+  let d: RunningDaemon;
+
+  beforeAll(async () => {
+    d = await startDaemon({ create: ['t/long'], homes: { 't/long': { owner: U } } });
+    await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === 't/long');
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+  });
+
+  it('a cached deep directory is not used once a rename or rmdir may have moved it', async () => {
+    // 30 levels of 200-byte names: 6000 bytes of path, within maxDepth. The daemon's cache
+    // verifies a directory by reading its path back from procfs, which fails past ~4000
+    // bytes; there it trusts a directory until the next rename/rmdir in the home.
+    const r = await runAs(
+      U.uid,
+      U.gid,
+      `python3 -c '
+import os
+home = "${d.home('t', 'long')}"
+N = "n" * 200
+def down(top, content):
+    os.chdir(home); os.makedirs(top, exist_ok=True); os.chdir(top)
+    for i in range(30):
+        os.makedirs(N, exist_ok=True); os.chdir(N)
+    with open("f", "w") as f: f.write(content)
+def read(top):
+    os.chdir(home); os.chdir(top)
+    for i in range(30): os.chdir(N)
+    return open("f").read()
+down("A", "old")
+print(read("A"))
+os.chdir(home); os.rename("A", "B")
+down("A", "new")
+print(read("A"), read("B"))
+# rmdir: the deepest directory removed and made again
+os.chdir(home); os.chdir("A")
+for i in range(29): os.chdir(N)
+os.unlink(N + "/f"); os.rmdir(N); os.mkdir(N)
+with open(N + "/f", "w") as f: f.write("again")
+print(read("A"), read("B"))
+'`,
+    );
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim().split('\n')).toEqual(['old', 'new old', 'again old']);
+    // (rm(1) walks by descriptor; the helper's own cleanup cannot remove paths this long)
+    const rm = await runAs(U.uid, U.gid, `cd ${d.home('t', 'long')} && rm -rf A B && ls`);
+    expect(rm).toMatchObject({ code: 0, stdout: '' });
+  });
+});
