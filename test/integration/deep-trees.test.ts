@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, lchownSync, lstatSync, readdirSync } from 'node:fs';
+import { chmodSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
@@ -99,6 +99,28 @@ print("ok")
     expect(readdirSync(join(d.backing, 't'))).toEqual([]);
   });
 
+  it('a delete whose tree cannot be removed at once succeeds, says so, and its trash goes at a later start', async () => {
+    const c = ctl('create', 't/stuck', '--owner', '40092:40092'); // (U's id is retired with t/deep)
+    expect(c.status, c.stderr).toBe(0);
+    const inner = join(d.backingOf('t', 'stuck'), 'mnt');
+    mkdirSync(inner, { mode: 0o700 });
+    // a mount inside the home makes its removal fail (EBUSY) after it is already unreachable
+    expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'homesfs-test', inner]).status).toBe(0);
+    try {
+      const r = ctl('delete-home', 't/stuck', '--force');
+      expect(r.status, r.stderr).toBe(0);
+      const res = JSON.parse(r.stdout) as { deleted: string; deleteNote?: string };
+      expect(res.deleted).toBe('t/stuck');
+      expect(res.deleteNote).toMatch(/could not be removed entirely.*later start/);
+      expect(existsSync(d.home('t', 'stuck'))).toBe(false);
+    } finally {
+      // the mount moved with the home to its trash name
+      for (const n of readdirSync(join(d.backing, 't')).filter((n) => n.startsWith('.homesfs-trash-'))) spawnSync('umount', [join(d.backing, 't', n, 'mnt')]);
+      spawnSync('umount', [inner]);
+    }
+    expect(readdirSync(join(d.backing, 't')).filter((n) => n.startsWith('.homesfs-trash-'))).toHaveLength(1);
+  });
+
   it('trash that deep, left by an interrupted delete, is purged at the next start', async () => {
     const trash = join(d.backing, 't', '.homesfs-trash-00112233aabb');
     const mk = spawnSync('python3', ['-c', `
@@ -112,6 +134,7 @@ for i in range(${2 * CHAIN}):
     const done = await d.waitForLog((l) => l.msg === 'removed homes left half-deleted by an earlier run' || l.msg.startsWith('could not remove a half-deleted home'));
     expect(done.msg).toBe('removed homes left half-deleted by an earlier run');
     expect(existsSync(trash)).toBe(false);
+    expect(readdirSync(join(d.backing, 't'))).toEqual([]);
     expect(((await d.status()).mount as { mounted: boolean }).mounted).toBe(true);
   });
 });
