@@ -36,7 +36,8 @@ describe.skipIf(!canMount)('trees deeper than the descriptor limit', () => {
       create: ['t/deep'],
       nofile: NOFILE,
       // `home` without its depth cap: a tree that deep exists (made before the cap, or in posix)
-      config: { profiles: { deep: { extends: 'home', maxDepth: 0 } } },
+      // (the smallest reserve: the default 2048 would leave the homes nothing under 1200)
+      config: { profiles: { deep: { extends: 'home', maxDepth: 0 } }, limits: { reserveFiles: 256 } },
       homes: { 't/deep': { owner: U, profile: 'deep' } },
     });
     await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === 't/deep');
