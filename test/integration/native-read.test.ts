@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { request } from 'node:http';
+import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
 import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -37,24 +37,6 @@ const HOMES = {
   [`${T}/flip`]: { owner: U, profile: 'rawdirect' },
 };
 
-function scrape(socketPath: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path: '/metrics', method: 'GET' }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => resolve(body));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-function sample(body: string, series: string): number {
-  const line = body.split('\n').find((l) => l.startsWith(series + ' '));
-  return line === undefined ? 0 : Number(line.slice(series.length + 1));
-}
-
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 /** Byte i of file k: distinct files differ at every offset, and no byte is 0. */
@@ -70,8 +52,8 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
   let metricsSocket: string;
 
   const counts = async () => {
-    const body = await scrape(metricsSocket);
-    return { js: sample(body, 'homesfs_fuse_requests_total{op="read"}'), native: sample(body, 'homesfs_native_reads_total'), fallbacks: sample(body, 'homesfs_native_read_fallbacks_total') };
+    const body = await scrapeMetrics(metricsSocket);
+    return { js: metricSample(body, 'homesfs_fuse_requests_total{op="read"}'), native: metricSample(body, 'homesfs_native_reads_total'), fallbacks: metricSample(body, 'homesfs_native_read_fallbacks_total') };
   };
   const sh = (script: string) => runAs(U.uid, U.gid, script, { timeoutMs: 120_000 });
   const py = async (script: string, ...args: string[]) => {

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { request } from 'node:http';
+import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,24 +35,6 @@ const HOMES = {
   [`${T}/full`]: { owner: U, profile: 'roomy' },
 };
 
-function scrape(socketPath: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path: '/metrics', method: 'GET' }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => resolve(body));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-function sample(body: string, series: string): number {
-  const line = body.split('\n').find((l) => l.startsWith(series + ' '));
-  return line === undefined ? 0 : Number(line.slice(series.length + 1));
-}
-
 describe.skipIf(!canMount)('native writes (fuse.nativeWrite): decided in JavaScript without the data, written in the binding', () => {
   let d: RunningDaemon;
   let dir: string;
@@ -61,11 +43,11 @@ describe.skipIf(!canMount)('native writes (fuse.nativeWrite): decided in JavaScr
   let tmpfs = '';
 
   const counts = async () => {
-    const body = await scrape(metricsSocket);
+    const body = await scrapeMetrics(metricsSocket);
     return {
-      js: sample(body, 'homesfs_fuse_requests_total{op="write"}'),
-      native: sample(body, 'homesfs_native_writes_total'),
-      fallbacks: sample(body, 'homesfs_native_write_fallbacks_total'),
+      js: metricSample(body, 'homesfs_fuse_requests_total{op="write"}'),
+      native: metricSample(body, 'homesfs_native_writes_total'),
+      fallbacks: metricSample(body, 'homesfs_native_write_fallbacks_total'),
     };
   };
   const usage = async (home: string) => {
