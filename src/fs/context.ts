@@ -93,9 +93,11 @@ export const DP_WRITE = 2;
 export interface DataPlaneStats {
   reads: number;
   bytes: number;
+  /** reads of published handles handed to JavaScript (a backing error, an offset past 2^53) */
   fallbacks: number;
   writes: number;
   writeBytes: number;
+  /** writes of published handles whose data JavaScript asked for after all */
   writeFallbacks: number;
 }
 

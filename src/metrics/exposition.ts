@@ -3,6 +3,7 @@
  * is a few lines of `name{labels} value`, and a client library would put its
  * own label hashing and allocation on the per-request path.
  */
+import type { DataPlaneStats } from '../fs/context.js';
 import { LATENCY_BUCKETS, type OpStats } from './ops.js';
 
 export interface HomeSample {
@@ -28,16 +29,8 @@ export interface MetricsSnapshot {
   openFiles?: { total: number; cap: number };
 }
 
-export interface DataPlaneSample {
-  reads: number;
-  bytes: number;
-  /** reads of published handles handed to JavaScript (a backing error, an offset past 2^53) */
-  fallbacks: number;
-  writes: number;
-  writeBytes: number;
-  /** writes of published handles whose data JavaScript asked for after all */
-  writeFallbacks: number;
-}
+/** The binding's data-plane counters, as FsContext reports them. */
+export type DataPlaneSample = DataPlaneStats;
 
 /** Label values: backslash, double quote and newline are escaped (the format's rules). */
 export function labelValue(v: string): string {
