@@ -100,13 +100,51 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     expect(stats.answered).toBeGreaterThan(4);
   });
 
-  it('hands to JS: the root, a tenant, the home itself, reserved names, missing names, types without masks', async () => {
+  it('hands to JS: the root, a tenant, the home itself, reserved names, types without masks', async () => {
     for (const rel of ['t', 't/k', 't/k/.homesfs', 't/k/.fuse_hidden0000000100000002', 't/k/fifo', 'u']) {
       const { r, js } = await look(rel);
       expect(js, rel).toBe(true);
       expect(r.startsWith('ENOENT') || r.startsWith('55555'), `${rel}: ${r}`).toBe(true);
     }
-    expect(await look('t/k/nope')).toEqual({ r: 'ENOENT', js: true });
+  });
+
+  it('answers ENOENT and ENOTDIR of ordinary names in C; missing reserved names, tenants and homes go to JS', async () => {
+    const negative = async () => ((await cmd({ cmd: 'stats' })) as { stats: { negative: number } }).stats.negative;
+    const before = await negative();
+    expect(await look('t/k/nope')).toEqual({ r: 'ENOENT', js: false });
+    // the kernel stops at the missing directory: one request
+    expect(await look('t/k/nodir/nope')).toEqual({ r: 'ENOENT', js: false });
+    expect(await look('t/k/sub/deep/nope')).toEqual({ r: 'ENOENT', js: false });
+    expect((await negative()) - before).toBe(3);
+    // ENOTDIR reaches the daemon only from a directory replaced by a file under a process that sits in it.
+    const k = (p: string) => path.join(backing, 't', 'k', p);
+    mkdirSync(k('swap'));
+    const code = 'import os,sys,errno\nfor l in sys.stdin:\n  try: os.lstat(l.strip()); print("ok", flush=True)\n  except OSError as e: print(errno.errorcode[e.errno], flush=True)';
+    const py = spawn('python3', ['-c', code], { cwd: path.join(mnt, 't', 'k', 'swap'), stdio: ['pipe', 'pipe', 'inherit'] });
+    const answers = createInterface({ input: py.stdout! });
+    const ask = (n: string) =>
+      new Promise<string>((resolve) => {
+        answers.once('line', (l) => resolve(l.trim()));
+        py.stdin!.write(n + '\n');
+      });
+    try {
+      expect(await ask('x')).toBe('ENOENT');
+      renameSync(k('swap'), k('swap-old'));
+      writeFileSync(k('swap'), 'now a file');
+      const from = lines.length;
+      const mid = await negative();
+      expect(await ask('x')).toBe('ENOTDIR');
+      expect(lines.slice(from).some((l) => l.getattr === '/t/k/swap/x')).toBe(false);
+      expect((await negative()) - mid).toBe(1);
+    } finally {
+      py.kill('SIGKILL');
+    }
+    // Names only JS presents (or whose absence only JS may state): never answered by C, present or not.
+    // (t/other exists but is not published: nothing below it is C's to answer)
+    mkdirSync(path.join(backing, 't', 'other'), { recursive: true });
+    for (const rel of ['t/k/.homesfs/status', 't/k/.homesfs/nope', 't/k/.fuse_hidden00000009ffffffff', 't/k/sub/.fuse_hiddenx', 't/nohome', 't/other/nope']) {
+      expect((await look(rel)).js, rel).toBe(true);
+    }
   });
 
   it('hands to JS: an inode JS holds open, until JS lets it go', async () => {
@@ -122,7 +160,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
   it('never follows a symlink swapped in below the home, and never crosses a mount', async () => {
     const k = (p: string) => path.join(backing, 't', 'k', p);
     // A process sits in sub2; sub2 then becomes a symlink to /etc behind everyone's back.
-    const py = spawn('python3', ['-c', 'import os,sys\nfor l in sys.stdin:\n  st=os.lstat(l.strip()); print(st.st_uid, st.st_size, flush=True)'], {
+    const py = spawn('python3', ['-c', 'import os,sys,errno\nfor l in sys.stdin:\n  try: st=os.lstat(l.strip()); print(st.st_uid, st.st_size, flush=True)\n  except OSError as e: print(errno.errorcode[e.errno], flush=True)'], {
       cwd: path.join(mnt, 't', 'k', 'sub2'),
       stdio: ['pipe', 'pipe', 'inherit'],
     });
@@ -138,6 +176,10 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
       symlinkSync('/etc', k('sub2'));
       // C refuses the walk (RESOLVE_NO_SYMLINKS) and JS answers: the careless fixture follows it (uid 55555).
       expect(await ask('passwd')).toBe(`55555 ${readFileSync('/etc/passwd').length}`);
+      // A missing name behind the symlink is not C's to deny either (ELOOP there): JS answers it.
+      const from = lines.length;
+      expect(await ask('homesfs-no-such-name')).toBe('ENOENT');
+      expect(lines.slice(from).some((l) => l.getattr === '/t/k/sub2/homesfs-no-such-name')).toBe(true);
     } finally {
       py.kill('SIGKILL');
     }
@@ -176,6 +218,8 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
   it('follows what JS publishes: a longer-name limit, owner from the stat, fewer types, removal', async () => {
     await cmd({ cmd: 'publish', maxName: 8 });
     expect((await look('t/k/longname12')).js).toBe(true);
+    // past the home's name limit JS answers (ENAMETOOLONG there), not C's ENOENT
+    expect((await look('t/k/missing-long')).js).toBe(true);
     expect((await look('t/k/f')).js).toBe(false);
     await cmd({ cmd: 'publish', ownerFromStat: true, types: 1 << 0o10 });
     expect(await look('t/k/f')).toEqual({ r: '0 0 700 regular file', js: false });
