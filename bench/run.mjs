@@ -604,6 +604,7 @@ async function main() {
   const cpu = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries([...METRICS.map((m) => [m.key, []]), ['micro', []]])]));
   const micro = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(MICRO_OPS.map((o) => [o.key, []]))]));
   const microCpu = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(MICRO_OPS.map((o) => [o.key, []]))]));
+  const microSwitches = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(MICRO_OPS.map((o) => [o.key, []]))]));
   const errors = Object.fromEntries(targets.map((t) => [t.id, {}]));
   const loads = [];
 
@@ -633,6 +634,7 @@ async function main() {
             if (r.micro) {
               for (const o of MICRO_OPS) micro[t.id][o.key].push(r.micro[o.key]);
               if (t.pid()) for (const o of MICRO_OPS) microCpu[t.id][o.key].push(r.micro.cpu[o.key]);
+              if (t.pid()) for (const o of MICRO_OPS) microSwitches[t.id][o.key].push(r.micro.switches[o.key]);
             }
             else samples[t.id][r.key].push(r.value ?? r.secs);
           }
@@ -698,7 +700,11 @@ async function main() {
     cpuCell('posix', m.key),
     cpuCell('bindfs', m.key),
   ]);
-  const mHeader = ['op (µs, mean of ' + MICRO_N + ')', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'CPU µs home', 'CPU µs posix', 'CPU µs bindfs'];
+  const mHeader = ['op (µs, mean of ' + MICRO_N + ')', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'CPU µs home', 'CPU µs posix', 'CPU µs bindfs', 'switches home', 'switches bindfs'];
+  const swPerOp = (id, k) => {
+    const v = med(microSwitches, id, k);
+    return v === null ? '-' : v.toFixed(1);
+  };
   const cpuUs = (id, k) => {
     const v = med(microCpu, id, k);
     return v === null ? '-' : v.toFixed(1);
@@ -719,6 +725,8 @@ async function main() {
     cpuUs('home', o.key),
     cpuUs('posix', o.key),
     cpuUs('bindfs', o.key),
+    swPerOp('home', o.key),
+    swPerOp('bindfs', o.key),
   ]);
 
   const elapsed = (Date.now() - started) / 1000;
@@ -746,7 +754,8 @@ async function main() {
   if (microBin) {
     out.push('');
     out.push(`per-op latency (bench/micro.c; lookup after dropping dentries with the backing re-warmed; getattr forced with AT_STATX_FORCE_SYNC;`);
-    out.push(`CPU µs = the daemon's CPU per op, all threads, from /proc/<pid>/task/*/schedstat: robust where wall time is not, on a loaded machine):`);
+    out.push(`CPU µs = the daemon's CPU per op, all threads, from /proc/<pid>/task/*/schedstat: robust where wall time is not, on a loaded machine;`);
+    out.push(`switches = the daemon's context switches per op, all threads, voluntary and involuntary: a request answered in JavaScript costs at least three, libfuse's thread woken by the kernel, the JS thread woken, libfuse's thread woken with the answer; bindfs pays one):`);
     out.push('');
     out.push(...table(mHeader, mRows, 1));
   }
@@ -781,6 +790,7 @@ async function main() {
     })),
     micro: Object.fromEntries(MICRO_OPS.map((o) => [o.key, Object.fromEntries(targets.map((t) => [t.id, micro[t.id][o.key]]))])),
     microDaemonCpuUs: Object.fromEntries(MICRO_OPS.map((o) => [o.key, Object.fromEntries(targets.map((t) => [t.id, microCpu[t.id][o.key]]))])),
+    microDaemonSwitches: Object.fromEntries(MICRO_OPS.map((o) => [o.key, Object.fromEntries(targets.map((t) => [t.id, microSwitches[t.id][o.key]]))])),
     errors,
     daemonLog: Object.fromEntries(daemonLogKinds),
     elapsedSec: elapsed,
