@@ -24,7 +24,12 @@
 //   BENCH_DIR          parent of the scratch directory             (default os.tmpdir())
 //   BENCH_NO_BINDFS=1  skip bindfs (otherwise installed with apt-get when missing)
 //   BENCH_METRICS=1    serve the metrics endpoint (per-op counting on) to measure its cost
-//   BENCH_ONLY         comma-separated workloads to run: seq, rand, small, tree, micro (default all)
+//   BENCH_ONLY         comma-separated workloads to run: seq, rand, small, tree, micro (default all
+//                        of these), and scale (opt-in, never in the default set; see below)
+//   BENCH_SCALE_FILES  scale: files in the home whose start-up scan is timed (default 1000000)
+//   BENCH_SCALE_RSS_FILES  scale: files in the home that holds the handles   (default 100000)
+//   BENCH_SCALE_HANDLES    scale: files held open through the mount at once  (default 10000)
+//   BENCH_SCALE_WARM=0 scale: skip the second (warm-cache) scan
 //   BENCH_CONFIG       JSON merged into the daemon's configuration, e.g.
 //                        '{"fuse":{"nativeRead":false}}' to measure a switch off and on
 //
@@ -33,6 +38,23 @@
 // metadata phases are measured cold (dentry/inode/page caches dropped) and
 // warm (straight after); bindfs gets -o big_writes (without it every write is
 // a 4 KiB request and "faster than bindfs" is an artifact).
+//
+// The scale workload (BENCH_ONLY=scale; issue 13's "1M-file scan in under 20 s
+// while other homes are served" and "RSS under 200 MB with 100k files and 10k open
+// handles") runs its own daemon on its own backing and mount, several times:
+//   1. idle: homes empty; the daemon's VmRSS once mounted and scanned;
+//   2. BENCH_SCALE_FILES empty files (1000 a directory) are written straight into
+//      one posix home's backing by bench/scale.c; caches dropped; the daemon is
+//      started and timed until that home's 'home ledger built' log line (the
+//      daemon's own ms, the wall time from spawn, its CPU seconds by thread),
+//      while bench/scale.c probes another home (create, statx FORCE_SYNC, unlink
+//      in a loop: latency during the scan and for 5 s after); VmRSS/VmHWM after;
+//   3. the same without dropping caches (warm), unless BENCH_SCALE_WARM=0;
+//   4. the big home moved out; a posix home with BENCH_SCALE_RSS_FILES files:
+//      VmRSS after its scan, after `find -printf %s` over it through the mount,
+//      and with BENCH_SCALE_HANDLES of them held open (bench/scale.c hold, root,
+//      so limits.openFilesPerUid does not count them; posix allows 16384).
+// The loop file (BENCH_FS loop/auto) is made with enough inodes for it (mkfs -N).
 //
 // Performance numbers live here, never in tests. Every workload runs in a
 // child process (dd, tar, find, git, node, the C micro program): this process
@@ -63,6 +85,15 @@ const MICRO_N = envInt('BENCH_MICRO', QUICK ? 1000 : 3000);
 const RAND_N = envInt('BENCH_RAND', QUICK ? 4000 : 16000);
 const REPS = envInt('BENCH_REPS', QUICK ? 3 : 5);
 const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim())) : null;
+const SCALE = ONLY?.has('scale') ?? false; // opt-in only: never part of the default set
+const SCALE_FILES = envInt('BENCH_SCALE_FILES', 1_000_000);
+const SCALE_RSS_FILES = envInt('BENCH_SCALE_RSS_FILES', 100_000);
+const SCALE_HANDLES = envInt('BENCH_SCALE_HANDLES', 10_000);
+const SCALE_WARM = process.env.BENCH_SCALE_WARM !== '0';
+const SCALE_PER_DIR = 1000;
+if (SCALE_HANDLES > SCALE_RSS_FILES) throw new Error('BENCH_SCALE_HANDLES must not exceed BENCH_SCALE_RSS_FILES (the handles are of those files)');
+/** inodes the scale workload writes (files and their directories), plus room for the rest */
+const SCALE_INODES = SCALE ? Math.ceil((SCALE_FILES + SCALE_RSS_FILES) * (1 + 1 / SCALE_PER_DIR)) + 262_144 : 0;
 const EXTRA_CONFIG = process.env.BENCH_CONFIG ? JSON.parse(process.env.BENCH_CONFIG) : {};
 const FS_MODE = process.env.BENCH_FS || 'auto';
 if (!['auto', 'loop', 'here'].includes(FS_MODE)) throw new Error(`BENCH_FS must be auto, loop or here, got ${FS_MODE}`);
@@ -148,6 +179,14 @@ function cpuSeconds(pid) {
   }
 }
 
+/** A markdown table, the first `leftCols` columns left-aligned. */
+function tableLines(header, rows, leftCols) {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells) => '| ' + cells.map((c, i) => (i < leftCols ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ') + ' |';
+  const sep = '|' + widths.map((w, i) => (i < leftCols ? ':' + '-'.repeat(w + 1) : '-'.repeat(w + 1) + ':')).join('|') + '|';
+  return [line(header), sep, ...rows.map(line)];
+}
+
 const loadAvg1 = () => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
 
 /** mount source and fstype of the filesystem holding `path`, and whether ext4 has a jbd2 journal. */
@@ -212,13 +251,16 @@ async function stopChild(proc, mnt, what) {
 async function cleanup() {
   if (cleanedUp) return;
   cleanedUp = true;
+  for (const k of scaleKids) k.kill('SIGKILL');
+  if (scaleDaemon) await stopChild(scaleDaemon, scaleMount, 'homesfs');
+  scaleDaemon = null;
   const d = daemon;
   daemon = null;
   await stopChild(d, mount, 'homesfs');
   const b = bindfsProc;
   bindfsProc = null;
   await stopChild(b, bindMnt, 'bindfs');
-  const left = [mount, bindMnt].filter((p) => p && isMounted(p));
+  const left = [mount, bindMnt, scaleMount].filter((p) => p && isMounted(p));
   if (left.length) {
     log(`still mounted, scratch kept: ${left.join(', ')}`);
     return;
@@ -245,18 +287,26 @@ async function prepareFs() {
   const journalLess = here.fstype === 'ext4' && here.journal === false;
   const useLoop = FS_MODE === 'loop' || (FS_MODE === 'auto' && journalLess);
   if (!useLoop) {
+    if (SCALE_INODES) {
+      const free = Number(spawnSync('stat', ['-f', '-c', '%d', scratch], { encoding: 'utf8' }).stdout.trim());
+      if (!(free >= SCALE_INODES)) throw new Error(`the scale workload needs ${SCALE_INODES} free inodes on ${here.target}, it has ${free} (df -i): use BENCH_FS=loop`);
+    }
     layout();
     return `${here.fstype} ${here.source} (scratch fs${here.journal === false ? ', no journal' : here.journal ? ', journaled' : ''})`;
   }
-  const gib = Math.ceil((MB * 3 + 1536) / 1024);
+  // The scale workload's million files need more inodes than ext4's default of one per
+  // 16 KiB gives: -N, and room for the inode tables (256 bytes each).
+  const gib = Math.ceil((MB * 3 + 1536) / 1024) + (SCALE_INODES ? Math.ceil((SCALE_INODES * 256) / 1024 ** 3) + 1 : 0);
+  const inodeArgs = SCALE_INODES ? ['-N', String(Math.max(SCALE_INODES, Math.floor((gib * 1024 ** 3) / 16384)))] : [];
   mustOk(await run('truncate', ['-s', `${gib}G`, loopImg]), 'truncate the loop image');
-  mustOk(await run('mkfs.ext4', ['-q', '-F', '-E', 'lazy_itable_init=0,lazy_journal_init=0', loopImg]), 'mkfs.ext4');
+  mustOk(await run('mkfs.ext4', ['-q', '-F', ...inodeArgs, '-E', 'lazy_itable_init=0,lazy_journal_init=0', loopImg], { timeoutMs: 600_000 }), 'mkfs.ext4');
   mustOk(await run('mount', ['-o', 'loop', loopImg, fsRoot]), 'mount the loop image');
   loopMounted = true;
   chmodSync(fsRoot, 0o755);
   layout();
   const f = fsOf(fsRoot);
-  return `ext4 (journaled: ${f.journal}) on loop ${f.source}, a ${gib} GiB file on the ${here.fstype} scratch fs${journalLess ? ' (which has no journal)' : ''}`;
+  const inodes = spawnSync('stat', ['-f', '-c', '%c', fsRoot], { encoding: 'utf8' }).stdout.trim();
+  return `ext4 (journaled: ${f.journal}, ${inodes} inodes) on loop ${f.source}, a ${gib} GiB file on the ${here.fstype} scratch fs${journalLess ? ' (which has no journal)' : ''}`;
 }
 
 async function startDaemon() {
@@ -552,6 +602,323 @@ const WORKLOADS = [
   },
 ];
 
+// ---------------------------------------------------------------- scale ----
+// Issue 13's two scale targets (see the header): its own daemon, backing and mount.
+
+let scaleDaemon = null;
+let scaleMount = null;
+const scaleKids = new Set(); // probe and holder, killed on cleanup
+
+/** VmRSS and VmHWM of a process in MiB (null when gone). */
+function memOf(pid) {
+  try {
+    const s = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const kb = (k) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(s)?.[1] ?? NaN);
+    return { rssMiB: kb('VmRSS') / 1024, hwmMiB: kb('VmHWM') / 1024 };
+  } catch {
+    return null;
+  }
+}
+
+/** CPU seconds of every thread of a process, busiest first ({ tid, comm, cpu }). */
+function threadCpu(pid) {
+  const out = [];
+  let tids = [];
+  try {
+    tids = spawnSync('ls', [`/proc/${pid}/task`], { encoding: 'utf8' }).stdout.trim().split('\n');
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const s = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const comm = s.slice(s.indexOf('(') + 1, s.lastIndexOf(')'));
+      const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+      out.push({ tid: Number(tid), comm, cpu: (Number(f[11]) + Number(f[12])) / CLK_TCK });
+    } catch {
+      /* thread gone */
+    }
+  }
+  return out.sort((a, b) => b.cpu - a.cpu);
+}
+
+function spawnKid(cmd, args, opts = {}) {
+  const p = spawn(cmd, args, { stdio: [opts.stdin ?? 'ignore', 'pipe', 'pipe'] });
+  p.out = '';
+  p.err = '';
+  p.stdout.on('data', (d) => (p.out += d));
+  p.stderr.on('data', (d) => (p.err += d));
+  p.closed = new Promise((r) => p.on('close', (code, sig) => r(code ?? sig)));
+  scaleKids.add(p);
+  p.closed.then(() => scaleKids.delete(p));
+  return p;
+}
+
+async function buildScaleBin() {
+  const out = join(scratch, 'scale');
+  mustOk(await run('cc', ['-O2', '-Wall', '-o', out, join(ROOT, 'bench/scale.c')]), 'cc bench/scale.c');
+  return out;
+}
+
+/**
+ * Start the scale daemon with the homes present in its backing; resolves at once with a
+ * handle whose `at` map records, by log message and home, when (s since spawn) the
+ * daemon logged 'mounted' and each 'home ledger built', with its CPU then.
+ */
+function spawnScaleDaemon(sc, homes) {
+  const configPath = join(scratch, 'scale-config.json');
+  writeFileSync(
+    configPath,
+    JSON.stringify(
+      {
+        backing: sc.backing,
+        mount: sc.mount,
+        socket: sc.socket,
+        platformSocket: join(scratch, 'scale-platform', 'platform.sock'),
+        stateFile: join(scratch, 'scale-state.json'),
+        logLevel: 'info', // for 'mounted' and 'home ledger built' (info is quiet per request)
+        userdb: { enabled: false },
+        homes,
+        ...EXTRA_CONFIG,
+      },
+      null,
+      2,
+    ),
+  );
+  const t0 = process.hrtime.bigint();
+  const since = () => Number(process.hrtime.bigint() - t0) / 1e9;
+  const proc = spawn(process.execPath, [HOMESFS, 'serve', '--config', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+  scaleDaemon = proc;
+  scaleMount = sc.mount;
+  const d = { proc, since, mounted: null, built: new Map(), stderr: '', wake: null, failed: [] };
+  let partial = '';
+  proc.stdout.on('data', (chunk) => {
+    const lines = (partial + chunk).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      let j;
+      try {
+        j = JSON.parse(line);
+      } catch {
+        continue;
+      }
+      if (j.msg === 'mounted') d.mounted = since();
+      else if (j.msg === 'home ledger built') {
+        // sampled here, as the line arrives: the daemon's CPU at the end of the scan
+        d.built.set(j.home, { at: since(), ms: j.ms, inodes: j.inodes, bytes: j.bytes, cpu: cpuSeconds(proc.pid), threads: threadCpu(proc.pid), mem: memOf(proc.pid) });
+      } else if (j.msg !== 'scan progress' && j.level !== 30 && j.level !== 'info') {
+        const kind = `scale ${j.level} ${j.op ?? j.component ?? ''} ${j.home ?? ''}: ${j.code ?? ''} ${j.msg}`.replace(/\s+/g, ' ');
+        const n = (daemonLogKinds.get(kind) ?? 0) + 1;
+        daemonLogKinds.set(kind, n);
+        if (n <= 2) log(`daemon: ${line.slice(0, 300)}`);
+        if (/scan failed/.test(j.msg ?? '')) d.failed.push(j.home);
+      }
+      d.wake?.();
+    }
+  });
+  proc.stderr.on('data', (c) => (d.stderr += c));
+  d.until = async (pred, what, timeoutMs = 600_000) => {
+    const deadline = Date.now() + timeoutMs;
+    while (!pred()) {
+      if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`scale daemon exited (${proc.exitCode ?? proc.signalCode}) waiting for ${what}; stderr: ${d.stderr.slice(0, 400)}`);
+      if (d.failed.length) throw new Error(`scan failed in ${d.failed.join(', ')} waiting for ${what}`);
+      if (Date.now() > deadline) throw new Error(`scale daemon: no ${what} after ${timeoutMs / 1000} s`);
+      await Promise.race([new Promise((r) => (d.wake = r)), sleep(250)]);
+    }
+  };
+  d.status = async () => {
+    const r = await run(process.execPath, [HOMESCTL, '--socket', sc.socket, '--json', 'status'], { timeoutMs: 30_000 });
+    mustOk(r, 'homesctl status (scale daemon)');
+    return JSON.parse(r.stdout);
+  };
+  d.stop = async () => {
+    await stopChild(proc, sc.mount, 'homesfs');
+    scaleDaemon = null;
+  };
+  return d;
+}
+
+/** The scale workload: returns { results, lines } (lines: the report's table). */
+async function runScale() {
+  const sc = {
+    backing: join(fsRoot, 'scale-backing'),
+    parked: join(fsRoot, 'scale-parked'),
+    mount: join(scratch, 'scale-mnt'),
+    socket: join(scratch, 'scale-run', 'admin.sock'),
+  };
+  const home = (k) => join(sc.backing, 'scale', k);
+  for (const d of [sc.backing, join(sc.backing, 'scale'), home('probe')]) mkdirSync(d, { recursive: true, mode: 0o700 });
+  for (const d of [sc.backing, join(sc.backing, 'scale')]) chmodSync(d, 0o700);
+  mkdirSync(sc.parked, { mode: 0o700 });
+  mkdirSync(sc.mount, { recursive: true, mode: 0o755 });
+  const bin = await buildScaleBin();
+  const res = { params: { files: SCALE_FILES, perDir: SCALE_PER_DIR, rssFiles: SCALE_RSS_FILES, handles: SCALE_HANDLES }, mem: {}, scans: [] };
+  const probeHomes = { 'scale/probe': {} }; // the `home` profile: the home that keeps being served
+
+  // 1. idle
+  log('scale: idle daemon');
+  {
+    const d = spawnScaleDaemon(sc, probeHomes);
+    await d.until(() => d.mounted !== null && d.built.has('scale/probe'), 'mount and scan', 60_000);
+    await sleep(2000);
+    res.mem.idle = memOf(d.proc.pid);
+    await d.stop();
+  }
+
+  // 2. populate the big home straight into its backing
+  const big = home('big');
+  mkdirSync(big, { mode: 0o700 });
+  log(`scale: writing ${SCALE_FILES} files into the backing of scale/big`);
+  const pop = mustOk(await run(bin, ['populate', big, String(SCALE_FILES), String(SCALE_PER_DIR)], { timeoutMs: 1_800_000 }), 'populate scale/big');
+  mustOk(await run('sync', [], { timeoutMs: 600_000 }), 'sync');
+  res.populateSec = Number(pop.stdout.trim());
+  log(`scale: ${SCALE_FILES} files in ${res.populateSec.toFixed(1)} s`);
+  const bigInodes = SCALE_FILES + Math.ceil(SCALE_FILES / SCALE_PER_DIR);
+
+  // 3. the scan, cold then warm, with the probe in the other home
+  for (const mode of SCALE_WARM ? ['cold', 'warm'] : ['cold']) {
+    const dropped = mode === 'cold' ? await dropCaches() : false;
+    log(`scale: start-up scan of ${SCALE_FILES} files, ${mode}${mode === 'cold' && !dropped ? ' (caches could NOT be dropped)' : ''}`);
+    const load0 = loadAvg1();
+    const d = spawnScaleDaemon(sc, { ...probeHomes, 'scale/big': { profile: 'posix' } });
+    const rss = [];
+    const sampler = setInterval(() => {
+      const m = memOf(d.proc.pid);
+      if (m) rss.push(m.rssMiB);
+    }, 250);
+    let probe = null;
+    try {
+      await d.until(() => d.mounted !== null && d.built.has('scale/probe'), 'mount and scan of scale/probe', 120_000);
+      const probeStart = d.since();
+      const bigDoneBeforeProbe = d.built.has('scale/big');
+      probe = spawnKid(bin, ['probe', join(sc.mount, 'scale/probe')]);
+      await d.until(() => d.built.has('scale/big'), 'ledger of scale/big', 1_200_000);
+      probe.kill('SIGUSR1');
+      const b = d.built.get('scale/big');
+      await sleep(5000);
+      probe.kill('SIGTERM');
+      const pc = await Promise.race([probe.closed, sleep(30_000).then(() => 'timeout')]);
+      if (pc !== 0) throw new Error(`probe ended with ${pc}: ${probe.err.slice(0, 300)}`);
+      const phases = JSON.parse(probe.out);
+      const st = await d.status();
+      const h = (st.homes ?? []).find((x) => x.tenant === 'scale' && x.key === 'big');
+      if (h?.scan !== 'done') throw new Error(`status shows scale/big scan ${h?.scan}`);
+      if (h.inodes !== bigInodes) throw new Error(`status shows scale/big with ${h.inodes} inodes, expected ${bigInodes}`);
+      const daemonTid = d.proc.pid;
+      const main = b.threads.find((t) => t.tid === daemonTid);
+      const others = b.threads.filter((t) => t.tid !== daemonTid);
+      res.scans.push({
+        mode,
+        cachesDropped: dropped,
+        loadAvgStart: load0,
+        loadAvgEnd: loadAvg1(),
+        mountedSec: d.mounted,
+        wallSec: b.at, // spawn to the log line
+        daemonMs: b.ms, // scanHome's own figure: from the scan's start to its ledger
+        daemonCpuSec: b.cpu,
+        threadCpu: { main: main?.cpu ?? null, busiestOther: others[0] ?? null, others: others.reduce((a, t) => a + t.cpu, 0), top: b.threads.slice(0, 6) },
+        inodes: h.inodes,
+        probeStartSec: probeStart,
+        bigDoneBeforeProbe,
+        probe: phases,
+        memAtDone: b.mem,
+        memAfter: memOf(d.proc.pid),
+        rssPeakSampledMiB: rss.length ? Math.max(...rss) : null,
+      });
+      log(`scale: ${mode} scan ${b.at.toFixed(1)} s wall (daemon ${(b.ms / 1000).toFixed(1)} s), daemon CPU ${b.cpu.toFixed(2)} s`);
+    } finally {
+      clearInterval(sampler);
+      if (probe && probe.exitCode === null) probe.kill('SIGKILL');
+      await d.stop();
+    }
+  }
+
+  // 4. RSS with many files and many handles: the big home out of the way
+  spawnSync('mv', [big, join(sc.parked, 'big')]);
+  const many = home('many');
+  mkdirSync(many, { mode: 0o700 });
+  log(`scale: writing ${SCALE_RSS_FILES} files into the backing of scale/many`);
+  mustOk(await run(bin, ['populate', many, String(SCALE_RSS_FILES), String(SCALE_PER_DIR)], { timeoutMs: 600_000 }), 'populate scale/many');
+  {
+    const d = spawnScaleDaemon(sc, { ...probeHomes, 'scale/many': { profile: 'posix' } });
+    let holder = null;
+    try {
+      await d.until(() => d.mounted !== null && d.built.has('scale/probe') && d.built.has('scale/many'), 'mount and scans', 300_000);
+      await sleep(1000);
+      res.mem.manyScanned = memOf(d.proc.pid);
+      const f = await sh(`find . -type f -printf '%s\\n' | wc -l`, { cwd: join(sc.mount, 'scale/many'), timeoutMs: 600_000 });
+      mustOk(f, 'find over scale/many');
+      if (Number(f.stdout.trim()) !== SCALE_RSS_FILES) throw new Error(`find saw ${f.stdout.trim()} files in scale/many, expected ${SCALE_RSS_FILES}`);
+      res.findSec = f.secs;
+      res.mem.manyStatted = memOf(d.proc.pid);
+      holder = spawnKid(bin, ['hold', join(sc.mount, 'scale/many'), String(SCALE_HANDLES), String(SCALE_PER_DIR)], { stdin: 'pipe' });
+      const deadline = Date.now() + 300_000;
+      while (!/^ready /m.test(holder.out)) {
+        if (holder.exitCode !== null) throw new Error(`holder ended (${holder.exitCode}): ${holder.err.slice(0, 300)}`);
+        if (Date.now() > deadline) throw new Error('holder: not ready after 300 s');
+        await sleep(100);
+      }
+      res.holdOpenSec = Number(/^ready (\S+)/m.exec(holder.out)[1]);
+      await sleep(1000);
+      res.mem.handlesHeld = memOf(d.proc.pid);
+      const st = await d.status();
+      res.openFilesSeen = st.limits?.openFiles ?? null;
+      res.descriptorsInUse = st.limits?.descriptorsInUse ?? null;
+      if (res.openFilesSeen !== null && res.openFilesSeen < SCALE_HANDLES) throw new Error(`status shows ${res.openFilesSeen} open files, expected ${SCALE_HANDLES}`);
+      holder.kill('SIGTERM');
+      await holder.closed;
+      await sleep(1000);
+      res.mem.handlesClosed = memOf(d.proc.pid);
+    } finally {
+      if (holder && holder.exitCode === null) holder.kill('SIGKILL');
+      await d.stop();
+    }
+  }
+
+  // ---- the report
+  const mib = (m, k) => (m ? m[k].toFixed(0) : '-');
+  const lines = ['', `scale (BENCH_ONLY=scale): ${SCALE_FILES} empty files, ${SCALE_PER_DIR} a directory, written in ${res.populateSec.toFixed(1)} s straight into a posix home's backing`];
+  const us = (o) => `${o.p50.toFixed(0)} / ${o.p99.toFixed(0)} / ${o.max.toFixed(0)}`;
+  const sHeader = ['start-up scan', 'load 1m', 'wall s (spawn→ledger)', 'daemon ms', 'daemon CPU s', 'main thread s', 'busiest other thread s', 'probe it/s during → after', 'create µs p50/p99/max during', 'stat µs during', 'unlink µs during', 'create µs after', 'VmRSS / VmHWM MiB after'];
+  const sRows = res.scans.map((r) => {
+    const [during, after] = [r.probe[0], r.probe[1]];
+    return [
+      `${SCALE_FILES} files, ${r.mode}${r.mode === 'cold' && !r.cachesDropped ? ' (not dropped)' : ''}`,
+      `${r.loadAvgStart.toFixed(1)}–${r.loadAvgEnd.toFixed(1)}`,
+      r.wallSec.toFixed(2),
+      String(r.daemonMs),
+      r.daemonCpuSec.toFixed(2),
+      r.threadCpu.main?.toFixed(2) ?? '-',
+      r.threadCpu.busiestOther ? `${r.threadCpu.busiestOther.cpu.toFixed(2)} (${r.threadCpu.busiestOther.comm})` : '-',
+      r.bigDoneBeforeProbe ? 'scan done before probe' : `${during.iterationsPerSec.toFixed(0)} → ${after?.iterationsPerSec.toFixed(0) ?? '-'}`,
+      r.bigDoneBeforeProbe ? '-' : us(during.create),
+      r.bigDoneBeforeProbe ? '-' : us(during.stat),
+      r.bigDoneBeforeProbe ? '-' : us(during.unlink),
+      after ? us(after.create) : '-',
+      `${mib(r.memAfter, 'rssMiB')} / ${mib(r.memAfter, 'hwmMiB')}`,
+    ];
+  });
+  lines.push('', ...tableLines(sHeader, sRows, 1));
+  const mHeader = ['daemon memory', 'VmRSS MiB', 'VmHWM MiB'];
+  const mRows = [
+    ['idle (one empty home, mounted)', res.mem.idle],
+    ...res.scans.map((r) => [`after the ${r.mode} ${SCALE_FILES}-file scan`, r.memAfter]),
+    [`posix home of ${SCALE_RSS_FILES} files, scanned`, res.mem.manyScanned],
+    [`  after find -printf %s over it through the mount (${res.findSec.toFixed(1)} s)`, res.mem.manyStatted],
+    [`  with ${SCALE_HANDLES} of them open through the mount (opened in ${res.holdOpenSec.toFixed(1)} s)`, res.mem.handlesHeld],
+    ['  after the holder closed them', res.mem.handlesClosed],
+  ].map(([l, m]) => [l, mib(m, 'rssMiB'), mib(m, 'hwmMiB')]);
+  lines.push('', ...tableLines(mHeader, mRows, 1));
+  lines.push(
+    '',
+    'probe: create+close, statx(AT_STATX_FORCE_SYNC) and unlink of a new name in another home (scale/probe, `home` profile) in a loop, from the mount and its scan until',
+    'scale/big\'s ledger is built ("during"), then 5 s more ("after"); wall from the daemon\'s spawn to its \'home ledger built\' line; daemon ms = that line\'s own figure',
+    '(the scan alone); CPU s = all the daemon\'s threads from its spawn (node start-up, mount, the probe\'s requests included), sampled as the line arrives',
+  );
+  return { results: res, lines };
+}
+
 // ---------------------------------------------------------------- main -----
 
 async function main() {
@@ -573,6 +940,27 @@ async function main() {
   };
 
   const selected = (id) => ONLY === null || ONLY.has(id);
+  // The scale workload first, on its own daemon: the loop fs is fresh and nothing else runs.
+  const scale = SCALE ? await runScale() : null;
+  if (!WORKLOADS.some((w) => selected(w.id))) {
+    const elapsed = (Date.now() - started) / 1000;
+    const loadEnd = readFileSync('/proc/loadavg', 'utf8').trim();
+    const out = ['', `homesfs bench — ${machine.date}`];
+    out.push(`machine: nproc=${machine.nproc} kernel=${machine.kernel} cpu="${machine.cpu}" mem=${machine.memGiB} GiB node=${machine.node}`);
+    out.push(`backing on: ${fsNote}`);
+    if (process.env.BENCH_CONFIG) out.push(`daemon configuration += ${process.env.BENCH_CONFIG} (BENCH_CONFIG)`);
+    out.push(`/proc/loadavg at start "${loadStart}", at end "${loadEnd}"`);
+    out.push(...scale.lines);
+    if (daemonLogKinds.size) {
+      out.push('', 'daemon log lines (warn and above) during the run (count  kind):');
+      for (const [k, n] of [...daemonLogKinds].sort((a, b) => b[1] - a[1])) out.push(`  ${String(n).padStart(6)}  ${k}`);
+    }
+    out.push('', `total ${elapsed.toFixed(0)} s`);
+    process.stdout.write(out.join('\n') + '\n');
+    const results = { machine, loadAvg: { start: loadStart, end: loadEnd }, scale: scale.results, daemonLog: Object.fromEntries(daemonLogKinds), elapsedSec: elapsed };
+    writeResults(results, out);
+    return;
+  }
   if (selected('tree')) {
     log('generating the tree (tarball and git repository)');
     await makeTree();
@@ -678,12 +1066,7 @@ async function main() {
     const v = med(cpu, id, key);
     return v === null ? '-' : v.toFixed(2);
   };
-  const table = (header, rows, leftCols) => {
-    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-    const line = (cells) => '| ' + cells.map((c, i) => (i < leftCols ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(' | ') + ' |';
-    const sep = '|' + widths.map((w, i) => (i < leftCols ? ':' + '-'.repeat(w + 1) : '-'.repeat(w + 1) + ':')).join('|') + '|';
-    return [line(header), sep, ...rows.map(line)];
-  };
+  const table = tableLines;
 
   const wHeader = ['workload', 'unit', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'home/posix', 'CPU s home', 'CPU s posix', 'CPU s bindfs'];
   const wRows = METRICS.filter((m) => selected(m.workload)).map((m) => [
@@ -765,6 +1148,7 @@ async function main() {
     out.push('', 'daemon log lines during the run (count  kind):');
     for (const [k, n] of [...daemonLogKinds].sort((a, b) => b[1] - a[1])) out.push(`  ${String(n).padStart(6)}  ${k}`);
   }
+  if (scale) out.push(...scale.lines);
   out.push('', `total ${elapsed.toFixed(0)} s`);
   process.stdout.write(out.join('\n') + '\n');
 
@@ -793,8 +1177,13 @@ async function main() {
     microDaemonSwitches: Object.fromEntries(MICRO_OPS.map((o) => [o.key, Object.fromEntries(targets.map((t) => [t.id, microSwitches[t.id][o.key]]))])),
     errors,
     daemonLog: Object.fromEntries(daemonLogKinds),
+    ...(scale ? { scale: scale.results } : {}),
     elapsedSec: elapsed,
   };
+  writeResults(results, out);
+}
+
+function writeResults(results, out) {
   const resultsDir = join(ROOT, 'bench/results');
   mkdirSync(resultsDir, { recursive: true });
   writeFileSync(join(resultsDir, 'latest.json'), JSON.stringify(results, null, 2) + '\n');
