@@ -30,6 +30,7 @@
 //   BENCH_SCALE_RSS_FILES  scale: files in the home that holds the handles   (default 100000)
 //   BENCH_SCALE_HANDLES    scale: files held open through the mount at once  (default 10000)
 //   BENCH_SCALE_WARM=0 scale: skip the second (warm-cache) scan
+//   BENCH_SCALE_PROBE=0 scale: no probe in the other home (the scan alone, for comparison)
 //   BENCH_CONFIG       JSON merged into the daemon's configuration, e.g.
 //                        '{"fuse":{"nativeRead":false}}' to measure a switch off and on
 //
@@ -90,6 +91,7 @@ const SCALE_FILES = envInt('BENCH_SCALE_FILES', 1_000_000);
 const SCALE_RSS_FILES = envInt('BENCH_SCALE_RSS_FILES', 100_000);
 const SCALE_HANDLES = envInt('BENCH_SCALE_HANDLES', 10_000);
 const SCALE_WARM = process.env.BENCH_SCALE_WARM !== '0';
+const SCALE_PROBE = process.env.BENCH_SCALE_PROBE !== '0';
 const SCALE_PER_DIR = 1000;
 if (SCALE_HANDLES > SCALE_RSS_FILES) throw new Error('BENCH_SCALE_HANDLES must not exceed BENCH_SCALE_RSS_FILES (the handles are of those files)');
 /** inodes the scale workload writes (files and their directories), plus room for the rest */
@@ -792,15 +794,18 @@ async function runScale() {
       await d.until(() => d.mounted !== null && d.built.has('scale/probe'), 'mount and scan of scale/probe', 120_000);
       const probeStart = d.since();
       const bigDoneBeforeProbe = d.built.has('scale/big');
-      probe = spawnKid(bin, ['probe', join(sc.mount, 'scale/probe')]);
+      if (SCALE_PROBE) probe = spawnKid(bin, ['probe', join(sc.mount, 'scale/probe')]);
       await d.until(() => d.built.has('scale/big'), 'ledger of scale/big', 1_200_000);
-      probe.kill('SIGUSR1');
       const b = d.built.get('scale/big');
-      await sleep(5000);
-      probe.kill('SIGTERM');
-      const pc = await Promise.race([probe.closed, sleep(30_000).then(() => 'timeout')]);
-      if (pc !== 0) throw new Error(`probe ended with ${pc}: ${probe.err.slice(0, 300)}`);
-      const phases = JSON.parse(probe.out);
+      let phases = null;
+      if (probe) {
+        probe.kill('SIGUSR1');
+        await sleep(5000);
+        probe.kill('SIGTERM');
+        const pc = await Promise.race([probe.closed, sleep(30_000).then(() => 'timeout')]);
+        if (pc !== 0) throw new Error(`probe ended with ${pc}: ${probe.err.slice(0, 300)}`);
+        phases = JSON.parse(probe.out);
+      }
       const st = await d.status();
       const h = (st.homes ?? []).find((x) => x.tenant === 'scale' && x.key === 'big');
       if (h?.scan !== 'done') throw new Error(`status shows scale/big scan ${h?.scan}`);
@@ -881,16 +886,20 @@ async function runScale() {
   const lines = ['', `scale (BENCH_ONLY=scale): ${SCALE_FILES} empty files, ${SCALE_PER_DIR} a directory, written in ${res.populateSec.toFixed(1)} s straight into a posix home's backing`];
   const us = (o) => `${o.p50.toFixed(0)} / ${o.p99.toFixed(0)} / ${o.max.toFixed(0)}`;
   const sHeader = ['start-up scan', 'load 1m', 'wall s (spawn→ledger)', 'daemon ms', 'daemon CPU s', 'main thread s', 'busiest other thread s', 'probe it/s during → after', 'create µs p50/p99/max during', 'stat µs during', 'unlink µs during', 'create µs after', 'VmRSS / VmHWM MiB after'];
+  const base = (r) => [
+    `${SCALE_FILES} files, ${r.mode}${r.mode === 'cold' && !r.cachesDropped ? ' (not dropped)' : ''}`,
+    `${r.loadAvgStart.toFixed(1)}–${r.loadAvgEnd.toFixed(1)}`,
+    r.wallSec.toFixed(2),
+    String(r.daemonMs),
+    r.daemonCpuSec.toFixed(2),
+    r.threadCpu.main?.toFixed(2) ?? '-',
+    r.threadCpu.busiestOther ? `${r.threadCpu.busiestOther.cpu.toFixed(2)} (${r.threadCpu.busiestOther.comm})` : '-',
+  ];
   const sRows = res.scans.map((r) => {
-    const [during, after] = [r.probe[0], r.probe[1]];
+    const [during, after] = r.probe ?? [];
+    if (!during) return [...base(r), 'no probe', '-', '-', '-', '-', `${mib(r.memAfter, 'rssMiB')} / ${mib(r.memAfter, 'hwmMiB')}`];
     return [
-      `${SCALE_FILES} files, ${r.mode}${r.mode === 'cold' && !r.cachesDropped ? ' (not dropped)' : ''}`,
-      `${r.loadAvgStart.toFixed(1)}–${r.loadAvgEnd.toFixed(1)}`,
-      r.wallSec.toFixed(2),
-      String(r.daemonMs),
-      r.daemonCpuSec.toFixed(2),
-      r.threadCpu.main?.toFixed(2) ?? '-',
-      r.threadCpu.busiestOther ? `${r.threadCpu.busiestOther.cpu.toFixed(2)} (${r.threadCpu.busiestOther.comm})` : '-',
+      ...base(r),
       r.bigDoneBeforeProbe ? 'scan done before probe' : `${during.iterationsPerSec.toFixed(0)} → ${after?.iterationsPerSec.toFixed(0) ?? '-'}`,
       r.bigDoneBeforeProbe ? '-' : us(during.create),
       r.bigDoneBeforeProbe ? '-' : us(during.stat),
