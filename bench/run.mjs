@@ -622,7 +622,7 @@ function memOf(pid) {
   }
 }
 
-/** CPU seconds of every thread of a process, busiest first ({ tid, comm, cpu }). */
+/** CPU seconds of every thread of a process, busiest first ({ tid, comm, cpu, user, sys }). */
 function threadCpu(pid) {
   const out = [];
   let tids = [];
@@ -636,7 +636,7 @@ function threadCpu(pid) {
       const s = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
       const comm = s.slice(s.indexOf('(') + 1, s.lastIndexOf(')'));
       const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-      out.push({ tid: Number(tid), comm, cpu: (Number(f[11]) + Number(f[12])) / CLK_TCK });
+      out.push({ tid: Number(tid), comm, cpu: (Number(f[11]) + Number(f[12])) / CLK_TCK, user: Number(f[11]) / CLK_TCK, sys: Number(f[12]) / CLK_TCK });
     } catch {
       /* thread gone */
     }
@@ -885,7 +885,7 @@ async function runScale() {
   const mib = (m, k) => (m ? m[k].toFixed(0) : '-');
   const lines = ['', `scale (BENCH_ONLY=scale): ${SCALE_FILES} empty files, ${SCALE_PER_DIR} a directory, written in ${res.populateSec.toFixed(1)} s straight into a posix home's backing`];
   const us = (o) => `${o.p50.toFixed(0)} / ${o.p99.toFixed(0)} / ${o.max.toFixed(0)}`;
-  const sHeader = ['start-up scan', 'load 1m', 'wall s (spawn→ledger)', 'daemon ms', 'daemon CPU s', 'main thread s', 'busiest other thread s', 'probe it/s during → after', 'create µs p50/p99/max during', 'stat µs during', 'unlink µs during', 'create µs after', 'VmRSS / VmHWM MiB after'];
+  const sHeader = ['start-up scan', 'load 1m', 'wall s (spawn→ledger)', 'daemon ms', 'daemon CPU s', 'main thread s', 'busiest other thread s (the scan worker)', 'probe it/s during → after', 'create µs p50/p99/max during', 'stat µs during', 'unlink µs during', 'create µs after', 'VmRSS / VmHWM MiB after'];
   const base = (r) => [
     `${SCALE_FILES} files, ${r.mode}${r.mode === 'cold' && !r.cachesDropped ? ' (not dropped)' : ''}`,
     `${r.loadAvgStart.toFixed(1)}–${r.loadAvgEnd.toFixed(1)}`,
@@ -893,7 +893,7 @@ async function runScale() {
     String(r.daemonMs),
     r.daemonCpuSec.toFixed(2),
     r.threadCpu.main?.toFixed(2) ?? '-',
-    r.threadCpu.busiestOther ? `${r.threadCpu.busiestOther.cpu.toFixed(2)} (${r.threadCpu.busiestOther.comm})` : '-',
+    r.threadCpu.busiestOther ? `${r.threadCpu.busiestOther.cpu.toFixed(2)} (${r.threadCpu.busiestOther.user.toFixed(2)} user)` : '-',
   ];
   const sRows = res.scans.map((r) => {
     const [during, after] = r.probe ?? [];
