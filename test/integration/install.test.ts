@@ -44,6 +44,19 @@ describe.skipIf(!canMount)('npm install -g of the packed project', () => {
     symlinkSync(join(ROOT, 'node_modules'), join(src, 'node_modules'));
     const packed = run('npm', ['pack', '--pack-destination', dir], { cwd: src });
     expect(packed.code, packed.out).toBe(0);
+    // What a node that installs offline needs in npm's cache: each production
+    // dependency's packument and tarball. npm ci stores tarballs only, so on a
+    // freshly set-up machine an offline global install found no packuments
+    // (ENOTCACHED); a warm cache from earlier sessions had hidden that.
+    const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as {
+      packages: Record<string, { version?: string; dev?: boolean; link?: boolean }>;
+    };
+    const specs = Object.entries(lock.packages)
+      .filter(([p, v]) => p.startsWith('node_modules/') && !v.dev && !v.link && v.version)
+      .map(([p, v]) => `${p.slice(p.lastIndexOf('node_modules/') + 'node_modules/'.length)}@${v.version}`);
+    expect(specs.length).toBeGreaterThan(5);
+    const warm = run('npm', ['cache', 'add', ...specs]);
+    expect(warm.code, warm.out).toBe(0);
     tarball = join(dir, `homesfs-${pkg.version}.tgz`);
     expect(existsSync(tarball)).toBe(true);
   }, 300_000);
