@@ -27,7 +27,7 @@ import { VERSION } from './version.js';
 import { UserDb } from './users/userdb.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
-  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, homes: s.homes, openInodes: s.inodes, handles: s.handles };
+  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, homes: s.homes, openInodes: s.inodes, handles: s.handles };
 }
 
 export class DaemonError extends Error {

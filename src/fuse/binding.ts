@@ -65,7 +65,7 @@ export interface FastPathNative {
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; fgetattrAnswered: number; fgetattrFallbacks: number; homes: number; inodes: number; handles: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {

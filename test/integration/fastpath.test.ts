@@ -27,7 +27,7 @@ function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) =>
   writeFileSync(file, JSON.stringify(c));
 }
 
-type FastPathStats = { answered: number; fallbacks: number; fgetattrAnswered: number };
+type FastPathStats = { answered: number; fallbacks: number; fgetattrAnswered: number; readdirAnswered: number };
 async function fastPathStats(d: RunningDaemon): Promise<FastPathStats | undefined> {
   const s = (await d.status()) as { native: { fastPath?: FastPathStats } };
   return s.native.fastPath;
@@ -122,6 +122,7 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
         expect(stats!.answered).toBeGreaterThan(paths.length / 2);
         expect(stats!.fallbacks).toBeGreaterThan(0);
         expect(stats!.fgetattrAnswered).toBeGreaterThan(20);
+        expect(stats!.readdirAnswered).toBeGreaterThan(10);
       } else {
         expect(stats).toBeUndefined();
       }
@@ -134,7 +135,7 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
     for (const p of fast.keys()) {
       let a = fast.get(p)!;
       let b = js.get(p)!;
-      const rel = p.replace(/^(fstat|create):/, '').slice(d.mount.length).split('/').length;
+      const rel = p.replace(/^(fstat|create|list):/, '').slice(d.mount.length).split('/').length;
       // Times of the rewritten file and of the daemon's own levels are not the tree's;
       // the status file is made up by JS at each start (its text says when).
       const keep = p.endsWith('/.homesfs/status') ? 4 : p.endsWith('/held') || rel < 4 ? 7 : a.length;
