@@ -37,6 +37,12 @@ const FuseOptions = z
      * publishes (binding patch 4); anything it is unsure of still goes to JS
      */
     nativeFastPath: z.boolean().default(true),
+    /**
+     * with the fast path: unlinks of files not open in JS done on libfuse's
+     * threads in homes whose ledger is built and whose tenant has no budget;
+     * what leaves the home reaches the ledger before its next answer
+     */
+    nativeUnlink: z.boolean().default(true),
     debug: z.boolean().default(false),
   })
   .strict();

@@ -55,6 +55,10 @@ export interface AttrPublisher {
   pathGone(id: string): void;
   /** an inode whose size only JS knows (open in JS): +1 before the open is answered, -1 at the last close */
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  /** whether the binding can unlink (config fuse.nativeUnlink and a binding that has it) */
+  readonly unlinks: boolean;
+  /** hs.nativeUnlink changed: let the binding unlink there (with hs.pending), or stop it (returns once none is in flight) */
+  mutable(hs: HomeState): void;
   /** an open file's fgetattr (fstat of its descriptor, presented by its home): before the open is answered, and when its home's policy changes */
   handle(h: FileHandle): void;
   /** before the handle's descriptor is closed */
@@ -194,6 +198,8 @@ export class FsContext {
   readonly statusFiles = new StatusFiles();
   admission: HomeRenameAdmission | null = null;
   private readonly homes = new Map<string, Promise<HomeState>>();
+  /** home states whose opening resolved and that were not forgotten since (synchronously at hand) */
+  private readonly loaded = new Set<HomeState>();
   /** open handles per home, per uid and in total, against their caps (see policy/openfiles.ts) */
   readonly openFiles: OpenFileAccounting;
   private readonly pools = new Map<string, TenantPool>();
@@ -301,7 +307,48 @@ export class FsContext {
   closeGate(hs: HomeState): () => void {
     let open!: () => void;
     hs.ready = new Promise<void>((resolve) => (open = resolve));
-    return open;
+    // Native unlinks stop too (and the ones in flight are waited for) before the caller walks the tree.
+    hs.gateClosed = true;
+    this.refreshNativeUnlink(hs);
+    return () => {
+      hs.gateClosed = false;
+      open();
+      this.refreshNativeUnlink(hs);
+    };
+  }
+
+  /**
+   * Whether the binding may unlink in the home now: its ledger is built and
+   * no rescan holds the gate (a walk must see a still tree), and its tenant
+   * has no budget (the pool's checks need every home's bytes at once, see
+   * policy/ledger.ts). Turning it off returns once no native unlink of the
+   * home is in flight, and the ledger has taken what they released.
+   */
+  refreshNativeUnlink(hs: HomeState): void {
+    const attrs = this.deps.attrs;
+    const want =
+      attrs !== undefined && attrs.unlinks && this.loaded.has(hs) && !hs.backing.retired && hs.scan === 'done' && !hs.gateClosed && (hs.ledger.pool?.limit ?? 0) === 0;
+    if (want === hs.nativeUnlink) return;
+    hs.nativeUnlink = want;
+    attrs?.mutable(hs);
+    if (!want) hs.ledger.takePending();
+  }
+
+  /** A tenant budget is set or changed: its homes' unlinks come to JS first while it is on. */
+  setTenantLimit(tenant: string, limit: number): void {
+    const pool = this.pool(tenant);
+    const homes = [...this.loaded].filter((hs) => hs.backing.ref.tenant === tenant);
+    // Before a limit applies, so that no check of it ever misses a native removal.
+    if (limit > 0) for (const hs of homes) this.stopNativeUnlink(hs);
+    pool.setLimit(limit);
+    for (const hs of homes) this.refreshNativeUnlink(hs);
+  }
+
+  private stopNativeUnlink(hs: HomeState): void {
+    if (!hs.nativeUnlink) return;
+    hs.nativeUnlink = false;
+    this.deps.attrs?.mutable(hs);
+    hs.ledger.takePending();
   }
 
   knownHomes(): Promise<HomeState>[] {
@@ -337,6 +384,8 @@ export class FsContext {
     this.deps.attrs?.pathGone(homeId(ref));
     void p?.then(
       (hs) => {
+        this.loaded.delete(hs);
+        hs.nativeUnlink = false;
         this.deps.attrs?.homeGone(hs);
         // A deleted or replaced home's bytes leave its tenant's total.
         hs.ledger.detach();
@@ -386,7 +435,7 @@ export class FsContext {
   replaceLedger(hs: HomeState, counts: { bytes: number; inodes: number }): void {
     const pool = this.pool(hs.backing.ref.tenant);
     hs.ledger.detach();
-    hs.ledger = new Ledger(hs.ledger.limits, counts, pool);
+    hs.ledger = new Ledger(hs.ledger.limits, counts, pool, hs.pending);
   }
 
   /** Shut down: retire every home's descriptor. */
@@ -403,7 +452,8 @@ export class FsContext {
   private async openHomeState(ref: HomeRef): Promise<HomeState> {
     const backing = await this.store.openHome(ref);
     const { name, profile, limits } = this.deps.profileFor(ref);
-    const ledger = new Ledger(limits, { bytes: 0, inodes: 0 }, this.pool(ref.tenant));
+    const pending = new BigInt64Array(2);
+    const ledger = new Ledger(limits, { bytes: 0, inodes: 0 }, this.pool(ref.tenant), pending);
     let markReady!: () => void;
     const ready = new Promise<void>((resolve) => (markReady = resolve));
     const hs: HomeState = {
@@ -417,8 +467,15 @@ export class FsContext {
       openHandles: 0,
       changing: 0,
       drained: [],
+      gateClosed: false,
+      pending,
+      nativeUnlink: false,
     };
-    void scanHome(this, hs).finally(markReady);
+    this.loaded.add(hs);
+    void scanHome(this, hs).finally(() => {
+      markReady();
+      this.refreshNativeUnlink(hs);
+    });
     return hs;
   }
 
@@ -437,13 +494,18 @@ export class FsContext {
     const key = inodeKey(dev, ino);
     let inode = hs.inodes.get(key);
     if (!inode) {
+      // Told to the binding first (its size is the ledger's from now on: the native getattr
+      // must ask JS, and a native unlink must leave it to JS), then nlink read: a native
+      // unlink either saw it open or removed the last name before this fstat.
+      this.deps.attrs?.inode(dev, ino, 1);
       // fstat of an open descriptor on the local backing disk: metadata only, microseconds.
       const st = fstatSync(fd, { bigint: true });
-      if (st.nlink === 0n) throw new HomesError('NOT_FOUND', 'the file was removed while it was being opened');
+      if (st.nlink === 0n) {
+        this.deps.attrs?.inode(dev, ino, -1);
+        throw new HomesError('NOT_FOUND', 'the file was removed while it was being opened');
+      }
       inode = { key, dev, ino, size: Number(st.size), handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex(), fds: new Set() };
       hs.inodes.set(key, inode);
-      // Its size is the ledger's from now on: the native getattr must ask JS.
-      this.deps.attrs?.inode(dev, ino, 1);
     }
     return inode;
   }

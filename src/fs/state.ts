@@ -66,6 +66,12 @@ export interface HomeState {
   changing: number;
   /** wake-ups for a rescan waiting until `changing` is 0 */
   readonly drained: Array<() => void>;
+  /** a rescan holds the gate closed */
+  gateClosed: boolean;
+  /** [bytes, inodes] the binding's native unlinks took out of the home; the ledger takes them (policy/ledger.ts) */
+  readonly pending: BigInt64Array;
+  /** the binding may unlink in this home now (FsContext.refreshNativeUnlink decides) */
+  nativeUnlink: boolean;
 }
 
 export function inodeKey(dev: bigint, ino: bigint): string {

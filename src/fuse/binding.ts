@@ -59,13 +59,17 @@ export interface FuseInstance {
 export interface FastPathNative {
   setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
   removeHome(prefix: string, token?: number): boolean;
+  /** pending: [bytes, inodes] the binding's unlinks add to; null: no native unlinks there (returns once none is in flight) */
+  setMutable(prefix: string, token: number, pending: BigInt64Array | null): boolean;
+  /** whether the binding can unlink natively */
+  readonly unlinks: boolean;
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
   setHandle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
   removeHandle(fh: number): void;
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; homes: number; inodes: number; handles: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {

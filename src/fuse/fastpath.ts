@@ -64,10 +64,15 @@ export class NativeFastPath implements AttrPublisher {
   private readonly prefixOf = new Map<HomeState, string>();
   private next = 0;
 
+  /** whether the binding does the unlinks of homes the fs layer makes mutable */
+  readonly unlinks: boolean;
+
   constructor(
     private readonly native: FastPathNative,
     private readonly log: Logger,
+    nativeUnlink = true,
   ) {
+    this.unlinks = nativeUnlink && native.unlinks === true;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.enable(true);
@@ -94,6 +99,15 @@ export class NativeFastPath implements AttrPublisher {
     if (old && old.hs !== hs) this.prefixOf.delete(old.hs);
     this.byPrefix.set(prefix, { hs, token });
     this.prefixOf.set(hs, prefix);
+    // A new publication starts immutable in C.
+    if (hs.nativeUnlink) this.mutable(hs);
+  }
+
+  mutable(hs: HomeState): void {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix === undefined) return;
+    const e = this.byPrefix.get(prefix)!;
+    this.native.setMutable(prefix, e.token, this.unlinks && hs.nativeUnlink ? hs.pending : null);
   }
 
   republish(hs: HomeState): void {

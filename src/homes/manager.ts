@@ -104,7 +104,7 @@ export class HomeManager {
       await this.applyPolicy(ref);
       await this.publishOwner(ref, hs.backing.owner);
     }
-    for (const pool of this.ctx.knownPools()) pool.setLimit(this.tenantBudgetFor(pool.tenant).bytes);
+    for (const pool of this.ctx.knownPools()) this.ctx.setTenantLimit(pool.tenant, this.tenantBudgetFor(pool.tenant).bytes);
   }
 
   /** Tenant budget precedence: live override (state file) > the config's `tenants.<t>.maxBytes` > off. */
@@ -149,7 +149,7 @@ export class HomeManager {
       s.tenants[args.tenant] = { maxBytes: args.bytes };
     });
     const after = this.tenantBudgetFor(args.tenant);
-    this.ctx.pool(args.tenant).setLimit(after.bytes);
+    this.ctx.setTenantLimit(args.tenant, after.bytes);
     this.log.info({ tenant: args.tenant, before, after }, 'tenant budget set');
     return this.tenantUsage(args.tenant);
   }

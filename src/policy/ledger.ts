@@ -21,6 +21,16 @@
  * synchronous step, and checks the pool's limit with its own. So the pool's
  * bytes are always the sum of its attached ledgers' bytes, a refused request
  * changes neither, and an undo restores both.
+ *
+ * Releases made elsewhere: with the binding's native unlink, a file's last
+ * name can go on libfuse's thread, which adds what left the home to the
+ * ledger's `pending` pair [bytes, inodes] (atomically). The ledger takes that
+ * pair before it answers anything (every getter, check and change), so no
+ * decision is ever made on counts that miss a removal. Only releases arrive
+ * there: a native removal can only make a later check more lenient, never let
+ * one pass that should not. A tenant with a budget keeps its homes' removals
+ * in JavaScript (the pool checks every home's bytes at once); an unbudgeted
+ * pool takes its members' pending pairs when its total is read.
  */
 
 import { HomesError } from '../errors.js';
@@ -77,6 +87,7 @@ export class TenantPool {
   #bytes = 0;
   #limit: number;
   #underflows = 0;
+  readonly #members = new Set<Ledger>();
 
   constructor(
     readonly tenant: string,
@@ -87,6 +98,8 @@ export class TenantPool {
   }
 
   get bytes(): number {
+    // A budgeted pool's homes have no native removals (see the file comment).
+    if (this.#limit === 0) for (const m of this.#members) m.takePending();
     return this.#bytes;
   }
 
@@ -96,6 +109,15 @@ export class TenantPool {
 
   get underflows(): number {
     return this.#underflows;
+  }
+
+  /** For Ledger only: membership, so that the total can take the members' pending releases. */
+  join(l: Ledger): void {
+    this.#members.add(l);
+  }
+
+  leave(l: Ledger): void {
+    this.#members.delete(l);
   }
 
   setLimit(limit: number): void {
@@ -121,8 +143,10 @@ export class Ledger {
   #limits: Limits;
   #underflows = 0;
   #pool: TenantPool | null;
+  readonly #pending: BigInt64Array | null;
 
-  constructor(limits: Limits, initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 }, pool: TenantPool | null = null) {
+  /** `pending`: [bytes, inodes] that removals outside JavaScript took out of the home (see the file comment). */
+  constructor(limits: Limits, initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 }, pool: TenantPool | null = null, pending: BigInt64Array | null = null) {
     this.#limits = checkedLimits(limits);
     assertCount('bytes', initial.bytes);
     assertCount('inodes', initial.inodes);
@@ -132,7 +156,19 @@ export class Ledger {
     this.#bytes = initial.bytes;
     this.#inodes = initial.inodes;
     this.#pool = pool;
+    this.#pending = pending;
     pool?.charge(initial.bytes);
+    pool?.join(this);
+  }
+
+  /** Apply what removals outside JavaScript took out of the home since the last call. */
+  takePending(): void {
+    const p = this.#pending;
+    if (p === null) return;
+    const bytes = Atomics.exchange(p, 0, 0n);
+    const inodes = Atomics.exchange(p, 1, 0n);
+    if (bytes !== 0n) this.#addBytes(-Number(bytes));
+    if (inodes !== 0n) this.#addInodes(-Number(inodes));
   }
 
   get pool(): TenantPool | null {
@@ -144,15 +180,19 @@ export class Ledger {
    * ledger is being replaced (scan, rescan) or the home is gone (delete).
    */
   detach(): void {
+    this.takePending();
+    this.#pool?.leave(this);
     this.#pool?.charge(-this.#bytes);
     this.#pool = null;
   }
 
   get bytes(): number {
+    this.takePending();
     return this.#bytes;
   }
 
   get inodes(): number {
+    this.takePending();
     return this.#inodes;
   }
 
@@ -191,6 +231,7 @@ export class Ledger {
    * truncate-down leaves the bytes there).
    */
   resize(oldSize: number, newSize: number): Undo {
+    this.takePending();
     assertCount('oldSize', oldSize);
     assertCount('newSize', newSize);
     const delta = newSize - oldSize;
@@ -227,6 +268,7 @@ export class Ledger {
 
   /** Reserve one inode (create, mkdir, symlink). INODES_EXCEEDED (EDQUOT) at the cap. */
   addInode(): Undo {
+    this.takePending();
     const { maxInodes } = this.#limits;
     if (maxInodes > 0 && this.#inodes + 1 > maxInodes) {
       throw new HomesError('INODES_EXCEEDED', `home would hold ${this.#inodes + 1} files and directories, over its limit of ${maxInodes}`, {
@@ -257,6 +299,7 @@ export class Ledger {
 
   /** Free room under each limit; null when the limit is off (for statfs/status). */
   available(): { bytes: number | null; inodes: number | null } {
+    this.takePending();
     const { maxHomeBytes, maxInodes } = this.#limits;
     return {
       bytes: maxHomeBytes > 0 ? Math.max(0, maxHomeBytes - this.#bytes) : null,
@@ -270,6 +313,7 @@ export class Ledger {
    * after its other homes, plus this home's bytes), null when neither is set.
    */
   room(): { bytes: number; cap: number | null } {
+    this.takePending();
     const caps: number[] = [];
     if (this.#limits.maxHomeBytes > 0) caps.push(this.#limits.maxHomeBytes);
     const pool = this.#pool;
@@ -278,6 +322,7 @@ export class Ledger {
   }
 
   snapshot(): LedgerSnapshot {
+    this.takePending();
     return { bytes: this.#bytes, inodes: this.#inodes, limits: this.#limits };
   }
 

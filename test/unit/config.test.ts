@@ -58,6 +58,7 @@ describe('buildConfig: defaults', () => {
       nativeRead: true,
       nativeWrite: true,
       nativeFastPath: true,
+      nativeUnlink: true,
       debug: false,
     });
   });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { HomesError } from '../../src/errors.js';
-import { Ledger, type Limits, type Undo } from '../../src/policy/ledger.js';
+import { Ledger, TenantPool, type Limits, type Undo } from '../../src/policy/ledger.js';
 
 const OFF: Limits = { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0 };
 
@@ -377,5 +377,85 @@ describe('Ledger: interleaved reservations at the edge', () => {
     expect(ledger.bytes).toBe(4096);
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(4096);
     expect(refused).toBe(64 * 100 - 4096);
+  });
+});
+
+describe('Ledger: releases made outside JavaScript (the pending pair of native unlinks)', () => {
+  const limits: Limits = { maxHomeBytes: 1000, maxInodes: 10, maxFileBytes: 0 };
+  /** What the binding does after a native unlink: add to the pair, atomically. */
+  const nativeRelease = (p: BigInt64Array, bytes: number) => {
+    Atomics.add(p, 0, BigInt(bytes));
+    Atomics.add(p, 1, 1n);
+  };
+
+  it('a check sees a release made since the last call: growth into the freed room passes, past it is refused', () => {
+    const p = new BigInt64Array(2);
+    const l = new Ledger(limits, { bytes: 1000, inodes: 10 }, null, p);
+    nativeRelease(p, 300);
+    // the very first call after the release is the check itself
+    expect(() => l.resize(0, 300)).not.toThrow();
+    expect(() => l.resize(0, 1)).toThrow(HomesError);
+    expect(l.snapshot()).toMatchObject({ bytes: 1000, inodes: 9 });
+    expect(Array.from(p)).toEqual([0n, 0n]);
+  });
+
+  it('an inode freed natively is available to the next create, and every getter answers with it', () => {
+    const p = new BigInt64Array(2);
+    const l = new Ledger(limits, { bytes: 10, inodes: 10 }, null, p);
+    expect(() => l.addInode()).toThrow(HomesError);
+    nativeRelease(p, 10);
+    expect(l.inodes).toBe(9);
+    expect(l.bytes).toBe(0);
+    expect(() => l.addInode()).not.toThrow();
+    nativeRelease(p, 0);
+    expect(l.available()).toEqual({ bytes: 1000, inodes: 1 });
+  });
+
+  it('an unbudgeted tenant pool takes its members\' releases when its total is read; detach takes them first', () => {
+    const pool = new TenantPool('t');
+    const pa = new BigInt64Array(2);
+    const pb = new BigInt64Array(2);
+    const a = new Ledger(limits, { bytes: 400, inodes: 4 }, pool, pa);
+    const b = new Ledger(limits, { bytes: 100, inodes: 1 }, pool, pb);
+    nativeRelease(pa, 150);
+    nativeRelease(pb, 100);
+    expect(pool.bytes).toBe(250);
+    nativeRelease(pa, 50);
+    a.detach();
+    // a's 200 left bytes leave the pool whole, after its last release was taken
+    expect(pool.bytes).toBe(0);
+    expect(b.bytes).toBe(0);
+    expect(pool.underflows).toBe(0);
+  });
+
+  it('model: any interleaving of JS changes and native releases ends where applying them in order ends', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.record({ native: fc.nat(200) }), fc.record({ grow: fc.nat(200) }), fc.record({ create: fc.constant(true) })), { maxLength: 60 }),
+        (ops) => {
+          const p = new BigInt64Array(2);
+          const l = new Ledger({ maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0 }, { bytes: 5000, inodes: 50 }, null, p);
+          let bytes = 5000;
+          let inodes = 50;
+          for (const op of ops) {
+            if ('native' in op) {
+              const b = Math.min(op.native, bytes);
+              if (inodes === 0) continue;
+              nativeRelease(p, b);
+              bytes -= b;
+              inodes -= 1;
+            } else if ('grow' in op) {
+              l.resize(0, op.grow);
+              bytes += op.grow;
+            } else {
+              l.addInode();
+              inodes += 1;
+            }
+          }
+          expect(l.snapshot()).toMatchObject({ bytes, inodes });
+          expect(l.underflows).toBe(0);
+        },
+      ),
+    );
   });
 });
