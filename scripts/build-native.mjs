@@ -124,3 +124,29 @@ if (!fuseLine || /not found/.test(fuseLine)) {
   fail(`ldd ${info.path} does not show the system libfuse.so.2:\n${ldd.stdout}${ldd.stderr}`);
 }
 log(`OK: ${info.path} (HOMESFS_PATCH=${info.patch}; ${fuseLine.trim()})`);
+
+// 5. the scan's lister (patch 5), a second addon of the same build: it must load
+// where the scan runs, in a worker thread, and list a directory there.
+{
+  const scandir = path.join(pkgDir, 'build', 'Release', 'scandir.node');
+  const inWorker =
+    `const { parentPort } = require('node:worker_threads'); const fs = require('node:fs');` +
+    `const s = require(${JSON.stringify(scandir)});` +
+    `const fd = fs.openSync(${JSON.stringify(pkgDir)}, fs.constants.O_DIRECTORY);` +
+    `parentPort.postMessage({ version: s.SCANDIR_VERSION, count: s.list(fd).count });`;
+  const main =
+    `const w = new (require('node:worker_threads').Worker)(${JSON.stringify(inWorker)}, { eval: true });` +
+    `w.on('message', (m) => { process.stdout.write(JSON.stringify(m)); process.exit(0); });` +
+    `w.on('error', (e) => { console.error(e); process.exit(1); });`;
+  const r = spawnSync(process.execPath, ['-e', main], { encoding: 'utf8' });
+  let got;
+  try {
+    got = JSON.parse(r.stdout);
+  } catch {
+    got = null;
+  }
+  if (r.status !== 0 || got?.version !== 1 || !(got.count > 0)) {
+    fail(`${scandir} does not load and list in a worker thread (expected SCANDIR_VERSION 1):\n${r.stdout}${r.stderr}`);
+  }
+  log(`OK: ${scandir} (SCANDIR_VERSION=${got.version}, listed ${got.count} entries in a worker thread)`);
+}
