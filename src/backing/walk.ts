@@ -12,6 +12,13 @@ import * as sys from './sys.js';
  * worker) or an asynchronous one (threadpool calls): the same code decides
  * which descriptor is open when, whatever does the I/O.
  *
+ * With `batch`, a directory's entries are not visited one step each: one
+ * `list` step hands the job the whole directory as soon as it is opened, and
+ * the job answers the subdirectories to enter. The scan's native lister
+ * (src/fs/scan-native.ts) needs that shape: one call a directory, no object
+ * per entry. Only the order of visits changes (a directory's entries before
+ * its subtrees, not interleaved), which no count depends on.
+ *
  * Descriptors: the directories within WINDOW levels of the current one stay
  * open, and further up only "anchors", ever sparser (about WINDOW per doubling
  * of the distance), so at most ~WINDOW·(1 + log2(depth/WINDOW)) are open
@@ -43,7 +50,9 @@ export type WalkStep =
   /** an entry of an open directory: the job's own work; → true to descend into it (a directory) */
   | { op: 'visit'; dirFd: number; entry: Dirent<Buffer>; depth: number }
   /** every entry of the directory `name` below `parentFd` is done (post-order, only with `leave: true`) */
-  | { op: 'leave'; parentFd: number; name: Buffer; depth: number };
+  | { op: 'leave'; parentFd: number; name: Buffer; depth: number }
+  /** `batch` only: all entries of the open directory `fd` (at `depth`) are the job's; → the subdirectories to enter, { name }[] */
+  | { op: 'list'; fd: number; depth: number };
 
 export interface WalkStats {
   /** directories entered below the root */
@@ -63,6 +72,8 @@ export interface WalkOptions {
   leave?: boolean;
   /** levels kept open below the current directory (tests use small ones) */
   window?: number;
+  /** `list` steps instead of `readdir` and `visit` (see above) */
+  batch?: boolean;
 }
 
 /** Errors meaning "not there (any more) as a directory": the walk goes on without it. */
@@ -74,15 +85,17 @@ interface Frame {
   id: DirId;
   /** -1 when closed */
   fd: number;
-  entries: Dirent<Buffer>[];
+  /** Dirent<Buffer>s, or with `batch` only the subdirectories to enter */
+  entries: Array<{ name: Buffer }>;
   next: number;
 }
 
 export function* walkSteps(rootFd: number, opts: WalkOptions = {}): Generator<WalkStep, WalkStats, unknown> {
   const W = Math.max(1, opts.window ?? 8);
   const stats: WalkStats = { dirs: 0, depth: 0, maxOpen: 0, reopened: 0, lost: 0 };
+  const batch = opts.batch === true;
   const rootId = (yield { op: 'fstat', fd: rootFd }) as DirId;
-  const rootEntries = (yield { op: 'readdir', fd: rootFd }) as Dirent<Buffer>[];
+  const rootEntries = (yield batch ? { op: 'list', fd: rootFd, depth: 1 } : { op: 'readdir', fd: rootFd }) as Frame['entries'];
   const stack: Frame[] = [{ name: Buffer.alloc(0), id: rootId, fd: rootFd, entries: rootEntries, next: 0 }];
   let open = 0;
 
@@ -167,7 +180,7 @@ export function* walkSteps(rootFd: number, opts: WalkOptions = {}): Generator<Wa
       const entry = top.entries[top.next++]!;
       const dirFd = yield* ensure(t);
       if (dirFd < 0) continue;
-      const descend = (yield { op: 'visit', dirFd, entry, depth: t + 1 }) as boolean;
+      const descend = batch || ((yield { op: 'visit', dirFd, entry: entry as Dirent<Buffer>, depth: t + 1 }) as boolean);
       if (!descend) continue;
       let fd: number;
       try {
@@ -182,7 +195,7 @@ export function* walkSteps(rootFd: number, opts: WalkOptions = {}): Generator<Wa
       stack.push(child);
       child.id = (yield { op: 'fstat', fd }) as DirId;
       try {
-        child.entries = (yield { op: 'readdir', fd }) as Dirent<Buffer>[];
+        child.entries = (yield batch ? { op: 'list', fd, depth: stack.length } : { op: 'readdir', fd }) as Frame['entries'];
       } catch (err) {
         if (!gone(err)) throw err;
         yield* close(child);
@@ -245,6 +258,8 @@ const at = (fd: number, name: Buffer): Buffer => Buffer.concat([Buffer.from(`/pr
 export interface WalkJob<R> {
   visit(dirFd: number, entry: Dirent<Buffer>, depth: number): R;
   leave?(parentFd: number, name: Buffer, depth: number): unknown;
+  /** `batch` walks: a whole directory at once (see walkSteps) */
+  list?(fd: number, depth: number): Array<{ name: Buffer }>;
 }
 
 /** Steps answered with synchronous calls of `fs` (a worker thread's own module). */
@@ -266,6 +281,9 @@ export function syncIo(fs: typeof import('node:fs'), job: WalkJob<boolean>): (s:
         return job.visit(s.dirFd, s.entry, s.depth);
       case 'leave':
         return job.leave?.(s.parentFd, s.name, s.depth);
+      case 'list':
+        if (!job.list) throw new Error('a batch walk needs a job with list()');
+        return job.list(s.fd, s.depth);
     }
   };
 }
@@ -289,6 +307,8 @@ export function pooledIo(job: WalkJob<Promise<boolean>>): (s: WalkStep) => unkno
         return job.visit(s.dirFd, s.entry, s.depth);
       case 'leave':
         return job.leave?.(s.parentFd, s.name, s.depth);
+      case 'list':
+        throw new Error('batch walks run synchronously (syncIo)');
     }
   };
 }
