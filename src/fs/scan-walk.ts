@@ -8,6 +8,8 @@ export interface ScanResult {
   excluded: string[];
   /** how the walk went (depth, descriptors): for the log */
   walk?: WalkStats;
+  /** which walker measured it: scandir.node's lister, or the JS walk (the fallback) */
+  scanner?: 'native' | 'js';
 }
 
 export interface ScanJob {
@@ -21,7 +23,7 @@ export type ScanReply =
   | { id: number; result: ScanResult }
   | { id: number; error: string };
 
-const PROGRESS_EVERY = 10_000;
+export const PROGRESS_EVERY = 10_000;
 
 /**
  * Walk a home's backing tree once, synchronously: the sum of logical sizes of
@@ -69,5 +71,5 @@ export function walkTree(
     return st.isDirectory();
   };
   const walk = runWalkSync(walkSteps(rootFd, opts), syncIo(fs, { visit }));
-  return { ...result, walk };
+  return { ...result, walk, scanner: 'js' };
 }

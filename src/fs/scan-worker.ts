@@ -4,18 +4,25 @@
  * JS thread (200k files: 6.5 s → well under 1 s), and the JS thread keeps
  * serving meanwhile. Descriptors are the process's: the home's O_PATH
  * descriptor, held open by the caller for the whole walk, is the root.
+ * With scandir.node (src/fs/scandir.ts) the walk lists and lstat's a whole
+ * directory per native call; without it, the JS walk.
  */
 import fs from 'node:fs';
 import { parentPort } from 'node:worker_threads';
+import { walkTreeNative } from './scan-native.js';
 import { walkTree, type ScanJob, type ScanReply } from './scan-walk.js';
+import { loadLister } from './scandir.js';
 
 const port = parentPort;
 if (!port) throw new Error('scan-worker.js runs only as a worker thread');
+const lister = loadLister();
 
 port.on('message', (job: ScanJob) => {
   let reply: ScanReply;
   try {
-    const result = walkTree(fs, job.rootFd, new Set(job.exclude), (p) => port.postMessage({ id: job.id, progress: p } satisfies ScanReply));
+    const onProgress = (p: { bytes: number; inodes: number }) => port.postMessage({ id: job.id, progress: p } satisfies ScanReply);
+    const exclude = new Set(job.exclude);
+    const result = lister ? walkTreeNative(fs, lister, job.rootFd, exclude, onProgress) : walkTree(fs, job.rootFd, exclude, onProgress);
     reply = { id: job.id, result };
   } catch (err) {
     reply = { id: job.id, error: (err as Error).message };

@@ -104,7 +104,7 @@ export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
     );
     ctx.replaceLedger(hs, { bytes: r.bytes, inodes: r.inodes });
     hs.scan = 'done';
-    log.info({ bytes: r.bytes, inodes: r.inodes, ms: Date.now() - started, profile: hs.profileName, depth: r.walk?.depth, maxOpen: r.walk?.maxOpen }, 'home ledger built');
+    log.info({ bytes: r.bytes, inodes: r.inodes, ms: Date.now() - started, profile: hs.profileName, depth: r.walk?.depth, maxOpen: r.walk?.maxOpen, scanner: r.scanner }, 'home ledger built');
   } catch (err) {
     hs.scan = 'failed';
     hs.scanError = (err as Error).message;
