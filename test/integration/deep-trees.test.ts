@@ -79,6 +79,8 @@ print("ok")
     expect(usage()).toMatchObject({ bytes: 10, inodes: 2 * CHAIN + 2 });
     expect(built.depth).toBe(2 * CHAIN);
     expect(built.maxOpen as number).toBeLessThan(100);
+    // the scan workers load scandir.node (its depth rules are the same walk's)
+    expect(built.scanner).toBe('native');
 
     // rescan: scan and owner/mode repair, both whole-tree walks. Behind the daemon, the
     // deepest file is given to root with group/other bits: the repair must reach it.
