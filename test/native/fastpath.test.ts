@@ -49,6 +49,25 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     return { r, js };
   };
 
+  /**
+   * A process sitting in `cwd` inside the mount: ask(name) answers what python prints for
+   * `name` (relative to its cwd), one line per question; a directory swapped behind it keeps
+   * its kernel inode, so later lookups come from below the old path.
+   */
+  const inside = (cwd: string, perLine: string) => {
+    const code = `import os,sys,errno\nfor l in sys.stdin:\n  n=l.rstrip('\\n')\n  try: ${perLine}\n  except OSError as e: print(errno.errorcode[e.errno], flush=True)`;
+    const py = spawn('python3', ['-c', code], { cwd, stdio: ['pipe', 'pipe', 'inherit'] });
+    const answers = createInterface({ input: py.stdout! });
+    return {
+      ask: (n = '') =>
+        new Promise<string>((resolve) => {
+          answers.once('line', (l) => resolve(l.trim()));
+          py.stdin!.write(n + '\n');
+        }),
+      stop: () => py.kill('SIGKILL'),
+    };
+  };
+
   beforeAll(async () => {
     work = mkdtempSync(path.join(tmpdir(), 'homesfs-fastpath-'));
     chmodSync(work, 0o755);
@@ -119,14 +138,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     // ENOTDIR reaches the daemon only from a directory replaced by a file under a process that sits in it.
     const k = (p: string) => path.join(backing, 't', 'k', p);
     mkdirSync(k('swap'));
-    const code = 'import os,sys,errno\nfor l in sys.stdin:\n  try: os.lstat(l.strip()); print("ok", flush=True)\n  except OSError as e: print(errno.errorcode[e.errno], flush=True)';
-    const py = spawn('python3', ['-c', code], { cwd: path.join(mnt, 't', 'k', 'swap'), stdio: ['pipe', 'pipe', 'inherit'] });
-    const answers = createInterface({ input: py.stdout! });
-    const ask = (n: string) =>
-      new Promise<string>((resolve) => {
-        answers.once('line', (l) => resolve(l.trim()));
-        py.stdin!.write(n + '\n');
-      });
+    const { ask, stop } = inside(path.join(mnt, 't', 'k', 'swap'), 'os.lstat(n); print("ok", flush=True)');
     try {
       expect(await ask('x')).toBe('ENOENT');
       renameSync(k('swap'), k('swap-old'));
@@ -137,7 +149,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
       expect(lines.slice(from).some((l) => l.getattr === '/t/k/swap/x')).toBe(false);
       expect((await negative()) - mid).toBe(1);
     } finally {
-      py.kill('SIGKILL');
+      stop();
     }
     // Names only JS presents (or whose absence only JS may state): never answered by C, present or not.
     // (t/other exists but is not published: nothing below it is C's to answer)
@@ -202,14 +214,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     // The process sits in swapd/in; swapd (the parent: its own revalidation would see a
     // symlink and the kernel answer EIO) becomes a symlink to a tree that also has "in".
     mkdirSync(k('swapd/in/q'), { recursive: true });
-    const code = 'import os,sys\nfor l in sys.stdin:\n  print(sorted(os.listdir(".")), flush=True)';
-    const py = spawn('python3', ['-c', code], { cwd: path.join(mnt, 't', 'k', 'swapd', 'in'), stdio: ['pipe', 'pipe', 'inherit'] });
-    const answers = createInterface({ input: py.stdout! });
-    const ask = () =>
-      new Promise<string>((resolve) => {
-        answers.once('line', (l) => resolve(l.trim()));
-        py.stdin!.write('\n');
-      });
+    const { ask, stop } = inside(path.join(mnt, 't', 'k', 'swapd', 'in'), 'print(sorted(os.listdir(".")), flush=True)');
     try {
       expect(await ask()).toBe("['q']");
       renameSync(k('swapd'), k('swapd-old'));
@@ -220,7 +225,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
       expect(await ask()).toBe("['from-js', 'x']");
       await next((l) => l.readdir === '/t/k/swapd/in', from);
     } finally {
-      py.kill('SIGKILL');
+      stop();
     }
   });
 
@@ -237,16 +242,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
   it('never follows a symlink swapped in below the home, and never crosses a mount', async () => {
     const k = (p: string) => path.join(backing, 't', 'k', p);
     // A process sits in sub2; sub2 then becomes a symlink to /etc behind everyone's back.
-    const py = spawn('python3', ['-c', 'import os,sys,errno\nfor l in sys.stdin:\n  try: st=os.lstat(l.strip()); print(st.st_uid, st.st_size, flush=True)\n  except OSError as e: print(errno.errorcode[e.errno], flush=True)'], {
-      cwd: path.join(mnt, 't', 'k', 'sub2'),
-      stdio: ['pipe', 'pipe', 'inherit'],
-    });
-    const answers = createInterface({ input: py.stdout! });
-    const ask = (n: string) =>
-      new Promise<string>((resolve) => {
-        answers.once('line', (l) => resolve(l.trim()));
-        py.stdin!.write(n + '\n');
-      });
+    const { ask, stop } = inside(path.join(mnt, 't', 'k', 'sub2'), 'st=os.lstat(n); print(st.st_uid, st.st_size, flush=True)');
     try {
       expect(await ask('passwd')).toBe(`1111 ${'inside'.length}`);
       renameSync(k('sub2'), k('sub2-old'));
@@ -259,7 +255,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
       // the fixture's line comes down another pipe than the answer: wait for it
       await next((l) => l.getattr === '/t/k/sub2/homesfs-no-such-name', from);
     } finally {
-      py.kill('SIGKILL');
+      stop();
     }
     // another filesystem mounted inside the home
     await execFileP('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'homesfs-fastpath-test', k('mnt')]);
