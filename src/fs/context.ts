@@ -124,6 +124,8 @@ export interface DataPlane {
   /** before the descriptor is closed; waits for syscalls in flight */
   unpublish(fh: number): void;
   stats(): DataPlaneStats;
+  /** end the waits of writes that landed whole (the binding queues them): before anything that may wait for a file's lock */
+  settle(): void;
   /** where the decisions of DP_WRITE handles' writes are asked for */
   serveWrites(handler: (w: NativeWrite) => void): void;
 }

@@ -119,7 +119,10 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
   /** Run an op that replies `cb(0, ...values)` or `cb(-errno)`. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   type AnyCb = (err: number, ...rest: any[]) => void;
+  // Writes that landed whole end their waits (and release their files' locks) before any other request is served.
+  const settle = ctx.deps.dataPlane ? () => ctx.deps.dataPlane!.settle() : () => undefined;
   const run = (op: string, path: string | null, caller: Caller | undefined, cb: AnyCb, fn: () => Promise<unknown[]>): void => {
+    settle();
     if (log.isLevelEnabled('trace')) log.trace({ op, path: abs(path), caller }, 'op');
     const t0 = metrics !== null ? metrics.start() : 0;
     fn().then(
@@ -138,6 +141,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
 
   /** read/write reply with the byte count or a negative errno in one number. */
   const runCount = (op: string, path: string | null, caller: Caller, cb: (res: number) => void, fn: () => Promise<number>): void => {
+    settle();
     const t0 = metrics !== null ? metrics.start() : 0;
     fn().then(
       (n) => {

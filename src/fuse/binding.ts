@@ -88,6 +88,8 @@ export interface FuseClass {
   setPublishFlags?(fh: number, flags: number): boolean;
   unpublish?(fh: number): boolean;
   setWriteHandler?(handler: WriteHandler): void;
+  /** [id, bytes, ...] of writes that landed whole since the last call (answered already); null when none */
+  takeWriteReports?(): Float64Array | null;
   writeDecision?(id: number, offset: number): boolean;
   writeDone?(id: number, result: number): boolean;
   dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number; writes: number; writeBytes: number; writeFallbacks: number };

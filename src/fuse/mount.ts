@@ -247,7 +247,7 @@ export function nativeMknod(Fuse: FuseClass) {
  */
 export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boolean }): DataPlane | null {
   if (!on.read && !on.write) return null;
-  const { publish, setPublishFlags, unpublish, setWriteHandler, writeDecision, writeDone, dataPlaneStats } = Fuse;
+  const { publish, setPublishFlags, unpublish, setWriteHandler, writeDecision, writeDone, dataPlaneStats, takeWriteReports } = Fuse;
   if (
     typeof publish !== 'function' ||
     typeof setPublishFlags !== 'function' ||
@@ -261,8 +261,33 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
   }
   // pwrite results the binding reports for writes told to proceed, by request id.
   const reports = new Map<number, { resolve: (n: number) => void; reject: (err: Error) => void }>();
+  /**
+   * Writes that landed whole are answered to the kernel by the binding at
+   * once; what is left is to end the wait of their writeAt, which holds the
+   * file's lock. The binding queues them rather than waking this thread for
+   * each: they are taken before every decision and every request JS serves,
+   * which is everything that can wait for that lock, and by a 2 ms timer
+   * after the last write told to proceed (nothing else may come).
+   */
+  const settle = (): void => {
+    const done = takeWriteReports?.();
+    if (!done) return;
+    for (let i = 0; i < done.length; i += 2) {
+      const id = done[i]!;
+      const r = reports.get(id);
+      reports.delete(id);
+      r?.resolve(done[i + 1]!);
+    }
+  };
+  let timer: NodeJS.Timeout | null = null;
+  const settleSoon = (): void => {
+    if (takeWriteReports === undefined) return;
+    if (timer === null) timer = setTimeout(settle, 2).unref();
+    else timer.refresh();
+  };
   let serve: ((w: NativeWrite) => void) | null = null;
   const onWrite: WriteHandler = (kind, id, a, b, c, path, uid, gid, pid) => {
+    settle();
     if (kind === 1) {
       const r = reports.get(id);
       reports.delete(id);
@@ -285,7 +310,9 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
             if (!writeDecision(id, start)) {
               reports.delete(id);
               reject(Object.assign(new Error('write plane: the request is gone'), { code: 'EIO' }));
+              return;
             }
+            settleSoon();
           }),
         fallback: () => void writeDecision(id, -1),
         finish: (res) => void writeDone(id, res),
@@ -305,6 +332,7 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
       const s = dataPlaneStats();
       return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks, writes: s.writes, writeBytes: s.writeBytes, writeFallbacks: s.writeFallbacks };
     },
+    settle,
     serveWrites: (handler) => {
       if (!on.write) return;
       if (serve === null) setWriteHandler(onWrite);
