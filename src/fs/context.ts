@@ -55,6 +55,8 @@ export interface AttrPublisher {
   pathGone(id: string): void;
   /** an inode whose size only JS knows (open in JS): +1 before the open is answered, -1 at the last close */
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  /** that inode's charged size, after every change of its record (so a getattr of it need not come to JS) */
+  inodeSize(dev: bigint, ino: bigint, size: number): void;
   /** whether the binding can unlink (config fuse.nativeUnlink and a binding that has it) */
   readonly unlinks: boolean;
   /** hs.nativeUnlink changed: let the binding unlink there (with hs.pending), or stop it (returns once none is in flight) */
@@ -506,7 +508,29 @@ export class FsContext {
         this.deps.attrs?.inode(dev, ino, -1);
         throw new HomesError('NOT_FOUND', 'the file was removed while it was being opened');
       }
-      inode = { key, dev, ino, size: Number(st.size), handles: 0, writers: 0, unlinked: false, incompleteTail: false, lock: new Mutex(), fds: new Set() };
+      // Every change of the charged size reaches the binding's table too: the
+      // accessor makes one that forgets to tell it impossible.
+      const attrs = this.deps.attrs;
+      let size = Number(st.size);
+      inode = {
+        key,
+        dev,
+        ino,
+        get size() {
+          return size;
+        },
+        set size(v: number) {
+          size = v;
+          attrs?.inodeSize(dev, ino, v);
+        },
+        handles: 0,
+        writers: 0,
+        unlinked: false,
+        incompleteTail: false,
+        lock: new Mutex(),
+        fds: new Set(),
+      };
+      attrs?.inodeSize(dev, ino, size);
       hs.inodes.set(key, inode);
     }
     return inode;

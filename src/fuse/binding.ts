@@ -64,6 +64,8 @@ export interface FastPathNative {
   /** whether the binding can unlink natively */
   readonly unlinks: boolean;
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  /** the size JS charges an inode it tracks; getattrs of it are then answered natively */
+  inodeSize?(dev: bigint, ino: bigint, size: number): void;
   setHandle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
   removeHandle(fh: number): void;
   setReserved(names: string[]): void;

@@ -127,6 +127,11 @@ export class NativeFastPath implements AttrPublisher {
     this.native.inode(dev, ino, delta);
   }
 
+  inodeSize(dev: bigint, ino: bigint, size: number): void {
+    // A binding without it leaves open inodes to JS, as before.
+    this.native.inodeSize?.(dev, ino, size);
+  }
+
   handle(h: FileHandle): void {
     const { types, masks } = presentationMasks(h.home.profile);
     const owner = h.home.backing.owner;

@@ -229,6 +229,33 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     }
   });
 
+  it('answers an inode JS holds open once JS published its charged size: the larger of that and the disk', async () => {
+    const k = (p: string) => path.join(backing, 't', 'k', p);
+    writeFileSync(k('sized'), 'x'.repeat(100));
+    const size = async () => {
+      const from = lines.length;
+      const r = await execFileP('stat', ['-c', '%s', path.join(mnt, 't/k/sized')]);
+      return { size: Number(r.stdout.trim()), js: lines.slice(from).some((l) => l.getattr === '/t/k/sized') };
+    };
+    await cmd({ cmd: 'inode', path: 't/k/sized', delta: 1 });
+    // tracked, no size yet: only JS knows
+    expect((await size()).js).toBe(true);
+    await cmd({ cmd: 'inodeSize', path: 't/k/sized', size: 5000 });
+    expect(await size()).toEqual({ size: 5000, js: false });
+    // the disk holds more than is charged (a write landing): the disk's
+    writeFileSync(k('sized'), 'y'.repeat(7000));
+    expect(await size()).toEqual({ size: 7000, js: false });
+    await cmd({ cmd: 'inodeSize', path: 't/k/sized', size: 9000 });
+    expect(await size()).toEqual({ size: 9000, js: false });
+    await cmd({ cmd: 'inode', path: 't/k/sized', delta: -1 });
+    // no longer tracked: the disk's size, natively
+    expect(await size()).toEqual({ size: 7000, js: false });
+    // a new record starts without a size again
+    await cmd({ cmd: 'inode', path: 't/k/sized', delta: 1 });
+    expect((await size()).js).toBe(true);
+    await cmd({ cmd: 'inode', path: 't/k/sized', delta: -1 });
+  });
+
   it('hands to JS: an inode JS holds open, until JS lets it go', async () => {
     await cmd({ cmd: 'inode', path: 't/k/f', delta: 1 });
     await cmd({ cmd: 'inode', path: 't/k/f', delta: 1 });
