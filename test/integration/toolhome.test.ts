@@ -340,6 +340,20 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
       expect(bad.stdout).toMatch(/Operation not permitted\nrc=1\n$/);
       expectBackingClean('sdk');
     }, 120_000);
+
+    it('after venv, pip, npm, git, make and the rest: every ledger equals its tree (no rescan drift), with the unlinks done in the binding', async () => {
+      // pip, npm and git remove their temporary files and loose objects; the binding
+      // unlinks the closed ones (fuse.nativeUnlink) and the ledger takes what they freed.
+      const st = (await ctl('status')) as { native: { fastPath: { unlinkAnswered: number; readdirAnswered: number } } };
+      expect(st.native.fastPath.unlinkAnswered).toBeGreaterThan(0);
+      expect(st.native.fastPath.readdirAnswered).toBeGreaterThan(0);
+      // The homes written only through the mount (`other` and `old` get files placed in
+      // their backing behind the daemon, on purpose, by other tests).
+      for (const k of ['tools', 'esc', 'rt', 'sdk', 'scratch']) {
+        const r = await ctl('rescan', `${T}/${k}`);
+        expect(r.drift, k).toEqual({ bytes: 0, inodes: 0 });
+      }
+    }, 120_000);
   });
 
   describe('ownership on disk', () => {
