@@ -332,10 +332,14 @@ export class FsContext {
     const attrs = this.deps.attrs;
     const want =
       attrs !== undefined && attrs.unlinks && this.loaded.has(hs) && !hs.backing.retired && hs.scan === 'done' && !hs.gateClosed && (hs.ledger.pool?.limit ?? 0) === 0;
-    if (want === hs.nativeUnlink) return;
-    hs.nativeUnlink = want;
-    attrs?.mutable(hs);
-    if (!want) hs.ledger.takePending();
+    this.setNativeUnlink(hs, want);
+  }
+
+  private setNativeUnlink(hs: HomeState, on: boolean): void {
+    if (on === hs.nativeUnlink) return;
+    hs.nativeUnlink = on;
+    this.deps.attrs?.mutable(hs);
+    if (!on) hs.ledger.takePending();
   }
 
   /** A tenant budget is set or changed: its homes' unlinks come to JS first while it is on. */
@@ -343,17 +347,11 @@ export class FsContext {
     const pool = this.pool(tenant);
     const homes = [...this.loaded].filter((hs) => hs.backing.ref.tenant === tenant);
     // Before a limit applies, so that no check of it ever misses a native removal.
-    if (limit > 0) for (const hs of homes) this.stopNativeUnlink(hs);
+    if (limit > 0) for (const hs of homes) this.setNativeUnlink(hs, false);
     pool.setLimit(limit);
     for (const hs of homes) this.refreshNativeUnlink(hs);
   }
 
-  private stopNativeUnlink(hs: HomeState): void {
-    if (!hs.nativeUnlink) return;
-    hs.nativeUnlink = false;
-    this.deps.attrs?.mutable(hs);
-    hs.ledger.takePending();
-  }
 
   knownHomes(): Promise<HomeState>[] {
     return [...this.homes.values()];
