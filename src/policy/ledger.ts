@@ -164,7 +164,8 @@ export class Ledger {
   /** Apply what removals outside JavaScript took out of the home since the last call. */
   takePending(): void {
     const p = this.#pending;
-    if (p === null) return;
+    // Most calls find nothing: a plain read first (a release that lands meanwhile is taken next time).
+    if (p === null || (p[0] === 0n && p[1] === 0n)) return;
     const bytes = Atomics.exchange(p, 0, 0n);
     const inodes = Atomics.exchange(p, 1, 0n);
     if (bytes !== 0n) this.#addBytes(-Number(bytes));
