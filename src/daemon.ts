@@ -13,7 +13,7 @@ import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
 import { NativeFastPath } from './fuse/fastpath.js';
-import { MountManager, nativeDataPlane, nativeMknod, nativeUtimensat } from './fuse/mount.js';
+import { MountManager, nativeDataPlane, nativeMknod, nativeReleases, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
 import { OpMetrics } from './metrics/ops.js';
@@ -145,6 +145,9 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
   const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink) : null;
   if (config.fuse.nativeFastPath && !fastPath) log.warn('fuse.nativeFastPath is on but the binding has no fast path (rebuild it: node scripts/build-native.mjs): every getattr goes to JS');
+  // RELEASE answered by the binding, carried out here before the next request.
+  const releases = config.fuse.nativeRelease ? nativeReleases(Fuse) : null;
+  if (config.fuse.nativeRelease && !releases) log.warn('fuse.nativeRelease is on but the binding cannot answer RELEASE (rebuild it: node scripts/build-native.mjs): every RELEASE goes to JS');
   const ctx = new FsContext({
     store,
     log: log.child({ component: 'fs' }),
@@ -155,6 +158,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
     dataPlane,
+    releases,
     ...(fastPath ? { attrs: fastPath } : {}),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
@@ -210,7 +214,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     throw new DaemonError((err as Error).message, EXIT.MOUNT);
   }
 
-  const api: DaemonApi = {
+  const served: DaemonApi = {
     async status(): Promise<StatusReport> {
       await scans.catch(() => undefined);
       const list = await Promise.all(
@@ -251,6 +255,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           maxWriteRequest: sc.maxWriteRequest,
           ...(sc.detail ? { detail: sc.detail } : {}),
           ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
+          ...(releases ? { releasesAnswered: releases.answered() } : {}),
         },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,
@@ -299,6 +304,18 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     tenantUsage: (args) => homes.tenantUsage(args.tenant),
     setTenantBudget: (args) => homes.setTenantBudget(args),
   };
+  // Every command sees the handles as the kernel does: RELEASEs the binding
+  // answered (and writes it reported) are carried out first, so usage, open
+  // counts, BUSY checks and limits never count a file its caller has closed.
+  const api = Object.fromEntries(
+    Object.entries(served).map(([name, fn]: [string, (...a: unknown[]) => unknown]) => [
+      name,
+      (...args: unknown[]) => {
+        ctx.settle();
+        return fn(...args);
+      },
+    ]),
+  ) as unknown as DaemonApi;
 
   const controls: ControlServer[] = [];
   const listeners = [
@@ -336,7 +353,10 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         ...(config.metrics?.socket !== undefined ? { socket: config.metrics.socket } : {}),
         ...(config.metrics?.listen !== undefined ? { listen: config.metrics.listen } : {}),
         ...(config.adminGroup !== undefined ? { group: config.adminGroup } : {}),
-        render: async () => renderMetrics(await metricsSnapshot(ctx, opMetrics, started)),
+        render: async () => {
+          ctx.settle();
+          return renderMetrics(await metricsSnapshot(ctx, opMetrics, started));
+        },
         log: log.child({ component: 'metrics' }),
       });
     } catch (err) {

@@ -816,6 +816,7 @@ function renderStatus(s: StatusReport): string {
   const nativeExtra = [`patch ${s.native.patch}`];
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
+  if (s.native.releasesAnswered !== undefined) nativeExtra.push(`native release: ${s.native.releasesAnswered} answered`);
   if (s.native.fastPath) nativeExtra.push(`native getattr: ${s.native.fastPath.answered} answered (${s.native.fastPath.negative} of them ENOENT/ENOTDIR), ${s.native.fastPath.fallbacks} to JS; native readdir: ${s.native.fastPath.readdirAnswered} answered, ${s.native.fastPath.readdirFallbacks} to JS; native unlink: ${s.native.fastPath.unlinkAnswered} done, ${s.native.fastPath.unlinkFallbacks} to JS`);
   const head = keyValues([
     ['Mount', s.mount.path],

@@ -43,6 +43,13 @@ const FuseOptions = z
      * what leaves the home reaches the ledger before its next answer
      */
     nativeUnlink: z.boolean().default(true),
+    /**
+     * RELEASE (sent by the kernel after close(2) has returned; its result is
+     * ignored) answered on libfuse's thread; the daemon closes the handle
+     * before the next request it serves, the next control command, or on a
+     * timer (10 ms after activity, backing off to 1 s while idle)
+     */
+    nativeRelease: z.boolean().default(true),
     debug: z.boolean().default(false),
   })
   .strict();

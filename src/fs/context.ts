@@ -2,7 +2,7 @@ import { fstatSync } from 'node:fs';
 import { posix } from 'node:path';
 import type { BackingStore } from '../backing/store.js';
 import * as sys from '../backing/sys.js';
-import { HomesError } from '../errors.js';
+import { HomesError, isHomesError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkComponent } from '../paths/names.js';
 import { isReservedDir, isStatusPath, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
@@ -16,6 +16,9 @@ import type { HiddenNode } from './hidden.js';
 import { scanHome } from './scan.js';
 import { StatusFiles } from './status.js';
 import { HandleTable, Mutex, type FileHandle, type HomeState, type OpenInode, inodeKey } from './state.js';
+
+/** How long an open at a cap waits for RELEASEs already on their way (see FsContext.openSlot). */
+const RELEASE_GRACE_MS = 5;
 
 export interface Caller {
   uid: number;
@@ -90,6 +93,25 @@ export interface FsDeps {
   dataPlane?: DataPlane | null;
   /** the native getattr fast path's control plane, when it is on */
   attrs?: AttrPublisher;
+  /** RELEASEs the binding answers itself (config `fuse.nativeRelease`); absent: every RELEASE comes to JS */
+  releases?: ReleaseQueue | null;
+}
+
+/**
+ * RELEASEs the binding answered on libfuse's thread (the kernel ignores their
+ * result) and queued: JavaScript carries each out later, exactly as if the
+ * request had come then. Until it is taken the handle is simply still open
+ * here, which is what it would be had the kernel sent the RELEASE later.
+ */
+export interface ReleaseQueue {
+  /** fhs queued since the last call, oldest first; null when none */
+  take(): Float64Array | null;
+  /** from now on RELEASE is queued; `poll` takes the queue on a timer while `busy` says handles are open */
+  start(poll: () => void, busy: () => boolean): void;
+  /** a request was served: the next poll comes soon */
+  kick(): void;
+  /** RELEASEs the binding has answered so far */
+  answered(): number;
 }
 
 /** Published flags: READs answered natively; WRITEs decided here, written natively. */
@@ -224,7 +246,22 @@ export class FsContext {
    * (synchronously, so racing opens cannot pass a cap together); throws
    * OPEN_FILES_EXCEEDED or DAEMON_FILES_EXHAUSTED with nothing changed.
    */
-  openSlot(hs: HomeState, caller: Caller): OpenSlot {
+  /**
+   * One open-file slot, or the refusal. close(2) returns before the kernel's
+   * RELEASE is served (it is queued, not awaited), so a caller that closes a
+   * file and opens the next at once can meet its own slot still held: at a
+   * cap, RELEASEs in flight get a moment (RELEASE_GRACE_MS) and the queue is
+   * taken again, once, before the refusal stands. Each attempt counts
+   * synchronously, so concurrent opens still never pass a cap together.
+   */
+  async openSlot(hs: HomeState, caller: Caller): Promise<OpenSlot> {
+    try {
+      return this.openFiles.acquire(hs, hs.profile.maxOpenFiles, caller.uid, hs.backing.id);
+    } catch (err) {
+      if (!isHomesError(err) || (err.code !== 'OPEN_FILES_EXCEEDED' && err.code !== 'DAEMON_FILES_EXHAUSTED')) throw err;
+    }
+    await new Promise((resolve) => setTimeout(resolve, RELEASE_GRACE_MS));
+    this.settle();
     return this.openFiles.acquire(hs, hs.profile.maxOpenFiles, caller.uid, hs.backing.id);
   }
 
@@ -602,6 +639,38 @@ export class FsContext {
   }
 
   /** Counters of the data plane, null when it is off. */
+  /**
+   * Take everything the binding queued for JavaScript: RELEASEs it answered
+   * and writes that landed whole. Called before every request JS serves,
+   * every control command and metrics scrape, so no decision and no view ever
+   * sees a handle the kernel has let go of, nor a write still waiting. The
+   * RELEASEs are taken first: the kernel sends a handle's RELEASE only after
+   * its last WRITE was answered, whose report is queued before that answer,
+   * so every write of a handle closed here has its report in hand.
+   */
+  settle(): void {
+    const rq = this.deps.releases;
+    const released = rq ? rq.take() : null;
+    this.deps.dataPlane?.settle();
+    if (rq) rq.kick();
+    if (released === null) return;
+    for (const fh of released) this.releaseHandler!(fh);
+  }
+
+  private releaseHandler: ((fh: number) => void) | null = null;
+
+  /**
+   * Where queued RELEASEs are carried out (the FUSE adapter's release). The
+   * binding starts answering RELEASE itself only once this is set.
+   */
+  serveReleases(handler: (fh: number) => void): void {
+    const rq = this.deps.releases;
+    if (!rq) return;
+    const first = this.releaseHandler === null;
+    this.releaseHandler = handler;
+    if (first) rq.start(() => this.settle(), () => this.handles.size > 0 || this.statusFiles.openCount > 0);
+  }
+
   dataPlaneStats(): DataPlaneStats | null {
     return this.deps.dataPlane ? this.deps.dataPlane.stats() : null;
   }

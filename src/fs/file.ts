@@ -148,7 +148,7 @@ export async function open(ctx: FsContext, path: string, flags: number, caller: 
 
 async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number, caller: Caller): Promise<OpenResult> {
   // Counted before the await that takes a descriptor: every open in flight holds its slot.
-  const slot = ctx.openSlot(hs, caller);
+  const slot = await ctx.openSlot(hs, caller);
   let fd: number;
   try {
     fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), backingFlags(flags)));
@@ -184,7 +184,7 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
   const vp = ctx.parseInHome(path, 'create');
   return ctx.changing(vp.home, async (hs) => {
     // Before anything is made (a `.homesfs` directory, the file): a refused create changes nothing.
-    const slot = ctx.openSlot(hs, caller);
+    const slot = await ctx.openSlot(hs, caller);
     try {
       await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
       return await createIn(ctx, hs, vp, mode, flags, caller, slot);

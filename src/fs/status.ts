@@ -108,6 +108,11 @@ export class StatusFiles {
     this.#open.delete(fh);
   }
 
+  /** how many are open */
+  get openCount(): number {
+    return this.#open.size;
+  }
+
   size(fh: number): number {
     return this.#open.get(fh)?.length ?? 0;
   }

@@ -119,10 +119,13 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
   /** Run an op that replies `cb(0, ...values)` or `cb(-errno)`. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   type AnyCb = (err: number, ...rest: any[]) => void;
-  // Writes that landed whole end their waits (and release their files' locks) before any other request is served.
-  const settle = ctx.deps.dataPlane ? () => ctx.deps.dataPlane!.settle() : () => undefined;
+  // What the binding answered itself and queued (RELEASEs, writes that landed whole) is carried out before any other request is served.
+  const settle = ctx.deps.dataPlane || ctx.deps.releases ? () => ctx.settle() : () => undefined;
   const run = (op: string, path: string | null, caller: Caller | undefined, cb: AnyCb, fn: () => Promise<unknown[]>): void => {
     settle();
+    runSettled(op, path, caller, cb, fn);
+  };
+  const runSettled = (op: string, path: string | null, caller: Caller | undefined, cb: AnyCb, fn: () => Promise<unknown[]>): void => {
     if (log.isLevelEnabled('trace')) log.trace({ op, path: abs(path), caller }, 'op');
     const t0 = metrics !== null ? metrics.start() : 0;
     fn().then(
@@ -163,6 +166,8 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
   // write op below (file.writeNative and file.write share it), without the
   // bytes; the binding writes them. Replies, logs and metrics as for `write`.
   ctx.deps.dataPlane?.serveWrites((w) => {
+    // The decision may depend on a RELEASE still queued (the last close of a file unlinked while open frees its bytes).
+    settle();
     const t0 = metrics !== null ? metrics.start() : 0;
     file.writeNative(ctx, w.fh, w.len, w.offset, w.proceed).then(
       (n) => {
@@ -178,6 +183,13 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
       },
     );
   });
+
+  /** A RELEASE, whether the kernel's request reached JS or the binding answered it and queued it (cb then goes nowhere). */
+  const release = (path: string | null, fh: number, cb: AnyCb, caller: Caller | undefined, settled: boolean): void => {
+    if (selfCheck.ownsHandle(fh)) return void cb(selfCheck.release());
+    (settled ? runSettled : run)('release', path, caller, cb, async () => (await file.release(ctx, fh), []));
+  };
+  ctx.serveReleases((fh) => release(null, fh, () => undefined, undefined, true));
 
   return {
     init: (cb) => cb(0),
@@ -228,10 +240,7 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
       if (path === null) return cb(0);
       run('fsyncdir', path, caller, cb, async () => (await dir.fsyncdir(ctx, path), []));
     },
-    release: (path, fh, cb, caller) => {
-      if (selfCheck.ownsHandle(fh)) return cb(selfCheck.release());
-      run('release', path, caller, cb, async () => (await file.release(ctx, fh), []));
-    },
+    release: (path, fh, cb, caller) => release(path, fh, cb, caller, false),
     truncate: (path, size, cb, caller) => {
       if (selfCheck.owns(path)) return cb(0);
       run('truncate', path, caller, cb, async () => (await file.truncate(ctx, path, size), []));

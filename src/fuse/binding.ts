@@ -94,7 +94,11 @@ export interface FuseClass {
   takeWriteReports?(): Float64Array | null;
   writeDecision?(id: number, offset: number): boolean;
   writeDone?(id: number, result: number): boolean;
-  dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number; writes: number; writeBytes: number; writeFallbacks: number };
+  dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number; writes: number; writeBytes: number; writeFallbacks: number; releases?: number };
+  /** RELEASE answered on libfuse's thread and queued for takeReleases (true), or sent to ops.release (false, the default) */
+  setReleaseDeferred?(on: boolean): void;
+  /** [fh, ...] of the RELEASEs answered since the last call, oldest first; null when none */
+  takeReleases?(): Float64Array | null;
   /** absent from a binding built before patch 4 */
   fastPath?: FastPathNative;
 }

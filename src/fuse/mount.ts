@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { mkdir, readFile, statfs } from 'node:fs/promises';
 import type { Config } from '../config/schema.js';
 import { errnoName } from '../errors.js';
-import type { DataPlane, FsContext, NativeWrite, TimeSpec } from '../fs/context.js';
+import type { DataPlane, FsContext, NativeWrite, ReleaseQueue, TimeSpec } from '../fs/context.js';
 import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
@@ -338,6 +338,64 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
       if (serve === null) setWriteHandler(onWrite);
       serve = handler;
     },
+  };
+}
+
+/** The first poll after activity, and the longest wait between polls while handles stay open. */
+const RELEASE_POLL_MIN_MS = 10;
+const RELEASE_POLL_MAX_MS = 1000;
+
+/**
+ * RELEASE answered by the binding (`fuse.nativeRelease`); null when the
+ * binding cannot (built before patch 6). Saves the JS thread's wake and
+ * libfuse's thread the wait for it: RELEASE is a third of the context switches
+ * of an open+close. The queue is taken before every request (FsContext.settle);
+ * the poll is for the last close before a quiet spell, so the daemon's
+ * descriptor follows the caller's close within a second even then.
+ */
+export function nativeReleases(Fuse: FuseClass): ReleaseQueue | null {
+  const { setReleaseDeferred, takeReleases, dataPlaneStats } = Fuse;
+  if (typeof setReleaseDeferred !== 'function' || typeof takeReleases !== 'function') return null;
+  let poll: (() => void) | null = null;
+  let busy: () => boolean = () => false;
+  let timer: NodeJS.Timeout | null = null;
+  let delay = RELEASE_POLL_MIN_MS;
+  let polling = false;
+  let taken = 0;
+  const arm = (): void => {
+    timer = setTimeout(tick, delay);
+    timer.unref();
+  };
+  const tick = (): void => {
+    timer = null;
+    const before = taken;
+    polling = true;
+    try {
+      poll!();
+    } finally {
+      polling = false;
+    }
+    // Back off while nothing comes; stop once no handle is open (the next open's request kicks it again).
+    delay = taken > before ? RELEASE_POLL_MIN_MS : Math.min(delay * 2, RELEASE_POLL_MAX_MS);
+    if (taken > before || busy()) arm();
+  };
+  return {
+    take: () => {
+      const fhs = takeReleases();
+      if (fhs !== null) taken += fhs.length;
+      return fhs;
+    },
+    start: (p, b) => {
+      poll = p;
+      busy = b;
+      setReleaseDeferred(true);
+    },
+    kick: () => {
+      if (poll === null || polling) return;
+      delay = RELEASE_POLL_MIN_MS;
+      if (timer === null) arm();
+    },
+    answered: () => (typeof dataPlaneStats === 'function' ? (dataPlaneStats().releases ?? 0) : 0),
   };
 }
 
