@@ -27,7 +27,7 @@ import { VERSION } from './version.js';
 import { UserDb } from './users/userdb.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
-  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, homes: s.homes, openInodes: s.inodes, handles: s.handles };
+  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openFallbacks: s.openFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles };
 }
 
 export class DaemonError extends Error {
@@ -143,7 +143,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   }
 
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
-  const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink) : null;
+  const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen) : null;
   if (config.fuse.nativeFastPath && !fastPath) log.warn('fuse.nativeFastPath is on but the binding has no fast path (rebuild it: node scripts/build-native.mjs): every getattr goes to JS');
   // RELEASE answered by the binding, carried out here before the next request.
   const releases = config.fuse.nativeRelease ? nativeReleases(Fuse) : null;
@@ -228,7 +228,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
                 scan: hs.scan,
                 bytes: snap.bytes,
                 inodes: snap.inodes,
-                openFiles: hs.openHandles,
+                openFiles: ctx.openFilesOf(hs),
                 maxOpenFiles: hs.profile.maxOpenFiles,
               };
             },
@@ -262,7 +262,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         limits: {
           nofile: { configured: nofile.configured, soft: nofile.soft, hard: nofile.hard, ...(nofile.warning ? { warning: nofile.warning } : {}) },
           reserveFiles: nofile.reserve,
-          openFiles: ctx.openFiles.total,
+          openFiles: ctx.openFilesTotal,
           openFilesCap: ctx.openFiles.cap,
           openFilesPerUid: ctx.openFiles.perUidCap,
           descriptorsInUse: inUse,
@@ -378,10 +378,10 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     for (const [home, h] of await holdersUnder(config.mount)) out.set(home, { ...h, openFiles: 0 });
     const states = await Promise.all(ctx.knownHomes().map((p) => p.catch(() => null)));
     for (const hs of states) {
-      if (!hs || hs.openHandles === 0) continue;
+      if (!hs || ctx.openFilesOf(hs) === 0) continue;
       const id = homeId(hs.backing.ref);
       const h = out.get(id) ?? { cwdPids: [], filePids: [], openFiles: 0 };
-      h.openFiles = hs.openHandles;
+      h.openFiles = ctx.openFilesOf(hs);
       out.set(id, h);
     }
     return out;

@@ -44,6 +44,12 @@ const FuseOptions = z
      */
     nativeUnlink: z.boolean().default(true),
     /**
+     * with the fast path: read-only opens of regular files by a home's owner,
+     * in homes whose content needs no read policy, answered on libfuse's
+     * threads with open-file slots the daemon granted beforehand
+     */
+    nativeOpen: z.boolean().default(true),
+    /**
      * RELEASE (sent by the kernel after close(2) has returned; its result is
      * ignored) answered on libfuse's thread; the daemon closes the handle
      * before the next request it serves, the next control command, or on a

@@ -68,8 +68,33 @@ export interface AttrPublisher {
   handle(h: FileHandle): void;
   /** before the handle's descriptor is closed */
   handleGone(fh: number): void;
+  /** whether the binding can answer read-only opens (config fuse.nativeOpen and a binding that has it) */
+  readonly opens: boolean;
+  /** hs.nativeOpen changed: let the binding open there, or stop it (its unused slots come back through takeOpens) */
+  openPolicy(hs: HomeState): void;
+  /** one open-file slot taken for caller uid, with a reserved handle number; false: not kept (the home is not published for opens) */
+  grant(hs: HomeState, fh: number, uid: number): boolean;
+  /** every unused slot of every home back through takeOpens */
+  reclaim(): void;
+  /** [kind, fh, fd, published, dev, ino, ...]: 1 a handle the binding opened, 2 a slot it gives back; null when none */
+  takeOpens(): BigUint64Array | null;
   clear(): void;
 }
+
+/** hs.nativeOpen: the binding answers read-only opens there; their handles are published for native reads; with direct_io. */
+export const NATIVE_OPEN_ON = 1;
+export const NATIVE_OPEN_READ = 2;
+export const NATIVE_OPEN_DIRECT_IO = 4;
+/**
+ * Slots a home keeps granted to the binding per caller uid that opens there,
+ * topped up after adoptions: a burst of opens longer than this meets JS once
+ * (which grants again). Each is a slot of the home's maxOpenFiles, the uid's
+ * and the daemon's, taken back the moment a cap would refuse an open
+ * (openSlot).
+ */
+const NATIVE_OPEN_CREDITS = 32;
+/** After a cap was met, no slot is granted to the binding under it for this long: JS's own opens come first. */
+const CAP_PRESSURE_MS = 1000;
 
 export interface FsDeps {
   store: BackingStore;
@@ -242,27 +267,183 @@ export class FsContext {
   }
 
   /**
-   * A slot for one more open file of the home, taken before the backing open
-   * (synchronously, so racing opens cannot pass a cap together); throws
-   * OPEN_FILES_EXCEEDED or DAEMON_FILES_EXHAUSTED with nothing changed.
-   */
-  /**
-   * One open-file slot, or the refusal. close(2) returns before the kernel's
+   * One open-file slot, or the refusal (OPEN_FILES_EXCEEDED or
+   * DAEMON_FILES_EXHAUSTED, nothing changed). close(2) returns before the kernel's
    * RELEASE is served (it is queued, not awaited), so a caller that closes a
    * file and opens the next at once can meet its own slot still held: at a
    * cap, RELEASEs in flight get a moment (RELEASE_GRACE_MS) and the queue is
-   * taken again, once, before the refusal stands. Each attempt counts
-   * synchronously, so concurrent opens still never pass a cap together.
+   * taken again, once, before the refusal stands. Slots granted to the
+   * binding for native opens and not used yet are taken back first. Each
+   * attempt counts synchronously, so concurrent opens still never pass a cap
+   * together.
    */
   async openSlot(hs: HomeState, caller: Caller): Promise<OpenSlot> {
+    const acquire = () => this.openFiles.acquire(hs, hs.profile.maxOpenFiles, caller.uid, hs.backing.id);
+    const atCap = (err: unknown) => isHomesError(err) && (err.code === 'OPEN_FILES_EXCEEDED' || err.code === 'DAEMON_FILES_EXHAUSTED');
     try {
-      return this.openFiles.acquire(hs, hs.profile.maxOpenFiles, caller.uid, hs.backing.id);
+      return acquire();
     } catch (err) {
-      if (!isHomesError(err) || (err.code !== 'OPEN_FILES_EXCEEDED' && err.code !== 'DAEMON_FILES_EXHAUSTED')) throw err;
+      if (!atCap(err)) throw err;
+      // Whichever cap it was, the binding gets no slots under it for a while.
+      const scope = (err as HomesError).details.scope;
+      this.capPressure.set(scope === 'home' ? `home:${hs.backing.id}` : scope === 'uid' ? `uid:${caller.uid}` : 'all', Date.now() + CAP_PRESSURE_MS);
+    }
+    if (this.reclaimCredits()) {
+      try {
+        return acquire();
+      } catch (err) {
+        if (!atCap(err)) throw err;
+      }
     }
     await new Promise((resolve) => setTimeout(resolve, RELEASE_GRACE_MS));
+    this.reclaimCredits();
     this.settle();
-    return this.openFiles.acquire(hs, hs.profile.maxOpenFiles, caller.uid, hs.backing.id);
+    return acquire();
+  }
+
+  /** Every slot granted to the binding and not used, back (with whatever else is queued); whether there were any. */
+  private reclaimCredits(): boolean {
+    if (this.credits.size === 0) return false;
+    this.deps.attrs?.reclaim();
+    this.settle();
+    return true;
+  }
+
+  /** slots granted to the binding for native opens, by the handle number reserved with each */
+  private readonly credits = new Map<number, { hs: HomeState; uid: number; slot: OpenSlot; policy: number }>();
+  /** caps met lately ('home:<id>', 'uid:<n>', 'all') and until when no slot is granted under them */
+  private readonly capPressure = new Map<string, number>();
+
+  private underPressure(hs: HomeState, uid: number): boolean {
+    const now = Date.now();
+    for (const key of ['all', `home:${hs.backing.id}`, `uid:${uid}`]) {
+      const until = this.capPressure.get(key);
+      if (until === undefined) continue;
+      if (until > now) return true;
+      this.capPressure.delete(key);
+    }
+    return false;
+  }
+  /** homes and caller uids to grant slots to, soon */
+  private readonly topUps = new Map<HomeState, Set<number>>();
+
+  /** Files open in the home, as callers see them (slots granted to the binding and unused are not files). */
+  openFilesOf(hs: HomeState): number {
+    return hs.openHandles - hs.openCredits;
+  }
+
+  /** Files open in all homes, likewise. */
+  get openFilesTotal(): number {
+    return this.openFiles.total - this.credits.size;
+  }
+
+  /**
+   * Whether the binding answers read-only opens in the home: it has the
+   * native open, the home is loaded and not retired, and no read there needs
+   * policy (binary content, so an open is only the walk and the regular-file
+   * check, see file.ts openIn). Told to the binding before anything that
+   * changed it is answered.
+   */
+  refreshNativeOpen(hs: HomeState): void {
+    const attrs = this.deps.attrs;
+    const on = attrs !== undefined && attrs.opens && this.loaded.has(hs) && !hs.backing.retired && hs.profile.content !== 'utf8';
+    const flags = on
+      ? NATIVE_OPEN_ON | (this.deps.dataPlane?.read && readsNeedNoPolicy(hs.profile) ? NATIVE_OPEN_READ : 0) | (hs.profile.directIo ? NATIVE_OPEN_DIRECT_IO : 0)
+      : 0;
+    if (flags === hs.nativeOpen) return;
+    hs.nativeOpen = flags;
+    attrs?.openPolicy(hs);
+  }
+
+  /** Grant the binding slots for uid's opens in the home, soon (not inside the request that used one: a cap check may follow). */
+  wantCredits(hs: HomeState, uid: number): void {
+    if (hs.nativeOpen === 0 || (hs.creditsByUid.get(uid) ?? 0) >= NATIVE_OPEN_CREDITS) return;
+    if (this.topUps.size === 0) setImmediate(() => this.topUp());
+    let uids = this.topUps.get(hs);
+    if (!uids) this.topUps.set(hs, (uids = new Set()));
+    uids.add(uid);
+  }
+
+  private topUp(): void {
+    const wanted = [...this.topUps];
+    this.topUps.clear();
+    for (const [hs, uids] of wanted) {
+      for (const uid of uids) {
+        if (hs.nativeOpen === 0 || !this.loaded.has(hs) || hs.backing.retired) break;
+        if (this.underPressure(hs, uid)) continue;
+        while ((hs.creditsByUid.get(uid) ?? 0) < NATIVE_OPEN_CREDITS) {
+          let slot: OpenSlot;
+          try {
+            slot = this.openFiles.acquire(hs, hs.profile.maxOpenFiles, uid, hs.backing.id);
+          } catch {
+            break; // at a cap: the binding's opens of this home come here, which decides
+          }
+          const fh = this.handles.reserve();
+          if (!this.deps.attrs!.grant(hs, fh, uid)) {
+            slot.release();
+            this.handles.unreserve(fh);
+            break;
+          }
+          this.credits.set(fh, { hs, uid, slot, policy: hs.policyEpoch });
+          this.countCredit(hs, uid, 1);
+        }
+      }
+    }
+  }
+
+  private countCredit(hs: HomeState, uid: number, delta: 1 | -1): void {
+    hs.openCredits += delta;
+    const n = (hs.creditsByUid.get(uid) ?? 0) + delta;
+    if (n > 0) hs.creditsByUid.set(uid, n);
+    else hs.creditsByUid.delete(uid);
+  }
+
+  /** What the binding queued about native opens: handles it opened (adopted here), slots it gives back. */
+  private settleOpens(opens: BigUint64Array): void {
+    for (let i = 0; i < opens.length; i += 6) {
+      const kind = Number(opens[i]);
+      const fh = Number(opens[i + 1]);
+      const credit = this.credits.get(fh);
+      if (!credit) {
+        // Cannot happen (every number the binding holds was granted here); never leave a descriptor behind.
+        this.log.error({ fh, kind }, 'the binding reported a native open this daemon never granted');
+        if (kind === 1) sys.close(Number(opens[i + 2])).catch(() => undefined);
+        continue;
+      }
+      this.credits.delete(fh);
+      this.countCredit(credit.hs, credit.uid, -1);
+      if (kind !== 1) {
+        credit.slot.release();
+        this.handles.unreserve(fh);
+        continue;
+      }
+      this.adoptOpen(credit.hs, fh, Number(opens[i + 2]), opens[i + 3] !== 0n, opens[i + 4]!, opens[i + 5]!, credit.slot, credit.policy !== credit.hs.policyEpoch);
+      this.wantCredits(credit.hs, credit.uid);
+    }
+  }
+
+  /**
+   * A handle the binding opened read-only: it did what openIn does up to
+   * attach (the walk, the regular-file check, the inode counted open in its
+   * table, the handle published for fgetattr and maybe reads); this is attach.
+   */
+  private adoptOpen(hs: HomeState, fh: number, fd: number, published: boolean, dev: bigint, ino: bigint, slot: OpenSlot, policyChanged: boolean): void {
+    const key = inodeKey(dev, ino);
+    let inode = hs.inodes.get(key);
+    if (inode) {
+      // The binding counted this open in its table; the record already holds the one count JS keeps per record.
+      this.deps.attrs?.inode(dev, ino, -1);
+    } else {
+      inode = this.newInode(hs, dev, ino, Number(fstatSync(fd, { bigint: true }).size));
+    }
+    inode.handles++;
+    inode.fds.add(fd);
+    const rec = inode;
+    const h = this.handles.adopt(fh, () => ({ fh, fd, home: hs, inode: rec, writable: false, append: false, rel: [], leftIncompleteTail: false, jsFlush: false, slot, published: published ? DP_READ : 0 }));
+    // The home's policy changed since the slot was granted (the binding opened with what it had then): publish what it is now.
+    if (!policyChanged) return;
+    this.publishData(h);
+    this.deps.attrs?.handle(h);
   }
 
   get store(): BackingStore {
@@ -425,6 +606,7 @@ export class FsContext {
       (hs) => {
         this.loaded.delete(hs);
         hs.nativeUnlink = false;
+        hs.nativeOpen = 0;
         this.deps.attrs?.homeGone(hs);
         // A deleted or replaced home's bytes leave its tenant's total.
         hs.ledger.detach();
@@ -509,8 +691,13 @@ export class FsContext {
       gateClosed: false,
       pending,
       nativeUnlink: false,
+      nativeOpen: 0,
+      openCredits: 0,
+      creditsByUid: new Map(),
+      policyEpoch: 0,
     };
     this.loaded.add(hs);
+    this.refreshNativeOpen(hs);
     void scanHome(this, hs).finally(() => {
       markReady();
       this.refreshNativeUnlink(hs);
@@ -543,31 +730,37 @@ export class FsContext {
         this.deps.attrs?.inode(dev, ino, -1);
         throw new HomesError('NOT_FOUND', 'the file was removed while it was being opened');
       }
-      // Every change of the charged size reaches the binding's table too: the
-      // accessor makes one that forgets to tell it impossible.
-      const attrs = this.deps.attrs;
-      let size = Number(st.size);
-      inode = {
-        key,
-        dev,
-        ino,
-        get size() {
-          return size;
-        },
-        set size(v: number) {
-          size = v;
-          attrs?.inodeSize(dev, ino, v);
-        },
-        handles: 0,
-        writers: 0,
-        unlinked: false,
-        incompleteTail: false,
-        lock: new Mutex(),
-        fds: new Set(),
-      };
-      attrs?.inodeSize(dev, ino, size);
-      hs.inodes.set(key, inode);
+      inode = this.newInode(hs, dev, ino, Number(st.size));
     }
+    return inode;
+  }
+
+  /** A new open-file record of hs, with its charged size published to the binding (which already counts the inode open). */
+  private newInode(hs: HomeState, dev: bigint, ino: bigint, initial: number): OpenInode {
+    // Every change of the charged size reaches the binding's table too: the
+    // accessor makes one that forgets to tell it impossible.
+    const attrs = this.deps.attrs;
+    let size = initial;
+    const inode: OpenInode = {
+      key: inodeKey(dev, ino),
+      dev,
+      ino,
+      get size() {
+        return size;
+      },
+      set size(v: number) {
+        size = v;
+        attrs?.inodeSize(dev, ino, v);
+      },
+      handles: 0,
+      writers: 0,
+      unlinked: false,
+      incompleteTail: false,
+      lock: new Mutex(),
+      fds: new Set(),
+    };
+    attrs?.inodeSize(dev, ino, size);
+    hs.inodes.set(inode.key, inode);
     return inode;
   }
 
@@ -651,11 +844,16 @@ export class FsContext {
   settle(): void {
     const rq = this.deps.releases;
     const released = rq ? rq.take() : null;
+    // After the RELEASEs: a handle the binding opened is queued before its open is answered, so before its RELEASE.
+    // Whatever the binding queued about opens was granted here first: nothing is queued while no grant is out.
+    const opens = this.credits.size > 0 ? this.deps.attrs!.takeOpens() : null;
     this.deps.dataPlane?.settle();
     if (rq) rq.kick();
+    if (opens !== null) this.settleOpens(opens);
     if (released === null) return;
     for (const fh of released) this.releaseHandler!(fh);
   }
+
 
   private releaseHandler: ((fh: number) => void) | null = null;
 
@@ -668,7 +866,8 @@ export class FsContext {
     if (!rq) return;
     const first = this.releaseHandler === null;
     this.releaseHandler = handler;
-    if (first) rq.start(() => this.settle(), () => this.handles.size > 0 || this.statusFiles.openCount > 0);
+    // Polled while anything may still be released: open handles, and slots the binding may open with (opened and closed there, never seen here yet).
+    if (first) rq.start(() => this.settle(), () => this.handles.size > 0 || this.statusFiles.openCount > 0 || this.credits.size > 0);
   }
 
   dataPlaneStats(): DataPlaneStats | null {
@@ -684,6 +883,8 @@ export class FsContext {
 
   /** A home's profile or budget changed (control socket, reload): republish what depends on it. */
   policyChanged(hs: HomeState): void {
+    hs.policyEpoch++;
+    this.refreshNativeOpen(hs);
     for (const h of this.handles.values()) {
       if (h.home !== hs) continue;
       this.gateFlush(h);

@@ -142,7 +142,13 @@ export async function open(ctx: FsContext, path: string, flags: number, caller: 
     return { fh: ctx.statusFiles.open(statusText(ctx, hs)), directIo: true, keepCache: false };
   }
   // O_TRUNC truncates even with O_RDONLY on Linux: it changes the size, so it waits for the ledger.
-  if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) return openIn(ctx, await ctx.home(vp.home), vp, flags, caller);
+  if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) {
+    const hs = await ctx.home(vp.home);
+    const r = await openIn(ctx, hs, vp, flags, caller);
+    // This caller's next read-only opens in the home may be answered by the binding (fuse.nativeOpen).
+    ctx.wantCredits(hs, caller.uid);
+    return r;
+  }
   return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags, caller));
 }
 

@@ -72,6 +72,13 @@ export interface HomeState {
   readonly pending: BigInt64Array;
   /** the binding may unlink in this home now (FsContext.refreshNativeUnlink decides) */
   nativeUnlink: boolean;
+  /** read-only opens the binding may answer in this home: 0 = none, else NATIVE_OPEN_* flags (FsContext.refreshNativeOpen decides) */
+  nativeOpen: number;
+  /** of openHandles, the slots granted to the binding for native opens and not used yet, in all and per caller uid */
+  openCredits: number;
+  readonly creditsByUid: Map<number, number>;
+  /** counts policy changes (FsContext.policyChanged): a native open granted before one is republished when adopted */
+  policyEpoch: number;
 }
 
 export function inodeKey(dev: bigint, ino: bigint): string {
@@ -108,13 +115,39 @@ export const SELFCHECK_FH = 0xfffffff0;
  */
 export class HandleTable {
   private readonly byFh = new Map<number, FileHandle>();
+  /** numbers handed to the binding for opens it answers itself (adopt or unreserve) */
+  private readonly reserved = new Set<number>();
   private next = 1;
 
-  add(make: (fh: number) => FileHandle): FileHandle {
-    while (this.byFh.has(this.next) || this.next === 0 || this.next >= RESERVED_FH_FROM) this.next = (this.next + 1) >>> 0;
-    const h = make(this.next);
-    this.byFh.set(h.fh, h);
+  private take(): number {
+    while (this.byFh.has(this.next) || this.reserved.has(this.next) || this.next === 0 || this.next >= RESERVED_FH_FROM) this.next = (this.next + 1) >>> 0;
+    const fh = this.next;
     this.next = (this.next + 1) >>> 0;
+    return fh;
+  }
+
+  add(make: (fh: number) => FileHandle): FileHandle {
+    const h = make(this.take());
+    this.byFh.set(h.fh, h);
+    return h;
+  }
+
+  /** A number no other handle gets until it is adopted or unreserved. */
+  reserve(): number {
+    const fh = this.take();
+    this.reserved.add(fh);
+    return fh;
+  }
+
+  unreserve(fh: number): void {
+    this.reserved.delete(fh);
+  }
+
+  /** The handle the binding opened under a reserved number. */
+  adopt(fh: number, make: (fh: number) => FileHandle): FileHandle {
+    if (!this.reserved.delete(fh)) throw new HomesError('BAD_HANDLE', `handle ${fh} was not reserved`);
+    const h = make(fh);
+    this.byFh.set(fh, h);
     return h;
   }
 

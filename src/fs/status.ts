@@ -53,7 +53,7 @@ function limitLine(used: number, limit: number, what: string): string {
 }
 
 /** The text of a home's status file. */
-export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: Date): string {
+export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: Date, openFiles = hs.openHandles): string {
   const snap = hs.ledger.snapshot();
   const { limits } = snap;
   const pool = hs.ledger.pool;
@@ -66,7 +66,7 @@ export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: D
     `per-file cap:   ${limits.maxFileBytes === 0 ? 'off' : `${human(limits.maxFileBytes)} (${limits.maxFileBytes} bytes)`}`,
     `tenant total:   ${pool ? `${limitLine(pool.bytes, pool.limit, 'tenant budget')} (tenant ${pool.tenant})` : 'unknown'}`,
     `content:        ${hs.profile.content === 'utf8' ? 'UTF-8 text only' : 'any bytes'}`,
-    `open files:     ${hs.openHandles}${hs.profile.maxOpenFiles === 0 ? ', no cap' : ` of ${hs.profile.maxOpenFiles}${hs.openHandles >= hs.profile.maxOpenFiles ? ' — FULL' : ''}`}`,
+    `open files:     ${openFiles}${hs.profile.maxOpenFiles === 0 ? ', no cap' : ` of ${hs.profile.maxOpenFiles}${openFiles >= hs.profile.maxOpenFiles ? ' — FULL' : ''}`}`,
     ...(hs.scan !== 'done' ? [`ledger:         ${hs.scan}${hs.scanError ? ` (${hs.scanError})` : ''}: changes wait or are refused until it is built`] : []),
     '',
     refusals.length === 0 ? 'no refusals recorded since the daemon started' : `last ${refusals.length} refusal${refusals.length === 1 ? '' : 's'}, newest first:`,
@@ -162,7 +162,7 @@ export function virtualDirAttr(ctx: FsContext, hs: HomeState): Attr {
 }
 
 export function statusText(ctx: FsContext, hs: HomeState): Buffer {
-  return Buffer.from(renderStatus(hs, ctx.refusals.recent(homeId(hs.backing.ref)), new Date()), 'utf8');
+  return Buffer.from(renderStatus(hs, ctx.refusals.recent(homeId(hs.backing.ref)), new Date(), ctx.openFilesOf(hs)), 'utf8');
 }
 
 export { RESERVED_DIR, STATUS_NAME };

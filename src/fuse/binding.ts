@@ -68,10 +68,16 @@ export interface FastPathNative {
   inodeSize?(dev: bigint, ino: bigint, size: number): void;
   setHandle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
   removeHandle(fh: number): void;
+  /** patch 6: read-only opens answered natively (absent from older builds) */
+  setOpen?(prefix: string, token: number, flags: number): boolean;
+  readonly opens?: boolean;
+  grant?(prefix: string, token: number, fh: number, uid: number): boolean;
+  reclaim?(): number;
+  takeOpens?(): BigUint64Array | null;
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; homes: number; inodes: number; handles: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openFallbacks?: number; credits?: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {

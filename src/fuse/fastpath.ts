@@ -66,13 +66,17 @@ export class NativeFastPath implements AttrPublisher {
 
   /** whether the binding does the unlinks of homes the fs layer makes mutable */
   readonly unlinks: boolean;
+  /** whether the binding answers read-only opens where the fs layer lets it */
+  readonly opens: boolean;
 
   constructor(
     private readonly native: FastPathNative,
     private readonly log: Logger,
     nativeUnlink = true,
+    nativeOpen = true,
   ) {
     this.unlinks = nativeUnlink && native.unlinks === true;
+    this.opens = nativeOpen && native.opens === true;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.enable(true);
@@ -99,8 +103,30 @@ export class NativeFastPath implements AttrPublisher {
     if (old && old.hs !== hs) this.prefixOf.delete(old.hs);
     this.byPrefix.set(prefix, { hs, token });
     this.prefixOf.set(hs, prefix);
-    // A new publication starts immutable in C.
+    // A new publication starts immutable in C, and opening nothing.
     if (hs.nativeUnlink) this.mutable(hs);
+    if (hs.nativeOpen !== 0) this.openPolicy(hs);
+  }
+
+  openPolicy(hs: HomeState): void {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix === undefined || !this.opens) return;
+    const e = this.byPrefix.get(prefix)!;
+    this.native.setOpen!(prefix, e.token, hs.nativeOpen);
+  }
+
+  grant(hs: HomeState, fh: number, uid: number): boolean {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix === undefined || !this.opens) return false;
+    return this.native.grant!(prefix, this.byPrefix.get(prefix)!.token, fh, uid);
+  }
+
+  reclaim(): void {
+    if (this.opens) this.native.reclaim!();
+  }
+
+  takeOpens(): BigUint64Array | null {
+    return this.opens ? this.native.takeOpens!() : null;
   }
 
   mutable(hs: HomeState): void {

@@ -235,7 +235,7 @@ export class HomeManager {
     if (orphan) flags.push('ORPHAN');
     if (hs.scan === 'pending' || hs.scan === 'scanning') flags.push('SCANNING');
     if (hs.scan === 'failed') flags.push('SCAN_FAILED');
-    if (hs.openHandles > 0 || cwdProcesses > 0) flags.push('BUSY');
+    if (this.ctx.openFilesOf(hs) > 0 || cwdProcesses > 0) flags.push('BUSY');
     return {
       tenant: ref.tenant,
       key: ref.key,
@@ -252,7 +252,7 @@ export class HomeManager {
       percent: budget > 0 ? Math.round((snap.bytes / budget) * 1000) / 10 : null,
       limitSources: choice.limitSources,
       profileLimits: choice.profileLimits,
-      openHandles: hs.openHandles,
+      openHandles: this.ctx.openFilesOf(hs),
       maxOpenFiles: hs.profile.maxOpenFiles,
       cwdProcesses,
       tenantBytes: hs.ledger.pool?.bytes ?? 0,
@@ -599,7 +599,8 @@ export class HomeManager {
 
   private async inUse(ref: HomeRef): Promise<{ openFiles: number; cwdProcesses: number }> {
     const p = this.ctx.loadedHome(ref);
-    const openFiles = p ? (await p.catch(() => null))?.openHandles ?? 0 : 0;
+    const hs = p ? await p.catch(() => null) : null;
+    const openFiles = hs ? this.ctx.openFilesOf(hs) : 0;
     const cwd = await cwdProcessesUnder(this.mountPath(ref));
     return { openFiles, cwdProcesses: cwd.length };
   }

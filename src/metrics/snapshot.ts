@@ -16,7 +16,7 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
       inodes: snap.inodes,
       budget: snap.limits.maxHomeBytes,
       inodeCap: snap.limits.maxInodes,
-      openHandles: hs.openHandles,
+      openHandles: ctx.openFilesOf(hs),
     });
   }
   homes.sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`));
@@ -30,6 +30,6 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
     ops: ops.all(),
     ...(ctx.dataPlaneStats() ? { dataPlane: ctx.dataPlaneStats()! } : {}),
     uptimeSeconds: Math.round((Date.now() - startedMs) / 1000),
-    openFiles: { total: ctx.openFiles.total, cap: ctx.openFiles.cap },
+    openFiles: { total: ctx.openFilesTotal, cap: ctx.openFiles.cap },
   };
 }

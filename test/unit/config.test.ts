@@ -59,6 +59,7 @@ describe('buildConfig: defaults', () => {
       nativeWrite: true,
       nativeFastPath: true,
       nativeUnlink: true,
+      nativeOpen: true,
       nativeRelease: true,
       debug: false,
     });
