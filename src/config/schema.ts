@@ -50,6 +50,13 @@ const FuseOptions = z
      */
     nativeOpen: z.boolean().default(true),
     /**
+     * with the fast path: UTIMENS by path, CHMOD by path where the profile's
+     * chmod decision is a plain mask (home, posix), and CHOWN by path where it
+     * changes nothing (to the home's owner) or the profile allows it, done on
+     * libfuse's threads
+     */
+    nativeSetattr: z.boolean().default(true),
+    /**
      * RELEASE (sent by the kernel after close(2) has returned; its result is
      * ignored) answered on libfuse's thread; the daemon closes the handle
      * before the next request it serves, the next control command, or on a

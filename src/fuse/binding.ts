@@ -70,6 +70,8 @@ export interface FastPathNative {
   removeHandle(fh: number): void;
   /** patch 6: read-only opens answered natively (absent from older builds) */
   setOpen?(prefix: string, token: number, flags: number): boolean;
+  /** patch 7: UTIMENS (flags & 1), CHMOD (flags & 2, new = asked & chmodM unless equal to current & chmodK), CHOWN (4: owner-only's no-op, 8: lchown) by path */
+  setAttrOps?(prefix: string, token: number, flags: number, chmodM: number, chmodK: number): boolean;
   readonly opens?: boolean;
   grant?(prefix: string, token: number, fh: number, uid: number): boolean;
   reclaim?(): number;
@@ -77,7 +79,7 @@ export interface FastPathNative {
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openFallbacks?: number; credits?: number; homes: number; inodes: number; handles: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {

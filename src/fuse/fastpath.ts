@@ -5,7 +5,7 @@ import { presentedMode } from '../fs/present.js';
 import type { FileHandle, HomeState } from '../fs/state.js';
 import type { Logger } from '../log.js';
 import { RESERVED_DIR } from '../paths/reserved.js';
-import type { Profile } from '../policy/profiles.js';
+import { chmodDecision, type Profile } from '../policy/profiles.js';
 import type { FastPathNative } from './binding.js';
 
 /** Every file type the kernel knows, as mode >> 12. */
@@ -50,6 +50,52 @@ export function presentationMasks(profile: Profile): PresentationMasks {
   return out;
 }
 
+export interface ChmodMasks {
+  /** new mode = asked & m */
+  m: number;
+  /** nothing is done when the new mode equals current & k */
+  k: number;
+}
+
+const chmodCache = new WeakMap<Profile, ChmodMasks | null>();
+/** Current modes the form is checked against, each with every asked mode: every bit alone, none, all, and a spread. */
+const CHMOD_PROBES = [0, 0o7777, 0o777, 0o700, 0o600, 0o644, 0o755, 0o4755, 0o2775, 0o1777, ...Array.from({ length: 12 }, (_, i) => 1 << i)];
+
+/**
+ * The native chmod never re-derives policy either: JS's own chmodDecision,
+ * when it has the form `apply(asked & m)` unless that equals `current & k`
+ * (keep) for both directories and files, checked on every asked mode against
+ * a spread of current ones, becomes (m, k); otherwise null and every chmod of
+ * the home stays with JS (refusals, forced modes).
+ */
+export function chmodMasks(profile: Profile): ChmodMasks | null {
+  if (chmodCache.has(profile)) return chmodCache.get(profile)!;
+  let found: ChmodMasks | null = null;
+  // The form's masks, read off the decision itself: what survives of every bit, and what keep compares.
+  const probe = chmodDecision(profile, false, 0, 0o7777);
+  if (probe.action === 'apply') {
+    const m = probe.mode;
+    let k = 0;
+    for (let bit = 0; bit < 12; bit++) {
+      // keep iff (asked & m) === (current & k): a bit is in k when setting it alone in current (asked 0) makes a change
+      if (chmodDecision(profile, false, 1 << bit, 0).action === 'apply') k |= 1 << bit;
+    }
+    const form = (current: number, asked: number) => ((asked & m) === (current & k) ? 'keep' : `apply ${asked & m}`);
+    let ok = true;
+    for (const isDir of [false, true]) {
+      for (const current of CHMOD_PROBES) {
+        for (let asked = 0; asked <= 0o7777 && ok; asked++) {
+          const d = chmodDecision(profile, isDir, current, asked);
+          ok = (d.action === 'keep' ? 'keep' : d.action === 'apply' ? `apply ${d.mode}` : 'refuse') === form(current, asked);
+        }
+      }
+    }
+    if (ok) found = { m, k };
+  }
+  chmodCache.set(profile, found);
+  return found;
+}
+
 /** Names below a home that only JS answers (the native walk hands them over). */
 export const JS_ONLY_NAMES = [RESERVED_DIR, `${HIDDEN_NAME_PREFIX}*`];
 
@@ -68,15 +114,19 @@ export class NativeFastPath implements AttrPublisher {
   readonly unlinks: boolean;
   /** whether the binding answers read-only opens where the fs layer lets it */
   readonly opens: boolean;
+  /** whether the binding does UTIMENS and (where chmodMasks has a form) CHMOD by path */
+  readonly setattrs: boolean;
 
   constructor(
     private readonly native: FastPathNative,
     private readonly log: Logger,
     nativeUnlink = true,
     nativeOpen = true,
+    nativeSetattr = true,
   ) {
     this.unlinks = nativeUnlink && native.unlinks === true;
     this.opens = nativeOpen && native.opens === true;
+    this.setattrs = nativeSetattr && typeof native.setAttrOps === 'function';
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.enable(true);
@@ -103,9 +153,16 @@ export class NativeFastPath implements AttrPublisher {
     if (old && old.hs !== hs) this.prefixOf.delete(old.hs);
     this.byPrefix.set(prefix, { hs, token });
     this.prefixOf.set(hs, prefix);
-    // A new publication starts immutable in C, and opening nothing.
+    // A new publication starts immutable in C, opening nothing and with no SETATTR.
     if (hs.nativeUnlink) this.mutable(hs);
     if (hs.nativeOpen !== 0) this.openPolicy(hs);
+    if (this.setattrs) {
+      // UTIMENS needs no decision (attr.ts utimens); CHMOD only where the profile's decision has the masks'
+      // form; CHOWN is lchown where the profile allows it, else only the no-op to the published owner.
+      const chmod = chmodMasks(hs.profile);
+      const chown = hs.profile.chown === 'allow' ? 8 : 4;
+      this.native.setAttrOps!(prefix, token, 1 | (chmod ? 2 : 0) | chown, chmod?.m ?? 0, chmod?.k ?? 0);
+    }
   }
 
   openPolicy(hs: HomeState): void {

@@ -1,8 +1,8 @@
 import type { BigIntStats } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { presentationMasks } from '../../src/fuse/fastpath.js';
+import { chmodMasks, presentationMasks } from '../../src/fuse/fastpath.js';
 import { presentedMode } from '../../src/fs/present.js';
-import { BUILTIN_PROFILES, type Profile } from '../../src/policy/profiles.js';
+import { BUILTIN_PROFILES, chmodDecision, type Profile } from '../../src/policy/profiles.js';
 
 const TYPES = { fifo: 0o01, chr: 0o02, dir: 0o04, blk: 0o06, reg: 0o10, lnk: 0o12, sock: 0o14 };
 
@@ -31,4 +31,34 @@ describe('native getattr presentation masks', () => {
     expect([scratch.masks[TYPES.reg], scratch.masks[16 + TYPES.reg]]).toEqual([0, 0o600]);
     expect([scratch.masks[TYPES.fifo], scratch.masks[16 + TYPES.fifo]]).toEqual([0, 0o600]);
   });
+});
+
+describe('native chmod masks', () => {
+  const forced: Profile = { ...BUILTIN_PROFILES.home, chmod: 'ignore', fileMode: 0o640 };
+  const asked: Profile = { ...BUILTIN_PROFILES.posix, chmod: 'allow', specialBits: 'drop' };
+
+  it('are published only where chmodDecision is a plain mask: home (owner bits), posix (all stored bits), not scratch (refusals) nor a forced mode', () => {
+    expect(chmodMasks(BUILTIN_PROFILES.home)).toEqual({ m: 0o700, k: 0o777 });
+    expect(chmodMasks(BUILTIN_PROFILES.posix)).toEqual({ m: 0o7777, k: 0o7777 });
+    expect(chmodMasks(BUILTIN_PROFILES.scratch)).toBeNull();
+    expect(chmodMasks(forced)).toBeNull();
+    expect(chmodMasks(asked)).toEqual({ m: 0o777, k: 0o777 });
+  });
+
+  for (const [name, profile] of [...Object.entries(BUILTIN_PROFILES), ['asked', asked] as const]) {
+    it(`give chmodDecision's answer for profile ${name}, for every current and asked mode of a file and a directory`, () => {
+      const masks = chmodMasks(profile);
+      if (masks === null) return expect(profile.chmod === 'deny-widen' || profile.chmod === 'ignore').toBe(true);
+      // Every current mode against a spread of asked ones (the masks were found on the transposed set).
+      for (const isDir of [false, true]) {
+        for (let current = 0; current <= 0o7777; current++) {
+          for (const ask of [0, 0o7777, 0o644, 0o4755, 0o1777, current, current ^ 0o100]) {
+            const d = chmodDecision(profile, isDir, current, ask);
+            const want = ask & masks.m;
+            expect(d).toEqual(want === (current & masks.k) ? { action: 'keep' } : { action: 'apply', mode: want });
+          }
+        }
+      }
+    });
+  }
 });
