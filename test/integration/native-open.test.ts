@@ -1,12 +1,12 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { chmodSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { regularBytes } from '../helpers/backing.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13: read-only OPENs of regular files in binary homes are answered on
@@ -35,53 +35,22 @@ const HOMES = {
 type Native = { openAnswered: number; openFallbacks: number; openSlotsGranted: number };
 
 describe.skipIf(!canMount)('native open (fuse.nativeOpen): slots granted ahead, adopted before anything else', () => {
-  let d: RunningDaemon;
-  let tmp: string;
-
-  const native = async (): Promise<Native> => ((await d.status()) as { native: { fastPath: Native } }).native.fastPath;
+  const s = ownerSuite(U, { homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten } } });
+  const native = async (): Promise<Native> => ((await s.d.status()) as { native: { fastPath: Native } }).native.fastPath;
   const homeStatus = async (key: string) =>
-    ((await d.status()) as { homes: Array<{ tenant: string; key: string; openFiles: number }> }).homes.find((h) => h.tenant === T && h.key === key)!;
-  const ctl = async (...args: string[]) => {
-    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
-    if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')}: ${r.stderr}${r.stdout}`);
-    return r.stdout;
-  };
-  const usage = async (home: string) => JSON.parse(await ctl('--json', 'usage', home)) as { bytes: number; inodes: number };
-  const py = async (script: string, ...args: string[]) => {
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    return r.stdout.trim();
-  };
+    ((await s.d.status()) as { homes: Array<{ tenant: string; key: string; openFiles: number }> }).homes.find((h) => h.tenant === T && h.key === key)!;
   /** One read-only open and close per file: the first gets this caller slots, so the next ones are native. */
-  const warm = (home: string) => py(`import os,sys\nfor n in sorted(os.listdir(sys.argv[1])):\n  os.close(os.open(os.path.join(sys.argv[1], n), os.O_RDONLY))`, home);
-
-  beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-no-'));
-    chmodSync(tmp, 0o755);
-    d = await startDaemon({
-      homes: HOMES,
-      create: Object.keys(HOMES),
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten } },
-    });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
-  }, 60_000);
-
-  afterAll(async () => {
-    await d?.stop();
-    if (tmp) rmSync(tmp, { recursive: true, force: true });
-  });
+  const warm = (home: string) => s.py(`import os,sys\nfor n in sorted(os.listdir(sys.argv[1])):\n  os.close(os.open(os.path.join(sys.argv[1], n), os.O_RDONLY))`, home);
 
   it('a home allowed 10 open files: read-only opens (native) and write opens (JS) together stop at exactly 10, and every slot comes back', async () => {
-    const home = d.home(T, 'ten');
-    await py(`import os,sys\nfor i in range(30): open(os.path.join(sys.argv[1], 'f%02d' % i), 'wb').write(b'x' * 100)`, home);
+    const home = s.d.home(T, 'ten');
+    await s.py(`import os,sys\nfor i in range(30): open(os.path.join(sys.argv[1], 'f%02d' % i), 'wb').write(b'x' * 100)`, home);
     await warm(home);
     const before = await native();
     expect((await homeStatus('ten')).openFiles).toBe(0);
     // 6 read-only, then 6 for writing, then 6 read-only: 10 open, every later one EMFILE
     // (the handles close with the process).
-    const out = await py(
+    const out = await s.py(
       `import os,sys,errno
 h=sys.argv[1]
 held=[]; res=[]
@@ -98,36 +67,36 @@ print(' '.join(res))`,
     // Closed: no open file left, whatever slots the binding holds for the next opens.
     expect((await homeStatus('ten')).openFiles).toBe(0);
     // And 10 read-only at once still fit: slots granted to the binding never take an open's place.
-    const again = await py(`import os,sys\nfds=[os.open(os.path.join(sys.argv[1], 'f%02d' % i), os.O_RDONLY) for i in range(10)]\nprint(len(fds))`, home);
+    const again = await s.py(`import os,sys\nfds=[os.open(os.path.join(sys.argv[1], 'f%02d' % i), os.O_RDONLY) for i in range(10)]\nprint(len(fds))`, home);
     expect(again).toBe('10');
     expect((await homeStatus('ten')).openFiles).toBe(0);
   });
 
   it('set-profile to a text home stops native opens before its reply: a file that is not UTF-8 is refused at once, and served again after', async () => {
-    const home = d.home(T, 'flip');
-    writeFileSync(join(d.backingOf(T, 'flip'), 'bin'), Buffer.from([0xff, 0xfe, 0x00, 0x80]));
-    chmodSync(join(d.backingOf(T, 'flip'), 'bin'), 0o600);
-    await runAsync('chown', [`${U.uid}:${U.gid}`, join(d.backingOf(T, 'flip'), 'bin')]);
+    const home = s.d.home(T, 'flip');
+    writeFileSync(join(s.d.backingOf(T, 'flip'), 'bin'), Buffer.from([0xff, 0xfe, 0x00, 0x80]));
+    chmodSync(join(s.d.backingOf(T, 'flip'), 'bin'), 0o600);
+    await runAsync('chown', [`${U.uid}:${U.gid}`, join(s.d.backingOf(T, 'flip'), 'bin')]);
     await warm(home);
     await warm(home);
     const readBin = `import os,sys,errno\ntry:\n  fd=os.open(os.path.join(sys.argv[1], 'bin'), os.O_RDONLY); print(len(os.read(fd, 100))); os.close(fd)\nexcept OSError as e: print(errno.errorcode[e.errno])`;
     const n0 = (await native()).openAnswered;
-    expect(await py(readBin, home)).toBe('4');
+    expect(await s.py(readBin, home)).toBe('4');
     expect((await native()).openAnswered).toBe(n0 + 1);
-    await ctl('set-profile', `${T}/flip`, 'scratch');
-    expect(await py(readBin, home)).toBe('EILSEQ');
-    await ctl('set-profile', `${T}/flip`, '--clear');
+    await s.ctl('set-profile', `${T}/flip`, 'scratch');
+    expect(await s.py(readBin, home)).toBe('EILSEQ');
+    await s.ctl('set-profile', `${T}/flip`, '--clear');
     await warm(home);
     const n1 = (await native()).openAnswered;
-    expect(await py(readBin, home)).toBe('4');
+    expect(await s.py(readBin, home)).toBe('4');
     expect((await native()).openAnswered).toBe(n1 + 1);
   });
 
   it('a file opened natively and unlinked keeps its bytes until its last close', async () => {
-    const home = d.home(T, 'flip');
-    await py(`import os,sys\nopen(os.path.join(sys.argv[1], 'kept'), 'wb').write(b'k' * 40000)`, home);
+    const home = s.d.home(T, 'flip');
+    await s.py(`import os,sys\nopen(os.path.join(sys.argv[1], 'kept'), 'wb').write(b'k' * 40000)`, home);
     await warm(home);
-    const base = (await usage(`${T}/flip`)).bytes;
+    const base = (await s.usage(`${T}/flip`)).bytes;
     const n0 = (await native()).openAnswered;
     // Opens, unlinks, says so, and waits for a line before it reads and closes.
     const code = `import os,sys\np=os.path.join(sys.argv[1], 'kept')\nfd=os.open(p, os.O_RDONLY)\nos.unlink(p)\nprint('held', flush=True)\nsys.stdin.readline()\nprint(len(os.read(fd, 100000)), flush=True)\nos.close(fd)`;
@@ -136,34 +105,34 @@ print(' '.join(res))`,
     const next = () => new Promise<string>((resolve) => lines.once('line', resolve));
     expect(await next()).toBe('held');
     expect((await native()).openAnswered).toBe(n0 + 1);
-    expect((await usage(`${T}/flip`)).bytes).toBe(base);
+    expect((await s.usage(`${T}/flip`)).bytes).toBe(base);
     p.stdin.write('\n');
     expect(await next()).toBe('40000');
     await new Promise((resolve) => p.once('exit', resolve));
     // The RELEASE is the daemon's to carry out: the control command takes it first.
-    expect((await usage(`${T}/flip`)).bytes).toBe(base - 40000);
+    expect((await s.usage(`${T}/flip`)).bytes).toBe(base - 40000);
   });
 
   it("files opened and closed natively, with no request after: the daemon adopts and closes them by itself", async () => {
-    const home = d.home(T, 'flip');
-    await py(`import os,sys\nfor i in range(5): open(os.path.join(sys.argv[1], 'q%d' % i), 'wb').write(b'q')`, home);
+    const home = s.d.home(T, 'flip');
+    await s.py(`import os,sys\nfor i in range(5): open(os.path.join(sys.argv[1], 'q%d' % i), 'wb').write(b'q')`, home);
     await warm(home);
-    await d.status();
-    const idle = d.fdCount();
+    await s.d.status();
+    const idle = s.d.fdCount();
     const n0 = (await native()).openAnswered;
-    await py(`import os,sys\nfor i in range(5): os.close(os.open(os.path.join(sys.argv[1], 'q%d' % i), os.O_RDONLY))`, home);
+    await s.py(`import os,sys\nfor i in range(5): os.close(os.open(os.path.join(sys.argv[1], 'q%d' % i), os.O_RDONLY))`, home);
     // No FUSE request and no control command until the count is back (bounded wait, no timing asserted).
     const deadline = Date.now() + 10_000;
-    while (d.fdCount() !== idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    expect(d.fdCount()).toBe(idle);
+    while (s.d.fdCount() !== idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(s.d.fdCount()).toBe(idle);
     expect((await native()).openAnswered).toBe(n0 + 5);
   });
 
   it('opens, unlinks and recreates racing in two processes leave the ledger equal to the disk', async () => {
-    const home = d.home(T, 'race');
-    await py(`import os,sys\nfor i in range(8): open(os.path.join(sys.argv[1], 'r%d' % i), 'wb').write(b'r' * 1000)`, home);
+    const home = s.d.home(T, 'race');
+    await s.py(`import os,sys\nfor i in range(8): open(os.path.join(sys.argv[1], 'r%d' % i), 'wb').write(b'r' * 1000)`, home);
     await warm(home);
-    const opener = py(
+    const opener = s.py(
       `import os,sys,time
 end=time.time()+3
 n=0
@@ -175,7 +144,7 @@ while time.time()<end:
 print(n)`,
       home,
     );
-    const churn = py(
+    const churn = s.py(
       `import os,sys,time
 end=time.time()+3
 while time.time()<end:
@@ -188,10 +157,10 @@ while time.time()<end:
     );
     const [opened] = await Promise.all([opener, churn]);
     expect(Number(opened)).toBeGreaterThan(50);
-    const u = await usage(`${T}/race`);
-    expect(u.bytes).toBe(regularBytes(d.backingOf(T, 'race')));
-    expect(u.inodes).toBe(readdirSync(d.backingOf(T, 'race')).length);
-    const r = JSON.parse(await ctl('--json', 'rescan', `${T}/race`)) as { drift: { bytes: number; inodes: number } };
+    const u = await s.usage(`${T}/race`);
+    expect(u.bytes).toBe(regularBytes(s.d.backingOf(T, 'race')));
+    expect(u.inodes).toBe(readdirSync(s.d.backingOf(T, 'race')).length);
+    const r = JSON.parse(await s.ctl('--json', 'rescan', `${T}/race`)) as { drift: { bytes: number; inodes: number } };
     expect(r.drift).toEqual({ bytes: 0, inodes: 0 });
     expect((await homeStatus('race')).openFiles).toBe(0);
   });

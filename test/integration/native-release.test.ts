@@ -1,9 +1,7 @@
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, skipReason } from '../helpers/daemon.js';
+import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13: RELEASE (sent after close(2) has returned, its result ignored by
@@ -32,43 +30,13 @@ type Native = { releasesAnswered?: number };
 
 for (const nativeRelease of [true, false]) {
   describe.skipIf(!canMount)(`RELEASE ${nativeRelease ? 'answered natively' : 'served by JS'} (fuse.nativeRelease ${nativeRelease}): a close is complete before anything else is decided`, () => {
-    let d: RunningDaemon;
-    let tmp: string;
+    const s = ownerSuite(U, { homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tight }, fuse: { nativeRelease } } });
+    const native = async (): Promise<Native> => ((await s.d.status()) as { native: Native }).native;
 
-    const native = async (): Promise<Native> => ((await d.status()) as { native: Native }).native;
-    const usage = async (home: string) => {
-      const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', home]);
-      if (r.code !== 0) throw new Error(`usage: ${r.stderr}`);
-      return JSON.parse(r.stdout) as { bytes: number; inodes: number; openFiles?: number };
-    };
-    const py = async (script: string, ...args: string[]) => {
-      const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-      writeFileSync(file, script, { mode: 0o644 });
-      const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
-      if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-      return r.stdout.trim();
-    };
-
-    beforeAll(async () => {
-      tmp = mkdtempSync(join(tmpdir(), 'homesfs-nr-'));
-      chmodSync(tmp, 0o755);
-      d = await startDaemon({
-        homes: HOMES,
-        create: Object.keys(HOMES),
-        config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tight }, fuse: { nativeRelease } },
-      });
-      for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
-    }, 60_000);
-
-    afterAll(async () => {
-      await d?.stop();
-      if (tmp) rmSync(tmp, { recursive: true, force: true });
-    });
-
-    it('a home allowed 3 open files opens and closes 300 in a tight loop, each slot back before the next open', async () => {
-      const home = d.home(T, 'tight');
+    it('a home allowed 3 open files opens and closes 3 at a time, 200 times in a tight loop: each slot is back before the next open', async () => {
+      const home = s.d.home(T, 'tight');
       const before = await native();
-      const out = await py(
+      const out = await s.py(
         `import os,sys,errno
 h=sys.argv[1]
 for i in range(100): open(os.path.join(h, 'f%d' % (i % 10)), 'wb').close()
@@ -92,11 +60,11 @@ except OSError as e:
     });
 
     it("a file unlinked while open frees its bytes at its last close: a write by another handle right after sees them", async () => {
-      const home = d.home(T, 'tight');
+      const home = s.d.home(T, 'tight');
       // One process, no control request in between: g is opened first (its writes are
       // decided by the handle's own path), f fills 1.5 MiB of the 2 MiB budget, is unlinked
       // while open and closed; g's whole 2 MiB must then fit (not a short write), and one byte more must not.
-      const out = await py(
+      const out = await s.py(
         `import os,sys,errno
 h=sys.argv[1]
 g=os.open(os.path.join(h, 'g'), os.O_WRONLY|os.O_CREAT|os.O_TRUNC, 0o600)
@@ -112,26 +80,26 @@ print(res)`,
         home,
       );
       expect(out).toBe(`[${2048 * 1024}, 'EDQUOT']`);
-      expect((await usage(`${T}/tight`)).bytes).toBe(2048 * 1024);
-      await py(`import os,sys\nos.unlink(os.path.join(sys.argv[1], 'g'))`, home);
-      expect((await usage(`${T}/tight`)).bytes).toBe(0);
+      expect((await s.usage(`${T}/tight`)).bytes).toBe(2048 * 1024);
+      await s.py(`import os,sys\nos.unlink(os.path.join(sys.argv[1], 'g'))`, home);
+      expect((await s.usage(`${T}/tight`)).bytes).toBe(0);
     });
 
     it("the daemon's descriptors follow the callers' closes: at once for a control command, and by themselves within seconds", async () => {
-      const home = d.home(T, 'text');
-      await py(`import os,sys\nopen(os.path.join(sys.argv[1], 'note'), 'w').write('hello')`, home);
-      await d.status();
-      const idle = d.fdCount();
+      const home = s.d.home(T, 'text');
+      await s.py(`import os,sys\nopen(os.path.join(sys.argv[1], 'note'), 'w').write('hello')`, home);
+      await s.d.status();
+      const idle = s.d.fdCount();
       // 20 files held open, then closed, and the process gone: no FUSE request follows.
-      await py(`import os,sys\nfds=[os.open(os.path.join(sys.argv[1], 'note'), os.O_RDONLY) for i in range(20)]\nfor fd in fds: os.close(fd)`, home);
+      await s.py(`import os,sys\nfds=[os.open(os.path.join(sys.argv[1], 'note'), os.O_RDONLY) for i in range(20)]\nfor fd in fds: os.close(fd)`, home);
       // The poll carries the queue out with no request at all (bounded wait, no timing asserted).
       const deadline = Date.now() + 10_000;
-      while (d.fdCount() > idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      expect(d.fdCount()).toBe(idle);
+      while (s.d.fdCount() > idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(s.d.fdCount()).toBe(idle);
       // And a control command sees every close that was answered before it.
-      await py(`import os,sys\nfds=[os.open(os.path.join(sys.argv[1], 'note'), os.O_RDONLY) for i in range(20)]\nfor fd in fds: os.close(fd)`, home);
-      const s = (await d.status()) as { homes: Array<{ tenant: string; key: string; openFiles?: number }> };
-      expect(s.homes.find((h) => h.tenant === T && h.key === 'text')).toMatchObject({ openFiles: 0 });
+      await s.py(`import os,sys\nfds=[os.open(os.path.join(sys.argv[1], 'note'), os.O_RDONLY) for i in range(20)]\nfor fd in fds: os.close(fd)`, home);
+      const st = (await s.d.status()) as { homes: Array<{ tenant: string; key: string; openFiles?: number }> };
+      expect(st.homes.find((h) => h.tenant === T && h.key === 'text')).toMatchObject({ openFiles: 0 });
     });
   });
 }

@@ -1,12 +1,12 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, lstatSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { regularBytes } from '../helpers/backing.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13, mutating operations: UNLINK of a file JS does not hold open is
@@ -50,51 +50,20 @@ function inodesBelow(dir: string, seen = new Set<number>()): number {
 }
 
 describe.skipIf(!canMount)('native unlink (fuse.nativeUnlink): the ledger takes what left the home before its next answer', () => {
-  let d: RunningDaemon;
-  let tmp: string;
-
-  const native = async (): Promise<Native> => ((await d.status()) as { native: { fastPath: Native } }).native.fastPath;
-  const usage = async (home: string) => {
-    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', home]);
-    if (r.code !== 0) throw new Error(`usage: ${r.stderr}`);
-    return JSON.parse(r.stdout) as { bytes: number; inodes: number };
-  };
-  const ctl = async (...args: string[]) => {
-    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
-    if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')}: ${r.stderr}${r.stdout}`);
-    return r.stdout;
-  };
-  const py = async (script: string, ...args: string[]) => {
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    return r.stdout.trim();
-  };
+  const s = ownerSuite(U, {
+    homes: HOMES,
+    config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { capped }, tenants: { [TB]: { maxBytes: 10 * 1024 * KiB } } },
+  });
+  const { py, ctl, usage } = s;
+  const native = async (): Promise<Native> => ((await s.d.status()) as { native: { fastPath: Native } }).native.fastPath;
   const ledgerEqualsDisk = async (home: string) => {
     const [t, k] = home.split('/') as [string, string];
     const u = await usage(home);
-    expect({ bytes: u.bytes, inodes: u.inodes }, home).toEqual({ bytes: regularBytes(d.backingOf(t, k)), inodes: inodesBelow(d.backingOf(t, k)) });
+    expect({ bytes: u.bytes, inodes: u.inodes }, home).toEqual({ bytes: regularBytes(s.d.backingOf(t, k)), inodes: inodesBelow(s.d.backingOf(t, k)) });
   };
 
-  beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-nu-'));
-    chmodSync(tmp, 0o755);
-    d = await startDaemon({
-      homes: HOMES,
-      create: Object.keys(HOMES),
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { capped }, tenants: { [TB]: { maxBytes: 10 * 1024 * KiB } } },
-    });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
-  }, 60_000);
-
-  afterAll(async () => {
-    await d?.stop();
-    if (tmp) rmSync(tmp, { recursive: true, force: true });
-  });
-
   it('rm of closed files is done natively; the bytes freed are at once writable again, to the byte', async () => {
-    const home = d.home(T, 'cap');
+    const home = s.d.home(T, 'cap');
     const before = await native();
     // 200 files of 1 KiB: at the budget exactly (200 KiB)
     expect(await py(`import os,sys\nfor i in range(200):\n  open(os.path.join(sys.argv[1], 'f%d' % i), 'wb').write(b'x' * 1024)\nprint('ok')`, home)).toBe('ok');
@@ -126,7 +95,7 @@ print(res)`,
   });
 
   it('hard links: the last name frees the bytes, not the first', async () => {
-    const home = d.home(T, 'cap');
+    const home = s.d.home(T, 'cap');
     await py(`import os,sys\nopen(os.path.join(sys.argv[1], 'a'), 'wb').write(b'q' * 5000)\nos.link(os.path.join(sys.argv[1], 'a'), os.path.join(sys.argv[1], 'b'))`, home);
     const base = await usage(`${T}/cap`);
     expect(base.bytes).toBe(5000);
@@ -138,7 +107,7 @@ print(res)`,
   });
 
   it('a file JS holds open through another name is left to JS: its bytes stay until the last close, and so does its growth', async () => {
-    const home = d.home(T, 'cap');
+    const home = s.d.home(T, 'cap');
     await py(`import os,sys\nopen(os.path.join(sys.argv[1], 'held'), 'wb').write(b'h' * 4000)\nos.link(os.path.join(sys.argv[1], 'held'), os.path.join(sys.argv[1], 'other'))`, home);
     const base = await usage(`${T}/cap`);
     // The holder opens `held` and removes it (libfuse hides an open name: JS's rename);
@@ -164,7 +133,7 @@ print('closed', flush=True)`, join(home, 'held')], { stdio: ['pipe', 'pipe', 'in
       expect(after.unlinkAnswered - before.unlinkAnswered).toBe(0);
       expect(after.unlinkFallbacks - before.unlinkFallbacks).toBe(1);
       // nothing is visible in the home any more, but its bytes are still there
-      expect(readdirSync(d.backingOf(T, 'cap'))).toEqual([]);
+      expect(readdirSync(s.d.backingOf(T, 'cap'))).toEqual([]);
       expect((await usage(`${T}/cap`)).bytes).toBe(base.bytes);
       holder.stdin!.write('\n');
       expect(await next()).toBe('grown');
@@ -179,7 +148,7 @@ print('closed', flush=True)`, join(home, 'held')], { stdio: ['pipe', 'pipe', 'in
   });
 
   it('a tenant with a budget keeps its unlinks in JS; set-tenant-budget switches a tenant live, both ways', async () => {
-    const budgeted = d.home(TB, 'budgeted');
+    const budgeted = s.d.home(TB, 'budgeted');
     await py(`import os,sys\nfor i in range(5): open(os.path.join(sys.argv[1], 'f%d' % i), 'wb').write(b'b' * 100)`, budgeted);
     let before = await native();
     await py(`import os,sys\nfor i in range(5): os.unlink(os.path.join(sys.argv[1], 'f%d' % i))`, budgeted);
@@ -187,7 +156,7 @@ print('closed', flush=True)`, join(home, 'held')], { stdio: ['pipe', 'pipe', 'in
     expect(after).toMatchObject({ unlinkAnswered: before.unlinkAnswered, unlinkFallbacks: before.unlinkFallbacks });
     expect(await usage(`${TB}/budgeted`)).toMatchObject({ bytes: 0 });
 
-    const home = d.home(T, 'cap');
+    const home = s.d.home(T, 'cap');
     const rmFive = async () => {
       await py(`import os,sys\nfor i in range(5): open(os.path.join(sys.argv[1], 'g%d' % i), 'wb').write(b'g' * 100)`, home);
       before = await native();
@@ -203,7 +172,7 @@ print('closed', flush=True)`, join(home, 'held')], { stdio: ['pipe', 'pipe', 'in
   });
 
   it('racing unlinks, creates, links and rescans leave the ledger equal to the disk', async () => {
-    const home = d.home(T, 'race');
+    const home = s.d.home(T, 'race');
     const worker = (seed: number) =>
       py(
         `import os,sys,random
