@@ -50,6 +50,12 @@ const FuseOptions = z
      */
     nativeOpen: z.boolean().default(true),
     /**
+     * with native opens: new files of owner-only binary homes made on
+     * libfuse's threads, with an open-file slot and an inode the daemon
+     * reserved beforehand
+     */
+    nativeCreate: z.boolean().default(true),
+    /**
      * with the fast path: UTIMENS by path, CHMOD by path where the profile's
      * chmod decision is a plain mask (home, posix), and CHOWN by path where it
      * changes nothing (to the home's owner) or the profile allows it, done on

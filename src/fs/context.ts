@@ -7,7 +7,7 @@ import type { Logger } from '../log.js';
 import { checkComponent } from '../paths/names.js';
 import { isReservedDir, isStatusPath, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } from '../paths/parse.js';
-import { Ledger, TenantPool } from '../policy/ledger.js';
+import { Ledger, TenantPool, type Undo } from '../policy/ledger.js';
 import { symlinkTargetInsideHome, type Profile } from '../policy/profiles.js';
 import { OpenFileAccounting, type OpenSlot } from '../policy/openfiles.js';
 import { RefusalBook } from '../policy/refusals.js';
@@ -74,6 +74,14 @@ export interface AttrPublisher {
   openPolicy(hs: HomeState): void;
   /** one open-file slot taken for caller uid, with a reserved handle number; false: not kept (the home is not published for opens) */
   grant(hs: HomeState, fh: number, uid: number): boolean;
+  /** whether the binding can make new files (config fuse.nativeCreate and a binding that has it) */
+  readonly creates: boolean;
+  /** the new file's mode as (asked & m) | or, if the profile's effectiveFileMode has that form */
+  fileModeMasks(profile: Profile): { m: number; or: number } | null;
+  /** hs.nativeCreate changed: let the binding make files there, or stop it (its unused create slots come back through takeOpens) */
+  createPolicy(hs: HomeState): void;
+  /** one create slot (an open-file slot for uid and an inode the ledger reserved) with a reserved handle number; false: not kept */
+  grantCreate(hs: HomeState, fh: number, uid: number): boolean;
   /** every unused slot of every home back through takeOpens */
   reclaim(): void;
   /** [kind, fh, fd, published, dev, ino, ...]: 1 a handle the binding opened, 2 a slot it gives back; null when none */
@@ -85,6 +93,8 @@ export interface AttrPublisher {
 export const NATIVE_OPEN_ON = 1;
 export const NATIVE_OPEN_READ = 2;
 export const NATIVE_OPEN_DIRECT_IO = 4;
+/** (with native creates) a writable handle is published for native writes */
+export const NATIVE_OPEN_WRITE = 8;
 /**
  * Slots a home keeps granted to the binding per caller uid that opens there,
  * topped up after adoptions: a burst of opens longer than this meets JS once
@@ -301,6 +311,23 @@ export class FsContext {
     return acquire();
   }
 
+  /**
+   * One inode for a create, mkdir, symlink or mknod here (Ledger.addInode).
+   * Inodes reserved for the binding's creates count against the cap: at the
+   * cap they are taken back first (synchronously: the binding queues them,
+   * settle gives them back), so they never take the place of this one.
+   */
+  addInode(hs: HomeState): Undo {
+    try {
+      return hs.ledger.addInode();
+    } catch (err) {
+      if (!isHomesError(err) || err.code !== 'INODES_EXCEEDED' || hs.ledger.reservedInodes === 0) throw err;
+      this.capPressure.set(`home:${hs.backing.id}`, Date.now() + CAP_PRESSURE_MS);
+    }
+    this.reclaimCredits();
+    return hs.ledger.addInode();
+  }
+
   /** Every slot granted to the binding and not used, back (with whatever else is queued); whether there were any. */
   private reclaimCredits(): boolean {
     if (this.credits.size === 0) return false;
@@ -310,7 +337,7 @@ export class FsContext {
   }
 
   /** slots granted to the binding for native opens, by the handle number reserved with each */
-  private readonly credits = new Map<number, { hs: HomeState; uid: number; slot: OpenSlot; policy: number }>();
+  private readonly credits = new Map<number, { hs: HomeState; uid: number; slot: OpenSlot; policy: number; ledger: Ledger | null }>();
   /** caps met lately ('home:<id>', 'uid:<n>', 'all') and until when no slot is granted under them */
   private readonly capPressure = new Map<string, number>();
 
@@ -348,100 +375,167 @@ export class FsContext {
     const attrs = this.deps.attrs;
     const on = attrs !== undefined && attrs.opens && this.loaded.has(hs) && !hs.backing.retired && hs.profile.content !== 'utf8';
     const flags = on
-      ? NATIVE_OPEN_ON | (this.deps.dataPlane?.read && readsNeedNoPolicy(hs.profile) ? NATIVE_OPEN_READ : 0) | (hs.profile.directIo ? NATIVE_OPEN_DIRECT_IO : 0)
+      ? NATIVE_OPEN_ON |
+        (this.deps.dataPlane?.read && readsNeedNoPolicy(hs.profile) ? NATIVE_OPEN_READ : 0) |
+        (this.deps.dataPlane?.write && writesNeedNoData(hs.profile) ? NATIVE_OPEN_WRITE : 0) |
+        (hs.profile.directIo ? NATIVE_OPEN_DIRECT_IO : 0)
       : 0;
-    if (flags === hs.nativeOpen) return;
-    hs.nativeOpen = flags;
-    attrs?.openPolicy(hs);
+    if (flags !== hs.nativeOpen) {
+      hs.nativeOpen = flags;
+      attrs?.openPolicy(hs);
+    }
+    this.refreshNativeCreate(hs);
   }
 
-  /** Grant the binding slots for uid's opens in the home, soon (not inside the request that used one: a cap check may follow). */
-  wantCredits(hs: HomeState, uid: number): void {
-    if (hs.nativeOpen === 0 || (hs.creditsByUid.get(uid) ?? 0) >= NATIVE_OPEN_CREDITS) return;
+  /**
+   * Whether the binding makes new files in the home (createIn for a name that
+   * does not exist): it opens there, the home is mutable (ledger built, no
+   * rescan, no tenant budget: what native unlinks need too), every file belongs
+   * to the home's owner (owner-only), no per-directory entry limit needs a
+   * listing, and the new file's mode has the form (asked & m) | or
+   * (fileModeMasks). Told to the binding before anything that changed it is
+   * answered; off, its create slots come back with their inodes.
+   */
+  refreshNativeCreate(hs: HomeState): void {
+    const attrs = this.deps.attrs;
+    const masks = attrs?.creates && hs.nativeOpen !== 0 && hs.nativeUnlink && hs.profile.chown === 'owner-only' && hs.profile.maxEntriesPerDir === 0 ? attrs.fileModeMasks(hs.profile) : null;
+    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth } : null;
+    const same = want === null ? hs.nativeCreate === null : hs.nativeCreate !== null && want.m === hs.nativeCreate.m && want.or === hs.nativeCreate.or && want.maxDepth === hs.nativeCreate.maxDepth;
+    if (same) return;
+    hs.nativeCreate = want;
+    attrs?.createPolicy(hs);
+  }
+
+  /** Grant the binding slots for uid's opens (or creates) in the home, soon (not inside the request that used one: a cap check may follow). */
+  wantCredits(hs: HomeState, uid: number, create = false): void {
+    if (create ? hs.nativeCreate === null : hs.nativeOpen === 0) return;
+    if (((create ? hs.createCreditsByUid : hs.creditsByUid).get(uid) ?? 0) >= NATIVE_OPEN_CREDITS) return;
     if (this.topUps.size === 0) setImmediate(() => this.topUp());
     let uids = this.topUps.get(hs);
     if (!uids) this.topUps.set(hs, (uids = new Set()));
-    uids.add(uid);
+    uids.add(create ? -1 - uid : uid);
   }
 
   private topUp(): void {
     const wanted = [...this.topUps];
     this.topUps.clear();
-    for (const [hs, uids] of wanted) {
-      for (const uid of uids) {
-        if (hs.nativeOpen === 0 || !this.loaded.has(hs) || hs.backing.retired) break;
+    for (const [hs, keys] of wanted) {
+      for (const key of keys) {
+        const create = key < 0;
+        const uid = create ? -1 - key : key;
+        if (hs.nativeOpen === 0 || (create && hs.nativeCreate === null) || !this.loaded.has(hs) || hs.backing.retired) continue;
         if (this.underPressure(hs, uid)) continue;
-        while ((hs.creditsByUid.get(uid) ?? 0) < NATIVE_OPEN_CREDITS) {
+        const byUid = create ? hs.createCreditsByUid : hs.creditsByUid;
+        // Under a small maxOpenFiles the slots held for the binding stay a quarter of what is free, per kind and caller.
+        const cap = hs.profile.maxOpenFiles;
+        const most = cap > 0 ? Math.min(NATIVE_OPEN_CREDITS, Math.floor((cap - this.openFilesOf(hs)) / 4)) : NATIVE_OPEN_CREDITS;
+        while ((byUid.get(uid) ?? 0) < most) {
           let slot: OpenSlot;
           try {
             slot = this.openFiles.acquire(hs, hs.profile.maxOpenFiles, uid, hs.backing.id);
           } catch {
             break; // at a cap: the binding's opens of this home come here, which decides
           }
-          const fh = this.handles.reserve();
-          if (!this.deps.attrs!.grant(hs, fh, uid)) {
+          const ledger = create ? hs.ledger : null;
+          try {
+            ledger?.reserveInode();
+          } catch {
             slot.release();
+            break; // at the inode cap: creates come here, which refuses them
+          }
+          const fh = this.handles.reserve();
+          if (!(create ? this.deps.attrs!.grantCreate(hs, fh, uid) : this.deps.attrs!.grant(hs, fh, uid))) {
+            slot.release();
+            ledger?.releaseReservedInode();
             this.handles.unreserve(fh);
             break;
           }
-          this.credits.set(fh, { hs, uid, slot, policy: hs.policyEpoch });
-          this.countCredit(hs, uid, 1);
+          this.credits.set(fh, { hs, uid, slot, policy: hs.policyEpoch, ledger });
+          this.countCredit(hs, uid, ledger !== null, 1);
         }
       }
     }
   }
 
-  private countCredit(hs: HomeState, uid: number, delta: 1 | -1): void {
+  private countCredit(hs: HomeState, uid: number, create: boolean, delta: 1 | -1): void {
     hs.openCredits += delta;
-    const n = (hs.creditsByUid.get(uid) ?? 0) + delta;
-    if (n > 0) hs.creditsByUid.set(uid, n);
-    else hs.creditsByUid.delete(uid);
+    const byUid = create ? hs.createCreditsByUid : hs.creditsByUid;
+    const n = (byUid.get(uid) ?? 0) + delta;
+    if (n > 0) byUid.set(uid, n);
+    else byUid.delete(uid);
   }
 
-  /** What the binding queued about native opens: handles it opened (adopted here), slots it gives back. */
+  /**
+   * What the binding queued about native opens and creates: handles it opened
+   * or files it made (adopted here), slots it gives back. Records are
+   * [kind, fh, fd, published, dev, ino, open flags]; kinds 1 opened, 2 an open
+   * slot back, 3 created, 4 a create slot back (its inode too).
+   */
   private settleOpens(opens: BigUint64Array): void {
-    for (let i = 0; i < opens.length; i += 6) {
+    for (let i = 0; i < opens.length; i += 7) {
       const kind = Number(opens[i]);
       const fh = Number(opens[i + 1]);
       const credit = this.credits.get(fh);
       if (!credit) {
         // Cannot happen (every number the binding holds was granted here); never leave a descriptor behind.
         this.log.error({ fh, kind }, 'the binding reported a native open this daemon never granted');
-        if (kind === 1) sys.close(Number(opens[i + 2])).catch(() => undefined);
+        if (kind === 1 || kind === 3) sys.close(Number(opens[i + 2])).catch(() => undefined);
         continue;
       }
       this.credits.delete(fh);
-      this.countCredit(credit.hs, credit.uid, -1);
-      if (kind !== 1) {
+      this.countCredit(credit.hs, credit.uid, credit.ledger !== null, -1);
+      if (kind === 2 || kind === 4) {
+        // The inode goes back to the ledger it was reserved in (a rescan may have replaced the home's since).
+        credit.ledger?.releaseReservedInode();
         credit.slot.release();
         this.handles.unreserve(fh);
         continue;
       }
-      this.adoptOpen(credit.hs, fh, Number(opens[i + 2]), opens[i + 3] !== 0n, opens[i + 4]!, opens[i + 5]!, credit.slot, credit.policy !== credit.hs.policyEpoch);
-      this.wantCredits(credit.hs, credit.uid);
+      if (kind === 3) credit.ledger?.commitReservedInode();
+      const oflags = Number(opens[i + 6]);
+      const writable = kind === 3 && (oflags & (sys.C.O_RDONLY | sys.C.O_WRONLY | sys.C.O_RDWR)) !== sys.C.O_RDONLY;
+      this.adoptOpen(credit.hs, fh, Number(opens[i + 2]), Number(opens[i + 3]), opens[i + 4]!, opens[i + 5]!, credit.slot, credit.policy !== credit.hs.policyEpoch, {
+        writable,
+        append: kind === 3 && (oflags & sys.C.O_APPEND) !== 0,
+        created: kind === 3,
+      });
+      this.wantCredits(credit.hs, credit.uid, kind === 3);
     }
   }
 
   /**
-   * A handle the binding opened read-only: it did what openIn does up to
-   * attach (the walk, the regular-file check, the inode counted open in its
-   * table, the handle published for fgetattr and maybe reads); this is attach.
+   * A handle the binding opened (read-only) or made (a new file): it did what
+   * openIn and createIn do up to attach (the walk, the regular-file check, for
+   * a new file its mode and owner, the inode counted open in its table, the
+   * handle published for fgetattr and maybe the data plane); this is attach.
    */
-  private adoptOpen(hs: HomeState, fh: number, fd: number, published: boolean, dev: bigint, ino: bigint, slot: OpenSlot, policyChanged: boolean): void {
+  private adoptOpen(
+    hs: HomeState,
+    fh: number,
+    fd: number,
+    published: number,
+    dev: bigint,
+    ino: bigint,
+    slot: OpenSlot,
+    policyChanged: boolean,
+    how: { writable: boolean; append: boolean; created: boolean },
+  ): void {
     const key = inodeKey(dev, ino);
     let inode = hs.inodes.get(key);
     if (inode) {
       // The binding counted this open in its table; the record already holds the one count JS keeps per record.
       this.deps.attrs?.inode(dev, ino, -1);
     } else {
-      inode = this.newInode(hs, dev, ino, Number(fstatSync(fd, { bigint: true }).size));
+      inode = this.newInode(hs, dev, ino, how.created ? 0 : Number(fstatSync(fd, { bigint: true }).size));
     }
     inode.handles++;
+    if (how.writable) inode.writers++;
     inode.fds.add(fd);
     const rec = inode;
-    const h = this.handles.adopt(fh, () => ({ fh, fd, home: hs, inode: rec, writable: false, append: false, rel: [], leftIncompleteTail: false, jsFlush: false, slot, published: published ? DP_READ : 0 }));
+    const h = this.handles.adopt(fh, () => ({ fh, fd, home: hs, inode: rec, writable: how.writable, append: how.append, rel: [], leftIncompleteTail: false, jsFlush: false, slot, published }));
     // The home's policy changed since the slot was granted (the binding opened with what it had then): publish what it is now.
     if (!policyChanged) return;
+    this.gateFlush(h);
     this.publishData(h);
     this.deps.attrs?.handle(h);
   }
@@ -529,9 +623,11 @@ export class FsContext {
   closeGate(hs: HomeState): () => void {
     let open!: () => void;
     hs.ready = new Promise<void>((resolve) => (open = resolve));
-    // Native unlinks stop too (and the ones in flight are waited for) before the caller walks the tree.
+    // Native unlinks and creates stop too (and the ones in flight are waited for) before the caller walks
+    // the tree; the files made before that are adopted now, so the ledger the walk is held against has them.
     hs.gateClosed = true;
     this.refreshNativeUnlink(hs);
+    this.settle();
     return () => {
       hs.gateClosed = false;
       open();
@@ -556,8 +652,10 @@ export class FsContext {
   private setNativeUnlink(hs: HomeState, on: boolean): void {
     if (on === hs.nativeUnlink) return;
     hs.nativeUnlink = on;
+    // Made immutable, the binding gives its create slots back (fastpath_set_mutable) and makes no more files there.
     this.deps.attrs?.mutable(hs);
     if (!on) hs.ledger.takePending();
+    this.refreshNativeCreate(hs);
   }
 
   /** A tenant budget is set or changed: its homes' unlinks come to JS first while it is on. */
@@ -607,6 +705,7 @@ export class FsContext {
         this.loaded.delete(hs);
         hs.nativeUnlink = false;
         hs.nativeOpen = 0;
+        hs.nativeCreate = null;
         this.deps.attrs?.homeGone(hs);
         // A deleted or replaced home's bytes leave its tenant's total.
         hs.ledger.detach();
@@ -692,8 +791,10 @@ export class FsContext {
       pending,
       nativeUnlink: false,
       nativeOpen: 0,
+      nativeCreate: null,
       openCredits: 0,
       creditsByUid: new Map(),
+      createCreditsByUid: new Map(),
       policyEpoch: 0,
     };
     this.loaded.add(hs);
@@ -976,7 +1077,7 @@ export class FsContext {
         (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err)),
       );
       if (exists) return;
-      const undo = hs.ledger.addInode();
+      const undo = this.addInode(hs);
       try {
         await sys.mkdir(path, 0o700);
       } catch (err) {

@@ -115,7 +115,7 @@ export async function mkdir(ctx: FsContext, path: string, mode: number, caller: 
     await ctx.prepareNewEntry(hs, vp.dir, vp.name, true);
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
-      const undo = hs.ledger.addInode();
+      const undo = ctx.addInode(hs);
       try {
         await sys.mkdir(sys.fdPath(dirFd, vp.name), effectiveDirMode(hs.profile, mode & 0o7777));
       } catch (err) {
@@ -235,7 +235,7 @@ export async function symlink(ctx: FsContext, target: string, path: string, call
     await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
-      const undo = hs.ledger.addInode();
+      const undo = ctx.addInode(hs);
       try {
         await sys.symlink(target, sys.fdPath(dirFd, vp.name));
       } catch (err) {
@@ -301,7 +301,7 @@ async function mknodIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string
   await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
   await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
     await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
-    const undo = hs.ledger.addInode();
+    const undo = ctx.addInode(hs);
     try {
       await ctx.deps.mknod(sys.fdPath(dirFd, vp.name), (kind === null ? S_IFREG : type) | perms, kind === 'char' || kind === 'block' ? dev : 0);
     } catch (err) {

@@ -193,7 +193,10 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
     const slot = await ctx.openSlot(hs, caller);
     try {
       await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
-      return await createIn(ctx, hs, vp, mode, flags, caller, slot);
+      const r = await createIn(ctx, hs, vp, mode, flags, caller, slot);
+      // This caller's next creates in the home may be made by the binding (fuse.nativeCreate).
+      ctx.wantCredits(hs, caller.uid, true);
+      return r;
     } catch (err) {
       // Idempotent: a handle released by createIn's own clean-up has given it back already.
       slot.release();
@@ -215,7 +218,7 @@ async function createIn(
     const target = sys.fdPath(dirFd, vp.name);
     let fd: number;
     let created = true;
-    const undo = hs.ledger.addInode();
+    const undo = ctx.addInode(hs);
     try {
       await ctx.checkNewEntry(hs, dirFd, vp.dir, vp.name);
       fd = await sys.open(target, backingFlags(flags) | C.O_CREAT | C.O_EXCL, effectiveFileMode(hs.profile, mode & 0o7777));

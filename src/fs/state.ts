@@ -74,9 +74,12 @@ export interface HomeState {
   nativeUnlink: boolean;
   /** read-only opens the binding may answer in this home: 0 = none, else NATIVE_OPEN_* flags (FsContext.refreshNativeOpen decides) */
   nativeOpen: number;
-  /** of openHandles, the slots granted to the binding for native opens and not used yet, in all and per caller uid */
+  /** the binding makes new files here, with this mode form and depth limit (FsContext.refreshNativeCreate decides); null: it does not */
+  nativeCreate: { m: number; or: number; maxDepth: number } | null;
+  /** of openHandles, the slots granted to the binding for native opens and creates and not used yet; per caller uid, each kind */
   openCredits: number;
   readonly creditsByUid: Map<number, number>;
+  readonly createCreditsByUid: Map<number, number>;
   /** counts policy changes (FsContext.policyChanged): a native open granted before one is republished when adopted */
   policyEpoch: number;
 }

@@ -74,12 +74,15 @@ export interface FastPathNative {
   setAttrOps?(prefix: string, token: number, flags: number, chmodM: number, chmodK: number): boolean;
   readonly opens?: boolean;
   grant?(prefix: string, token: number, fh: number, uid: number): boolean;
+  /** patch 8: CREATE of new names answered natively; one create slot (open-file slot for uid, reserved inode, fh) */
+  setCreate?(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number): boolean;
+  grantCreate?(prefix: string, token: number, fh: number, uid: number): boolean;
   reclaim?(): number;
   takeOpens?(): BigUint64Array | null;
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openFallbacks?: number; createAnswered?: number; createFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {

@@ -5,7 +5,7 @@ import { presentedMode } from '../fs/present.js';
 import type { FileHandle, HomeState } from '../fs/state.js';
 import type { Logger } from '../log.js';
 import { RESERVED_DIR } from '../paths/reserved.js';
-import { chmodDecision, type Profile } from '../policy/profiles.js';
+import { chmodDecision, effectiveFileMode, type Profile } from '../policy/profiles.js';
 import type { FastPathNative } from './binding.js';
 
 /** Every file type the kernel knows, as mode >> 12. */
@@ -96,6 +96,25 @@ export function chmodMasks(profile: Profile): ChmodMasks | null {
   return found;
 }
 
+const fileModeCache = new WeakMap<Profile, { m: number; or: number } | null>();
+
+/**
+ * A new file's mode in the native create is JS's effectiveFileMode in the
+ * form `(asked & m) | or`, checked on every asked mode; null when it has no
+ * such form or needs setuid, setgid or sticky bits (JS sets those again after
+ * the chown, by descriptor): creates then stay with JS.
+ */
+export function fileModeMasks(profile: Profile): { m: number; or: number } | null {
+  if (fileModeCache.has(profile)) return fileModeCache.get(profile)!;
+  const or = effectiveFileMode(profile, 0);
+  const m = effectiveFileMode(profile, 0o7777) & ~or;
+  let ok = ((m | or) & ~0o777) === 0;
+  for (let asked = 0; asked <= 0o7777 && ok; asked++) ok = effectiveFileMode(profile, asked) === ((asked & m) | or);
+  const found = ok ? { m, or } : null;
+  fileModeCache.set(profile, found);
+  return found;
+}
+
 /** Names below a home that only JS answers (the native walk hands them over). */
 export const JS_ONLY_NAMES = [RESERVED_DIR, `${HIDDEN_NAME_PREFIX}*`];
 
@@ -116,6 +135,8 @@ export class NativeFastPath implements AttrPublisher {
   readonly opens: boolean;
   /** whether the binding does UTIMENS and (where chmodMasks has a form) CHMOD by path */
   readonly setattrs: boolean;
+  /** whether the binding makes new files where the fs layer lets it */
+  readonly creates: boolean;
 
   constructor(
     private readonly native: FastPathNative,
@@ -123,10 +144,12 @@ export class NativeFastPath implements AttrPublisher {
     nativeUnlink = true,
     nativeOpen = true,
     nativeSetattr = true,
+    nativeCreate = true,
   ) {
     this.unlinks = nativeUnlink && native.unlinks === true;
     this.opens = nativeOpen && native.opens === true;
     this.setattrs = nativeSetattr && typeof native.setAttrOps === 'function';
+    this.creates = nativeCreate && this.opens && typeof native.setCreate === 'function';
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.enable(true);
@@ -156,6 +179,7 @@ export class NativeFastPath implements AttrPublisher {
     // A new publication starts immutable in C, opening nothing and with no SETATTR.
     if (hs.nativeUnlink) this.mutable(hs);
     if (hs.nativeOpen !== 0) this.openPolicy(hs);
+    if (hs.nativeCreate !== null) this.createPolicy(hs);
     if (this.setattrs) {
       // UTIMENS needs no decision (attr.ts utimens); CHMOD only where the profile's decision has the masks'
       // form; CHOWN is lchown where the profile allows it, else only the no-op to the published owner.
@@ -170,6 +194,23 @@ export class NativeFastPath implements AttrPublisher {
     if (prefix === undefined || !this.opens) return;
     const e = this.byPrefix.get(prefix)!;
     this.native.setOpen!(prefix, e.token, hs.nativeOpen);
+  }
+
+  fileModeMasks(profile: Profile): { m: number; or: number } | null {
+    return fileModeMasks(profile);
+  }
+
+  createPolicy(hs: HomeState): void {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix === undefined || !this.creates) return;
+    const c = hs.nativeCreate;
+    this.native.setCreate!(prefix, this.byPrefix.get(prefix)!.token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0);
+  }
+
+  grantCreate(hs: HomeState, fh: number, uid: number): boolean {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix === undefined || !this.creates) return false;
+    return this.native.grantCreate!(prefix, this.byPrefix.get(prefix)!.token, fh, uid);
   }
 
   grant(hs: HomeState, fh: number, uid: number): boolean {

@@ -140,6 +140,8 @@ export class TenantPool {
 export class Ledger {
   #bytes: number;
   #inodes: number;
+  /** inodes reserved for creates the binding may make (see reserveInode); not in #inodes until committed */
+  #reserved = 0;
   #limits: Limits;
   #underflows = 0;
   #pool: TenantPool | null;
@@ -269,19 +271,51 @@ export class Ledger {
 
   /** Reserve one inode (create, mkdir, symlink). INODES_EXCEEDED (EDQUOT) at the cap. */
   addInode(): Undo {
-    this.takePending();
-    const { maxInodes } = this.#limits;
-    if (maxInodes > 0 && this.#inodes + 1 > maxInodes) {
-      throw new HomesError('INODES_EXCEEDED', `home would hold ${this.#inodes + 1} files and directories, over its limit of ${maxInodes}`, {
-        current: this.#inodes,
-        limit: maxInodes,
-        requested: this.#inodes + 1,
-      });
-    }
+    this.#checkInode();
     this.#inodes += 1;
     return once(() => {
       this.#addInodes(-1);
     });
+  }
+
+  /**
+   * Hold one inode for a create made elsewhere (the binding's native create):
+   * checked against the cap with every inode counted and held, but not counted
+   * itself until commitReservedInode (the file was made) or given back with
+   * releaseReservedInode. Views of the home show only what exists.
+   */
+  reserveInode(): void {
+    this.#checkInode();
+    this.#reserved += 1;
+  }
+
+  commitReservedInode(): void {
+    this.takePending();
+    this.#reserved = Math.max(0, this.#reserved - 1);
+    this.#inodes += 1;
+  }
+
+  releaseReservedInode(): void {
+    this.#reserved = Math.max(0, this.#reserved - 1);
+  }
+
+  /** Inodes held by reserveInode and neither committed nor given back. */
+  get reservedInodes(): number {
+    return this.#reserved;
+  }
+
+  #checkInode(): void {
+    this.takePending();
+    const { maxInodes } = this.#limits;
+    const held = this.#inodes + this.#reserved;
+    if (maxInodes > 0 && held + 1 > maxInodes) {
+      throw new HomesError('INODES_EXCEEDED', `home would hold ${held + 1} files and directories, over its limit of ${maxInodes}`, {
+        current: this.#inodes,
+        limit: maxInodes,
+        requested: held + 1,
+        ...(this.#reserved > 0 ? { reserved: this.#reserved } : {}),
+      });
+    }
   }
 
   /** An inode left the home (unlink, rmdir, rename over an existing entry). */

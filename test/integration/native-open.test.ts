@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, readdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
@@ -26,16 +26,19 @@ const T = 'no';
 if (!canMount) console.warn(`native-open integration suite skipped: ${skipReason}`);
 
 const ten = { ...BUILTIN_PROFILES.home, maxOpenFiles: 10, maxHomeBytes: 1024 * KiB, maxFileBytes: 0, maxInodes: 0 };
+const twenty = { ...BUILTIN_PROFILES.home, maxInodes: 20, maxHomeBytes: 1024 * KiB };
 const HOMES = {
   [`${T}/ten`]: { owner: U, profile: 'ten' },
   [`${T}/flip`]: { owner: U, profile: 'home' },
   [`${T}/race`]: { owner: U, profile: 'home' },
+  [`${T}/twenty`]: { owner: U, profile: 'twenty' },
+  [`${T}/new`]: { owner: U, profile: 'home' },
 };
 
-type Native = { openAnswered: number; openFallbacks: number; openSlotsGranted: number };
+type Native = { openAnswered: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
 
 describe.skipIf(!canMount)('native open (fuse.nativeOpen): slots granted ahead, adopted before anything else', () => {
-  const s = ownerSuite(U, { homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten } } });
+  const s = ownerSuite(U, { homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten, twenty } } });
   const native = async (): Promise<Native> => ((await s.d.status()) as { native: { fastPath: Native } }).native.fastPath;
   const homeStatus = async (key: string) =>
     ((await s.d.status()) as { homes: Array<{ tenant: string; key: string; openFiles: number }> }).homes.find((h) => h.tenant === T && h.key === key)!;
@@ -126,6 +129,66 @@ print(' '.join(res))`,
     while (s.d.fdCount() !== idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     expect(s.d.fdCount()).toBe(idle);
     expect((await native()).openAnswered).toBe(n0 + 5);
+  });
+
+  it('a home of 20 inodes: files made natively and by the daemon stop at exactly 20, and a directory fits again after one is removed', async () => {
+    const home = s.d.home(T, 'twenty');
+    const n0 = (await native()).createAnswered;
+    // One by one, each closed before the next: the first create gets this caller slots, the rest are native.
+    const out = await s.py(
+      `import os,sys,errno
+h=sys.argv[1]
+res=[]
+for i in range(30):
+  try:
+    os.close(os.open(os.path.join(h, 'n%02d' % i), os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o644)); res.append('ok')
+  except OSError as e: res.append(errno.errorcode[e.errno])
+print(' '.join(res))`,
+      home,
+    );
+    expect(out).toBe([...Array(20).fill('ok'), ...Array(10).fill('EDQUOT')].join(' '));
+    expect((await native()).createAnswered - n0).toBeGreaterThan(5);
+    expect(await s.usage(`${T}/twenty`)).toMatchObject({ inodes: 20 });
+    // Two removed; a create takes one and gets this caller the last one held for its next creates
+    // (the pause lets the daemon grant it); a mkdir (the daemon's) still fits: the held inode gives way.
+    const again = await s.py(
+      `import os,sys,errno,time
+h=sys.argv[1]
+os.unlink(os.path.join(h, 'n00')); os.unlink(os.path.join(h, 'n01'))
+os.close(os.open(os.path.join(h, 'x'), os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o600))
+time.sleep(0.3)
+os.mkdir(os.path.join(h, 'd'))
+try: os.mkdir(os.path.join(h, 'e')); print('no refusal')
+except OSError as e: print(errno.errorcode[e.errno])`,
+      home,
+    );
+    expect(again).toBe('EDQUOT');
+    expect(await s.usage(`${T}/twenty`)).toMatchObject({ inodes: 20 });
+    const r = JSON.parse(await s.ctl('--json', 'rescan', `${T}/twenty`)) as { drift: { bytes: number; inodes: number } };
+    expect(r.drift).toEqual({ bytes: 0, inodes: 0 });
+  });
+
+  it('a file made natively is the file the daemon makes: mode, owner, appends and its bytes in the ledger', async () => {
+    const home = s.d.home(T, 'new');
+    const n0 = (await native()).createAnswered;
+    const out = await s.py(
+      `import os,sys,stat
+h=sys.argv[1]
+for i, mode in enumerate([0o644, 0o755, 0o600, 0o777, 0o4755]):
+  fd=os.open(os.path.join(h, 'm%d' % i), os.O_WRONLY|os.O_CREAT|os.O_EXCL, mode); os.write(fd, b'x' * (i + 1)); os.close(fd)
+fd=os.open(os.path.join(h, 'app'), os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_APPEND, 0o600)
+os.write(fd, b'one'); os.lseek(fd, 0, 0); os.write(fd, b'two'); os.close(fd)
+print(' '.join('%o' % stat.S_IMODE(os.lstat(os.path.join(h, n)).st_mode) for n in ['m0', 'm1', 'm2', 'm3', 'm4']), open(os.path.join(h, 'app')).read())`,
+      home,
+    );
+    // home: 0600 whatever is asked, plus the owner's exec bit when asked; never setuid.
+    expect(out).toBe('600 700 600 700 700 onetwo');
+    expect((await native()).createAnswered - n0).toBeGreaterThan(3);
+    for (const n of ['m0', 'm1', 'm4', 'app']) {
+      const st = statSync(join(s.d.backingOf(T, 'new'), n));
+      expect([st.uid, st.gid, (st.mode & 0o7777).toString(8)], n).toEqual([U.uid, U.gid, n === 'm1' || n === 'm4' ? '700' : '600']);
+    }
+    expect(await s.usage(`${T}/new`)).toMatchObject({ bytes: 1 + 2 + 3 + 4 + 5 + 6, inodes: 6 });
   });
 
   it('opens, unlinks and recreates racing in two processes leave the ledger equal to the disk', async () => {

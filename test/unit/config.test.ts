@@ -60,6 +60,7 @@ describe('buildConfig: defaults', () => {
       nativeFastPath: true,
       nativeUnlink: true,
       nativeOpen: true,
+      nativeCreate: true,
       nativeSetattr: true,
       nativeRelease: true,
       debug: false,
