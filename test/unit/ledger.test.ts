@@ -459,3 +459,61 @@ describe('Ledger: releases made outside JavaScript (the pending pair of native u
     );
   });
 });
+
+describe('Ledger: inodes reserved for creates made outside JavaScript (the native create)', () => {
+  const cap = (n: number): Limits => ({ ...OFF, maxInodes: n });
+
+  it('a reserved inode counts against the cap but not in any count, until committed or released', () => {
+    const l = new Ledger(cap(3), { bytes: 0, inodes: 1 });
+    l.reserveInode();
+    l.reserveInode();
+    expect([l.inodes, l.reservedInodes, l.snapshot().inodes]).toEqual([1, 2, 1]);
+    expect(refusal(() => l.addInode()).code).toBe('INODES_EXCEEDED');
+    expect(refusal(() => l.reserveInode()).details).toMatchObject({ current: 1, limit: 3, requested: 4, reserved: 2 });
+    l.commitReservedInode();
+    expect([l.inodes, l.reservedInodes]).toEqual([2, 1]);
+    l.releaseReservedInode();
+    expect([l.inodes, l.reservedInodes]).toEqual([2, 0]);
+    l.addInode();
+    expect(refusal(() => l.reserveInode()).code).toBe('INODES_EXCEEDED');
+  });
+
+  it('model: any mix of creates, reservations, commits, releases and removals never holds more than the cap, and counts exactly what was made', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 12 }), fc.array(fc.constantFrom('add', 'reserve', 'commit', 'release', 'remove'), { maxLength: 200 }), (max, ops) => {
+        const l = new Ledger(cap(max));
+        let made = 0;
+        let held = 0;
+        for (const op of ops) {
+          if (op === 'add') {
+            try {
+              l.addInode();
+              made++;
+            } catch {
+              expect(made + held).toBe(max);
+            }
+          } else if (op === 'reserve') {
+            try {
+              l.reserveInode();
+              held++;
+            } catch {
+              expect(made + held).toBe(max);
+            }
+          } else if (op === 'commit' && held > 0) {
+            l.commitReservedInode();
+            held--;
+            made++;
+          } else if (op === 'release' && held > 0) {
+            l.releaseReservedInode();
+            held--;
+          } else if (op === 'remove' && made > 0) {
+            l.removeInode();
+            made--;
+          }
+          expect(made + held).toBeLessThanOrEqual(max);
+          expect([l.inodes, l.reservedInodes]).toEqual([made, held]);
+        }
+      }),
+    );
+  });
+});
