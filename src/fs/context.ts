@@ -390,17 +390,20 @@ export class FsContext {
   /**
    * Whether the binding makes new files in the home (createIn for a name that
    * does not exist): it opens there, the home is mutable (ledger built, no
-   * rescan, no tenant budget: what native unlinks need too), every file belongs
-   * to the home's owner (owner-only), no per-directory entry limit needs a
-   * listing, and the new file's mode has the form (asked & m) | or
-   * (fileModeMasks). Told to the binding before anything that changed it is
+   * rescan, no tenant budget: what native unlinks need too), no per-directory
+   * entry limit needs a listing, and the new file's mode has the form
+   * (asked & m) | or (fileModeMasks). Its owner on disk is diskOwner's: the
+   * home's owner, or with chown 'allow' the caller, a setgid parent's group
+   * kept (ownNew). Told to the binding before anything that changed it is
    * answered; off, its create slots come back with their inodes.
    */
   refreshNativeCreate(hs: HomeState): void {
     const attrs = this.deps.attrs;
-    const masks = attrs?.creates && hs.nativeOpen !== 0 && hs.nativeUnlink && hs.profile.chown === 'owner-only' && hs.profile.maxEntriesPerDir === 0 ? attrs.fileModeMasks(hs.profile) : null;
-    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth } : null;
-    const same = want === null ? hs.nativeCreate === null : hs.nativeCreate !== null && want.m === hs.nativeCreate.m && want.or === hs.nativeCreate.or && want.maxDepth === hs.nativeCreate.maxDepth;
+    const masks = attrs?.creates && hs.nativeOpen !== 0 && hs.nativeUnlink && hs.profile.maxEntriesPerDir === 0 ? attrs.fileModeMasks(hs.profile) : null;
+    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow' } : null;
+    const was = hs.nativeCreate;
+    const same =
+      want === null ? was === null : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns;
     if (same) return;
     hs.nativeCreate = want;
     attrs?.createPolicy(hs);

@@ -75,7 +75,7 @@ export interface HomeState {
   /** read-only opens the binding may answer in this home: 0 = none, else NATIVE_OPEN_* flags (FsContext.refreshNativeOpen decides) */
   nativeOpen: number;
   /** the binding makes new files here, with this mode form and depth limit (FsContext.refreshNativeCreate decides); null: it does not */
-  nativeCreate: { m: number; or: number; maxDepth: number } | null;
+  nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean } | null;
   /** of openHandles, the slots granted to the binding for native opens and creates and not used yet; per caller uid, each kind */
   openCredits: number;
   readonly creditsByUid: Map<number, number>;

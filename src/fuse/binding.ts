@@ -75,7 +75,7 @@ export interface FastPathNative {
   readonly opens?: boolean;
   grant?(prefix: string, token: number, fh: number, uid: number): boolean;
   /** patch 8: CREATE of new names answered natively; one create slot (open-file slot for uid, reserved inode, fh) */
-  setCreate?(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number): boolean;
+  setCreate?(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
   grantCreate?(prefix: string, token: number, fh: number, uid: number): boolean;
   reclaim?(): number;
   takeOpens?(): BigUint64Array | null;

@@ -101,14 +101,15 @@ const fileModeCache = new WeakMap<Profile, { m: number; or: number } | null>();
 /**
  * A new file's mode in the native create is JS's effectiveFileMode in the
  * form `(asked & m) | or`, checked on every asked mode; null when it has no
- * such form or needs setuid, setgid or sticky bits (JS sets those again after
- * the chown, by descriptor): creates then stay with JS.
+ * such form or forces bits beyond the permissions. A create whose mode comes
+ * out with setuid or setgid stays with JS in any case (it sets them again
+ * after the chown, which clears them, by descriptor).
  */
 export function fileModeMasks(profile: Profile): { m: number; or: number } | null {
   if (fileModeCache.has(profile)) return fileModeCache.get(profile)!;
   const or = effectiveFileMode(profile, 0);
   const m = effectiveFileMode(profile, 0o7777) & ~or;
-  let ok = ((m | or) & ~0o777) === 0;
+  let ok = (or & ~0o777) === 0 && (m & ~0o7777) === 0;
   for (let asked = 0; asked <= 0o7777 && ok; asked++) ok = effectiveFileMode(profile, asked) === ((asked & m) | or);
   const found = ok ? { m, or } : null;
   fileModeCache.set(profile, found);
@@ -204,7 +205,7 @@ export class NativeFastPath implements AttrPublisher {
     const prefix = this.prefixOf.get(hs);
     if (prefix === undefined || !this.creates) return;
     const c = hs.nativeCreate;
-    this.native.setCreate!(prefix, this.byPrefix.get(prefix)!.token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0);
+    this.native.setCreate!(prefix, this.byPrefix.get(prefix)!.token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
   }
 
   grantCreate(hs: HomeState, fh: number, uid: number): boolean {

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
@@ -33,6 +33,7 @@ const HOMES = {
   [`${T}/race`]: { owner: U, profile: 'home' },
   [`${T}/twenty`]: { owner: U, profile: 'twenty' },
   [`${T}/new`]: { owner: U, profile: 'home' },
+  [`${T}/px`]: { owner: U, profile: 'posix' },
 };
 
 type Native = { openAnswered: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
@@ -189,6 +190,34 @@ print(' '.join('%o' % stat.S_IMODE(os.lstat(os.path.join(h, n)).st_mode) for n i
       expect([st.uid, st.gid, (st.mode & 0o7777).toString(8)], n).toEqual([U.uid, U.gid, n === 'm1' || n === 'm4' ? '700' : '600']);
     }
     expect(await s.usage(`${T}/new`)).toMatchObject({ bytes: 1 + 2 + 3 + 4 + 5 + 6, inodes: 6 });
+  });
+
+  it('posix: a file made natively belongs to its creator, keeps a setgid directory\'s group, and a setuid one is the daemon\'s to make', async () => {
+    const home = s.d.home(T, 'px');
+    // A setgid directory whose group is not the owner's (set in the backing tree, as root).
+    const sg = join(s.d.backingOf(T, 'px'), 'sg');
+    mkdirSync(sg);
+    chownSync(sg, U.uid, 4242);
+    chmodSync(sg, 0o2775);
+    const n0 = (await native()).createAnswered;
+    const out = await s.py(
+      `import os,sys,stat
+h=sys.argv[1]
+for n in ['a', 'b', 'sg/c', 'sg/d']:
+  os.close(os.open(os.path.join(h, n), os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o640))
+os.close(os.open(os.path.join(h, 'su'), os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o4755))
+print('%o' % stat.S_IMODE(os.lstat(os.path.join(h, 'su')).st_mode))`,
+      home,
+    );
+    expect(out).toBe('4755');
+    expect((await native()).createAnswered - n0).toBeGreaterThanOrEqual(2);
+    const own = (rel: string) => {
+      const st = statSync(join(s.d.backingOf(T, 'px'), rel));
+      return [st.uid, st.gid, (st.mode & 0o7777).toString(8)];
+    };
+    expect(own('b')).toEqual([U.uid, U.gid, '640']);
+    expect(own('sg/d')).toEqual([U.uid, 4242, '640']);
+    expect(own('su')).toEqual([U.uid, U.gid, '4755']);
   });
 
   it('opens, unlinks and recreates racing in two processes leave the ledger equal to the disk', async () => {
