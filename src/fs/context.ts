@@ -84,7 +84,11 @@ export interface AttrPublisher {
   grantCreate(hs: HomeState, fh: number, uid: number): boolean;
   /** every unused slot of every home back through takeOpens */
   reclaim(): void;
-  /** [kind, fh, fd, published, dev, ino, ...]: 1 a handle the binding opened, 2 a slot it gives back; null when none */
+  /**
+   * [kind, fh, fd, published, dev, ino, open flags, ...]: 1 a handle the binding
+   * opened, 2 an open slot it gives back, 3 a file it made, 4 a create slot it
+   * gives back (with its inode); null when none
+   */
   takeOpens(): BigUint64Array | null;
   clear(): void;
 }
@@ -306,8 +310,7 @@ export class FsContext {
       }
     }
     await new Promise((resolve) => setTimeout(resolve, RELEASE_GRACE_MS));
-    this.reclaimCredits();
-    this.settle();
+    if (!this.reclaimCredits()) this.settle();
     return acquire();
   }
 
@@ -351,8 +354,8 @@ export class FsContext {
     }
     return false;
   }
-  /** homes and caller uids to grant slots to, soon */
-  private readonly topUps = new Map<HomeState, Set<number>>();
+  /** homes, and the caller uids in each, to grant open and create slots to, soon */
+  private readonly topUps = new Map<HomeState, { open: Set<number>; create: Set<number> }>();
 
   /** Files open in the home, as callers see them (slots granted to the binding and unused are not files). */
   openFilesOf(hs: HomeState): number {
@@ -414,18 +417,16 @@ export class FsContext {
     if (create ? hs.nativeCreate === null : hs.nativeOpen === 0) return;
     if (((create ? hs.createCreditsByUid : hs.creditsByUid).get(uid) ?? 0) >= NATIVE_OPEN_CREDITS) return;
     if (this.topUps.size === 0) setImmediate(() => this.topUp());
-    let uids = this.topUps.get(hs);
-    if (!uids) this.topUps.set(hs, (uids = new Set()));
-    uids.add(create ? -1 - uid : uid);
+    let wanted = this.topUps.get(hs);
+    if (!wanted) this.topUps.set(hs, (wanted = { open: new Set(), create: new Set() }));
+    (create ? wanted.create : wanted.open).add(uid);
   }
 
   private topUp(): void {
     const wanted = [...this.topUps];
     this.topUps.clear();
-    for (const [hs, keys] of wanted) {
-      for (const key of keys) {
-        const create = key < 0;
-        const uid = create ? -1 - key : key;
+    for (const [hs, { open, create: creates }] of wanted) {
+      for (const [uid, create] of [...[...open].map((u) => [u, false] as const), ...[...creates].map((u) => [u, true] as const)]) {
         if (hs.nativeOpen === 0 || (create && hs.nativeCreate === null) || !this.loaded.has(hs) || hs.backing.retired) continue;
         if (this.underPressure(hs, uid)) continue;
         const byUid = create ? hs.createCreditsByUid : hs.creditsByUid;

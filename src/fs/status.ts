@@ -53,7 +53,8 @@ function limitLine(used: number, limit: number, what: string): string {
 }
 
 /** The text of a home's status file. */
-export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: Date, openFiles = hs.openHandles): string {
+/** `openFiles`: the home's open files as callers see them (FsContext.openFilesOf: not the slots held for the binding). */
+export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: Date, openFiles: number): string {
   const snap = hs.ledger.snapshot();
   const { limits } = snap;
   const pool = hs.ledger.pool;
