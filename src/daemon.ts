@@ -27,7 +27,7 @@ import { VERSION } from './version.js';
 import { UserDb } from './users/userdb.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
-  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles };
+  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles };
 }
 
 export class DaemonError extends Error {
@@ -143,7 +143,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   }
 
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
-  const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate) : null;
+  const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate, config.fuse.nativeWrite && config.fuse.nativeWriteDecision) : null;
   if (config.fuse.nativeFastPath && !fastPath) log.warn('fuse.nativeFastPath is on but the binding has no fast path (rebuild it: node scripts/build-native.mjs): every getattr goes to JS');
   // RELEASE answered by the binding, carried out here before the next request.
   const releases = config.fuse.nativeRelease ? nativeReleases(Fuse) : null;

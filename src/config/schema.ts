@@ -56,6 +56,11 @@ const FuseOptions = z
      */
     nativeCreate: z.boolean().default(true),
     /**
+     * with nativeWrite and the fast path: the growth of a WRITE decided in
+     * the binding from byte credit the ledger reserved ahead (binding patch 9)
+     */
+    nativeWriteDecision: z.boolean().default(true),
+    /**
      * with the fast path: UTIMENS by path, CHMOD by path where the profile's
      * chmod decision is a plain mask (home, posix), and CHOWN by path where it
      * changes nothing (to the home's owner) or the profile allows it, done on

@@ -7,7 +7,7 @@ import type { Logger } from '../log.js';
 import { checkComponent } from '../paths/names.js';
 import { isReservedDir, isStatusPath, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import { homeId, parseVirtualPath, splitLast, type HomeRef, type VirtualPath } from '../paths/parse.js';
-import { Ledger, TenantPool, type Undo } from '../policy/ledger.js';
+import { ACCT_LEN, Ledger, TenantPool, type Undo } from '../policy/ledger.js';
 import { symlinkTargetInsideHome, type Profile } from '../policy/profiles.js';
 import { OpenFileAccounting, type OpenSlot } from '../policy/openfiles.js';
 import { RefusalBook } from '../policy/refusals.js';
@@ -60,6 +60,14 @@ export interface AttrPublisher {
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
   /** that inode's charged size, after every change of its record (so a getattr of it need not come to JS) */
   inodeSize(dev: bigint, ino: bigint, size: number): void;
+  /** whether the binding can decide writes' growth (config fuse.nativeWriteDecision and a binding that has it) */
+  readonly writeDecisions: boolean;
+  /** hand the inode's charged size to the binding, which grows it from acct's credit; false: not kept */
+  wlDelegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
+  /** take it back: the size; -1 a write decided there is in flight (ask again); -2 not handed over */
+  wlRevoke(dev: bigint, ino: bigint): number;
+  /** the charged size while the binding owns it, else -1 */
+  wlSize(dev: bigint, ino: bigint): number;
   /** whether the binding can unlink (config fuse.nativeUnlink and a binding that has it) */
   readonly unlinks: boolean;
   /** hs.nativeUnlink changed: let the binding unlink there (with hs.pending), or stop it (returns once none is in flight) */
@@ -107,6 +115,15 @@ export const NATIVE_OPEN_WRITE = 8;
  * (openSlot).
  */
 const NATIVE_OPEN_CREDITS = 32;
+/**
+ * Byte credit a home keeps for the binding's write decisions (grantBytes):
+ * under a budget, topped up to this when half is used, and never more than a
+ * quarter of the free room; with no budget, a sum no home writes between two
+ * requests JS serves. Each exhaustion costs one write's round trip to JS.
+ */
+const BYTE_CREDIT_CHUNK = 64 * 1024 * 1024;
+const BYTE_CREDIT_MIN = 64 * 1024;
+const BYTE_CREDIT_UNLIMITED = 2 ** 40;
 /** After a cap was met, no slot is granted to the binding under it for this long: JS's own opens come first. */
 const CAP_PRESSURE_MS = 1000;
 
@@ -166,6 +183,10 @@ export interface DataPlaneStats {
   writeBytes: number;
   /** writes of published handles whose data JavaScript asked for after all */
   writeFallbacks: number;
+  /** of `writes`, those whose growth the binding decided too (FsContext.handSize) */
+  decided: number;
+  /** writes of handed-over files that came to JS for their decision (credit short, a limit, JS holding the file) */
+  decisionFallbacks: number;
 }
 
 /**
@@ -180,8 +201,8 @@ export interface DataPlane {
   /** which halves are on (fuse.nativeRead, fuse.nativeWrite) */
   readonly read: boolean;
   readonly write: boolean;
-  /** before the open is answered */
-  publish(fh: number, fd: number, flags: number): void;
+  /** before the open is answered; dev/ino/append name the inode a write decided in the binding charges (FsContext.handSize) */
+  publish(fh: number, fd: number, flags: number, dev: bigint, ino: bigint, append: boolean): void;
   /** for the next request; the descriptor stays open */
   setFlags(fh: number, flags: number): void;
   /** before the descriptor is closed; waits for syscalls in flight */
@@ -201,7 +222,12 @@ export interface NativeWrite {
   readonly path: string | null;
   readonly caller: Caller;
   /** Charged: pwrite at `start`. Resolves with its byte count, rejects with its errno. */
-  proceed(start: number): Promise<number>;
+  /**
+   * `wait`: the answer to the kernel waits for JS's (finish) even when the
+   * write lands whole, so the file's next write comes after this one's end
+   * (for a file handed back to the binding then: FsContext.mayHand).
+   */
+  proceed(start: number, wait?: boolean): Promise<number>;
   /** The write needs its data here after all: the binding sends it to ops.write. */
   fallback(): void;
   /** The answer to the kernel: bytes, or -errno (a refusal before proceed, or after a failed pwrite). */
@@ -504,6 +530,7 @@ export class FsContext {
         created: kind === 3,
       });
       this.wantCredits(credit.hs, credit.uid, kind === 3);
+      if (kind === 3) this.grantBytes(credit.hs);
     }
   }
 
@@ -656,6 +683,8 @@ export class FsContext {
   private setNativeUnlink(hs: HomeState, on: boolean): void {
     if (on === hs.nativeUnlink) return;
     hs.nativeUnlink = on;
+    // Byte credit goes with it: taken back first, then the binding waits for the writes that took some (mutable(hs)).
+    if (!on) hs.ledger.reclaimBytes();
     // Made immutable, the binding gives its create slots back (fastpath_set_mutable) and makes no more files there.
     this.deps.attrs?.mutable(hs);
     if (!on) hs.ledger.takePending();
@@ -776,7 +805,8 @@ export class FsContext {
   private async openHomeState(ref: HomeRef): Promise<HomeState> {
     const backing = await this.store.openHome(ref);
     const { name, profile, limits } = this.deps.profileFor(ref);
-    const pending = new BigInt64Array(2);
+    // [released bytes, released inodes, then the binding's byte credit] (policy/ledger.ts)
+    const pending = new BigInt64Array(ACCT_LEN);
     const ledger = new Ledger(limits, { bytes: 0, inodes: 0 }, this.pool(ref.tenant), pending);
     let markReady!: () => void;
     const ready = new Promise<void>((resolve) => (markReady = resolve));
@@ -846,17 +876,25 @@ export class FsContext {
     // accessor makes one that forgets to tell it impossible.
     const attrs = this.deps.attrs;
     let size = initial;
+    // A file the binding made (or one it owns already) keeps its size there: writes may have grown it before this.
+    const owned = attrs?.writeDecisions ? attrs.wlSize(dev, ino) : -1;
     const inode: OpenInode = {
       key: inodeKey(dev, ino),
       dev,
       ino,
       get size() {
+        if (inode.delegated) {
+          const v = attrs!.wlSize(dev, ino);
+          if (v >= 0) return v;
+        }
         return size;
       },
       set size(v: number) {
+        if (inode.delegated) throw new HomesError('IO', 'internal: a size the binding owns was set in JavaScript');
         size = v;
         attrs?.inodeSize(dev, ino, v);
       },
+      delegated: owned >= 0,
       handles: 0,
       writers: 0,
       unlinked: false,
@@ -864,9 +902,81 @@ export class FsContext {
       lock: new Mutex(),
       fds: new Set(),
     };
-    attrs?.inodeSize(dev, ino, size);
+    if (!inode.delegated) attrs?.inodeSize(dev, ino, size);
     hs.inodes.set(inode.key, inode);
     return inode;
+  }
+
+  /**
+   * A size change of JS's own (a write it decides, truncate, fallocate):
+   * under the file's lock, with the size taken back from the binding first,
+   * and handed over again after when nothing else waits for the lock.
+   */
+  sizeOp<T>(hs: HomeState, inode: OpenInode, fn: () => Promise<T>): Promise<T> {
+    return inode.lock.run(async () => {
+      if (inode.delegated) await this.takeSize(inode);
+      try {
+        return await fn();
+      } finally {
+        if (inode.lock.queued === 1) this.handSize(hs, inode);
+      }
+    });
+  }
+
+  /** The charged size back from the binding; a write it decided may still be in flight (no new one starts): wait it out. */
+  private async takeSize(inode: OpenInode): Promise<void> {
+    const attrs = this.deps.attrs!;
+    for (let tries = 0; ; tries++) {
+      const v = attrs.wlRevoke(inode.dev, inode.ino);
+      if (v !== -1) {
+        inode.delegated = false;
+        if (v >= 0) inode.size = v;
+        return;
+      }
+      // One pwrite on libfuse's thread: yield to the event loop, then back off to a millisecond.
+      await new Promise<void>((resolve) => (tries < 16 ? setImmediate(resolve) : setTimeout(resolve, 1)));
+    }
+  }
+
+  /**
+   * Hand the inode's charged size to the binding, which from now on decides
+   * the growth of writes through handles published DP_WRITE, from byte credit
+   * the ledger reserved (grantBytes). Only in binary homes with the data
+   * plane's writes on; a file nobody writes is left to JS.
+   */
+  handSize(hs: HomeState, inode: OpenInode): void {
+    if (inode.delegated || !this.mayHand(hs, inode)) return;
+    const size = inode.size;
+    if (!this.deps.attrs!.wlDelegate(inode.dev, inode.ino, size, hs.pending)) return;
+    inode.delegated = true;
+    this.grantBytes(hs);
+  }
+
+  /** Whether handSize would hand the inode over (so a write JS decides for it waits for JS's end before its answer: writeAt). */
+  mayHand(hs: HomeState, inode: OpenInode): boolean {
+    return this.deps.attrs?.writeDecisions === true && this.deps.dataPlane?.write === true && inode.writers > 0 && writesNeedNoData(hs.profile) && hs.inodes.get(inode.key) === inode;
+  }
+
+  /**
+   * Keep the home's byte credit topped up: bytes of the budget the binding
+   * may charge writes' growth from without asking (policy/ledger.ts). At most
+   * a quarter of the free room and BYTE_CREDIT_CHUNK; only where native
+   * removals are on too (ledger built, no rescan, no tenant budget). Taken
+   * back before any growth would be refused.
+   */
+  grantBytes(hs: HomeState): void {
+    if (!hs.nativeUnlink || !this.deps.attrs?.writeDecisions) return;
+    const ledger = hs.ledger;
+    const have = ledger.credit;
+    const max = ledger.limits.maxHomeBytes;
+    if (max === 0) {
+      if (have < BYTE_CREDIT_UNLIMITED / 2) ledger.reserveBytes(BYTE_CREDIT_UNLIMITED - have);
+      return;
+    }
+    if (have >= BYTE_CREDIT_CHUNK / 2) return;
+    const free = max - ledger.bytes - ledger.reservedBytes;
+    const add = Math.min(BYTE_CREDIT_CHUNK - have, Math.floor(free / 4));
+    if (add >= BYTE_CREDIT_MIN) ledger.reserveBytes(add);
   }
 
   /**
@@ -894,6 +1004,12 @@ export class FsContext {
   detachInode(hs: HomeState, inode: OpenInode): void {
     inode.handles--;
     if (inode.handles > 0) return;
+    if (inode.delegated) {
+      // The last handle is gone, so no write of it is in flight: the binding gives the size back at once.
+      const v = this.deps.attrs!.wlRevoke(inode.dev, inode.ino);
+      inode.delegated = false;
+      if (v >= 0) inode.size = v;
+    }
     hs.inodes.delete(inode.key);
     this.deps.attrs?.inode(inode.dev, inode.ino, -1);
     if (inode.unlinked) {
@@ -930,10 +1046,12 @@ export class FsContext {
     const p = h.home.profile;
     const want = (dp.read && readsNeedNoPolicy(p) ? DP_READ : 0) | (dp.write && h.writable && writesNeedNoData(p) ? DP_WRITE : 0);
     if (want === h.published) return;
-    if (h.published === 0) dp.publish(h.fh, h.fd, want);
+    if (h.published === 0) dp.publish(h.fh, h.fd, want, h.inode.dev, h.inode.ino, h.append);
     else if (want === 0) dp.unpublish(h.fh);
     else dp.setFlags(h.fh, want);
     h.published = want;
+    // No size change of JS's own in progress: the binding may decide this file's writes from now on.
+    if ((want & DP_WRITE) !== 0 && h.inode.lock.queued === 0) this.handSize(h.home, h.inode);
   }
 
   /** Counters of the data plane, null when it is off. */

@@ -112,9 +112,9 @@ async function checkTextResize(inode: OpenInode, fd: number, before: number, siz
   inode.incompleteTail = size > before ? false : endsWithIncompleteChar(tail);
 }
 
-async function truncateInode(hs: HomeState, inode: OpenInode, fd: number, size: number): Promise<void> {
+async function truncateInode(ctx: FsContext, hs: HomeState, inode: OpenInode, fd: number, size: number): Promise<void> {
   checkEnd(size);
-  await inode.lock.run(async () => {
+  await ctx.sizeOp(hs, inode, async () => {
     const before = inode.size;
     if (hs.profile.content === 'utf8') await checkTextResize(inode, fd, before, size);
     const undo = hs.ledger.resize(before, size);
@@ -178,7 +178,7 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
     throw err;
   }
   if (flags & C.O_TRUNC) {
-    await truncateInode(hs, ctx.handles.get(res.fh).inode, fd, 0).catch(async (err) => {
+    await truncateInode(ctx, hs, ctx.handles.get(res.fh).inode, fd, 0).catch(async (err) => {
       await release(ctx, res.fh);
       throw err;
     });
@@ -241,7 +241,7 @@ async function createIn(
       throw err;
     }
     if (!created && flags & C.O_TRUNC) {
-      await truncateInode(hs, ctx.handles.get(res.fh).inode, fd, 0).catch(async (err) => {
+      await truncateInode(ctx, hs, ctx.handles.get(res.fh).inode, fd, 0).catch(async (err) => {
         await release(ctx, res.fh);
         throw err;
       });
@@ -300,8 +300,10 @@ export const NEEDS_DATA = Symbol('needs data');
  * `proceed(start)` is called and reports its result. The same function as
  * `write` decides and charges, so the ledger rules are one.
  */
-export function writeNative(ctx: FsContext, fh: number, len: number, pos: number, proceed: (start: number) => Promise<number>): Promise<number | typeof NEEDS_DATA> {
-  return writeAt(ctx, fh, len, pos, null, (_h, start) => proceed(start));
+export function writeNative(ctx: FsContext, fh: number, len: number, pos: number, proceed: (start: number, wait?: boolean) => Promise<number>): Promise<number | typeof NEEDS_DATA> {
+  // A file the binding will own again after this write: its next write must not find JS still holding it
+  // (the binding answers a whole write at once, and the kernel's next one would come to JS too, and so on).
+  return writeAt(ctx, fh, len, pos, null, (h, start) => proceed(start, ctx.mayHand(h.home, h.inode)));
 }
 
 async function writeAt(
@@ -315,7 +317,7 @@ async function writeAt(
   const h = ctx.handles.get(fh);
   if (!h.writable) throw new HomesError('BAD_HANDLE', 'handle is not open for writing');
   const { inode, home: hs } = h;
-  return inode.lock.run(async () => {
+  return ctx.sizeOp(hs, inode, async () => {
     const before = inode.size;
     const start = h.append ? before : pos;
     const end = start + len;
@@ -351,7 +353,7 @@ async function writeAt(
 
 export async function ftruncate(ctx: FsContext, fh: number, size: number): Promise<void> {
   const h = ctx.handles.get(fh);
-  await truncateInode(h.home, h.inode, h.fd, size);
+  await truncateInode(ctx, h.home, h.inode, h.fd, size);
 }
 
 export async function truncate(ctx: FsContext, path: string, size: number): Promise<void> {
@@ -367,7 +369,7 @@ export async function truncate(ctx: FsContext, path: string, size: number): Prom
       const inode = ctx.attachInode(hs, fd, st.dev, st.ino);
       inode.handles++;
       try {
-        await truncateInode(hs, inode, fd, size);
+        await truncateInode(ctx, hs, inode, fd, size);
       } finally {
         ctx.detachInode(hs, inode);
       }
@@ -389,7 +391,7 @@ export async function fallocate(ctx: FsContext, fh: number, mode: number, offset
   if (!h.writable) throw new HomesError('BAD_HANDLE', 'handle is not open for writing');
   const end = offset + length;
   checkEnd(end);
-  await h.inode.lock.run(async () => {
+  await ctx.sizeOp(h.home, h.inode, async () => {
     if (end <= h.inode.size) return;
     const before = h.inode.size;
     // Zero-fill is an extension like truncate-up: the same incomplete-tail rule.

@@ -7,14 +7,21 @@ import type { Profile } from '../policy/profiles.js';
 /** A FIFO mutex: writes to one file are checked and applied one at a time. */
 export class Mutex {
   private tail: Promise<void> = Promise.resolve();
+  #queued = 0;
 
   run<T>(fn: () => Promise<T>): Promise<T> {
+    this.#queued++;
     const result = this.tail.then(fn);
     this.tail = result.then(
-      () => undefined,
-      () => undefined,
+      () => void this.#queued--,
+      () => void this.#queued--,
     );
     return result;
+  }
+
+  /** Runs holding or waiting for the lock (the one running included). */
+  get queued(): number {
+    return this.#queued;
   }
 }
 
@@ -28,7 +35,14 @@ export interface OpenInode {
   readonly key: string;
   readonly dev: bigint;
   readonly ino: bigint;
+  /** read from the binding while it owns it (delegated); set only while JS does */
   size: number;
+  /**
+   * The binding owns the charged size and decides the growth of writes
+   * published to it (FsContext.handSize); JS takes it back before any size
+   * change of its own (FsContext.sizeOp).
+   */
+  delegated: boolean;
   handles: number;
   writers: number;
   /** unlinked while open: its bytes stay charged until the last close */

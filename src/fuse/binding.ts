@@ -78,11 +78,19 @@ export interface FastPathNative {
   setCreate?(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
   grantCreate?(prefix: string, token: number, fh: number, uid: number): boolean;
   reclaim?(): number;
+  /** patch 9: writes' growth decided natively for inodes handed over (acct: the home's BigInt64Array(8), policy/ledger.ts) */
+  wlDelegate?(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
+  /** the size, now JS's; -1 a native write is in flight (ask again); -2 not handed over */
+  wlRevoke?(dev: bigint, ino: bigint): number;
+  wlSize?(dev: bigint, ino: bigint): number;
+  /** files made natively in the home start handed over */
+  setWriteCredit?(prefix: string, token: number, on: boolean): boolean;
+  readonly writeDecisions?: boolean;
   takeOpens?(): BigUint64Array | null;
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openFallbacks?: number; createAnswered?: number; createFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openFallbacks?: number; writesDecided?: number; writeDecisionFallbacks?: number; createAnswered?: number; createFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {
@@ -97,13 +105,14 @@ export interface FuseClass {
   /** RLIMIT_NOFILE: read it, or set it (0 keeps a value); res 0 or -errno, Infinity = unlimited */
   nofile(soft?: number, hard?: number): { res: number; soft: number; hard: number };
   /** the data plane (dataplane.c); optional so an older build is named, not crashed on */
-  publish?(fh: number, fd: number, flags: number): void;
+  publish?(fh: number, fd: number, flags: number, dev?: bigint, ino?: bigint, append?: boolean): void;
   setPublishFlags?(fh: number, flags: number): boolean;
   unpublish?(fh: number): boolean;
   setWriteHandler?(handler: WriteHandler): void;
   /** [id, bytes, ...] of writes that landed whole since the last call (answered already); null when none */
   takeWriteReports?(): Float64Array | null;
-  writeDecision?(id: number, offset: number): boolean;
+  /** wait: even a write that lands whole is answered only after writeDone (patch 9) */
+  writeDecision?(id: number, offset: number, wait?: boolean): boolean;
   writeDone?(id: number, result: number): boolean;
   dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number; writes: number; writeBytes: number; writeFallbacks: number; releases?: number };
   /** RELEASE answered on libfuse's thread and queued for takeReleases (true), or sent to ops.release (false, the default) */

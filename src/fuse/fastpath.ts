@@ -1,5 +1,5 @@
 import type { BigIntStats } from 'node:fs';
-import type { AttrPublisher } from '../fs/context.js';
+import { NATIVE_OPEN_WRITE, type AttrPublisher } from '../fs/context.js';
 import { HIDDEN_NAME_PREFIX } from '../fs/hidden.js';
 import { presentedMode } from '../fs/present.js';
 import type { FileHandle, HomeState } from '../fs/state.js';
@@ -138,6 +138,8 @@ export class NativeFastPath implements AttrPublisher {
   readonly setattrs: boolean;
   /** whether the binding makes new files where the fs layer lets it */
   readonly creates: boolean;
+  /** whether the binding decides writes' growth for inodes the fs layer hands over */
+  readonly writeDecisions: boolean;
 
   constructor(
     private readonly native: FastPathNative,
@@ -146,11 +148,13 @@ export class NativeFastPath implements AttrPublisher {
     nativeOpen = true,
     nativeSetattr = true,
     nativeCreate = true,
+    nativeWriteDecision = true,
   ) {
     this.unlinks = nativeUnlink && native.unlinks === true;
     this.opens = nativeOpen && native.opens === true;
     this.setattrs = nativeSetattr && typeof native.setAttrOps === 'function';
     this.creates = nativeCreate && this.opens && typeof native.setCreate === 'function';
+    this.writeDecisions = nativeWriteDecision && native.writeDecisions === true;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.enable(true);
@@ -205,7 +209,22 @@ export class NativeFastPath implements AttrPublisher {
     const prefix = this.prefixOf.get(hs);
     if (prefix === undefined || !this.creates) return;
     const c = hs.nativeCreate;
-    this.native.setCreate!(prefix, this.byPrefix.get(prefix)!.token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
+    const token = this.byPrefix.get(prefix)!.token;
+    this.native.setCreate!(prefix, token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
+    // Files made there start handed over (FsContext.handSize): their first writes are decided in the binding too.
+    if (this.writeDecisions) this.native.setWriteCredit!(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
+  }
+
+  wlDelegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean {
+    return this.writeDecisions && this.native.wlDelegate!(dev, ino, size, acct);
+  }
+
+  wlRevoke(dev: bigint, ino: bigint): number {
+    return this.writeDecisions ? this.native.wlRevoke!(dev, ino) : -2;
+  }
+
+  wlSize(dev: bigint, ino: bigint): number {
+    return this.writeDecisions ? this.native.wlSize!(dev, ino) : -1;
   }
 
   grantCreate(hs: HomeState, fh: number, uid: number): boolean {

@@ -303,11 +303,11 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
         len: c,
         path,
         caller: { uid, gid, pid },
-        proceed: (start) =>
+        proceed: (start, wait = false) =>
           new Promise<number>((resolve, reject) => {
             reports.set(id, { resolve, reject });
             // Not waiting any more cannot happen (the binding waits for exactly this); if it did, nothing was written.
-            if (!writeDecision(id, start)) {
+            if (!writeDecision(id, start, wait)) {
               reports.delete(id);
               reject(Object.assign(new Error('write plane: the request is gone'), { code: 'EIO' }));
               return;
@@ -325,12 +325,13 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
   return {
     read: on.read,
     write: on.write,
-    publish: (fh, fd, flags) => publish(fh, fd, flags),
+    publish: (fh, fd, flags, dev, ino, append) => publish(fh, fd, flags, dev, ino, append),
     setFlags: (fh, flags) => void setPublishFlags(fh, flags),
     unpublish: (fh) => void unpublish(fh),
     stats: () => {
       const s = dataPlaneStats();
-      return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks, writes: s.writes, writeBytes: s.writeBytes, writeFallbacks: s.writeFallbacks };
+      const f = Fuse.fastPath?.writeDecisions ? Fuse.fastPath.stats() : null;
+      return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks, writes: s.writes, writeBytes: s.writeBytes, writeFallbacks: s.writeFallbacks, decided: f?.writesDecided ?? 0, decisionFallbacks: f?.writeDecisionFallbacks ?? 0 };
     },
     settle,
     serveWrites: (handler) => {

@@ -81,7 +81,9 @@ export function renderMetrics(s: MetricsSnapshot): string {
     family('homesfs_native_reads_total', 'counter', 'FUSE READs answered in the binding, without JavaScript (fuse.nativeRead).', [[{}, n.reads]]);
     family('homesfs_native_read_bytes_total', 'counter', 'Bytes returned by READs answered in the binding.', [[{}, n.bytes]]);
     family('homesfs_native_read_fallbacks_total', 'counter', 'READs of published handles handed to JavaScript (backing error, offset past 2^53).', [[{}, n.fallbacks]]);
-    family('homesfs_native_writes_total', 'counter', 'FUSE WRITEs decided in JavaScript without their data and written in the binding (fuse.nativeWrite).', [[{}, n.writes]]);
+    family('homesfs_native_writes_total', 'counter', 'FUSE WRITEs written in the binding (fuse.nativeWrite): decided in JavaScript without their data, or in the binding.', [[{}, n.writes]]);
+    family('homesfs_native_write_decisions_total', 'counter', 'Of those, WRITEs whose growth the binding decided from the byte credit the ledger reserved (fuse.nativeWriteDecision).', [[{}, n.decided]]);
+    family('homesfs_native_write_decision_fallbacks_total', 'counter', 'WRITEs of files handed to the binding that JavaScript decided after all (credit short, a limit, a size change of its own).', [[{}, n.decisionFallbacks]]);
     family('homesfs_native_write_bytes_total', 'counter', 'Bytes written by WRITEs written in the binding.', [[{}, n.writeBytes]]);
     family('homesfs_native_write_fallbacks_total', 'counter', 'WRITEs of published handles whose data JavaScript asked for after all.', [[{}, n.writeFallbacks]]);
   }

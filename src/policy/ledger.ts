@@ -31,6 +31,18 @@
  * one pass that should not. A tenant with a budget keeps its homes' removals
  * in JavaScript (the pool checks every home's bytes at once); an unbudgeted
  * pool takes its members' pending pairs when its total is read.
+ *
+ * Byte credit (the binding's write decisions, fastpath.c "WRITE decided
+ * here"): the same shared array goes on with [grown, credit, maxFile,
+ * inflight, refund, -]. `reserveBytes` puts bytes of the budget into `credit`;
+ * the binding charges writes' growth from it (never more than is there, never
+ * past maxFile) and adds what it charged to `grown`, or what it took and did
+ * not use to `refund`. Reserved bytes count against the home's budget in
+ * every check, but in no count or view until the binding used them (taken
+ * from `grown` like a release). Before a growth would be refused, the unused
+ * credit is taken back (`reclaimBytes`) and the check made again, so a
+ * refusal is as exact as without credit. Credit is only given where the
+ * tenant has no budget (as native removals).
  */
 
 import { HomesError } from '../errors.js';
@@ -52,6 +64,16 @@ export interface LedgerSnapshot {
 
 /** Undo one reservation. Idempotent: a second call does nothing. */
 export type Undo = () => void;
+
+/** Slots of the shared array (see the file comment); fastpath.c has the same numbers. */
+export const ACCT_RELEASED_BYTES = 0;
+export const ACCT_RELEASED_INODES = 1;
+export const ACCT_GROWN = 2;
+export const ACCT_CREDIT = 3;
+export const ACCT_MAXFILE = 4;
+export const ACCT_INFLIGHT = 5;
+export const ACCT_REFUND = 6;
+export const ACCT_LEN = 8;
 
 function assertCount(what: string, n: number): void {
   // Sizes arrive from stat() and FUSE offsets; a NaN or fraction here would
@@ -142,6 +164,8 @@ export class Ledger {
   #inodes: number;
   /** inodes reserved for creates the binding may make (see reserveInode); not in #inodes until committed */
   #reserved = 0;
+  /** bytes put in the binding's credit and not yet used (in #bytes) or taken back */
+  #reservedBytes = 0;
   #limits: Limits;
   #underflows = 0;
   #pool: TenantPool | null;
@@ -161,17 +185,65 @@ export class Ledger {
     this.#pending = pending;
     pool?.charge(initial.bytes);
     pool?.join(this);
+    this.#publishMaxFile();
+  }
+
+  #publishMaxFile(): void {
+    const p = this.#pending;
+    if (p !== null && p.length >= ACCT_LEN) Atomics.store(p, ACCT_MAXFILE, BigInt(this.#limits.maxFileBytes));
   }
 
   /** Apply what removals outside JavaScript took out of the home since the last call. */
   takePending(): void {
     const p = this.#pending;
+    if (p === null) return;
     // Most calls find nothing: a plain read first (a release that lands meanwhile is taken next time).
-    if (p === null || (p[0] === 0n && p[1] === 0n)) return;
-    const bytes = Atomics.exchange(p, 0, 0n);
-    const inodes = Atomics.exchange(p, 1, 0n);
-    if (bytes !== 0n) this.#addBytes(-Number(bytes));
-    if (inodes !== 0n) this.#addInodes(-Number(inodes));
+    if (p[0] !== 0n || p[1] !== 0n) {
+      const bytes = Atomics.exchange(p, ACCT_RELEASED_BYTES, 0n);
+      const inodes = Atomics.exchange(p, ACCT_RELEASED_INODES, 0n);
+      if (bytes !== 0n) this.#addBytes(-Number(bytes));
+      if (inodes !== 0n) this.#addInodes(-Number(inodes));
+    }
+    if (p.length >= ACCT_LEN && (p[ACCT_GROWN] !== 0n || p[ACCT_REFUND] !== 0n)) {
+      const grown = Number(Atomics.exchange(p, ACCT_GROWN, 0n));
+      const refund = Number(Atomics.exchange(p, ACCT_REFUND, 0n));
+      this.#reservedBytes = Math.max(0, this.#reservedBytes - grown - refund);
+      if (grown !== 0) this.#addBytes(grown);
+    }
+  }
+
+  /**
+   * Put `n` bytes of the budget in the binding's credit. The caller keeps it
+   * within the free room (it is not checked here: credit is an advance on
+   * growth the checks below would allow, and taken back before they refuse).
+   */
+  reserveBytes(n: number): void {
+    assertCount('bytes', n);
+    const p = this.#pending;
+    if (p === null || p.length < ACCT_LEN || n === 0) return;
+    this.#reservedBytes += n;
+    Atomics.add(p, ACCT_CREDIT, BigInt(n));
+  }
+
+  /** Take the binding's unused credit back; returns how much there was. */
+  reclaimBytes(): number {
+    const p = this.#pending;
+    if (p === null || p.length < ACCT_LEN) return 0;
+    const back = Number(Atomics.exchange(p, ACCT_CREDIT, 0n));
+    this.#reservedBytes = Math.max(0, this.#reservedBytes - back);
+    return back;
+  }
+
+  /** Bytes reserved for the binding's writes and not used or taken back yet (against the budget, in no count). */
+  get reservedBytes(): number {
+    this.takePending();
+    return this.#reservedBytes;
+  }
+
+  /** What the binding's credit holds now (for tests and views). */
+  get credit(): number {
+    const p = this.#pending;
+    return p === null || p.length < ACCT_LEN ? 0 : Number(Atomics.load(p, ACCT_CREDIT));
   }
 
   get pool(): TenantPool | null {
@@ -183,6 +255,7 @@ export class Ledger {
    * ledger is being replaced (scan, rescan) or the home is gone (delete).
    */
   detach(): void {
+    this.reclaimBytes();
     this.takePending();
     this.#pool?.leave(this);
     this.#pool?.charge(-this.#bytes);
@@ -215,6 +288,9 @@ export class Ledger {
   /** Lowering below current usage deletes nothing; it only refuses growth. */
   setLimits(l: Limits): void {
     this.#limits = checkedLimits(l);
+    this.#publishMaxFile();
+    // Credit was sized by the old budget: what a lower one leaves is granted again by the caller.
+    this.reclaimBytes();
   }
 
   /**
@@ -247,11 +323,16 @@ export class Ledger {
           requested: newSize,
         });
       }
-      if (maxHomeBytes > 0 && this.#bytes + delta > maxHomeBytes) {
+      // Credit counts against the budget until used; before a refusal stands, the unused part comes back.
+      if (maxHomeBytes > 0 && this.#bytes + this.#reservedBytes + delta > maxHomeBytes && this.#reservedBytes > 0) {
+        this.reclaimBytes();
+        this.takePending();
+      }
+      if (maxHomeBytes > 0 && this.#bytes + this.#reservedBytes + delta > maxHomeBytes) {
         throw new HomesError(
           'QUOTA_EXCEEDED',
           `home would grow to ${this.#bytes + delta} bytes, over its budget of ${maxHomeBytes}`,
-          { current: this.#bytes, limit: maxHomeBytes, requested: this.#bytes + delta, growth: delta },
+          { current: this.#bytes, limit: maxHomeBytes, requested: this.#bytes + delta, growth: delta, ...(this.#reservedBytes > 0 ? { inFlight: this.#reservedBytes } : {}) },
         );
       }
       const pool = this.#pool;
@@ -320,6 +401,7 @@ export class Ledger {
 
   /** An inode left the home (unlink, rmdir, rename over an existing entry). */
   removeInode(): void {
+    this.takePending();
     this.#addInodes(-1);
   }
 
@@ -329,6 +411,8 @@ export class Ledger {
    */
   release(bytes: number): void {
     assertCount('bytes', bytes);
+    // Growth the binding charged may still be in the array: taken first, or this release would clamp at 0 against a count that misses it.
+    this.takePending();
     this.#addBytes(-bytes);
   }
 

@@ -61,6 +61,7 @@ describe('buildConfig: defaults', () => {
       nativeUnlink: true,
       nativeOpen: true,
       nativeCreate: true,
+      nativeWriteDecision: true,
       nativeSetattr: true,
       nativeRelease: true,
       debug: false,

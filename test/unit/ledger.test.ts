@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { HomesError } from '../../src/errors.js';
-import { Ledger, TenantPool, type Limits, type Undo } from '../../src/policy/ledger.js';
+import { ACCT_CREDIT, ACCT_GROWN, ACCT_LEN, ACCT_MAXFILE, ACCT_REFUND, Ledger, TenantPool, type Limits, type Undo } from '../../src/policy/ledger.js';
 
 const OFF: Limits = { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0 };
 
@@ -514,6 +514,151 @@ describe('Ledger: inodes reserved for creates made outside JavaScript (the nativ
           expect([l.inodes, l.reservedInodes]).toEqual([made, held]);
         }
       }),
+    );
+  });
+});
+
+describe('Ledger: byte credit for writes decided outside JavaScript (the native write decision)', () => {
+  const limits: Limits = { maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0 };
+  /** What the binding does for a write it decides (fastpath.c homesfs_fastpath_wl_begin/end): take growth from credit, or ask JS. */
+  const nativeGrow = (p: BigInt64Array, growth: number, landed = growth): boolean => {
+    const c = Atomics.load(p, ACCT_CREDIT);
+    if (c < BigInt(growth)) return false;
+    Atomics.sub(p, ACCT_CREDIT, BigInt(growth));
+    Atomics.add(p, ACCT_GROWN, BigInt(landed));
+    if (landed < growth) Atomics.add(p, ACCT_REFUND, BigInt(growth - landed));
+    return true;
+  };
+
+  it('reserved bytes count against the budget but in no count or view until the binding used them', () => {
+    const p = new BigInt64Array(ACCT_LEN);
+    const l = new Ledger(limits, { bytes: 100, inodes: 0 }, null, p);
+    l.reserveBytes(400);
+    expect([l.bytes, l.reservedBytes, l.credit, l.available().bytes]).toEqual([100, 400, 400, 900]);
+    expect(nativeGrow(p, 150)).toBe(true);
+    expect([l.bytes, l.reservedBytes, l.credit]).toEqual([250, 250, 250]);
+    // a short write: 100 of 150 landed; the other 50 are no longer reserved
+    expect(nativeGrow(p, 150, 100)).toBe(true);
+    expect([l.bytes, l.reservedBytes, l.credit]).toEqual([350, 100, 100]);
+    expect(Array.from(p.slice(ACCT_GROWN, ACCT_REFUND + 1))).toEqual([0n, 100n, 0n, 0n, 0n]);
+  });
+
+  it('a release of a file the binding grew takes that growth first: no clamp at 0, no bytes left behind', () => {
+    const p = new BigInt64Array(ACCT_LEN);
+    const l = new Ledger(limits, { bytes: 100, inodes: 1 }, null, p);
+    l.reserveBytes(500);
+    // the file had 100 bytes counted by JS, then the binding grew it by 400
+    nativeGrow(p, 400);
+    l.release(500);
+    l.removeInode();
+    expect([l.bytes, l.inodes, l.underflows]).toEqual([0, 0, 0]);
+  });
+
+  it('a growth the unused credit stands in the way of passes: the credit is taken back first; a refusal changes nothing', () => {
+    const p = new BigInt64Array(ACCT_LEN);
+    const l = new Ledger(limits, { bytes: 500, inodes: 0 }, null, p);
+    l.reserveBytes(400);
+    expect(() => l.resize(0, 500)).not.toThrow();
+    expect([l.bytes, l.reservedBytes, l.credit]).toEqual([1000, 0, 0]);
+    expect(nativeGrow(p, 1)).toBe(false);
+    expect(() => l.resize(0, 1)).toThrow(HomesError);
+    expect([l.bytes, l.reservedBytes]).toEqual([1000, 0]);
+  });
+
+  it('credit the binding took for a write in flight still counts: a check made meanwhile cannot give the same bytes away', () => {
+    const p = new BigInt64Array(ACCT_LEN);
+    const l = new Ledger(limits, { bytes: 0, inodes: 0 }, null, p);
+    l.reserveBytes(600);
+    // taken from the credit, not reported yet (the pwrite is running)
+    Atomics.sub(p, ACCT_CREDIT, 600n);
+    let err: unknown;
+    try {
+      l.resize(0, 500);
+    } catch (e) {
+      err = e;
+    }
+    expect((err as HomesError).code).toBe('QUOTA_EXCEEDED');
+    expect((err as HomesError).details).toMatchObject({ inFlight: 600 });
+    Atomics.add(p, ACCT_GROWN, 600n);
+    expect([l.bytes, l.reservedBytes]).toEqual([600, 0]);
+  });
+
+  it('new limits take the credit back and publish the per-file limit; detach takes it back too', () => {
+    const p = new BigInt64Array(ACCT_LEN);
+    const pool = new TenantPool('t');
+    const l = new Ledger({ ...limits, maxFileBytes: 77 }, { bytes: 0, inodes: 0 }, pool, p);
+    expect(p[ACCT_MAXFILE]).toBe(77n);
+    l.reserveBytes(300);
+    l.setLimits({ ...limits, maxFileBytes: 5 });
+    expect([p[ACCT_MAXFILE], p[ACCT_CREDIT], BigInt(l.reservedBytes)]).toEqual([5n, 0n, 0n]);
+    l.reserveBytes(300);
+    nativeGrow(p, 100);
+    l.detach();
+    expect([p[ACCT_CREDIT], pool.bytes]).toEqual([0n, 0]);
+  });
+
+  it('model: with credit granted, used natively and taken back in any order, every JS check answers as the plain ledger does', () => {
+    fc.assert(
+      fc.property(
+        fc.nat(2000),
+        fc.array(
+          fc.oneof(
+            fc.record({ grant: fc.nat(1000) }),
+            fc.record({ native: fc.nat(300), short: fc.nat(300) }),
+            fc.record({ js: fc.nat(400) }),
+            fc.record({ shrink: fc.nat(300) }),
+            fc.record({ reclaim: fc.constant(true) }),
+            fc.record({ budget: fc.nat(3000) }),
+          ),
+          { maxLength: 80 },
+        ),
+        (start, ops) => {
+          const p = new BigInt64Array(ACCT_LEN);
+          const withCredit = new Ledger(limits, { bytes: Math.min(start, 1000), inodes: 0 }, null, p);
+          const spec = new Ledger(limits, { bytes: Math.min(start, 1000), inodes: 0 });
+          const outcome = (f: () => void): string => {
+            try {
+              f();
+              return 'ok';
+            } catch (e) {
+              return (e as HomesError).code;
+            }
+          };
+          for (const op of ops) {
+            if ('grant' in op) {
+              // as FsContext.grantBytes: never more than a quarter of the free room
+              const max = withCredit.limits.maxHomeBytes;
+              const free = max - withCredit.bytes - withCredit.reservedBytes;
+              if (max > 0 && free > 0) withCredit.reserveBytes(Math.min(op.grant, Math.floor(free / 4)));
+            } else if ('native' in op) {
+              const landed = Math.min(op.short, op.native);
+              if (nativeGrow(p, op.native, landed)) {
+                // what the binding allowed, the specification allows too
+                expect(outcome(() => spec.resize(0, op.native))).toBe('ok');
+                spec.resize(op.native, landed);
+              } else {
+                // asked JS instead: both decide the same
+                expect(outcome(() => withCredit.resize(0, op.native))).toBe(outcome(() => spec.resize(0, op.native)));
+              }
+            } else if ('js' in op) {
+              expect(outcome(() => withCredit.resize(0, op.js))).toBe(outcome(() => spec.resize(0, op.js)));
+            } else if ('shrink' in op) {
+              const b = Math.min(op.shrink, spec.bytes);
+              withCredit.release(b);
+              spec.release(b);
+            } else if ('reclaim' in op) {
+              withCredit.reclaimBytes();
+            } else {
+              withCredit.setLimits({ ...limits, maxHomeBytes: op.budget });
+              spec.setLimits({ ...limits, maxHomeBytes: op.budget });
+            }
+            expect(withCredit.bytes).toBe(spec.bytes);
+            // never promised more than the budget has room for
+            const max = withCredit.limits.maxHomeBytes;
+            if (max > 0 && withCredit.reservedBytes > 0) expect(withCredit.bytes + withCredit.reservedBytes).toBeLessThanOrEqual(Math.max(max, withCredit.bytes));
+          }
+        },
+      ),
     );
   });
 });
