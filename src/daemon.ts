@@ -256,6 +256,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           ...(sc.detail ? { detail: sc.detail } : {}),
           ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
           ...(releases ? { releasesAnswered: releases.answered() } : {}),
+          ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
         },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,

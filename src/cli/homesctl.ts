@@ -817,6 +817,7 @@ function renderStatus(s: StatusReport): string {
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
   if (s.native.releasesAnswered !== undefined) nativeExtra.push(`native release: ${s.native.releasesAnswered} answered`);
+  if (s.native.noFlush !== undefined) nativeExtra.push(`opens without FLUSH: ${s.native.noFlush.opens} (FLUSH requests: ${s.native.noFlush.flushes})`);
   if (s.native.fastPath) nativeExtra.push(`native getattr: ${s.native.fastPath.answered} answered (${s.native.fastPath.negative} of them ENOENT/ENOTDIR), ${s.native.fastPath.fallbacks} to JS; native readdir: ${s.native.fastPath.readdirAnswered} answered, ${s.native.fastPath.readdirFallbacks} to JS; native unlink: ${s.native.fastPath.unlinkAnswered} done, ${s.native.fastPath.unlinkFallbacks} to JS; native open: ${s.native.fastPath.openAnswered} answered, ${s.native.fastPath.openFallbacks} to JS; native create: ${s.native.fastPath.createAnswered} made, ${s.native.fastPath.createFallbacks} to JS; native utimens/chmod/chown: ${s.native.fastPath.utimensAnswered}/${s.native.fastPath.chmodAnswered}/${s.native.fastPath.chownAnswered} done, ${s.native.fastPath.setattrFallbacks} to JS; native write decisions: ${s.native.fastPath.writesDecided ?? 0} made, ${s.native.fastPath.writeDecisionFallbacks ?? 0} to JS`);
   const head = keyValues([
     ['Mount', s.mount.path],

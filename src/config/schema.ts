@@ -61,6 +61,12 @@ const FuseOptions = z
      */
     nativeWriteDecision: z.boolean().default(true),
     /**
+     * opens whose FLUSH needs no answer from the daemon (every handle but a
+     * writer in a text home) are answered with FOPEN_NOFLUSH: the kernel then
+     * sends no FLUSH at their closes (Linux 5.17+; binding patch 10)
+     */
+    noFlush: z.boolean().default(true),
+    /**
      * with the fast path: UTIMENS by path, CHMOD by path where the profile's
      * chmod decision is a plain mask (home, posix), and CHOWN by path where it
      * changes nothing (to the home's owner) or the profile allows it, done on

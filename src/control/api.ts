@@ -237,6 +237,8 @@ export interface StatusReport {
     fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number };
     /** RELEASEs the binding answered and this daemon carried out later (absent when fuse.nativeRelease is off) */
     releasesAnswered?: number;
+    /** opens answered with FOPEN_NOFLUSH (their closes send no FLUSH), and the FLUSH requests that came (absent when fuse.noFlush is off) */
+    noFlush?: { opens: number; flushes: number };
   };
   homes: Array<{
     tenant: string;

@@ -121,6 +121,9 @@ export interface FuseClass {
   takeReleases?(): Float64Array | null;
   /** absent from a binding built before patch 4 */
   fastPath?: FastPathNative;
+  /** patch 10: opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns opens answered so */
+  setNoFlush?(on: boolean): number;
+  noFlushCount?(): { opens: number; flushes: number };
 }
 
 /** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */

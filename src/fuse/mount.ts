@@ -147,6 +147,8 @@ export class MountManager {
       debug: f.debug,
     });
     this.fuse.setFlushGate(this.ctx.flushGate);
+    // Opens whose FLUSH would be answered as a no-op tell the kernel not to send it (patch 10).
+    this.Fuse.setNoFlush?.(f.noFlush);
     await new Promise<void>((resolve, reject) => {
       this.fuse!.mount((err) => (err ? reject(new MountError(`mount failed: ${err.message}`)) : resolve()));
     });

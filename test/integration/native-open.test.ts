@@ -34,6 +34,8 @@ const HOMES = {
   [`${T}/twenty`]: { owner: U, profile: 'twenty' },
   [`${T}/new`]: { owner: U, profile: 'home' },
   [`${T}/px`]: { owner: U, profile: 'posix' },
+  [`${T}/txt`]: { owner: U, profile: 'scratch' },
+  [`${T}/nf`]: { owner: U, profile: 'home' },
 };
 
 type Native = { openAnswered: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
@@ -115,6 +117,34 @@ print(' '.join(res))`,
     await new Promise((resolve) => p.once('exit', resolve));
     // The RELEASE is the daemon's to carry out: the control command takes it first.
     expect((await s.usage(`${T}/flip`)).bytes).toBe(base - 40000);
+  });
+
+  it('closes of readers send no FLUSH (FOPEN_NOFLUSH); writers still do, and a text-home writer hears EILSEQ at close', async () => {
+    const flushes = async () => ((await s.d.status()) as { native: { noFlush: { opens: number; flushes: number } } }).native.noFlush;
+    const home = s.d.home(T, 'nf');
+    await s.py(`import os,sys\nopen(os.path.join(sys.argv[1], 'nf'), 'wb').write(b'x')`, home);
+    const before = await flushes();
+    // 30 readers, each with a dup'd descriptor closed too: 60 closes, no FLUSH.
+    await s.py(`import os,sys\nfor i in range(30):\n  fd=os.open(os.path.join(sys.argv[1], 'nf'), os.O_RDONLY); os.close(os.dup(fd)); os.close(fd)`, home);
+    const after = await flushes();
+    expect(after.opens - before.opens).toBe(30);
+    expect(after.flushes).toBe(before.flushes);
+    // 10 writers of a binary home, the same: their FLUSHes still come (the home may become a text home before a close).
+    await s.py(`import os,sys\nfor i in range(10):\n  fd=os.open(os.path.join(sys.argv[1], 'nf'), os.O_WRONLY); os.close(os.dup(fd)); os.close(fd)`, home);
+    expect((await flushes()).flushes - after.flushes).toBe(20);
+    // A writer in a text home: its FLUSH still comes, and reports the character it left unfinished.
+    const out = await s.py(
+      `import os,sys,errno
+fd=os.open(os.path.join(sys.argv[1], 'half'), os.O_WRONLY | os.O_CREAT, 0o600)
+os.write(fd, 'caf\u00e9'.encode()[:-1])
+try:
+  os.close(fd); print('close ok')
+except OSError as e:
+  print('close', errno.errorcode[e.errno])`,
+      s.d.home(T, 'txt'),
+    );
+    expect(out).toBe('close EILSEQ');
+    expect((await flushes()).flushes).toBeGreaterThan(after.flushes);
   });
 
   it("files opened and closed natively, with no request after: the daemon adopts and closes them by itself", async () => {

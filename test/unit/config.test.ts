@@ -62,6 +62,7 @@ describe('buildConfig: defaults', () => {
       nativeOpen: true,
       nativeCreate: true,
       nativeWriteDecision: true,
+      noFlush: true,
       nativeSetattr: true,
       nativeRelease: true,
       debug: false,
