@@ -557,7 +557,8 @@ export class FsContext {
       // The binding counted this open in its table; the record already holds the one count JS keeps per record.
       this.deps.attrs?.inode(dev, ino, -1);
     } else {
-      inode = this.newInode(hs, dev, ino, how.created ? 0 : Number(fstatSync(fd, { bigint: true }).size));
+      // A file the binding made may be its own already (its writes grew it before this): the record reads the size there.
+      inode = this.newInode(hs, dev, ino, how.created ? 0 : Number(fstatSync(fd, { bigint: true }).size), how.created);
     }
     inode.handles++;
     if (how.writable) inode.writers++;
@@ -871,13 +872,13 @@ export class FsContext {
   }
 
   /** A new open-file record of hs, with its charged size published to the binding (which already counts the inode open). */
-  private newInode(hs: HomeState, dev: bigint, ino: bigint, initial: number): OpenInode {
+  private newInode(hs: HomeState, dev: bigint, ino: bigint, initial: number, madeNatively = false): OpenInode {
     // Every change of the charged size reaches the binding's table too: the
     // accessor makes one that forgets to tell it impossible.
     const attrs = this.deps.attrs;
     let size = initial;
-    // A file the binding made (or one it owns already) keeps its size there: writes may have grown it before this.
-    const owned = attrs?.writeDecisions ? attrs.wlSize(dev, ino) : -1;
+    // Only a file the binding made can be its own before JS has a record of it (fastpath_set_write_credit).
+    const owned = madeNatively && attrs?.writeDecisions ? attrs.wlSize(dev, ino) : -1;
     const inode: OpenInode = {
       key: inodeKey(dev, ino),
       dev,
@@ -925,17 +926,20 @@ export class FsContext {
 
   /** The charged size back from the binding; a write it decided may still be in flight (no new one starts): wait it out. */
   private async takeSize(inode: OpenInode): Promise<void> {
-    const attrs = this.deps.attrs!;
     for (let tries = 0; ; tries++) {
-      const v = attrs.wlRevoke(inode.dev, inode.ino);
-      if (v !== -1) {
-        inode.delegated = false;
-        if (v >= 0) inode.size = v;
-        return;
-      }
+      if (this.takeSizeNow(inode)) return;
       // One pwrite on libfuse's thread: yield to the event loop, then back off to a millisecond.
       await new Promise<void>((resolve) => (tries < 16 ? setImmediate(resolve) : setTimeout(resolve, 1)));
     }
+  }
+
+  /** Take the size back if no write the binding decided is in flight on it (false: ask again soon; no new one starts meanwhile). */
+  private takeSizeNow(inode: OpenInode): boolean {
+    const v = this.deps.attrs!.wlRevoke(inode.dev, inode.ino);
+    if (v === -1) return false;
+    inode.delegated = false;
+    if (v >= 0) inode.size = v;
+    return true;
   }
 
   /**
@@ -1004,12 +1008,8 @@ export class FsContext {
   detachInode(hs: HomeState, inode: OpenInode): void {
     inode.handles--;
     if (inode.handles > 0) return;
-    if (inode.delegated) {
-      // The last handle is gone, so no write of it is in flight: the binding gives the size back at once.
-      const v = this.deps.attrs!.wlRevoke(inode.dev, inode.ino);
-      inode.delegated = false;
-      if (v >= 0) inode.size = v;
-    }
+    // The last handle is gone, so no write of it is in flight (unpublish waited for it): the size comes back at once.
+    if (inode.delegated && !this.takeSizeNow(inode)) this.log.error({ home: hs.backing.id, ino: String(inode.ino) }, 'the binding still writes a file whose last handle is gone');
     hs.inodes.delete(inode.key);
     this.deps.attrs?.inode(inode.dev, inode.ino, -1);
     if (inode.unlinked) {
