@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in libfuse2 libfuse-dev pkg-config g++ make python3 python3-venv openssh-client patch git tar diffutils util-linux sqlite3 procps strace systemd; do
+for pkg in libfuse2 libfuse-dev pkg-config g++ make python3 python3-venv openssh-client patch git tar diffutils util-linux e2fsprogs sqlite3 procps strace systemd; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 # homesctl exec and owner names: nss-systemd reads the daemon's /run/userdb records; pip and

@@ -257,6 +257,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
           ...(releases ? { releasesAnswered: releases.answered() } : {}),
           ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
+          ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
         },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,

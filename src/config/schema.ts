@@ -67,6 +67,14 @@ const FuseOptions = z
      */
     noFlush: z.boolean().default(true),
     /**
+     * one libfuse thread reads the device at a time and keeps doing so while
+     * it answers natively; it hands over before it waits for JS or copies
+     * more than 32 KiB, and a watchdog hands over for it when one request
+     * takes it longer than 2 ms (binding patch 11). Off: libfuse's own loop,
+     * every idle thread reading (a wake per request)
+     */
+    singleReader: z.boolean().default(true),
+    /**
      * with the fast path: UTIMENS by path, CHMOD by path where the profile's
      * chmod decision is a plain mask (home, posix), and CHOWN by path where it
      * changes nothing (to the home's owner) or the profile allows it, done on

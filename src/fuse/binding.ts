@@ -124,6 +124,9 @@ export interface FuseClass {
   /** patch 10: opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns opens answered so */
   setNoFlush?(on: boolean): number;
   noFlushCount?(): { opens: number; flushes: number };
+  /** patch 11: one thread reads the device at a time, from the next mount on */
+  setSingleReader?(on: boolean): void;
+  leadStats?(): { on: boolean; handoffs: number; revocations: number };
 }
 
 /** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */

@@ -149,6 +149,8 @@ export class MountManager {
     this.fuse.setFlushGate(this.ctx.flushGate);
     // Opens whose FLUSH would be answered as a no-op tell the kernel not to send it (patch 10).
     this.Fuse.setNoFlush?.(f.noFlush);
+    // Read once at the mount: one reader at a time, the others wait for its lead (patch 11).
+    this.Fuse.setSingleReader?.(f.singleReader);
     await new Promise<void>((resolve, reject) => {
       this.fuse!.mount((err) => (err ? reject(new MountError(`mount failed: ${err.message}`)) : resolve()));
     });

@@ -63,6 +63,7 @@ describe('buildConfig: defaults', () => {
       nativeCreate: true,
       nativeWriteDecision: true,
       noFlush: true,
+      singleReader: true,
       nativeSetattr: true,
       nativeRelease: true,
       debug: false,

@@ -1,0 +1,140 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+
+/**
+ * Issue 13, binding patch 11 (fuse.singleReader, on by default): one libfuse
+ * thread reads the device at a time and keeps the lead while it answers
+ * natively. What must hold is that no home can hold the others up through
+ * it: a native answer that blocks in the backing (here a WRITE on a frozen
+ * filesystem, whose pwrite waits in the kernel until the thaw) loses the lead
+ * to the watchdog, and another thread serves the other homes meanwhile.
+ *
+ * The backing is a small ext4 of its own (fsfreeze needs a filesystem that
+ * freezes; tmpfs does not), mounted noatime so that reads write nothing.
+ * Freezing stops every write to the backing, of every home: the other home
+ * only reads.
+ */
+
+const BASE = 520_000 + Math.floor(Math.random() * 60) * 10_000;
+const U = { uid: BASE + 7, gid: BASE + 7 };
+const T = 'sr';
+const HOMES = { [`${T}/stuck`]: { owner: U, profile: 'home' }, [`${T}/other`]: { owner: U, profile: 'home' } };
+const hasTools = ['mkfs.ext4', 'fsfreeze'].every((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env: { PATH: SYSTEM_PATH } }).status === 0);
+
+if (!canMount) console.warn(`single-reader integration suite skipped: ${skipReason}`);
+else if (!hasTools) console.warn('single-reader integration suite skipped: mkfs.ext4 or fsfreeze missing (apt-get install e2fsprogs util-linux)');
+
+type Lead = { on: boolean; handoffs: number; revocations: number };
+
+describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader): a blocked native answer holds up no other home', () => {
+  let d: RunningDaemon;
+  let dir = '';
+  let tmp = '';
+  let fs = '';
+  let frozen = false;
+
+  const py = async (script: string, timeoutMs: number, ...args: string[]) => {
+    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
+    writeFileSync(file, script, { mode: 0o644 });
+    const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs });
+    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
+    return r.stdout.trim();
+  };
+  const status = async () => {
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'], { timeoutMs: 20_000 });
+    if (r.code !== 0) throw new Error(`status: ${r.stderr}`);
+    return JSON.parse(r.stdout) as { native: { singleReader?: Lead; fastPath: { writesDecided: number } } };
+  };
+  const exitOf = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (c) => resolve(c))));
+
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-sr-'));
+    chmodSync(tmp, 0o755);
+    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
+    const img = join(tmp, 'fs.img');
+    fs = join(dir, 'backing');
+    mkdirSync(fs, { mode: 0o700 });
+    const steps: string[][] = [
+      ['truncate', '-s', '64M', img],
+      ['mkfs.ext4', '-q', '-F', img],
+      ['mount', '-o', 'loop,noatime', img, fs],
+      ['chmod', '0700', fs],
+    ];
+    for (const [cmd, ...args] of steps) {
+      const r = spawnSync(cmd!, args, { env: { PATH: SYSTEM_PATH } });
+      if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${r.stderr}`);
+    }
+    rmSync(join(fs, 'lost+found'), { recursive: true, force: true });
+    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
+    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+  }, 60_000);
+
+  afterAll(async () => {
+    if (frozen) spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } });
+    await d?.stopKeep();
+    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
+    rmSync(dir, { recursive: true, force: true });
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('is on by default and hands the lead over before a thread waits for JavaScript', async () => {
+    await py(`import os,sys\nfor i in range(20): open(os.path.join(sys.argv[1], 'f%02d' % i), 'w').write('x' * i)`, 60_000, d.home(T, 'other'));
+    const lead = (await status()).native.singleReader;
+    expect(lead?.on).toBe(true);
+    // The first write open of each file is JavaScript's: its thread gave the lead up before it waited.
+    expect(lead!.handoffs).toBeGreaterThan(0);
+  });
+
+  it('a native WRITE blocked in the backing (frozen) loses the lead; another home is served meanwhile; the write lands at the thaw', async () => {
+    const stuck = d.home(T, 'stuck');
+    const other = d.home(T, 'other');
+    const readAll = `import os,sys\nn=0\nfor r in range(10):\n  for i in range(20):\n    fd=os.open(os.path.join(sys.argv[1], 'f%02d' % i), os.O_RDONLY); n+=len(os.read(fd, 100)); os.close(fd)\n    os.stat(os.path.join(sys.argv[1], 'f%02d' % i)); n+=1\nprint(n)`;
+    const expected = String(10 * (190 + 20));
+    expect(await py(readAll, 60_000, other)).toBe(expected);
+    // A writer that has written before (the ledger has handed its file's size and byte credit
+    // to the binding), then waits for a line before one more 4 KiB write.
+    const file = join(tmp, 'writer.py');
+    writeFileSync(
+      file,
+      `import os,sys\nfd=os.open(sys.argv[1], os.O_WRONLY|os.O_CREAT, 0o600)\nfor i in range(4): os.write(fd, b'x'*4096)\nprint('ready', flush=True)\nsys.stdin.readline()\nos.pwrite(fd, b'y'*4096, 16384)\nprint('done', flush=True)\nos.close(fd)\n`,
+      { mode: 0o644 },
+    );
+    const writer = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, join(stuck, 'w')], {
+      env: { PATH: SYSTEM_PATH },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    writer.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+    const writerExit = exitOf(writer);
+    for (let i = 0; i < 600 && !out.includes('ready'); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(out).toContain('ready');
+    const before = await status();
+
+    expect(spawnSync('fsfreeze', ['-f', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
+    frozen = true;
+    // The write is decided natively and its pwrite waits in the kernel (file_start_write) on
+    // the thread that read it, until the thaw.
+    writer.stdin!.write('go\n');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(out).not.toContain('done');
+    // 400 opens, reads and stats in the other home: all served while the write is held.
+    expect(await py(readAll, 30_000, other)).toBe(expected);
+    expect(out).not.toContain('done');
+    const during = await status();
+    expect(during.native.singleReader!.revocations).toBeGreaterThan(before.native.singleReader!.revocations);
+
+    expect(spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
+    frozen = false;
+    expect(await writerExit).toBe(0);
+    expect(out).toContain('done');
+    // It was the binding's decision that waited (not JavaScript's, which hands the lead over first).
+    expect((await status()).native.fastPath.writesDecided).toBeGreaterThan(before.native.fastPath.writesDecided);
+    expect(await py(`import os,sys\nd=open(sys.argv[1],'rb').read()\nprint(len(d), d[16384:].count(b'y'))`, 60_000, join(stuck, 'w'))).toBe('20480 4096');
+    // And the mount goes on serving both homes.
+    expect(await py(readAll, 60_000, other)).toBe(expected);
+  }, 120_000);
+});
