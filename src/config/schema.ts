@@ -70,7 +70,7 @@ const FuseOptions = z
      * one libfuse thread reads the device at a time and keeps doing so while
      * it answers natively; it hands over before it waits for JS or copies
      * more than 32 KiB, and a watchdog hands over for it when one request
-     * takes it longer than 2 ms (binding patch 11). Off: libfuse's own loop,
+     * takes it 4 ms or more (binding patch 11). Off: libfuse's own loop,
      * every idle thread reading (a wake per request)
      */
     singleReader: z.boolean().default(true),

@@ -38,7 +38,7 @@ const HOMES = {
   [`${T}/nf`]: { owner: U, profile: 'home' },
 };
 
-type Native = { openAnswered: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
+type Native = { openAnswered: number; openClosedNatively: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
 
 describe.skipIf(!canMount)('native open (fuse.nativeOpen): slots granted ahead, adopted before anything else', () => {
   const s = ownerSuite(U, { homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten, twenty } } });
@@ -147,19 +147,24 @@ except OSError as e:
     expect((await flushes()).flushes).toBeGreaterThan(after.flushes);
   });
 
-  it("files opened and closed natively, with no request after: the daemon adopts and closes them by itself", async () => {
+  it('files opened and closed natively, with no request between: closed in the binding (the daemon never sees them), every descriptor back', async () => {
     const home = s.d.home(T, 'flip');
     await s.py(`import os,sys\nfor i in range(5): open(os.path.join(sys.argv[1], 'q%d' % i), 'wb').write(b'q')`, home);
     await warm(home);
     await s.d.status();
     const idle = s.d.fdCount();
     const n0 = (await native()).openAnswered;
+    const c0 = (await native()).openClosedNatively;
     await s.py(`import os,sys\nfor i in range(5): os.close(os.open(os.path.join(sys.argv[1], 'q%d' % i), os.O_RDONLY))`, home);
     // No FUSE request and no control command until the count is back (bounded wait, no timing asserted).
     const deadline = Date.now() + 10_000;
     while (s.d.fdCount() !== idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     expect(s.d.fdCount()).toBe(idle);
     expect((await native()).openAnswered).toBe(n0 + 5);
+    // Each was closed before the daemon took the queue (its poll may adopt one in between:
+    // then the daemon closes that one, as it did before patch 12).
+    expect((await native()).openClosedNatively - c0).toBeGreaterThan(0);
+    expect((await homeStatus('flip')).openFiles).toBe(0);
   });
 
   it('a home of 20 inodes: files made natively and by the daemon stop at exactly 20, and a directory fits again after one is removed', async () => {
