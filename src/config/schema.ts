@@ -68,8 +68,9 @@ const FuseOptions = z
     noFlush: z.boolean().default(true),
     /**
      * one libfuse thread reads the device at a time and keeps doing so while
-     * it answers natively; it hands over before it waits for JS or copies
-     * more than 32 KiB, and a watchdog hands over for it when one request
+     * it answers natively; it hands over before it waits for JS, writes more
+     * than 32 KiB or reads what the page cache does not hold, and a watchdog
+     * hands over for it when one request
      * takes it 4 ms or more (binding patch 11). Off: libfuse's own loop,
      * every idle thread reading (a wake per request)
      */

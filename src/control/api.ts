@@ -239,8 +239,8 @@ export interface StatusReport {
     releasesAnswered?: number;
     /** opens answered with FOPEN_NOFLUSH (their closes send no FLUSH), and the FLUSH requests that came (absent when fuse.noFlush is off) */
     noFlush?: { opens: number; flushes: number };
-    /** one reader of the device at a time (absent when fuse.singleReader is off): the lead handed over before a thread blocked, and taken away by the watchdog from a thread held up longer than 2 ms by one request */
-    singleReader?: { on: boolean; handoffs: number; revocations: number };
+    /** one reader of the device at a time (absent when fuse.singleReader is off): the lead handed over before a thread blocked, and taken away by the watchdog from a thread held up 4 ms by one request; readWaits: the handovers before a read the page cache could not serve */
+    singleReader?: { on: boolean; handoffs: number; revocations: number; readWaits: number };
   };
   homes: Array<{
     tenant: string;

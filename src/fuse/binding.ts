@@ -126,7 +126,7 @@ export interface FuseClass {
   noFlushCount?(): { opens: number; flushes: number };
   /** patch 11: one thread reads the device at a time, from the next mount on */
   setSingleReader?(on: boolean): void;
-  leadStats?(): { on: boolean; handoffs: number; revocations: number };
+  leadStats?(): { on: boolean; handoffs: number; revocations: number; readWaits: number };
 }
 
 /** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */

@@ -28,7 +28,7 @@ const hasTools = ['mkfs.ext4', 'fsfreeze'].every((t) => spawnSync('sh', ['-c', `
 if (!canMount) console.warn(`single-reader integration suite skipped: ${skipReason}`);
 else if (!hasTools) console.warn('single-reader integration suite skipped: mkfs.ext4 or fsfreeze missing (apt-get install e2fsprogs util-linux)');
 
-type Lead = { on: boolean; handoffs: number; revocations: number };
+type Lead = { on: boolean; handoffs: number; revocations: number; readWaits: number };
 
 describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader): a blocked native answer holds up no other home', () => {
   let d: RunningDaemon;
@@ -87,6 +87,22 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     expect(lead?.on).toBe(true);
     // The first write open of each file is JavaScript's: its thread gave the lead up before it waited.
     expect(lead!.handoffs).toBeGreaterThan(0);
+  });
+
+  it('a read the page cache holds keeps the lead; one that must wait for the disk gives it up first', async () => {
+    const other = d.home(T, 'other');
+    await py(`import os,sys\nfor n in ('warm', 'cold'):\n  with open(os.path.join(sys.argv[1], n), 'wb') as f: f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())`, 60_000, other);
+    const readIt = (name: string) => py(`import sys\nprint(len(open(sys.argv[1], 'rb').read()))`, 60_000, join(other, name));
+    // Warm: read once (the daemon grants this caller its slots), then again with every page cached.
+    expect(await readIt('warm')).toBe(String(1 << 20));
+    const w0 = (await status()).native.singleReader!.readWaits;
+    expect(await readIt('warm')).toBe(String(1 << 20));
+    expect((await status()).native.singleReader!.readWaits).toBe(w0);
+    // Cold: the backing file's pages dropped (it is clean), so a READ would wait for the disk.
+    const drop = spawnSync('python3', ['-c', `import os,sys\nfd=os.open(sys.argv[1], os.O_RDONLY)\nos.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)`, join(d.backingOf(T, 'other'), 'cold')]);
+    expect(drop.status).toBe(0);
+    expect(await readIt('cold')).toBe(String(1 << 20));
+    expect((await status()).native.singleReader!.readWaits).toBeGreaterThan(w0);
   });
 
   it('a native WRITE blocked in the backing (frozen) loses the lead; another home is served meanwhile; the write lands at the thaw', async () => {
