@@ -9,13 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
+# What a node needs to build and run homesfs: README "On a node > Install" has
+# this list, no more and no less, on its apt line (test/unit/install-docs.test.ts).
+runtime=(libfuse2 util-linux libnss-systemd)
+build=(libfuse-dev pkg-config g++ make python3 patch)
+# What the tests drive besides: git, ssh, sqlite, strace, e2fsprogs, systemd
+# (systemd-analyze verifies the unit), pip and setuptools (the cache test builds
+# an sdist whose wheel lands in a home).
+tests=(python3-venv openssh-client git tar diffutils e2fsprogs sqlite3 procps strace systemd python3-pip python3-setuptools)
 need=()
-for pkg in libfuse2 libfuse-dev pkg-config g++ make python3 python3-venv openssh-client patch git tar diffutils util-linux e2fsprogs sqlite3 procps strace systemd; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
-done
-# homesctl exec and owner names: nss-systemd reads the daemon's /run/userdb records; pip and
-# setuptools build the sdist whose wheel the cache test sees land in a home.
-for pkg in libnss-systemd python3-pip python3-setuptools; do
+for pkg in "${runtime[@]}" "${build[@]}" "${tests[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

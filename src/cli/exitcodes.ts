@@ -27,3 +27,14 @@ export const EXIT = {
   /** the backing root or a tenant directory is reachable by a non-root uid (see allowOpenBacking) */
   BACKING_OPEN: 11,
 } as const;
+
+/**
+ * The exit codes a restart cannot heal: each waits for an admin (an edit, a
+ * reinstall, a chmod, the other daemon stopped), so systemd's Restart= would
+ * only retry them every RestartSec forever. The unit's RestartPreventExitStatus
+ * lists exactly these (test/unit/systemd.test.ts). The others may pass by
+ * themselves: a bug's race (1), a mount point still busy or /dev/fuse not yet
+ * there (5), a lost mount (6), a socket or port a dying predecessor still holds
+ * (7), a backing disk that was full or erring (8).
+ */
+export const NO_RESTART: readonly number[] = [EXIT.USAGE, EXIT.CONFIG, EXIT.NATIVE, EXIT.STATE, EXIT.LOCKED, EXIT.BACKING_OPEN];

@@ -1,9 +1,12 @@
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EXIT, NO_RESTART } from '../../src/cli/exitcodes.js';
 import { loadConfig, stateFileOf } from '../../src/config/load.js';
+import { ConfigSchema } from '../../src/config/schema.js';
+import { readmeText, section, shBlocks } from '../helpers/readme-install.js';
 
 const DIR = join(import.meta.dirname, '../../systemd');
 const UNIT = join(DIR, 'homesfs.service');
@@ -67,18 +70,41 @@ describe('systemd/homesfs.service', () => {
     expect(one('Service', 'Type')).toBe('notify');
     expect(one('Service', 'NotifyAccess')).toBe('all');
     expect(one('Service', 'Restart')).toBe('on-failure');
-    expect(one('Service', 'ExecStart')).toMatch(/homesfs serve --config \/etc\/homesfs\/config\.json$/);
+    // by an absolute path (README "Install" puts it there), never a PATH lookup through env
+    expect(one('Service', 'ExecStart')).toBe('/usr/local/bin/homesfs serve --config /etc/homesfs/config.json');
     expect(one('Service', 'ExecReload')).toMatch(/kill -HUP \$MAINPID/);
     expect(Number(one('Service', 'LimitNOFILE'))).toBeGreaterThanOrEqual(65536);
     expect(Number(one('Service', 'OOMScoreAdjust'))).toBeLessThan(0);
     expect(one('Service', 'ExecStopPost')).toMatch(/^-.*umount --lazy \/homes/);
-    // exit codes that a retry cannot heal: usage, config, state, lock
-    expect(one('Service', 'RestartPreventExitStatus').split(/\s+/).sort()).toEqual(['10', '2', '3', '9']);
     expect(one('Service', 'NoNewPrivileges')).toBe('yes');
     expect(one('Service', 'CapabilityBoundingSet')).toContain('CAP_SYS_ADMIN');
     expect(one('Unit', 'RequiresMountsFor')).toBe('/var/lib/homesfs');
     expect(get('Unit', 'Before')).toContain('multi-user.target');
     expect(one('Install', 'WantedBy')).toBe('multi-user.target');
+  });
+
+  it('does not restart after an exit code a restart cannot heal, and the README says which', () => {
+    const codes = one('Service', 'RestartPreventExitStatus').split(/\s+/).map(Number);
+    expect([...codes].sort((a, b) => a - b)).toEqual([...NO_RESTART].sort((a, b) => a - b));
+    // each is a real exit code, and the ones that may heal stay restartable
+    for (const c of codes) expect(Object.values(EXIT)).toContain(c);
+    for (const c of [EXIT.INTERNAL, EXIT.MOUNT, EXIT.MOUNT_LOST, EXIT.CONTROL, EXIT.BACKING]) expect(codes).not.toContain(c);
+    // README "Under systemd" lists them in prose: "exit codes 2, 3, … and 11"
+    const prose = section(readmeText(), 'Under systemd').replace(/\s+/g, ' ');
+    const listed = /after exit codes ((?:\d+, )*\d+ and \d+)/.exec(prose);
+    expect(listed, 'README "Under systemd": "after exit codes A, B and C"').not.toBeNull();
+    expect(listed![1]!.split(/, | and /).map(Number)).toEqual([...NO_RESTART].sort((a, b) => a - b));
+  });
+
+  it('may reach loopback TCP (metrics.listen) and nothing else on the network', () => {
+    expect(one('Service', 'RestrictAddressFamilies').split(/\s+/).sort()).toEqual(['AF_INET', 'AF_INET6', 'AF_UNIX']);
+    expect(one('Service', 'IPAddressDeny')).toBe('any');
+    expect(one('Service', 'IPAddressAllow')).toBe('localhost');
+    // "localhost" is 127.0.0.0/8 and ::1 (systemd.resource-control(5)): all the config lets metrics.listen name
+    const listen = (l: string) => ConfigSchema.safeParse({ backing: '/b', mount: '/m', metrics: { listen: l } }).success;
+    expect(listen('127.0.0.1:9464')).toBe(true);
+    expect(listen('[::1]:9464')).toBe(true);
+    for (const l of ['0.0.0.0:9464', '[::]:9464', '10.0.0.1:9464', 'localhost:9464']) expect(listen(l), l).toBe(false);
   });
 
   it('agrees with the example config: mount, backing under RequiresMountsFor, a stop timeout longer than the grace', () => {
@@ -115,13 +141,57 @@ describe('systemd-analyze verify', () => {
 
   const verify = (file: string) => spawnSync('systemd-analyze', ['verify', file], { encoding: 'utf8', timeout: 60_000 });
 
+  /** A stand-in for the installed program: verify refuses an ExecStart= whose program is missing. */
+  const stub = () => {
+    const bin = join(dir, 'bin');
+    mkdirSync(bin, { recursive: true });
+    writeFileSync(join(bin, 'homesfs'), '#!/bin/sh\n');
+    chmodSync(join(bin, 'homesfs'), 0o755);
+    return join(bin, 'homesfs');
+  };
+
   it('accepts the unit without a warning (systemd is installed by scripts/install.sh)', () => {
-    const unit = join(dir, 'homesfs.service');
-    copyFileSync(UNIT, unit);
+    // As shipped but for ExecStart's program: /usr/local/bin/homesfs exists only where
+    // README "Install" ran (test/integration/install.test.ts checks it is there then).
+    const text = readFileSync(UNIT, 'utf8');
+    expect(text).toContain('ExecStart=/usr/local/bin/homesfs ');
+    mkdirSync(join(dir, 'shipped'), { recursive: true });
+    const unit = join(dir, 'shipped', 'homesfs.service');
+    writeFileSync(unit, text.replace('ExecStart=/usr/local/bin/homesfs ', `ExecStart=${stub()} `));
     const r = verify(unit);
     expect(r.error, 'systemd-analyze is missing: apt-get install systemd').toBeUndefined();
     expect(`${r.stdout}${r.stderr}`).toBe('');
     expect(r.status).toBe(0);
+  });
+
+  it("accepts the unit with README's drop-in for another prefix, which replaces ExecStart", () => {
+    const unitDir = join(dir, 'dropin');
+    mkdirSync(unitDir, { recursive: true });
+    writeFileSync(join(unitDir, 'homesfs.service'), readFileSync(UNIT, 'utf8'));
+    // README "Under systemd"'s drop-in commands, run as written but into this directory
+    // (verify reads drop-ins beside the unit it is given) and with the stand-in on PATH.
+    const block = shBlocks(section(readmeText(), 'Under systemd')).find((b) => b.some((c) => c.includes('homesfs.service.d')));
+    expect(block, 'README "Under systemd" has the drop-in block').toBeDefined();
+    const script = block!
+      .filter((c) => !c.startsWith('systemctl '))
+      .map((c) => c.replaceAll('/etc/systemd/system/', `${unitDir}/`))
+      .join('\n');
+    expect(script).not.toContain('/etc/systemd');
+    const program = stub();
+    const made = spawnSync('sh', ['-ec', script], { encoding: 'utf8', env: { ...process.env, PATH: `${dirname(program)}:${process.env.PATH}` } });
+    expect(made.status, made.stderr).toBe(0);
+    const dropin = parseUnit(readFileSync(join(unitDir, 'homesfs.service.d', 'prefix.conf'), 'utf8'));
+    expect(dropin).toEqual([
+      ['Service', 'ExecStart', ''],
+      ['Service', 'ExecStart', `${program} serve --config /etc/homesfs/config.json`],
+    ]);
+    const r = verify(join(unitDir, 'homesfs.service'));
+    expect(`${r.stdout}${r.stderr}`).toBe('');
+    expect(r.status).toBe(0);
+    // verify does look at the drop-in's program (whether or not /usr/local/bin/homesfs exists here)
+    chmodSync(program, 0o644);
+    expect(verify(join(unitDir, 'homesfs.service')).stderr).toContain(`Command ${program} is not executable`);
+    chmodSync(program, 0o755);
   });
 
   it('really checks: a misspelt directive and an out-of-range value are reported', () => {
