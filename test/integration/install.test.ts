@@ -78,6 +78,8 @@ describe.skipIf(!canMount)('README "Install", run as written on a fresh clone', 
     // (logs-max=0: not even a debug log in the host's cache)
     const hostCache = run('npm', ['config', 'get', 'cache'], { env: cleanEnv({ npm_config_logs_max: '0' }) }).out.trim();
     cpSync(join(hostCache, '_cacache'), join(home, '.npm', '_cacache'), { recursive: true });
+    // A HOME of its own: a test machine's ~/.npmrc (root's here says nodedir=/usr) would
+    // hide what a fresh node lacks, and npm writes its logs there.
     env = cleanEnv({ HOME: home, npm_config_update_notifier: 'false' });
     const lock = JSON.parse(readFileSync(join(clone, 'package-lock.json'), 'utf8')) as {
       packages: Record<string, { version?: string; dev?: boolean; link?: boolean }>;
