@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig, stateFileOf } from '../../src/config/load.js';
 import { jsonErrorOffset, lineColumn } from '../../src/config/json-position.js';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
+import { parseSize } from '../../src/policy/size.js';
+import { parseSize as cliParseSize } from '../../src/cli/size.js';
 
 const MIN = { backing: '/srv/backing', mount: '/srv/homes' } as const;
 
@@ -419,5 +421,74 @@ describe('loadConfig', () => {
     expect(issues).toHaveLength(2);
     expect(issues[0]).toMatch(/^homes\.acme\/_nope: /);
     expect(issues[1]).toBe('homes.acme/_nope.profile: unknown profile "missing"');
+  });
+});
+
+describe('buildConfig: sizes as on the command line', () => {
+  const Gi = 1024 ** 3;
+  const Mi = 1024 ** 2;
+
+  it('the CLI and the config read sizes with one parser', () => {
+    expect(cliParseSize).toBe(parseSize);
+  });
+
+  it.each([
+    ['2G', 2 * Gi],
+    ['2g', 2 * Gi],
+    ['1.5 GiB', 1.5 * Gi],
+    ['2 GB', 2_000_000_000],
+    ['2GB', 2_000_000_000],
+    ['512 MiB', 512 * Mi],
+    ['1e9', 1_000_000_000],
+    ['4096', 4096],
+    ['0', 0],
+  ] as const)('tenant maxBytes %j = %d bytes', (text, bytes) => {
+    expect(buildConfig({ ...MIN, tenants: { acme: { maxBytes: text } } }, null).config.tenants.acme!.maxBytes).toBe(bytes);
+  });
+
+  it('plain numbers still work, and the frozen config holds numbers only', () => {
+    const l = buildConfig(
+      {
+        ...MIN,
+        tenants: { acme: { maxBytes: 5 * Gi } },
+        profiles: { big: { extends: 'home', maxHomeBytes: '1.5 GiB', maxFileBytes: '100M' }, full: { ...CUSTOM, maxHomeBytes: '3G', maxFileBytes: 7 } },
+        fuse: { maxWrite: '64K' },
+        exec: { rlimits: { fsize: { soft: '1G', hard: 'unlimited' }, as: { soft: '2 GB', hard: '4G' }, nofile: { soft: 1024, hard: 4096 } } },
+      },
+      null,
+    );
+    expect(l.config.tenants.acme!.maxBytes).toBe(5 * Gi);
+    expect(l.profiles.big!.maxHomeBytes).toBe(1.5 * Gi);
+    expect(l.profiles.big!.maxFileBytes).toBe(100 * Mi);
+    expect(l.config.profiles.full!.maxHomeBytes).toBe(3 * Gi);
+    expect(l.profiles.full!.maxFileBytes).toBe(7);
+    expect(l.config.fuse.maxWrite).toBe(65536);
+    expect(l.config.exec.rlimits).toEqual({ fsize: { soft: Gi, hard: 'unlimited' }, as: { soft: 2_000_000_000, hard: 4 * Gi }, nofile: { soft: 1024, hard: 4096 } });
+    expect(isDeepFrozen(l)).toBe(true);
+  });
+
+  const bad: Array<[string, Record<string, unknown>, RegExp]> = [
+    ['an unknown unit', { tenants: { acme: { maxBytes: '2X' } } }, /^tenants\.acme\.maxBytes: '2X': unknown unit 'X': expected a number of bytes/],
+    ['Gi without B', { profiles: { p: { extends: 'home', maxHomeBytes: '5Gi' } } }, /^profiles\.p\.maxHomeBytes: '5Gi': unknown unit 'Gi'/],
+    ['a negative size', { profiles: { p: { extends: 'home', maxFileBytes: '-1G' } } }, /^profiles\.p\.maxFileBytes: '-1G' is negative/],
+    ['words', { tenants: { acme: { maxBytes: 'two gigs' } } }, /^tenants\.acme\.maxBytes: 'two gigs' is not a size/],
+    ['an empty string', { tenants: { acme: { maxBytes: '' } } }, /^tenants\.acme\.maxBytes: '' is not a size/],
+    ['a fraction of a byte that would mean off', { tenants: { acme: { maxBytes: '0.5' } } }, /^tenants\.acme\.maxBytes: '0\.5' rounds down to 0 bytes, which means "off"/],
+    ['too large', { tenants: { acme: { maxBytes: '9P' } } }, /^tenants\.acme\.maxBytes: '9P' is too large/],
+    ['a boolean', { tenants: { acme: { maxBytes: true } } }, /^tenants\.acme\.maxBytes: expected a size: a whole number of bytes or a string such as "2G"/],
+    ['a fractional number', { tenants: { acme: { maxBytes: 1.5 } } }, /^tenants\.acme\.maxBytes: .*int/],
+    ['maxWrite over 128 KiB as a size', { fuse: { maxWrite: '1M' } }, /^fuse\.maxWrite: .*131072/],
+    ['a size for a count rlimit', { exec: { rlimits: { nofile: { soft: '1K', hard: 4096 } } } }, /^exec\.rlimits\.nofile\.soft: a whole number \(0 or more\) or "unlimited"$/],
+    ['a bad size for a byte rlimit', { exec: { rlimits: { fsize: { soft: '1Q', hard: 'unlimited' } } } }, /^exec\.rlimits\.fsize\.soft: '1Q': unknown unit 'Q'/],
+    ['soft over hard in sizes', { exec: { rlimits: { as: { soft: '2G', hard: '1G' } } } }, /^exec\.rlimits\.as: soft must not exceed hard$/],
+  ];
+  it.each(bad)('%s is refused with its path', (_label, extra, re) => {
+    const issues = issuesOf(() => buildConfig({ ...MIN, ...extra }, null));
+    expect(issues).toHaveLength(1);
+    expect(issues[0]).toMatch(re);
+  });
+
+  it('a size in a config file is read like one in the flags', () => {
+    expect(buildConfig({ ...MIN, tenants: { a: { maxBytes: ' 10g ' } } }, null).config.tenants.a!.maxBytes).toBe(10 * Gi);
   });
 });
