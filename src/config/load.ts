@@ -1,11 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
+import type { z } from 'zod';
 import { HomesError } from '../errors.js';
 import { checkSegment, classifyKey, DAEMON_DIR } from '../paths/names.js';
 import { BUILTIN_PROFILES, type Profile } from '../policy/profiles.js';
 import { jsonErrorOffset, lineColumn } from './json-position.js';
 import { ConfigSchema, type Config, type ConfigInput } from './schema.js';
+import { withSuggestion } from './suggest.js';
 
 export interface LoadedConfig {
   readonly config: Config;
@@ -48,11 +50,23 @@ function deepFreeze<T>(o: T): T {
 }
 
 /**
+ * zod's "Unrecognized key" with the nearest key the object does know, when one
+ * is close: a misspelt key is the commonest config mistake, and the object
+ * that refused it (the issue's `inst`) knows its own keys at that level.
+ */
+function unknownKeyMessage(iss: z.core.$ZodRawIssue): string | undefined {
+  if (iss.code !== 'unrecognized_keys') return undefined;
+  const shape = (iss.inst as { _zod?: { def?: { shape?: Record<string, unknown> } } } | undefined)?._zod?.def?.shape;
+  const known = shape ? Object.keys(shape) : [];
+  return `Unrecognized key${iss.keys.length > 1 ? 's' : ''}: ${iss.keys.map((k) => withSuggestion(k, known)).join(', ')}`;
+}
+
+/**
  * Validate once at start-up (and on reload), freeze, hand down. Every problem is
  * reported with its path, not just the first one.
  */
 export function buildConfig(input: unknown, path: string | null): LoadedConfig {
-  const parsed = ConfigSchema.safeParse(input);
+  const parsed = ConfigSchema.safeParse(input, { error: unknownKeyMessage });
   const issues: string[] = parsed.success
     ? []
     : parsed.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
@@ -73,7 +87,7 @@ export function buildConfig(input: unknown, path: string | null): LoadedConfig {
     }
   }
   const known = (name: unknown, where: string) => {
-    if (str(name) && !Object.hasOwn(profiles, name)) issues.push(`${where}: unknown profile "${name}"`);
+    if (str(name) && !Object.hasOwn(profiles, name)) issues.push(`${where}: unknown profile ${withSuggestion(name, Object.keys(profiles))}`);
   };
   known(raw.defaultProfile, 'defaultProfile');
   if (obj(raw.tenants)) {

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig, stateFileOf } from '../../src/config/load.js';
 import { jsonErrorOffset, lineColumn } from '../../src/config/json-position.js';
+import { distance, nearest } from '../../src/config/suggest.js';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { parseSize } from '../../src/policy/size.js';
 import { parseSize as cliParseSize } from '../../src/cli/size.js';
@@ -490,5 +491,44 @@ describe('buildConfig: sizes as on the command line', () => {
 
   it('a size in a config file is read like one in the flags', () => {
     expect(buildConfig({ ...MIN, tenants: { a: { maxBytes: ' 10g ' } } }, null).config.tenants.a!.maxBytes).toBe(10 * Gi);
+  });
+});
+
+describe('did you mean', () => {
+  it.each([
+    ['a top-level key', { ...MIN, logLevle: 'info' }, '(root): Unrecognized key: "logLevle" (did you mean "logLevel"?)'],
+    ['a top-level key in the wrong case', { ...MIN, defaultprofile: 'home' }, '(root): Unrecognized key: "defaultprofile" (did you mean "defaultProfile"?)'],
+    ['a tenant key', { ...MIN, tenants: { acme: { maxbytes: '2G' } } }, 'tenants.acme: Unrecognized key: "maxbytes" (did you mean "maxBytes"?)'],
+    ['a fuse key', { ...MIN, fuse: { maxWrites: 4096 } }, 'fuse: Unrecognized key: "maxWrites" (did you mean "maxWrite"?)'],
+    ['a profile key', { ...MIN, profiles: { p: { extends: 'home', maxHomeByte: 1 } } }, 'profiles.p: Unrecognized key: "maxHomeByte" (did you mean "maxHomeBytes"?)'],
+    ['a full profile key', { ...MIN, profiles: { p: { ...CUSTOM, maxInode: 1 } } }, 'profiles.p: Unrecognized key: "maxInode" (did you mean "maxInodes"?)'],
+    ['a home key', { ...MIN, homes: { 'acme/p': { proflie: 'home' } } }, 'homes.acme/p: Unrecognized key: "proflie" (did you mean "profile"?)'],
+    ['an owner key', { ...MIN, homes: { 'acme/p': { owner: { uid: 1, gdi: 1 } } } }, expect.stringMatching(/^homes\.acme\/p\.owner: Unrecognized key: "gdi" \(did you mean "gid"\?\)$/)],
+    ['an rlimit', { ...MIN, exec: { rlimits: { nofiles: { soft: 1, hard: 1 } } } }, 'exec.rlimits: Unrecognized key: "nofiles" (did you mean "nofile"?)'],
+    ['a limits key', { ...MIN, limits: { openFilesPerUID: 1 } }, 'limits: Unrecognized key: "openFilesPerUID" (did you mean "openFilesPerUid"?)'],
+    ['a profile name', { ...MIN, defaultProfile: 'hmoe' }, 'defaultProfile: unknown profile "hmoe" (did you mean "home"?)'],
+    ['a custom profile name', { ...MIN, profiles: { 'big-home': { extends: 'home' } }, homes: { 'a/b': { profile: 'big_home' } } }, 'homes.a/b.profile: unknown profile "big_home" (did you mean "big-home"?)'],
+  ] as const)('%s', (_label, input, issue) => {
+    const issues = issuesOf(() => buildConfig(input, null));
+    expect(issues).toContainEqual(issue);
+  });
+
+  it('says nothing when no known key is close, and names every unknown key', () => {
+    expect(issuesOf(() => buildConfig({ ...MIN, bogus: 1 }, null))).toEqual(['(root): Unrecognized key: "bogus"']);
+    expect(issuesOf(() => buildConfig({ ...MIN, tenants: { acme: { quota: 1 } } }, null))).toEqual(['tenants.acme: Unrecognized key: "quota"']);
+    expect(issuesOf(() => buildConfig({ ...MIN, mountt: '/m', bogus: 1 }, null))).toEqual(['(root): Unrecognized keys: "mountt" (did you mean "mount"?), "bogus"']);
+  });
+
+  it('nearest: close words only, the closest first', () => {
+    expect(nearest('maxbytes', ['maxBytes', 'defaultProfile'])).toBe('maxBytes');
+    expect(nearest('sockte', ['socket', 'stateFile'])).toBe('socket');
+    expect(nearest('bogus', ['backing', 'mount', 'owners'])).toBeUndefined();
+    expect(nearest('x', ['uid', 'gid'])).toBeUndefined();
+    expect(nearest('mount', ['mount'])).toBeUndefined();
+    // case-only differences beat one real edit
+    expect(nearest('debuG', ['debug', 'debuh'])).toBe('debug');
+    expect(distance('ab', 'ba')).toBe(1);
+    expect(distance('kitten', 'sitting')).toBe(3);
+    expect(distance('', 'abc')).toBe(3);
   });
 });
