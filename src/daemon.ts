@@ -454,7 +454,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
       next = await readConfig();
     } catch (err) {
       const issues = (err as { issues?: string[] }).issues ?? [(err as Error).message];
-      return refuse('reload refused: the configuration is invalid; the old one stays', { issues });
+      const what = (err as { kind?: string }).kind === 'unreadable' ? 'the configuration file cannot be read' : 'the configuration is invalid';
+      return refuse(`reload refused: ${what}; the old one stays`, { issues });
     }
     const changed = RESTART_KEYS.filter((k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]));
     const missing = homes.missingOverrideProfiles(next);

@@ -15,11 +15,37 @@ export interface LoadedConfig {
   readonly path: string | null;
 }
 
+/**
+ * `invalid`: the text was read and is wrong (every problem, with its path);
+ * `unreadable`: there is no text to judge (no such file, no permission, a
+ * directory). Both stop a start (exit 3) and refuse a reload.
+ */
+export type ConfigErrorKind = 'invalid' | 'unreadable';
+
 export class ConfigError extends Error {
-  constructor(readonly issues: string[]) {
-    super(`invalid configuration:\n  ${issues.join('\n  ')}`);
+  constructor(
+    readonly issues: string[],
+    readonly kind: ConfigErrorKind = 'invalid',
+  ) {
+    super(kind === 'invalid' ? `invalid configuration:\n  ${issues.join('\n  ')}` : `cannot read the configuration: ${issues.join('; ')}`);
     this.name = 'ConfigError';
   }
+}
+
+/** What an admin should read for a file that could not be read, not "invalid configuration". */
+function unreadable(file: string, err: unknown): ConfigError {
+  const code = (err as NodeJS.ErrnoException).code;
+  const why =
+    code === 'ENOENT'
+      ? 'no such file'
+      : code === 'ENOTDIR'
+        ? 'no such file (a component of the path is not a directory)'
+        : code === 'EACCES' || code === 'EPERM'
+          ? `permission denied (${code}): the file or a directory above it is not readable by this user`
+          : code === 'EISDIR'
+            ? 'is a directory, not a file'
+            : `cannot be read: ${(err as Error).message}`;
+  return new ConfigError([`${file}: ${why}`], 'unreadable');
 }
 
 /** The built-in demo: what `homesfs serve --demo` runs (its state lives under the backing, like any other). */
@@ -160,7 +186,7 @@ export function loadConfig(file: string | undefined, overrides: Partial<ConfigIn
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new ConfigError([`${file}: ${(err as Error).message}`]);
+    throw unreadable(file, err);
   }
   return merge(file, fromText(file, text), overrides);
 }
@@ -171,7 +197,7 @@ export async function reloadConfig(file: string, overrides: Partial<ConfigInput>
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new ConfigError([`${file}: ${(err as Error).message}`]);
+    throw unreadable(file, err);
   }
   return merge(file, fromText(file, text), overrides);
 }

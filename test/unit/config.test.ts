@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig, stateFileOf } from '../../src/config/load.js';
+import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig, reloadConfig, stateFileOf } from '../../src/config/load.js';
 import { jsonErrorOffset, lineColumn } from '../../src/config/json-position.js';
 import { distance, nearest } from '../../src/config/suggest.js';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
@@ -388,16 +388,39 @@ describe('loadConfig', () => {
     expect(issuesOf(() => loadConfig(undefined, { defaultProfile: 'nope' }, { demo: true }))).toEqual(['defaultProfile: unknown profile "nope"']);
   });
 
-  it('a missing file is a ConfigError naming the file', () => {
+  const unreadable = (fn: () => unknown): ConfigError => {
+    try {
+      fn();
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return err as ConfigError;
+    }
+    throw new Error('expected a ConfigError');
+  };
+
+  it('a missing file is "no such file", not an invalid configuration', async () => {
     const p = join(dir, 'does-not-exist.json');
-    const issues = issuesOf(() => loadConfig(p, {}));
-    expect(issues).toHaveLength(1);
-    expect(issues[0]).toContain(p);
-    expect(issues[0]).toContain('ENOENT');
+    const e = unreadable(() => loadConfig(p, {}));
+    expect(e.kind).toBe('unreadable');
+    expect(e.issues).toEqual([`${p}: no such file`]);
+    expect(e.message).toBe(`cannot read the configuration: ${p}: no such file`);
+    expect(e.message).not.toContain('invalid');
+    // a reload reads it the same way
+    await expect(reloadConfig(p, {})).rejects.toMatchObject({ name: 'ConfigError', kind: 'unreadable', issues: [`${p}: no such file`] });
   });
 
-  it('a directory is a ConfigError', () => {
-    expect(issuesOf(() => loadConfig(dir, {}))[0]).toContain(dir);
+  it('a path through a file, and a directory, are unreadable with a reason', () => {
+    const f = write('plain.json', JSON.stringify(MIN));
+    expect(unreadable(() => loadConfig(join(f, 'x.json'), {})).issues).toEqual([`${f}/x.json: no such file (a component of the path is not a directory)`]);
+    const d = unreadable(() => loadConfig(dir, {}));
+    expect(d.kind).toBe('unreadable');
+    expect(d.issues).toEqual([`${dir}: is a directory, not a file`]);
+  });
+
+  it('a file that was read but is wrong is an invalid configuration', () => {
+    const e = unreadable(() => loadConfig(write('wrong.json', JSON.stringify({ ...MIN, logLevel: 'loud' })), {}));
+    expect(e.kind).toBe('invalid');
+    expect(e.message).toMatch(/^invalid configuration:\n {2}logLevel: /);
   });
 
   it.each([
