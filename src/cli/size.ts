@@ -1,13 +1,14 @@
 /**
  * Sizes and counts as admins type them, and back. PURE (no I/O): the CLI turns
  * text into exact numbers here; the daemon only ever sees whole bytes. The
- * parser itself (units, rounding, refusals) lives in `policy/size.ts`, shared
- * with the configuration file, so `2G` means the same bytes in both.
+ * parser itself (units, rounding, refusals) and `formatBytes` live in
+ * `policy/size.ts`, shared with the configuration file, so `2G` means the
+ * same bytes in both.
  */
 
-import { parseCount, parseSize } from '../policy/size.js';
+import { formatBytes, parseCount, parseSize } from '../policy/size.js';
 
-export { parseCount, parseSize, SIZE_SYNTAX, SizeSyntaxError } from '../policy/size.js';
+export { formatBytes, parseCount, parseSize, SIZE_SYNTAX, SizeSyntaxError } from '../policy/size.js';
 
 /**
  * A limit as typed after set-budget / set-limits: `off` (no limit: 0 on the
@@ -20,22 +21,6 @@ export function parseLimit(text: string, kind: 'size' | 'count'): number | null 
   if (s === 'off' || s === 'none' || s === 'unlimited') return 0;
   if (s === 'default') return null;
   return kind === 'size' ? parseSize(text) : parseCount(text);
-}
-
-/** Human size with binary units, one decimal (`1.5 GiB`, `512 B`). */
-export function formatBytes(n: number | undefined | null): string {
-  if (n === undefined || n === null || !Number.isFinite(n)) return '-';
-  const neg = n < 0;
-  let v = Math.abs(n);
-  if (v < 1024) return `${neg ? '-' : ''}${v} B`;
-  const units = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
-  v /= 1024;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${neg ? '-' : ''}${v.toFixed(1)} ${units[i]}`;
 }
 
 /** A drift or a change: `+64 B`, `-1.5 MiB`, `0 B`. */

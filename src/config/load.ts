@@ -8,11 +8,14 @@ import { BUILTIN_PROFILES, type Profile } from '../policy/profiles.js';
 import { jsonErrorOffset, lineColumn } from './json-position.js';
 import { ConfigSchema, type Config, type ConfigInput } from './schema.js';
 import { withSuggestion } from './suggest.js';
+import { configWarnings, type ConfigWarning } from './warnings.js';
 
 export interface LoadedConfig {
   readonly config: Config;
   readonly profiles: Readonly<Record<string, Profile>>;
   readonly path: string | null;
+  /** valid but most likely not meant (see configWarnings): printed by check-config, logged at start and reload */
+  readonly warnings: readonly ConfigWarning[];
 }
 
 /**
@@ -147,7 +150,7 @@ export function buildConfig(input: unknown, path: string | null): LoadedConfig {
     const ours = new Set(issues.filter((i) => i.endsWith('a home is keyed "<tenant>/<key>"')).map((i) => i.split(': ')[0]));
     throw new ConfigError([...new Set(issues.filter((i) => !(i.endsWith('Invalid key in record') && ours.has(i.split(': ')[0]))))]);
   }
-  return deepFreeze({ config: parsed.data, profiles, path });
+  return deepFreeze({ config: parsed.data, profiles, path, warnings: configWarnings(parsed.data, profiles) });
 }
 
 function fromText(file: string, text: string): Record<string, unknown> {

@@ -73,6 +73,22 @@ export function parseCount(text: string): number {
   return n;
 }
 
+/** Human size with binary units, one decimal (`1.5 GiB`, `512 B`). */
+export function formatBytes(n: number | undefined | null): string {
+  if (n === undefined || n === null || !Number.isFinite(n)) return '-';
+  const neg = n < 0;
+  let v = Math.abs(n);
+  if (v < 1024) return `${neg ? '-' : ''}${v} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  v /= 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${neg ? '-' : ''}${v.toFixed(1)} ${units[i]}`;
+}
+
 /**
  * A byte size in a configuration file: a whole number of bytes as before, or a
  * string read by `parseSize` (the CLI's rules, so `"2G"` there is `2G` here),

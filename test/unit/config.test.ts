@@ -555,3 +555,59 @@ describe('did you mean', () => {
     expect(distance('', 'abc')).toBe(3);
   });
 });
+
+describe('warnings: a budget over its tenant\'s', () => {
+  const Gi = 1024 ** 3;
+  const Mi = 1024 ** 2;
+
+  it('none for a config without tenant budgets, or with budgets that fit', () => {
+    expect(buildConfig(MIN, null).warnings).toEqual([]);
+    expect(buildConfig({ ...MIN, tenants: { acme: {} }, homes: { 'acme/p': { profile: 'home' } } }, null).warnings).toEqual([]);
+    // home is 2 GiB: a 2 GiB tenant budget is not exceeded
+    expect(buildConfig({ ...MIN, tenants: { acme: { maxBytes: '2G' } } }, null).warnings).toEqual([]);
+    // posix has no budget (0 = off): the tenant's is the only one, as meant
+    expect(buildConfig({ ...MIN, defaultProfile: 'posix', tenants: { acme: { maxBytes: '1G' } } }, null).warnings).toEqual([]);
+  });
+
+  it("the tenant's default profile, once for the tenant", () => {
+    const l = buildConfig({ ...MIN, tenants: { acme: { maxBytes: '1G' } }, homes: { 'acme/p': {}, 'acme/q': { profile: 'home' } } }, null);
+    expect(l.warnings).toEqual([
+      {
+        path: 'tenants.acme',
+        message:
+          'homes of this tenant get profile "home" by default, whose budget of 2.0 GiB (2147483648 bytes) exceeds the tenant\'s budget of 1.0 GiB (1073741824 bytes) (tenants.acme.maxBytes): the tenant\'s budget is reached first',
+        tenant: 'acme',
+        profile: 'home',
+        budget: 2 * Gi,
+        tenantBudget: Gi,
+      },
+    ]);
+    expect(Object.isFrozen(l.warnings)).toBe(true);
+  });
+
+  it("a home whose own profile exceeds its tenant's budget, with the tenant's own default profile", () => {
+    const l = buildConfig(
+      {
+        ...MIN,
+        profiles: { big: { extends: 'home', maxHomeBytes: '10G' }, small: { extends: 'scratch' } },
+        tenants: { acme: { maxBytes: '5G', defaultProfile: 'small' }, other: { maxBytes: '20G' } },
+        homes: { 'acme/huge': { profile: 'big' }, 'acme/fine': { profile: 'home' }, 'other/huge': { profile: 'big' }, 'free/huge': { profile: 'big' } },
+      },
+      null,
+    );
+    expect(l.warnings).toHaveLength(1);
+    expect(l.warnings[0]).toMatchObject({ path: 'homes.acme/huge', tenant: 'acme', home: 'acme/huge', profile: 'big', budget: 10 * Gi, tenantBudget: 5 * Gi });
+    expect(l.warnings[0]!.message).toBe(
+      'profile "big" gives this home a budget of 10.0 GiB (10737418240 bytes), which exceeds its tenant\'s budget of 5.0 GiB (5368709120 bytes) (tenants.acme.maxBytes): the tenant\'s budget is reached first',
+    );
+  });
+
+  it('the global default profile counts for tenants without their own', () => {
+    const l = buildConfig({ ...MIN, profiles: { mid: { extends: 'home', maxHomeBytes: 300 * Mi } }, defaultProfile: 'mid', tenants: { a: { maxBytes: '256M' }, b: { maxBytes: '512M' } } }, null);
+    expect(l.warnings.map((w) => [w.path, w.profile])).toEqual([['tenants.a', 'mid']]);
+  });
+
+  it('an invalid config reports its issues, not warnings', () => {
+    expect(issuesOf(() => buildConfig({ ...MIN, tenants: { acme: { maxBytes: '1G', quota: 1 } } }, null))).toEqual(['tenants.acme: Unrecognized key: "quota"']);
+  });
+});
