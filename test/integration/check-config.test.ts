@@ -85,6 +85,14 @@ describe.skipIf(!canMount)('the daemon logs configuration warnings', () => {
       const again = await d.waitForLog((l) => isWarning(l) && (l.warnings as unknown[]).length === 2);
       expect((again.warnings as Array<{ path: string }>).map((w) => w.path)).toEqual(['tenants.acme', 'tenants.beta']);
       expect(again.msg).toContain('tenants.beta: homes of this tenant get profile "home"');
+
+      // the file gone: the reload is refused as unreadable, not as invalid, and the daemon serves on
+      rmSync(configPath);
+      const gone = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'reload']);
+      expect(gone.code).not.toBe(0);
+      const refused = await d.waitForLog((l) => l.msg.startsWith('reload refused'));
+      expect(refused).toMatchObject({ msg: 'reload refused: the configuration file cannot be read; the old one stays', issues: [`${configPath}: no such file`] });
+      expect(d.proc.exitCode).toBeNull();
     } finally {
       await d.stop();
     }
