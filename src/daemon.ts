@@ -62,10 +62,19 @@ const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile
  * mount → control sockets. Nothing below this file knows about process
  * signals or exit codes.
  */
+/** One line for all of them, at start and after each reload: valid, served, but most likely not meant. */
+function logConfigWarnings(log: Logger, loaded: LoadedConfig): void {
+  if (loaded.warnings.length === 0) return;
+  log
+    .child({ component: 'config' })
+    .warn({ path: loaded.path, warnings: loaded.warnings }, `configuration warning${loaded.warnings.length > 1 ? 's' : ''}: ${loaded.warnings.map((w) => `${w.path}: ${w.message}`).join('; ')}`);
+}
+
 export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => Promise<LoadedConfig>): Promise<Daemon> {
   let loaded = initial;
   const { config } = initial;
   const started = Date.now();
+  logConfigWarnings(log, initial);
 
   let Fuse;
   let dataPlane;
@@ -454,7 +463,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
       next = await readConfig();
     } catch (err) {
       const issues = (err as { issues?: string[] }).issues ?? [(err as Error).message];
-      return refuse('reload refused: the configuration is invalid; the old one stays', { issues });
+      const what = (err as { kind?: string }).kind === 'unreadable' ? 'the configuration file cannot be read' : 'the configuration is invalid';
+      return refuse(`reload refused: ${what}; the old one stays`, { issues });
     }
     const changed = RESTART_KEYS.filter((k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]));
     const missing = homes.missingOverrideProfiles(next);
@@ -471,6 +481,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     loaded = next;
     // Logged before a new logLevel applies, so it shows even when that level hides info.
     reloadLog.info({ path: next.path, applied }, 'configuration reloaded');
+    logConfigWarnings(log, next);
     // pino children share the root's level unless they set their own (ours never do)
     log.level = next.config.logLevel;
     return (lastReload = { at, ok: true, message: applied.length ? `applied: ${applied.join(', ')}` : 'no changes', applied });

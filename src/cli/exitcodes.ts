@@ -8,7 +8,7 @@ export const EXIT = {
   INTERNAL: 1,
   /** bad command line */
   USAGE: 2,
-  /** the configuration file or flags are invalid: every problem is printed */
+  /** the configuration file is missing or unreadable (said so), or the file or flags are invalid (every problem is printed) */
   CONFIG: 3,
   /** the FUSE binding is missing or not homesfs' patched build */
   NATIVE: 4,

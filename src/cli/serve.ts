@@ -14,7 +14,8 @@ const USAGE = `usage: homesfs serve --config FILE [--backing DIR] [--mount DIR] 
        homesfs --version
 
 serve runs in the foreground; flags win over the file. --check validates the
-configuration without mounting (exit 0, or 3 with every problem).
+configuration without mounting (exit 0, warnings included, or 3 with every
+problem; a missing or unreadable file is also 3).
 --demo serves the built-in demo configuration:
   backing ${DEMO_DEFAULTS.backing}
   mount   ${DEMO_DEFAULTS.mount}
@@ -128,9 +129,13 @@ async function main(): Promise<void> {
   log.flush(() => process.exit(code));
 }
 
+/** The valid line on stdout, each warning on stderr: warnings alone still exit 0 (the daemon would serve this file). */
 function reportValid(loaded: LoadedConfig, label?: string): void {
   const c = loaded.config;
-  process.stdout.write(`${loaded.path ?? label ?? '(flags)'}: valid (backing ${c.backing}, mount ${c.mount}, state ${stateFileOf(c)}, socket ${c.socket})\n`);
+  const n = loaded.warnings.length;
+  const warned = n === 0 ? '' : ` with ${n} warning${n > 1 ? 's' : ''}`;
+  process.stdout.write(`${loaded.path ?? label ?? '(flags)'}: valid${warned} (backing ${c.backing}, mount ${c.mount}, state ${stateFileOf(c)}, socket ${c.socket})\n`);
+  for (const w of loaded.warnings) process.stderr.write(`homesfs: warning: ${w.path}: ${w.message}\n`);
 }
 
 /** Validate without mounting, without touching the backing tree or the state: 0 or 3. */

@@ -1,23 +1,54 @@
 import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
+import type { z } from 'zod';
 import { HomesError } from '../errors.js';
 import { checkSegment, classifyKey, DAEMON_DIR } from '../paths/names.js';
 import { BUILTIN_PROFILES, type Profile } from '../policy/profiles.js';
 import { jsonErrorOffset, lineColumn } from './json-position.js';
 import { ConfigSchema, type Config, type ConfigInput } from './schema.js';
+import { withSuggestion } from './suggest.js';
+import { configWarnings, type ConfigWarning } from './warnings.js';
 
 export interface LoadedConfig {
   readonly config: Config;
   readonly profiles: Readonly<Record<string, Profile>>;
   readonly path: string | null;
+  /** valid but most likely not meant (see configWarnings): printed by check-config, logged at start and reload */
+  readonly warnings: readonly ConfigWarning[];
 }
 
+/**
+ * `invalid`: the text was read and is wrong (every problem, with its path);
+ * `unreadable`: there is no text to judge (no such file, no permission, a
+ * directory). Both stop a start (exit 3) and refuse a reload.
+ */
+export type ConfigErrorKind = 'invalid' | 'unreadable';
+
 export class ConfigError extends Error {
-  constructor(readonly issues: string[]) {
-    super(`invalid configuration:\n  ${issues.join('\n  ')}`);
+  constructor(
+    readonly issues: string[],
+    readonly kind: ConfigErrorKind = 'invalid',
+  ) {
+    super(kind === 'invalid' ? `invalid configuration:\n  ${issues.join('\n  ')}` : `cannot read the configuration: ${issues.join('; ')}`);
     this.name = 'ConfigError';
   }
+}
+
+/** What an admin should read for a file that could not be read, not "invalid configuration". */
+function unreadable(file: string, err: unknown): ConfigError {
+  const code = (err as NodeJS.ErrnoException).code;
+  const why =
+    code === 'ENOENT'
+      ? 'no such file'
+      : code === 'ENOTDIR'
+        ? 'no such file (a component of the path is not a directory)'
+        : code === 'EACCES' || code === 'EPERM'
+          ? `permission denied (${code}): the file or a directory above it is not readable by this user`
+          : code === 'EISDIR'
+            ? 'is a directory, not a file'
+            : `cannot be read: ${(err as Error).message}`;
+  return new ConfigError([`${file}: ${why}`], 'unreadable');
 }
 
 /** The built-in demo: what `homesfs serve --demo` runs (its state lives under the backing, like any other). */
@@ -48,11 +79,23 @@ function deepFreeze<T>(o: T): T {
 }
 
 /**
+ * zod's "Unrecognized key" with the nearest key the object does know, when one
+ * is close: a misspelt key is the commonest config mistake, and the object
+ * that refused it (the issue's `inst`) knows its own keys at that level.
+ */
+function unknownKeyMessage(iss: z.core.$ZodRawIssue): string | undefined {
+  if (iss.code !== 'unrecognized_keys') return undefined;
+  const shape = (iss.inst as { _zod?: { def?: { shape?: Record<string, unknown> } } } | undefined)?._zod?.def?.shape;
+  const known = shape ? Object.keys(shape) : [];
+  return `Unrecognized key${iss.keys.length > 1 ? 's' : ''}: ${iss.keys.map((k) => withSuggestion(k, known)).join(', ')}`;
+}
+
+/**
  * Validate once at start-up (and on reload), freeze, hand down. Every problem is
  * reported with its path, not just the first one.
  */
 export function buildConfig(input: unknown, path: string | null): LoadedConfig {
-  const parsed = ConfigSchema.safeParse(input);
+  const parsed = ConfigSchema.safeParse(input, { error: unknownKeyMessage });
   const issues: string[] = parsed.success
     ? []
     : parsed.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
@@ -73,7 +116,7 @@ export function buildConfig(input: unknown, path: string | null): LoadedConfig {
     }
   }
   const known = (name: unknown, where: string) => {
-    if (str(name) && !Object.hasOwn(profiles, name)) issues.push(`${where}: unknown profile "${name}"`);
+    if (str(name) && !Object.hasOwn(profiles, name)) issues.push(`${where}: unknown profile ${withSuggestion(name, Object.keys(profiles))}`);
   };
   known(raw.defaultProfile, 'defaultProfile');
   if (obj(raw.tenants)) {
@@ -107,7 +150,7 @@ export function buildConfig(input: unknown, path: string | null): LoadedConfig {
     const ours = new Set(issues.filter((i) => i.endsWith('a home is keyed "<tenant>/<key>"')).map((i) => i.split(': ')[0]));
     throw new ConfigError([...new Set(issues.filter((i) => !(i.endsWith('Invalid key in record') && ours.has(i.split(': ')[0]))))]);
   }
-  return deepFreeze({ config: parsed.data, profiles, path });
+  return deepFreeze({ config: parsed.data, profiles, path, warnings: configWarnings(parsed.data, profiles) });
 }
 
 function fromText(file: string, text: string): Record<string, unknown> {
@@ -146,7 +189,7 @@ export function loadConfig(file: string | undefined, overrides: Partial<ConfigIn
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw new ConfigError([`${file}: ${(err as Error).message}`]);
+    throw unreadable(file, err);
   }
   return merge(file, fromText(file, text), overrides);
 }
@@ -157,7 +200,7 @@ export async function reloadConfig(file: string, overrides: Partial<ConfigInput>
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new ConfigError([`${file}: ${(err as Error).message}`]);
+    throw unreadable(file, err);
   }
   return merge(file, fromText(file, text), overrides);
 }

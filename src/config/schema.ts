@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { DEFAULT_EXEC_POLICY, ExecPolicySchema } from '../exec/policy.js';
 import { ConfigProfileSchema, ProfileNameSchema } from '../policy/profiles.js';
+import { byteSizeSchema } from '../policy/size.js';
 
 const Owner = z.object({ uid: z.number().int().min(0).max(0xfffffffe), gid: z.number().int().min(0).max(0xfffffffe) }).strict();
 
@@ -15,7 +16,7 @@ const TenantEntry = z
   .object({
     defaultProfile: z.string().min(1).optional(),
     /** total byte budget across the tenant's homes, 0 = off */
-    maxBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+    maxBytes: byteSizeSchema(z.number().int().min(0).max(Number.MAX_SAFE_INTEGER)).optional(),
   })
   .strict();
 
@@ -26,7 +27,7 @@ const FuseOptions = z
     entryTimeout: z.number().min(0).max(3600).default(1),
     negativeTimeout: z.number().min(0).max(3600).default(0),
     /** libfuse 2.9 caps requests at 128 KiB whatever is asked */
-    maxWrite: z.number().int().min(4096).max(131072).default(131072),
+    maxWrite: byteSizeSchema(z.number().int().min(4096).max(131072)).default(131072),
     kernelCache: z.boolean().default(false),
     /** READs of handles whose reads need no policy answered in the binding (pread on libfuse's thread) */
     nativeRead: z.boolean().default(true),

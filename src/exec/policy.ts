@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { byteSizeSchema } from '../policy/size.js';
 
 /**
  * What an agent command started in a home (`homesctl exec`, `execInHome`) gets
@@ -28,10 +29,25 @@ const RedirectValue = z
 
 /** prlimit(1) resource names that make sense to reset for an agent command. */
 export const RLIMIT_NAMES = ['as', 'core', 'cpu', 'data', 'fsize', 'locks', 'memlock', 'msgqueue', 'nice', 'nofile', 'nproc', 'rss', 'rtprio', 'rttime', 'sigpending', 'stack'] as const;
-const LimitValue = z.union([z.int().min(0), z.literal('unlimited')]);
-const Rlimit = z
-  .strictObject({ soft: LimitValue, hard: LimitValue })
-  .refine((l) => l.hard === 'unlimited' || (l.soft !== 'unlimited' && l.soft <= l.hard), { message: 'soft must not exceed hard' });
+/** The resources prlimit(1) counts in bytes: their limits may be written as sizes ("512M"), as in the rest of the config. */
+export const BYTE_RLIMITS: ReadonlySet<(typeof RLIMIT_NAMES)[number]> = new Set(['as', 'core', 'data', 'fsize', 'memlock', 'msgqueue', 'rss', 'stack']);
+const rlimit = (value: z.ZodType<number | 'unlimited', unknown>) =>
+  z
+    .strictObject({ soft: value, hard: value })
+    .refine((l) => l.hard === 'unlimited' || (l.soft !== 'unlimited' && l.soft <= l.hard), { message: 'soft must not exceed hard' });
+const CountRlimit = rlimit(z.union([z.int().min(0), z.literal('unlimited')], { error: 'a whole number (0 or more) or "unlimited"' }));
+const ByteRlimit = rlimit(
+  byteSizeSchema(z.union([z.literal('unlimited'), z.int().min(0).max(Number.MAX_SAFE_INTEGER)], { error: 'a whole number of bytes (0 or more), a size such as "512M", or "unlimited"' }), [
+    'unlimited',
+  ]),
+);
+/** One optional entry per resource (a strict object rather than a record, so a misspelt resource is named with its nearest one). */
+const Rlimits = z.strictObject(
+  Object.fromEntries(RLIMIT_NAMES.map((n) => [n, (BYTE_RLIMITS.has(n) ? ByteRlimit : CountRlimit).optional()])) as Record<
+    (typeof RLIMIT_NAMES)[number],
+    z.ZodOptional<typeof CountRlimit>
+  >,
+);
 
 export const DEFAULT_ALLOW_ENV = ['PATH', 'LANG', 'LC_*', 'TERM', 'TZ'];
 export const DEFAULT_REDIRECT: Readonly<Record<string, string>> = {
@@ -61,7 +77,7 @@ export const ExecPolicySchema = z
     /** PATH when the caller's environment has none */
     defaultPath: z.string().min(1).default('/usr/local/bin:/usr/bin:/bin'),
     /** resource limits set for the command instead of the caller's (a hard limit above the caller's is lowered to it: raising needs CAP_SYS_RESOURCE) */
-    rlimits: z.partialRecord(z.enum(RLIMIT_NAMES), Rlimit).default({ nofile: { soft: 1024, hard: 524288 } }),
+    rlimits: Rlimits.default({ nofile: { soft: 1024, hard: 524288 } }),
     /** the command's oom_score_adj (the daemon's OOM protection is not inherited) */
     oomScoreAdj: z.int().min(-1000).max(1000).default(0),
   });

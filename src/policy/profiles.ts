@@ -10,6 +10,7 @@
  */
 
 import { z } from 'zod';
+import { byteSizeSchema } from './size.js';
 
 /** Permission bits: rwx for user/group/other. */
 export const PERMISSION_BITS = 0o777;
@@ -20,6 +21,8 @@ const USER_EXEC = 0o100;
 export const OWNER_BITS = 0o700;
 
 const byteCount = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+/** A byte limit: a number, or a size string such as "2G" (the CLI's units). */
+const byteSize = byteSizeSchema(byteCount);
 
 const MODE_HINT = 'a mode is a number up to 0o777 (511), an octal string such as "0600", or "asked"';
 
@@ -75,11 +78,11 @@ export const DEFAULT_MAX_OPEN_FILES = 4096;
 export const ProfileShape = z
   .strictObject({
     /** sum of logical file sizes in the home, bytes, 0 = off */
-    maxHomeBytes: byteCount,
+    maxHomeBytes: byteSize,
     /** files + directories (+ symlinks) in the home, 0 = off */
     maxInodes: byteCount,
     /** logical size of one file, bytes, 0 = off */
-    maxFileBytes: byteCount,
+    maxFileBytes: byteSize,
     /** 'utf8': every write is validated (EILSEQ), and reads of invalid files fail */
     content: z.enum(['binary', 'utf8']),
     /** forced permission bits for new files, or 'asked' (the creator's mode) */

@@ -2,9 +2,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig, stateFileOf } from '../../src/config/load.js';
+import { buildConfig, ConfigError, DEMO_DEFAULTS, loadConfig, reloadConfig, stateFileOf } from '../../src/config/load.js';
 import { jsonErrorOffset, lineColumn } from '../../src/config/json-position.js';
+import { distance, nearest } from '../../src/config/suggest.js';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
+import { parseSize } from '../../src/policy/size.js';
+import { parseSize as cliParseSize } from '../../src/cli/size.js';
 
 const MIN = { backing: '/srv/backing', mount: '/srv/homes' } as const;
 
@@ -385,16 +388,39 @@ describe('loadConfig', () => {
     expect(issuesOf(() => loadConfig(undefined, { defaultProfile: 'nope' }, { demo: true }))).toEqual(['defaultProfile: unknown profile "nope"']);
   });
 
-  it('a missing file is a ConfigError naming the file', () => {
+  const unreadable = (fn: () => unknown): ConfigError => {
+    try {
+      fn();
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return err as ConfigError;
+    }
+    throw new Error('expected a ConfigError');
+  };
+
+  it('a missing file is "no such file", not an invalid configuration', async () => {
     const p = join(dir, 'does-not-exist.json');
-    const issues = issuesOf(() => loadConfig(p, {}));
-    expect(issues).toHaveLength(1);
-    expect(issues[0]).toContain(p);
-    expect(issues[0]).toContain('ENOENT');
+    const e = unreadable(() => loadConfig(p, {}));
+    expect(e.kind).toBe('unreadable');
+    expect(e.issues).toEqual([`${p}: no such file`]);
+    expect(e.message).toBe(`cannot read the configuration: ${p}: no such file`);
+    expect(e.message).not.toContain('invalid');
+    // a reload reads it the same way
+    await expect(reloadConfig(p, {})).rejects.toMatchObject({ name: 'ConfigError', kind: 'unreadable', issues: [`${p}: no such file`] });
   });
 
-  it('a directory is a ConfigError', () => {
-    expect(issuesOf(() => loadConfig(dir, {}))[0]).toContain(dir);
+  it('a path through a file, and a directory, are unreadable with a reason', () => {
+    const f = write('plain.json', JSON.stringify(MIN));
+    expect(unreadable(() => loadConfig(join(f, 'x.json'), {})).issues).toEqual([`${f}/x.json: no such file (a component of the path is not a directory)`]);
+    const d = unreadable(() => loadConfig(dir, {}));
+    expect(d.kind).toBe('unreadable');
+    expect(d.issues).toEqual([`${dir}: is a directory, not a file`]);
+  });
+
+  it('a file that was read but is wrong is an invalid configuration', () => {
+    const e = unreadable(() => loadConfig(write('wrong.json', JSON.stringify({ ...MIN, logLevel: 'loud' })), {}));
+    expect(e.kind).toBe('invalid');
+    expect(e.message).toMatch(/^invalid configuration:\n {2}logLevel: /);
   });
 
   it.each([
@@ -419,5 +445,169 @@ describe('loadConfig', () => {
     expect(issues).toHaveLength(2);
     expect(issues[0]).toMatch(/^homes\.acme\/_nope: /);
     expect(issues[1]).toBe('homes.acme/_nope.profile: unknown profile "missing"');
+  });
+});
+
+describe('buildConfig: sizes as on the command line', () => {
+  const Gi = 1024 ** 3;
+  const Mi = 1024 ** 2;
+
+  it('the CLI and the config read sizes with one parser', () => {
+    expect(cliParseSize).toBe(parseSize);
+  });
+
+  it.each([
+    ['2G', 2 * Gi],
+    ['2g', 2 * Gi],
+    ['1.5 GiB', 1.5 * Gi],
+    ['2 GB', 2_000_000_000],
+    ['2GB', 2_000_000_000],
+    ['512 MiB', 512 * Mi],
+    ['1e9', 1_000_000_000],
+    ['4096', 4096],
+    ['0', 0],
+  ] as const)('tenant maxBytes %j = %d bytes', (text, bytes) => {
+    expect(buildConfig({ ...MIN, tenants: { acme: { maxBytes: text } } }, null).config.tenants.acme!.maxBytes).toBe(bytes);
+  });
+
+  it('plain numbers still work, and the frozen config holds numbers only', () => {
+    const l = buildConfig(
+      {
+        ...MIN,
+        tenants: { acme: { maxBytes: 5 * Gi } },
+        profiles: { big: { extends: 'home', maxHomeBytes: '1.5 GiB', maxFileBytes: '100M' }, full: { ...CUSTOM, maxHomeBytes: '3G', maxFileBytes: 7 } },
+        fuse: { maxWrite: '64K' },
+        exec: { rlimits: { fsize: { soft: '1G', hard: 'unlimited' }, as: { soft: '2 GB', hard: '4G' }, nofile: { soft: 1024, hard: 4096 } } },
+      },
+      null,
+    );
+    expect(l.config.tenants.acme!.maxBytes).toBe(5 * Gi);
+    expect(l.profiles.big!.maxHomeBytes).toBe(1.5 * Gi);
+    expect(l.profiles.big!.maxFileBytes).toBe(100 * Mi);
+    expect(l.config.profiles.full!.maxHomeBytes).toBe(3 * Gi);
+    expect(l.profiles.full!.maxFileBytes).toBe(7);
+    expect(l.config.fuse.maxWrite).toBe(65536);
+    expect(l.config.exec.rlimits).toEqual({ fsize: { soft: Gi, hard: 'unlimited' }, as: { soft: 2_000_000_000, hard: 4 * Gi }, nofile: { soft: 1024, hard: 4096 } });
+    expect(isDeepFrozen(l)).toBe(true);
+  });
+
+  const bad: Array<[string, Record<string, unknown>, RegExp]> = [
+    ['an unknown unit', { tenants: { acme: { maxBytes: '2X' } } }, /^tenants\.acme\.maxBytes: '2X': unknown unit 'X': expected a number of bytes/],
+    ['Gi without B', { profiles: { p: { extends: 'home', maxHomeBytes: '5Gi' } } }, /^profiles\.p\.maxHomeBytes: '5Gi': unknown unit 'Gi'/],
+    ['a negative size', { profiles: { p: { extends: 'home', maxFileBytes: '-1G' } } }, /^profiles\.p\.maxFileBytes: '-1G' is negative/],
+    ['words', { tenants: { acme: { maxBytes: 'two gigs' } } }, /^tenants\.acme\.maxBytes: 'two gigs' is not a size/],
+    ['an empty string', { tenants: { acme: { maxBytes: '' } } }, /^tenants\.acme\.maxBytes: '' is not a size/],
+    ['a fraction of a byte that would mean off', { tenants: { acme: { maxBytes: '0.5' } } }, /^tenants\.acme\.maxBytes: '0\.5' rounds down to 0 bytes, which means "off"/],
+    ['too large', { tenants: { acme: { maxBytes: '9P' } } }, /^tenants\.acme\.maxBytes: '9P' is too large/],
+    ['a boolean', { tenants: { acme: { maxBytes: true } } }, /^tenants\.acme\.maxBytes: expected a size: a whole number of bytes or a string such as "2G"/],
+    ['a fractional number', { tenants: { acme: { maxBytes: 1.5 } } }, /^tenants\.acme\.maxBytes: .*int/],
+    ['maxWrite over 128 KiB as a size', { fuse: { maxWrite: '1M' } }, /^fuse\.maxWrite: .*131072/],
+    ['a size for a count rlimit', { exec: { rlimits: { nofile: { soft: '1K', hard: 4096 } } } }, /^exec\.rlimits\.nofile\.soft: a whole number \(0 or more\) or "unlimited"$/],
+    ['a bad size for a byte rlimit', { exec: { rlimits: { fsize: { soft: '1Q', hard: 'unlimited' } } } }, /^exec\.rlimits\.fsize\.soft: '1Q': unknown unit 'Q'/],
+    ['soft over hard in sizes', { exec: { rlimits: { as: { soft: '2G', hard: '1G' } } } }, /^exec\.rlimits\.as: soft must not exceed hard$/],
+  ];
+  it.each(bad)('%s is refused with its path', (_label, extra, re) => {
+    const issues = issuesOf(() => buildConfig({ ...MIN, ...extra }, null));
+    expect(issues).toHaveLength(1);
+    expect(issues[0]).toMatch(re);
+  });
+
+  it('a size in a config file is read like one in the flags', () => {
+    expect(buildConfig({ ...MIN, tenants: { a: { maxBytes: ' 10g ' } } }, null).config.tenants.a!.maxBytes).toBe(10 * Gi);
+  });
+});
+
+describe('did you mean', () => {
+  it.each([
+    ['a top-level key', { ...MIN, logLevle: 'info' }, '(root): Unrecognized key: "logLevle" (did you mean "logLevel"?)'],
+    ['a top-level key in the wrong case', { ...MIN, defaultprofile: 'home' }, '(root): Unrecognized key: "defaultprofile" (did you mean "defaultProfile"?)'],
+    ['a tenant key', { ...MIN, tenants: { acme: { maxbytes: '2G' } } }, 'tenants.acme: Unrecognized key: "maxbytes" (did you mean "maxBytes"?)'],
+    ['a fuse key', { ...MIN, fuse: { maxWrites: 4096 } }, 'fuse: Unrecognized key: "maxWrites" (did you mean "maxWrite"?)'],
+    ['a profile key', { ...MIN, profiles: { p: { extends: 'home', maxHomeByte: 1 } } }, 'profiles.p: Unrecognized key: "maxHomeByte" (did you mean "maxHomeBytes"?)'],
+    ['a full profile key', { ...MIN, profiles: { p: { ...CUSTOM, maxInode: 1 } } }, 'profiles.p: Unrecognized key: "maxInode" (did you mean "maxInodes"?)'],
+    ['a home key', { ...MIN, homes: { 'acme/p': { proflie: 'home' } } }, 'homes.acme/p: Unrecognized key: "proflie" (did you mean "profile"?)'],
+    ['an owner key', { ...MIN, homes: { 'acme/p': { owner: { uid: 1, gdi: 1 } } } }, expect.stringMatching(/^homes\.acme\/p\.owner: Unrecognized key: "gdi" \(did you mean "gid"\?\)$/)],
+    ['an rlimit', { ...MIN, exec: { rlimits: { nofiles: { soft: 1, hard: 1 } } } }, 'exec.rlimits: Unrecognized key: "nofiles" (did you mean "nofile"?)'],
+    ['a limits key', { ...MIN, limits: { openFilesPerUID: 1 } }, 'limits: Unrecognized key: "openFilesPerUID" (did you mean "openFilesPerUid"?)'],
+    ['a profile name', { ...MIN, defaultProfile: 'hmoe' }, 'defaultProfile: unknown profile "hmoe" (did you mean "home"?)'],
+    ['a custom profile name', { ...MIN, profiles: { 'big-home': { extends: 'home' } }, homes: { 'a/b': { profile: 'big_home' } } }, 'homes.a/b.profile: unknown profile "big_home" (did you mean "big-home"?)'],
+  ] as const)('%s', (_label, input, issue) => {
+    const issues = issuesOf(() => buildConfig(input, null));
+    expect(issues).toContainEqual(issue);
+  });
+
+  it('says nothing when no known key is close, and names every unknown key', () => {
+    expect(issuesOf(() => buildConfig({ ...MIN, bogus: 1 }, null))).toEqual(['(root): Unrecognized key: "bogus"']);
+    expect(issuesOf(() => buildConfig({ ...MIN, tenants: { acme: { quota: 1 } } }, null))).toEqual(['tenants.acme: Unrecognized key: "quota"']);
+    expect(issuesOf(() => buildConfig({ ...MIN, mountt: '/m', bogus: 1 }, null))).toEqual(['(root): Unrecognized keys: "mountt" (did you mean "mount"?), "bogus"']);
+  });
+
+  it('nearest: close words only, the closest first', () => {
+    expect(nearest('maxbytes', ['maxBytes', 'defaultProfile'])).toBe('maxBytes');
+    expect(nearest('sockte', ['socket', 'stateFile'])).toBe('socket');
+    expect(nearest('bogus', ['backing', 'mount', 'owners'])).toBeUndefined();
+    expect(nearest('x', ['uid', 'gid'])).toBeUndefined();
+    expect(nearest('mount', ['mount'])).toBeUndefined();
+    // case-only differences beat one real edit
+    expect(nearest('debuG', ['debug', 'debuh'])).toBe('debug');
+    expect(distance('ab', 'ba')).toBe(1);
+    expect(distance('kitten', 'sitting')).toBe(3);
+    expect(distance('', 'abc')).toBe(3);
+  });
+});
+
+describe('warnings: a budget over its tenant\'s', () => {
+  const Gi = 1024 ** 3;
+  const Mi = 1024 ** 2;
+
+  it('none for a config without tenant budgets, or with budgets that fit', () => {
+    expect(buildConfig(MIN, null).warnings).toEqual([]);
+    expect(buildConfig({ ...MIN, tenants: { acme: {} }, homes: { 'acme/p': { profile: 'home' } } }, null).warnings).toEqual([]);
+    // home is 2 GiB: a 2 GiB tenant budget is not exceeded
+    expect(buildConfig({ ...MIN, tenants: { acme: { maxBytes: '2G' } } }, null).warnings).toEqual([]);
+    // posix has no budget (0 = off): the tenant's is the only one, as meant
+    expect(buildConfig({ ...MIN, defaultProfile: 'posix', tenants: { acme: { maxBytes: '1G' } } }, null).warnings).toEqual([]);
+  });
+
+  it("the tenant's default profile, once for the tenant", () => {
+    const l = buildConfig({ ...MIN, tenants: { acme: { maxBytes: '1G' } }, homes: { 'acme/p': {}, 'acme/q': { profile: 'home' } } }, null);
+    expect(l.warnings).toEqual([
+      {
+        path: 'tenants.acme',
+        message:
+          'homes of this tenant get profile "home" by default, whose budget of 2.0 GiB (2147483648 bytes) exceeds the tenant\'s budget of 1.0 GiB (1073741824 bytes) (tenants.acme.maxBytes): the tenant\'s budget is reached first',
+        tenant: 'acme',
+        profile: 'home',
+        budget: 2 * Gi,
+        tenantBudget: Gi,
+      },
+    ]);
+    expect(Object.isFrozen(l.warnings)).toBe(true);
+  });
+
+  it("a home whose own profile exceeds its tenant's budget, with the tenant's own default profile", () => {
+    const l = buildConfig(
+      {
+        ...MIN,
+        profiles: { big: { extends: 'home', maxHomeBytes: '10G' }, small: { extends: 'scratch' } },
+        tenants: { acme: { maxBytes: '5G', defaultProfile: 'small' }, other: { maxBytes: '20G' } },
+        homes: { 'acme/huge': { profile: 'big' }, 'acme/fine': { profile: 'home' }, 'other/huge': { profile: 'big' }, 'free/huge': { profile: 'big' } },
+      },
+      null,
+    );
+    expect(l.warnings).toHaveLength(1);
+    expect(l.warnings[0]).toMatchObject({ path: 'homes.acme/huge', tenant: 'acme', home: 'acme/huge', profile: 'big', budget: 10 * Gi, tenantBudget: 5 * Gi });
+    expect(l.warnings[0]!.message).toBe(
+      'profile "big" gives this home a budget of 10.0 GiB (10737418240 bytes), which exceeds its tenant\'s budget of 5.0 GiB (5368709120 bytes) (tenants.acme.maxBytes): the tenant\'s budget is reached first',
+    );
+  });
+
+  it('the global default profile counts for tenants without their own', () => {
+    const l = buildConfig({ ...MIN, profiles: { mid: { extends: 'home', maxHomeBytes: 300 * Mi } }, defaultProfile: 'mid', tenants: { a: { maxBytes: '256M' }, b: { maxBytes: '512M' } } }, null);
+    expect(l.warnings.map((w) => [w.path, w.profile])).toEqual([['tenants.a', 'mid']]);
+  });
+
+  it('an invalid config reports its issues, not warnings', () => {
+    expect(issuesOf(() => buildConfig({ ...MIN, tenants: { acme: { maxBytes: '1G', quota: 1 } } }, null))).toEqual(['tenants.acme: Unrecognized key: "quota"']);
   });
 });
