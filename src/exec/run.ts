@@ -8,7 +8,7 @@ import type { ControlCode } from '../control/protocol.js';
 import { HomesError } from '../errors.js';
 import { ownerUserName } from '../users/names.js';
 import { baseEnv, checkExtras, cwdInHome, envFromDump, sealedEnv, type CallerEnv, type Env, type OwnerIdentity } from './env.js';
-import { DEFAULT_EXEC_POLICY, ExecPolicySchema, type ExecPolicy } from './policy.js';
+import { DEFAULT_EXEC_POLICY, ExecPolicySchema, SEALED_NAMES, type ExecPolicy } from './policy.js';
 
 /**
  * Starting a command in a home the way the platform should: resolve the home
@@ -37,8 +37,21 @@ const ResolvedHomeSchema = z.object({
   created: z.boolean(),
   source: z.enum(['user', 'project', 'tenant', 'default']),
   userName: z.string().optional(),
-  exec: ExecPolicySchema.optional(),
+  exec: z.preprocess(policyOfEarlierDaemon, ExecPolicySchema).optional(),
 });
+
+/**
+ * A daemon not yet restarted onto this version (nodes are rolled one by one)
+ * sends its exec policy with keys this one no longer has (`defaultPath`) and
+ * PATH on its allow-list: read what still applies, rather than refuse every
+ * exec until the daemon restarts. PATH then comes from `path`'s default.
+ */
+function policyOfEarlierDaemon(raw: unknown): unknown {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return raw;
+  const known = Object.fromEntries(Object.entries(raw).filter(([k]) => Object.hasOwn(ExecPolicySchema.shape, k)));
+  if (Array.isArray(known.allowEnv)) known.allowEnv = known.allowEnv.filter((p: unknown) => !(SEALED_NAMES as readonly unknown[]).includes(p));
+  return known;
+}
 
 /**
  * A `resolve` answer, with the exec policy the daemon's configuration sets
@@ -76,12 +89,17 @@ export async function resolveHome(opts: ResolveHomeOptions): Promise<ResolvedHom
   const args = { tenant: opts.tenant, project: opts.project, ...(opts.user !== undefined ? { user: opts.user } : {}) };
   const reply = await controlRequest(opts.socket ?? DEFAULT_PLATFORM_SOCKET, { cmd: 'resolve', args }, { timeoutMs: opts.timeoutMs ?? 10_000 });
   if (!reply.ok) throw new ResolveError(reply.code, reply.message, reply.details);
-  const parsed = ResolvedHomeSchema.safeParse(reply.data);
+  const home = resolvedFromReply(reply.data);
+  return { ...home, identity: await ownerIdentity(home) };
+}
+
+/** The data of a successful `resolve` reply, checked; ControlClientError when it is not one. */
+export function resolvedFromReply(data: unknown): Omit<ResolvedHome, 'identity'> {
+  const parsed = ResolvedHomeSchema.safeParse(data);
   if (!parsed.success) {
     throw new ControlClientError('protocol', `resolve reply is malformed: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   }
-  const home = { ...parsed.data, exec: parsed.data.exec ?? DEFAULT_EXEC_POLICY };
-  return { ...home, identity: await ownerIdentity(home) };
+  return { ...parsed.data, exec: parsed.data.exec ?? DEFAULT_EXEC_POLICY };
 }
 
 // ---- the owner's identity ------------------------------------------------------

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config/load.js';
 import { baseEnv, cwdInHome, envFromDump, identityEnv, parseAssignment, sealedEnv, type Env, type OwnerIdentity } from '../../src/exec/env.js';
 import { DEFAULT_EXEC_POLICY, DEFAULT_PATH, ExecPolicySchema } from '../../src/exec/policy.js';
-import { findCommand, ownerCommand, rlimitArgs } from '../../src/exec/run.js';
+import { findCommand, ownerCommand, resolvedFromReply, rlimitArgs } from '../../src/exec/run.js';
 import { groupLine, ownerUserName, passwdLine, USER_NAME_RE } from '../../src/users/names.js';
 import { codeOf } from '../helpers/fixtures.js';
 
@@ -197,6 +197,22 @@ describe('the exec policy (config "exec", zod)', () => {
     expect(() => buildConfig({ backing: '/b', mount: '/m', exec: { allowEnv: ['PATH'] } }, null)).toThrow(/exec\.allowEnv\.0.*never from the caller/);
     expect(() => buildConfig({ backing: '/b', mount: '/m', exec: { redirect: { X: '/abs' } } }, null)).toThrow(/exec\.redirect\.X/);
     expect(buildConfig({ backing: '/b', mount: '/m' }, null).config.exec).toEqual(P);
+  });
+});
+
+describe('a resolve reply', () => {
+  const reply = { tenant: 'acme', scope: 'project', key: 'web', home: HOME, owner: { uid: 200001, gid: 200001 }, created: false, source: 'default', userName: 'acme-web-12345678' };
+  it("takes the daemon's exec policy, or the defaults when it sent none", () => {
+    expect(resolvedFromReply({ ...reply, exec: { ...P, emailDomain: 'x.example' } }).exec).toEqual({ ...P, emailDomain: 'x.example' });
+    expect(resolvedFromReply(reply).exec).toEqual(P);
+  });
+  it('reads the policy of a daemon not yet restarted onto this version: defaultPath dropped, PATH off the allow-list', () => {
+    const old = { allowEnv: ['PATH', 'LANG', 'LC_*', 'TERM', 'TZ'], redirect: { XDG_CACHE_HOME: '.cache' }, envFile: '.homesfs/env.sh', envFileTimeoutMs: 5000, defaultPath: '/usr/local/bin:/usr/bin:/bin', rlimits: {}, oomScoreAdj: 100 };
+    expect(resolvedFromReply({ ...reply, exec: old }).exec).toEqual({ ...P, allowEnv: ['LANG', 'LC_*', 'TERM', 'TZ'], redirect: { XDG_CACHE_HOME: '.cache' }, envFileTimeoutMs: 5000, rlimits: {}, oomScoreAdj: 100 });
+  });
+  it('refuses a malformed reply with the path of the problem', () => {
+    expect(() => resolvedFromReply({ ...reply, exec: { path: 'bin' } })).toThrow(/malformed: exec\.path/);
+    expect(() => resolvedFromReply({ ...reply, home: 'rel' })).toThrow(/malformed: home/);
   });
 });
 
