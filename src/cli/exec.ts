@@ -43,9 +43,10 @@ export const EXEC_USAGE = `Usage: homesctl [--socket PATH] [--timeout MS] exec -
 Run CMD in the home that (T, P, U) resolves to, as the home's owner (never root; no
 supplementary groups, no new privileges, no capabilities; oom_score_adj and rlimits from the
 daemon's exec policy), with a sealed environment, in this order: the allow-listed variables of
-this environment (default PATH, LANG, LC_*, TERM, TZ), HOME = the home, cache and config
-locations redirected inside the home, the home's .homesfs/env.sh (checked with sh -n first,
-skipped with a warning when broken), then the --env extras, which win over everything.
+this environment (default LANG, LC_*, TERM, TZ); PATH from the daemon's exec.path (never this
+environment's), HOME = the home, USER, LOGNAME, SHELL and EMAIL of the owner; cache and config
+locations redirected inside the home; the home's .homesfs/env.sh (checked with sh -n first,
+skipped with a warning when broken); then the --env extras, which win over everything.
 
 Options:
   --tenant T          the tenant (required)
@@ -58,8 +59,8 @@ The home is resolved over the platform socket (default $HOMESFS_PLATFORM_SOCKET,
 ${DEFAULT_PLATFORM_SOCKET}; --socket overrides). Needs root.
 
 Exit status: CMD's own; when CMD is killed by a signal, homesctl kills itself with the same
-signal (128+n for signals that would dump core). 125: homesctl exec failed; 126: CMD cannot be
-run; 127: CMD not found.
+signal (128+n for signals that would dump core). 125: homesctl exec failed; 126: CMD was
+found but cannot be run (not executable, a directory); 127: CMD not found on the sealed PATH.
 `;
 
 export const PASSWD_USAGE = `Usage: homesctl [--socket PATH] passwd [--tenant T] [--group] [--home-dir DIR] [HOME]...
@@ -140,6 +141,12 @@ export async function execCli(args: string[], globals: Globals, env: NodeJS.Proc
     });
   } catch (err) {
     if (err instanceof ResolveError) return fail(`${err.code}: ${err.message}`);
+    // Found before the command ran: not found (127) or not executable (126), as env(1) would exit.
+    const status = err instanceof HomesError ? err.details.exitStatus : undefined;
+    if (status === EXEC_EXIT.NOT_FOUND || status === EXEC_EXIT.CANNOT_RUN) {
+      io.stderr.write(`homesctl: exec: ${err instanceof Error ? err.message : ''}\n`);
+      return status;
+    }
     if (err instanceof HomesError || err instanceof ControlClientError) return fail(err.message);
     throw err;
   }

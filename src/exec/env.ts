@@ -6,8 +6,11 @@ import type { ExecPolicy } from './policy.js';
  * The sealed environment of a command started in a home. PURE: the order of
  * the layers is the contract (per-scope-home §4, agent-toolbox's sealed exec):
  *
- *   1. only the caller's variables named by the allow-list (PATH, LANG, LC_*, TERM, TZ)
- *   2. HOME = the home
+ *   1. only the caller's variables named by the allow-list (LANG, LC_*, TERM, TZ)
+ *   2. PATH from the policy (never the caller's: its directories, root's among
+ *      them, need not be searchable by the owner), HOME = the home, and the
+ *      owner's identity: USER, LOGNAME, SHELL, EMAIL (and git's name when the
+ *      node has no name for the owner)
  *   3. cache and config locations redirected inside the home
  *   4. the home's tools file (.homesfs/env.sh), sourced on top of 1–3 by the owner
  *   5. the caller's extras (--env), which win over everything, HOME and PATH included
@@ -34,14 +37,45 @@ export function redirectValue(value: string, home: string): string {
   return value.includes('{home}') ? value.replaceAll('{home}', home) : posix.join(home, value);
 }
 
+/**
+ * Who the command runs as, as the node's user database (NSS) knows the owner,
+ * or, where it does not, as the daemon names it (`resolve`'s userName).
+ */
+export interface OwnerIdentity {
+  /** USER and LOGNAME */
+  name: string;
+  /** the record's login shell when it is a usable one; absent: the policy's `shell` */
+  shell?: string;
+  /**
+   * git's author and committer name, only where git would find none by itself
+   * (no passwd entry for the owner, or an empty real name): set, it outranks a
+   * user.name the owner configures, so it is never set when not needed
+   */
+  gitName?: string;
+}
+
+type BasePolicy = Pick<ExecPolicy, 'allowEnv' | 'redirect' | 'path' | 'shell' | 'emailDomain'>;
+
+/** The owner's part of layer 2. EMAIL is what git takes before guessing from the host name (which has no domain on most nodes). */
+export function identityEnv(owner: OwnerIdentity, policy: Pick<ExecPolicy, 'shell' | 'emailDomain'>): Env {
+  const env: Env = { USER: owner.name, LOGNAME: owner.name, SHELL: owner.shell ?? policy.shell };
+  if (policy.emailDomain !== '') env.EMAIL = `${owner.name}@${policy.emailDomain}`;
+  if (owner.gitName !== undefined) {
+    env.GIT_AUTHOR_NAME = owner.gitName;
+    env.GIT_COMMITTER_NAME = owner.gitName;
+  }
+  return env;
+}
+
 /** Layers 1–3: what the tools file is sourced on, and the whole base when there is none. */
-export function baseEnv(caller: CallerEnv, home: string, policy: Pick<ExecPolicy, 'allowEnv' | 'redirect' | 'defaultPath'>): Env {
+export function baseEnv(caller: CallerEnv, home: string, policy: BasePolicy, owner: OwnerIdentity): Env {
   const env: Env = {};
   for (const [name, value] of Object.entries(caller)) {
     if (value !== undefined && !value.includes('\0') && isAllowed(name, policy.allowEnv)) env[name] = value;
   }
-  env.PATH ??= policy.defaultPath;
+  env.PATH = policy.path;
   env.HOME = home;
+  Object.assign(env, identityEnv(owner, policy));
   for (const [name, value] of Object.entries(policy.redirect)) env[name] = redirectValue(value, home);
   return env;
 }
@@ -51,7 +85,9 @@ export interface SealedEnvInput {
   callerEnv: CallerEnv;
   /** the home's absolute path */
   home: string;
-  policy: Pick<ExecPolicy, 'allowEnv' | 'redirect' | 'defaultPath'>;
+  policy: BasePolicy;
+  /** the owner's identity (`ResolvedHome.identity`, or `ownerIdentity(...)`) */
+  owner: OwnerIdentity;
   /**
    * The environment the tools file left when sourced on top of `baseEnv(...)`
    * (see `envFromDump`), or null/undefined when there is none or it was skipped.
@@ -62,12 +98,17 @@ export interface SealedEnvInput {
 }
 
 export function sealedEnv(input: SealedEnvInput): Env {
-  const layered = input.toolsEnv ? { ...input.toolsEnv } : baseEnv(input.callerEnv, input.home, input.policy);
+  const layered = input.toolsEnv ? { ...input.toolsEnv } : baseEnv(input.callerEnv, input.home, input.policy, input.owner);
   for (const [name, value] of Object.entries(input.extras ?? {})) {
     checkAssignment(name, value);
     layered[name] = value;
   }
   return layered;
+}
+
+/** Refuse extras that are not variables, before anything runs. */
+export function checkExtras(extras: Readonly<Record<string, string>>): void {
+  for (const [name, value] of Object.entries(extras)) checkAssignment(name, value);
 }
 
 function checkAssignment(name: string, value: string): void {

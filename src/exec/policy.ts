@@ -49,7 +49,24 @@ const Rlimits = z.strictObject(
   >,
 );
 
-export const DEFAULT_ALLOW_ENV = ['PATH', 'LANG', 'LC_*', 'TERM', 'TZ'];
+export const DEFAULT_ALLOW_ENV = ['LANG', 'LC_*', 'TERM', 'TZ'];
+export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * Set for every command from the policy and the owner, never taken from the
+ * caller: an allow-list or a redirection naming one of them is a mistake in
+ * the config, not something to ignore quietly.
+ */
+export const SEALED_NAMES = ['PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'EMAIL'] as const;
+const notSealed = (name: string) => !(SEALED_NAMES as readonly string[]).includes(name);
+const SEALED_MESSAGE = `${SEALED_NAMES.join(', ')} are set for every command (exec.path, the home, the owner's record), never from the caller`;
+
+/** A host name for the owner's EMAIL (git's identity); "" = no EMAIL. */
+const EmailDomain = z
+  .string()
+  .max(253)
+  .regex(/^$|^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/, { message: 'a domain name (e.g. homes.invalid), or "" for no EMAIL' });
+
 export const DEFAULT_REDIRECT: Readonly<Record<string, string>> = {
   XDG_CACHE_HOME: '.cache',
   XDG_CONFIG_HOME: '.config',
@@ -63,9 +80,12 @@ export const DEFAULT_REDIRECT: Readonly<Record<string, string>> = {
 export const ExecPolicySchema = z
   .strictObject({
     /** the only variables of the caller's environment that reach the command */
-    allowEnv: z.array(EnvPattern).max(256).default(DEFAULT_ALLOW_ENV),
+    allowEnv: z
+      .array(EnvPattern.refine(notSealed, { message: SEALED_MESSAGE }))
+      .max(256)
+      .default(DEFAULT_ALLOW_ENV),
     /** cache and config locations pointed inside the home (replaces the default list) */
-    redirect: z.record(EnvName, RedirectValue).default({ ...DEFAULT_REDIRECT }),
+    redirect: z.record(EnvName.refine(notSealed, { message: SEALED_MESSAGE }), RedirectValue).default({ ...DEFAULT_REDIRECT }),
     /** the home's own tools file, relative to the home; "" = none */
     envFile: z
       .string()
@@ -74,8 +94,21 @@ export const ExecPolicySchema = z
       .default('.homesfs/env.sh'),
     /** how long sourcing the tools file may take before it is skipped */
     envFileTimeoutMs: z.int().min(100).max(600_000).default(10_000),
-    /** PATH when the caller's environment has none */
-    defaultPath: z.string().min(1).default('/usr/local/bin:/usr/bin:/bin'),
+    /** PATH of every command (the tools file and --env may change it): the caller's PATH is never used, its entries may not be searchable by the owner */
+    path: z
+      .string()
+      .min(1)
+      .max(4096)
+      .refine((p) => p.split(':').every((d) => d.startsWith('/') && !d.includes('\0')), { message: 'absolute directories separated by ":" (an empty or relative entry would mean the working directory)' })
+      .default(DEFAULT_PATH),
+    /** SHELL when the owner's user record has no usable shell (the daemon's records say /usr/sbin/nologin) */
+    shell: z
+      .string()
+      .max(1024)
+      .refine((p) => p.startsWith('/') && !p.includes('\0'), { message: 'an absolute path' })
+      .default('/bin/bash'),
+    /** EMAIL = <owner's user name>@<this>, so git and mail tools have an address without configuration; "" = no EMAIL */
+    emailDomain: EmailDomain.default('homes.invalid'),
     /** resource limits set for the command instead of the caller's (a hard limit above the caller's is lowered to it: raising needs CAP_SYS_RESOURCE) */
     rlimits: Rlimits.default({ nofile: { soft: 1024, hard: 524288 } }),
     /** the command's oom_score_adj (the daemon's OOM protection is not inherited) */

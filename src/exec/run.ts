@@ -1,12 +1,14 @@
-import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
+import { execFile, spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { isAbsolute } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { basename, isAbsolute, resolve as resolvePath } from 'node:path';
 import { z } from 'zod';
 import { ControlClientError, controlRequest } from '../control/client.js';
 import type { ControlCode } from '../control/protocol.js';
 import { HomesError } from '../errors.js';
-import { baseEnv, cwdInHome, envFromDump, sealedEnv, type CallerEnv, type Env } from './env.js';
-import { DEFAULT_EXEC_POLICY, ExecPolicySchema, type ExecPolicy } from './policy.js';
+import { ownerUserName } from '../users/names.js';
+import { baseEnv, checkExtras, cwdInHome, envFromDump, sealedEnv, type CallerEnv, type Env, type OwnerIdentity } from './env.js';
+import { DEFAULT_EXEC_POLICY, ExecPolicySchema, SEALED_NAMES, type ExecPolicy } from './policy.js';
 
 /**
  * Starting a command in a home the way the platform should: resolve the home
@@ -35,11 +37,27 @@ const ResolvedHomeSchema = z.object({
   created: z.boolean(),
   source: z.enum(['user', 'project', 'tenant', 'default']),
   userName: z.string().optional(),
-  exec: ExecPolicySchema.optional(),
+  exec: z.preprocess(policyOfEarlierDaemon, ExecPolicySchema).optional(),
 });
 
-/** A `resolve` answer, with the exec policy the daemon's configuration sets (defaults when it sent none). */
-export type ResolvedHome = Omit<z.infer<typeof ResolvedHomeSchema>, 'exec'> & { exec: ExecPolicy };
+/**
+ * A daemon not yet restarted onto this version (nodes are rolled one by one)
+ * sends its exec policy with keys this one no longer has (`defaultPath`) and
+ * PATH on its allow-list: read what still applies, rather than refuse every
+ * exec until the daemon restarts. PATH then comes from `path`'s default.
+ */
+function policyOfEarlierDaemon(raw: unknown): unknown {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return raw;
+  const known = Object.fromEntries(Object.entries(raw).filter(([k]) => Object.hasOwn(ExecPolicySchema.shape, k)));
+  if (Array.isArray(known.allowEnv)) known.allowEnv = known.allowEnv.filter((p: unknown) => !(SEALED_NAMES as readonly unknown[]).includes(p));
+  return known;
+}
+
+/**
+ * A `resolve` answer, with the exec policy the daemon's configuration sets
+ * (defaults when it sent none) and the owner's identity on this node.
+ */
+export type ResolvedHome = Omit<z.infer<typeof ResolvedHomeSchema>, 'exec'> & { exec: ExecPolicy; identity: OwnerIdentity };
 
 /** The daemon answered `resolve` with an error. */
 export class ResolveError extends Error {
@@ -71,11 +89,51 @@ export async function resolveHome(opts: ResolveHomeOptions): Promise<ResolvedHom
   const args = { tenant: opts.tenant, project: opts.project, ...(opts.user !== undefined ? { user: opts.user } : {}) };
   const reply = await controlRequest(opts.socket ?? DEFAULT_PLATFORM_SOCKET, { cmd: 'resolve', args }, { timeoutMs: opts.timeoutMs ?? 10_000 });
   if (!reply.ok) throw new ResolveError(reply.code, reply.message, reply.details);
-  const parsed = ResolvedHomeSchema.safeParse(reply.data);
+  const home = resolvedFromReply(reply.data);
+  return { ...home, identity: await ownerIdentity(home) };
+}
+
+/** The data of a successful `resolve` reply, checked; ControlClientError when it is not one. */
+export function resolvedFromReply(data: unknown): Omit<ResolvedHome, 'identity'> {
+  const parsed = ResolvedHomeSchema.safeParse(data);
   if (!parsed.success) {
     throw new ControlClientError('protocol', `resolve reply is malformed: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
   }
   return { ...parsed.data, exec: parsed.data.exec ?? DEFAULT_EXEC_POLICY };
+}
+
+// ---- the owner's identity ------------------------------------------------------
+
+/** Shells that refuse to run anything: a record with one has no shell to offer SHELL. */
+const NO_SHELL = new Set(['nologin', 'false']);
+
+/**
+ * The owner as this node's user database knows it (`getent passwd <uid>`:
+ * the daemon's userdb records, or whatever NSS has for the uid), else as the
+ * daemon names it. Never fails: a node without the record still gets a name.
+ */
+export async function ownerIdentity(home: Pick<ResolvedHome, 'tenant' | 'key' | 'owner' | 'userName'>): Promise<OwnerIdentity> {
+  const fallback = home.userName ?? ownerUserName(home.tenant, home.key);
+  const line = await new Promise<string | null>((resolve) => {
+    let getent: string;
+    try {
+      getent = tool('getent');
+    } catch {
+      return resolve(null);
+    }
+    execFile(getent, ['passwd', String(home.owner.uid)], { env: {}, timeout: 5000, maxBuffer: 64 * 1024 }, (err, stdout) => resolve(err ? null : stdout.split('\n')[0]!));
+  });
+  const f = line?.split(':');
+  if (!f || f.length < 7 || f[0] === '' || Number(f[2]) !== home.owner.uid) {
+    // git would stop at "unable to auto-detect name": give it the name the daemon's record would carry.
+    return { name: fallback, gitName: `homesfs ${home.tenant}/${home.key}` };
+  }
+  const [name, , , , gecos, , shell] = f as [string, string, string, string, string, string, string];
+  const identity: OwnerIdentity = { name };
+  if (shell.startsWith('/') && !NO_SHELL.has(basename(shell)) && existsSync(shell)) identity.shell = shell;
+  // git takes the real name up to the first comma; an empty one is refused.
+  if (gecos.split(',')[0]!.trim() === '') identity.gitName = name;
+  return identity;
 }
 
 // ---- the privilege chain -----------------------------------------------------
@@ -222,6 +280,45 @@ export function applyToolsFile(home: Pick<ResolvedHome, 'home' | 'owner' | 'exec
   });
 }
 
+// ---- finding the command ---------------------------------------------------------
+
+/** glibc's execvp searches this when PATH is unset. */
+const EXECVP_DEFAULT_PATH = '/bin:/usr/bin';
+
+export type CommandLookup = { found: true } | { found: false; exitStatus: 126 | 127; message: string };
+
+/**
+ * Look for `command` as execvp(3) will, before anything runs as the owner,
+ * for an exit status and a message that say what is wrong: 127 when no
+ * candidate exists, 126 when every one that exists cannot be executed (a
+ * directory, no execute bit). Looked at as root, who sees at least what the
+ * owner sees: a candidate root cannot judge (EACCES, say) leaves the answer to
+ * execvp itself, as do the owner's own permissions on what root finds.
+ */
+export async function findCommand(command: string, path: string | undefined, cwd: string): Promise<CommandLookup> {
+  const search = path ?? EXECVP_DEFAULT_PATH;
+  const candidates = command.includes('/') ? [resolvePath(cwd, command)] : search.split(':').map((d) => resolvePath(cwd, d === '' ? '.' : d, command));
+  const cannot: string[] = [];
+  let unsure = false;
+  for (const c of candidates) {
+    try {
+      const st = await stat(c);
+      if (st.isFile() && (st.mode & 0o111) !== 0) return { found: true };
+      cannot.push(st.isDirectory() ? `${c} is a directory` : st.isFile() ? `${c} is not executable (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})` : `${c} is not a regular file`);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') unsure = true;
+    }
+  }
+  if (unsure) return { found: true };
+  if (cannot.length > 0) return { found: false, exitStatus: 126, message: `${command}: cannot be run: ${cannot.join('; ')}` };
+  return {
+    found: false,
+    exitStatus: 127,
+    message: command.includes('/') ? `${command}: no such file` : `${command}: command not found (PATH=${search})`,
+  };
+}
+
 // ---- exec ---------------------------------------------------------------------
 
 export interface ExecInHomeOptions extends Partial<ResolveHomeOptions> {
@@ -268,11 +365,14 @@ export async function execInHome(opts: ExecInHomeOptions): Promise<ExecInHome> {
   const callerEnv = opts.callerEnv ?? process.env;
   const extras = opts.env ?? {};
   // Validate the extras before anything runs as the owner.
-  sealedEnv({ callerEnv: {}, home: home.home, policy: home.exec, extras });
-  const base = baseEnv(callerEnv, home.home, home.exec);
+  checkExtras(extras);
+  const owner = home.identity ?? (await ownerIdentity(home));
+  const base = baseEnv(callerEnv, home.home, home.exec, owner);
   const tools = await applyToolsFile(home, base);
   const warnings = tools.state === 'skipped' ? [`the home's tools file was skipped: ${tools.reason}`] : [];
-  const env = sealedEnv({ callerEnv, home: home.home, policy: home.exec, toolsEnv: tools.state === 'applied' ? tools.env : null, extras });
+  const env = sealedEnv({ callerEnv, home: home.home, policy: home.exec, owner, toolsEnv: tools.state === 'applied' ? tools.env : null, extras });
+  const lookup = await findCommand(opts.argv[0]!, env.PATH, cwd);
+  if (!lookup.found) throw new HomesError(lookup.exitStatus === 127 ? 'NOT_FOUND' : 'ACCESS_DENIED', lookup.message, { command: opts.argv[0], exitStatus: lookup.exitStatus });
   const [file, ...args] = ownerCommand(home.owner, home.exec, cwd, opts.argv);
   const child = spawn(file!, args, { cwd: '/', env, stdio: opts.stdio ?? 'inherit' });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {

@@ -4,12 +4,18 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, sy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_PATH } from '../../src/exec/policy.js';
+import { ownerUserName } from '../../src/users/names.js';
 import { HOMESCTL, ROOT, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 
 if (!canMount) console.warn(`exec integration suite skipped: ${skipReason}`);
 
-/** A uid block of this run's own: other worktrees' tests use 200000+ and 300000+ at the same time. */
-const BASE = 400000 + randomInt(0, 49) * 10000;
+/**
+ * A uid block of this run's own: other worktrees' tests use 200000+ and 300000+
+ * at the same time, and the owner-names suite publishes 500000+ in the host's
+ * /run/userdb, where a name for one of ours would change its identity here.
+ */
+const BASE = 400000 + randomInt(0, 10) * 10000;
 const OWNERS = { from: BASE, to: BASE + 99 };
 const SECRET = `s3cr3t-${randomBytes(8).toString('hex')}`;
 
@@ -51,6 +57,16 @@ function callerEnv(extra: Record<string, string> = {}): Record<string, string> {
   return { PATH: SYSTEM_PATH, LANG: 'C.UTF-8', LC_CTYPE: 'C.UTF-8', TERM: 'xterm-test', TZ: 'Europe/Berlin', HOME: '/root', USER: 'root', PLATFORM_TOKEN: SECRET, ...extra };
 }
 
+/**
+ * What the owner of acme/<key> is called inside: this daemon publishes its
+ * names in a directory of its own, so the node's NSS does not know them and
+ * git gets its name from GIT_AUTHOR_NAME / GIT_COMMITTER_NAME.
+ */
+function identity(key: string): Record<string, string> {
+  const name = ownerUserName('acme', key);
+  return { USER: name, LOGNAME: name, SHELL: '/bin/bash', EMAIL: `${name}@homes.invalid`, GIT_AUTHOR_NAME: `homesfs acme/${key}`, GIT_COMMITTER_NAME: `homesfs acme/${key}` };
+}
+
 function parseEnv(out: string): Record<string, string> {
   const env: Record<string, string> = {};
   for (const rec of out.split('\0')) {
@@ -86,17 +102,16 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     if (pkgDir) rmSync(pkgDir, { recursive: true, force: true });
   });
 
-  it('env shows exactly the allow-listed variables, HOME and the redirections', async () => {
-    const r = await exec('web', ['--', 'env', '-0']);
-    expect(r.code, r.stderr).toBe(0);
-    const home = d.home('acme', 'web');
-    expect(parseEnv(r.stdout)).toEqual({
-      PATH: SYSTEM_PATH,
+  const sealed = (key: string): Record<string, string> => {
+    const home = d.home('acme', key);
+    return {
+      PATH: DEFAULT_PATH,
       LANG: 'C.UTF-8',
       LC_CTYPE: 'C.UTF-8',
       TERM: 'xterm-test',
       TZ: 'Europe/Berlin',
       HOME: home,
+      ...identity(key),
       XDG_CACHE_HOME: `${home}/.cache`,
       XDG_CONFIG_HOME: `${home}/.config`,
       XDG_DATA_HOME: `${home}/.local/share`,
@@ -104,7 +119,13 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
       PIP_CACHE_DIR: `${home}/.cache/pip`,
       GRADLE_USER_HOME: `${home}/.gradle`,
       MAVEN_OPTS: `-Dmaven.repo.local=${home}/.m2/repository`,
-    });
+    };
+  };
+
+  it("env shows exactly the allow-listed variables, exec.path, HOME, the owner's identity and the redirections", async () => {
+    const r = await exec('web', ['--', 'env', '-0']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(parseEnv(r.stdout)).toEqual(sealed('web'));
   });
 
   it('runs as the owner: no groups, no new privileges, no capabilities, its own oom_score_adj and limits, in the home', async () => {
@@ -157,17 +178,20 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
   });
 
   it('applies a good .homesfs/env.sh, skips a broken one with a warning; --env wins over it, HOME and PATH included', async () => {
-    const w = await exec('web', ['--', 'sh', '-c', 'mkdir -p .homesfs && printf \'%s\\n\' "export TOOLS_DIR=\\"$HOME/tools\\"" "export PATH=\\"$HOME/tools/bin:$PATH\\"" "echo chatter" > .homesfs/env.sh']);
+    // The file also records whether the caller's secret reached the shell that sources it.
+    const w = await exec('web', ['--', 'sh', '-c', 'mkdir -p .homesfs && printf \'%s\\n\' "export TOOLS_DIR=\\"$HOME/tools\\"" "export PATH=\\"$HOME/tools/bin:$PATH\\"" "export SEEN_BY_TOOLS=\\"${PLATFORM_TOKEN:-none}${USER:+ user=$USER}\\"" "echo chatter" > .homesfs/env.sh']);
     expect(w.code, w.stderr).toBe(0);
     const home = d.home('acme', 'web');
-    const good = await exec('web', ['--', 'env', '-0']);
+    // The caller's environment is polluted: nothing of it but the allow-list may reach the file's shell or the command.
+    const good = await exec('web', ['--', 'env', '-0'], { env: callerEnv({ SECRET_KEY: SECRET, PATH: `/root/.cargo/bin:${SYSTEM_PATH}`, SHELL: '/bin/zsh', EMAIL: 'root@caller.example' }) });
     expect(good.code, good.stderr).toBe(0);
     expect(good.stderr).toBe('');
-    const env = parseEnv(good.stdout);
-    expect(env.TOOLS_DIR).toBe(`${home}/tools`);
-    expect(env.PATH).toBe(`${home}/tools/bin:${SYSTEM_PATH}`);
-    expect(Object.keys(env)).not.toContain('PWD');
-    expect(Object.keys(env)).not.toContain('SHLVL');
+    expect(parseEnv(good.stdout)).toEqual({
+      ...sealed('web'),
+      PATH: `${home}/tools/bin:${DEFAULT_PATH}`,
+      TOOLS_DIR: `${home}/tools`,
+      SEEN_BY_TOOLS: `none user=${ownerUserName('acme', 'web')}`,
+    });
 
     const over = await exec('web', ['--env', `HOME=${home}/elsewhere`, '--env', 'PATH=/usr/bin:/bin', '--env', 'TOOLS_DIR=mine', '--env', 'EXTRA=a=b', '--', 'env', '-0']);
     expect(parseEnv(over.stdout)).toMatchObject({ HOME: `${home}/elsewhere`, PATH: '/usr/bin:/bin', TOOLS_DIR: 'mine', EXTRA: 'a=b', XDG_CACHE_HOME: `${home}/.cache` });
@@ -178,7 +202,7 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     expect(broken.code).toBe(0);
     expect(broken.stderr).toMatch(/warning: the home's tools file was skipped: \.homesfs\/env\.sh is broken \(sh -n\)/);
     expect(parseEnv(broken.stdout)).not.toHaveProperty('TOOLS_DIR');
-    expect(parseEnv(broken.stdout).PATH).toBe(SYSTEM_PATH);
+    expect(parseEnv(broken.stdout).PATH).toBe(DEFAULT_PATH);
     await exec('web', ['--', 'rm', '.homesfs/env.sh']);
   });
 
@@ -188,7 +212,6 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     expect([killed.code, killed.signal]).toEqual([null, 'SIGTERM']);
     const cat = await exec('web', ['--', 'cat'], { input: 'through stdin\n' });
     expect(cat.stdout).toBe('through stdin\n');
-    expect((await exec('web', ['--', 'no-such-command-here'])).code).toBe(127);
 
     // A signal sent to homesctl reaches the command (no terminal here, so SIGINT too).
     let sent = false;
@@ -217,6 +240,65 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     });
     expect(viaPty.code, viaPty.stderr).toBe(5);
     expect(viaPty.stdout).toMatch(/\/dev\/pts\/[0-9]+/);
+  });
+
+  it("a polluted caller's PATH, secret and identity stay outside; git commits as the owner without any git config", async () => {
+    // The caller's PATH starts with a directory holding a fake git anyone may run.
+    const fake = mkdtempSync(join(tmpdir(), 'homesfs-fakebin-'));
+    try {
+      chmodSync(fake, 0o755);
+      writeFileSync(join(fake, 'git'), '#!/bin/sh\necho fake-git\n', { mode: 0o755 });
+      const polluted = callerEnv({ PATH: `${fake}:/root/.cargo/bin:/root/.pyenv/shims:${SYSTEM_PATH}`, SECRET_KEY: SECRET, SHELL: '/bin/zsh', LOGNAME: 'root', EMAIL: 'root@caller.example' });
+      const r = await exec('gitp', ['--', 'sh', '-c', 'printf "%s\\n" "$PATH" "$USER" "$LOGNAME" "$SHELL" "$EMAIL" "${SECRET_KEY:-no-secret}"; command -v git; git --version'], { env: polluted });
+      expect(r.code, r.stderr).toBe(0);
+      const id = identity('gitp');
+      const lines = r.stdout.trim().split('\n');
+      expect(lines.slice(0, 7)).toEqual([DEFAULT_PATH, id.USER, id.LOGNAME, '/bin/bash', id.EMAIL, 'no-secret', '/usr/bin/git']);
+      expect(lines[7]).toMatch(/^git version [0-9]/);
+
+      // No ~/.gitconfig, no system config: the identity comes from the environment alone.
+      const commit = await exec('gitp', ['--env', 'GIT_CONFIG_NOSYSTEM=1', '--', 'sh', '-c', 'test ! -e "$HOME/.gitconfig" && git init -q repo && cd repo && echo hi > f && git add f && git commit -q -m first && git log -1 --format="%an|%ae|%cn|%ce"'], { env: polluted });
+      expect(commit.code, commit.stderr).toBe(0);
+      expect(commit.stdout.trim()).toBe(`homesfs acme/gitp|${id.EMAIL}|homesfs acme/gitp|${id.EMAIL}`);
+      const owner = (await usage('acme/gitp')).owner.uid;
+      const st = await exec('gitp', ['--', 'stat', '-c', '%u', 'repo/.git/HEAD']);
+      expect(st.stdout.trim()).toBe(String(owner));
+    } finally {
+      rmSync(fake, { recursive: true, force: true });
+    }
+  });
+
+  it('127 for a command not found, 126 for one found that cannot be run, each with a clear message', async () => {
+    const home = d.home('acme', 'web');
+    const nf = await exec('web', ['--', 'no-such-command-here']);
+    expect([nf.code, nf.stdout]).toEqual([127, '']);
+    expect(nf.stderr).toBe(`homesctl: exec: no-such-command-here: command not found (PATH=${DEFAULT_PATH})\n`);
+    // A PATH directory the owner cannot search (as root's own were) no longer turns "not found" into 126.
+    const priv = mkdtempSync(join(tmpdir(), 'homesfs-private-'));
+    try {
+      chmodSync(priv, 0o700);
+      const hidden = await exec('web', ['--env', `PATH=${priv}:/usr/bin:/bin`, '--', 'no-such-command-here']);
+      expect([hidden.code, hidden.stderr]).toEqual([127, `homesctl: exec: no-such-command-here: command not found (PATH=${priv}:/usr/bin:/bin)\n`]);
+    } finally {
+      rmSync(priv, { recursive: true, force: true });
+    }
+    const prep = await exec('web', ['--', 'sh', '-c', 'mkdir -p bin && echo "echo hi" > notes.txt && cp notes.txt bin/tool && chmod 644 notes.txt bin/tool']);
+    expect(prep.code, prep.stderr).toBe(0);
+    const file = await exec('web', ['--', './notes.txt']);
+    // (the home's profile keeps files owner-only: chmod 644 shows as 0600)
+    expect([file.code, file.stderr]).toEqual([126, `homesctl: exec: ./notes.txt: cannot be run: ${home}/notes.txt is not executable (mode 0600)\n`]);
+    const onPath = await exec('web', ['--env', `PATH=${home}/bin:/usr/bin:/bin`, '--', 'tool']);
+    expect([onPath.code, onPath.stderr]).toEqual([126, `homesctl: exec: tool: cannot be run: ${home}/bin/tool is not executable (mode 0600)\n`]);
+    const dir = await exec('web', ['--', './bin']);
+    expect(dir.code).toBe(126);
+    expect(dir.stderr).toMatch(/bin is a directory/);
+    // Once executable, the same file runs; a command's own 127 passes through as its own.
+    await exec('web', ['--', 'chmod', '755', 'bin/tool']);
+    const ran = await exec('web', ['--env', `PATH=${home}/bin:/usr/bin:/bin`, '--', 'tool']);
+    expect([ran.code, ran.stdout]).toEqual([0, 'hi\n']);
+    const own = await exec('web', ['--', 'sh', '-c', 'exit 127']);
+    expect([own.code, own.stderr]).toEqual([127, '']);
+    await exec('web', ['--', 'rm', '-r', 'bin', 'notes.txt']);
   });
 
   it('--cwd stays inside the home; homesctl exec failures exit 125', async () => {
@@ -312,7 +394,7 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
           "import { resolveHome, sealedEnv, execInHome } from 'homesfs';",
           'const [socket] = process.argv.slice(2);',
           "const home = await resolveHome({ socket, tenant: 'acme', project: 'lib' });",
-          "const env = sealedEnv({ callerEnv: process.env, home: home.home, policy: home.exec, extras: { X: '1' } });",
+          "const env = sealedEnv({ callerEnv: process.env, home: home.home, policy: home.exec, owner: home.identity, extras: { X: '1' } });",
           "const run = await execInHome({ resolved: home, argv: ['sh', '-c', 'id -u; echo $HOME; echo $X; echo ${PLATFORM_TOKEN:-unset}'], env: { X: '1' }, stdio: ['ignore', 'pipe', 'inherit'] });",
           "let out = ''; run.child.stdout.on('data', (d) => (out += d));",
           'const res = await run.exited;',
@@ -327,6 +409,7 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
       expect(j.res.code).toBe(0);
       expect(j.same).toBe(true);
       expect(j.env).not.toHaveProperty('PLATFORM_TOKEN');
+      expect(j.env).toMatchObject({ ...identity('lib'), PATH: DEFAULT_PATH });
       const types = readFileSync(join(ROOT, 'dist/index.d.ts'), 'utf8');
       for (const name of ['resolveHome', 'sealedEnv', 'execInHome']) expect(types).toContain(name);
     } finally {

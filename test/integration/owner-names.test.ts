@@ -66,6 +66,14 @@ describe.skipIf(!canMount)('owner names for NSS (systemd userdb drop-ins)', () =
     const who = await exec('web', 'sh', '-c', 'whoami; id -un; id -gn; python3 -c "import getpass, os; print(getpass.getuser()); print(os.path.expanduser(\'~\'))"');
     expect(who.code, who.stderr).toBe(0);
     expect(who.stdout.trim().split('\n')).toEqual([name, name, name, name, home]);
+
+    // homesctl exec takes the identity from the record: the name, no login shell (so exec.shell),
+    // and no GIT_*_NAME, since git finds the real name in the record by itself.
+    const env = await exec('web', 'sh', '-c', 'echo "$USER|$LOGNAME|$SHELL|$EMAIL|${GIT_AUTHOR_NAME-unset}|${GIT_COMMITTER_NAME-unset}"');
+    expect(env.stdout.trim()).toBe(`${name}|${name}|/bin/bash|${name}@homes.invalid|unset|unset`);
+    const commit = await exec('web', 'sh', '-c', 'export GIT_CONFIG_NOSYSTEM=1; git init -q repo && cd repo && echo hi > f && git add f && git commit -q -m first && git log -1 --format="%an|%ae|%cn|%ce"');
+    expect(commit.code, commit.stderr).toBe(0);
+    expect(commit.stdout.trim()).toBe(`homesfs ${TENANT}/web|${name}@homes.invalid|homesfs ${TENANT}/web|${name}@homes.invalid`);
   });
 
   it('homesctl passwd prints the lines a container needs', async () => {

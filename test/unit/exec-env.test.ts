@@ -1,13 +1,19 @@
-import { describe, expect, it } from 'vitest';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config/load.js';
-import { baseEnv, cwdInHome, envFromDump, parseAssignment, sealedEnv, type Env } from '../../src/exec/env.js';
-import { DEFAULT_EXEC_POLICY, ExecPolicySchema } from '../../src/exec/policy.js';
-import { ownerCommand, rlimitArgs } from '../../src/exec/run.js';
+import { baseEnv, cwdInHome, envFromDump, identityEnv, parseAssignment, sealedEnv, type Env, type OwnerIdentity } from '../../src/exec/env.js';
+import { DEFAULT_EXEC_POLICY, DEFAULT_PATH, ExecPolicySchema } from '../../src/exec/policy.js';
+import { findCommand, ownerCommand, resolvedFromReply, rlimitArgs } from '../../src/exec/run.js';
 import { groupLine, ownerUserName, passwdLine, USER_NAME_RE } from '../../src/users/names.js';
 import { codeOf } from '../helpers/fixtures.js';
 
 const HOME = '/homes/acme/web';
 const P = DEFAULT_EXEC_POLICY;
+/** An owner the node's NSS knows (git finds its name in the record) */
+const OWNER: OwnerIdentity = { name: 'acme-web-12345678' };
+const IDENTITY: Env = { USER: 'acme-web-12345678', LOGNAME: 'acme-web-12345678', SHELL: '/bin/bash', EMAIL: 'acme-web-12345678@homes.invalid' };
 
 const REDIRECTED: Env = {
   XDG_CACHE_HOME: `${HOME}/.cache`,
@@ -19,9 +25,12 @@ const REDIRECTED: Env = {
   MAVEN_OPTS: `-Dmaven.repo.local=${HOME}/.m2/repository`,
 };
 
-describe('sealedEnv: allow-list → HOME → redirections → tools file → extras', () => {
+describe('sealedEnv: allow-list → PATH, HOME, the owner → redirections → tools file → extras', () => {
   const caller = {
-    PATH: '/usr/bin:/bin',
+    PATH: '/root/.cargo/bin:/root/.pyenv/shims:/usr/bin:/bin',
+    SHELL: '/bin/zsh',
+    LOGNAME: 'root',
+    EMAIL: 'root@caller.example',
     LANG: 'C.UTF-8',
     LC_ALL: 'C.UTF-8',
     LC_TIME: 'en_GB.UTF-8',
@@ -37,23 +46,39 @@ describe('sealedEnv: allow-list → HOME → redirections → tools file → ext
   };
   const cases: Array<{ name: string; input: Parameters<typeof sealedEnv>[0]; want: Env }> = [
     {
-      name: 'only allow-listed caller variables, HOME and the redirections',
-      input: { callerEnv: caller, home: HOME, policy: P },
-      want: { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8', LC_TIME: 'en_GB.UTF-8', TERM: 'xterm', TZ: 'UTC', HOME, ...REDIRECTED },
+      name: "only allow-listed caller variables, the policy's PATH (never the caller's), HOME, the owner and the redirections",
+      input: { callerEnv: caller, home: HOME, policy: P, owner: OWNER },
+      want: { LANG: 'C.UTF-8', LC_ALL: 'C.UTF-8', LC_TIME: 'en_GB.UTF-8', TERM: 'xterm', TZ: 'UTC', PATH: DEFAULT_PATH, HOME, ...IDENTITY, ...REDIRECTED },
     },
     {
-      name: 'PATH from the policy when the caller has none',
-      input: { callerEnv: { TERM: 'dumb' }, home: HOME, policy: P },
-      want: { TERM: 'dumb', PATH: '/usr/local/bin:/usr/bin:/bin', HOME, ...REDIRECTED },
+      name: "the record's shell, and git's name where git would find none",
+      input: { callerEnv: { TERM: 'dumb' }, home: HOME, policy: P, owner: { name: 'x-y-1', shell: '/bin/zsh', gitName: 'homesfs acme/web' } },
+      want: {
+        TERM: 'dumb',
+        PATH: DEFAULT_PATH,
+        HOME,
+        USER: 'x-y-1',
+        LOGNAME: 'x-y-1',
+        SHELL: '/bin/zsh',
+        EMAIL: 'x-y-1@homes.invalid',
+        GIT_AUTHOR_NAME: 'homesfs acme/web',
+        GIT_COMMITTER_NAME: 'homesfs acme/web',
+        ...REDIRECTED,
+      },
     },
     {
-      name: 'a configured allow-list and redirection list replace the defaults',
-      input: { callerEnv: caller, home: HOME, policy: { allowEnv: ['TZ', 'SECRET_*'], redirect: { CARGO_HOME: '.cargo' }, defaultPath: '/bin' } },
-      want: { TZ: 'UTC', SECRET_TOKEN: 'hunter2', PATH: '/bin', HOME, CARGO_HOME: `${HOME}/.cargo` },
+      name: 'a configured allow-list, redirection list, path, shell and email domain replace the defaults',
+      input: {
+        callerEnv: caller,
+        home: HOME,
+        policy: { allowEnv: ['TZ', 'SECRET_*', 'P*'], redirect: { CARGO_HOME: '.cargo' }, path: '/bin', shell: '/bin/sh', emailDomain: 'agents.example.org' },
+        owner: OWNER,
+      },
+      want: { TZ: 'UTC', SECRET_TOKEN: 'hunter2', PATH: '/bin', HOME, USER: OWNER.name, LOGNAME: OWNER.name, SHELL: '/bin/sh', EMAIL: `${OWNER.name}@agents.example.org`, CARGO_HOME: `${HOME}/.cargo` },
     },
     {
       name: 'the tools file result replaces the base (it was sourced on top of it)',
-      input: { callerEnv: caller, home: HOME, policy: P, toolsEnv: { PATH: `${HOME}/tools/bin:/usr/bin`, HOME, JAVA_HOME: `${HOME}/jdk` } },
+      input: { callerEnv: caller, home: HOME, policy: P, owner: OWNER, toolsEnv: { PATH: `${HOME}/tools/bin:/usr/bin`, HOME, JAVA_HOME: `${HOME}/jdk` } },
       want: { PATH: `${HOME}/tools/bin:/usr/bin`, HOME, JAVA_HOME: `${HOME}/jdk` },
     },
     {
@@ -62,6 +87,7 @@ describe('sealedEnv: allow-list → HOME → redirections → tools file → ext
         callerEnv: caller,
         home: HOME,
         policy: P,
+        owner: OWNER,
         toolsEnv: { PATH: '/tools', HOME, A: 'tools' },
         extras: { HOME: '/elsewhere', PATH: '/mine', A: 'extra', EMPTY: '' },
       },
@@ -69,8 +95,8 @@ describe('sealedEnv: allow-list → HOME → redirections → tools file → ext
     },
     {
       name: 'null toolsEnv (absent or skipped file) keeps the base',
-      input: { callerEnv: { PATH: '/p' }, home: HOME, policy: P, toolsEnv: null, extras: { X: '1' } },
-      want: { PATH: '/p', HOME, ...REDIRECTED, X: '1' },
+      input: { callerEnv: { PATH: '/p' }, home: HOME, policy: P, owner: OWNER, toolsEnv: null, extras: { X: '1' } },
+      want: { PATH: DEFAULT_PATH, HOME, ...IDENTITY, ...REDIRECTED, X: '1' },
     },
   ];
   for (const c of cases) {
@@ -80,14 +106,19 @@ describe('sealedEnv: allow-list → HOME → redirections → tools file → ext
   }
 
   it('never passes a caller variable that is not allow-listed, whatever its name', () => {
-    const env = baseEnv(caller, HOME, P);
-    for (const k of ['SECRET_TOKEN', 'AWS_SECRET_ACCESS_KEY', 'USER', 'LCX', 'UNSET']) expect(env).not.toHaveProperty(k);
-    expect(env.HOME).toBe(HOME);
+    const env = baseEnv(caller, HOME, P, OWNER);
+    for (const k of ['SECRET_TOKEN', 'AWS_SECRET_ACCESS_KEY', 'LCX', 'UNSET']) expect(env).not.toHaveProperty(k);
+    expect([env.HOME, env.PATH, env.USER, env.LOGNAME, env.SHELL, env.EMAIL]).toEqual([HOME, DEFAULT_PATH, OWNER.name, OWNER.name, '/bin/bash', `${OWNER.name}@homes.invalid`]);
+  });
+
+  it('identityEnv: no EMAIL with an empty domain, no git name unless needed', () => {
+    expect(identityEnv(OWNER, { shell: '/bin/sh', emailDomain: '' })).toEqual({ USER: OWNER.name, LOGNAME: OWNER.name, SHELL: '/bin/sh' });
+    expect(identityEnv({ ...OWNER, gitName: 'n' }, P)).toEqual({ ...IDENTITY, GIT_AUTHOR_NAME: 'n', GIT_COMMITTER_NAME: 'n' });
   });
 
   it('refuses extras that are not variables', () => {
-    expect(codeOf(() => sealedEnv({ callerEnv: {}, home: HOME, policy: P, extras: { 'A-B': '1' } }))).toBe('INVALID_ARGUMENT');
-    expect(codeOf(() => sealedEnv({ callerEnv: {}, home: HOME, policy: P, extras: { A: 'x\0y' } }))).toBe('INVALID_ARGUMENT');
+    expect(codeOf(() => sealedEnv({ callerEnv: {}, home: HOME, policy: P, owner: OWNER, extras: { 'A-B': '1' } }))).toBe('INVALID_ARGUMENT');
+    expect(codeOf(() => sealedEnv({ callerEnv: {}, home: HOME, policy: P, owner: OWNER, extras: { A: 'x\0y' } }))).toBe('INVALID_ARGUMENT');
   });
 });
 
@@ -130,7 +161,9 @@ describe('cwdInHome', () => {
 
 describe('the exec policy (config "exec", zod)', () => {
   it('defaults to the documented allow-list and redirections', () => {
-    expect(P.allowEnv).toEqual(['PATH', 'LANG', 'LC_*', 'TERM', 'TZ']);
+    expect(P.allowEnv).toEqual(['LANG', 'LC_*', 'TERM', 'TZ']);
+    expect(P.path).toBe('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
+    expect([P.shell, P.emailDomain]).toEqual(['/bin/bash', 'homes.invalid']);
     expect(Object.keys(P.redirect).sort()).toEqual(Object.keys(REDIRECTED).sort());
     expect(P.envFile).toBe('.homesfs/env.sh');
     expect(P.oomScoreAdj).toBe(0);
@@ -145,13 +178,41 @@ describe('the exec policy (config "exec", zod)', () => {
     ['an env file outside', { envFile: '../x/env.sh' }],
     ['soft over hard', { rlimits: { nofile: { soft: 10, hard: 5 } } }],
     ['an unknown rlimit', { rlimits: { files: { soft: 1, hard: 1 } } }],
-    ['an unknown key', { allow: ['PATH'] }],
+    ['an unknown key', { allow: ['LANG'] }],
+    ['PATH on the allow-list (it comes from exec.path)', { allowEnv: ['LANG', 'PATH'] }],
+    ['USER on the allow-list', { allowEnv: ['USER'] }],
+    ['HOME redirected', { redirect: { HOME: '.h' } }],
+    ['SHELL redirected', { redirect: { SHELL: '.sh' } }],
+    ['a relative PATH entry', { path: '/usr/bin:bin' }],
+    ['an empty PATH entry (the working directory)', { path: '/usr/bin::/bin' }],
+    ['a relative shell', { shell: 'bash' }],
+    ['an email domain with @', { emailDomain: 'a@b' }],
+    ['an email domain with a space', { emailDomain: 'homes .invalid' }],
+    ['the old defaultPath', { defaultPath: '/bin' }],
   ];
   for (const [name, input] of bad) it(`refuses ${name}`, () => expect(ExecPolicySchema.safeParse(input).success).toBe(false));
   it('accepts a template redirection and reaches the daemon config with its path in errors', () => {
     expect(ExecPolicySchema.parse({ redirect: { MAVEN_OPTS: '-Xmx1g -Dmaven.repo.local={home}/m2' } }).redirect.MAVEN_OPTS).toContain('{home}');
+    expect(ExecPolicySchema.parse({ emailDomain: '', path: '/opt/tools/bin:/usr/bin' })).toMatchObject({ emailDomain: '', path: '/opt/tools/bin:/usr/bin' });
+    expect(() => buildConfig({ backing: '/b', mount: '/m', exec: { allowEnv: ['PATH'] } }, null)).toThrow(/exec\.allowEnv\.0.*never from the caller/);
     expect(() => buildConfig({ backing: '/b', mount: '/m', exec: { redirect: { X: '/abs' } } }, null)).toThrow(/exec\.redirect\.X/);
     expect(buildConfig({ backing: '/b', mount: '/m' }, null).config.exec).toEqual(P);
+  });
+});
+
+describe('a resolve reply', () => {
+  const reply = { tenant: 'acme', scope: 'project', key: 'web', home: HOME, owner: { uid: 200001, gid: 200001 }, created: false, source: 'default', userName: 'acme-web-12345678' };
+  it("takes the daemon's exec policy, or the defaults when it sent none", () => {
+    expect(resolvedFromReply({ ...reply, exec: { ...P, emailDomain: 'x.example' } }).exec).toEqual({ ...P, emailDomain: 'x.example' });
+    expect(resolvedFromReply(reply).exec).toEqual(P);
+  });
+  it('reads the policy of a daemon not yet restarted onto this version: defaultPath dropped, PATH off the allow-list', () => {
+    const old = { allowEnv: ['PATH', 'LANG', 'LC_*', 'TERM', 'TZ'], redirect: { XDG_CACHE_HOME: '.cache' }, envFile: '.homesfs/env.sh', envFileTimeoutMs: 5000, defaultPath: '/usr/local/bin:/usr/bin:/bin', rlimits: {}, oomScoreAdj: 100 };
+    expect(resolvedFromReply({ ...reply, exec: old }).exec).toEqual({ ...P, allowEnv: ['LANG', 'LC_*', 'TERM', 'TZ'], redirect: { XDG_CACHE_HOME: '.cache' }, envFileTimeoutMs: 5000, rlimits: {}, oomScoreAdj: 100 });
+  });
+  it('refuses a malformed reply with the path of the problem', () => {
+    expect(() => resolvedFromReply({ ...reply, exec: { path: 'bin' } })).toThrow(/malformed: exec\.path/);
+    expect(() => resolvedFromReply({ ...reply, home: 'rel' })).toThrow(/malformed: home/);
   });
 });
 
@@ -169,6 +230,42 @@ describe('the privilege chain', () => {
     const argv = ownerCommand({ uid: 5000, gid: 5001 }, P, HOME, ['id', '-u']);
     for (const a of ['--reuid=5000', '--regid=5001', '--clear-groups', '--no-new-privs', '--inh-caps=-all', '--bounding-set=-all']) expect(argv).toContain(a);
     expect(argv.slice(-5)).toEqual(['-C', HOME, '--', 'id', '-u']);
+  });
+});
+
+describe('findCommand: 127 for nothing found, 126 for found but not executable', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'homesfs-findcmd-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  mkdirSync(join(dir, 'a'));
+  mkdirSync(join(dir, 'b'));
+  mkdirSync(join(dir, 'a', 'subdir'));
+  writeFileSync(join(dir, 'a', 'tool'), '#!/bin/sh\n');
+  chmodSync(join(dir, 'a', 'tool'), 0o644);
+  writeFileSync(join(dir, 'b', 'tool'), '#!/bin/sh\n');
+  chmodSync(join(dir, 'b', 'tool'), 0o755);
+  writeFileSync(join(dir, 'a', 'notes'), 'x');
+  chmodSync(join(dir, 'a', 'notes'), 0o600);
+  const a = join(dir, 'a');
+  const b = join(dir, 'b');
+
+  it('finds an executable file, past a non-executable one earlier on PATH (as execvp goes on)', async () => {
+    expect(await findCommand('tool', `${a}:${b}`, '/')).toEqual({ found: true });
+    expect(await findCommand('sh', '/usr/bin:/bin', '/')).toEqual({ found: true });
+    expect(await findCommand('./b/tool', '/nowhere', dir)).toEqual({ found: true });
+  });
+  it('127 when no candidate exists, naming the PATH searched', async () => {
+    expect(await findCommand('no-such-cmd', `${a}:${b}:${dir}/missing`, '/')).toEqual({ found: false, exitStatus: 127, message: `no-such-cmd: command not found (PATH=${a}:${b}:${dir}/missing)` });
+    expect(await findCommand('./missing', '/usr/bin', dir)).toMatchObject({ found: false, exitStatus: 127 });
+    expect(await findCommand('notes/x', '/usr/bin', a)).toMatchObject({ found: false, exitStatus: 127 }); // ENOTDIR
+  });
+  it('126 when what exists cannot be executed: no execute bit, a directory', async () => {
+    expect(await findCommand('tool', a, '/')).toEqual({ found: false, exitStatus: 126, message: `tool: cannot be run: ${a}/tool is not executable (mode 0644)` });
+    expect(await findCommand('./notes', '/usr/bin', a)).toMatchObject({ found: false, exitStatus: 126 });
+    expect(await findCommand('subdir', a, '/')).toEqual({ found: false, exitStatus: 126, message: `subdir: cannot be run: ${a}/subdir is a directory` });
+  });
+  it('an empty PATH entry is the working directory; no PATH is execvp\'s /bin:/usr/bin', async () => {
+    expect(await findCommand('tool', ':/nowhere', b)).toEqual({ found: true });
+    expect(await findCommand('sh', undefined, '/')).toEqual({ found: true });
   });
 });
 
