@@ -77,9 +77,15 @@ describe.skipIf(!canMount)(`deploy/kubernetes scripts on a node ${skipReason}`, 
     rmSync(root, { recursive: true, force: true });
   });
 
-  it('on a fresh node, prepare makes the kubelet\'s 0755 backing and state directories root-owned 0700 and the unmounted mount point immutable', async () => {
+  it('on a fresh node, prepare makes the kubelet\'s 0755 backing and state directories root-owned 0700 and the unmounted mount point immutable (and refuses one with content)', async () => {
     // what the kubelet makes of a missing DirectoryOrCreate hostPath
     for (const v of ['backing', 'state', 'shared']) mkdirSync(host(ds.volumes.find((x: any) => x.name === v).hostPath.path), { recursive: true, mode: 0o755 });
+    // a home a runtime made on the node's disk before this guard existed: the mount would fail (not empty)
+    mkdirSync(join(config.mount, 'acme', 'web'), { recursive: true });
+    const refused = await runPrepare();
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('is not empty');
+    rmSync(join(config.mount, 'acme'), { recursive: true });
     const r = await runPrepare();
     expect(r.code, r.stderr).toBe(0);
     for (const d of [config.backing, posix.dirname(config.stateFile)]) {
