@@ -7,12 +7,13 @@ import { ControlClientError, controlRequest } from '../control/client.js';
 import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
 import { execCli, passwdCli, type LocalIo } from './exec.js';
 import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
+import { chooseSocket, DEFAULT_CONFIG, DEFAULT_SOCKETS, describeOrigin, SocketConfigError, type SocketChoice } from './sockets.js';
 
 export { formatBytes } from './size.js';
 import { VERSION } from '../version.js';
 
 /**
- * homesctl [--socket PATH] [--json] [--timeout MS] <command> [args]
+ * homesctl [--socket PATH | --config FILE] [--json] [--timeout MS] <command> [args]
  *
  * Adding a command: one entry in COMMANDS below (the compiler insists on one
  * per daemon command): its options/positionals, how they become the request's
@@ -40,7 +41,8 @@ export function notServing(s: StatusReport): string | null {
   return why.length ? why.join(', ') : null;
 }
 
-export const DEFAULT_SOCKET = '/run/homesfs/admin.sock';
+export const DEFAULT_SOCKET = DEFAULT_SOCKETS.socket;
+export type { SocketSource } from './sockets.js';
 const DEFAULT_TIMEOUT_MS = 10_000;
 
 type OptionsConfig = NonNullable<ParseArgsConfig['options']>;
@@ -864,20 +866,21 @@ function renderStatus(s: StatusReport): string {
 
 const GLOBAL_OPTIONS = {
   socket: { type: 'string' },
+  config: { type: 'string' },
   json: { type: 'boolean' },
   timeout: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean', short: 'V' },
 } as const satisfies OptionsConfig;
 
-const GLOBAL_TAKES_VALUE = new Set(['--socket', '--timeout']);
+const GLOBAL_TAKES_VALUE = new Set(['--socket', '--config', '--timeout']);
 
 function mainUsage(): string {
   const names = Object.keys(COMMANDS) as CommandName[];
   const rows: Array<[string, string]> = [...names.map((n): [string, string] => [cliName(n), specOf(n).summary]), ...Object.entries(ALIASES).map(([n, a]): [string, string] => [n, a.summary])];
   const w = Math.max(...rows.map(([n]) => n.length)) + 2;
   return [
-    'Usage: homesctl [--socket PATH] [--json] [--timeout MS] <command> [args]',
+    'Usage: homesctl [--socket PATH | --config FILE] [--json] [--timeout MS] <command> [args]',
     '',
     'Talk to the homesfs daemon over its control socket.',
     '',
@@ -899,7 +902,10 @@ function mainUsage(): string {
 function globalOptionHelp(): string {
   return [
     'Global options:',
-    `  --socket PATH   control socket (default: $HOMESFS_SOCKET, else ${DEFAULT_SOCKET})`,
+    '  --socket PATH   control socket (default: $HOMESFS_SOCKET, else "socket" in the daemon\'s',
+    `                  configuration, else ${DEFAULT_SOCKET})`,
+    `  --config FILE   the daemon's configuration, read for its socket paths (default: $HOMESFS_CONFIG,`,
+    `                  else ${DEFAULT_CONFIG} when it exists)`,
     '  --json          print exactly one JSON value on stdout: the reply data, or {"ok":false,"code",…}',
     '                  for an error reply, a usage error (USAGE) or no answer (UNREACHABLE)',
     `  --timeout MS    give up after MS milliseconds (default ${DEFAULT_TIMEOUT_MS})`,
@@ -935,14 +941,12 @@ function commandUsage(name: CommandName): string {
   return lines.join('\n');
 }
 
-/** Where the socket path came from, for the hints of a connection error. */
-export type SocketSource = 'flag' | 'env' | 'default';
-
 interface Invocation {
   kind: 'run';
   command: CommandName;
   socket: string;
-  socketFrom: SocketSource;
+  /** where the socket path came from */
+  socketFrom: SocketChoice;
   json: boolean;
   timeoutMs: number;
   args: unknown;
@@ -1009,9 +1013,10 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
   if (c.positionals.length < min) throw new UsageError(`${display}: missing argument (${spec.synopsis ?? ''})`.replace(/ \(\)$/, ''), display);
   if (c.positionals.length > max) throw new UsageError(`${display}: unexpected argument '${clean(c.positionals[max]!)}'`, display);
 
-  const socketFrom: SocketSource = typeof values.socket === 'string' ? 'flag' : env.HOMESFS_SOCKET ? 'env' : 'default';
-  const socket = typeof values.socket === 'string' ? values.socket : env.HOMESFS_SOCKET || DEFAULT_SOCKET;
-  if (socket === '') throw new UsageError('--socket: empty path');
+  if (values.socket === '') throw new UsageError('--socket: empty path');
+  if (values.config === '') throw new UsageError('--config: empty path');
+  const socketFrom = chooseSocket('admin', { socket: values.socket as string | undefined, config: values.config as string | undefined }, env);
+  const socket = socketFrom.path;
   let timeoutMs = spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (values.timeout !== undefined) {
     const t = String(values.timeout);
@@ -1054,10 +1059,9 @@ function parseStrict(args: string[], options: OptionsConfig, allowPositionals: b
  * tried (and where its path came from), whether the daemon is running, the
  * --socket / HOMESFS_SOCKET switch, and the admin group for EACCES.
  */
-export function explainClientError(err: ControlClientError, socket: string, from: SocketSource, timeoutMs: number): { message: string; hints: string[] } {
+export function explainClientError(err: ControlClientError, socket: string, from: SocketChoice, timeoutMs: number): { message: string; hints: string[] } {
   const code = (err.cause as NodeJS.ErrnoException | undefined)?.code;
-  const origin = from === 'flag' ? 'given with --socket' : from === 'env' ? 'from HOMESFS_SOCKET' : `the default; the daemon's config key "socket" may name another`;
-  const other = `point homesctl at the right daemon with --socket PATH or HOMESFS_SOCKET=PATH (this path was ${origin})`;
+  const other = `point homesctl at the right daemon with --socket PATH, HOMESFS_SOCKET=PATH or --config FILE (this path was ${describeOrigin('admin', from)})`;
   if (err.kind === 'connect') {
     switch (code) {
       case 'ENOENT':
@@ -1125,8 +1129,19 @@ function runLocal(argv: string[], env: NodeJS.ProcessEnv, io: Io & Partial<Local
   const t = g.values.timeout;
   const timeoutMs = typeof t === 'string' && /^[0-9]+$/.test(t) && Number(t) > 0 ? Number(t) : undefined;
   const socket = typeof g.values.socket === 'string' ? g.values.socket : undefined;
-  if (name === 'exec') return execCli(argv.slice(i + 1), { ...(socket !== undefined ? { socket } : {}), ...(timeoutMs !== undefined ? { timeoutMs } : {}) }, env, io);
-  return passwdCli(argv.slice(i + 1), { socket: socket ?? (env.HOMESFS_SOCKET || DEFAULT_SOCKET), timeoutMs: timeoutMs ?? DEFAULT_TIMEOUT_MS }, io);
+  const config = typeof g.values.config === 'string' ? g.values.config : undefined;
+  if (name === 'exec') {
+    return execCli(argv.slice(i + 1), { ...(socket !== undefined ? { socket } : {}), ...(config !== undefined ? { config } : {}), ...(timeoutMs !== undefined ? { timeoutMs } : {}) }, env, io);
+  }
+  let chosen;
+  try {
+    chosen = chooseSocket('admin', { socket, config }, env);
+  } catch (err) {
+    if (!(err instanceof SocketConfigError)) throw err;
+    io.stderr.write(`homesctl: ${clean(err.message)}\n`);
+    return Promise.resolve(EXIT.USAGE);
+  }
+  return passwdCli(argv.slice(i + 1), { socket: chosen.path, timeoutMs: timeoutMs ?? DEFAULT_TIMEOUT_MS }, io);
 }
 
 // ---- main -----------------------------------------------------------------
@@ -1251,6 +1266,11 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   try {
     inv = parseCommandLine(argv, env);
   } catch (err) {
+    if (err instanceof SocketConfigError) {
+      if (wantsJson(argv)) printJson(io, { ok: false, code: 'CONFIG', message: err.message });
+      io.stderr.write(`homesctl: ${clean(err.message)}\n  --socket PATH (or HOMESFS_SOCKET) names the socket without reading a configuration\n`);
+      return EXIT.USAGE;
+    }
     if (!(err instanceof UsageError)) throw err;
     const cmd = err.command ? `${err.command} ` : '';
     if (wantsJson(argv)) printJson(io, { ok: false, code: 'USAGE', message: err.message });
