@@ -2,7 +2,22 @@
 import { realpathSync, writeSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { DeleteResult, Forward, HomeInfo, LimitSource, ReloadResult, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport, TenantUsage } from '../control/api.js';
+import type {
+  DeleteResult,
+  DeleteTenantResult,
+  Forward,
+  HolderInfo,
+  HomeInfo,
+  LimitSource,
+  ProcessInfo,
+  ReloadResult,
+  RenameResult,
+  RescanResult,
+  ResolveResult,
+  SettingsView,
+  StatusReport,
+  TenantUsage,
+} from '../control/api.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
 import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
 import { execCli, passwdCli, type LocalIo } from './exec.js';
@@ -11,6 +26,7 @@ import { chooseSocket, DEFAULT_CONFIG, DEFAULT_SOCKETS, describeOrigin, SocketCo
 
 export { formatBytes } from './size.js';
 import { VERSION } from '../version.js';
+import { notServingReasons } from '../metrics/health.js';
 
 /**
  * homesctl [--socket PATH | --config FILE] [--json] [--timeout MS] <command> [args]
@@ -34,10 +50,7 @@ export const EXIT = {
 
 /** Why a status reply is not a serving daemon, or null: what makes `homesctl status` a health probe. */
 export function notServing(s: StatusReport): string | null {
-  const why: string[] = [];
-  if (!s.mount.mounted) why.push('not mounted');
-  if (s.mount.loop !== 'running') why.push(`FUSE loop ${s.mount.loop}`);
-  if (s.native.selfCheck === 'failed') why.push('native self-check failed');
+  const why = notServingReasons({ mounted: s.mount.mounted, loop: s.mount.loop, selfCheck: s.native.selfCheck });
   return why.length ? why.join(', ') : null;
 }
 
@@ -112,10 +125,15 @@ const SORTS = ['name', 'used', 'percent', 'busy'] as const;
 const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   status: {
     summary: 'Mount liveness, native self-check and per-home scan progress',
-    description: 'Shows whether the mount answers, the FUSE loop state, the native layer self-check, uptime, and each home with its scan state and usage. Served on the admin and the platform socket.',
+    synopsis: '[--verbose]',
+    description:
+      'Shows whether the mount answers, the FUSE loop state, the native layer self-check (with a one-line total of the requests the binding answered), uptime, and each home with its scan state and usage. ' +
+      '--verbose adds the native counters, one line per kind of request. Served on the admin and the platform socket.',
+    options: { verbose: { type: 'boolean', short: 'v' } },
+    optionHelp: [['-v, --verbose', 'show the native counters per kind of request']],
     positionals: { min: 0, max: 0 },
     args: () => ({}),
-    human: (data) => renderStatus(data as StatusReport),
+    human: (data, _a, v) => renderStatus(data as StatusReport, v.verbose === true),
   },
   reload: {
     summary: 'Re-read the configuration file now (as SIGHUP) and show the outcome',
@@ -426,6 +444,24 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     force: true,
     args: (v, p) => withForce({ home: homeArg(p[0]!, 'delete-home') }, v),
     human: (data) => renderDelete(data as DeleteResult),
+  },
+  'delete-tenant': {
+    summary: 'Remove an empty tenant: its directory and its settings, budget and reserved names',
+    synopsis: 'TENANT',
+    description:
+      'Refused with NOT_EMPTY while the tenant has homes (delete them first: delete-home), and with BUSY while a process works in its directory. ' +
+      "The config's tenants.<TENANT> entry stays (it is the admin's); a later create or resolve makes the tenant again.",
+    positionals: { min: 1, max: 1 },
+    args: (_v, p) => ({ tenant: p[0]! }),
+    human: (data) => {
+      const r = data as DeleteTenantResult;
+      const dropped = [
+        ...(r.dropped.settings ? ['its home-scope settings'] : []),
+        ...(r.dropped.budget ? ['its budget override'] : []),
+        ...(r.dropped.forwards.length > 0 ? [`its reserved names (${r.dropped.forwards.map(clean).join(', ')})`] : []),
+      ];
+      return `Deleted tenant ${clean(r.tenant)}${r.removedDir ? '' : ' (it had no directory)'}${dropped.length > 0 ? `, with ${dropped.join(', ')}` : ''}.\n`;
+    },
   },
   forwards: {
     summary: 'Old names of renamed homes, reserved until release-name',
@@ -804,13 +840,66 @@ function renderRename(r: RenameResult): string {
   );
 }
 
+/** PID UID COMMAND rows, indented, for deletes and busy refusals; `how` adds what each holds. */
+function processTable(ps: ReadonlyArray<ProcessInfo | HolderInfo>, how = false): string {
+  const holds = (p: ProcessInfo | HolderInfo): string => {
+    if (!('cwd' in p)) return '';
+    const parts = [...(p.cwd ? ['working directory'] : []), ...(p.openFiles > 0 ? [`${p.openFiles} open file${p.openFiles === 1 ? '' : 's'}`] : [])];
+    return parts.join(', ');
+  };
+  const headers = ['  PID', 'UID', ...(how ? ['HOLDS'] : []), 'COMMAND'];
+  return formatTable(headers, ps.map((p) => [`  ${p.pid}`, String(p.uid), ...(how ? [holds(p)] : []), p.command || p.comm]), new Set([0])) + '\n';
+}
+
 function renderDelete(r: DeleteResult): string {
   if (r.deleted === null) return `Nothing deleted${r.deleteNote ? `: ${clean(r.deleteNote)}` : '.'}\n`;
   const freed = r.bytes !== undefined ? ` (${formatBytes(r.bytes)} freed)` : '';
-  return `Deleted ${clean(r.deleted)}${freed}.${r.deleteNote ? ` ${clean(r.deleteNote)}` : ''}\n`;
+  let out = `Deleted ${clean(r.deleted)}${freed}.${r.deleteNote ? ` ${clean(r.deleteNote)}` : ''}\n`;
+  if (r.releasedNames && r.releasedNames.length > 0) out += `Released the old names that forwarded to it: ${r.releasedNames.map(clean).join(', ')}.\n`;
+  const ps = r.ownerProcesses ?? [];
+  if (ps.length > 0) {
+    out +=
+      `${ps.length}${ps.length >= 50 ? ' or more' : ''} process${ps.length === 1 ? '' : 'es'} still run${ps.length === 1 ? 's' : ''} as its owner uid ${r.ownerUid ?? '?'} ` +
+      '(they keep running; the uid is retired, never given to a home again):\n' +
+      processTable(ps);
+  }
+  return out;
 }
 
-function renderStatus(s: StatusReport): string {
+/** [kind, what the binding did] rows of the native counters; empty when none are reported. */
+function nativeRows(n: StatusReport['native']): Array<[string, string]> {
+  const rows: Array<[string, string]> = [];
+  const f = n.fastPath;
+  if (f) {
+    rows.push(
+      ['getattr', `${f.answered} answered (${f.negative} ENOENT/ENOTDIR), ${f.fallbacks} to JS`],
+      ['fgetattr', `${f.fgetattrAnswered ?? 0} answered, ${f.fgetattrFallbacks ?? 0} to JS`],
+      ['readdir', `${f.readdirAnswered} answered, ${f.readdirFallbacks} to JS`],
+      ['unlink', `${f.unlinkAnswered} done, ${f.unlinkFallbacks} to JS`],
+      ['open', `${f.openAnswered} answered (${f.openClosedNatively ?? 0} closed before the daemon adopted them), ${f.openFallbacks} to JS`],
+      ['create', `${f.createAnswered} made, ${f.createFallbacks} to JS`],
+      ['setattr', `utimens ${f.utimensAnswered}, chmod ${f.chmodAnswered}, chown ${f.chownAnswered} done; ${f.setattrFallbacks} to JS`],
+      ['write', `${f.writesDecided ?? 0} decisions made, ${f.writeDecisionFallbacks ?? 0} to JS`],
+    );
+  }
+  if (n.releasesAnswered !== undefined) rows.push(['release', `${n.releasesAnswered} answered`]);
+  if (n.noFlush !== undefined) rows.push(['no FLUSH', `${n.noFlush.opens} opens without FLUSH (${n.noFlush.flushes} FLUSH requests)`]);
+  if (n.singleReader !== undefined) {
+    rows.push(['single reader', `${n.singleReader.handoffs} handoffs (${n.singleReader.readWaits ?? 0} before reads from disk), ${n.singleReader.revocations} taken by the watchdog`]);
+  }
+  return rows;
+}
+
+/** Requests the binding answered itself and those it handed to JavaScript, summed over every kind. */
+function nativeTotals(n: StatusReport['native']): { answered: number; toJs: number } | null {
+  const f = n.fastPath;
+  if (!f && n.releasesAnswered === undefined) return null;
+  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) : 0;
+  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) : 0;
+  return { answered: answered + (n.releasesAnswered ?? 0), toJs };
+}
+
+function renderStatus(s: StatusReport, verbose = false): string {
   const probe =
     s.mount.lastProbeAt === null
       ? 'never'
@@ -818,16 +907,23 @@ function renderStatus(s: StatusReport): string {
   const nativeExtra = [`patch ${s.native.patch}`];
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
-  if (s.native.releasesAnswered !== undefined) nativeExtra.push(`native release: ${s.native.releasesAnswered} answered`);
-  if (s.native.singleReader !== undefined) nativeExtra.push(`single reader: ${s.native.singleReader.handoffs} handoffs (${s.native.singleReader.readWaits ?? 0} before reads from disk), ${s.native.singleReader.revocations} taken by the watchdog`);
-  if (s.native.noFlush !== undefined) nativeExtra.push(`opens without FLUSH: ${s.native.noFlush.opens} (FLUSH requests: ${s.native.noFlush.flushes})`);
-  if (s.native.fastPath) nativeExtra.push(`native getattr: ${s.native.fastPath.answered} answered (${s.native.fastPath.negative} of them ENOENT/ENOTDIR), ${s.native.fastPath.fallbacks} to JS; native readdir: ${s.native.fastPath.readdirAnswered} answered, ${s.native.fastPath.readdirFallbacks} to JS; native unlink: ${s.native.fastPath.unlinkAnswered} done, ${s.native.fastPath.unlinkFallbacks} to JS; native open: ${s.native.fastPath.openAnswered} answered (${s.native.fastPath.openClosedNatively ?? 0} closed before the daemon adopted them), ${s.native.fastPath.openFallbacks} to JS; native create: ${s.native.fastPath.createAnswered} made, ${s.native.fastPath.createFallbacks} to JS; native utimens/chmod/chown: ${s.native.fastPath.utimensAnswered}/${s.native.fastPath.chmodAnswered}/${s.native.fastPath.chownAnswered} done, ${s.native.fastPath.setattrFallbacks} to JS; native write decisions: ${s.native.fastPath.writesDecided ?? 0} made, ${s.native.fastPath.writeDecisionFallbacks ?? 0} to JS`);
+  const totals = nativeTotals(s.native);
+  const counted = totals ? `; ${totals.answered} requests answered natively, ${totals.toJs} handed to JS${verbose ? '' : ' (--verbose: per kind)'}` : '';
+  const rows = verbose ? nativeRows(s.native) : [];
+  const nativeBlock =
+    rows.length > 0
+      ? '\n\nNative counters (answered in the binding; "to JS": handed to the daemon):\n' +
+        formatTable(['  KIND', 'COUNTS'], rows.map(([k, v]) => [`  ${k}`, v]))
+          .split('\n')
+          .slice(1)
+          .join('\n')
+      : '';
   const head = keyValues([
     ['Mount', s.mount.path],
     ['Mounted', s.mount.mounted ? 'yes' : 'no'],
     ['Loop', s.mount.loop],
     ['Last probe', probe],
-    ['Native', `${s.native.selfCheck} (${nativeExtra.join(', ')})`],
+    ['Native', `${s.native.selfCheck} (${nativeExtra.join(', ')})${counted}`],
     ['Uptime', formatDuration(s.uptimeSec)],
     ['Daemon', `homesfs ${s.version}, pid ${s.pid}`],
     ['Backing', s.backing],
@@ -859,7 +955,7 @@ function renderStatus(s: StatusReport): string {
           ]),
           new Set([3, 4, 5]),
         );
-  return `${head}\n\n${homes}\n`;
+  return `${head}${nativeBlock}\n\n${homes}\n`;
 }
 
 // ---- argument parsing -----------------------------------------------------
@@ -1165,11 +1261,20 @@ function printJson(io: Io, value: unknown): void {
 function errorHints(reply: ErrorReply, command: CommandName): string[] {
   const d = reply.details ?? {};
   switch (reply.code) {
-    case 'BUSY':
-      return specOf(command).force ? ['(--force goes ahead anyway)'] : [];
+    case 'BUSY': {
+      const ps = Array.isArray(d.processes) ? (d.processes as HolderInfo[]) : [];
+      const counts = typeof d.openFiles === 'number' && typeof d.cwdProcesses === 'number' ? [`${d.openFiles} open file${d.openFiles === 1 ? '' : 's'}, ${d.cwdProcesses} working director${d.cwdProcesses === 1 ? 'y' : 'ies'} inside`] : [];
+      const held =
+        ps.length > 0
+          ? ['held by:', ...processTable(ps, true).trimEnd().split('\n')]
+          : counts.length > 0
+            ? ['no holder is visible from here (another pid namespace?)']
+            : [];
+      return [...counts, ...held, ...(specOf(command).force ? ['(--force goes ahead anyway)'] : [])];
+    }
     case 'RENAMED':
       return [
-        `the home now lives at ${clean(String(d.to))}: use its new name, or free the old one with: homesctl release-name ${clean(String(d.from))}`,
+        `the home now lives at ${clean(String(d.to))}${typeof d.path === 'string' ? ` (${clean(d.path)})` : ''}: use its new name, or free the old one with: homesctl release-name ${clean(String(d.from))}`,
       ];
     case 'CONFIRM_REQUIRED': {
       const homes = Array.isArray(d.homes) ? (d.homes as Array<{ home: string; bytes: number }>) : [];
@@ -1200,7 +1305,8 @@ async function request(inv: Invocation, io: Io): Promise<{ ok: true; data: unkno
     io.stderr.write(`homesctl: ${reply.code}: ${clean(reply.message)}\n`);
     if (!inv.json) {
       const hints = errorHints(reply, inv.command);
-      if (reply.details && Object.keys(reply.details).length > 0 && reply.code !== 'CONFIRM_REQUIRED' && reply.code !== 'RENAMED') io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
+      const rendered = reply.code === 'CONFIRM_REQUIRED' || reply.code === 'RENAMED' || (reply.code === 'BUSY' && Array.isArray(reply.details?.processes));
+      if (reply.details && Object.keys(reply.details).length > 0 && !rendered) io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
       for (const h of hints) io.stderr.write(`  ${h}\n`);
     }
     return { ok: false, exit: EXIT.ERROR_REPLY };
