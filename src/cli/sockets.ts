@@ -42,12 +42,18 @@ export function socketEnvName(kind: SocketKind): string {
   return ENV_OF[kind];
 }
 
-export function chooseSocket(kind: SocketKind, flags: { socket?: string | undefined; config?: string | undefined }, env: NodeJS.ProcessEnv): SocketChoice {
+/** `defaultConfig` is for tests, which must not read the host's /etc. */
+export function chooseSocket(
+  kind: SocketKind,
+  flags: { socket?: string | undefined; config?: string | undefined },
+  env: NodeJS.ProcessEnv,
+  defaultConfig: string = DEFAULT_CONFIG,
+): SocketChoice {
   if (flags.socket !== undefined) return { path: flags.socket, from: 'flag' };
   const fromEnv = env[ENV_OF[kind]];
   if (fromEnv) return { path: fromEnv, from: 'env' };
   const explicit = flags.config ?? (env.HOMESFS_CONFIG || undefined);
-  const file = explicit ?? DEFAULT_CONFIG;
+  const file = explicit ?? defaultConfig;
   let paths: SocketPaths;
   try {
     paths = loadSocketPaths(file);
