@@ -316,7 +316,9 @@ describe('homesctl exit codes', () => {
   it('0 and usage on stdout for --help and <command> --help', async () => {
     const main = await homesctl(['--help']);
     expect(main.code).toBe(0);
-    expect(main.stdout).toMatch(/^Usage: homesctl \[--socket PATH\] \[--json\] \[--timeout MS\] <command> \[args\]/);
+    expect(main.stdout).toMatch(/^Usage: homesctl \[--socket PATH \| --config FILE\] \[--json\] \[--timeout MS\] <command> \[args\]/);
+    expect(main.stdout).toMatch(/^ {2}--config FILE {3}the daemon's configuration, read for its socket paths/m);
+    expect(main.stdout).toMatch(/^ {2}delete-tenant\s+Remove an empty tenant/m);
     expect(main.stdout).toMatch(/^\s+status\s+Mount liveness/m);
     expect(main.stdout).toContain('/run/homesfs/admin.sock');
     const cmd = await homesctl(['status', '--help']);
