@@ -18,6 +18,7 @@ import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
 import { OpMetrics } from './metrics/ops.js';
 import { metricsSnapshot } from './metrics/snapshot.js';
+import { notServingReasons } from './metrics/health.js';
 import { startMetricsServer, type MetricsServer } from './metrics/server.js';
 import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
@@ -173,6 +174,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);
   const homes = manager;
+  await homes.pruneForwards().catch((err: Error) => log.warn({ err: err.message }, 'reserved names not checked'));
 
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((r) => (resolveDone = r));
@@ -222,6 +224,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     await store.close();
     throw new DaemonError((err as Error).message, EXIT.MOUNT);
   }
+
+  const servingState = () => ({ mounted: mount.state.mounted, loop: mount.state.loop, selfCheck: mount.selfCheck.report.state });
 
   const served: DaemonApi = {
     async status(): Promise<StatusReport> {
@@ -299,6 +303,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     deleteProject: (args) => homes.deleteProject(args),
     deleteUser: (args) => homes.deleteUser(args),
     deleteHome: (args) => homes.deleteHome(args),
+    deleteTenant: (args) => homes.deleteTenant(args),
     forwards: async () => homes.forwards(),
     releaseName: (args) => homes.releaseName(args),
     async reload() {
@@ -366,8 +371,9 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         ...(config.adminGroup !== undefined ? { group: config.adminGroup } : {}),
         render: async () => {
           ctx.settle();
-          return renderMetrics(await metricsSnapshot(ctx, opMetrics, started));
+          return renderMetrics(await metricsSnapshot(ctx, opMetrics, started, notServingReasons(servingState()).length === 0));
         },
+        health: () => notServingReasons(servingState()),
         log: log.child({ component: 'metrics' }),
       });
     } catch (err) {

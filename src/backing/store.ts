@@ -358,6 +358,26 @@ export class BackingStore {
     }
   }
 
+  /**
+   * Remove an empty tenant's directory: trash left by earlier deletes goes
+   * first, then rmdir(2), which fails with ENOTEMPTY (NOT_EMPTY) if a home or
+   * anything else is there, however it got there meanwhile.
+   */
+  async removeTenant(tenant: string): Promise<void> {
+    const fd = await this.openTenant(tenant);
+    try {
+      for (const e of await sys.readdirRaw(sys.fdPath(fd))) {
+        if (e.name.subarray(0, TRASH_PREFIX.length).equals(Buffer.from(TRASH_PREFIX))) await removeTree(fd, e.name);
+      }
+    } finally {
+      await sys.close(fd);
+    }
+    await sys.rmdir(sys.fdPath(this.rootFd, tenant)).catch((err) => {
+      if (sys.sysCode(err) === 'ENOTEMPTY' || sys.sysCode(err) === 'EEXIST') throw new HomesError('NOT_EMPTY', `tenant ${tenant}'s directory is not empty`);
+      throw notFoundIfMissing(err, `tenant ${tenant}`);
+    });
+  }
+
   /** Open a home's backing directory; the caller owns the result and retires it. */
   async openHome(ref: HomeRef): Promise<BackingHome> {
     classifyKey(ref.key);

@@ -7,6 +7,7 @@ import { parseAssignment } from '../exec/env.js';
 import { DEFAULT_PLATFORM_SOCKET, execInHome, ResolveError } from '../exec/run.js';
 import { HomesError } from '../errors.js';
 import { groupLine, ownerUserName, passwdLine, type OwnerRecord } from '../users/names.js';
+import { chooseSocket, DEFAULT_CONFIG, SocketConfigError } from './sockets.js';
 
 /**
  * The two homesctl commands that are more than one request and a rendering:
@@ -23,6 +24,8 @@ export interface LocalIo {
 
 export interface Globals {
   socket?: string;
+  /** the daemon's configuration, read for the platform socket's path (--config) */
+  config?: string;
   timeoutMs?: number;
   json?: boolean;
 }
@@ -37,7 +40,7 @@ export const EXEC_EXIT = {
   NOT_FOUND: 127,
 } as const;
 
-export const EXEC_USAGE = `Usage: homesctl [--socket PATH] [--timeout MS] exec --tenant T --project P [--user U]
+export const EXEC_USAGE = `Usage: homesctl [--socket PATH | --config FILE] [--timeout MS] exec --tenant T --project P [--user U]
                 [--env NAME=VALUE]... [--cwd DIR] -- CMD [ARG]...
 
 Run CMD in the home that (T, P, U) resolves to, as the home's owner (never root; no
@@ -55,15 +58,16 @@ Options:
   --env NAME=VALUE    add or override a variable (repeatable)
   --cwd DIR           working directory inside the home (relative to it, or absolute under it)
 
-The home is resolved over the platform socket (default $HOMESFS_PLATFORM_SOCKET, else
-${DEFAULT_PLATFORM_SOCKET}; --socket overrides). Needs root.
+The home is resolved over the platform socket: --socket, else $HOMESFS_PLATFORM_SOCKET, else
+"platformSocket" in the daemon's configuration (--config FILE, else $HOMESFS_CONFIG, else
+${DEFAULT_CONFIG} when it exists), else ${DEFAULT_PLATFORM_SOCKET}. Needs root.
 
 Exit status: CMD's own; when CMD is killed by a signal, homesctl kills itself with the same
 signal (128+n for signals that would dump core). 125: homesctl exec failed; 126: CMD was
 found but cannot be run (not executable, a directory); 127: CMD not found on the sealed PATH.
 `;
 
-export const PASSWD_USAGE = `Usage: homesctl [--socket PATH] passwd [--tenant T] [--group] [--home-dir DIR] [HOME]...
+export const PASSWD_USAGE = `Usage: homesctl [--socket PATH | --config FILE] passwd [--tenant T] [--group] [--home-dir DIR] [HOME]...
 
 Print /etc/passwd lines (with --group: /etc/group lines) for the owners of the given homes
 ("tenant/key"), of every home of tenant T, or of every home: the names the daemon publishes for
@@ -125,13 +129,20 @@ export async function execCli(args: string[], globals: Globals, env: NodeJS.Proc
     return fail((err as Error).message);
   }
 
+  let socket;
+  try {
+    socket = chooseSocket('platform', { socket: globals.socket, config: globals.config }, env).path;
+  } catch (err) {
+    if (err instanceof SocketConfigError) return fail(err.message);
+    throw err;
+  }
   let run;
   try {
     run = await execInHome({
       tenant: values.tenant,
       project: values.project,
       ...(typeof values.user === 'string' ? { user: values.user } : {}),
-      socket: globals.socket ?? (env.HOMESFS_PLATFORM_SOCKET || DEFAULT_PLATFORM_SOCKET),
+      socket,
       ...(globals.timeoutMs !== undefined ? { timeoutMs: globals.timeoutMs } : {}),
       argv,
       env: extras,

@@ -2,17 +2,34 @@
 import { realpathSync, writeSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { DeleteResult, Forward, HomeInfo, LimitSource, ReloadResult, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport, TenantUsage } from '../control/api.js';
+import type {
+  DeleteResult,
+  DeleteTenantResult,
+  Forward,
+  HolderInfo,
+  HomeInfo,
+  LimitSource,
+  ProcessInfo,
+  ReloadResult,
+  RenameResult,
+  RescanResult,
+  ResolveResult,
+  SettingsView,
+  StatusReport,
+  TenantUsage,
+} from '../control/api.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
 import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
 import { execCli, passwdCli, type LocalIo } from './exec.js';
 import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
+import { chooseSocket, DEFAULT_CONFIG, DEFAULT_SOCKETS, describeOrigin, SocketConfigError, type SocketChoice } from './sockets.js';
 
 export { formatBytes } from './size.js';
 import { VERSION } from '../version.js';
+import { notServingReasons } from '../metrics/health.js';
 
 /**
- * homesctl [--socket PATH] [--json] [--timeout MS] <command> [args]
+ * homesctl [--socket PATH | --config FILE] [--json] [--timeout MS] <command> [args]
  *
  * Adding a command: one entry in COMMANDS below (the compiler insists on one
  * per daemon command): its options/positionals, how they become the request's
@@ -33,14 +50,12 @@ export const EXIT = {
 
 /** Why a status reply is not a serving daemon, or null: what makes `homesctl status` a health probe. */
 export function notServing(s: StatusReport): string | null {
-  const why: string[] = [];
-  if (!s.mount.mounted) why.push('not mounted');
-  if (s.mount.loop !== 'running') why.push(`FUSE loop ${s.mount.loop}`);
-  if (s.native.selfCheck === 'failed') why.push('native self-check failed');
+  const why = notServingReasons({ mounted: s.mount.mounted, loop: s.mount.loop, selfCheck: s.native.selfCheck });
   return why.length ? why.join(', ') : null;
 }
 
-export const DEFAULT_SOCKET = '/run/homesfs/admin.sock';
+export const DEFAULT_SOCKET = DEFAULT_SOCKETS.socket;
+export type { SocketSource } from './sockets.js';
 const DEFAULT_TIMEOUT_MS = 10_000;
 
 type OptionsConfig = NonNullable<ParseArgsConfig['options']>;
@@ -110,10 +125,15 @@ const SORTS = ['name', 'used', 'percent', 'busy'] as const;
 const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   status: {
     summary: 'Mount liveness, native self-check and per-home scan progress',
-    description: 'Shows whether the mount answers, the FUSE loop state, the native layer self-check, uptime, and each home with its scan state and usage. Served on the admin and the platform socket.',
+    synopsis: '[--verbose]',
+    description:
+      'Shows whether the mount answers, the FUSE loop state, the native layer self-check (with a one-line total of the requests the binding answered), uptime, and each home with its scan state and usage. ' +
+      '--verbose adds the native counters, one line per kind of request. Served on the admin and the platform socket.',
+    options: { verbose: { type: 'boolean', short: 'v' } },
+    optionHelp: [['-v, --verbose', 'show the native counters per kind of request']],
     positionals: { min: 0, max: 0 },
     args: () => ({}),
-    human: (data) => renderStatus(data as StatusReport),
+    human: (data, _a, v) => renderStatus(data as StatusReport, v.verbose === true),
   },
   reload: {
     summary: 'Re-read the configuration file now (as SIGHUP) and show the outcome',
@@ -424,6 +444,24 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
     force: true,
     args: (v, p) => withForce({ home: homeArg(p[0]!, 'delete-home') }, v),
     human: (data) => renderDelete(data as DeleteResult),
+  },
+  'delete-tenant': {
+    summary: 'Remove an empty tenant: its directory and its settings, budget and reserved names',
+    synopsis: 'TENANT',
+    description:
+      'Refused with NOT_EMPTY while the tenant has homes (delete them first: delete-home), and with BUSY while a process works in its directory. ' +
+      "The config's tenants.<TENANT> entry stays (it is the admin's); a later create or resolve makes the tenant again.",
+    positionals: { min: 1, max: 1 },
+    args: (_v, p) => ({ tenant: p[0]! }),
+    human: (data) => {
+      const r = data as DeleteTenantResult;
+      const dropped = [
+        ...(r.dropped.settings ? ['its home-scope settings'] : []),
+        ...(r.dropped.budget ? ['its budget override'] : []),
+        ...(r.dropped.forwards.length > 0 ? [`its reserved names (${r.dropped.forwards.map(clean).join(', ')})`] : []),
+      ];
+      return `Deleted tenant ${clean(r.tenant)}${r.removedDir ? '' : ' (it had no directory)'}${dropped.length > 0 ? `, with ${dropped.join(', ')}` : ''}.\n`;
+    },
   },
   forwards: {
     summary: 'Old names of renamed homes, reserved until release-name',
@@ -802,13 +840,66 @@ function renderRename(r: RenameResult): string {
   );
 }
 
+/** PID UID COMMAND rows, indented, for deletes and busy refusals; `how` adds what each holds. */
+function processTable(ps: ReadonlyArray<ProcessInfo | HolderInfo>, how = false): string {
+  const holds = (p: ProcessInfo | HolderInfo): string => {
+    if (!('cwd' in p)) return '';
+    const parts = [...(p.cwd ? ['working directory'] : []), ...(p.openFiles > 0 ? [`${p.openFiles} open file${p.openFiles === 1 ? '' : 's'}`] : [])];
+    return parts.join(', ');
+  };
+  const headers = ['  PID', 'UID', ...(how ? ['HOLDS'] : []), 'COMMAND'];
+  return formatTable(headers, ps.map((p) => [`  ${p.pid}`, String(p.uid), ...(how ? [holds(p)] : []), p.command || p.comm]), new Set([0])) + '\n';
+}
+
 function renderDelete(r: DeleteResult): string {
   if (r.deleted === null) return `Nothing deleted${r.deleteNote ? `: ${clean(r.deleteNote)}` : '.'}\n`;
   const freed = r.bytes !== undefined ? ` (${formatBytes(r.bytes)} freed)` : '';
-  return `Deleted ${clean(r.deleted)}${freed}.${r.deleteNote ? ` ${clean(r.deleteNote)}` : ''}\n`;
+  let out = `Deleted ${clean(r.deleted)}${freed}.${r.deleteNote ? ` ${clean(r.deleteNote)}` : ''}\n`;
+  if (r.releasedNames && r.releasedNames.length > 0) out += `Released the old names that forwarded to it: ${r.releasedNames.map(clean).join(', ')}.\n`;
+  const ps = r.ownerProcesses ?? [];
+  if (ps.length > 0) {
+    out +=
+      `${ps.length}${ps.length >= 50 ? ' or more' : ''} process${ps.length === 1 ? '' : 'es'} still run${ps.length === 1 ? 's' : ''} as its owner uid ${r.ownerUid ?? '?'} ` +
+      '(they keep running; the uid is retired, never given to a home again):\n' +
+      processTable(ps);
+  }
+  return out;
 }
 
-function renderStatus(s: StatusReport): string {
+/** [kind, what the binding did] rows of the native counters; empty when none are reported. */
+function nativeRows(n: StatusReport['native']): Array<[string, string]> {
+  const rows: Array<[string, string]> = [];
+  const f = n.fastPath;
+  if (f) {
+    rows.push(
+      ['getattr', `${f.answered} answered (${f.negative} ENOENT/ENOTDIR), ${f.fallbacks} to JS`],
+      ['fgetattr', `${f.fgetattrAnswered ?? 0} answered, ${f.fgetattrFallbacks ?? 0} to JS`],
+      ['readdir', `${f.readdirAnswered} answered, ${f.readdirFallbacks} to JS`],
+      ['unlink', `${f.unlinkAnswered} done, ${f.unlinkFallbacks} to JS`],
+      ['open', `${f.openAnswered} answered (${f.openClosedNatively ?? 0} closed before the daemon adopted them), ${f.openFallbacks} to JS`],
+      ['create', `${f.createAnswered} made, ${f.createFallbacks} to JS`],
+      ['setattr', `utimens ${f.utimensAnswered}, chmod ${f.chmodAnswered}, chown ${f.chownAnswered} done; ${f.setattrFallbacks} to JS`],
+      ['write', `${f.writesDecided ?? 0} decisions made, ${f.writeDecisionFallbacks ?? 0} to JS`],
+    );
+  }
+  if (n.releasesAnswered !== undefined) rows.push(['release', `${n.releasesAnswered} answered`]);
+  if (n.noFlush !== undefined) rows.push(['no FLUSH', `${n.noFlush.opens} opens without FLUSH (${n.noFlush.flushes} FLUSH requests)`]);
+  if (n.singleReader !== undefined) {
+    rows.push(['single reader', `${n.singleReader.handoffs} handoffs (${n.singleReader.readWaits ?? 0} before reads from disk), ${n.singleReader.revocations} taken by the watchdog`]);
+  }
+  return rows;
+}
+
+/** Requests the binding answered itself and those it handed to JavaScript, summed over every kind. */
+function nativeTotals(n: StatusReport['native']): { answered: number; toJs: number } | null {
+  const f = n.fastPath;
+  if (!f && n.releasesAnswered === undefined) return null;
+  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) : 0;
+  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) : 0;
+  return { answered: answered + (n.releasesAnswered ?? 0), toJs };
+}
+
+function renderStatus(s: StatusReport, verbose = false): string {
   const probe =
     s.mount.lastProbeAt === null
       ? 'never'
@@ -816,16 +907,23 @@ function renderStatus(s: StatusReport): string {
   const nativeExtra = [`patch ${s.native.patch}`];
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
-  if (s.native.releasesAnswered !== undefined) nativeExtra.push(`native release: ${s.native.releasesAnswered} answered`);
-  if (s.native.singleReader !== undefined) nativeExtra.push(`single reader: ${s.native.singleReader.handoffs} handoffs (${s.native.singleReader.readWaits ?? 0} before reads from disk), ${s.native.singleReader.revocations} taken by the watchdog`);
-  if (s.native.noFlush !== undefined) nativeExtra.push(`opens without FLUSH: ${s.native.noFlush.opens} (FLUSH requests: ${s.native.noFlush.flushes})`);
-  if (s.native.fastPath) nativeExtra.push(`native getattr: ${s.native.fastPath.answered} answered (${s.native.fastPath.negative} of them ENOENT/ENOTDIR), ${s.native.fastPath.fallbacks} to JS; native readdir: ${s.native.fastPath.readdirAnswered} answered, ${s.native.fastPath.readdirFallbacks} to JS; native unlink: ${s.native.fastPath.unlinkAnswered} done, ${s.native.fastPath.unlinkFallbacks} to JS; native open: ${s.native.fastPath.openAnswered} answered (${s.native.fastPath.openClosedNatively ?? 0} closed before the daemon adopted them), ${s.native.fastPath.openFallbacks} to JS; native create: ${s.native.fastPath.createAnswered} made, ${s.native.fastPath.createFallbacks} to JS; native utimens/chmod/chown: ${s.native.fastPath.utimensAnswered}/${s.native.fastPath.chmodAnswered}/${s.native.fastPath.chownAnswered} done, ${s.native.fastPath.setattrFallbacks} to JS; native write decisions: ${s.native.fastPath.writesDecided ?? 0} made, ${s.native.fastPath.writeDecisionFallbacks ?? 0} to JS`);
+  const totals = nativeTotals(s.native);
+  const counted = totals ? `; ${totals.answered} requests answered natively, ${totals.toJs} handed to JS${verbose ? '' : ' (--verbose: per kind)'}` : '';
+  const rows = verbose ? nativeRows(s.native) : [];
+  const nativeBlock =
+    rows.length > 0
+      ? '\n\nNative counters (answered in the binding; "to JS": handed to the daemon):\n' +
+        formatTable(['  KIND', 'COUNTS'], rows.map(([k, v]) => [`  ${k}`, v]))
+          .split('\n')
+          .slice(1)
+          .join('\n')
+      : '';
   const head = keyValues([
     ['Mount', s.mount.path],
     ['Mounted', s.mount.mounted ? 'yes' : 'no'],
     ['Loop', s.mount.loop],
     ['Last probe', probe],
-    ['Native', `${s.native.selfCheck} (${nativeExtra.join(', ')})`],
+    ['Native', `${s.native.selfCheck} (${nativeExtra.join(', ')})${counted}`],
     ['Uptime', formatDuration(s.uptimeSec)],
     ['Daemon', `homesfs ${s.version}, pid ${s.pid}`],
     ['Backing', s.backing],
@@ -857,27 +955,28 @@ function renderStatus(s: StatusReport): string {
           ]),
           new Set([3, 4, 5]),
         );
-  return `${head}\n\n${homes}\n`;
+  return `${head}${nativeBlock}\n\n${homes}\n`;
 }
 
 // ---- argument parsing -----------------------------------------------------
 
 const GLOBAL_OPTIONS = {
   socket: { type: 'string' },
+  config: { type: 'string' },
   json: { type: 'boolean' },
   timeout: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean', short: 'V' },
 } as const satisfies OptionsConfig;
 
-const GLOBAL_TAKES_VALUE = new Set(['--socket', '--timeout']);
+const GLOBAL_TAKES_VALUE = new Set(['--socket', '--config', '--timeout']);
 
 function mainUsage(): string {
   const names = Object.keys(COMMANDS) as CommandName[];
   const rows: Array<[string, string]> = [...names.map((n): [string, string] => [cliName(n), specOf(n).summary]), ...Object.entries(ALIASES).map(([n, a]): [string, string] => [n, a.summary])];
   const w = Math.max(...rows.map(([n]) => n.length)) + 2;
   return [
-    'Usage: homesctl [--socket PATH] [--json] [--timeout MS] <command> [args]',
+    'Usage: homesctl [--socket PATH | --config FILE] [--json] [--timeout MS] <command> [args]',
     '',
     'Talk to the homesfs daemon over its control socket.',
     '',
@@ -899,7 +998,10 @@ function mainUsage(): string {
 function globalOptionHelp(): string {
   return [
     'Global options:',
-    `  --socket PATH   control socket (default: $HOMESFS_SOCKET, else ${DEFAULT_SOCKET})`,
+    '  --socket PATH   control socket (default: $HOMESFS_SOCKET, else "socket" in the daemon\'s',
+    `                  configuration, else ${DEFAULT_SOCKET})`,
+    `  --config FILE   the daemon's configuration, read for its socket paths (default: $HOMESFS_CONFIG,`,
+    `                  else ${DEFAULT_CONFIG} when it exists)`,
     '  --json          print exactly one JSON value on stdout: the reply data, or {"ok":false,"code",…}',
     '                  for an error reply, a usage error (USAGE) or no answer (UNREACHABLE)',
     `  --timeout MS    give up after MS milliseconds (default ${DEFAULT_TIMEOUT_MS})`,
@@ -935,14 +1037,12 @@ function commandUsage(name: CommandName): string {
   return lines.join('\n');
 }
 
-/** Where the socket path came from, for the hints of a connection error. */
-export type SocketSource = 'flag' | 'env' | 'default';
-
 interface Invocation {
   kind: 'run';
   command: CommandName;
   socket: string;
-  socketFrom: SocketSource;
+  /** where the socket path came from */
+  socketFrom: SocketChoice;
   json: boolean;
   timeoutMs: number;
   args: unknown;
@@ -1009,9 +1109,10 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
   if (c.positionals.length < min) throw new UsageError(`${display}: missing argument (${spec.synopsis ?? ''})`.replace(/ \(\)$/, ''), display);
   if (c.positionals.length > max) throw new UsageError(`${display}: unexpected argument '${clean(c.positionals[max]!)}'`, display);
 
-  const socketFrom: SocketSource = typeof values.socket === 'string' ? 'flag' : env.HOMESFS_SOCKET ? 'env' : 'default';
-  const socket = typeof values.socket === 'string' ? values.socket : env.HOMESFS_SOCKET || DEFAULT_SOCKET;
-  if (socket === '') throw new UsageError('--socket: empty path');
+  if (values.socket === '') throw new UsageError('--socket: empty path');
+  if (values.config === '') throw new UsageError('--config: empty path');
+  const socketFrom = chooseSocket('admin', { socket: values.socket as string | undefined, config: values.config as string | undefined }, env);
+  const socket = socketFrom.path;
   let timeoutMs = spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (values.timeout !== undefined) {
     const t = String(values.timeout);
@@ -1054,10 +1155,9 @@ function parseStrict(args: string[], options: OptionsConfig, allowPositionals: b
  * tried (and where its path came from), whether the daemon is running, the
  * --socket / HOMESFS_SOCKET switch, and the admin group for EACCES.
  */
-export function explainClientError(err: ControlClientError, socket: string, from: SocketSource, timeoutMs: number): { message: string; hints: string[] } {
+export function explainClientError(err: ControlClientError, socket: string, from: SocketChoice, timeoutMs: number): { message: string; hints: string[] } {
   const code = (err.cause as NodeJS.ErrnoException | undefined)?.code;
-  const origin = from === 'flag' ? 'given with --socket' : from === 'env' ? 'from HOMESFS_SOCKET' : `the default; the daemon's config key "socket" may name another`;
-  const other = `point homesctl at the right daemon with --socket PATH or HOMESFS_SOCKET=PATH (this path was ${origin})`;
+  const other = `point homesctl at the right daemon with --socket PATH, HOMESFS_SOCKET=PATH or --config FILE (this path was ${describeOrigin('admin', from)})`;
   if (err.kind === 'connect') {
     switch (code) {
       case 'ENOENT':
@@ -1125,8 +1225,19 @@ function runLocal(argv: string[], env: NodeJS.ProcessEnv, io: Io & Partial<Local
   const t = g.values.timeout;
   const timeoutMs = typeof t === 'string' && /^[0-9]+$/.test(t) && Number(t) > 0 ? Number(t) : undefined;
   const socket = typeof g.values.socket === 'string' ? g.values.socket : undefined;
-  if (name === 'exec') return execCli(argv.slice(i + 1), { ...(socket !== undefined ? { socket } : {}), ...(timeoutMs !== undefined ? { timeoutMs } : {}) }, env, io);
-  return passwdCli(argv.slice(i + 1), { socket: socket ?? (env.HOMESFS_SOCKET || DEFAULT_SOCKET), timeoutMs: timeoutMs ?? DEFAULT_TIMEOUT_MS }, io);
+  const config = typeof g.values.config === 'string' ? g.values.config : undefined;
+  if (name === 'exec') {
+    return execCli(argv.slice(i + 1), { ...(socket !== undefined ? { socket } : {}), ...(config !== undefined ? { config } : {}), ...(timeoutMs !== undefined ? { timeoutMs } : {}) }, env, io);
+  }
+  let chosen;
+  try {
+    chosen = chooseSocket('admin', { socket, config }, env);
+  } catch (err) {
+    if (!(err instanceof SocketConfigError)) throw err;
+    io.stderr.write(`homesctl: ${clean(err.message)}\n`);
+    return Promise.resolve(EXIT.USAGE);
+  }
+  return passwdCli(argv.slice(i + 1), { socket: chosen.path, timeoutMs: timeoutMs ?? DEFAULT_TIMEOUT_MS }, io);
 }
 
 // ---- main -----------------------------------------------------------------
@@ -1150,11 +1261,20 @@ function printJson(io: Io, value: unknown): void {
 function errorHints(reply: ErrorReply, command: CommandName): string[] {
   const d = reply.details ?? {};
   switch (reply.code) {
-    case 'BUSY':
-      return specOf(command).force ? ['(--force goes ahead anyway)'] : [];
+    case 'BUSY': {
+      const ps = Array.isArray(d.processes) ? (d.processes as HolderInfo[]) : [];
+      const counts = typeof d.openFiles === 'number' && typeof d.cwdProcesses === 'number' ? [`${d.openFiles} open file${d.openFiles === 1 ? '' : 's'}, ${d.cwdProcesses} working director${d.cwdProcesses === 1 ? 'y' : 'ies'} inside`] : [];
+      const held =
+        ps.length > 0
+          ? ['held by:', ...processTable(ps, true).trimEnd().split('\n')]
+          : counts.length > 0
+            ? ['no holder is visible from here (another pid namespace?)']
+            : [];
+      return [...counts, ...held, ...(specOf(command).force ? ['(--force goes ahead anyway)'] : [])];
+    }
     case 'RENAMED':
       return [
-        `the home now lives at ${clean(String(d.to))}: use its new name, or free the old one with: homesctl release-name ${clean(String(d.from))}`,
+        `the home now lives at ${clean(String(d.to))}${typeof d.path === 'string' ? ` (${clean(d.path)})` : ''}: use its new name, or free the old one with: homesctl release-name ${clean(String(d.from))}`,
       ];
     case 'CONFIRM_REQUIRED': {
       const homes = Array.isArray(d.homes) ? (d.homes as Array<{ home: string; bytes: number }>) : [];
@@ -1185,7 +1305,8 @@ async function request(inv: Invocation, io: Io): Promise<{ ok: true; data: unkno
     io.stderr.write(`homesctl: ${reply.code}: ${clean(reply.message)}\n`);
     if (!inv.json) {
       const hints = errorHints(reply, inv.command);
-      if (reply.details && Object.keys(reply.details).length > 0 && reply.code !== 'CONFIRM_REQUIRED' && reply.code !== 'RENAMED') io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
+      const rendered = reply.code === 'CONFIRM_REQUIRED' || reply.code === 'RENAMED' || (reply.code === 'BUSY' && Array.isArray(reply.details?.processes));
+      if (reply.details && Object.keys(reply.details).length > 0 && !rendered) io.stderr.write(`  details: ${clean(JSON.stringify(reply.details))}\n`);
       for (const h of hints) io.stderr.write(`  ${h}\n`);
     }
     return { ok: false, exit: EXIT.ERROR_REPLY };
@@ -1251,6 +1372,11 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   try {
     inv = parseCommandLine(argv, env);
   } catch (err) {
+    if (err instanceof SocketConfigError) {
+      if (wantsJson(argv)) printJson(io, { ok: false, code: 'CONFIG', message: err.message });
+      io.stderr.write(`homesctl: ${clean(err.message)}\n  --socket PATH (or HOMESFS_SOCKET) names the socket without reading a configuration\n`);
+      return EXIT.USAGE;
+    }
     if (!(err instanceof UsageError)) throw err;
     const cmd = err.command ? `${err.command} ` : '';
     if (wantsJson(argv)) printJson(io, { ok: false, code: 'USAGE', message: err.message });

@@ -29,8 +29,9 @@ export class ConfigError extends Error {
   constructor(
     readonly issues: string[],
     readonly kind: ConfigErrorKind = 'invalid',
+    options?: { cause?: unknown },
   ) {
-    super(kind === 'invalid' ? `invalid configuration:\n  ${issues.join('\n  ')}` : `cannot read the configuration: ${issues.join('; ')}`);
+    super(kind === 'invalid' ? `invalid configuration:\n  ${issues.join('\n  ')}` : `cannot read the configuration: ${issues.join('; ')}`, options);
     this.name = 'ConfigError';
   }
 }
@@ -48,7 +49,7 @@ function unreadable(file: string, err: unknown): ConfigError {
           : code === 'EISDIR'
             ? 'is a directory, not a file'
             : `cannot be read: ${(err as Error).message}`;
-  return new ConfigError([`${file}: ${why}`], 'unreadable');
+  return new ConfigError([`${file}: ${why}`], 'unreadable', { cause: err });
 }
 
 /** The built-in demo: what `homesfs serve --demo` runs (its state lives under the backing, like any other). */
@@ -192,6 +193,31 @@ export function loadConfig(file: string | undefined, overrides: Partial<ConfigIn
     throw unreadable(file, err);
   }
   return merge(file, fromText(file, text), overrides);
+}
+
+/** The two keys of the configuration a client needs, with the schema's own defaults. */
+const SocketPathsSchema = ConfigSchema.pick({ socket: true, platformSocket: true }).loose();
+export type SocketPaths = { readonly socket: string; readonly platformSocket: string };
+
+/**
+ * Where a daemon's control sockets are, read from its configuration file (for
+ * homesctl). Only `socket` and `platformSocket` are validated: a file the
+ * daemon would refuse for another key still says where to connect (to run
+ * `reload` and hear why, say). Throws ConfigError; an unreadable file's
+ * ConfigError carries the Node error (ENOENT, EACCES) as its cause.
+ */
+export function loadSocketPaths(file: string): SocketPaths {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw unreadable(file, err);
+  }
+  const parsed = SocketPathsSchema.safeParse(fromText(file, text));
+  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => `${file}: ${i.path.join('.') || '(root)'}: ${i.message}`));
+  const issues = (['socket', 'platformSocket'] as const).filter((k) => !isAbsolute(parsed.data[k])).map((k) => `${file}: ${k}: must be an absolute path`);
+  if (issues.length > 0) throw new ConfigError(issues);
+  return { socket: parsed.data.socket, platformSocket: parsed.data.platformSocket };
 }
 
 /** The same, read without blocking: for a reload while the mount is served. */

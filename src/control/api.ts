@@ -36,6 +36,8 @@ export interface DaemonApi {
   deleteUser(args: { tenant: string; login: string; force?: boolean }): Promise<DeleteResult>;
   /** delete any home by its "tenant/key" (an orphan, a leftover); BUSY while in use unless `force` */
   deleteHome(args: { home: HomeRefArg; force?: boolean }): Promise<DeleteResult>;
+  /** remove an empty tenant (its backing directory and its state); NOT_EMPTY while it has homes */
+  deleteTenant(args: { tenant: string }): Promise<DeleteTenantResult>;
   /** old names of renamed homes, reserved with a forward until released */
   forwards(): Promise<Forward[]>;
   /** release a reserved old name: resolve may create a fresh home there again */
@@ -200,6 +202,39 @@ export interface RenameResult {
   cwdProcesses: number;
 }
 
+/** A process as replies name it (busy refusals, deletes). */
+export interface ProcessInfo {
+  pid: number;
+  /** its real uid */
+  uid: number;
+  /** the kernel's short name */
+  comm: string;
+  /** its command line (cut at 200 characters), or "[comm]" where it has none */
+  command: string;
+}
+
+/** A process that keeps a home busy: a working directory inside, descriptors open inside. */
+export interface HolderInfo extends ProcessInfo {
+  cwd: boolean;
+  openFiles: number;
+}
+
+/** `details` of a BUSY refusal of a rename or delete. */
+export interface BusyDetails {
+  openFiles: number;
+  cwdProcesses: number;
+  /** the visible processes holding the home (at most 50; other pid namespaces are not seen) */
+  processes: HolderInfo[];
+}
+
+export interface DeleteTenantResult {
+  tenant: string;
+  /** its backing directory was there and is removed */
+  removedDir: boolean;
+  /** what the state file kept for it and no longer does */
+  dropped: { settings: boolean; budget: boolean; forwards: string[] };
+}
+
 export interface DeleteResult {
   /** "tenant/key" of the deleted home, null when nothing was deleted */
   deleted: string | null;
@@ -209,7 +244,9 @@ export interface DeleteResult {
   /** the deleted home's owner uid: retired, never handed out again */
   ownerUid?: number;
   /** processes still running as that uid when the home was gone (they keep running; the uid owns nothing in the mount any more) */
-  ownerProcesses?: Array<{ pid: number; comm: string }>;
+  ownerProcesses?: ProcessInfo[];
+  /** old names that forwarded to the deleted home: released with it (no forward points at a home that is gone) */
+  releasedNames?: string[];
 }
 
 export interface StatusReport {

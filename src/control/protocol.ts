@@ -102,6 +102,7 @@ export const TenantUsageArgs = z.strictObject({ tenant: Name });
 export const SetTenantBudgetArgs = z.strictObject({ tenant: Name, bytes: Bytes.nullable() });
 export const DeleteUserArgs = z.strictObject({ tenant: Name, login: Name, force: z.boolean().optional() });
 export const DeleteHomeArgs = z.strictObject({ home: HomeRef, force: z.boolean().optional() });
+export const DeleteTenantArgs = z.strictObject({ tenant: Name });
 export const ForwardsArgs = z.strictObject({});
 export const ReleaseNameArgs = z.strictObject({ home: HomeRef });
 export const ReloadArgs = z.strictObject({});
@@ -125,6 +126,7 @@ export const Request = z.discriminatedUnion('cmd', [
   request('delete-project', DeleteProjectArgs),
   request('delete-user', DeleteUserArgs),
   request('delete-home', DeleteHomeArgs),
+  request('delete-tenant', DeleteTenantArgs),
   request('forwards', ForwardsArgs),
   request('release-name', ReleaseNameArgs),
   request('reload', ReloadArgs),
@@ -171,7 +173,7 @@ export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
   EXISTS: 'The target already exists.',
   NOT_DIR: 'A path component is not a directory.',
   IS_DIR: 'The target is a directory.',
-  NOT_EMPTY: 'The directory is not empty.',
+  NOT_EMPTY: 'The directory is not empty; on the control socket: `delete-tenant` of a tenant that still has homes (`details.homes`).',
   INVALID_NAME: 'A tenant, project, key or login fails name validation.',
   NAME_TOO_LONG: 'A name is longer than allowed.',
   NOT_UTF8_NAME: 'A name is not valid UTF-8.',
@@ -191,9 +193,9 @@ export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
   BAD_HANDLE: 'A handle is unknown or stale.',
   INVALID_ARGUMENT: 'An argument value is invalid.',
   ACCESS_DENIED: 'Access denied; on the control socket: the command is not served on this socket (the platform socket serves only `status` and `resolve`).',
-  BUSY: 'The target is busy (open files, working directories), or the daemon is at its connection limit.',
+  BUSY: 'The target is busy (open files, working directories; `details.processes` names the visible holders: pid, uid, comm, command), or the daemon is at its connection limit.',
   RENAME_BLOCKED: 'The rename target home already exists (renameBlocker): homes are never merged.',
-  RENAMED: 'The name belonged to a home that was renamed: it stays reserved with a forward (`details.to`) until an admin runs `release-name`; `resolve` never makes a fresh home there.',
+  RENAMED: 'The name belonged to a home that was renamed: it stays reserved with a forward (`details.to`, `details.path`) until an admin runs `release-name` or the home is deleted; every command given the old name answers this, and `resolve` never makes a fresh home there.',
   CONFIRM_REQUIRED: 'The change would leave homes unused (`details.homes` with their sizes): send it again with `yes: true`, or `dryRun: true` to preview.',
   IO: 'An I/O error on the backing store.',
 };

@@ -18,6 +18,7 @@ import { renameUser } from './commands/rename-user.js';
 import { deleteProject } from './commands/delete-project.js';
 import { deleteUser } from './commands/delete-user.js';
 import { deleteHome } from './commands/delete-home.js';
+import { deleteTenant } from './commands/delete-tenant.js';
 import { forwards } from './commands/forwards.js';
 import { releaseName } from './commands/release-name.js';
 import { reload } from './commands/reload.js';
@@ -62,6 +63,7 @@ export const commands: CommandRegistry = {
   'delete-project': deleteProject,
   'delete-user': deleteUser,
   'delete-home': deleteHome,
+  'delete-tenant': deleteTenant,
   forwards,
   'release-name': releaseName,
   reload,

@@ -776,6 +776,12 @@ export class FsContext {
     return p;
   }
 
+  /** A deleted tenant leaves the totals (kept while a home of it is still loaded). */
+  forgetPool(tenant: string): void {
+    for (const id of this.homes.keys()) if (id.startsWith(`${tenant}/`)) return;
+    this.pools.delete(tenant);
+  }
+
   /** Every tenant pool in use. */
   knownPools(): TenantPool[] {
     return [...this.pools.values()];

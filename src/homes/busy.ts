@@ -125,29 +125,113 @@ export async function holdersUnder(mount: string): Promise<Map<string, HomeHolde
   return out;
 }
 
+/** A process as admins are shown it: who runs it and what it is. */
+export interface ProcessRef {
+  pid: number;
+  /** its real uid */
+  uid: number;
+  /** the kernel's short name (15 characters at most) */
+  comm: string;
+  /** the command line, cut at COMMAND_CHARS; "[comm]" where there is none (a kernel thread, a zombie) */
+  command: string;
+}
+
+/** Longest command line a reply carries per process. */
+export const COMMAND_CHARS = 200;
+
+interface ProcStatus {
+  uids: number[];
+  comm: string;
+}
+
+async function readStatus(pid: number): Promise<ProcStatus | null> {
+  try {
+    const status = await readFile(`/proc/${pid}/status`, 'utf8');
+    const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+    if (!ids) return null;
+    return { uids: ids.slice(1).map(Number), comm: /^Name:\s*(.*)$/m.exec(status)?.[1] ?? '' };
+  } catch {
+    return null; // gone meanwhile
+  }
+}
+
+async function commandOf(pid: number, comm: string): Promise<string> {
+  const raw = await readFile(`/proc/${pid}/cmdline`).catch(() => Buffer.alloc(0));
+  const text = raw.toString('utf8').replace(/\0+$/, '').replace(/\0/g, ' ').trim();
+  if (text === '') return `[${comm}]`;
+  return text.length > COMMAND_CHARS ? `${text.slice(0, COMMAND_CHARS - 1)}…` : text;
+}
+
+/** pid, real uid, name and command line of a process; null once it is gone. */
+export async function describeProcess(pid: number): Promise<ProcessRef | null> {
+  const st = await readStatus(pid);
+  if (!st) return null;
+  return { pid, uid: st.uids[0]!, comm: st.comm, command: await commandOf(pid, st.comm) };
+}
+
 /** Processes with `uid` as any of their real, effective, saved or filesystem uid. */
-export async function processesOfUid(uid: number): Promise<Array<{ pid: number; comm: string }>> {
+export async function processesOfUid(uid: number): Promise<ProcessRef[]> {
   let entries: string[];
   try {
     entries = await readdir('/proc');
   } catch {
     return [];
   }
-  const out: Array<{ pid: number; comm: string }> = [];
+  const out: ProcessRef[] = [];
   await Promise.all(
     entries
       .filter((e) => /^\d+$/.test(e))
       .map(async (e) => {
-        try {
-          const status = await readFile(`/proc/${e}/status`, 'utf8');
-          const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
-          if (!ids || !ids.slice(1).some((v) => Number(v) === uid)) return;
-          const comm = /^Name:\s*(.*)$/m.exec(status)?.[1] ?? '';
-          out.push({ pid: Number(e), comm });
-        } catch {
-          // gone meanwhile
-        }
+        const pid = Number(e);
+        const st = await readStatus(pid);
+        if (!st || !st.uids.includes(uid)) return;
+        out.push({ pid, uid: st.uids[0]!, comm: st.comm, command: await commandOf(pid, st.comm) });
       }),
   );
   return out.sort((a, b) => a.pid - b.pid);
+}
+
+/** A process that keeps a home busy, and how. */
+export interface HomeHolder extends ProcessRef {
+  /** its working directory is inside */
+  cwd: boolean;
+  /** descriptors it has open on something inside */
+  openFiles: number;
+}
+
+/**
+ * The visible processes holding `dir` (a home under the mount): a working
+ * directory or a descriptor inside. What BUSY refusals name. Best effort like
+ * the rest of this file: processes in other pid namespaces are not seen (the
+ * daemon's handle count still counts their files).
+ */
+export async function holdersOf(dir: string): Promise<HomeHolder[]> {
+  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
+  const inside = (p: string) => p === dir || p.startsWith(prefix);
+  let entries: string[];
+  try {
+    entries = await readdir('/proc');
+  } catch {
+    return [];
+  }
+  const found: Array<{ pid: number; cwd: boolean; openFiles: number }> = [];
+  await Promise.all(
+    entries
+      .filter((e) => /^\d+$/.test(e) && Number(e) !== process.pid)
+      .map(async (e) => {
+        const cwd = await readlink(`/proc/${e}/cwd`).then(inside, () => false);
+        let openFiles = 0;
+        const fds = await readdir(`/proc/${e}/fd`).catch(() => [] as string[]);
+        for (const fd of fds) {
+          if (await readlink(`/proc/${e}/fd/${fd}`).then(inside, () => false)) openFiles++;
+        }
+        if (cwd || openFiles > 0) found.push({ pid: Number(e), cwd, openFiles });
+      }),
+  );
+  const out: HomeHolder[] = [];
+  for (const f of found.sort((a, b) => a.pid - b.pid)) {
+    const p = await describeProcess(f.pid);
+    if (p) out.push({ ...p, cwd: f.cwd, openFiles: f.openFiles });
+  }
+  return out;
 }

@@ -7,7 +7,9 @@ import { repairTree } from '../backing/repair.js';
 import { TRASH_PREFIX } from '../backing/store.js';
 import type { LoadedConfig } from '../config/load.js';
 import type {
+  BusyDetails,
   DeleteResult,
+  DeleteTenantResult,
   Forward,
   HomeFlag,
   HomeInfo,
@@ -35,7 +37,7 @@ import { isOrphan, resolveScope } from '../scope/resolve.js';
 import type { StateStore } from '../state/store.js';
 import { ownerUserName, type OwnerRecord } from '../users/names.js';
 import type { UserDb } from '../users/userdb.js';
-import { cwdCountsByHome, cwdProcessesUnder, processesOfUid } from './busy.js';
+import { cwdCountsByHome, cwdProcessesUnder, holdersOf, processesOfUid, type ProcessRef } from './busy.js';
 import type { TenantSettings } from '../state/store.js';
 
 const RENAME_HELPER = fileURLToPath(new URL('../cli/rename-helper.js', import.meta.url));
@@ -521,7 +523,13 @@ export class HomeManager {
     const f = this.state.state.forwards;
     if (f && Object.hasOwn(f, id)) {
       const to = f[id]!.to;
-      throw new HomesError('RENAMED', `home ${id} was renamed to ${to} (${f[id]!.at}); the old name stays reserved until an admin runs release-name ${id}`, { from: id, to, at: f[id]!.at });
+      const toRef = parseHomeArg(to);
+      throw new HomesError('RENAMED', `home ${id} was renamed to ${to} (${f[id]!.at}), now at ${this.mountPath(toRef)}; the old name stays reserved until an admin runs release-name ${id}`, {
+        from: id,
+        to,
+        at: f[id]!.at,
+        path: this.mountPath(toRef),
+      });
     }
   }
 
@@ -608,10 +616,14 @@ export class HomeManager {
   private async checkBusy(ref: HomeRef, force: boolean | undefined, op: string): Promise<{ openFiles: number; cwdProcesses: number }> {
     const use = await this.inUse(ref);
     if ((use.openFiles > 0 || use.cwdProcesses > 0) && !force) {
+      // Who holds it, for the admin deciding between waiting, stopping them and --force.
+      const processes = (await holdersOf(this.mountPath(ref))).slice(0, 50);
+      const who = processes.length > 0 ? `; held by ${processes.slice(0, 5).map((p) => `pid ${p.pid} (uid ${p.uid}, ${p.comm})`).join(', ')}${processes.length > 5 ? ', …' : ''}` : '';
+      const details: BusyDetails = { ...use, processes };
       throw new HomesError(
         'BUSY',
-        `home ${homeId(ref)} is in use (${use.openFiles} open files, ${use.cwdProcesses} processes working inside): ${op} refused; --force to ${op} anyway`,
-        use,
+        `home ${homeId(ref)} is in use (${use.openFiles} open files, ${use.cwdProcesses} processes working inside${who}): ${op} refused; --force to ${op} anyway`,
+        { ...details },
       );
     }
     return use;
@@ -710,7 +722,7 @@ export class HomeManager {
   private async removeHome(
     ref: HomeRef,
     force: boolean | undefined,
-  ): Promise<{ bytes: number; ownerUid: number; ownerProcesses: Array<{ pid: number; comm: string }>; deleteNote?: string }> {
+  ): Promise<{ bytes: number; ownerUid: number; ownerProcesses: ProcessRef[]; releasedNames?: string[]; deleteNote?: string }> {
     await this.checkBusy(ref, force, 'delete');
     const loaded = this.ctx.loadedHome(ref);
     const hs = loaded ? await loaded.catch(() => null) : null;
@@ -718,9 +730,17 @@ export class HomeManager {
     const owner = this.ownerOf(ref) ?? hs?.backing.owner ?? (await this.ctx.home(ref)).backing.owner;
     const trash = `${TRASH_PREFIX}${randomBytes(6).toString('hex')}`;
     await this.renameThroughMount(ref.tenant, ref.key, trash, () => this.ctx.forgetHome(ref));
+    // Old names that forwarded here are released with the home: a forward never
+    // points at a home that is gone (renames keep every forward pointing at the
+    // home itself, so there are no chains to follow).
+    const releasedNames = Object.entries(this.state.state.forwards ?? {})
+      .filter(([, f]) => f.to === homeId(ref))
+      .map(([from]) => from)
+      .sort();
     await this.state.update((s) => {
       delete s.homes[homeId(ref)];
       for (const id of new Set([owner.uid, owner.gid])) if (id !== 0 && !s.owners.retired.includes(id)) s.owners.retired.push(id);
+      for (const from of releasedNames) delete s.forwards![from];
     });
     // The home is gone for everyone from here on: a tree that cannot be removed now
     // (a mount inside it, an immutable file) is unreachable trash, purged at a later start.
@@ -740,8 +760,14 @@ export class HomeManager {
         'home deleted while processes still run as its owner uid (the uid is retired, never reused)',
       );
     }
-    this.log.info({ home: homeId(ref), path: this.mountPath(ref), bytes, ownerUid: owner.uid }, 'home deleted');
-    return { bytes, ownerUid: owner.uid, ownerProcesses: ownerProcesses.slice(0, 50), ...(leftover ? { deleteNote: leftover } : {}) };
+    this.log.info({ home: homeId(ref), path: this.mountPath(ref), bytes, ownerUid: owner.uid, ...(releasedNames.length > 0 ? { releasedNames } : {}) }, 'home deleted');
+    return {
+      bytes,
+      ownerUid: owner.uid,
+      ownerProcesses: ownerProcesses.slice(0, 50),
+      ...(releasedNames.length > 0 ? { releasedNames } : {}),
+      ...(leftover ? { deleteNote: leftover } : {}),
+    };
   }
 
   async deleteProject(args: { tenant: string; project: string; force?: boolean }): Promise<DeleteResult> {
@@ -751,8 +777,9 @@ export class HomeManager {
     const ref = { tenant: args.tenant, key };
     const shared = r.scope !== 'project' ? `project ${args.project} uses the shared home ${homeId({ tenant: args.tenant, key: r.key })} (${r.scope} scope): it stays` : undefined;
     if (!(await this.ctx.store.homeExists(ref))) {
+      this.checkNotForwarded(ref);
       if (shared) return { deleted: null, deleteNote: shared };
-      throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
+      this.notFound(ref);
     }
     const gone = await this.removeHome(ref, args.force);
     await this.state.update((s) => {
@@ -765,7 +792,7 @@ export class HomeManager {
   async deleteUser(args: { tenant: string; login: string; force?: boolean }): Promise<DeleteResult> {
     checkSegment('tenant', args.tenant);
     const ref = { tenant: args.tenant, key: keyFor('user', args.login) };
-    if (!(await this.ctx.store.homeExists(ref))) throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist`);
+    if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     const gone = await this.removeHome(ref, args.force);
     await this.state.update((s) => {
       delete s.settings[args.tenant]?.users[args.login];
@@ -779,6 +806,71 @@ export class HomeManager {
     if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     const gone = await this.removeHome(ref, args.force);
     return { deleted: homeId(ref), ...gone };
+  }
+
+  /**
+   * Remove an empty tenant: its backing directory (trash of earlier deletes
+   * first) and what the state file keeps for it (home-scope settings, the
+   * tenant budget override, reserved names). NOT_EMPTY while it has a home (the
+   * rmdir itself refuses one made meanwhile), BUSY while a process works in its
+   * directory. The config's `tenants.<t>` entry is the admin's and stays.
+   */
+  async deleteTenant(args: { tenant: string }): Promise<DeleteTenantResult> {
+    const { tenant } = args;
+    checkSegment('tenant', tenant);
+    const keys = await this.ctx.store.listHomes(tenant).catch((err: unknown) => {
+      if (err instanceof HomesError && err.code === 'NOT_FOUND') return null;
+      throw err;
+    });
+    if (keys !== null && keys.length > 0) {
+      const homes = keys.map((key) => homeId({ tenant, key }));
+      throw new HomesError('NOT_EMPTY', `tenant ${tenant} still has ${homes.length} home${homes.length === 1 ? '' : 's'} (${homes.slice(0, 10).join(', ')}${homes.length > 10 ? ', …' : ''}): delete them first (delete-home)`, {
+        homes,
+      });
+    }
+    const st = this.state.state;
+    const prefix = `${tenant}/`;
+    const forwards = Object.keys(st.forwards ?? {}).filter((id) => id.startsWith(prefix)).sort();
+    const settings = Object.hasOwn(st.settings, tenant);
+    const budget = st.tenants !== undefined && Object.hasOwn(st.tenants, tenant);
+    if (keys === null && !settings && !budget && forwards.length === 0) throw new HomesError('NOT_FOUND', `tenant ${tenant} does not exist`);
+    if (keys !== null) {
+      const dir = join(this.config.mount, tenant);
+      const processes = (await holdersOf(dir)).slice(0, 50);
+      if (processes.length > 0) {
+        const details: BusyDetails = { openFiles: processes.reduce((a, p) => a + p.openFiles, 0), cwdProcesses: processes.filter((p) => p.cwd).length, processes };
+        throw new HomesError('BUSY', `tenant ${tenant} is in use (${processes.map((p) => `pid ${p.pid} (uid ${p.uid}, ${p.comm})`).join(', ')} in ${dir}): delete-tenant refused`, { ...details });
+      }
+      await this.ctx.store.removeTenant(tenant);
+    }
+    await this.state.update((s) => {
+      delete s.settings[tenant];
+      if (s.tenants) delete s.tenants[tenant];
+      for (const id of forwards) delete s.forwards![id];
+    });
+    this.ctx.forgetPool(tenant);
+    const result: DeleteTenantResult = { tenant, removedDir: keys !== null, dropped: { settings, budget, forwards } };
+    this.log.info({ path: join(this.config.mount, tenant), ...result }, 'tenant deleted');
+    return result;
+  }
+
+  /**
+   * Forwards whose home is gone (deleted behind the daemon, or by a version
+   * that kept them): dropped at start, so none points at a home that no
+   * longer exists.
+   */
+  async pruneForwards(): Promise<string[]> {
+    const gone: string[] = [];
+    for (const [from, f] of Object.entries(this.state.state.forwards ?? {})) {
+      const to = parseHomeArg(f.to);
+      if (!(await this.ctx.store.homeExists(to))) gone.push(from);
+    }
+    if (gone.length === 0) return gone;
+    await this.state.update((s) => {
+      for (const from of gone) delete s.forwards![from];
+    });
+    this.log.warn({ released: gone }, 'reserved names whose home is gone were released');
+    return gone;
   }
 
   forwards(): Forward[] {

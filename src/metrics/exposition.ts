@@ -25,6 +25,8 @@ export interface MetricsSnapshot {
   /** the binding's data plane (fuse.nativeRead / nativeWrite); absent when both are off */
   dataPlane?: DataPlaneSample;
   uptimeSeconds: number;
+  /** the daemon serves its mount (mounted, FUSE loop running, self-check not failed); absent: not reported */
+  mountUp?: boolean;
   /** open files of all homes against their shared cap (limits.nofile − limits.reserveFiles − homes) */
   openFiles?: { total: number; cap: number };
 }
@@ -57,6 +59,9 @@ export function renderMetrics(s: MetricsSnapshot): string {
   };
   const home = (h: HomeSample) => ({ home: `${h.tenant}/${h.key}`, tenant: h.tenant });
   family('homesfs_up_seconds', 'gauge', 'Seconds since the daemon started.', [[{}, s.uptimeSeconds]]);
+  if (s.mountUp !== undefined) {
+    family('homesfs_mount_up', 'gauge', 'Whether the mount is served: 1 while mounted, the FUSE loop runs and the mount probes pass (as GET /healthz), else 0.', [[{}, s.mountUp ? 1 : 0]]);
+  }
   family('homesfs_home_bytes', 'gauge', "Bytes charged to the home's ledger (sum of logical sizes of its regular files).", s.homes.map((h) => [home(h), h.bytes]));
   family('homesfs_home_inodes', 'gauge', 'Files, directories and symlinks in the home.', s.homes.map((h) => [home(h), h.inodes]));
   family('homesfs_home_budget_bytes', 'gauge', "The home's byte budget (0 = off).", s.homes.map((h) => [home(h), h.budget]));

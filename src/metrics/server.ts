@@ -15,6 +15,8 @@ export interface MetricsServerOptions {
   listen?: string;
   group?: number;
   render: () => Promise<string>;
+  /** why the daemon does not serve (empty: it does), for GET /healthz; without it /healthz is 404 */
+  health?: () => string[];
   log: Logger;
 }
 
@@ -33,7 +35,9 @@ export function parseListen(listen: string): { host: string; port: number } {
 
 /**
  * The Prometheus endpoint: GET /metrics (or /) on a Unix socket and/or a
- * loopback port. Every scrape renders a fresh snapshot; anything else is 404/405.
+ * loopback port. Every scrape renders a fresh snapshot. GET /healthz answers
+ * 200 "ok" while the daemon serves and 503 with the reasons otherwise, from
+ * state in memory (a liveness probe may ask often). Anything else is 404/405.
  */
 export async function startMetricsServer(opts: MetricsServerOptions): Promise<MetricsServer> {
   const servers: Server[] = [];
@@ -45,6 +49,12 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
         return;
       }
       const url = (req.url ?? '/').split('?')[0];
+      if (url === '/healthz' && opts.health) {
+        const why = opts.health();
+        const body = why.length === 0 ? 'ok\n' : `not serving: ${why.join(', ')}\n`;
+        res.writeHead(why.length === 0 ? 200 : 503, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : body);
+        return;
+      }
       if (url !== '/metrics' && url !== '/') {
         res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: scrape /metrics\n');
         return;

@@ -3,7 +3,7 @@ import type { MetricsSnapshot } from './exposition.js';
 import type { OpMetrics } from './ops.js';
 
 /** What a scrape shows: every loaded home's ledger, every tenant pool, refusal counts, op stats. */
-export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs: number): Promise<MetricsSnapshot> {
+export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs: number, mountUp?: boolean): Promise<MetricsSnapshot> {
   const homes: MetricsSnapshot['homes'] = [];
   for (const p of ctx.knownHomes()) {
     const hs = await p.catch(() => null);
@@ -30,6 +30,7 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
     ops: ops.all(),
     ...(ctx.dataPlaneStats() ? { dataPlane: ctx.dataPlaneStats()! } : {}),
     uptimeSeconds: Math.round((Date.now() - startedMs) / 1000),
+    ...(mountUp !== undefined ? { mountUp } : {}),
     openFiles: { total: ctx.openFilesTotal, cap: ctx.openFiles.cap },
   };
 }

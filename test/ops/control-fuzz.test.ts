@@ -26,7 +26,7 @@ const MAX_LINE = 8192;
 const SETTINGS: SettingsView = { tenant: 'acme', tenantDefault: null };
 
 /** Methods that change homes, owners or settings (resolve creates homes, rescan rewrites a ledger). */
-const MUTATING = ['create', 'setBudget', 'setProfile', 'settingsSet', 'rescan', 'resolve', 'renameProject', 'renameUser', 'deleteProject', 'deleteUser', 'reload'] as const;
+const MUTATING = ['create', 'setBudget', 'setProfile', 'settingsSet', 'rescan', 'resolve', 'renameProject', 'renameUser', 'deleteProject', 'deleteUser', 'deleteTenant', 'reload'] as const;
 const READS = { status: STATUS, list: [HOME], usage: HOME, settingsGet: SETTINGS } as const;
 /** Wire commands whose API method only reads. */
 const READ_COMMANDS: ReadonlySet<CommandName> = new Set(['status', 'list', 'usage', 'settings-get']);
@@ -166,6 +166,7 @@ const TEMPLATES: Template[] = [
   { cmd: 'set-budget', args: { home: 'acme/web', bytes: 0 }, kinds: { home: 'home', bytes: 'limit' }, required: ['home', 'bytes'] },
   { cmd: 'set-limits', args: { home: 'acme/web', inodes: 5, fileBytes: null }, kinds: { home: 'home', inodes: 'limit', fileBytes: 'limit' }, required: ['home'] },
   { cmd: 'delete-home', args: { home: 'acme/web', force: true }, kinds: { home: 'home', force: 'bool' }, required: ['home'] },
+  { cmd: 'delete-tenant', args: { tenant: 'acme' }, kinds: { tenant: 'name' }, required: ['tenant'] },
   { cmd: 'forwards', args: {}, kinds: {}, required: [] },
   { cmd: 'release-name', args: { home: 'acme/web' }, kinds: { home: 'home' }, required: ['home'] },
   { cmd: 'set-profile', args: { home: 'acme/web', profile: null }, kinds: { home: 'home', profile: 'nullableName' }, required: ['home', 'profile'] },

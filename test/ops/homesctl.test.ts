@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { HomesError } from '../../src/errors.js';
 import { createRootLogger } from '../../src/log.js';
@@ -11,6 +11,7 @@ import type { DaemonApi, DeleteResult, HomeInfo, RenameResult, RescanResult, Res
 import { PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
 import { startControlServer, type ControlServer } from '../../src/control/server.js';
 import { STATUS as BASE_STATUS, HOME, TENANT } from '../helpers/fixtures.js';
+import { chooseSocket, DEFAULT_SOCKETS, SocketConfigError } from '../../src/cli/sockets.js';
 
 /** A config path and a third, long tenant name: the table's column alignment is tested on it. */
 const STATUS: StatusReport = {
@@ -77,6 +78,7 @@ const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
   deleteUser: { deleted: null, deleteNote: 'nothing to delete' },
   setLimits: { ...HOME, inodeCap: 5000, limitSources: { budget: 'profile', inodeCap: 'override', fileCap: 'profile' } },
   deleteHome: { deleted: 'acme/old-api', bytes: 512 },
+  deleteTenant: { tenant: 'globex', removedDir: true, dropped: { settings: true, budget: true, forwards: ['globex/old'] } },
   forwards: [FORWARD],
   releaseName: FORWARD,
   reload: { at: '2026-01-01T00:00:00.000Z', ok: true, message: 'applied: logLevel', applied: ['logLevel'] },
@@ -118,7 +120,8 @@ interface Run {
 function homesctl(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI, ...args], {
-      env: { ...process.env, HOMESFS_SOCKET: undefined, ...env },
+      // Never the host's /etc/homesfs/config.json: a configuration of this run, naming no live socket.
+      env: { ...process.env, HOMESFS_SOCKET: undefined, HOMESFS_PLATFORM_SOCKET: undefined, HOMESFS_CONFIG: noConfig, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
@@ -135,6 +138,8 @@ function homesctl(args: string[], env: Record<string, string | undefined> = {}):
 }
 
 let tmp: string;
+/** a configuration whose sockets nobody listens on */
+let noConfig: string;
 let server: ControlServer;
 let platform: ControlServer;
 let sock: string;
@@ -147,6 +152,8 @@ beforeAll(async () => {
     );
   }
   tmp = await mkdtemp(path.join(os.tmpdir(), 'homesctl-'));
+  noConfig = path.join(tmp, 'no-daemon.json');
+  await writeFile(noConfig, JSON.stringify({ backing: '/nonexistent/b', mount: '/nonexistent/m', socket: path.join(tmp, 'none', 'admin.sock'), platformSocket: path.join(tmp, 'none', 'platform.sock') }));
   server = await startControlServer({
     socketPath: path.join(tmp, 'run', 'admin.sock'),
     socketMode: 0o600,
@@ -309,7 +316,9 @@ describe('homesctl exit codes', () => {
   it('0 and usage on stdout for --help and <command> --help', async () => {
     const main = await homesctl(['--help']);
     expect(main.code).toBe(0);
-    expect(main.stdout).toMatch(/^Usage: homesctl \[--socket PATH\] \[--json\] \[--timeout MS\] <command> \[args\]/);
+    expect(main.stdout).toMatch(/^Usage: homesctl \[--socket PATH \| --config FILE\] \[--json\] \[--timeout MS\] <command> \[args\]/);
+    expect(main.stdout).toMatch(/^ {2}--config FILE {3}the daemon's configuration, read for its socket paths/m);
+    expect(main.stdout).toMatch(/^ {2}delete-tenant\s+Remove an empty tenant/m);
     expect(main.stdout).toMatch(/^\s+status\s+Mount liveness/m);
     expect(main.stdout).toContain('/run/homesfs/admin.sock');
     const cmd = await homesctl(['status', '--help']);
@@ -636,7 +645,65 @@ describe('homesctl management commands: error replies', () => {
     const r = await homesctl(['--socket', sock, 'delete-project', '--tenant', 'acme', 'web']);
     expect(r.code).toBe(1);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toBe('homesctl: BUSY: acme/web is busy: 2 open files\n  details: {"openFiles":2,"cwdProcesses":0}\n  (--force goes ahead anyway)\n');
+    expect(r.stderr).toBe('homesctl: BUSY: acme/web is busy: 2 open files\n  details: {"openFiles":2,"cwdProcesses":0}\n  2 open files, 0 working directories inside\n  no holder is visible from here (another pid namespace?)\n  (--force goes ahead anyway)\n');
+  });
+
+  it('BUSY names the processes holding the home: pid, uid, what they hold, command', async () => {
+    const processes = [
+      { pid: 4711, uid: 200001, comm: 'sleep', command: 'sleep 1000', cwd: true, openFiles: 0 },
+      { pid: 4712, uid: 200001, comm: 'python3', command: 'python3 train.py --epochs 3', cwd: false, openFiles: 2 },
+    ];
+    failNext.set('deleteHome', new HomesError('BUSY', 'home acme/web is in use', { openFiles: 2, cwdProcesses: 1, processes }));
+    const r = await homesctl(['--socket', sock, 'delete-home', 'acme/web']);
+    expect(r.code).toBe(1);
+    const lines = r.stderr.split('\n');
+    expect(lines[0]).toBe('homesctl: BUSY: home acme/web is in use');
+    expect(r.stderr).not.toContain('details:');
+    expect(lines).toContain('  2 open files, 1 working directory inside');
+    expect(lines).toContain('  held by:');
+    expect(r.stderr).toMatch(/^ {4,}PID {2}UID +HOLDS +COMMAND$/m);
+    expect(r.stderr).toMatch(/^ {4}4711 {2}200001 {2}working directory +sleep 1000$/m);
+    expect(r.stderr).toMatch(/^ {4}4712 {2}200001 {2}2 open files +python3 train\.py --epochs 3$/m);
+    expect(lines.at(-2)).toBe('  (--force goes ahead anyway)');
+    // --json keeps them as data
+    failNext.set('deleteHome', new HomesError('BUSY', 'home acme/web is in use', { openFiles: 2, cwdProcesses: 1, processes }));
+    const j = await homesctl(['--socket', sock, '--json', 'delete-home', 'acme/web']);
+    expect(JSON.parse(j.stdout)).toMatchObject({ ok: false, code: 'BUSY', details: { processes } });
+  });
+
+  it('a delete names the processes still running as the retired owner uid, and the old names it released', async () => {
+    resultOf.set('deleteHome', {
+      deleted: 'acme/busy2',
+      bytes: 0,
+      ownerUid: 200007,
+      ownerProcesses: [{ pid: 999, uid: 200007, comm: 'sleep', command: 'sleep 600' }],
+      releasedNames: ['acme/busy'],
+    });
+    try {
+      const r = await homesctl(['--socket', sock, 'delete-home', 'acme/busy2']);
+      expect(r.code).toBe(0);
+      const lines = r.stdout.split('\n');
+      expect(lines[0]).toBe('Deleted acme/busy2 (0 B freed).');
+      expect(lines[1]).toBe('Released the old names that forwarded to it: acme/busy.');
+      expect(lines[2]).toMatch(/^1 process still runs as its owner uid 200007 \(they keep running; the uid is retired/);
+      expect(lines[3]).toMatch(/^ {2}PID {2}UID +COMMAND$/);
+      expect(lines[4]).toMatch(/^ {2}999 {2}200007 {2}sleep 600$/);
+    } finally {
+      resultOf.delete('deleteHome');
+    }
+  });
+
+  it('delete-tenant says what went with the tenant; NOT_EMPTY names its homes', async () => {
+    const r = await homesctl(['--socket', sock, 'delete-tenant', 'globex']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe('Deleted tenant globex, with its home-scope settings, its budget override, its reserved names (globex/old).\n');
+    expect(calls.at(-1)).toEqual({ method: 'deleteTenant', args: [{ tenant: 'globex' }] });
+    failNext.set('deleteTenant', new HomesError('NOT_EMPTY', 'tenant acme still has 1 home (acme/web): delete them first (delete-home)', { homes: ['acme/web'] }));
+    const e = await homesctl(['--socket', sock, 'delete-tenant', 'acme']);
+    expect(e.code).toBe(1);
+    expect(e.stderr).toMatch(/^homesctl: NOT_EMPTY: tenant acme still has 1 home \(acme\/web\)/);
+    const u = await homesctl(['--socket', sock, 'delete-tenant']);
+    expect(u.code).toBe(2);
   });
 
   it('RENAME_BLOCKED with --json: the whole error reply on stdout', async () => {
@@ -670,7 +737,7 @@ describe('homesctl: errors that say the way out', () => {
     expect(r.stdout).toBe('');
     expect(r.stderr).toContain(`homesctl: cannot connect to ${missing}: ENOENT: no socket there\n`);
     expect(r.stderr).toMatch(/homesfs daemon running\?/);
-    expect(r.stderr).toMatch(/--socket PATH or HOMESFS_SOCKET=PATH \(this path was given with --socket\)/);
+    expect(r.stderr).toMatch(/--socket PATH, HOMESFS_SOCKET=PATH or --config FILE \(this path was given with --socket\)/);
     const env = await homesctl(['status'], { HOMESFS_SOCKET: missing });
     expect(env.stderr).toMatch(/this path was from HOMESFS_SOCKET/);
   });
@@ -756,6 +823,10 @@ describe('homesctl: errors that say the way out', () => {
     expect(r.stdout).toBe('');
     expect(r.stderr).toMatch(/^homesctl: RENAMED: home acme\/web was renamed to acme\/webapp\n/);
     expect(r.stderr).toMatch(/homesctl release-name acme\/web/);
+    failNext.set('deleteProject', new HomesError('RENAMED', 'home acme/web was renamed to acme/webapp', { from: 'acme/web', to: 'acme/webapp', at: FORWARD.at, path: '/homes/acme/webapp' }));
+    const d = await homesctl(['--socket', sock, 'delete-project', '--tenant', 'acme', 'web']);
+    expect(d.code).toBe(1);
+    expect(d.stderr).toContain('the home now lives at acme/webapp (/homes/acme/webapp): use its new name');
   });
 
   it('CONFIRM_REQUIRED lists the homes a settings change would leave, with sizes, and the way on', async () => {
@@ -798,5 +869,140 @@ describe('homesctl: errors that say the way out', () => {
     expect(g.stdout).toMatch(/^ {2}2\. project web\s+\(unset\)$/m);
     expect(g.stdout).toMatch(/^ {2}3\. tenant default\s+tenant\s+<- decides$/m);
     expect(g.stdout).toMatch(/^ {2}4\. built-in default\s+project$/m);
+  });
+});
+
+describe('homesctl finds its sockets in the daemon configuration', () => {
+  let cfg: string;
+  beforeAll(async () => {
+    cfg = path.join(tmp, 'daemon.json');
+    // Only the socket keys are read: a key the daemon would refuse does not stop the client.
+    await writeFile(cfg, JSON.stringify({ backing: 'not/absolute', mount: '/m', socket: sock, platformSocket: platform.address, bogus: true }));
+  });
+
+  it('--config, HOMESFS_CONFIG (before or after the command) name the file; its "socket" is used', async () => {
+    mode = 'ok';
+    for (const [args, env] of [
+      [['--config', cfg, '--json', 'status'], {}],
+      [['status', '--json', `--config=${cfg}`], {}],
+      [['--json', 'status'], { HOMESFS_CONFIG: cfg }],
+    ] as Array<[string[], Record<string, string>]>) {
+      const r = await homesctl(args, env);
+      expect(r.code, args.join(' ')).toBe(0);
+      expect(JSON.parse(r.stdout)).toEqual(STATUS);
+    }
+  });
+
+  it('the flag beats HOMESFS_SOCKET, which beats the configuration', async () => {
+    const missing = path.join(tmp, 'nope', 'admin.sock');
+    const env = await homesctl(['--config', cfg, 'status'], { HOMESFS_SOCKET: missing });
+    expect(env.code).toBe(3);
+    expect(env.stderr).toContain(`cannot connect to ${missing}`);
+    expect(env.stderr).toMatch(/this path was from HOMESFS_SOCKET/);
+    const flag = await homesctl(['--config', cfg, '--socket', sock, 'status'], { HOMESFS_SOCKET: missing });
+    expect(flag.code).toBe(0);
+    // the path from the configuration is named as such when nothing listens there
+    const off = await homesctl(['status']);
+    expect(off.code).toBe(3);
+    expect(off.stderr).toContain(`this path was from "socket" in ${noConfig}`);
+  });
+
+  it('an explicit configuration that is missing or broken is an error (exit 2), never a silent default', async () => {
+    const missing = path.join(tmp, 'missing.json');
+    const r = await homesctl(['--config', missing, 'list']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(new RegExp(`^homesctl: the configuration given with --config: ${missing.replace(/[/.]/g, '\\$&')}: ENOENT`));
+    expect(r.stderr).toMatch(/--socket PATH \(or HOMESFS_SOCKET\) names the socket/);
+    const viaEnv = await homesctl(['list'], { HOMESFS_CONFIG: missing });
+    expect(viaEnv.code).toBe(2);
+    expect(viaEnv.stderr).toMatch(/the configuration from HOMESFS_CONFIG/);
+    const j = await homesctl(['--json', '--config', missing, 'list']);
+    expect(JSON.parse(j.stdout)).toMatchObject({ ok: false, code: 'CONFIG', message: expect.stringContaining('ENOENT') });
+    const broken = path.join(tmp, 'broken.json');
+    await writeFile(broken, '{\n  "socket": "/run/x.sock",\n  oops\n}\n');
+    const b = await homesctl(['--config', broken, 'list']);
+    expect(b.code).toBe(2);
+    expect(b.stderr).toContain(`${broken}:3:3: not valid JSON`);
+    const relative = path.join(tmp, 'relative.json');
+    await writeFile(relative, JSON.stringify({ socket: 'run/admin.sock' }));
+    expect((await homesctl(['--config', relative, 'list'])).stderr).toContain('socket: must be an absolute path');
+    // the flag needs no configuration at all
+    expect((await homesctl(['--config', missing, '--socket', sock, 'status'])).code).toBe(0);
+  });
+
+  it('exec resolves over "platformSocket" from the configuration; passwd lists over "socket"', async () => {
+    calls.length = 0;
+    const e = await homesctl(['--config', cfg, 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true']);
+    // the canned home does not exist here: what matters is that the platform socket answered
+    expect(calls[0]).toEqual({ method: 'resolve', args: [{ tenant: 'acme', project: 'web' }] });
+    expect(e.stderr).not.toMatch(/cannot connect/);
+    const none = await homesctl(['exec', '--tenant', 'acme', '--project', 'web', '--', 'true']);
+    expect(none.code).toBe(125);
+    expect(none.stderr).toContain(`cannot connect to ${path.join(tmp, 'none', 'platform.sock')}`);
+    const env = await homesctl(['--config', cfg, 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true'], { HOMESFS_PLATFORM_SOCKET: path.join(tmp, 'p2.sock') });
+    expect(env.stderr).toContain(`cannot connect to ${path.join(tmp, 'p2.sock')}`);
+    const bad = await homesctl(['--config', path.join(tmp, 'missing.json'), 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true']);
+    expect(bad.code).toBe(125);
+    expect(bad.stderr).toMatch(/^homesctl: exec: the configuration given with --config: .*ENOENT/);
+    const p = await homesctl(['--config', cfg, 'passwd']);
+    expect(p.code).toBe(0);
+    expect(p.stdout).toMatch(/^acme-web-[0-9a-f]{8}:x:20001:20001:/m);
+  });
+
+  it('a default configuration that is not there falls back to the built-in socket paths; a broken one is an error', async () => {
+    const absent = path.join(tmp, 'etc-absent', 'config.json');
+    expect(chooseSocket('admin', {}, {}, absent)).toMatchObject({ path: DEFAULT_SOCKETS.socket, from: 'default', config: absent });
+    expect(chooseSocket('platform', {}, {}, absent)).toMatchObject({ path: DEFAULT_SOCKETS.platformSocket, from: 'default' });
+    expect(DEFAULT_SOCKETS).toEqual({ socket: '/run/homesfs/admin.sock', platformSocket: '/run/homesfs-platform/platform.sock' });
+    expect(chooseSocket('platform', {}, {}, cfg)).toMatchObject({ path: platform.address, from: 'config', config: cfg });
+    const broken = path.join(tmp, 'broken-default.json');
+    await writeFile(broken, '[]');
+    expect(() => chooseSocket('admin', {}, {}, broken)).toThrow(SocketConfigError);
+    expect(() => chooseSocket('admin', {}, {}, broken)).toThrow(/the default configuration: .*top level must be a JSON object/);
+  });
+});
+
+describe('homesctl status: the native counters', () => {
+  const NATIVE: StatusReport = {
+    ...STATUS,
+    native: {
+      ...STATUS.native,
+      fastPath: {
+        answered: 1370, fallbacks: 17, negative: 12, unlinkAnswered: 5, unlinkFallbacks: 1, readdirAnswered: 62, readdirFallbacks: 0, fgetattrAnswered: 3, fgetattrFallbacks: 0,
+        openAnswered: 31, openClosedNatively: 4, openFallbacks: 2, createAnswered: 7, createFallbacks: 1, openSlotsGranted: 0, utimensAnswered: 1, chmodAnswered: 2, chownAnswered: 0,
+        setattrFallbacks: 3, writesDecided: 40, writeDecisionFallbacks: 6, homes: 2, openInodes: 0, handles: 0,
+      },
+      releasesAnswered: 25,
+      noFlush: { opens: 9, flushes: 1 },
+      singleReader: { on: true, handoffs: 4, revocations: 0, readWaits: 1 },
+    },
+  };
+
+  it('one short summary by default; --verbose prints them grouped, one short line per kind', async () => {
+    resultOf.set('status', NATIVE);
+    try {
+      const r = await homesctl(['--socket', sock, 'status']);
+      expect(r.code).toBe(0);
+      const native = r.stdout.split('\n').find((l) => l.startsWith('Native:'))!;
+      // 1370+3+62+5+31+7+1+2+0+40 + 25 releases; 17+0+0+1+2+1+3+6 to JS
+      expect(native).toMatch(/^Native:\s+ok \(patch 3, max write 128\.0 KiB\); 1546 requests answered natively, 30 handed to JS \(--verbose: per kind\)$/);
+      expect(r.stdout).not.toMatch(/Native counters/);
+      for (const l of r.stdout.split('\n')) expect(l.length, l).toBeLessThan(140);
+
+      const v = await homesctl(['--socket', sock, 'status', '--verbose']);
+      expect(v.code).toBe(0);
+      expect(v.stdout).toMatch(/^Native counters \(answered in the binding; "to JS": handed to the daemon\):$/m);
+      expect(v.stdout).toMatch(/^ {2}getattr\s+1370 answered \(12 ENOENT\/ENOTDIR\), 17 to JS$/m);
+      expect(v.stdout).toMatch(/^ {2}open\s+31 answered \(4 closed before the daemon adopted them\), 2 to JS$/m);
+      expect(v.stdout).toMatch(/^ {2}setattr\s+utimens 1, chmod 2, chown 0 done; 3 to JS$/m);
+      expect(v.stdout).toMatch(/^ {2}write\s+40 decisions made, 6 to JS$/m);
+      expect(v.stdout).toMatch(/^ {2}release\s+25 answered$/m);
+      expect(v.stdout).toMatch(/^ {2}no FLUSH\s+9 opens without FLUSH \(1 FLUSH requests\)$/m);
+      expect(v.stdout).toMatch(/^ {2}single reader\s+4 handoffs \(1 before reads from disk\), 0 taken by the watchdog$/m);
+      for (const l of v.stdout.split('\n')) expect(l.length, l).toBeLessThan(140);
+      expect((await homesctl(['--socket', sock, 'status', '-v'])).stdout).toBe(v.stdout);
+    } finally {
+      resultOf.delete('status');
+    }
   });
 });

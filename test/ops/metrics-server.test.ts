@@ -57,3 +57,70 @@ describe('metrics endpoint: bounded connections', () => {
     expect(status).toBe(200);
   });
 });
+
+/** GET /healthz: from the daemon's serving state, cheap enough for a liveness probe. */
+describe('metrics endpoint: /healthz', () => {
+  let dir: string;
+  let server: MetricsServer;
+  let reasons: string[] = [];
+  let renders = 0;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'homesfs-healthz-'));
+    server = await startMetricsServer({
+      socket: join(dir, 'run', 'metrics.sock'),
+      render: async () => {
+        renders++;
+        return `homesfs_mount_up ${reasons.length === 0 ? 1 : 0}\n`;
+      },
+      health: () => reasons,
+      log: pino({ level: 'silent' }),
+    });
+  });
+
+  afterAll(async () => {
+    await server?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const get = (path: string, method = 'GET'): Promise<{ status: number; body: string; type: string | undefined }> =>
+    new Promise((resolve, reject) => {
+      request({ socketPath: server.addresses[0]!, path, method }, (res) => {
+        let body = '';
+        res.setEncoding('utf8').on('data', (d: string) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body, type: res.headers['content-type'] }));
+      })
+        .on('error', reject)
+        .end();
+    });
+
+  it('answers 200 "ok" while serving and 503 with the reasons otherwise, without rendering the metrics', async () => {
+    reasons = [];
+    expect(await get('/healthz')).toMatchObject({ status: 200, body: 'ok\n', type: 'text/plain; charset=utf-8' });
+    reasons = ['not mounted', 'FUSE loop ended'];
+    expect(await get('/healthz')).toMatchObject({ status: 503, body: 'not serving: not mounted, FUSE loop ended\n' });
+    expect(await get('/healthz', 'HEAD')).toMatchObject({ status: 503, body: '' });
+    expect(renders).toBe(0);
+    expect(await get('/metrics')).toMatchObject({ status: 200, body: 'homesfs_mount_up 0\n' });
+    reasons = [];
+    expect(await get('/healthz?x=1')).toMatchObject({ status: 200, body: 'ok\n' });
+    expect((await get('/health')).status).toBe(404);
+  });
+
+  it('is 404 on an endpoint started without a health source', async () => {
+    const other = await startMetricsServer({ socket: join(dir, 'other', 'm.sock'), render: async () => '', log: pino({ level: 'silent' }) });
+    try {
+      const r = await new Promise<number>((resolve, reject) => {
+        request({ socketPath: other.addresses[0]!, path: '/healthz' }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        })
+          .on('error', reject)
+          .end();
+      });
+      expect(r).toBe(404);
+    } finally {
+      await other.close();
+    }
+  });
+});

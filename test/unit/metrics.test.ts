@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { labelValue, renderMetrics } from '../../src/metrics/exposition.js';
 import { LATENCY_BUCKETS, OpMetrics } from '../../src/metrics/ops.js';
 import { RefusalBook } from '../../src/policy/refusals.js';
+import { notServingReasons } from '../../src/metrics/health.js';
 
 describe('metrics: per-op histograms', () => {
   it('puts each observation in its bucket and renders cumulative buckets, sum and count', () => {
@@ -43,6 +44,25 @@ describe('metrics: per-op histograms', () => {
     const text = renderMetrics({ homes: [], tenants: [], refusals: [], ops: [], uptimeSeconds: 1, openFiles: { total: 12, cap: 63000 } });
     expect(text).toContain('# TYPE homesfs_open_files gauge\nhomesfs_open_files 12\n');
     expect(text).toContain('homesfs_open_files_cap 63000\n');
+  });
+});
+
+describe('metrics: homesfs_mount_up', () => {
+  it('is 1 while the mount is served, 0 when not, and absent where the snapshot does not say', () => {
+    const base = { homes: [], tenants: [], refusals: [], ops: [], uptimeSeconds: 1 };
+    expect(renderMetrics({ ...base, mountUp: true })).toContain('# TYPE homesfs_mount_up gauge\nhomesfs_mount_up 1\n');
+    expect(renderMetrics({ ...base, mountUp: false })).toContain('\nhomesfs_mount_up 0\n');
+    expect(renderMetrics(base)).not.toContain('homesfs_mount_up');
+  });
+});
+
+describe('serving state: one rule for status, /healthz and homesfs_mount_up', () => {
+  it('serves only when mounted, with the loop running and the self-check not failed', () => {
+    expect(notServingReasons({ mounted: true, loop: 'running', selfCheck: 'ok' })).toEqual([]);
+    expect(notServingReasons({ mounted: true, loop: 'running', selfCheck: 'pending' })).toEqual([]);
+    expect(notServingReasons({ mounted: false, loop: 'starting', selfCheck: 'pending' })).toEqual(['not mounted', 'FUSE loop starting']);
+    expect(notServingReasons({ mounted: false, loop: 'ended', selfCheck: 'ok' })).toEqual(['not mounted', 'FUSE loop ended']);
+    expect(notServingReasons({ mounted: true, loop: 'running', selfCheck: 'failed' })).toEqual(['native self-check failed']);
   });
 });
 
