@@ -122,19 +122,23 @@ describe('deploy/kubernetes manifests', () => {
     expect(daemon.ports).toContainEqual({ name: 'metrics', containerPort: metricsPort, protocol: 'TCP' });
   });
 
-  it('the readiness path is one the daemon\'s metrics endpoint answers 200', async () => {
-    const server = await startMetricsServer({ listen: '127.0.0.1:0', render: async () => 'homesfs_up_seconds 1\n', log: pino({ level: 'silent' }) });
+  it('the readiness path is the daemon\'s health endpoint: 200 while it serves, 503 when it does not', async () => {
+    let why: string[] = [];
+    const server = await startMetricsServer({ listen: '127.0.0.1:0', render: async () => 'homesfs_up_seconds 1\n', health: () => why, log: pino({ level: 'silent' }) });
     try {
       const port = Number(server.addresses[0]!.split(':').at(-1));
-      const status = await new Promise<number>((resolve, reject) =>
-        request({ host: '127.0.0.1', port, path: daemon.readinessProbe.httpGet.path }, (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        })
-          .on('error', reject)
-          .end(),
-      );
-      expect(status).toBe(200);
+      const ask = () =>
+        new Promise<number>((resolve, reject) =>
+          request({ host: '127.0.0.1', port, path: daemon.readinessProbe.httpGet.path }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          })
+            .on('error', reject)
+            .end(),
+        );
+      expect(await ask()).toBe(200);
+      why = ['mount not answering'];
+      expect(await ask()).toBe(503);
     } finally {
       await server.close();
     }
