@@ -1,4 +1,5 @@
 import { fstatSync } from 'node:fs';
+import { SlowFrees } from '../backing/freeing.js';
 import { posix } from 'node:path';
 import type { BackingStore } from '../backing/store.js';
 import * as sys from '../backing/sys.js';
@@ -276,6 +277,8 @@ export class FsContext {
   readonly handles = new HandleTable();
   /** files unlinked while open, under the hidden name libfuse gave them (see hidden.ts) */
   readonly hidden = new Map<string, HiddenNode>();
+  /** unlinks, renames-over and last closes that may free many blocks: off the JS thread, bounded per home */
+  readonly slowFrees = new SlowFrees();
   /**
    * Published to the binding (setFlushGate): slot fh & 0xffff counts the open
    * handles in it whose FLUSH must reach JS. Every other FLUSH (one per close
@@ -993,15 +996,46 @@ export class FsContext {
    * directory's lock across the FUSE unlink/rename request.
    */
   settleRemoved(hs: HomeState, nodeFd: number): void {
+    this.removal(hs, nodeFd)?.();
+  }
+
+  /**
+   * settleRemoved's decision, with what the ledger gives back returned rather
+   * than applied (null: nothing, or the last close will): for a caller whose
+   * descriptor is the file's last reference, which frees the blocks when it
+   * closes (closeRemoved).
+   */
+  removal(hs: HomeState, nodeFd: number): (() => void) | null {
     const st = fstatSync(nodeFd, { bigint: true });
-    if (st.nlink > 0n) return;
+    if (st.nlink > 0n) return null;
     const inode = hs.inodes.get(inodeKey(st.dev, st.ino));
     if (inode) {
       inode.unlinked = true;
-      return;
+      return null;
     }
-    if (st.isFile()) hs.ledger.release(Number(st.size));
-    hs.ledger.removeInode();
+    const bytes = st.isFile() ? Number(st.size) : 0;
+    return () => {
+      if (bytes > 0) hs.ledger.release(bytes);
+      hs.ledger.removeInode();
+    };
+  }
+
+  /**
+   * Close the O_PATH descriptor of a removed node, `release` (from removal)
+   * applied. The descriptor may be the file's last reference, and its close
+   * frees the blocks: for a file slowToFree (checked before the removal) on the
+   * threadpool, the ledger letting go once they are free; otherwise at once.
+   */
+  async closeRemoved(hs: HomeState, nodeFd: number, slow: boolean, release: (() => void) | null): Promise<void> {
+    if (!slow) {
+      release?.();
+      return sys.close(nodeFd);
+    }
+    try {
+      await this.slowFrees.close(hs.backing.id, nodeFd);
+    } finally {
+      release?.();
+    }
   }
 
   /** Drop one handle's claim on an inode; the last close of an unlinked file frees its bytes. */

@@ -1,5 +1,6 @@
 import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
+import { slowToFree } from '../backing/freeing.js';
 import { subtreeDeeperThan } from '../backing/walk.js';
 import { HomesError } from '../errors.js';
 import type { HomeRef } from '../paths/parse.js';
@@ -144,12 +145,16 @@ export async function unlink(ctx: FsContext, path: string): Promise<void> {
   await ctx.changing(vp.home, async (hs) => {
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       const node = await ctx.store.openNode(dirFd, vp.name);
+      let release: (() => void) | null = null;
+      let slow = false;
       try {
+        slow = slowToFree(await sys.fstat(node));
         await sys.unlink(sys.fdPath(dirFd, vp.name));
         // read after the unlink: nlink tells whether this was the last name.
-        ctx.settleRemoved(hs, node);
+        release = ctx.removal(hs, node);
       } finally {
-        await sys.close(node);
+        // The node holds the file: its close, not the unlink, frees the blocks.
+        await ctx.closeRemoved(hs, node, slow, release);
       }
     });
   });
@@ -210,6 +215,8 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
           throw new HomesError('OP_REFUSED', `nesting deeper than ${cap} levels is not allowed in profile ${hs.profileName} (the directory moved holds deeper levels)`);
         }
         const replaced = await ctx.probeNode(dstDir, dst.name);
+        const slow = replaced !== null && slowToFree(await sys.fstat(replaced));
+        let release: (() => void) | null = null;
         try {
           try {
             await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
@@ -217,9 +224,10 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
             // Every rename, not only a directory's: what moved is known only racily (see DirCache).
             ctx.store.dirsChanged(hs.backing);
           }
-          if (replaced !== null) ctx.settleRemoved(hs, replaced);
+          if (replaced !== null) release = ctx.removal(hs, replaced);
         } finally {
-          if (replaced !== null) await sys.close(replaced);
+          // What was replaced lives on in `replaced` until this close frees it.
+          if (replaced !== null) await ctx.closeRemoved(hs, replaced, slow, release);
         }
       }),
     );
