@@ -1001,19 +1001,18 @@ export class FsContext {
 
   /**
    * settleRemoved's decision, with what the ledger gives back returned rather
-   * than applied (null: nothing, or the last close will): for a caller whose
+   * than applied: for a caller whose
    * descriptor is the file's last reference, which frees the blocks when it
    * closes (closeRemoved).
    */
-  removal(hs: HomeState, nodeFd: number): (() => void) | null {
+  removal(hs: HomeState, nodeFd: number): () => void {
     const st = fstatSync(nodeFd, { bigint: true });
-    if (st.nlink > 0n) return null;
-    const inode = hs.inodes.get(inodeKey(st.dev, st.ino));
-    if (inode) {
-      inode.unlinked = true;
-      return null;
-    }
-    const bytes = st.isFile() ? Number(st.size) : 0;
+    // Every name counts as an inode (a hard link is one more, see scan-walk.ts): the
+    // one that went is given back whatever remains. The bytes go with the last name,
+    // or with the last close of a file still open.
+    const inode = st.nlink > 0n ? undefined : hs.inodes.get(inodeKey(st.dev, st.ino));
+    if (inode) inode.unlinked = true;
+    const bytes = st.nlink === 0n && !inode && st.isFile() ? Number(st.size) : 0;
     return () => {
       if (bytes > 0) hs.ledger.release(bytes);
       hs.ledger.removeInode();
@@ -1038,7 +1037,7 @@ export class FsContext {
     }
   }
 
-  /** Drop one handle's claim on an inode; the last close of an unlinked file frees its bytes. */
+  /** Drop one handle's claim on an inode; the last close of an unlinked file frees its bytes (its inode went with its name). */
   detachInode(hs: HomeState, inode: OpenInode): void {
     inode.handles--;
     if (inode.handles > 0) return;
@@ -1046,10 +1045,8 @@ export class FsContext {
     if (inode.delegated && !this.takeSizeNow(inode)) this.log.error({ home: hs.backing.id, ino: String(inode.ino) }, 'the binding still writes a file whose last handle is gone');
     hs.inodes.delete(inode.key);
     this.deps.attrs?.inode(inode.dev, inode.ino, -1);
-    if (inode.unlinked) {
-      hs.ledger.release(inode.size);
-      hs.ledger.removeInode();
-    }
+    // Its name was given back when it went (removal): what is left is the bytes.
+    if (inode.unlinked) hs.ledger.release(inode.size);
   }
 
   /** (Re)publish whether the handle's FLUSH needs JS: before the open is answered, and whenever its home's profile changes. */
