@@ -271,7 +271,7 @@ export interface StatusReport {
     maxWriteRequest: number | null;
     detail?: string;
     /** the native getattr/lookup fast path (absent when fuse.nativeFastPath is off): requests answered natively and handed to JS */
-    fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number };
+    fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number };
     /** RELEASEs the binding answered and this daemon carried out later (absent when fuse.nativeRelease is off) */
     releasesAnswered?: number;
     /** opens answered with FOPEN_NOFLUSH (their closes send no FLUSH), and the FLUSH requests that came (absent when fuse.noFlush is off) */

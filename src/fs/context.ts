@@ -1,4 +1,5 @@
 import { fstatSync } from 'node:fs';
+import { SlowFrees } from '../backing/freeing.js';
 import { posix } from 'node:path';
 import type { BackingStore } from '../backing/store.js';
 import * as sys from '../backing/sys.js';
@@ -276,6 +277,8 @@ export class FsContext {
   readonly handles = new HandleTable();
   /** files unlinked while open, under the hidden name libfuse gave them (see hidden.ts) */
   readonly hidden = new Map<string, HiddenNode>();
+  /** unlinks, renames-over and last closes that may free many blocks: off the JS thread, bounded per home */
+  readonly slowFrees = new SlowFrees();
   /**
    * Published to the binding (setFlushGate): slot fh & 0xffff counts the open
    * handles in it whose FLUSH must reach JS. Every other FLUSH (one per close
@@ -999,18 +1002,48 @@ export class FsContext {
    * directory's lock across the FUSE unlink/rename request.
    */
   settleRemoved(hs: HomeState, nodeFd: number): void {
-    const st = fstatSync(nodeFd, { bigint: true });
-    if (st.nlink > 0n) return;
-    const inode = hs.inodes.get(inodeKey(st.dev, st.ino));
-    if (inode) {
-      inode.unlinked = true;
-      return;
-    }
-    if (st.isFile()) hs.ledger.release(Number(st.size));
-    hs.ledger.removeInode();
+    this.removal(hs, nodeFd)?.();
   }
 
-  /** Drop one handle's claim on an inode; the last close of an unlinked file frees its bytes. */
+  /**
+   * settleRemoved's decision, with what the ledger gives back returned rather
+   * than applied: for a caller whose
+   * descriptor is the file's last reference, which frees the blocks when it
+   * closes (closeRemoved).
+   */
+  removal(hs: HomeState, nodeFd: number): () => void {
+    const st = fstatSync(nodeFd, { bigint: true });
+    // Every name counts as an inode (a hard link is one more, see scan-walk.ts): the
+    // one that went is given back whatever remains. The bytes go with the last name,
+    // or with the last close of a file still open.
+    const inode = st.nlink > 0n ? undefined : hs.inodes.get(inodeKey(st.dev, st.ino));
+    if (inode) inode.unlinked = true;
+    const bytes = st.nlink === 0n && !inode && st.isFile() ? Number(st.size) : 0;
+    return () => {
+      if (bytes > 0) hs.ledger.release(bytes);
+      hs.ledger.removeInode();
+    };
+  }
+
+  /**
+   * Close the O_PATH descriptor of a removed node, `release` (from removal)
+   * applied. The descriptor may be the file's last reference, and its close
+   * frees the blocks: for a file slowToFree (checked before the removal) on the
+   * threadpool, the ledger letting go once they are free; otherwise at once.
+   */
+  async closeRemoved(hs: HomeState, nodeFd: number, slow: boolean, release: (() => void) | null): Promise<void> {
+    if (!slow) {
+      release?.();
+      return sys.close(nodeFd);
+    }
+    try {
+      await this.slowFrees.close(hs.backing.id, nodeFd);
+    } finally {
+      release?.();
+    }
+  }
+
+  /** Drop one handle's claim on an inode; the last close of an unlinked file frees its bytes (its inode went with its name). */
   detachInode(hs: HomeState, inode: OpenInode): void {
     inode.handles--;
     if (inode.handles > 0) return;
@@ -1018,10 +1051,8 @@ export class FsContext {
     if (inode.delegated && !this.takeSizeNow(inode)) this.log.error({ home: hs.backing.id, ino: String(inode.ino) }, 'the binding still writes a file whose last handle is gone');
     hs.inodes.delete(inode.key);
     this.deps.attrs?.inode(inode.dev, inode.ino, -1);
-    if (inode.unlinked) {
-      hs.ledger.release(inode.size);
-      hs.ledger.removeInode();
-    }
+    // Its name was given back when it went (removal): what is left is the bytes.
+    if (inode.unlinked) hs.ledger.release(inode.size);
   }
 
   /** (Re)publish whether the handle's FLUSH needs JS: before the open is answered, and whenever its home's profile changes. */

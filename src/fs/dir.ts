@@ -1,5 +1,6 @@
 import type { BigIntStats } from 'node:fs';
 import * as sys from '../backing/sys.js';
+import { slowToFree } from '../backing/freeing.js';
 import { subtreeDeeperThan } from '../backing/walk.js';
 import { HomesError } from '../errors.js';
 import type { HomeRef } from '../paths/parse.js';
@@ -144,12 +145,16 @@ export async function unlink(ctx: FsContext, path: string): Promise<void> {
   await ctx.changing(vp.home, async (hs) => {
     await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
       const node = await ctx.store.openNode(dirFd, vp.name);
+      let release: (() => void) | null = null;
+      let slow = false;
       try {
+        slow = slowToFree(await sys.fstat(node));
         await sys.unlink(sys.fdPath(dirFd, vp.name));
         // read after the unlink: nlink tells whether this was the last name.
-        ctx.settleRemoved(hs, node);
+        release = ctx.removal(hs, node);
       } finally {
-        await sys.close(node);
+        // The node holds the file: its close, not the unlink, frees the blocks.
+        await ctx.closeRemoved(hs, node, slow, release);
       }
     });
   });
@@ -209,7 +214,21 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
         if (cap > 0 && dst.dir.length > src.dir.length && (await subtreeDeeperThan(srcDir, src.name, cap - dst.dir.length - 1))) {
           throw new HomesError('OP_REFUSED', `nesting deeper than ${cap} levels is not allowed in profile ${hs.profileName} (the directory moved holds deeper levels)`);
         }
-        const replaced = await ctx.probeNode(dstDir, dst.name);
+        let replaced = await ctx.probeNode(dstDir, dst.name);
+        if (replaced !== null) {
+          const fd = replaced;
+          const same = await sameNode(fd, srcDir, src.name).catch(async (err: unknown) => {
+            await sys.close(fd);
+            throw err;
+          });
+          if (same) {
+            // rename(2) between two names of one inode does nothing: no name goes.
+            await sys.close(fd);
+            replaced = null;
+          }
+        }
+        const slow = replaced !== null && slowToFree(await sys.fstat(replaced));
+        let release: (() => void) | null = null;
         try {
           try {
             await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
@@ -217,13 +236,20 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
             // Every rename, not only a directory's: what moved is known only racily (see DirCache).
             ctx.store.dirsChanged(hs.backing);
           }
-          if (replaced !== null) ctx.settleRemoved(hs, replaced);
+          if (replaced !== null) release = ctx.removal(hs, replaced);
         } finally {
-          if (replaced !== null) await sys.close(replaced);
+          // What was replaced lives on in `replaced` until this close frees it.
+          if (replaced !== null) await ctx.closeRemoved(hs, replaced, slow, release);
         }
       }),
     );
   });
+}
+
+/** Whether `name` in dirFd is the node nodeFd holds (not followed). */
+async function sameNode(nodeFd: number, dirFd: number, name: string): Promise<boolean> {
+  const [a, b] = await Promise.all([sys.fstat(nodeFd), sys.lstat(sys.fdPath(dirFd, name))]);
+  return a.dev === b.dev && a.ino === b.ino;
 }
 
 export async function symlink(ctx: FsContext, target: string, path: string, caller: Caller): Promise<void> {
@@ -264,8 +290,16 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
         if (!st.isFile() && !st.isSymbolicLink() && hs.profile.specialFiles === 'none') {
           throw new HomesError('OP_REFUSED', `special files are not allowed in profile ${hs.profileName}`);
         }
-        // linkat without AT_SYMLINK_FOLLOW: the source name is never followed. Same inode, no new bytes.
-        await sys.link(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
+        // Same inode, no new bytes; but a new name, and every name counts as an inode
+        // (so a home capped at 10 inodes cannot make 60,000 names: EDQUOT).
+        const undo = ctx.addInode(hs);
+        try {
+          // linkat without AT_SYMLINK_FOLLOW: the source name is never followed.
+          await sys.link(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
+        } catch (err) {
+          undo();
+          throw err;
+        }
       }),
     );
   });

@@ -1,4 +1,5 @@
 import type { BigIntStats } from 'node:fs';
+import { slowToFreeFd } from '../backing/freeing.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { isStatusPath } from '../paths/reserved.js';
@@ -436,9 +437,14 @@ export async function release(ctx: FsContext, fh: number): Promise<void> {
   // Out of the set before its close is issued: hidden.ts never picks a descriptor being closed.
   h.inode.fds.delete(h.fd);
   if (h.writable) h.inode.writers--;
+  // The last descriptor of an unlinked file frees its blocks when it closes: a big file's on the threadpool.
+  // The ledger lets go at once (the caller's close(2) returned long ago, and a write right after
+  // must find the bytes); the open-file slot only after the close, so a home has at most its
+  // open-file cap of such frees pending.
+  const slow = h.inode.unlinked && h.inode.handles === 1 && h.inode.fds.size === 0 && slowToFreeFd(h.fd);
   ctx.detachInode(h.home, h.inode);
   try {
-    await sys.close(h.fd);
+    await (slow ? ctx.slowFrees.close(h.home.backing.id, h.fd) : sys.close(h.fd));
   } finally {
     // Given back once the descriptor is: the count never falls below what the daemon holds.
     h.slot.release();

@@ -38,12 +38,13 @@ export function walkTreeNative(
       }
       // keys only where a decision needs one: most entries have neither
       let key: string | undefined;
+      // every name an inode, bytes once per inode: as walkTree
+      result.inodes++;
       if (nlink[i]! > 1 && t !== S_DIR) {
         key = `${dev[i]}:${ino[i]}`;
         if (seen.has(key)) continue;
         seen.add(key);
       }
-      result.inodes++;
       if (t === S_REG) {
         if (exclude.size > 0 && exclude.has((key ??= `${dev[i]}:${ino[i]}`))) result.excluded.push(key);
         else result.bytes += size[i]!;

@@ -59,11 +59,13 @@ export function walkTree(
       onProgress({ bytes: result.bytes, inodes: result.inodes });
     }
     const key = `${st.dev}:${st.ino}`;
+    // Every name counts as an inode, so that names cost something (a home capped at 10
+    // inodes could otherwise make 60,000 hard links); bytes count once per inode.
+    result.inodes++;
     if (st.nlink > 1n && !st.isDirectory()) {
       if (seen.has(key)) return false;
       seen.add(key);
     }
-    result.inodes++;
     if (st.isFile()) {
       if (exclude.has(key)) result.excluded.push(key);
       else result.bytes += Number(st.size);

@@ -63,6 +63,8 @@ export interface FastPathNative {
   setMutable(prefix: string, token: number, pending: BigInt64Array | null): boolean;
   /** whether the binding can unlink natively */
   readonly unlinks: boolean;
+  /** regular files with more allocated bytes are never unlinked natively: JS frees them off its thread */
+  setFreeInlineMax?(bytes: number): void;
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
   /** the size JS charges an inode it tracks; getattrs of it are then answered natively */
   inodeSize?(dev: bigint, ino: bigint, size: number): void;
@@ -90,7 +92,7 @@ export interface FastPathNative {
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openClosedNatively?: number; openFallbacks?: number; writesDecided?: number; writeDecisionFallbacks?: number; createAnswered?: number; createFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees?: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openClosedNatively?: number; openFallbacks?: number; writesDecided?: number; writeDecisionFallbacks?: number; createAnswered?: number; createFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number };
 }
 
 export interface FuseClass {

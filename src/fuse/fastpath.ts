@@ -1,4 +1,5 @@
 import type { BigIntStats } from 'node:fs';
+import { INLINE_FREE_MAX_BYTES } from '../backing/freeing.js';
 import { NATIVE_OPEN_WRITE, type AttrPublisher } from '../fs/context.js';
 import { HIDDEN_NAME_PREFIX } from '../fs/hidden.js';
 import { presentedMode } from '../fs/present.js';
@@ -150,13 +151,15 @@ export class NativeFastPath implements AttrPublisher {
     nativeCreate = true,
     nativeWriteDecision = true,
   ) {
-    this.unlinks = nativeUnlink && native.unlinks === true;
+    // A build that cannot be told which files free slowly would free them under its lock: it unlinks nothing.
+    this.unlinks = nativeUnlink && native.unlinks === true && typeof native.setFreeInlineMax === 'function';
     this.opens = nativeOpen && native.opens === true;
     this.setattrs = nativeSetattr && typeof native.setAttrOps === 'function';
     this.creates = nativeCreate && this.opens && typeof native.setCreate === 'function';
     this.writeDecisions = nativeWriteDecision && native.writeDecisions === true;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
+    native.setFreeInlineMax?.(INLINE_FREE_MAX_BYTES);
     native.enable(true);
   }
 

@@ -588,7 +588,8 @@ export class HomeManager {
       const before = { bytes: hs.ledger.bytes, inodes: hs.ledger.inodes };
       const unlinkedOpen = [...hs.inodes.values()].filter((i) => i.unlinked);
       const bytes = r.bytes + [...open].reduce((a, i) => a + i.size, 0) + unlinkedOpen.reduce((a, i) => a + i.size, 0);
-      const inodes = r.inodes + unlinkedOpen.length;
+      // An unlinked open file has no name left: its bytes stay charged until its last close, its inode went with its name.
+      const inodes = r.inodes;
       this.ctx.replaceLedger(hs, { bytes, inodes });
       const after = { bytes, inodes };
       const drift = { bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes };

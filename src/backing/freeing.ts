@@ -1,0 +1,119 @@
+import * as fs from 'node:fs';
+import type { BigIntStats } from 'node:fs';
+import { promisify } from 'node:util';
+
+/**
+ * Closing the last reference to a file that has no name left (the daemon's
+ * O_PATH descriptor of a node it just unlinked or renamed over, or the last
+ * handle of a file unlinked while open) frees its blocks, inside close(2),
+ * in time proportional to the file's extents: written one byte every 8 KiB
+ * and fsynced, a 32 MiB file took 2.5 s to unlink and a 1 GiB one 96 s on
+ * the ext4 of this project's test VMs. On the JS thread (the
+ * metadata calls are synchronous there, see sys.ts) or under the binding's
+ * lock, every home would wait that long. So such closes
+ * run on the libuv threadpool, a bounded number at a time, and the binding
+ * leaves such unlinks to JS (the same threshold is handed to it).
+ */
+
+/**
+ * Up to this many allocated bytes a file is freed inline: at most 16 extents
+ * of 4 KiB (about 0.6 ms each measured on the test VMs' ext4 once written
+ * back), so the common small file keeps the fast synchronous path and a
+ * bigger one pays a threadpool round trip (~20 us) it cannot notice. The
+ * binding gets this value (fastpath_set_free_inline_max).
+ */
+export const INLINE_FREE_MAX_BYTES = 64 * 1024;
+
+/** Whether dropping this node's last name or descriptor could take long: a regular file with many allocated blocks. */
+export function slowToFree(st: Pick<BigIntStats, 'blocks'> & { isFile(): boolean }): boolean {
+  return st.isFile() && st.blocks * 512n > BigInt(INLINE_FREE_MAX_BYTES);
+}
+
+/**
+ * slowToFree of an open descriptor, read synchronously: the caller decides in
+ * the same step as it acts (a release must not yield before its record lets go).
+ */
+export function slowToFreeFd(fd: number): boolean {
+  return slowToFree(fs.fstatSync(fd, { bigint: true }));
+}
+
+/**
+ * At most PER_HOME slow frees of one home run at once, and TOTAL in all: a home
+ * removing many huge files waits for its own (its `rm` is slow, as on any disk),
+ * never takes more than a few of the threadpool's threads from other homes'
+ * reads and writes (UV_THREADPOOL_SIZE is 16), and cannot hold up the event loop.
+ */
+const PER_HOME = 1;
+const TOTAL = 4;
+
+const closeAsync = promisify(fs.close) as (fd: number) => Promise<void>;
+
+interface Waiter {
+  home: string;
+  go: () => void;
+}
+
+export class SlowFrees {
+  private running = 0;
+  private readonly perHome = new Map<string, number>();
+  private readonly queue: Waiter[] = [];
+  /** frees done off the JS thread (status counter) */
+  done = 0;
+
+  constructor(
+    private readonly perHomeLimit = PER_HOME,
+    private readonly totalLimit = TOTAL,
+  ) {}
+
+  get inFlight(): number {
+    return this.running;
+  }
+
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  close(home: string, fd: number): Promise<void> {
+    return this.run(home, () => closeAsync(fd));
+  }
+
+  private async run<T>(home: string, call: () => Promise<T>): Promise<T> {
+    // The slot is taken synchronously, by this call or by the wake that lets it go:
+    // no other finish can hand the same slot out in between.
+    if (this.mayStart(home)) this.take(home);
+    else await new Promise<void>((go) => this.queue.push({ home, go }));
+    try {
+      return await call();
+    } finally {
+      this.running--;
+      const n = (this.perHome.get(home) ?? 1) - 1;
+      if (n === 0) this.perHome.delete(home);
+      else this.perHome.set(home, n);
+      this.done++;
+      this.wakeNext();
+    }
+  }
+
+  private take(home: string): void {
+    this.running++;
+    this.perHome.set(home, (this.perHome.get(home) ?? 0) + 1);
+  }
+
+  private mayStart(home: string): boolean {
+    return this.running < this.totalLimit && (this.perHome.get(home) ?? 0) < this.perHomeLimit;
+  }
+
+  /** Waiters whose home has room go next, in order: one home's queue never blocks another's. */
+  private wakeNext(): void {
+    for (let i = 0; i < this.queue.length && this.running < this.totalLimit; ) {
+      const w = this.queue[i]!;
+      if (!this.mayStart(w.home)) {
+        i++;
+        continue;
+      }
+      this.queue.splice(i, 1);
+      this.take(w.home);
+      w.go();
+    }
+  }
+}

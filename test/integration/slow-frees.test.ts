@@ -1,0 +1,157 @@
+import { spawn } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+
+/**
+ * Removing a file frees its blocks inside unlink(2), in time proportional to
+ * its extents: seconds for a fragmented file of tens of MiB once written back.
+ * One home's `rm` of such a file must not stall the others or the control
+ * socket, whichever path does the unlink (the binding, or JS for a name under
+ * ~/.homesfs/, which the binding never unlinks).
+ *
+ * What is asserted is relative, not a wall-clock bound: while the removal
+ * takes D seconds, the other home's worst operation and a `homesctl status`
+ * each take less than D/2 (before the removal left both threads, they took
+ * about D: every home waited for it).
+ */
+
+const BASE = 600_000 + Math.floor(Math.random() * 60) * 10_000;
+const A = { uid: BASE + 1, gid: BASE + 1 };
+const B = { uid: BASE + 2, gid: BASE + 2 };
+const T = 'sf';
+const HOMES = { [`${T}/big`]: { owner: A, profile: 'home' }, [`${T}/other`]: { owner: B, profile: 'home' } };
+/** 6,144 extents of 4 KiB: about 3-4 s to free on the test VMs' ext4 */
+const FRAGMENTED_MIB = 48;
+
+if (!canMount) console.warn(`slow-frees integration suite skipped: ${skipReason}`);
+
+describe.skipIf(!canMount)('freeing a big fragmented file stalls no other home', () => {
+  let d: RunningDaemon;
+  let tmp = '';
+
+  const script = (body: string): string => {
+    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
+    writeFileSync(file, body, { mode: 0o644 });
+    return file;
+  };
+  const py = async (who: { uid: number; gid: number }, body: string, ...args: string[]) => {
+    const r = await runAsync('setpriv', [`--reuid=${who.uid}`, `--regid=${who.gid}`, '--clear-groups', 'python3', script(body), ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 180_000 });
+    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
+    return r.stdout.trim();
+  };
+  const usage = async (home: string) => {
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', home]);
+    if (r.code !== 0) throw new Error(r.stderr);
+    return JSON.parse(r.stdout) as { bytes: number; inodes: number };
+  };
+
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-sf-'));
+    chmodSync(tmp, 0o755);
+    d = await startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
+    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+  }, 60_000);
+
+  afterAll(async () => {
+    await d?.stop();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  /** Writes the fragmented file as A and fsyncs it, so its extents exist on the disk. */
+  const fragment = (path: string) =>
+    py(A, `
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o600)
+for off in range(0, ${FRAGMENTED_MIB} << 20, 8192):
+    os.pwrite(fd, b'x', off)
+os.fsync(fd)
+os.close(fd)
+`, path);
+
+  /** B's loop in its own home (stat, create+write, read), from when it writes `ready` until `stop` exists: its worst op in ms. */
+  const probe = (ready: string, stop: string) =>
+    py(B, `
+import os, sys, time
+home, ready, stop = sys.argv[1:4]
+p = os.path.join(home, 'probe.txt')
+worst = 0.0
+n = 0
+while not os.path.exists(stop):
+    t = time.monotonic()
+    os.stat(home)
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    os.write(fd, b'y' * 100)
+    os.close(fd)
+    with open(p, 'rb') as f:
+        f.read()
+    dt = time.monotonic() - t
+    n += 1
+    if n > 20:
+        worst = max(worst, dt)
+    if n == 20:
+        open(ready, 'w').close()
+print(worst * 1000, n)
+`, d.home(T, 'other'), ready, stop);
+
+  const waitFor = async (file: string) => {
+    for (let i = 0; i < 3000 && !existsSync(file); i++) await new Promise((r) => setTimeout(r, 10));
+    if (!existsSync(file)) throw new Error(`${file} never appeared`);
+  };
+
+  const timed = async <T>(fn: () => Promise<T>): Promise<[T, number]> => {
+    const t = performance.now();
+    const r = await fn();
+    return [r, performance.now() - t];
+  };
+
+  /** rm of `path` as A while B's probe runs and homesctl status is asked: [rm ms, B's worst ms, status ms]. */
+  const removeUnderLoad = async (path: string): Promise<[number, number, number]> => {
+    // B writes its marker where it may: a sticky world-writable directory of the test's.
+    const marks = mkdtempSync(join(tmp, 'marks-'));
+    chmodSync(marks, 0o1777);
+    const ready = join(marks, 'ready');
+    const stop = join(marks, 'stop');
+    const probing = probe(ready, stop);
+    await waitFor(ready);
+    const rm = timed(() => runAsync('setpriv', [`--reuid=${A.uid}`, `--regid=${A.gid}`, '--clear-groups', 'rm', path], { env: { PATH: SYSTEM_PATH }, timeoutMs: 180_000 }));
+    // The status is asked once the removal is surely under way (it takes seconds).
+    await new Promise((r) => setTimeout(r, 300));
+    const [st, statusMs] = await timed(() => runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'], { timeoutMs: 180_000 }));
+    const [rmResult, rmMs] = await rm;
+    writeFileSync(stop, '');
+    const worst = Number((await probing).split(' ')[0]);
+    expect(rmResult.code, rmResult.stderr).toBe(0);
+    expect(st.code, st.stderr).toBe(0);
+    console.log(`rm of a ${FRAGMENTED_MIB} MiB fragmented file: ${rmMs.toFixed(0)} ms; other home's worst op ${worst.toFixed(1)} ms; homesctl status ${statusMs.toFixed(0)} ms`);
+    return [rmMs, worst, statusMs];
+  };
+
+  const slowFreesNative = async () => ((await d.status()) as { native: { fastPath?: { unlinkSlowFrees: number } } }).native.fastPath?.unlinkSlowFrees ?? 0;
+
+  it('through the native unlink: the binding leaves it to JS, which frees it on the threadpool', async () => {
+    const path = join(d.home(T, 'big'), 'frag.bin');
+    await fragment(path);
+    const before = await slowFreesNative();
+    const [rmMs, worst, statusMs] = await removeUnderLoad(path);
+    expect(await slowFreesNative()).toBe(before + 1);
+    expect(worst).toBeLessThan(rmMs / 2);
+    expect(statusMs).toBeLessThan(rmMs / 2);
+    expect(await usage(`${T}/big`)).toEqual(expect.objectContaining({ bytes: 0 }));
+  }, 240_000);
+
+  it('through JS (a name under ~/.homesfs/): the unlink runs off the event loop', async () => {
+    const dir = join(d.home(T, 'big'), '.homesfs', 'tmp');
+    await py(A, 'import os, sys\nos.makedirs(sys.argv[1], exist_ok=True)', dir);
+    const path = join(dir, 'frag.bin');
+    await fragment(path);
+    const [rmMs, worst, statusMs] = await removeUnderLoad(path);
+    expect(worst).toBeLessThan(rmMs / 2);
+    expect(statusMs).toBeLessThan(rmMs / 2);
+    const u = await usage(`${T}/big`);
+    // what is left is the directory made under ~/.homesfs/
+    expect(u.bytes).toBe(0);
+  }, 240_000);
+});
