@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import type { BigIntStats } from 'node:fs';
 import { promisify } from 'node:util';
+import { Turns } from '../policy/turns.js';
 
 /**
  * Closing the last reference to a file that has no name left (the daemon's
@@ -48,72 +49,25 @@ const TOTAL = 4;
 
 const closeAsync = promisify(fs.close) as (fd: number) => Promise<void>;
 
-interface Waiter {
-  home: string;
-  go: () => void;
-}
-
+/** Closes that may free a big file's blocks: on the threadpool, in turns per home. */
 export class SlowFrees {
-  private running = 0;
-  private readonly perHome = new Map<string, number>();
-  private readonly queue: Waiter[] = [];
-  /** frees done off the JS thread (status counter) */
+  private readonly turns = new Turns(PER_HOME, TOTAL);
+  /** closes done this way (status counter) */
   done = 0;
 
-  constructor(
-    private readonly perHomeLimit = PER_HOME,
-    private readonly totalLimit = TOTAL,
-  ) {}
-
   get inFlight(): number {
-    return this.running;
+    return this.turns.inFlight;
   }
 
   get waiting(): number {
-    return this.queue.length;
+    return this.turns.waiting;
   }
 
-  close(home: string, fd: number): Promise<void> {
-    return this.run(home, () => closeAsync(fd));
-  }
-
-  private async run<T>(home: string, call: () => Promise<T>): Promise<T> {
-    // The slot is taken synchronously, by this call or by the wake that lets it go:
-    // no other finish can hand the same slot out in between.
-    if (this.mayStart(home)) this.take(home);
-    else await new Promise<void>((go) => this.queue.push({ home, go }));
+  async close(home: string, fd: number): Promise<void> {
     try {
-      return await call();
+      await this.turns.run(home, () => closeAsync(fd));
     } finally {
-      this.running--;
-      const n = (this.perHome.get(home) ?? 1) - 1;
-      if (n === 0) this.perHome.delete(home);
-      else this.perHome.set(home, n);
       this.done++;
-      this.wakeNext();
-    }
-  }
-
-  private take(home: string): void {
-    this.running++;
-    this.perHome.set(home, (this.perHome.get(home) ?? 0) + 1);
-  }
-
-  private mayStart(home: string): boolean {
-    return this.running < this.totalLimit && (this.perHome.get(home) ?? 0) < this.perHomeLimit;
-  }
-
-  /** Waiters whose home has room go next, in order: one home's queue never blocks another's. */
-  private wakeNext(): void {
-    for (let i = 0; i < this.queue.length && this.running < this.totalLimit; ) {
-      const w = this.queue[i]!;
-      if (!this.mayStart(w.home)) {
-        i++;
-        continue;
-      }
-      this.queue.splice(i, 1);
-      this.take(w.home);
-      w.go();
     }
   }
 }

@@ -96,6 +96,8 @@ export let symlink = inline.symlink;
 export let link = inline.link;
 export let readlink = inline.readlink;
 export let readdirRaw = inline.readdirRaw;
+/** A directory read on the threadpool whatever syncMetadata says: for one too big to read on the JS thread. */
+export const readdirPooled = pooled.readdirRaw;
 
 /** Choose where metadata calls run (config `syncMetadata`); set once at start, before serving. */
 export function setSyncMetadata(on: boolean): void {

@@ -1,5 +1,6 @@
 import { fstatSync } from 'node:fs';
 import { SlowFrees } from '../backing/freeing.js';
+import { Turns } from '../policy/turns.js';
 import { posix } from 'node:path';
 import type { BackingStore } from '../backing/store.js';
 import * as sys from '../backing/sys.js';
@@ -279,6 +280,8 @@ export class FsContext {
   readonly hidden = new Map<string, HiddenNode>();
   /** unlinks, renames-over and last closes that may free many blocks: off the JS thread, bounded per home */
   readonly slowFrees = new SlowFrees();
+  /** listings of big directories: one per home at a time, four in all (dir.ts) */
+  readonly listings = new Turns(1, 4);
   /**
    * Published to the binding (setFlushGate): slot fh & 0xffff counts the open
    * handles in it whose FLUSH must reach JS. Every other FLUSH (one per close
