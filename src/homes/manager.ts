@@ -421,18 +421,19 @@ export class HomeManager {
 
   /**
    * A soft limit being set must be at most the hard limit in force after the
-   * same request (a hard limit lowered later under it is clamped instead:
-   * lowering a budget is never refused).
+   * same request. Dropping one (back to the profile's) and lowering a hard
+   * limit under one are never refused: the soft limit is then clamped to
+   * the hard one (ledger.effectiveSoft).
    */
   private checkSoft(ref: HomeRef, o: { maxInodes?: number | null; softBytes?: number | null; softInodes?: number | null }): void {
     const entry = this.state.state.homes[homeId(ref)];
     const profile = this.profileFor(ref).profile;
-    const pick = (v: number | null | undefined, current: number | undefined, fromProfile: number) => (v === null ? fromProfile : (v ?? current ?? fromProfile));
+    const maxInodes = o.maxInodes === null ? profile.maxInodes : (o.maxInodes ?? entry?.maxInodes ?? profile.maxInodes);
     const issues = softLimitIssues({
       maxHomeBytes: entry?.budget ?? profile.maxHomeBytes,
-      softHomeBytes: o.softBytes === undefined ? 0 : pick(o.softBytes, entry?.softBytes, profile.softHomeBytes),
-      maxInodes: pick(o.maxInodes, entry?.maxInodes, profile.maxInodes),
-      softInodes: o.softInodes === undefined ? 0 : pick(o.softInodes, entry?.softInodes, profile.softInodes),
+      softHomeBytes: o.softBytes ?? 0,
+      maxInodes,
+      softInodes: o.softInodes ?? 0,
     });
     if (issues.length > 0) {
       throw new HomesError('INVALID_ARGUMENT', `a soft limit must be at most its hard limit: ${issues.map((i) => i.message.replace('softHomeBytes', 'softBytes')).join('; ')}`);

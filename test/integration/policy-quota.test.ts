@@ -237,6 +237,11 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     let r = await ctl('set-limits', `${T}/soft2`, '--soft-size', '2M');
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/soft limit must be at most its hard limit/);
+    // checked against a hard limit changed in the same request; nothing is stored when refused
+    r = await ctl('set-limits', `${T}/soft2`, '--inodes', '10', '--soft-inodes', '11');
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/softInodes \(11\) must be at most maxInodes \(10\)/);
+    expect(await usage('soft2')).toMatchObject({ soft: { inodes: 0 } });
     r = await ctl('--json', 'set-limits', `${T}/soft2`, '--soft-size', '100K', '--soft-inodes', '1');
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ soft: { bytes: 100 * KiB, inodes: 1, sources: { bytes: 'override', inodes: 'override' }, profile: { bytes: 0, inodes: 0 } } });
