@@ -58,8 +58,11 @@ async function checkTextFile(fd: number, size: number): Promise<{ incompleteTail
   return { incompleteTail: v.midCharacter };
 }
 
-/** The write's neighbourhood for utf8Check; throws NOT_UTF8 when the splice would be invalid. */
-/** `length`: the write's length when `data` stands for it (zeros: any run of them checks alike). */
+/**
+ * The write's neighbourhood for utf8Check; throws NOT_UTF8 when the splice
+ * would be invalid. `length`: the write's length when `data` only stands for
+ * it (a run of zeros: any run of them checks alike).
+ */
 async function checkTextWrite(h: FileHandle, data: Buffer, start: number, length = data.length): Promise<void> {
   const { inode } = h;
   const size = inode.size;
@@ -425,8 +428,11 @@ export async function fallocate(ctx: FsContext, fh: number, mode: number, offset
         return;
       }
       case 'zero': {
-        // Zeros are ASCII: the range is valid text, its edges must not cut a character.
-        if (hs.profile.content === 'utf8') await checkTextWrite(h, ZERO_CHUNK.subarray(0, Math.min(length, 4)), offset, length);
+        if (hs.profile.content === 'utf8') {
+          // Budget first (cheap), as for a write; zeros are ASCII: the range is text, its edges must not cut a character.
+          hs.ledger.checkResize(before, plan.size);
+          await checkTextWrite(h, ZERO_CHUNK.subarray(0, Math.min(length, 4)), offset, length);
+        }
         const undo = hs.ledger.resize(before, plan.size);
         inode.size = plan.size;
         try {
