@@ -226,21 +226,29 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   },
   'set-limits': {
     summary: "Change a home's inode cap and per-file size cap while it serves",
-    synopsis: 'HOME [--inodes N|off|default] [--file-size SIZE|off|default]',
+    synopsis: 'HOME [--inodes N|off|default] [--file-size SIZE|off|default] [--soft-size SIZE|off|default] [--soft-inodes N|off|default]',
     description:
       `${HOME_HELP} Give one or both. N is a whole number (100000, 1e6). ${LIMIT_HELP} ` +
-      'A lowered cap deletes nothing: new files (or growth past the per-file cap) are refused until the home is back under. Persisted in the state file like the budget; logged with before and after.',
-    options: { inodes: { type: 'string' }, 'file-size': { type: 'string' } },
+      'A lowered cap deletes nothing: new files (or growth past the per-file cap) are refused until the home is back under. ' +
+      'A soft limit refuses nothing: crossing it is logged once (warn) and shown by status, list and the metrics; it must be at most the hard limit in force. ' +
+      'Persisted in the state file like the budget; logged with before and after.',
+    options: { inodes: { type: 'string' }, 'file-size': { type: 'string' }, 'soft-size': { type: 'string' }, 'soft-inodes': { type: 'string' } },
     optionHelp: [
       ['--inodes N', 'files, directories and symlinks the home may hold'],
       ['--file-size SIZE', 'largest size of one file'],
+      ['--soft-size SIZE', 'soft byte limit: warn above it, refuse nothing'],
+      ['--soft-inodes N', 'soft inode limit: warn above it, refuse nothing'],
     ],
     positionals: { min: 1, max: 1 },
     args: (v, p) => {
       const a: ArgsOf<'set-limits'> = { home: homeArg(p[0]!, 'set-limits') };
       if (typeof v.inodes === 'string') a.inodes = limitArg(v.inodes, 'count', 'set-limits', '--inodes');
       if (typeof v['file-size'] === 'string') a.fileBytes = limitArg(v['file-size'], 'size', 'set-limits', '--file-size');
-      if (a.inodes === undefined && a.fileBytes === undefined) throw new UsageError('set-limits: give --inodes, --file-size or both', 'set-limits');
+      if (typeof v['soft-size'] === 'string') a.softBytes = limitArg(v['soft-size'], 'size', 'set-limits', '--soft-size');
+      if (typeof v['soft-inodes'] === 'string') a.softInodes = limitArg(v['soft-inodes'], 'count', 'set-limits', '--soft-inodes');
+      if (a.inodes === undefined && a.fileBytes === undefined && a.softBytes === undefined && a.softInodes === undefined) {
+        throw new UsageError('set-limits: give at least one of --inodes, --file-size, --soft-size, --soft-inodes', 'set-limits');
+      }
       return a;
     },
     human: (data) => {
@@ -250,6 +258,7 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
           ['Home', `${h.tenant}/${h.key}`],
           ['Inodes', `${h.inodes} used; cap ${limitWithSource(h.inodeCap === 0 ? 'off' : String(h.inodeCap), h.limitSources.inodeCap, h, h.profileLimits.inodeCap === 0 ? 'off' : String(h.profileLimits.inodeCap))}`],
           ['File cap', limitWithSource(formatLimit(h.fileCap), h.limitSources.fileCap, h, formatLimit(h.profileLimits.fileCap))],
+          ['Soft limits', softText(h)],
         ]) + '\n'
       );
     },
@@ -747,20 +756,21 @@ function homeFlags(h: HomeInfo): string {
 function renderList(homes: HomeInfo[], rates?: ReadonlyMap<string, number>): string {
   if (homes.length === 0) return 'No homes.\n';
   const star = (s: LimitSource) => (s === 'override' ? '*' : '');
-  const headers = ['HOME', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'USE%', 'INODES', ...(rates ? ['RATE'] : []), 'FLAGS'];
+  const headers = ['HOME', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'SOFT', 'USE%', 'INODES', ...(rates ? ['RATE'] : []), 'FLAGS'];
   const rows = homes.map((h) => [
     `${h.tenant}/${h.key}`,
     formatOwner(h.owner),
     h.profile,
     formatBytes(h.bytes),
     formatLimit(h.budget) + star(h.limitSources.budget),
+    (h.soft.bytes === 0 ? '-' : formatBytes(h.soft.bytes)) + star(h.soft.sources.bytes),
     h.percent === null ? '-' : `${h.percent.toFixed(1)}%`,
     (h.inodeCap === 0 ? String(h.inodes) : `${h.inodes}/${h.inodeCap}`) + star(h.limitSources.inodeCap),
     ...(rates ? [rateOf(rates.get(`${h.tenant}/${h.key}`))] : []),
     homeFlags(h),
   ]);
-  const right = new Set([3, 4, 5, 6, ...(rates ? [7] : [])]);
-  const overridden = homes.some((h) => h.limitSources.budget === 'override' || h.limitSources.inodeCap === 'override');
+  const right = new Set([3, 4, 5, 6, 7, ...(rates ? [8] : [])]);
+  const overridden = homes.some((h) => h.limitSources.budget === 'override' || h.limitSources.inodeCap === 'override' || h.soft.sources.bytes === 'override');
   return formatTable(headers, rows, right) + '\n' + (overridden ? '* live override (set-budget, set-limits); other limits come from the profile\n' : '');
 }
 
@@ -768,6 +778,14 @@ function rateOf(r: number | undefined): string {
   if (r === undefined) return '-';
   if (r === 0) return '0';
   return `${formatSignedBytes(Math.round(r))}/s`;
+}
+
+/** The soft limits (warn thresholds) of a home and whether usage is above them. */
+function softText(h: HomeInfo): string {
+  const s = h.soft;
+  const bytes = limitWithSource(s.bytes === 0 ? 'off' : `${formatBytes(s.bytes)} (${s.bytes} bytes)`, s.sources.bytes, h, formatLimit(s.profile.bytes));
+  const inodes = limitWithSource(s.inodes === 0 ? 'off' : String(s.inodes), s.sources.inodes, h, s.profile.inodes === 0 ? 'off' : String(s.profile.inodes));
+  return `bytes ${bytes}${s.overBytes ? ' — EXCEEDED' : ''}; inodes ${inodes}${s.overInodes ? ' — EXCEEDED' : ''}`;
 }
 
 function renderHome(h: HomeInfo): string {
@@ -784,6 +802,7 @@ function renderHome(h: HomeInfo): string {
     ['Budget', limitWithSource(h.budget === 0 ? 'off' : `${formatBytes(h.budget)} (${h.budget} bytes)`, h.limitSources.budget, h, formatLimit(h.profileLimits.budget))],
     ['Inodes', `${h.inodes} used; cap ${limitWithSource(inodeText(h.inodeCap), h.limitSources.inodeCap, h, inodeText(h.profileLimits.inodeCap))}`],
     ['File cap', limitWithSource(formatLimit(h.fileCap), h.limitSources.fileCap, h, formatLimit(h.profileLimits.fileCap))],
+    ['Soft limits', softText(h)],
     ['Tenant total', `${formatBytes(h.tenantBytes)} of ${h.tenantBudget === 0 ? 'no tenant budget' : formatBytes(h.tenantBudget)}`],
     ['In use', `${h.openHandles} open file${h.openHandles === 1 ? '' : 's'}${h.maxOpenFiles ? ` (limit ${h.maxOpenFiles})` : ''}, ${h.cwdProcesses} working director${h.cwdProcesses === 1 ? 'y' : 'ies'}`],
     ['Scan', h.scan],

@@ -16,8 +16,8 @@ export interface DaemonApi {
   create(args: { home: HomeRefArg; profile?: string; budget?: number; owner?: OwnerArg }): Promise<HomeInfo>;
   /** live override of the home's byte budget (0 = off, null = drop the override); lowering below usage only refuses growth */
   setBudget(args: { home: HomeRefArg; bytes: number | null }): Promise<HomeInfo>;
-  /** live overrides of the inode cap and the per-file cap (0 = off, null = drop the override, absent = unchanged) */
-  setLimits(args: { home: HomeRefArg; inodes?: number | null; fileBytes?: number | null }): Promise<HomeInfo>;
+  /** live overrides of the inode cap, the per-file cap and the soft limits (0 = off, null = drop the override, absent = unchanged) */
+  setLimits(args: { home: HomeRefArg; inodes?: number | null; fileBytes?: number | null; softBytes?: number | null; softInodes?: number | null }): Promise<HomeInfo>;
   /** live profile override; null clears it */
   setProfile(args: { home: HomeRefArg; profile: string | null }): Promise<HomeInfo>;
   settingsGet(args: SettingsTarget): Promise<SettingsView>;
@@ -92,11 +92,25 @@ export type LimitSource = 'override' | 'profile';
 
 /**
  * Trouble worth a glance, as `list` shows it: OVER (usage above the byte budget
- * or inodes above the cap), ORPHAN (a project home its project no longer
+ * or inodes above the cap), SOFT (above a soft limit, not OVER), ORPHAN (a project home its project no longer
  * resolves to), SCANNING (the ledger is being built), SCAN_FAILED, BUSY (open
  * files or working directories inside: rename and delete need --force).
  */
-export type HomeFlag = 'OVER' | 'ORPHAN' | 'SCANNING' | 'SCAN_FAILED' | 'BUSY';
+export type HomeFlag = 'OVER' | 'SOFT' | 'ORPHAN' | 'SCANNING' | 'SCAN_FAILED' | 'BUSY';
+
+/**
+ * The home's soft limits (warn thresholds; nothing is refused at them): each
+ * in force (0 = off; never above its hard limit), where it comes from, what
+ * the profile alone gives, and whether usage is above it now.
+ */
+export interface HomeSoftLimits {
+  bytes: number;
+  inodes: number;
+  overBytes: boolean;
+  overInodes: boolean;
+  sources: { bytes: LimitSource; inodes: LimitSource };
+  profile: { bytes: number; inodes: number };
+}
 
 /** "tenant/key" */
 export type HomeRefArg = string;
@@ -130,6 +144,7 @@ export interface HomeInfo {
   limitSources: { budget: LimitSource; inodeCap: LimitSource; fileCap: LimitSource };
   /** what the profile alone would give (what `default` goes back to) */
   profileLimits: { budget: number; inodeCap: number; fileCap: number };
+  soft: HomeSoftLimits;
   openHandles: number;
   /** the profile's cap on open files (0 = off) */
   maxOpenFiles?: number;

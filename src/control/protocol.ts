@@ -76,8 +76,11 @@ export const CreateArgs = z.strictObject({
 export const LimitValue = Bytes.nullable();
 export const SetBudgetArgs = z.strictObject({ home: HomeRef, bytes: LimitValue });
 export const SetLimitsArgs = z
-  .strictObject({ home: HomeRef, inodes: LimitValue.optional(), fileBytes: LimitValue.optional() })
-  .refine((a) => a.inodes !== undefined || a.fileBytes !== undefined, { message: 'give inodes, fileBytes or both', path: ['inodes'] });
+  .strictObject({ home: HomeRef, inodes: LimitValue.optional(), fileBytes: LimitValue.optional(), softBytes: LimitValue.optional(), softInodes: LimitValue.optional() })
+  .refine((a) => a.inodes !== undefined || a.fileBytes !== undefined || a.softBytes !== undefined || a.softInodes !== undefined, {
+    message: 'give at least one of inodes, fileBytes, softBytes, softInodes',
+    path: ['inodes'],
+  });
 export const SetProfileArgs = z.strictObject({ home: HomeRef, profile: Name.nullable() });
 /** The same target as `resolve` (a project and a user together): the reply shows the whole cascade. */
 export const SettingsGetArgs = z.strictObject({ tenant: Name, project: Name.optional(), user: Name.optional() });

@@ -802,6 +802,21 @@ export class FsContext {
     const pool = this.pool(hs.backing.ref.tenant);
     hs.ledger.detach();
     hs.ledger = new Ledger(hs.ledger.limits, counts, pool, hs.pending);
+    this.watchSoft(hs);
+  }
+
+  /**
+   * One warn line each time the home's usage crosses a soft limit upward
+   * (the ledger tells once per crossing, at the change that crossed or, for
+   * growth the binding charged, at the ledger's next answer).
+   */
+  private watchSoft(hs: HomeState): void {
+    hs.ledger.onSoftCrossed = (e) => {
+      this.log.warn(
+        { home: hs.backing.id, what: e.what, used: e.used, soft: e.soft, hard: e.hard, profile: hs.profileName },
+        e.what === 'bytes' ? 'home crossed its soft byte limit' : 'home crossed its soft inode limit',
+      );
+    };
   }
 
   /** Shut down: retire every home's descriptor. */
@@ -844,6 +859,7 @@ export class FsContext {
       createCreditsByUid: new Map(),
       policyEpoch: 0,
     };
+    this.watchSoft(hs);
     this.loaded.add(hs);
     this.refreshNativeOpen(hs);
     void scanHome(this, hs).finally(() => {
@@ -985,13 +1001,16 @@ export class FsContext {
     const ledger = hs.ledger;
     const have = ledger.credit;
     const max = ledger.limits.maxHomeBytes;
-    if (max === 0) {
+    // Below a soft limit, credit stops at it: the write that crosses it is decided (and warned about) here, at once.
+    const soft = ledger.soft().bytes;
+    const softRoom = soft.soft > 0 && !soft.over ? soft.soft - ledger.bytes - ledger.reservedBytes : Infinity;
+    if (max === 0 && softRoom === Infinity) {
       if (have < BYTE_CREDIT_UNLIMITED / 2) ledger.reserveBytes(BYTE_CREDIT_UNLIMITED - have);
       return;
     }
     if (have >= BYTE_CREDIT_CHUNK / 2) return;
-    const free = max - ledger.bytes - ledger.reservedBytes;
-    const add = Math.min(BYTE_CREDIT_CHUNK - have, Math.floor(free / 4));
+    const free = max === 0 ? Infinity : max - ledger.bytes - ledger.reservedBytes;
+    const add = Math.min(BYTE_CREDIT_CHUNK - have, Math.floor(free / 4), softRoom);
     if (add >= BYTE_CREDIT_MIN) ledger.reserveBytes(add);
   }
 

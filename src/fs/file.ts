@@ -3,6 +3,7 @@ import { slowToFreeFd } from '../backing/freeing.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { isStatusPath } from '../paths/reserved.js';
+import { planFallocate } from '../policy/fallocate.js';
 import { effectiveFileMode } from '../policy/profiles.js';
 import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BYTES } from '../policy/utf8.js';
 import type { OpenSlot } from '../policy/openfiles.js';
@@ -58,11 +59,15 @@ async function checkTextFile(fd: number, size: number): Promise<{ incompleteTail
   return { incompleteTail: v.midCharacter };
 }
 
-/** The write's neighbourhood for utf8Check; throws NOT_UTF8 when the splice would be invalid. */
-async function checkTextWrite(h: FileHandle, data: Buffer, start: number): Promise<void> {
+/**
+ * The write's neighbourhood for utf8Check; throws NOT_UTF8 when the splice
+ * would be invalid. `length`: the write's length when `data` only stands for
+ * it (a run of zeros: any run of them checks alike).
+ */
+async function checkTextWrite(h: FileHandle, data: Buffer, start: number, length = data.length): Promise<void> {
   const { inode } = h;
   const size = inode.size;
-  const end = start + data.length;
+  const end = start + length;
   const gap = Math.max(0, start - size);
   const preFrom = Math.max(0, Math.min(start, size) - UTF8_CONTEXT_BYTES);
   const prefix = await readAt(h.fd, preFrom, Math.min(start, size) - preFrom);
@@ -329,7 +334,7 @@ async function writeAt(
       if (data === null) return NEEDS_DATA;
       // Budget first (cheap, synchronous) so a write over budget is not read around
       // for nothing; the real charge follows the content check, which awaits.
-      hs.ledger.resize(before, after)();
+      hs.ledger.checkResize(before, after);
       await checkTextWrite(h, data, start);
     }
     const undo = hs.ledger.resize(before, after);
@@ -380,31 +385,72 @@ export async function truncate(ctx: FsContext, path: string, size: number): Prom
   });
 }
 
+/** Zeros written per call when a range is zeroed (ZERO_RANGE): one buffer, reused. */
+const ZERO_CHUNK = Buffer.alloc(1024 * 1024);
+
 /**
- * Plain allocation (mode 0) is charged as growth of the logical size, like a
- * write of zeros. Modes that allocate without growing the size (KEEP_SIZE,
- * PUNCH_HOLE, …) are refused: they would consume disk the budget cannot see.
- * glibc's posix_fallocate falls back to writing zeros on EOPNOTSUPP.
+ * fallocate(2), charged by policy/fallocate.ts: exactly the growth of the
+ * apparent size. Node has no fallocate and the binding exports none, so
+ * what reaches the backing file is done with the calls that give the same
+ * result: growth with ftruncate (the new range reads as zeros, as after
+ * fallocate; its blocks are not reserved ahead, so a later write there can
+ * still meet ENOSPC on a full disk), a zeroed range with writes of zeros
+ * (allocated, as ZERO_RANGE leaves it). A hole cannot be punched without the
+ * syscall: PUNCH_HOLE answers EOPNOTSUPP, leaving the file as it was.
+ * glibc's posix_fallocate uses mode 0 only.
  */
 export async function fallocate(ctx: FsContext, fh: number, mode: number, offset: number, length: number): Promise<void> {
   const h = ctx.handles.get(fh);
-  if (mode !== 0) throw new HomesError('NOT_SUPPORTED', `fallocate mode ${mode} is not supported`);
   if (!h.writable) throw new HomesError('BAD_HANDLE', 'handle is not open for writing');
-  const end = offset + length;
-  checkEnd(end);
-  await ctx.sizeOp(h.home, h.inode, async () => {
-    if (end <= h.inode.size) return;
-    const before = h.inode.size;
-    // Zero-fill is an extension like truncate-up: the same incomplete-tail rule.
-    if (h.home.profile.content === 'utf8') await checkTextResize(h.inode, h.fd, before, end);
-    const undo = h.home.ledger.resize(before, end);
-    h.inode.size = end;
-    try {
-      await sys.ftruncate(h.fd, end);
-    } catch (err) {
-      undo();
-      h.inode.size = before;
-      throw err;
+  checkEnd(offset + length);
+  const { inode, home: hs } = h;
+  await ctx.sizeOp(hs, inode, async () => {
+    const before = inode.size;
+    const plan = planFallocate(mode, offset, length, before);
+    switch (plan.action) {
+      case 'none':
+        return;
+      case 'refuse':
+        throw new HomesError(plan.code, plan.reason);
+      case 'punch':
+        throw new HomesError('NOT_SUPPORTED', 'punching a hole needs fallocate(2) on the backing file, which homesfs cannot call (Node has no fallocate and the binding exports none); the file is unchanged');
+      case 'extend': {
+        // Zero-fill is an extension like truncate-up: the same incomplete-tail rule.
+        if (hs.profile.content === 'utf8') await checkTextResize(inode, h.fd, before, plan.size);
+        const undo = hs.ledger.resize(before, plan.size);
+        inode.size = plan.size;
+        try {
+          await sys.ftruncate(h.fd, plan.size);
+        } catch (err) {
+          undo();
+          inode.size = before;
+          throw err;
+        }
+        return;
+      }
+      case 'zero': {
+        if (hs.profile.content === 'utf8') {
+          // Budget first (cheap), as for a write; zeros are ASCII: the range is text, its edges must not cut a character.
+          hs.ledger.checkResize(before, plan.size);
+          await checkTextWrite(h, ZERO_CHUNK.subarray(0, Math.min(length, 4)), offset, length);
+        }
+        const undo = hs.ledger.resize(before, plan.size);
+        inode.size = plan.size;
+        try {
+          for (let pos = plan.from; pos < plan.to; ) {
+            const n = await sys.write(h.fd, ZERO_CHUNK, 0, Math.min(ZERO_CHUNK.length, plan.to - pos), pos);
+            if (n === 0) throw new HomesError('IO', 'the backing file took no bytes while a range was zeroed');
+            pos += n;
+          }
+          if (plan.size > before) await sys.ftruncate(h.fd, plan.size);
+        } catch (err) {
+          // Zeros already written stay (as after a failed write); the size, never changed on disk, and its charge go back.
+          undo();
+          inode.size = before;
+          throw err;
+        }
+        return;
+      }
     }
   });
 }

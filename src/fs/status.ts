@@ -1,6 +1,7 @@
 import { HomesError } from '../errors.js';
 import { homeId } from '../paths/parse.js';
 import { RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
+import type { SoftState } from '../policy/ledger.js';
 import type { Refusal } from '../policy/refusals.js';
 import type { FsContext } from './context.js';
 import { S_IFDIR, S_IFREG, SYNTHETIC_INO, type Attr } from './present.js';
@@ -52,18 +53,28 @@ function limitLine(used: number, limit: number, what: string): string {
   return `${human(used)} (${used} bytes) of ${human(limit)} (${limit} bytes), ${pct}%${over}`;
 }
 
+/** A soft limit's line: the threshold, and whether usage is above it (a warning: nothing is refused there). */
+function softLine(s: SoftState, bytes: boolean): string {
+  if (s.soft === 0) return 'off';
+  const limit = bytes ? `${human(s.soft)} (${s.soft} bytes)` : String(s.soft);
+  return s.over ? `${limit} — EXCEEDED: nothing is refused yet, the hard limit will stop growth; free some space` : `${limit}, not reached`;
+}
+
 /** The text of a home's status file. */
 /** `openFiles`: the home's open files as callers see them (FsContext.openFilesOf: not the slots held for the binding). */
 export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: Date, openFiles: number): string {
   const snap = hs.ledger.snapshot();
   const { limits } = snap;
   const pool = hs.ledger.pool;
+  const soft = hs.ledger.soft();
   const lines = [
     `homesfs status of ${hs.backing.id} at ${now.toISOString()}`,
     '',
     `profile:        ${hs.profileName}`,
     `bytes:          ${limitLine(snap.bytes, limits.maxHomeBytes, 'home budget')}`,
+    `soft bytes:     ${softLine(soft.bytes, true)}`,
     `inodes:         ${limits.maxInodes === 0 ? `${snap.inodes}, no cap` : `${snap.inodes} of ${limits.maxInodes}${snap.inodes >= limits.maxInodes ? ' — FULL' : ''}`}`,
+    `soft inodes:    ${softLine(soft.inodes, false)}`,
     `per-file cap:   ${limits.maxFileBytes === 0 ? 'off' : `${human(limits.maxFileBytes)} (${limits.maxFileBytes} bytes)`}`,
     `tenant total:   ${pool ? `${limitLine(pool.bytes, pool.limit, 'tenant budget')} (tenant ${pool.tenant})` : 'unknown'}`,
     `content:        ${hs.profile.content === 'utf8' ? 'UTF-8 text only' : 'any bytes'}`,

@@ -31,7 +31,7 @@ import type { Logger } from '../log.js';
 import { checkSegment, classifyKey, keyFor } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
 import type { Limits } from '../policy/ledger.js';
-import { resolveProfileName, type Profile, type ProfileSource } from '../policy/profiles.js';
+import { resolveProfileName, softLimitIssues, type Profile, type ProfileSource } from '../policy/profiles.js';
 import { allocateOwner } from '../scope/owners.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
 import type { StateStore } from '../state/store.js';
@@ -176,6 +176,7 @@ export class HomeManager {
     limits: Limits;
     limitSources: { budget: LimitSource; inodeCap: LimitSource; fileCap: LimitSource };
     profileLimits: { budget: number; inodeCap: number; fileCap: number };
+    softSources: { bytes: LimitSource; inodes: LimitSource };
   } {
     const id = homeId(ref);
     const entry = this.state.state.homes[id];
@@ -195,6 +196,8 @@ export class HomeManager {
       maxHomeBytes: entry?.budget ?? profile.maxHomeBytes,
       maxInodes: entry?.maxInodes ?? profile.maxInodes,
       maxFileBytes: entry?.maxFileBytes ?? profile.maxFileBytes,
+      softHomeBytes: entry?.softBytes ?? profile.softHomeBytes,
+      softInodes: entry?.softInodes ?? profile.softInodes,
     };
     const src = (v: number | undefined): LimitSource => (v === undefined ? 'profile' : 'override');
     return {
@@ -204,6 +207,7 @@ export class HomeManager {
       limits,
       limitSources: { budget: src(entry?.budget), inodeCap: src(entry?.maxInodes), fileCap: src(entry?.maxFileBytes) },
       profileLimits: { budget: profile.maxHomeBytes, inodeCap: profile.maxInodes, fileCap: profile.maxFileBytes },
+      softSources: { bytes: src(entry?.softBytes), inodes: src(entry?.softInodes) },
     };
   }
 
@@ -228,12 +232,14 @@ export class HomeManager {
     const hs = await this.ctx.home(ref);
     const choice = this.profileFor(ref);
     const snap = hs.ledger.snapshot();
+    const soft = hs.ledger.soft();
     const scope = classifyKey(ref.key).scope;
     const cwdProcesses = cwd ?? (await cwdProcessesUnder(this.mountPath(ref))).length;
     const orphan = isOrphan(this.state.state.settings[ref.tenant], ref.tenant, ref.key);
     const { maxHomeBytes: budget, maxInodes: inodeCap } = snap.limits;
     const flags: HomeFlag[] = [];
     if ((budget > 0 && snap.bytes > budget) || (inodeCap > 0 && snap.inodes > inodeCap)) flags.push('OVER');
+    else if (soft.bytes.over || soft.inodes.over) flags.push('SOFT');
     if (orphan) flags.push('ORPHAN');
     if (hs.scan === 'pending' || hs.scan === 'scanning') flags.push('SCANNING');
     if (hs.scan === 'failed') flags.push('SCAN_FAILED');
@@ -254,6 +260,14 @@ export class HomeManager {
       percent: budget > 0 ? Math.round((snap.bytes / budget) * 1000) / 10 : null,
       limitSources: choice.limitSources,
       profileLimits: choice.profileLimits,
+      soft: {
+        bytes: soft.bytes.soft,
+        inodes: soft.inodes.soft,
+        overBytes: soft.bytes.over,
+        overInodes: soft.inodes.over,
+        sources: choice.softSources,
+        profile: { bytes: choice.profile.softHomeBytes, inodes: choice.profile.softInodes },
+      },
       openHandles: this.ctx.openFilesOf(hs),
       maxOpenFiles: hs.profile.maxOpenFiles,
       cwdProcesses,
@@ -367,6 +381,8 @@ export class HomeManager {
       budget: { bytes: c.limits.maxHomeBytes, source: c.limitSources.budget },
       inodes: { count: c.limits.maxInodes, source: c.limitSources.inodeCap },
       fileBytes: { bytes: c.limits.maxFileBytes, source: c.limitSources.fileCap },
+      softBytes: { bytes: c.limits.softHomeBytes, source: c.softSources.bytes },
+      softInodes: { count: c.limits.softInodes, source: c.softSources.inodes },
     };
   }
 
@@ -374,7 +390,11 @@ export class HomeManager {
    * Set or drop per-home limit overrides. A value of 0 means off; null drops
    * the override (the profile decides again); undefined leaves it alone.
    */
-  private async setOverrides(home: string, o: { budget?: number | null; maxInodes?: number | null; maxFileBytes?: number | null }, what: string): Promise<HomeInfo> {
+  private async setOverrides(
+    home: string,
+    o: { budget?: number | null; maxInodes?: number | null; maxFileBytes?: number | null; softBytes?: number | null; softInodes?: number | null },
+    what: string,
+  ): Promise<HomeInfo> {
     const ref = parseHomeArg(home);
     for (const v of Object.values(o)) {
       if (v !== null && v !== undefined && (!Number.isSafeInteger(v) || v < 0)) throw new HomesError('INVALID_ARGUMENT', 'a limit is a non-negative whole number (0 = off), or null for the profile\'s');
@@ -382,9 +402,10 @@ export class HomeManager {
     if (!(await this.ctx.store.homeExists(ref))) this.notFound(ref);
     await this.entryFor(ref);
     const before = this.limitsNow(ref);
+    if (o.softBytes !== undefined || o.softInodes !== undefined) this.checkSoft(ref, o);
     await this.state.update((s) => {
       const e = s.homes[homeId(ref)]!;
-      for (const k of ['budget', 'maxInodes', 'maxFileBytes'] as const) {
+      for (const k of ['budget', 'maxInodes', 'maxFileBytes', 'softBytes', 'softInodes'] as const) {
         const v = o[k];
         if (v === null) delete e[k];
         else if (v !== undefined) e[k] = v;
@@ -400,9 +421,32 @@ export class HomeManager {
     return this.setOverrides(args.home, { budget: args.bytes }, args.bytes === null ? 'budget override dropped' : 'budget set');
   }
 
-  setLimits(args: { home: string; inodes?: number | null; fileBytes?: number | null }): Promise<HomeInfo> {
-    if (args.inodes === undefined && args.fileBytes === undefined) return Promise.reject(new HomesError('INVALID_ARGUMENT', 'give inodes, fileBytes or both'));
-    return this.setOverrides(args.home, { maxInodes: args.inodes, maxFileBytes: args.fileBytes }, 'limits set');
+  /**
+   * A soft limit being set must be at most the hard limit in force after the
+   * same request. Dropping one (back to the profile's) and lowering a hard
+   * limit under one are never refused: the soft limit is then clamped to
+   * the hard one (ledger.effectiveSoft).
+   */
+  private checkSoft(ref: HomeRef, o: { maxInodes?: number | null; softBytes?: number | null; softInodes?: number | null }): void {
+    const entry = this.state.state.homes[homeId(ref)];
+    const profile = this.profileFor(ref).profile;
+    const maxInodes = o.maxInodes === null ? profile.maxInodes : (o.maxInodes ?? entry?.maxInodes ?? profile.maxInodes);
+    const issues = softLimitIssues({
+      maxHomeBytes: entry?.budget ?? profile.maxHomeBytes,
+      softHomeBytes: o.softBytes ?? 0,
+      maxInodes,
+      softInodes: o.softInodes ?? 0,
+    });
+    if (issues.length > 0) {
+      throw new HomesError('INVALID_ARGUMENT', `a soft limit must be at most its hard limit: ${issues.map((i) => i.message.replace('softHomeBytes', 'softBytes')).join('; ')}`);
+    }
+  }
+
+  setLimits(args: { home: string; inodes?: number | null; fileBytes?: number | null; softBytes?: number | null; softInodes?: number | null }): Promise<HomeInfo> {
+    if (args.inodes === undefined && args.fileBytes === undefined && args.softBytes === undefined && args.softInodes === undefined) {
+      return Promise.reject(new HomesError('INVALID_ARGUMENT', 'give at least one of inodes, fileBytes, softBytes, softInodes'));
+    }
+    return this.setOverrides(args.home, { maxInodes: args.inodes, maxFileBytes: args.fileBytes, softBytes: args.softBytes, softInodes: args.softInodes }, 'limits set');
   }
 
   async setProfile(args: { home: string; profile: string | null }): Promise<HomeInfo> {

@@ -14,6 +14,11 @@ export interface HomeSample {
   /** 0 = off */
   budget: number;
   inodeCap: number;
+  /** soft limits in force, 0 = off */
+  softBytes: number;
+  softInodes: number;
+  /** usage above either soft limit */
+  overSoft: boolean;
   openHandles: number;
 }
 
@@ -66,6 +71,10 @@ export function renderMetrics(s: MetricsSnapshot): string {
   family('homesfs_home_inodes', 'gauge', 'Files, directories and symlinks in the home.', s.homes.map((h) => [home(h), h.inodes]));
   family('homesfs_home_budget_bytes', 'gauge', "The home's byte budget (0 = off).", s.homes.map((h) => [home(h), h.budget]));
   family('homesfs_home_inode_cap', 'gauge', "The home's inode cap (0 = off).", s.homes.map((h) => [home(h), h.inodeCap]));
+  family('homesfs_home_soft_bytes', 'gauge', "The home's soft byte limit, a warn threshold (0 = off).", s.homes.map((h) => [home(h), h.softBytes]));
+  family('homesfs_home_soft_inodes', 'gauge', "The home's soft inode limit, a warn threshold (0 = off).", s.homes.map((h) => [home(h), h.softInodes]));
+  family('homesfs_home_over_soft', 'gauge', "1 while the home's bytes or inodes are above a soft limit, else 0.", s.homes.map((h) => [home(h), h.overSoft ? 1 : 0]));
+  family('homesfs_homes_over_soft', 'gauge', 'Loaded homes above a soft limit.', [[{}, s.homes.filter((h) => h.overSoft).length]]);
   family('homesfs_home_open_handles', 'gauge', 'Open file handles in the home.', s.homes.map((h) => [home(h), h.openHandles]));
   if (s.openFiles) {
     family('homesfs_open_files', 'gauge', 'Open file handles of all homes (each holds a daemon descriptor).', [[{}, s.openFiles.total]]);

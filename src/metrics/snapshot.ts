@@ -9,6 +9,7 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
     const hs = await p.catch(() => null);
     if (!hs || hs.scan !== 'done') continue;
     const snap = hs.ledger.snapshot();
+    const soft = hs.ledger.soft();
     homes.push({
       tenant: hs.backing.ref.tenant,
       key: hs.backing.ref.key,
@@ -16,6 +17,9 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
       inodes: snap.inodes,
       budget: snap.limits.maxHomeBytes,
       inodeCap: snap.limits.maxInodes,
+      softBytes: soft.bytes.soft,
+      softInodes: soft.inodes.soft,
+      overSoft: soft.bytes.over || soft.inodes.over,
       openHandles: ctx.openFilesOf(hs),
     });
   }

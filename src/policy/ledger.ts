@@ -16,6 +16,15 @@
  *
  * Limits are numbers of bytes/inodes; 0 means "off" for each one.
  *
+ * Soft limits (`softHomeBytes`, `softInodes`) refuse nothing: they are warn
+ * thresholds. The ledger keeps, for each, whether usage is above it, and
+ * calls its `onSoftCrossed` listener once each time usage goes from at or
+ * below to above (not on every change while above; again after it went back
+ * down and crosses again). A ledger built already above (start-up scan,
+ * rescan) or a soft limit lowered under usage sets the state without a call:
+ * only growth crosses. A soft limit above the hard limit in force (a budget
+ * override lowered under it) counts as the hard limit.
+ *
  * A tenant's total budget is a `TenantPool` shared by the ledgers of all its
  * homes: each ledger adds every byte delta it applies to its pool in the same
  * synchronous step, and checks the pool's limit with its own. So the pool's
@@ -54,6 +63,28 @@ export interface Limits {
   maxInodes: number;
   /** logical size of any one file, 0 = off */
   maxFileBytes: number;
+  /** warn threshold on the home's bytes, 0 or absent = off */
+  softHomeBytes?: number;
+  /** warn threshold on the home's inodes, 0 or absent = off */
+  softInodes?: number;
+}
+
+export type SoftWhat = 'bytes' | 'inodes';
+
+/** What a listener hears when usage crosses a soft limit upward. */
+export interface SoftCrossing {
+  what: SoftWhat;
+  /** usage right after the change that crossed */
+  used: number;
+  soft: number;
+  /** the hard limit in force, 0 = off */
+  hard: number;
+}
+
+/** One soft limit as views show it: the threshold in force (0 = off) and whether usage is above it. */
+export interface SoftState {
+  soft: number;
+  over: boolean;
 }
 
 export interface LedgerSnapshot {
@@ -87,7 +118,31 @@ function checkedLimits(l: Limits): Limits {
   assertCount('maxHomeBytes', l.maxHomeBytes);
   assertCount('maxInodes', l.maxInodes);
   assertCount('maxFileBytes', l.maxFileBytes);
-  return Object.freeze({ maxHomeBytes: l.maxHomeBytes, maxInodes: l.maxInodes, maxFileBytes: l.maxFileBytes });
+  if (l.softHomeBytes !== undefined) assertCount('softHomeBytes', l.softHomeBytes);
+  if (l.softInodes !== undefined) assertCount('softInodes', l.softInodes);
+  return Object.freeze({
+    maxHomeBytes: l.maxHomeBytes,
+    maxInodes: l.maxInodes,
+    maxFileBytes: l.maxFileBytes,
+    ...(l.softHomeBytes !== undefined ? { softHomeBytes: l.softHomeBytes } : {}),
+    ...(l.softInodes !== undefined ? { softInodes: l.softInodes } : {}),
+  });
+}
+
+/**
+ * The soft limit in force: off (0) when unset, and never above a hard limit
+ * that is on (a budget override lowered under the soft limit warns at the
+ * budget, not never).
+ */
+export function effectiveSoft(soft: number | undefined, hard: number): number {
+  const s = soft ?? 0;
+  if (s === 0) return 0;
+  return hard > 0 ? Math.min(s, hard) : s;
+}
+
+/** Usage is above a soft limit that is on. */
+export function overSoft(used: number, soft: number): boolean {
+  return soft > 0 && used > soft;
 }
 
 function once(fn: () => void): Undo {
@@ -170,6 +225,10 @@ export class Ledger {
   #underflows = 0;
   #pool: TenantPool | null;
   readonly #pending: BigInt64Array | null;
+  #overSoftBytes = false;
+  #overSoftInodes = false;
+  /** Told once per upward crossing of a soft limit (see the file comment); it must not throw. */
+  onSoftCrossed: ((e: SoftCrossing) => void) | null = null;
 
   /** `pending`: [bytes, inodes] that removals outside JavaScript took out of the home (see the file comment). */
   constructor(limits: Limits, initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 }, pool: TenantPool | null = null, pending: BigInt64Array | null = null) {
@@ -186,6 +245,37 @@ export class Ledger {
     pool?.charge(initial.bytes);
     pool?.join(this);
     this.#publishMaxFile();
+    this.#settleSoft(false);
+  }
+
+  /**
+   * Bring the over-soft states up to date with the counts. `tell`: a change
+   * of usage (a crossing is reported); false for a new ledger or new limits.
+   */
+  #settleSoft(tell: boolean): void {
+    const l = this.#limits;
+    const softBytes = effectiveSoft(l.softHomeBytes, l.maxHomeBytes);
+    const softInodes = effectiveSoft(l.softInodes, l.maxInodes);
+    const bytesOver = overSoft(this.#bytes, softBytes);
+    const inodesOver = overSoft(this.#inodes, softInodes);
+    const crossedBytes = tell && bytesOver && !this.#overSoftBytes;
+    const crossedInodes = tell && inodesOver && !this.#overSoftInodes;
+    this.#overSoftBytes = bytesOver;
+    this.#overSoftInodes = inodesOver;
+    const listener = this.onSoftCrossed;
+    if (listener === null) return;
+    if (crossedBytes) listener({ what: 'bytes', used: this.#bytes, soft: softBytes, hard: l.maxHomeBytes });
+    if (crossedInodes) listener({ what: 'inodes', used: this.#inodes, soft: softInodes, hard: l.maxInodes });
+  }
+
+  /** Each soft limit in force and whether usage is above it. */
+  soft(): { bytes: SoftState; inodes: SoftState } {
+    this.takePending();
+    const l = this.#limits;
+    return {
+      bytes: { soft: effectiveSoft(l.softHomeBytes, l.maxHomeBytes), over: this.#overSoftBytes },
+      inodes: { soft: effectiveSoft(l.softInodes, l.maxInodes), over: this.#overSoftInodes },
+    };
   }
 
   #publishMaxFile(): void {
@@ -289,6 +379,7 @@ export class Ledger {
   setLimits(l: Limits): void {
     this.#limits = checkedLimits(l);
     this.#publishMaxFile();
+    this.#settleSoft(false);
     // Credit was sized by the old budget: what a lower one leaves is granted again by the caller.
     this.reclaimBytes();
   }
@@ -310,6 +401,19 @@ export class Ledger {
    * truncate-down leaves the bytes there).
    */
   resize(oldSize: number, newSize: number): Undo {
+    const delta = this.checkResize(oldSize, newSize);
+    const applied = this.#addBytes(delta);
+    return once(() => {
+      this.#addBytes(-applied);
+    });
+  }
+
+  /**
+   * The checks of `resize` without the charge: throws what resize would throw,
+   * else returns the delta. For a caller that must refuse early but charges
+   * later (a text home checks the budget before it reads around a write).
+   */
+  checkResize(oldSize: number, newSize: number): number {
     this.takePending();
     assertCount('oldSize', oldSize);
     assertCount('newSize', newSize);
@@ -344,16 +448,13 @@ export class Ledger {
         );
       }
     }
-    const applied = this.#addBytes(delta);
-    return once(() => {
-      this.#addBytes(-applied);
-    });
+    return delta;
   }
 
   /** Reserve one inode (create, mkdir, symlink). INODES_EXCEEDED (EDQUOT) at the cap. */
   addInode(): Undo {
     this.#checkInode();
-    this.#inodes += 1;
+    this.#addInodes(1);
     return once(() => {
       this.#addInodes(-1);
     });
@@ -373,7 +474,7 @@ export class Ledger {
   commitReservedInode(): void {
     this.takePending();
     this.#reserved = Math.max(0, this.#reserved - 1);
-    this.#inodes += 1;
+    this.#addInodes(1);
   }
 
   releaseReservedInode(): void {
@@ -457,6 +558,7 @@ export class Ledger {
       this.#bytes = next;
     }
     this.#pool?.charge(applied);
+    if (applied !== 0) this.#settleSoft(applied > 0);
     return applied;
   }
 
@@ -465,8 +567,9 @@ export class Ledger {
     if (next < 0) {
       this.#underflows += 1;
       this.#inodes = 0;
-      return;
+    } else {
+      this.#inodes = next;
     }
-    this.#inodes = next;
+    if (delta !== 0) this.#settleSoft(delta > 0);
   }
 }

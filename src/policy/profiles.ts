@@ -74,13 +74,36 @@ const DirPrefix = z
 const OpenFiles = z.number().int().nonnegative().max(1 << 30);
 export const DEFAULT_MAX_OPEN_FILES = 4096;
 
+/**
+ * A soft limit: usage above it is shown (status, list, metrics) and logged
+ * once per crossing, nothing is refused. Optional in a full definition
+ * written before it existed: absent means off.
+ */
+const SoftLimit = byteCount;
+
+/** Soft limits at most their hard limits (when those are on): a soft limit past the hard stop would never warn. */
+export function softLimitIssues(p: { maxHomeBytes: number; softHomeBytes?: number; maxInodes: number; softInodes?: number }): Array<{ path: string; message: string }> {
+  const out: Array<{ path: string; message: string }> = [];
+  if (p.maxHomeBytes > 0 && (p.softHomeBytes ?? 0) > p.maxHomeBytes) {
+    out.push({ path: 'softHomeBytes', message: `softHomeBytes (${p.softHomeBytes}) must be at most maxHomeBytes (${p.maxHomeBytes})` });
+  }
+  if (p.maxInodes > 0 && (p.softInodes ?? 0) > p.maxInodes) {
+    out.push({ path: 'softInodes', message: `softInodes (${p.softInodes}) must be at most maxInodes (${p.maxInodes})` });
+  }
+  return out;
+}
+
 /** The fields of a profile; `ProfileSchema` adds the cross-field rules. */
 export const ProfileShape = z
   .strictObject({
     /** sum of logical file sizes in the home, bytes, 0 = off */
     maxHomeBytes: byteSize,
-    /** files + directories (+ symlinks) in the home, 0 = off */
+    /** warn threshold on the home's bytes (refuses nothing), at most maxHomeBytes, 0 = off */
+    softHomeBytes: byteSize.default(0),
+    /** names in the home (files, directories, symlinks, each hard link), 0 = off */
     maxInodes: byteCount,
+    /** warn threshold on the home's inodes (refuses nothing), at most maxInodes, 0 = off */
+    softInodes: SoftLimit.default(0),
     /** logical size of one file, bytes, 0 = off */
     maxFileBytes: byteSize,
     /** 'utf8': every write is validated (EILSEQ), and reads of invalid files fail */
@@ -136,6 +159,7 @@ export const ProfileShape = z
   });
 
 export const ProfileSchema = ProfileShape.superRefine((p, ctx) => {
+  for (const issue of softLimitIssues(p)) ctx.addIssue({ code: 'custom', path: [issue.path], message: issue.message });
   // A forced mode that locks the owner out of its own home is never what was
   // meant (and would break every tool in it): the owner keeps rw on files
   // and rwx on directories.
@@ -275,7 +299,7 @@ export type BuiltinProfileName = keyof typeof BUILTIN_PROFILES;
  */
 export const ConfigProfileSchema = ProfileShape.partial()
   // Without its default here: an absent field must keep the extended built-in's value.
-  .extend({ maxOpenFiles: OpenFiles.optional(), extends: z.enum(['home', 'scratch', 'posix']).optional() })
+  .extend({ maxOpenFiles: OpenFiles.optional(), softHomeBytes: byteSize.optional(), softInodes: SoftLimit.optional(), extends: z.enum(['home', 'scratch', 'posix']).optional() })
   .transform((input, ctx): Profile => {
     const { extends: base, ...fields } = input;
     const merged = base === undefined ? fields : { ...BUILTIN_PROFILES[base], ...fields };

@@ -52,6 +52,10 @@ export const HomeRecordSchema = z.strictObject({
   maxInodes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
   /** per-file cap override in bytes, 0 = off */
   maxFileBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  /** soft byte limit override (a warn threshold), 0 = off */
+  softBytes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
+  /** soft inode limit override, 0 = off */
+  softInodes: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
   createdAt: z.iso.datetime({ offset: true }).max(STATE_STRING_MAX),
 });
 

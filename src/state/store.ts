@@ -49,6 +49,8 @@ function copyState(s: State): State {
       ...(h.budget !== undefined ? { budget: h.budget } : {}),
       ...(h.maxInodes !== undefined ? { maxInodes: h.maxInodes } : {}),
       ...(h.maxFileBytes !== undefined ? { maxFileBytes: h.maxFileBytes } : {}),
+      ...(h.softBytes !== undefined ? { softBytes: h.softBytes } : {}),
+      ...(h.softInodes !== undefined ? { softInodes: h.softInodes } : {}),
       createdAt: h.createdAt,
     })),
     ...(s.forwards !== undefined ? { forwards: rec(s.forwards, (f) => ({ to: f.to, at: f.at })) } : {}),

@@ -32,6 +32,7 @@ export const HOME: HomeInfo = {
   percent: 0.1,
   limitSources: { budget: 'profile', inodeCap: 'profile', fileCap: 'profile' },
   profileLimits: { budget: 1073741824, inodeCap: 10000, fileCap: 104857600 },
+  soft: { bytes: 0, inodes: 0, overBytes: false, overInodes: false, sources: { bytes: 'profile', inodes: 'profile' }, profile: { bytes: 0, inodes: 0 } },
   openHandles: 2,
   cwdProcesses: 0,
   tenantBytes: 3145728,

@@ -49,7 +49,7 @@ describe.skipIf(!canMount)('homesctl as an admin types it, against a real daemon
     const grow = await runAs(web.uid, web.gid, `(env printf more >> ${d.home("acme", "web")}/blob) 2>&1; echo rc=$?`);
     expect(grow.stdout).toMatch(/Disk quota exceeded/);
     const row = (await ctl('list')).stdout.split('\n').find((l) => l.startsWith('acme/web '))!;
-    expect(row.split(/\s{2,}/)).toEqual(['acme/web', `${web.uid}:${web.gid}`, 'home', '3.0 MiB', '1.0 MiB*', '300.0%', '1/1000000', 'OVER']);
+    expect(row.split(/\s{2,}/)).toEqual(['acme/web', `${web.uid}:${web.gid}`, 'home', '3.0 MiB', '1.0 MiB*', '-', '300.0%', '1/1000000', 'OVER']);
     const log = await d.waitForLog((l) => l.msg === 'budget set' && l.home === 'acme/web');
     expect(log.before).toMatchObject({ budget: { bytes: 2 * 1024 ** 3, source: 'profile' } });
     expect(log.after).toMatchObject({ budget: { bytes: MiB, source: 'override' } });

@@ -241,7 +241,7 @@ print(first.decode(), open(p, 'rb').read(6).decode())
     expect(readFileSync(join(backing, 'mapped')).subarray(0, 6).toString()).toBe('HELLOa');
   });
 
-  it('answers fallocate (mode 0 charged, others EOPNOTSUPP), every xattr op EOPNOTSUPP, statfs and utimens', async () => {
+  it('answers fallocate (mode 0 charged, KEEP_SIZE past EOF EOPNOTSUPP), every xattr op EOPNOTSUPP, statfs and utimens', async () => {
     const py = `
 import os, errno
 p = '${home}/alloc'
@@ -265,7 +265,7 @@ print(st.st_atime_ns, st.st_mtime_ns)
 s = os.statvfs('${home}')
 print(s.f_bsize > 0 and s.f_blocks * s.f_frsize >= 2 * 1024 ** 3 - s.f_frsize)
 `;
-    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"; fallocate --keep-size -l 4096 ${home}/alloc; echo "k=$?"`);
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"; fallocate --keep-size -o 65536 -l 4096 ${home}/alloc; echo "k=$?"`);
     expect(r.stdout).toBe('65536\nEOPNOTSUPP\n1000000000123456789 1100000000987654321\nTrue\nk=1\n');
     expect(r.stderr).toMatch(/unsupported|not supported/i);
     expect(statSync(join(backing, 'alloc')).size).toBe(65536);

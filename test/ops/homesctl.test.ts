@@ -29,7 +29,21 @@ const CLI = path.join(ROOT, BIN);
 
 const HOMES: HomeInfo[] = [
   HOME,
-  { ...HOME, key: 'old-api', path: '/homes/acme/old-api', owner: { uid: 20002, gid: 20002 }, bytes: 512, budget: 0, percent: null, inodes: 3, inodeCap: 0, openHandles: 0, orphan: true, flags: ['ORPHAN'] },
+  {
+    ...HOME,
+    key: 'old-api',
+    path: '/homes/acme/old-api',
+    owner: { uid: 20002, gid: 20002 },
+    bytes: 512,
+    budget: 0,
+    percent: null,
+    inodes: 3,
+    inodeCap: 0,
+    openHandles: 0,
+    orphan: true,
+    soft: { ...HOME.soft, bytes: 256, overBytes: true, sources: { bytes: 'override', inodes: 'profile' } },
+    flags: ['SOFT', 'ORPHAN'],
+  },
   {
     ...HOME,
     key: '_tenant',
@@ -498,13 +512,13 @@ describe('homesctl management commands: human output', () => {
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const lines = r.stdout.trimEnd().split('\n');
-    expect(lines[0]!.split(/\s+/)).toEqual(['HOME', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'USE%', 'INODES', 'FLAGS']);
+    expect(lines[0]!.split(/\s+/)).toEqual(['HOME', 'OWNER', 'PROFILE', 'USED', 'BUDGET', 'SOFT', 'USE%', 'INODES', 'FLAGS']);
     const rows = lines.slice(1, 4).map((l) => l.split(/\s{2,}/).map((c) => c.trim()));
     // sorted by name by default
     expect(rows).toEqual([
-      ['acme/_tenant', '20003:20003', 'strict', '25.1 MiB', '10.0 MiB*', '251.0%', '1/10000', 'OVER,SCANNING'],
-      ['acme/old-api', '20002:20002', 'default', '512 B', 'off', '-', '3', 'ORPHAN'],
-      ['acme/web', '20001:20001', 'default', '1.0 MiB', '1.0 GiB', '0.1%', '12/10000', 'BUSY'],
+      ['acme/_tenant', '20003:20003', 'strict', '25.1 MiB', '10.0 MiB*', '-', '251.0%', '1/10000', 'OVER,SCANNING'],
+      ['acme/old-api', '20002:20002', 'default', '512 B', 'off', '256 B*', '-', '3', 'SOFT,ORPHAN'],
+      ['acme/web', '20001:20001', 'default', '1.0 MiB', '1.0 GiB', '-', '0.1%', '12/10000', 'BUSY'],
     ]);
     expect(lines[4]).toMatch(/^\* live override/);
     expect(calls).toEqual([{ method: 'list', args: [{}] }]);
@@ -532,7 +546,7 @@ describe('homesctl management commands: human output', () => {
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.stdout.match(/^homesctl top: /gm)).toHaveLength(2);
-    expect(r.stdout).toMatch(/^HOME\s+OWNER\s+PROFILE\s+USED\s+BUDGET\s+USE%\s+INODES\s+RATE\s+FLAGS$/m);
+    expect(r.stdout).toMatch(/^HOME\s+OWNER\s+PROFILE\s+USED\s+BUDGET\s+SOFT\s+USE%\s+INODES\s+RATE\s+FLAGS$/m);
     expect(calls.filter((c) => c.method === 'list')).toHaveLength(2);
     calls.length = 0;
     const top = await homesctl(['--socket', sock, 'top', '--count', '1', '--limit', '1']);
@@ -968,7 +982,7 @@ describe('homesctl status: the native counters', () => {
     native: {
       ...STATUS.native,
       fastPath: {
-        answered: 1370, fallbacks: 17, negative: 12, unlinkAnswered: 5, unlinkFallbacks: 1, readdirAnswered: 62, readdirFallbacks: 0, fgetattrAnswered: 3, fgetattrFallbacks: 0,
+        answered: 1370, fallbacks: 17, negative: 12, unlinkAnswered: 5, unlinkFallbacks: 1, unlinkSlowFrees: 0, readdirAnswered: 62, readdirFallbacks: 0, fgetattrAnswered: 3, fgetattrFallbacks: 0,
         openAnswered: 31, openClosedNatively: 4, openFallbacks: 2, createAnswered: 7, createFallbacks: 1, openSlotsGranted: 0, utimensAnswered: 1, chmodAnswered: 2, chownAnswered: 0,
         setattrFallbacks: 3, writesDecided: 40, writeDecisionFallbacks: 6, homes: 2, openInodes: 0, handles: 0,
       },

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { HomesError } from '../../src/errors.js';
-import { ACCT_CREDIT, ACCT_GROWN, ACCT_LEN, ACCT_MAXFILE, ACCT_REFUND, Ledger, TenantPool, type Limits, type Undo } from '../../src/policy/ledger.js';
+import { ACCT_CREDIT, ACCT_GROWN, ACCT_LEN, ACCT_MAXFILE, ACCT_REFUND, ACCT_RELEASED_BYTES, effectiveSoft, Ledger, TenantPool, type Limits, type SoftCrossing, type Undo } from '../../src/policy/ledger.js';
 
 const OFF: Limits = { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0 };
 
@@ -657,6 +657,135 @@ describe('Ledger: byte credit for writes decided outside JavaScript (the native 
             const max = withCredit.limits.maxHomeBytes;
             if (max > 0 && withCredit.reservedBytes > 0) expect(withCredit.bytes + withCredit.reservedBytes).toBeLessThanOrEqual(Math.max(max, withCredit.bytes));
           }
+        },
+      ),
+    );
+  });
+});
+
+describe('Ledger: soft limits', () => {
+  function watched(limits: Limits, initial = { bytes: 0, inodes: 0 }, pending: BigInt64Array | null = null) {
+    const l = new Ledger(limits, initial, null, pending);
+    const heard: SoftCrossing[] = [];
+    l.onSoftCrossed = (e) => heard.push(e);
+    return { l, heard };
+  }
+
+  it('effectiveSoft: off stays off, never above a hard limit that is on', () => {
+    expect(effectiveSoft(undefined, 100)).toBe(0);
+    expect(effectiveSoft(0, 100)).toBe(0);
+    expect(effectiveSoft(80, 100)).toBe(80);
+    expect(effectiveSoft(150, 100)).toBe(100);
+    expect(effectiveSoft(150, 0)).toBe(150);
+  });
+
+  it('tells once per upward crossing of the byte limit, again after going back under', () => {
+    const { l, heard } = watched({ maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 80 });
+    l.resize(0, 80); // at the limit: not above
+    expect(heard).toEqual([]);
+    expect(l.soft().bytes).toEqual({ soft: 80, over: false });
+    l.resize(80, 81);
+    expect(heard).toEqual([{ what: 'bytes', used: 81, soft: 80, hard: 100 }]);
+    l.resize(81, 90);
+    l.resize(90, 100);
+    expect(heard).toHaveLength(1);
+    expect(l.soft().bytes).toEqual({ soft: 80, over: true });
+    l.resize(100, 50);
+    expect(l.soft().bytes.over).toBe(false);
+    expect(heard).toHaveLength(1);
+    l.resize(50, 95);
+    expect(heard).toHaveLength(2);
+    expect(heard[1]).toEqual({ what: 'bytes', used: 95, soft: 80, hard: 100 });
+  });
+
+  it('a refused growth crosses nothing; an undone one goes back under', () => {
+    const { l, heard } = watched({ maxHomeBytes: 100, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 50 });
+    l.resize(0, 40);
+    expect(refusal(() => l.resize(40, 101)).code).toBe('QUOTA_EXCEEDED');
+    expect(heard).toEqual([]);
+    expect(l.checkResize(40, 60)).toBe(20);
+    expect(heard).toEqual([]);
+    expect(l.bytes).toBe(40);
+    const undo = l.resize(40, 60);
+    expect(heard).toHaveLength(1);
+    undo();
+    expect(l.soft().bytes.over).toBe(false);
+  });
+
+  it('inodes: addInode and committed reservations cross; removal goes back under', () => {
+    const { l, heard } = watched({ maxHomeBytes: 0, maxInodes: 10, maxFileBytes: 0, softInodes: 2 });
+    l.addInode();
+    l.addInode();
+    expect(heard).toEqual([]);
+    l.reserveInode();
+    expect(heard).toEqual([]);
+    l.commitReservedInode();
+    expect(heard).toEqual([{ what: 'inodes', used: 3, soft: 2, hard: 10 }]);
+    l.addInode();
+    expect(heard).toHaveLength(1);
+    l.removeInode();
+    l.removeInode();
+    expect(l.soft().inodes).toEqual({ soft: 2, over: false });
+    l.addInode();
+    expect(heard).toHaveLength(2);
+  });
+
+  it('built above, or a soft limit lowered under usage: over, without a crossing', () => {
+    const { l, heard } = watched({ maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 100 }, { bytes: 500, inodes: 0 });
+    expect(l.soft().bytes.over).toBe(true);
+    l.resize(0, 10);
+    expect(heard).toEqual([]);
+    const b = watched({ maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 900 }, { bytes: 500, inodes: 0 });
+    b.l.setLimits({ maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 400 });
+    expect(b.l.soft().bytes.over).toBe(true);
+    expect(b.heard).toEqual([]);
+    b.l.setLimits({ maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0 });
+    expect(b.l.soft().bytes).toEqual({ soft: 0, over: false });
+  });
+
+  it('a budget lowered under the soft limit warns at the budget', () => {
+    const { l, heard } = watched({ maxHomeBytes: 50, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 80 });
+    expect(l.soft().bytes.soft).toBe(50);
+    l.setLimits({ maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 80 });
+    l.resize(0, 81);
+    expect(heard).toEqual([{ what: 'bytes', used: 81, soft: 80, hard: 0 }]);
+  });
+
+  it("growth and releases the binding made reach the state at the ledger's next answer", () => {
+    const pending = new BigInt64Array(ACCT_LEN);
+    const { l, heard } = watched({ maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 100 }, { bytes: 90, inodes: 0 }, pending);
+    l.reserveBytes(50);
+    Atomics.sub(pending, ACCT_CREDIT, 20n);
+    Atomics.add(pending, ACCT_GROWN, 20n);
+    expect(l.soft().bytes.over).toBe(true);
+    expect(heard).toEqual([{ what: 'bytes', used: 110, soft: 100, hard: 1000 }]);
+    Atomics.add(pending, ACCT_RELEASED_BYTES, 30n);
+    expect(l.soft().bytes.over).toBe(false);
+  });
+
+  it('property: one crossing heard per under-to-over transition of usage, whatever the sequence', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 200 }),
+        fc.array(fc.oneof(fc.record({ grow: fc.integer({ min: 0, max: 60 }) }), fc.record({ shrink: fc.integer({ min: 0, max: 60 }) })), { maxLength: 60 }),
+        (soft, ops) => {
+          const { l, heard } = watched({ maxHomeBytes: 300, maxInodes: 0, maxFileBytes: 0, softHomeBytes: soft });
+          let over = false;
+          let crossings = 0;
+          for (const op of ops) {
+            if ('grow' in op) {
+              try {
+                l.resize(0, op.grow);
+              } catch {
+                // refused: nothing changed
+              }
+            } else l.release(Math.min(op.shrink, l.bytes));
+            const now = l.bytes > soft;
+            if (now && !over) crossings++;
+            over = now;
+            expect(l.soft().bytes.over).toBe(now);
+          }
+          expect(heard).toHaveLength(crossings);
         },
       ),
     );

@@ -31,7 +31,7 @@ describe('metrics: per-op histograms', () => {
   it('escapes label values (backslash, quote, newline) so a home name cannot forge a line', () => {
     expect(labelValue('a"b\\c\nd')).toBe('a\\"b\\\\c\\nd');
     const text = renderMetrics({
-      homes: [{ tenant: 't', key: 'x"}\nhomesfs_up_seconds 9', bytes: 1, inodes: 0, budget: 0, inodeCap: 0, openHandles: 0 }],
+      homes: [{ tenant: 't', key: 'x"}\nhomesfs_up_seconds 9', bytes: 1, inodes: 0, budget: 0, inodeCap: 0, softBytes: 0, softInodes: 0, overSoft: false, openHandles: 0 }],
       tenants: [],
       refusals: [],
       ops: [],

@@ -133,6 +133,26 @@ describe('ProfileSchema', () => {
     expect(ConfigProfileSchema.safeParse({ extends: 'home', maxOpenFiles: 1.5 }).success).toBe(false);
   });
 
+  it('soft limits: optional (off) in a full definition, follow extends, at most their hard limits', () => {
+    const { softHomeBytes: _a, softInodes: _b, ...rest } = home;
+    expect(ProfileSchema.parse(rest)).toMatchObject({ softHomeBytes: 0, softInodes: 0 });
+    expect(ConfigProfileSchema.parse({ extends: 'home', softHomeBytes: 1024 ** 3 })).toMatchObject({ softHomeBytes: 1024 ** 3, softInodes: 0 });
+    // exactly the hard limit is allowed (warns only when usage passes it, which the hard limit refuses)
+    expect(ConfigProfileSchema.parse({ extends: 'scratch', softHomeBytes: 4 * 1024 ** 2, softInodes: 4096 }).softInodes).toBe(4096);
+    // no hard limit: any soft limit
+    expect(ConfigProfileSchema.parse({ extends: 'posix', softHomeBytes: 2 ** 50, softInodes: 10 })).toMatchObject({ softHomeBytes: 2 ** 50 });
+    const over = ConfigProfileSchema.safeParse({ extends: 'scratch', softHomeBytes: 4 * 1024 ** 2 + 1, softInodes: 4097 });
+    expect(over.success).toBe(false);
+    expect(over.error?.issues.map((i) => [i.path.join('.'), i.message])).toEqual([
+      ['softHomeBytes', 'softHomeBytes (4194305) must be at most maxHomeBytes (4194304)'],
+      ['softInodes', 'softInodes (4097) must be at most maxInodes (4096)'],
+    ]);
+    // a lowered hard limit in the same override is what the soft limit is checked against
+    expect(ConfigProfileSchema.safeParse({ extends: 'home', maxHomeBytes: 1000, softHomeBytes: 1001 }).success).toBe(false);
+    expect(ConfigProfileSchema.safeParse({ extends: 'home', softHomeBytes: -1 }).success).toBe(false);
+    expect(ConfigProfileSchema.safeParse({ extends: 'home', softInodes: 0.5 }).success).toBe(false);
+  });
+
   it('refuses a missing field', () => {
     const { xattrs: _omit, ...rest } = home;
     expect(ProfileSchema.safeParse(rest).success).toBe(false);

@@ -1,0 +1,257 @@
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
+import { HOMESCTL, canMount, runAs, runAsync, skipReason, startDaemon, type RunResult, type RunningDaemon } from '../helpers/daemon.js';
+import { regularBytes } from '../helpers/backing.js';
+import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
+
+/**
+ * Quota semantics through the real mount: every fallocate mode (util-linux
+ * fallocate(1) as the home's owner) with the ledger checked after each, and
+ * soft limits crossing in the status file, `homesctl list`, the metrics and
+ * the log.
+ */
+
+const U = { uid: 40061, gid: 40061 };
+const KiB = 1024;
+const MiB = 1024 * KiB;
+const T = 'q';
+
+if (!canMount) console.warn(`quota integration suite skipped: ${skipReason}`);
+
+const PROFILES = {
+  /** 1 MiB per home, binary */
+  fbudget: { extends: 'home', maxHomeBytes: MiB, maxFileBytes: 0 },
+  /** text only, 1 MiB */
+  ftext: { ...BUILTIN_PROFILES.scratch, maxHomeBytes: MiB, maxFileBytes: 0 },
+  /** 1 MiB, warned above 600 KiB and above 5 inodes */
+  softp: { extends: 'home', maxHomeBytes: MiB, maxFileBytes: 0, softHomeBytes: 600 * KiB, softInodes: 5 },
+};
+
+const HOMES: Record<string, { owner: { uid: number; gid: number }; profile: string }> = {
+  [`${T}/falloc`]: { owner: U, profile: 'fbudget' },
+  [`${T}/ftext`]: { owner: U, profile: 'ftext' },
+  [`${T}/soft`]: { owner: U, profile: 'softp' },
+  [`${T}/soft2`]: { owner: U, profile: 'fbudget' },
+};
+
+interface Usage {
+  bytes: number;
+  inodes: number;
+  flags: string[];
+  soft: { bytes: number; inodes: number; overBytes: boolean; overInodes: boolean; sources: { bytes: string; inodes: string } };
+}
+
+describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits through the mount', () => {
+  let d: RunningDaemon;
+  let metricsDir: string;
+  let metricsSocket: string;
+
+  const sh = (script: string): Promise<RunResult> => runAs(U.uid, U.gid, script, { timeoutMs: 60_000 });
+  const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
+  const usage = async (k: string): Promise<Usage> => {
+    const r = await ctl('--json', 'usage', `${T}/${k}`);
+    if (r.code !== 0) throw new Error(`homesctl usage failed: ${r.stderr}`);
+    return JSON.parse(r.stdout) as Usage;
+  };
+  const listed = async (k: string): Promise<Usage> => {
+    const r = await ctl('--json', 'list', '--tenant', T);
+    if (r.code !== 0) throw new Error(`homesctl list failed: ${r.stderr}`);
+    return (JSON.parse(r.stdout) as Array<Usage & { key: string }>).find((h) => h.key === k)!;
+  };
+  const bytes = async (k: string): Promise<number> => (await usage(k)).bytes;
+  const crossings = (k: string, msg: string) => d.logs.filter((l) => l.msg === msg && l.home === `${T}/${k}`);
+
+  beforeAll(async () => {
+    metricsDir = mkdtempSync(join(tmpdir(), 'homesfs-quota-metrics-'));
+    metricsSocket = join(metricsDir, 'metrics.sock');
+    d = await startDaemon({
+      create: Object.keys(HOMES),
+      homes: HOMES,
+      config: { owners: { from: 41000, to: 41999 }, profiles: PROFILES, metrics: { socket: metricsSocket } },
+    });
+    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+  }, 60_000);
+
+  afterAll(async () => {
+    await d?.stop();
+    rmSync(metricsDir, { recursive: true, force: true });
+  });
+
+  it('charges the apparent size: a sparse truncate costs its size, mode 0 charges growth only', async () => {
+    const h = d.home(T, 'falloc');
+    let r = await sh(`truncate -s 300K ${h}/sparse && du -k ${h}/sparse | cut -f1`);
+    expect(r.code).toBe(0);
+    // The disk holds next to nothing; the budget counts what the size says.
+    expect(Number(r.stdout.trim())).toBeLessThan(300);
+    expect(await bytes('falloc')).toBe(300 * KiB);
+    r = await sh(`fallocate -l 100000 ${h}/f && stat -c %s ${h}/f`);
+    expect(r.stdout.trim()).toBe('100000');
+    expect(await bytes('falloc')).toBe(300 * KiB + 100000);
+    // inside the file: nothing changes, nothing is charged
+    r = await sh(`fallocate -o 4096 -l 50000 ${h}/f && stat -c %s ${h}/f`);
+    expect(r.stdout.trim()).toBe('100000');
+    expect(await bytes('falloc')).toBe(300 * KiB + 100000);
+    expect(await bytes('falloc')).toBe(regularBytes(d.backingOf(T, 'falloc')));
+  });
+
+  it('KEEP_SIZE: a no-op inside the file, refused (EOPNOTSUPP) past its end; the ledger never moves', async () => {
+    const h = d.home(T, 'falloc');
+    const before = await bytes('falloc');
+    let r = await sh(`fallocate -n -o 0 -l 100000 ${h}/f; echo "rc=$?"`);
+    expect(r.stdout.trim()).toBe('rc=0');
+    r = await sh(`fallocate -n -o 99999 -l 10 ${h}/f; echo "rc=$?"; stat -c %s ${h}/f`);
+    expect(r.stdout.trim()).toBe('rc=1\n100000');
+    expect(r.stderr).toMatch(/unsupported|not supported/i);
+    expect(await bytes('falloc')).toBe(before);
+    expect(statSync(join(d.backingOf(T, 'falloc'), 'f')).size).toBe(100000);
+    expect(statSync(join(d.backingOf(T, 'falloc'), 'f')).blocks).toBe(0);
+  });
+
+  it('ZERO_RANGE zeroes inside (no charge) and charges the growth past the end; with KEEP_SIZE it stays inside', async () => {
+    const h = d.home(T, 'falloc');
+    const back = join(d.backingOf(T, 'falloc'), 'z');
+    let r = await sh(`head -c 8192 /dev/zero | tr '\\0' x > ${h}/z`);
+    expect(r.code).toBe(0);
+    const before = await bytes('falloc');
+    r = await sh(`fallocate -z -o 1000 -l 2000 ${h}/z && stat -c %s ${h}/z`);
+    expect(r.stdout.trim()).toBe('8192');
+    let data = readFileSync(back);
+    expect(data.subarray(999, 3001)).toEqual(Buffer.concat([Buffer.from('x'), Buffer.alloc(2000), Buffer.from('x')]));
+    expect(await bytes('falloc')).toBe(before);
+    r = await sh(`fallocate -z -o 8000 -l 4192 ${h}/z && stat -c %s ${h}/z`);
+    expect(r.stdout.trim()).toBe('12192');
+    data = readFileSync(back);
+    expect(data.subarray(7999, 8001)).toEqual(Buffer.from([0x78, 0]));
+    expect(data.subarray(8000).every((b) => b === 0)).toBe(true);
+    expect(await bytes('falloc')).toBe(before + 4000);
+    r = await sh(`fallocate -z -n -o 0 -l 100 ${h}/z; echo "rc=$?"; fallocate -z -n -o 12000 -l 1000 ${h}/z; echo "rc=$?"`);
+    expect(r.stdout.trim()).toBe('rc=0\nrc=1');
+    expect(r.stderr).toMatch(/unsupported|not supported/i);
+    data = readFileSync(back);
+    expect(data.length).toBe(12192);
+    expect(data.subarray(0, 101)).toEqual(Buffer.concat([Buffer.alloc(100), Buffer.from('x')]));
+    expect(await bytes('falloc')).toBe(before + 4000);
+    expect(await bytes('falloc')).toBe(regularBytes(d.backingOf(T, 'falloc')));
+  });
+
+  it('PUNCH_HOLE, COLLAPSE_RANGE and INSERT_RANGE answer EOPNOTSUPP and leave the file and the ledger as they were', async () => {
+    const h = d.home(T, 'falloc');
+    const before = await bytes('falloc');
+    const was = readFileSync(join(d.backingOf(T, 'falloc'), 'z'));
+    const r = await sh(`fallocate -p -o 0 -l 4096 ${h}/z; echo "rc=$?"; fallocate -c -o 0 -l 4096 ${h}/z; echo "rc=$?"; fallocate -i -o 0 -l 4096 ${h}/z; echo "rc=$?"`);
+    expect(r.stdout.trim()).toBe('rc=1\nrc=1\nrc=1');
+    expect(r.stderr).toMatch(/unsupported|not supported/i);
+    expect(readFileSync(join(d.backingOf(T, 'falloc'), 'z'))).toEqual(was);
+    expect(await bytes('falloc')).toBe(before);
+  });
+
+  it('growth past the budget is EDQUOT (mode 0 and ZERO_RANGE) and charges nothing', async () => {
+    const h = d.home(T, 'falloc');
+    const before = await bytes('falloc');
+    const room = MiB - before;
+    const r = await sh(`fallocate -l ${room + 1} ${h}/big; echo "rc=$?"; fallocate -z -o 12192 -l ${room + 1} ${h}/z; echo "rc=$?"; stat -c %s ${h}/big ${h}/z`);
+    expect(r.stdout.trim()).toBe('rc=1\nrc=1\n0\n12192');
+    expect(r.stderr).toMatch(/quota exceeded/i);
+    expect(await bytes('falloc')).toBe(before);
+    // exactly the room is fine
+    const ok = await sh(`fallocate -l ${room} ${h}/big && stat -c %s ${h}/big`);
+    expect(ok.stdout.trim()).toBe(String(room));
+    expect(await bytes('falloc')).toBe(MiB);
+    expect(regularBytes(d.backingOf(T, 'falloc'))).toBe(MiB);
+  });
+
+  it('text homes: ZERO_RANGE may not cut a character (EILSEQ); zeros themselves are text', async () => {
+    const h = d.home(T, 'ftext');
+    const back = join(d.backingOf(T, 'ftext'), 't.txt');
+    const r = await sh(`printf 'a\\303\\251b' > ${h}/t.txt && fallocate -z -o 2 -l 1 ${h}/t.txt; echo "rc=$?"; fallocate -z -o 1 -l 2 ${h}/t.txt; echo "rc=$?"; fallocate -z -o 4 -l 4 ${h}/t.txt; echo "rc=$?"`);
+    expect(r.stdout.trim()).toBe('rc=1\nrc=0\nrc=0');
+    expect(r.stderr).toMatch(/multibyte|byte sequence/i);
+    expect(readFileSync(back)).toEqual(Buffer.from([0x61, 0, 0, 0x62, 0, 0, 0, 0]));
+    expect(await bytes('ftext')).toBe(8);
+  });
+
+  it('a soft byte limit: shown in status, list and metrics, one warn line per upward crossing', async () => {
+    const h = d.home(T, 'soft');
+    const statusText = async () => (await sh(`cat ${h}/.homesfs/status`)).stdout;
+    const line = (text: string) => text.split('\n').find((l) => l.startsWith('soft bytes:'));
+    const over = async () => metricSample(await scrapeMetrics(metricsSocket), `homesfs_home_over_soft{home="${T}/soft",tenant="${T}"}`);
+    const MSG = 'home crossed its soft byte limit';
+
+    expect(await sh(`head -c ${500 * KiB} /dev/zero > ${h}/a`)).toMatchObject({ code: 0 });
+    expect(line(await statusText())).toBe('soft bytes:     600.0 KiB (614400 bytes), not reached');
+    expect(await listed('soft')).toMatchObject({ soft: { bytes: 600 * KiB, overBytes: false, sources: { bytes: 'profile' } }, flags: [] });
+    expect(await over()).toBe(0);
+    const body = await scrapeMetrics(metricsSocket);
+    expect(metricSample(body, `homesfs_home_soft_bytes{home="${T}/soft",tenant="${T}"}`)).toBe(600 * KiB);
+    expect(metricSample(body, `homesfs_home_soft_inodes{home="${T}/soft",tenant="${T}"}`)).toBe(5);
+    expect(crossings('soft', MSG)).toHaveLength(0);
+
+    // crossing: 700 KiB; more writes while above do not warn again
+    expect(await sh(`head -c ${200 * KiB} /dev/zero > ${h}/b && head -c ${100 * KiB} /dev/zero >> ${h}/b`)).toMatchObject({ code: 0 });
+    await d.waitForLog((l) => l.msg === MSG && l.home === `${T}/soft`);
+    expect(line(await statusText())).toMatch(/^soft bytes: {5}600\.0 KiB \(614400 bytes\) — EXCEEDED/);
+    expect(await listed('soft')).toMatchObject({ bytes: 800 * KiB, soft: { overBytes: true }, flags: ['SOFT'] });
+    const human = await ctl('list', '--tenant', T);
+    expect(human.stdout).toMatch(new RegExp(`^${T}/soft\\s.*600\\.0 KiB\\s.*SOFT$`, 'm'));
+    expect(await over()).toBe(1);
+    expect(metricSample(await scrapeMetrics(metricsSocket), 'homesfs_homes_over_soft')).toBe(1);
+    const warned = crossings('soft', MSG);
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatchObject({ level: 'warn', what: 'bytes', soft: 600 * KiB, hard: MiB, profile: 'softp' });
+    expect(warned[0]!.used as number).toBeGreaterThan(600 * KiB);
+
+    // back under: no line; crossing again: a second one
+    expect(await sh(`rm ${h}/b`)).toMatchObject({ code: 0 });
+    expect((await usage('soft')).soft.overBytes).toBe(false);
+    expect(await over()).toBe(0);
+    expect(crossings('soft', MSG)).toHaveLength(1);
+    expect(await sh(`fallocate -l ${150 * KiB} ${h}/c`)).toMatchObject({ code: 0 });
+    expect(crossings('soft', MSG)).toHaveLength(2);
+    expect(crossings('soft', MSG)[1]).toMatchObject({ used: 650 * KiB });
+    // the hard limit still refuses
+    const r = await sh(`fallocate -l ${MiB} ${h}/d; echo "rc=$?"`);
+    expect(r.stdout.trim()).toBe('rc=1');
+    expect(crossings('soft', MSG)).toHaveLength(2);
+  });
+
+  it('a soft inode limit warns once when a create passes it', async () => {
+    const h = d.home(T, 'soft');
+    const MSG = 'home crossed its soft inode limit';
+    const u = await usage('soft');
+    // a, c and d (d was created, then refused its growth)
+    expect(u.inodes).toBe(3);
+    expect(await sh(`touch ${h}/i1 ${h}/i2`)).toMatchObject({ code: 0 });
+    expect(crossings('soft', MSG)).toHaveLength(0);
+    expect(await sh(`mkdir ${h}/i3 && touch ${h}/i4 ${h}/i5`)).toMatchObject({ code: 0 });
+    await d.waitForLog((l) => l.msg === MSG && l.home === `${T}/soft`);
+    expect(crossings('soft', MSG)).toHaveLength(1);
+    expect(crossings('soft', MSG)[0]).toMatchObject({ what: 'inodes', used: 6, soft: 5, hard: 1_000_000 });
+    expect(await listed('soft')).toMatchObject({ soft: { overInodes: true } });
+    expect((await sh(`cat ${h}/.homesfs/status`)).stdout).toMatch(/^soft inodes: {4}5 — EXCEEDED/m);
+  });
+
+  it('set-limits sets a per-home soft limit (at most the hard limit), shown with its source', async () => {
+    let r = await ctl('set-limits', `${T}/soft2`, '--soft-size', '2M');
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/soft limit must be at most its hard limit/);
+    // checked against a hard limit changed in the same request; nothing is stored when refused
+    r = await ctl('set-limits', `${T}/soft2`, '--inodes', '10', '--soft-inodes', '11');
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/softInodes \(11\) must be at most maxInodes \(10\)/);
+    expect(await usage('soft2')).toMatchObject({ soft: { inodes: 0 } });
+    r = await ctl('--json', 'set-limits', `${T}/soft2`, '--soft-size', '100K', '--soft-inodes', '1');
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ soft: { bytes: 100 * KiB, inodes: 1, sources: { bytes: 'override', inodes: 'override' }, profile: { bytes: 0, inodes: 0 } } });
+    expect(await sh(`head -c ${101 * KiB} /dev/zero > ${d.home(T, 'soft2')}/x`)).toMatchObject({ code: 0 });
+    expect(await listed('soft2')).toMatchObject({ soft: { overBytes: true }, flags: ['SOFT'] });
+    expect(crossings('soft2', 'home crossed its soft byte limit')).toHaveLength(1);
+    r = await ctl('usage', `${T}/soft2`);
+    expect(r.stdout).toMatch(/Soft limits:\s+bytes 100\.0 KiB \(102400 bytes\) \(override; profile fbudget: off\) — EXCEEDED; inodes 1 \(override; profile fbudget: off\)/);
+    // dropped: the profile's (off) again
+    r = await ctl('--json', 'set-limits', `${T}/soft2`, '--soft-size', 'default', '--soft-inodes', 'default');
+    expect(JSON.parse(r.stdout)).toMatchObject({ soft: { bytes: 0, inodes: 0, overBytes: false, sources: { bytes: 'profile' } }, flags: [] });
+  });
+});
