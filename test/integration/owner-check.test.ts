@@ -102,6 +102,22 @@ describe.skipIf(!canMount)('owner check: one home per owner id, never root, nobo
     writeFileSync(file, saved);
     d = await d.restart();
   });
+
+  it('refuses a reload whose homes entries give a host account or another home\'s uid; the old configuration stays', async () => {
+    const file = join(d.dir, 'config.json');
+    const saved = readFileSync(file, 'utf8');
+    const cfg = JSON.parse(saved) as { homes: Record<string, unknown> };
+    cfg.homes = { 'z/x': { owner: { uid: 1, gid: 1 } }, 'z/y': { owner: { uid: BASE, gid: BASE } } };
+    writeFileSync(file, JSON.stringify(cfg));
+    const r = await ctl('--json', 'reload');
+    writeFileSync(file, saved);
+    expect(r.code).toBe(1);
+    const j = JSON.parse(r.stdout) as { code: string; message: string };
+    expect(j.code).toBe('INVALID_ARGUMENT');
+    expect(r.stdout).toMatch(/uid 1 is the host's account \\"daemon\\"/);
+    expect(r.stdout).toMatch(new RegExp(`z/y .*uid ${BASE} belongs to the home t1/web`));
+    expect((await ctlJson('status')).lastReload).toMatchObject({ ok: false });
+  });
 });
 
 describe.skipIf(!canMount)('owner check at start-up: the configuration', () => {
