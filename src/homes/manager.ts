@@ -418,12 +418,11 @@ export class HomeManager {
    */
   async ownerProblems(loaded: LoadedConfig = this.loaded): Promise<string[]> {
     const cfgHomes = loaded.config.homes;
-    const holders = await this.ownerHolders(cfgHomes, false);
     const records = this.state.state.homes;
+    const holders = (await this.ownerHolders(cfgHomes, false)).filter((h) => !(Object.hasOwn(records, h.home) && records[h.home]!.ownerFound));
     const assignments: Array<OwnerAssignment & { from: string }> = [];
     for (const h of holders) {
       const r = Object.hasOwn(records, h.home) ? records[h.home]! : undefined;
-      if (r?.ownerFound) continue;
       assignments.push({ ...h, kind: 'existing', force: r?.ownerForced === true, from: r ? 'state file' : `configuration homes["${h.home}"].owner` });
     }
     if (assignments.length === 0) return [];

@@ -88,6 +88,15 @@ describe.skipIf(!canMount)('owner check: one home per owner id, never root, nobo
     expect((await ctlJson('usage', 't3/adopt')).owner).toEqual({ uid: out, gid: out });
   });
 
+  it("a home found in the backing tree keeps its directory's owner through an override and a restart (found, not given)", async () => {
+    mkdirSync(d.backingOf('f', 'found'), { recursive: true, mode: 0o700 }); // root's, as an old tree may be
+    expect((await ctlJson('set-budget', 'f/found', '1M')).owner).toEqual({ uid: 0, gid: 0 });
+    const state = JSON.parse(readFileSync(join(d.dir, 'state.json'), 'utf8')) as { homes: Record<string, unknown> };
+    expect(state.homes['f/found']).toMatchObject({ owner: { uid: 0, gid: 0 }, ownerFound: true });
+    d = await d.restart();
+    expect((await ctlJson('usage', 'f/found')).budget).toBe(1024 * 1024);
+  });
+
   it('refuses to start (exit 9, naming both homes) on a state file that gives one uid to two homes', async () => {
     await d.stopKeep();
     const file = join(d.dir, 'state.json');
