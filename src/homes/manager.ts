@@ -30,7 +30,7 @@ import { checkSegment, classifyKey, keyFor } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
 import type { Limits } from '../policy/ledger.js';
 import { resolveProfileName, type Profile, type ProfileSource } from '../policy/profiles.js';
-import { checkOwner, ownerRefusal, type OwnerAssignment, type OwnerHolder, type OwnerVerdict } from '../scope/owner-check.js';
+import { checkOwner, existingOwnerProblems, ownerRefusal, type ExistingOwner, type OwnerAssignment, type OwnerHolder, type OwnerVerdict } from '../scope/owner-check.js';
 import { allocateOwner } from '../scope/owners.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
 import type { StateStore } from '../state/store.js';
@@ -420,23 +420,16 @@ export class HomeManager {
     const cfgHomes = loaded.config.homes;
     const records = this.state.state.homes;
     const holders = (await this.ownerHolders(cfgHomes, false)).filter((h) => !(Object.hasOwn(records, h.home) && records[h.home]!.ownerFound));
-    const assignments: Array<OwnerAssignment & { from: string }> = [];
-    for (const h of holders) {
+    const owners: ExistingOwner[] = holders.map((h) => {
       const r = Object.hasOwn(records, h.home) ? records[h.home]! : undefined;
-      assignments.push({ ...h, kind: 'existing', force: r?.ownerForced === true, from: r ? 'state file' : `configuration homes["${h.home}"].owner` });
-    }
-    if (assignments.length === 0) return [];
+      return { ...h, force: r?.ownerForced === true, from: r ? 'state file' : `configuration homes["${h.home}"].owner` };
+    });
+    if (owners.length === 0) return [];
     const host = await this.hostAccounts(
-      assignments.map((a) => a.owner),
+      owners.map((a) => a.owner),
       holders,
     );
-    const facts = { range: loaded.config.owners, holders, retired: new Set(this.state.state.owners.retired), hostUsers: host.users, hostGroups: host.groups };
-    const problems: string[] = [];
-    for (const a of assignments) {
-      const v = checkOwner(a, facts);
-      if (v.refused.length > 0) problems.push(`${a.home} (${a.from}): owner ${a.owner.uid}:${a.owner.gid}: ${v.refused.map((c) => c.message).join('; ')}`);
-    }
-    return problems;
+    return existingOwnerProblems(owners, { range: loaded.config.owners, holders, retired: new Set(this.state.state.owners.retired), hostUsers: host.users, hostGroups: host.groups });
   }
 
   /** Create a home: owner allocated from the configured range unless given; recorded before the directory exists. */

@@ -162,3 +162,29 @@ export function ownerRefusal(home: string, owner: Owner, refused: readonly Owner
     conflicts: refused.map(({ reason, kind, id, home: h, account }) => ({ reason, kind, id, ...(h !== undefined ? { home: h } : {}), ...(account !== undefined ? { account } : {}) })),
   });
 }
+
+/** An owner already in force, and where it is written (for the message). */
+export interface ExistingOwner extends OwnerHolder {
+  force: boolean;
+  /** "state file", `configuration homes["t/k"].owner` */
+  from: string;
+}
+
+/**
+ * Owners in force that the rule refuses (start-up, reload, check-config): one
+ * line per home, naming where the owner is written and every conflict.
+ * `facts.holders` should hold every home's owner, these among them.
+ */
+export function existingOwnerProblems(owners: readonly ExistingOwner[], facts: OwnerFacts): string[] {
+  const problems: string[] = [];
+  for (const o of owners) {
+    const v = checkOwner({ home: o.home, owner: o.owner, kind: 'existing', configPinned: o.configPinned, force: o.force }, facts);
+    if (v.refused.length > 0) problems.push(`${o.home} (${o.from}): owner ${o.owner.uid}:${o.owner.gid}: ${v.refused.map((c) => c.message).join('; ')}`);
+  }
+  return problems;
+}
+
+/** The configuration's `homes` entries with an owner, as owners in force. */
+export function configOwners(homes: Readonly<Record<string, { owner?: Owner | undefined }>>): ExistingOwner[] {
+  return Object.entries(homes).flatMap(([home, e]) => (e.owner ? [{ home, owner: { uid: e.owner.uid, gid: e.owner.gid }, configPinned: true, force: false, from: `configuration homes["${home}"].owner` }] : []));
+}

@@ -144,7 +144,7 @@ describe.skipIf(!canMount)('owner check at start-up: the configuration', () => {
   });
 
   /** Start a daemon on `homes` and expect it to refuse (it never mounts). */
-  const start = async (name: string, homes: Record<string, { owner: { uid: number; gid: number } }>) => {
+  const start = async (name: string, homes: Record<string, { owner: { uid: number; gid: number } }>, how: 'serve' | 'check-config' = 'serve') => {
     const root = join(dir, name);
     mkdirSync(join(root, 'backing'), { recursive: true, mode: 0o700 });
     chmodSync(join(root, 'backing'), 0o700);
@@ -162,7 +162,7 @@ describe.skipIf(!canMount)('owner check at start-up: the configuration', () => {
         userdb: { dir: join(root, 'userdb') },
       }),
     );
-    return runAsync(process.execPath, [HOMESFS, 'serve', '--config', config], { timeoutMs: 30_000 });
+    return runAsync(process.execPath, how === 'serve' ? [HOMESFS, 'serve', '--config', config] : [HOMESFS, 'check-config', config], { timeoutMs: 30_000 });
   };
 
   it('exit 9 for a host account (uid 1, daemon), root, nobody, and one uid in two tenants', async () => {
@@ -179,6 +179,17 @@ describe.skipIf(!canMount)('owner check at start-up: the configuration', () => {
     const cross = await start('cross', { 'a/x': { owner: U }, 'b/y': { owner: U } });
     expect(cross.code).toBe(9);
     expect(cross.stderr).toMatch(/b\/y .*belongs to the home a\/x/);
+  });
+
+  it('check-config names the same problems (exit 3) without mounting; one tenant may share an owner', async () => {
+    const U = { uid: BASE + 8, gid: BASE + 8 };
+    const bad = await start('check-bad', { 'a/x': { owner: U }, 'b/y': { owner: U }, 'c/z': { owner: { uid: 1, gid: 1 } } }, 'check-config');
+    expect(bad.code).toBe(3);
+    expect(bad.stderr).toMatch(/b\/y .*belongs to the home a\/x/);
+    expect(bad.stderr).toMatch(/c\/z .*uid 1 is the host's account "daemon"/);
+    const ok = await start('check-ok', { 'a/x': { owner: U }, 'a/y': { owner: U } }, 'check-config');
+    expect(ok.stderr).toBe('');
+    expect(ok.code).toBe(0);
   });
 });
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { HomesError } from '../../src/errors.js';
-import { checkOwner, ownerRefusal, type OwnerAssignment, type OwnerConflictReason, type OwnerFacts } from '../../src/scope/owner-check.js';
+import { checkOwner, configOwners, existingOwnerProblems, ownerRefusal, type OwnerAssignment, type OwnerConflictReason, type OwnerFacts } from '../../src/scope/owner-check.js';
 import { getentLookup, parseGetent, withoutOwn } from '../../src/users/hostids.js';
 
 /** A made-up host: no test here depends on the machine's accounts. */
@@ -92,6 +92,26 @@ describe('checkOwner: the owner rule', () => {
     expect(err.message).toContain('--force takes it');
     const root = ownerRefusal('t2/web', { uid: 0, gid: 0 }, checkOwner(fresh(0), FACTS).refused);
     expect(root.message).toBe('owner 0:0 refused for t2/web: uid 0 is root: a home is never owned by root');
+  });
+});
+
+describe('existingOwnerProblems: owners in force (start-up, reload, check-config)', () => {
+  it('names the home, where its owner is written and every conflict; a tenant may share, others may not', () => {
+    const owners = configOwners({
+      'acme/a': { owner: { uid: 200010, gid: 200010 } },
+      'acme/b': { owner: { uid: 200010, gid: 200010 } },
+      'beta/c': { owner: { uid: 200010, gid: 200010 } },
+      'beta/d': {},
+      'gamma/e': { owner: { uid: 0, gid: 0 } },
+    });
+    expect(owners.map((o) => o.home)).toEqual(['acme/a', 'acme/b', 'beta/c', 'gamma/e']);
+    const problems = existingOwnerProblems(owners, { ...FACTS, holders: owners });
+    expect(problems).toEqual([
+      'acme/a (configuration homes["acme/a"].owner): owner 200010:200010: uid 200010 belongs to the home beta/c',
+      'acme/b (configuration homes["acme/b"].owner): owner 200010:200010: uid 200010 belongs to the home beta/c',
+      'beta/c (configuration homes["beta/c"].owner): owner 200010:200010: uid 200010 belongs to the home acme/a; uid 200010 belongs to the home acme/b',
+      'gamma/e (configuration homes["gamma/e"].owner): owner 0:0: uid 0 is root: a home is never owned by root',
+    ]);
   });
 });
 
