@@ -25,6 +25,7 @@ import { homeId, type HomeRef } from './paths/parse.js';
 import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
 import { VERSION } from './version.js';
+import { getentLookup } from './users/hostids.js';
 import { UserDb } from './users/userdb.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
@@ -172,9 +173,24 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     ...(fastPath ? { attrs: fastPath } : {}),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
-  manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users);
+  manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users, getentLookup());
   const homes = manager;
   await homes.pruneForwards().catch((err: Error) => log.warn({ err: err.message }, 'reserved names not checked'));
+
+  // An owner uid belongs to one home: owners in the state file and the
+  // configuration that break that (root, nobody, another home's, a host
+  // account) are refused before anything is served.
+  const ownerProblems = await homes.ownerProblems().catch((err: Error) => [err.message]);
+  if (ownerProblems.length > 0) {
+    await ctx.close().catch(() => undefined);
+    await store.close();
+    releaseLocks();
+    throw new DaemonError(
+      `owners refused (an owner uid or gid belongs to one home: never 0, 65534, another home's or an account the host knows):\n  ${ownerProblems.join('\n  ')}\n` +
+        `Fix the configuration's homes entries or the state file ${stateFile}`,
+      EXIT.STATE,
+    );
+  }
 
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((r) => (resolveDone = r));
@@ -480,6 +496,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         ...(missing.length ? { overridesWithoutProfile: missing } : {}),
       });
     }
+    const ownerIssues = await homes.ownerProblems(next).catch((err: Error) => [err.message]);
+    if (ownerIssues.length) return refuse('reload refused: the configuration gives homes owners that are refused; the old one stays', { issues: ownerIssues });
     const applied = (Object.keys({ ...next.config, ...loaded.config }) as Array<keyof typeof next.config>).filter(
       (k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]),
     );

@@ -1,7 +1,7 @@
 import { realpath } from 'node:fs/promises';
 import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { checkSegment, classifyKey, DAEMON_DIR, decodeBackingName } from '../paths/names.js';
+import { checkSegment, classifyKey, DAEMON_DIR, decodeBackingName, TRASH_PREFIX } from '../paths/names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
 import { DirCache } from './dircache.js';
 import * as sys from './sys.js';
@@ -33,8 +33,7 @@ export interface BackingHome {
 }
 
 const DIR_FLAGS = sys.O_PATH | sys.C.O_DIRECTORY | sys.C.O_NOFOLLOW;
-/** A deleted home is first renamed to this (through the mount), then removed. Never a valid key. */
-export const TRASH_PREFIX = '.homesfs-trash-';
+export { TRASH_PREFIX };
 const NODE_FLAGS = sys.O_PATH | sys.C.O_NOFOLLOW;
 const DAEMON_DIR_NAME = Buffer.from(DAEMON_DIR);
 

@@ -188,13 +188,17 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
   },
   create: {
     summary: 'Create a home, optionally with a profile, budget and owner',
-    synopsis: 'HOME [--profile P] [--budget SIZE] [--owner UID:GID]',
-    description: `${HOME_HELP} Fails with EXISTS if the home exists, RENAMED if the name is a renamed home's reserved old name. Without --owner the daemon allocates an owner uid/gid from its range. ${LIMIT_HELP}`,
-    options: { profile: { type: 'string' }, budget: { type: 'string' }, owner: { type: 'string' } },
+    synopsis: 'HOME [--profile P] [--budget SIZE] [--owner UID:GID [--force]]',
+    description:
+      `${HOME_HELP} Fails with EXISTS if the home exists, RENAMED if the name is a renamed home's reserved old name. Without --owner the daemon allocates an owner uid/gid from its range. ` +
+      "An --owner is refused (INVALID_ARGUMENT, naming the conflict) if it is 0, 65534, another home's (live or deleted), an account or group the host already knows, or outside the owner range; " +
+      `--force takes an id outside the range or a host account above 999 (for data that already belong to it), never the rest. ${LIMIT_HELP}`,
+    options: { profile: { type: 'string' }, budget: { type: 'string' }, owner: { type: 'string' }, force: { type: 'boolean' } },
     optionHelp: [
       ['--profile P', 'policy profile for the home (default: from the config)'],
       ['--budget SIZE', 'byte budget override, e.g. 500M, 2GiB, 2GB; off = no budget'],
       ['--owner UID:GID', 'owner of the home instead of an allocated one'],
+      ['--force', 'with --owner: take an id outside the range, or a host account above the system ids (logged)'],
     ],
     positionals: { min: 1, max: 1 },
     args: (v, p) => {
@@ -205,6 +209,10 @@ const COMMANDS: { readonly [K in CommandName]: CliCommand<K> } = {
         if (b !== null) a.budget = b;
       }
       if (typeof v.owner === 'string') a.owner = parseOwner(v.owner, 'create');
+      if (v.force === true) {
+        if (a.owner === undefined) throw new UsageError('create: --force goes with --owner (it lets an explicit owner outside the range or a host account through)', 'create');
+        a.force = true;
+      }
       return a;
     },
     human: (data) => `Created ${homeName(data as HomeInfo)}.\n${renderHome(data as HomeInfo)}\n`,

@@ -3,6 +3,9 @@ import { parseArgs } from 'node:util';
 import { ConfigError, DEMO_DEFAULTS, loadConfig, reloadConfig, stateFileOf, type LoadedConfig } from '../config/load.js';
 import { DaemonError, startDaemon } from '../daemon.js';
 import { createRootLogger } from '../log.js';
+import { configOwners, existingOwnerProblems } from '../scope/owner-check.js';
+import { getentLookup, withoutOwn } from '../users/hostids.js';
+import { ownerUserName } from '../users/names.js';
 import { VERSION } from '../version.js';
 import { EXIT } from './exitcodes.js';
 import { notifySystemd } from './notify.js';
@@ -64,7 +67,7 @@ async function main(): Promise<void> {
   }
   if (positionals[0] === 'check-config') {
     if (positionals.length !== 2) fail(EXIT.USAGE, USAGE);
-    return checkConfig(positionals[1]!);
+    return await checkConfig(positionals[1]!);
   }
   if (positionals[0] !== 'serve' || positionals.length > 1) fail(EXIT.USAGE, USAGE);
   if (values.demo && values.config !== undefined) fail(EXIT.USAGE, '--demo and --config exclude each other');
@@ -138,14 +141,37 @@ function reportValid(loaded: LoadedConfig, label?: string): void {
   for (const w of loaded.warnings) process.stderr.write(`homesfs: warning: ${w.path}: ${w.message}\n`);
 }
 
-/** Validate without mounting, without touching the backing tree or the state: 0 or 3. */
-function checkConfig(file: string): void {
+/**
+ * Validate without mounting, without touching the backing tree or the state: 0 or 3.
+ * The `homes` entries' owners are checked as at start-up, among themselves and
+ * against the host's user database (what the state file adds is checked at start).
+ */
+async function checkConfig(file: string): Promise<void> {
+  let loaded: LoadedConfig;
   try {
-    reportValid(loadConfig(file, {}));
+    loaded = loadConfig(file, {});
   } catch (err) {
     if (err instanceof ConfigError) fail(EXIT.CONFIG, err.message);
     throw err;
   }
+  const owners = configOwners(loaded.config.homes);
+  if (owners.length > 0) {
+    let host;
+    try {
+      host = withoutOwn(
+        await getentLookup()(
+          owners.map((o) => o.owner.uid),
+          owners.map((o) => o.owner.gid),
+        ),
+        owners.map((o) => ({ name: ownerUserName(o.home.slice(0, o.home.indexOf('/')), o.home.slice(o.home.indexOf('/') + 1)), uid: o.owner.uid, gid: o.owner.gid })),
+      );
+    } catch (err) {
+      fail(EXIT.CONFIG, `${file}: the host's user database could not be asked about the homes' owners: ${(err as Error).message}`);
+    }
+    const problems = existingOwnerProblems(owners, { range: loaded.config.owners, holders: owners, retired: new Set(), hostUsers: host.users, hostGroups: host.groups });
+    if (problems.length > 0) fail(EXIT.CONFIG, `${file}: owners refused (an owner uid or gid belongs to one home: never 0, 65534, another tenant's or an account the host knows):\n  ${problems.join('\n  ')}`);
+  }
+  reportValid(loaded);
 }
 
 main().catch((err: unknown) => {

@@ -13,7 +13,7 @@ export interface DaemonApi {
   list(args?: { tenant?: string; orphans?: boolean }): Promise<HomeInfo[]>;
   usage(home: HomeRefArg): Promise<HomeInfo>;
   /** creates the backing directory; EXISTS if the home exists */
-  create(args: { home: HomeRefArg; profile?: string; budget?: number; owner?: OwnerArg }): Promise<HomeInfo>;
+  create(args: { home: HomeRefArg; profile?: string; budget?: number; owner?: OwnerArg; force?: boolean }): Promise<HomeInfo>;
   /** live override of the home's byte budget (0 = off, null = drop the override); lowering below usage only refuses growth */
   setBudget(args: { home: HomeRefArg; bytes: number | null }): Promise<HomeInfo>;
   /** live overrides of the inode cap, the per-file cap and the soft limits (0 = off, null = drop the override, absent = unchanged) */

@@ -71,6 +71,8 @@ export const CreateArgs = z.strictObject({
   profile: Name.optional(),
   budget: Bytes.optional(),
   owner: Owner.optional(),
+  /** with owner: take an id outside the range or a host account above the system ids (never 0, 65534, a system id, another home's) */
+  force: z.boolean().optional(),
 });
 /** A live limit: a number (0 = off, no limit) or null (drop the override: the profile decides again). */
 export const LimitValue = Bytes.nullable();

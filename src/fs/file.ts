@@ -360,6 +360,9 @@ async function writeAt(
 export async function ftruncate(ctx: FsContext, fh: number, size: number): Promise<void> {
   const h = ctx.handles.get(fh);
   await truncateInode(ctx, h.home, h.inode, h.fd, size);
+  // A cut inside a character is this writer's doing as much as a write of half
+  // a one: its close reports it (flush), unless a later write completes it.
+  if (h.home.profile.content === 'utf8' && h.writable) h.leftIncompleteTail = h.inode.incompleteTail;
 }
 
 export async function truncate(ctx: FsContext, path: string, size: number): Promise<void> {

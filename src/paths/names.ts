@@ -67,6 +67,12 @@ export interface KeyInfo {
 }
 
 export const TENANT_KEY = '_tenant';
+/**
+ * A deleted home is first renamed to this (through the mount), then removed.
+ * Never a valid key; a path through it is a working directory (or an open
+ * directory) left inside a deleted home.
+ */
+export const TRASH_PREFIX = '.homesfs-trash-';
 export const USER_KEY_PREFIX = '_user_';
 
 /**

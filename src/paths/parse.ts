@@ -1,5 +1,5 @@
 import { HomesError } from '../errors.js';
-import { checkComponent, checkSegment, classifyKey } from './names.js';
+import { checkComponent, checkSegment, classifyKey, TRASH_PREFIX } from './names.js';
 
 export interface HomeRef {
   tenant: string;
@@ -31,6 +31,9 @@ export function parseVirtualPath(path: string): VirtualPath {
   if (tenant === undefined) return { kind: 'root' };
   checkSegment('tenant', tenant);
   if (key === undefined) return { kind: 'tenant', tenant };
+  // What is left of a deleted home, reached from a working directory still
+  // inside it (libfuse keeps the trash name it was moved to): gone, not malformed.
+  if (key.startsWith(TRASH_PREFIX)) throw new HomesError('NOT_FOUND', 'the home was deleted');
   classifyKey(key);
   for (const c of rel) checkComponent(c);
   return { kind: 'home', home: { tenant, key }, rel };

@@ -45,6 +45,10 @@ export const TenantSettingsSchema = z.strictObject({
 
 export const HomeRecordSchema = z.strictObject({
   owner: OwnerSchema,
+  /** the owner was given with `--force` (outside the range, or a host account above the system ids): start-up checks it as such */
+  ownerForced: z.literal(true).optional(),
+  /** the owner was read from the backing directory of a home found without a record, not given: start-up does not check it */
+  ownerFound: z.literal(true).optional(),
   profile: Str.min(1).optional(),
   /** byte budget override, 0 = off */
   budget: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),

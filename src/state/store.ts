@@ -45,6 +45,8 @@ function copyState(s: State): State {
     })),
     homes: rec(s.homes, (h) => ({
       owner: { uid: h.owner.uid, gid: h.owner.gid },
+      ...(h.ownerForced ? { ownerForced: true as const } : {}),
+      ...(h.ownerFound ? { ownerFound: true as const } : {}),
       ...(h.profile !== undefined ? { profile: h.profile } : {}),
       ...(h.budget !== undefined ? { budget: h.budget } : {}),
       ...(h.maxInodes !== undefined ? { maxInodes: h.maxInodes } : {}),

@@ -28,8 +28,9 @@ const HOMES = {
   [`${T}/a`]: { owner: U, profile: 'roomy' },
   [`${T}/b`]: { owner: U, profile: 'roomy' },
   [`${T}/c`]: { owner: U, profile: 'roomy' },
-  ['other/x']: { owner: U, profile: 'roomy' },
-  ['st/s']: { owner: U, profile: 'roomy' },
+  // Other tenants never share an owner with acme (an owner uid belongs to one tenant's homes).
+  ['other/x']: { owner: { uid: BASE + 19, gid: BASE + 19 }, profile: 'roomy' },
+  ['st/s']: { owner: { uid: BASE + 20, gid: BASE + 20 }, profile: 'roomy' },
 };
 const U2 = { uid: BASE + 18, gid: BASE + 18 };
 
@@ -118,9 +119,12 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     expect(line.errno).toBe('EDQUOT');
     expect(String(line.waysOut)).toContain('set-tenant-budget');
     // A third home of the tenant cannot grow either; another tenant is not affected.
-    const r = await sh(`cd ${d.home(T, 'c')} && head -c 200000 /dev/zero > f; echo "rc=$?"; cd ${d.home('other', 'x')} && head -c 200000 /dev/zero > f; echo "rc=$?"`);
+    const r = await sh(`cd ${d.home(T, 'c')} && head -c 200000 /dev/zero > f; echo "rc=$?"`);
     expect(r.stderr).toContain('Disk quota exceeded');
-    expect(r.stdout).toBe('rc=1\nrc=0\n');
+    expect(r.stdout).toBe('rc=1\n');
+    const ox = HOMES['other/x']!.owner;
+    const o = await runAs(ox.uid, ox.gid, `cd ${d.home('other', 'x')} && head -c 200000 /dev/zero > f; echo "rc=$?"`);
+    expect(o.stdout).toBe('rc=0\n');
     expect(tenantOnDisk()).toBeLessThanOrEqual(TENANT_BUDGET);
     // usage of one home carries its tenant's total and budget.
     const u = await ctlJson<{ tenantBytes: number; tenantBudget: number }>('usage', `${T}/c`);
@@ -181,10 +185,10 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
 
   it('a new home joins its tenant total, a deleted one leaves it; SIGHUP applies a new tenants.<t>.maxBytes', async () => {
     await ctlJson('set-tenant-budget', T, 'off');
-    const created = await ctlJson<{ owner: { uid: number; gid: number } }>('create', `${T}/d`, '--owner', `${U.uid}:${U.gid}`);
-    expect(created.owner.uid).toBe(U.uid);
+    const created = await ctlJson<{ owner: { uid: number; gid: number } }>('create', `${T}/d`);
+    expect(created.owner.uid).toBeGreaterThanOrEqual(BASE);
     const before = (await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes;
-    let r = await sh(`cd ${d.home(T, 'd')} && head -c 300000 /dev/zero > f; echo "rc=$?"`);
+    let r = await runAs(created.owner.uid, created.owner.gid, `cd ${d.home(T, 'd')} && head -c 300000 /dev/zero > f; echo "rc=$?"`);
     expect(r.stdout).toBe('rc=0\n');
     expect((await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes).toBe(before + 300000);
     r = await ctl('delete-project', '--tenant', T, 'd');
@@ -281,6 +285,9 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
   }, 60_000);
 
   describe('.homesfs/status: why a write was refused, without admin rights', () => {
+    // st/s has an owner of its own tenant's
+    const U = HOMES['st/s']!.owner;
+    const sh = (script: string) => runAs(U.uid, U.gid, script, { timeoutMs: 60_000 });
     const h = () => d.home('st', 's');
     const b = () => d.backingOf('st', 's');
 

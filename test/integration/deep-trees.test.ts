@@ -107,7 +107,7 @@ print("ok")
   });
 
   it('a delete whose tree cannot be removed at once succeeds, says so, and its trash goes at a later start', async () => {
-    const c = ctl('create', 't/stuck', '--owner', '40092:40092'); // (U's id is retired with t/deep)
+    const c = ctl('create', 't/stuck', '--owner', '40092:40092', '--force'); // (U's id is retired with t/deep; 40092 is outside the range)
     expect(c.status, c.stderr).toBe(0);
     const inner = join(d.backingOf('t', 'stuck'), 'mnt');
     mkdirSync(inner, { mode: 0o700 });

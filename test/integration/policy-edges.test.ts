@@ -14,12 +14,13 @@ describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and a
 
   beforeAll(async () => {
     d = await startDaemon({
-      create: ['t/few', 't/text', 't/home', 't/switch'],
+      create: ['t/few', 't/text', 't/home', 't/switch', 't/gone'],
       homes: {
         't/few': { owner: OWNER, profile: 'few' },
         't/text': { owner: OWNER, profile: 'scratch' },
         't/home': { owner: OWNER },
         't/switch': { owner: OWNER },
+        't/gone': { owner: OWNER },
       },
       config: {
         profiles: {
@@ -73,6 +74,48 @@ print(open(p, encoding='utf-8').read())
     expect(r.stderr).toBe('');
     expect(r.stdout).toBe('close EILSEQ\nread EILSEQ\ncafé!\n');
     expect(readFileSync(join(d.backingOf('t', 'text'), 'half.txt'), 'utf8')).toBe('café!');
+  });
+
+  it('reports EILSEQ at the close of a writer whose ftruncate cut a character; a later whole write clears it', async () => {
+    const h = d.home('t', 'text');
+    const py = `
+import os, errno
+p = '${h}/cut.txt'
+open(p, 'w', encoding='utf-8').write('a\u00e9b')
+fd = os.open(p, os.O_RDWR)
+os.ftruncate(fd, 2)
+try:
+    os.close(fd); print('close-ok')
+except OSError as e:
+    print('close', errno.errorcode[e.errno])
+fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+os.write(fd, b'\\xa9')
+os.close(fd); print('whole-close-ok')
+print(open(p, encoding='utf-8').read())
+`;
+    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('close EILSEQ\nwhole-close-ok\na\u00e9\n');
+  });
+
+  it('answers ENOENT (not EINVAL) to creates from a working directory inside a deleted home', async () => {
+    const h = d.home('t', 'gone');
+    const sig = mkdtempSync(join(tmpdir(), 'homesfs-gone-'));
+    chmodSync(sig, 0o777);
+    const shell = runAs(
+      OWNER.uid,
+      OWNER.gid,
+      `cd ${h} && touch ${sig}/in && while [ ! -e ${sig}/go ]; do sleep 0.02; done; touch x 2>&1; mkdir y 2>&1; echo done`,
+    );
+    for (let i = 0; i < 500 && !existsSync(join(sig, 'in')); i++) await new Promise((r) => setTimeout(r, 20));
+    const del = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'delete-home', 't/gone', '--force']);
+    expect(del.code).toBe(0);
+    writeFileSync(join(sig, 'go'), '');
+    const r = await shell;
+    rmSync(sig, { recursive: true, force: true });
+    expect(r.stdout).not.toMatch(/Invalid argument/);
+    expect(r.stdout.match(/No such file or directory/g)?.length).toBe(2);
+    expect(r.stdout).toMatch(/done\n$/);
   });
 
   it('checks the close of a writer whose home became a text home while the file was open', async () => {

@@ -364,6 +364,7 @@ const PARSING: Array<[string[], Method, unknown[]]> = [
     [{ home: 'acme/web', profile: 'strict', budget: 1073741824, owner: { uid: 1000, gid: 1001 } }],
   ],
   [['create', '--owner=0:4294967294', 'acme/_tenant', '--budget=0'], 'create', [{ home: 'acme/_tenant', budget: 0, owner: { uid: 0, gid: 4294967294 } }]],
+  [['create', 'acme/old', '--owner', '300050:300050', '--force'], 'create', [{ home: 'acme/old', owner: { uid: 300050, gid: 300050 }, force: true }]],
   [['set-budget', 'acme/web', '1G'], 'setBudget', [{ home: 'acme/web', bytes: 1073741824 }]],
   [['set-budget', 'acme/web', '1GiB'], 'setBudget', [{ home: 'acme/web', bytes: 1073741824 }]],
   [['set-budget', 'acme/web', '500M'], 'setBudget', [{ home: 'acme/web', bytes: 500 * 1024 * 1024 }]],
@@ -431,6 +432,7 @@ describe('homesctl management commands: argument parsing', () => {
       [['create', 'acme/web', '--owner=-1:0'], 'create'],
       [['create', 'acme/web', '--owner', '1000:'], 'create'],
       [['create', 'acme/web', '--owner', '4294967295:0'], 'create'],
+      [['create', 'acme/web', '--force'], 'create'],
       [['create', 'acme/web', '--budget', 'lots'], 'create'],
       [['create', 'acme/web', '--profile'], 'create'],
       [['set-budget', 'acme/web'], 'set-budget'],
@@ -492,7 +494,7 @@ describe('homesctl management commands: argument parsing', () => {
       expect((await homesctl(['help', ...name.split(' ')])).stdout).toBe(r.stdout);
     }
     const create = await homesctl(['create', '--help']);
-    expect(create.stdout.split('\n')[0]).toBe('Usage: homesctl [global options] create HOME [--profile P] [--budget SIZE] [--owner UID:GID]');
+    expect(create.stdout.split('\n')[0]).toBe('Usage: homesctl [global options] create HOME [--profile P] [--budget SIZE] [--owner UID:GID [--force]]');
     // the size units are documented where they are typed
     const sb = await homesctl(['set-budget', '--help']);
     expect(sb.stdout).toContain('KB, MB, GB, TB, PB (powers of 1000)');

@@ -318,6 +318,9 @@ describe('parseVirtualPath', () => {
     ['/acme/proj/' + e.repeat(128), 'NAME_TOO_LONG'],
     ['/' + 'a'.repeat(129), 'NAME_TOO_LONG'],
     ['/acme/' + 'a'.repeat(135), 'NAME_TOO_LONG'],
+    // a working directory left inside a deleted home (libfuse kept its trash name)
+    ['/acme/.homesfs-trash-0a1b2c3d4e5f/x', 'NOT_FOUND'],
+    ['/acme/.homesfs-trash-0a1b2c3d4e5f', 'NOT_FOUND'],
   ];
   it.each(bad)('refuses %j with %s', (p, code) => {
     expect(codeOf(() => parseVirtualPath(p))).toBe(code);
