@@ -927,13 +927,13 @@ describe('homesctl finds its sockets in the daemon configuration', () => {
     const missing = path.join(tmp, 'missing.json');
     const r = await homesctl(['--config', missing, 'list']);
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(new RegExp(`^homesctl: the configuration given with --config: ${missing.replace(/[/.]/g, '\\$&')}: ENOENT`));
+    expect(r.stderr).toMatch(new RegExp(`^homesctl: the configuration given with --config: ${missing.replace(/[/.]/g, '\\$&')}: no such file`));
     expect(r.stderr).toMatch(/--socket PATH \(or HOMESFS_SOCKET\) names the socket/);
     const viaEnv = await homesctl(['list'], { HOMESFS_CONFIG: missing });
     expect(viaEnv.code).toBe(2);
     expect(viaEnv.stderr).toMatch(/the configuration from HOMESFS_CONFIG/);
     const j = await homesctl(['--json', '--config', missing, 'list']);
-    expect(JSON.parse(j.stdout)).toMatchObject({ ok: false, code: 'CONFIG', message: expect.stringContaining('ENOENT') });
+    expect(JSON.parse(j.stdout)).toMatchObject({ ok: false, code: 'CONFIG', message: expect.stringContaining('no such file') });
     const broken = path.join(tmp, 'broken.json');
     await writeFile(broken, '{\n  "socket": "/run/x.sock",\n  oops\n}\n');
     const b = await homesctl(['--config', broken, 'list']);
@@ -959,7 +959,7 @@ describe('homesctl finds its sockets in the daemon configuration', () => {
     expect(env.stderr).toContain(`cannot connect to ${path.join(tmp, 'p2.sock')}`);
     const bad = await homesctl(['--config', path.join(tmp, 'missing.json'), 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true']);
     expect(bad.code).toBe(125);
-    expect(bad.stderr).toMatch(/^homesctl: exec: the configuration given with --config: .*ENOENT/);
+    expect(bad.stderr).toMatch(/^homesctl: exec: the configuration given with --config: .*no such file/);
     const p = await homesctl(['--config', cfg, 'passwd']);
     expect(p.code).toBe(0);
     expect(p.stdout).toMatch(/^acme-web-[0-9a-f]{8}:x:20001:20001:/m);
