@@ -92,7 +92,7 @@ describe.skipIf(!canMount)('homesctl against a real daemon: configuration, busy 
     expect(flag.code).toBe(0);
     const missing = await runAsync(process.execPath, [HOMESCTL, '--config', join(d.dir, 'nope.json'), 'status']);
     expect(missing.code).toBe(2);
-    expect(missing.stderr).toMatch(/nope\.json: ENOENT/);
+    expect(missing.stderr).toMatch(/nope\.json: no such file/);
   });
 
   it('a BUSY refusal names the processes holding the home: pid, uid, what they hold, command', async () => {
