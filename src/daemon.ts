@@ -13,7 +13,7 @@ import * as sys from './backing/sys.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
 import { NativeFastPath } from './fuse/fastpath.js';
-import { MountManager, nativeDataPlane, nativeMknod, nativeReleases, nativeUtimensat } from './fuse/mount.js';
+import { MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
 import { OpMetrics } from './metrics/ops.js';
@@ -166,6 +166,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     tenantBudgetFor: (tenant) => manager!.tenantBudgetFor(tenant).bytes,
     utimensat: nativeUtimensat(Fuse),
     mknod: nativeMknod(Fuse),
+    fallocate: nativeFallocate(Fuse),
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
     dataPlane,

@@ -138,6 +138,8 @@ export interface FsDeps {
   utimensat: Utimensat;
   /** mknod(2) (Node has none), provided by the patched binding */
   mknod: (path: string, mode: number, dev: number) => Promise<void>;
+  /** fallocate(2) on a backing descriptor (Node has none), provided by the patched binding */
+  fallocate: (fd: number, mode: number, offset: number, length: number) => Promise<void>;
   /** the mount point: absolute link targets under <mount>/<tenant>/<key> stay in that home */
   mountRoot: string;
   /**

@@ -3,7 +3,7 @@ import { slowToFreeFd } from '../backing/freeing.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { isStatusPath } from '../paths/reserved.js';
-import { planFallocate } from '../policy/fallocate.js';
+import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, planFallocate } from '../policy/fallocate.js';
 import { effectiveFileMode } from '../policy/profiles.js';
 import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BYTES } from '../policy/utf8.js';
 import type { OpenSlot } from '../policy/openfiles.js';
@@ -393,13 +393,14 @@ const ZERO_CHUNK = Buffer.alloc(1024 * 1024);
 
 /**
  * fallocate(2), charged by policy/fallocate.ts: exactly the growth of the
- * apparent size. Node has no fallocate and the binding exports none, so
- * what reaches the backing file is done with the calls that give the same
- * result: growth with ftruncate (the new range reads as zeros, as after
- * fallocate; its blocks are not reserved ahead, so a later write there can
- * still meet ENOSPC on a full disk), a zeroed range with writes of zeros
- * (allocated, as ZERO_RANGE leaves it). A hole cannot be punched without the
- * syscall: PUNCH_HOLE answers EOPNOTSUPP, leaving the file as it was.
+ * apparent size. What reaches the backing file is the caller's own request,
+ * through the binding (Node has no fallocate): growth reserves its blocks,
+ * a punched hole frees them, a zeroed range reads as zeros. A backing
+ * filesystem that refuses a mode (EOPNOTSUPP: tmpfs has no ZERO_RANGE, some
+ * network filesystems no fallocate at all) gets the calls that give the same
+ * result where there are any: growth with ftruncate (its blocks then not
+ * reserved ahead), a zeroed range with writes of zeros; a hole it cannot
+ * punch stays EOPNOTSUPP, the file unchanged.
  * glibc's posix_fallocate uses mode 0 only.
  */
 export async function fallocate(ctx: FsContext, fh: number, mode: number, offset: number, length: number): Promise<void> {
@@ -416,14 +417,21 @@ export async function fallocate(ctx: FsContext, fh: number, mode: number, offset
       case 'refuse':
         throw new HomesError(plan.code, plan.reason);
       case 'punch':
-        throw new HomesError('NOT_SUPPORTED', 'punching a hole needs fallocate(2) on the backing file, which homesfs cannot call (Node has no fallocate and the binding exports none); the file is unchanged');
+        // The range reads back as zeros, as after ZERO_RANGE: in a text home its edges must not cut a character.
+        if (hs.profile.content === 'utf8') await checkTextWrite(h, ZERO_CHUNK.subarray(0, Math.min(plan.to - plan.from, 4)), plan.from, plan.to - plan.from);
+        await ctx.deps.fallocate(h.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, plan.from, plan.to - plan.from);
+        return;
       case 'extend': {
         // Zero-fill is an extension like truncate-up: the same incomplete-tail rule.
         if (hs.profile.content === 'utf8') await checkTextResize(inode, h.fd, before, plan.size);
         const undo = hs.ledger.resize(before, plan.size);
         inode.size = plan.size;
         try {
-          await sys.ftruncate(h.fd, plan.size);
+          // The caller's range, allocated (mode 0: holes inside it filled too, which the apparent size already counts).
+          await ctx.deps.fallocate(h.fd, 0, offset, plan.size - offset).catch((err: unknown) => {
+            if (sys.sysCode(err) !== 'EOPNOTSUPP') throw err;
+            return sys.ftruncate(h.fd, plan.size);
+          });
         } catch (err) {
           undo();
           inode.size = before;
@@ -440,7 +448,11 @@ export async function fallocate(ctx: FsContext, fh: number, mode: number, offset
         const undo = hs.ledger.resize(before, plan.size);
         inode.size = plan.size;
         try {
-          for (let pos = plan.from; pos < plan.to; ) {
+          const zeroed = await ctx.deps.fallocate(h.fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, plan.from, plan.to - plan.from).then(
+            () => true,
+            (err: unknown) => (sys.sysCode(err) === 'EOPNOTSUPP' ? false : Promise.reject(err)),
+          );
+          for (let pos = plan.from; !zeroed && pos < plan.to; ) {
             const n = await sys.write(h.fd, ZERO_CHUNK, 0, Math.min(ZERO_CHUNK.length, plan.to - pos), pos);
             if (n === 0) throw new HomesError('IO', 'the backing file took no bytes while a range was zeroed');
             pos += n;

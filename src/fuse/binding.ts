@@ -101,6 +101,8 @@ export interface FuseClass {
   BINDING_PATH?: string;
   utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: (errno: number) => void): void;
   mknod(path: string, mode: number, dev: number, cb: (errno: number) => void): void;
+  /** fallocate(2) on the libuv threadpool; cb(0) or cb(-errno) (-EOPNOTSUPP from a build without it) */
+  fallocate?(fd: number, mode: number, offset: number, length: number, cb: (errno: number) => void): void;
   unmount(mnt: string, cb: (err: Error | null) => void): void;
   /** umount2(2) on the libuv threadpool: no child process, no descriptor. cb(0) or cb(-errno). */
   umount2(mnt: string, flags: number, cb: (errno: number) => void): void;

@@ -245,6 +245,15 @@ export function nativeMknod(Fuse: FuseClass) {
     new Promise((resolve, reject) => Fuse.mknod(path, mode, dev, (res) => (res === 0 ? resolve() : reject(nativeError('mknod', res)))));
 }
 
+/** fallocate(2) on a backing descriptor, through the binding (Node has none); EOPNOTSUPP from a build without it. */
+export function nativeFallocate(Fuse: FuseClass) {
+  return (fd: number, mode: number, offset: number, length: number): Promise<void> =>
+    new Promise((resolve, reject) => {
+      if (typeof Fuse.fallocate !== 'function') return reject(nativeError('fallocate', -95));
+      Fuse.fallocate(fd, mode, offset, length, (res) => (res === 0 ? resolve() : reject(nativeError('fallocate', res))));
+    });
+}
+
 /**
  * The binding's data plane (process-wide table fh -> descriptor); null when
  * `fuse.nativeRead` and `fuse.nativeWrite` are both off.

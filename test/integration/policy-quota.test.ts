@@ -90,6 +90,8 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     r = await sh(`fallocate -l 100000 ${h}/f && stat -c %s ${h}/f`);
     expect(r.stdout.trim()).toBe('100000');
     expect(await bytes('falloc')).toBe(300 * KiB + 100000);
+    // the backing file's blocks are reserved, as fallocate promises (a later write cannot meet ENOSPC)
+    expect(statSync(join(d.backingOf(T, 'falloc'), 'f')).blocks * 512).toBeGreaterThanOrEqual(100000);
     // inside the file: nothing changes, nothing is charged
     r = await sh(`fallocate -o 4096 -l 50000 ${h}/f && stat -c %s ${h}/f`);
     expect(r.stdout.trim()).toBe('100000');
@@ -100,6 +102,7 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
   it('KEEP_SIZE: a no-op inside the file, refused (EOPNOTSUPP) past its end; the ledger never moves', async () => {
     const h = d.home(T, 'falloc');
     const before = await bytes('falloc');
+    const blocks = statSync(join(d.backingOf(T, 'falloc'), 'f')).blocks;
     let r = await sh(`fallocate -n -o 0 -l 100000 ${h}/f; echo "rc=$?"`);
     expect(r.stdout.trim()).toBe('rc=0');
     r = await sh(`fallocate -n -o 99999 -l 10 ${h}/f; echo "rc=$?"; stat -c %s ${h}/f`);
@@ -107,7 +110,7 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     expect(r.stderr).toMatch(/unsupported|not supported/i);
     expect(await bytes('falloc')).toBe(before);
     expect(statSync(join(d.backingOf(T, 'falloc'), 'f')).size).toBe(100000);
-    expect(statSync(join(d.backingOf(T, 'falloc'), 'f')).blocks).toBe(0);
+    expect(statSync(join(d.backingOf(T, 'falloc'), 'f')).blocks).toBe(blocks);
   });
 
   it('ZERO_RANGE zeroes inside (no charge) and charges the growth past the end; with KEEP_SIZE it stays inside', async () => {
@@ -137,12 +140,31 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     expect(await bytes('falloc')).toBe(regularBytes(d.backingOf(T, 'falloc')));
   });
 
-  it('PUNCH_HOLE, COLLAPSE_RANGE and INSERT_RANGE answer EOPNOTSUPP and leave the file and the ledger as they were', async () => {
+  it('PUNCH_HOLE frees the range\'s blocks, the size and the charge unchanged; a hole past the end changes nothing', async () => {
+    const h = d.home(T, 'falloc');
+    const back = join(d.backingOf(T, 'falloc'), 'p');
+    let r = await sh(`head -c 65536 /dev/zero | tr '\\0' x > ${h}/p && sync ${h}/p`);
+    expect(r.code, r.stderr).toBe(0);
+    const before = await bytes('falloc');
+    const blocks = statSync(back).blocks;
+    r = await sh(`fallocate -p -o 4096 -l 32768 ${h}/p; echo "rc=$?"; fallocate -p -o 70000 -l 4096 ${h}/p; echo "rc=$?"; stat -c %s ${h}/p`);
+    expect(r.stdout.trim()).toBe('rc=0\nrc=0\n65536');
+    const data = readFileSync(back);
+    expect(data.length).toBe(65536);
+    expect(data.subarray(0, 4096).every((b) => b === 0x78)).toBe(true);
+    expect(data.subarray(4096, 36864).every((b) => b === 0)).toBe(true);
+    expect(data.subarray(36864).every((b) => b === 0x78)).toBe(true);
+    expect(statSync(back).blocks).toBe(blocks - 32768 / 512);
+    expect(await bytes('falloc')).toBe(before);
+    expect(await bytes('falloc')).toBe(regularBytes(d.backingOf(T, 'falloc')));
+  });
+
+  it('COLLAPSE_RANGE and INSERT_RANGE answer EOPNOTSUPP and leave the file and the ledger as they were', async () => {
     const h = d.home(T, 'falloc');
     const before = await bytes('falloc');
     const was = readFileSync(join(d.backingOf(T, 'falloc'), 'z'));
-    const r = await sh(`fallocate -p -o 0 -l 4096 ${h}/z; echo "rc=$?"; fallocate -c -o 0 -l 4096 ${h}/z; echo "rc=$?"; fallocate -i -o 0 -l 4096 ${h}/z; echo "rc=$?"`);
-    expect(r.stdout.trim()).toBe('rc=1\nrc=1\nrc=1');
+    const r = await sh(`fallocate -c -o 0 -l 4096 ${h}/z; echo "rc=$?"; fallocate -i -o 0 -l 4096 ${h}/z; echo "rc=$?"`);
+    expect(r.stdout.trim()).toBe('rc=1\nrc=1');
     expect(r.stderr).toMatch(/unsupported|not supported/i);
     expect(readFileSync(join(d.backingOf(T, 'falloc'), 'z'))).toEqual(was);
     expect(await bytes('falloc')).toBe(before);
@@ -171,6 +193,10 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     expect(r.stderr).toMatch(/multibyte|byte sequence/i);
     expect(readFileSync(back)).toEqual(Buffer.from([0x61, 0, 0, 0x62, 0, 0, 0, 0]));
     expect(await bytes('ftext')).toBe(8);
+    // a punched hole reads as zeros too: the same rule at its edges
+    const p = await sh(`printf 'a\\303\\251b' > ${h}/p.txt && fallocate -p -o 2 -l 1 ${h}/p.txt; echo "rc=$?"; fallocate -p -o 1 -l 2 ${h}/p.txt; echo "rc=$?"`);
+    expect(p.stdout.trim()).toBe('rc=1\nrc=0');
+    expect(readFileSync(join(d.backingOf(T, 'ftext'), 'p.txt'))).toEqual(Buffer.from([0x61, 0, 0, 0x62]));
   });
 
   it('a soft byte limit: shown in status, list and metrics, one warn line per upward crossing', async () => {
