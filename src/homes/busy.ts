@@ -1,24 +1,99 @@
 import { readdir, readFile, readlink } from 'node:fs/promises';
+import { posix } from 'node:path';
+
+interface MountEntry {
+  /** st_dev as mountinfo writes it, "major:minor" */
+  dev: string;
+  /** the mounted filesystem's directory shown there (a bind mount of a home: "/t/k") */
+  root: string;
+  /** where, as the namespace's processes see it */
+  point: string;
+}
+
+/** mountinfo(5) escapes space, tab, newline and backslash as octal. */
+const unescape = (s: string) => s.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
+
+async function mountsOf(pid: number | 'self'): Promise<MountEntry[]> {
+  const text = await readFile(`/proc/${pid}/mountinfo`, 'utf8');
+  return text
+    .split('\n')
+    .filter((l) => l.length > 0)
+    .map((l) => {
+      const f = l.split(' ');
+      return { dev: f[2]!, root: unescape(f[3]!), point: unescape(f[4]!) };
+    });
+}
+
+/** The mount a path is on: the longest mount point that holds it (the last one mounted there wins). */
+function mountHolding(mounts: readonly MountEntry[], path: string): MountEntry | null {
+  let best: MountEntry | null = null;
+  for (const m of mounts) {
+    const inside = path === m.point || m.point === '/' || path.startsWith(`${m.point}/`);
+    if (inside && (best === null || m.point.length >= best.point.length)) best = m;
+  }
+  return best;
+}
 
 /**
- * Call `fn` with the working directory of every visible process. Reading /proc
- * is best effort: processes come and go, and those in other pid namespaces are
- * not visible.
+ * Paths that processes see, turned into paths as the daemon sees them. A
+ * process in another mount namespace (a pod that mounts its home at
+ * /home/user) has its working directory at /home/user/src, which is
+ * <mount>/t/k/src here: its namespace's mountinfo says which of its mounts is
+ * this filesystem (the same device) and which directory of it is mounted
+ * there. Paths on any other filesystem come back unchanged (they match no
+ * home). One per /proc walk: each namespace's mountinfo is read once.
  */
-async function eachCwd(fn: (pid: number, cwd: string) => void): Promise<void> {
+class PathView {
+  private readonly byNs = new Map<string, Promise<MountEntry[] | null>>();
+  private constructor(
+    private readonly ours: MountEntry | null,
+    private readonly ownNs: string | null,
+  ) {}
+
+  /** `under`: a path on the filesystem whose processes are looked for (the mount, or a home below it). */
+  static async for(under: string): Promise<PathView> {
+    const [mounts, ns] = await Promise.all([mountsOf('self').catch(() => []), readlink('/proc/self/ns/mnt').catch(() => null)]);
+    const m = mountHolding(mounts, under);
+    // Where `under` is the mount itself or a directory of it as mounted here.
+    return new PathView(m && { dev: m.dev, root: m.root, point: m.point }, ns);
+  }
+
+  async translate(pid: string, path: string): Promise<string> {
+    if (this.ours === null) return path;
+    const ns = await readlink(`/proc/${pid}/ns/mnt`).catch(() => null);
+    if (ns === null || ns === this.ownNs) return path;
+    let mounts = this.byNs.get(ns);
+    if (!mounts) this.byNs.set(ns, (mounts = mountsOf(Number(pid)).catch(() => null)));
+    const theirs = await mounts;
+    const m = theirs && mountHolding(theirs, path);
+    if (!m || m.dev !== this.ours.dev) return path;
+    // The path within the filesystem, then where that is in the daemon's view.
+    const within = posix.join(m.root, path === m.point ? '' : path.slice(m.point === '/' ? 0 : m.point.length));
+    const rel = posix.relative(this.ours.root, within);
+    return rel.startsWith('..') ? path : posix.join(this.ours.point, rel);
+  }
+}
+
+/**
+ * Call `fn` with the working directory of every visible process, as a path in
+ * the daemon's own view (PathView). Reading /proc is best effort: processes
+ * come and go, and those in other pid namespaces are not visible.
+ */
+async function eachCwd(under: string, fn: (pid: number, cwd: string) => void): Promise<void> {
   let entries: string[];
   try {
     entries = await readdir('/proc');
   } catch {
     return;
   }
+  const view = await PathView.for(under);
   await Promise.all(
     entries
       .filter((e) => /^\d+$/.test(e))
       .map(async (e) => {
         let cwd: string;
         try {
-          cwd = await readlink(`/proc/${e}/cwd`);
+          cwd = await view.translate(e, await readlink(`/proc/${e}/cwd`));
         } catch {
           return; // gone, or not ours to read
         }
@@ -35,7 +110,7 @@ async function eachCwd(fn: (pid: number, cwd: string) => void): Promise<void> {
 export async function cwdProcessesUnder(dir: string): Promise<number[]> {
   const pids: number[] = [];
   const prefix = dir.endsWith('/') ? dir : `${dir}/`;
-  await eachCwd((pid, cwd) => {
+  await eachCwd(dir, (pid, cwd) => {
     if (cwd === dir || cwd.startsWith(prefix)) pids.push(pid);
   });
   return pids.sort((a, b) => a - b);
@@ -48,7 +123,7 @@ export async function cwdProcessesUnder(dir: string): Promise<number[]> {
 export async function cwdCountsByHome(root: string): Promise<Map<string, number>> {
   const counts = new Map<string, number>();
   const prefix = root.endsWith('/') ? root : `${root}/`;
-  await eachCwd((_pid, cwd) => {
+  await eachCwd(root, (_pid, cwd) => {
     if (!cwd.startsWith(prefix)) return;
     const [tenant, key] = cwd.slice(prefix.length).split('/');
     if (tenant === undefined || key === undefined || key === '') return;
@@ -91,13 +166,14 @@ export async function holdersUnder(mount: string): Promise<Map<string, HomeHolde
   } catch {
     return out;
   }
+  const view = await PathView.for(mount);
   await Promise.all(
     entries
       .filter((e) => /^\d+$/.test(e) && Number(e) !== process.pid)
       .map(async (e) => {
         const pid = Number(e);
         try {
-          const home = homeOf(await readlink(`/proc/${e}/cwd`));
+          const home = homeOf(await view.translate(e, await readlink(`/proc/${e}/cwd`)));
           if (home) add(home, pid, 'cwdPids');
         } catch {
           // gone, or not ours to read
@@ -110,7 +186,7 @@ export async function holdersUnder(mount: string): Promise<Map<string, HomeHolde
         }
         for (const fd of fds) {
           try {
-            const home = homeOf(await readlink(`/proc/${e}/fd/${fd}`));
+            const home = homeOf(await view.translate(e, await readlink(`/proc/${e}/fd/${fd}`)));
             if (home) add(home, pid, 'filePids');
           } catch {
             // closed meanwhile
@@ -214,16 +290,18 @@ export async function holdersOf(dir: string): Promise<HomeHolder[]> {
   } catch {
     return [];
   }
+  const view = await PathView.for(dir);
+  const seen = (e: string, link: string) => readlink(link).then((p) => view.translate(e, p)).then(inside, () => false);
   const found: Array<{ pid: number; cwd: boolean; openFiles: number }> = [];
   await Promise.all(
     entries
       .filter((e) => /^\d+$/.test(e) && Number(e) !== process.pid)
       .map(async (e) => {
-        const cwd = await readlink(`/proc/${e}/cwd`).then(inside, () => false);
+        const cwd = await seen(e, `/proc/${e}/cwd`);
         let openFiles = 0;
         const fds = await readdir(`/proc/${e}/fd`).catch(() => [] as string[]);
         for (const fd of fds) {
-          if (await readlink(`/proc/${e}/fd/${fd}`).then(inside, () => false)) openFiles++;
+          if (await seen(e, `/proc/${e}/fd/${fd}`)) openFiles++;
         }
         if (cwd || openFiles > 0) found.push({ pid: Number(e), cwd, openFiles });
       }),

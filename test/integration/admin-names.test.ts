@@ -95,6 +95,31 @@ describe.skipIf(!canMount)('homesctl against a real daemon: configuration, busy 
     expect(missing.stderr).toMatch(/nope\.json: no such file/);
   });
 
+  it('a process in another mount namespace working in a bind mount of a home (a pod) keeps the home busy', async () => {
+    await ctlJson('resolve', '--tenant', 'acme', '--project', 'podded');
+    const home = d.home('acme', 'podded');
+    const sub = join(home, 'src');
+    await runAsync('mkdir', [sub]);
+    // Where the pod sees its home: a directory of its own, the home bind-mounted there in a private mount namespace.
+    const at = mkdtempSync(join(tmpdir(), 'homesfs-pod-'));
+    const pod = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', 'mount --bind "$1" "$2" && cd "$2/src" && exec sleep 600', 'sh', home, at], {
+      stdio: 'ignore',
+      env: { PATH: SYSTEM_PATH },
+    });
+    children.push(pod);
+    await running(pod, 'sleep');
+    // The pod's working directory reads as its own path, not the mount's: only its namespace's mountinfo tells.
+    expect(await import('node:fs/promises').then((f) => f.readlink(`/proc/${pod.pid}/cwd`))).toBe(join(at, 'src'));
+    const r = await ctl('--json', 'delete-home', 'acme/podded');
+    expect(r.code).toBe(1);
+    const reply = JSON.parse(r.stdout) as { code: string; details: { processes: Array<{ pid: number; cwd: boolean }> } };
+    expect(reply.code).toBe('BUSY');
+    expect(reply.details.processes).toContainEqual(expect.objectContaining({ pid: pod.pid, cwd: true }));
+    pod.kill('SIGKILL');
+    await new Promise((resolve) => pod.once('exit', resolve));
+    expect((await ctl('delete-home', 'acme/podded')).code).toBe(0);
+  });
+
   it('a BUSY refusal names the processes holding the home: pid, uid, what they hold, command', async () => {
     const owner = (await ctlJson('resolve', '--tenant', 'acme', '--project', 'held')).owner as { uid: number };
     writeFileSync(join(d.home('acme', 'held'), 'f'), 'x');
