@@ -8,8 +8,8 @@ import { Turns } from '../policy/turns.js';
  * O_PATH descriptor of a node it just unlinked or renamed over, or the last
  * handle of a file unlinked while open) frees its blocks, inside close(2),
  * in time proportional to the file's extents: written one byte every 8 KiB
- * and fsynced, a 32 MiB file took 2.5 s to unlink and a 1 GiB one 96 s on
- * the ext4 of this project's test VMs. On the JS thread (the
+ * and fsynced, a 384 MiB file (49,152 extents) took 4.5-5 s to free on the
+ * idle ext4 of this project's test VMs, a 1 GiB one 96 s on a busy one. On the JS thread (the
  * metadata calls are synchronous there, see sys.ts) or under the binding's
  * lock, every home would wait that long. So such closes
  * run on the libuv threadpool, a bounded number at a time, and the binding

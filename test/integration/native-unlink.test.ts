@@ -20,6 +20,8 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 const KiB = 1024;
 const BASE = 420_000 + Math.floor(Math.random() * 60) * 10_000;
 const U = { uid: BASE + 7, gid: BASE + 7 };
+/** the budgeted tenant's owner: an owner belongs to one tenant's homes */
+const UB = { uid: BASE + 8, gid: BASE + 8 };
 const T = 'nu';
 const TB = 'nub';
 
@@ -29,7 +31,7 @@ const capped = { ...BUILTIN_PROFILES.home, maxHomeBytes: 200 * KiB, maxFileBytes
 const HOMES = {
   [`${T}/cap`]: { owner: U, profile: 'capped' },
   [`${T}/race`]: { owner: U, profile: 'capped' },
-  [`${TB}/budgeted`]: { owner: U, profile: 'capped' },
+  [`${TB}/budgeted`]: { owner: UB, profile: 'capped' },
 };
 
 type Native = { unlinkAnswered: number; unlinkFallbacks: number };
@@ -145,9 +147,13 @@ print('closed', flush=True)`, join(home, 'held')], { stdio: ['pipe', 'pipe', 'in
 
   it('a tenant with a budget keeps its unlinks in JS; set-tenant-budget switches a tenant live, both ways', async () => {
     const budgeted = s.d.home(TB, 'budgeted');
-    await py(`import os,sys\nfor i in range(5): open(os.path.join(sys.argv[1], 'f%d' % i), 'wb').write(b'b' * 100)`, budgeted);
+    const asB = async (script: string) => {
+      const r = await runAsync('setpriv', [`--reuid=${UB.uid}`, `--regid=${UB.gid}`, '--clear-groups', 'python3', '-c', script, budgeted], { env: { PATH: SYSTEM_PATH } });
+      expect(r.code, r.stderr).toBe(0);
+    };
+    await asB(`import os,sys\nfor i in range(5): open(os.path.join(sys.argv[1], 'f%d' % i), 'wb').write(b'b' * 100)`);
     let before = await native();
-    await py(`import os,sys\nfor i in range(5): os.unlink(os.path.join(sys.argv[1], 'f%d' % i))`, budgeted);
+    await asB(`import os,sys\nfor i in range(5): os.unlink(os.path.join(sys.argv[1], 'f%d' % i))`);
     let after = await native();
     expect(after).toMatchObject({ unlinkAnswered: before.unlinkAnswered, unlinkFallbacks: before.unlinkFallbacks });
     expect(await usage(`${TB}/budgeted`)).toMatchObject({ bytes: 0 });
