@@ -16,3 +16,13 @@ export function regularBytes(dir: string, seen = new Set<number>()): number {
   }
   return total;
 }
+
+/** Every name below dir, as the ledger counts inodes (a hard link is one more). */
+export function namesBelow(dir: string): number {
+  let n = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    n++;
+    if (e.isDirectory()) n += namesBelow(join(dir, e.name));
+  }
+  return n;
+}

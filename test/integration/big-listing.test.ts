@@ -1,9 +1,10 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { neighbourProbe } from '../helpers/neighbour.js';
 
 /**
  * Listing a huge home root is JavaScript's work (one lstat per entry). Four
@@ -27,13 +28,6 @@ describe.skipIf(!canMount)('listing a 50,000-entry home root from many processes
   let d: RunningDaemon;
   let tmp = '';
 
-  const py = async (who: { uid: number; gid: number }, body: string, ...args: string[]) => {
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, body, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${who.uid}`, `--regid=${who.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 300_000 });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    return r.stdout.trim();
-  };
   const lsLoop = (n: number) =>
     runAsync('setpriv', [`--reuid=${A.uid}`, `--regid=${A.gid}`, '--clear-groups', 'sh', '-c', `for i in $(seq ${n}); do ls -f "$1" > /dev/null || exit 1; done`, 'sh', d.home(T, 'huge')], {
       env: { PATH: SYSTEM_PATH },
@@ -65,36 +59,9 @@ describe.skipIf(!canMount)('listing a 50,000-entry home root from many processes
     const lone = performance.now() - t0;
     expect(one.code, one.stderr).toBe(0);
 
-    const marks = mkdtempSync(join(tmp, 'marks-'));
-    chmodSync(marks, 0o1777);
-    const ready = join(marks, 'ready');
-    const stop = join(marks, 'stop');
-    const probing = py(B, `
-import os, sys, time
-home, ready, stop = sys.argv[1:4]
-p = os.path.join(home, 'probe.txt')
-lat = []
-n = 0
-while not os.path.exists(stop):
-    t = time.monotonic()
-    os.stat(home)
-    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    os.write(fd, b'y' * 100)
-    os.close(fd)
-    with open(p, 'rb') as f:
-        f.read()
-    n += 1
-    if n > 20:
-        lat.append(time.monotonic() - t)
-    if n == 20:
-        open(ready, 'w').close()
-lat.sort()
-print(lat[int(len(lat) * 0.99)] * 1000, lat[-1] * 1000, len(lat))
-`, d.home(T, 'other'), ready, stop);
-    for (let i = 0; i < 3000 && !existsSync(ready); i++) await new Promise((r) => setTimeout(r, 10));
+    const probe = await neighbourProbe(tmp, B, d.home(T, 'other'));
     const loops = await Promise.all([lsLoop(3), lsLoop(3), lsLoop(3), lsLoop(3)]);
-    writeFileSync(stop, '');
-    const [p99, max, n] = (await probing).split(' ').map(Number) as [number, number, number];
+    const { p99, max, n } = await probe.stop();
     for (const l of loops) expect(l.code, l.stderr).toBe(0);
     console.log(`one ls -f of ${ENTRIES} entries alone: ${lone.toFixed(0)} ms; during 4 loops the other home's p99 ${p99.toFixed(1)} ms, max ${max.toFixed(1)} ms over ${n} probes`);
     expect(p99).toBeLessThan(lone / 4);

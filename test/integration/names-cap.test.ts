@@ -2,7 +2,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
-import { regularBytes } from '../helpers/backing.js';
+import { namesBelow, regularBytes } from '../helpers/backing.js';
 import { canMount, skipReason } from '../helpers/daemon.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
@@ -19,15 +19,6 @@ const T = 'nc';
 const tiny = { ...BUILTIN_PROFILES.home, maxHomeBytes: 1024 * 1024, maxInodes: 10 };
 
 if (!canMount) console.warn(`names-cap integration suite skipped: ${skipReason}`);
-
-function namesBelow(dir: string): number {
-  let n = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    n++;
-    if (e.isDirectory()) n += namesBelow(join(dir, e.name));
-  }
-  return n;
-}
 
 describe.skipIf(!canMount)('names cap: every hard link counts against the inode cap', () => {
   const s = ownerSuite(U, { homes: { [`${T}/tiny`]: { owner: U, profile: 'tiny' } }, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tiny } } });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
-import { regularBytes } from '../helpers/backing.js';
+import { namesBelow, regularBytes } from '../helpers/backing.js';
 import { canMount, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
@@ -36,16 +36,6 @@ const HOMES = {
 
 type Native = { unlinkAnswered: number; unlinkFallbacks: number };
 
-/** Every name below dir, as the ledger counts inodes (a hard link is one more). */
-function inodesBelow(dir: string): number {
-  let n = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    n++;
-    if (e.isDirectory()) n += inodesBelow(join(dir, e.name));
-  }
-  return n;
-}
-
 describe.skipIf(!canMount)('native unlink (fuse.nativeUnlink): the ledger takes what left the home before its next answer', () => {
   const s = ownerSuite(U, {
     homes: HOMES,
@@ -56,7 +46,7 @@ describe.skipIf(!canMount)('native unlink (fuse.nativeUnlink): the ledger takes 
   const ledgerEqualsDisk = async (home: string) => {
     const [t, k] = home.split('/') as [string, string];
     const u = await usage(home);
-    expect({ bytes: u.bytes, inodes: u.inodes }, home).toEqual({ bytes: regularBytes(s.d.backingOf(t, k)), inodes: inodesBelow(s.d.backingOf(t, k)) });
+    expect({ bytes: u.bytes, inodes: u.inodes }, home).toEqual({ bytes: regularBytes(s.d.backingOf(t, k)), inodes: namesBelow(s.d.backingOf(t, k)) });
   };
 
   it('rm of closed files is done natively; the bytes freed are at once writable again, to the byte', async () => {

@@ -1,9 +1,10 @@
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { controlRequest } from '../../src/control/client.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { neighbourProbe, pyAs, type Owner } from '../helpers/neighbour.js';
 
 /**
  * Removing a file frees its blocks inside unlink(2), in time proportional to
@@ -32,16 +33,7 @@ describe.skipIf(!canMount)('freeing a big fragmented file stalls no other home',
   let d: RunningDaemon;
   let tmp = '';
 
-  const script = (body: string): string => {
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, body, { mode: 0o644 });
-    return file;
-  };
-  const py = async (who: { uid: number; gid: number }, body: string, ...args: string[]) => {
-    const r = await runAsync('setpriv', [`--reuid=${who.uid}`, `--regid=${who.gid}`, '--clear-groups', 'python3', script(body), ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 180_000 });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    return r.stdout.trim();
-  };
+  const py = (who: Owner, body: string, ...args: string[]) => pyAs(tmp, who, body, ...args);
   const usage = async (home: string) => {
     const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', home]);
     if (r.code !== 0) throw new Error(r.stderr);
@@ -71,36 +63,6 @@ os.fsync(fd)
 os.close(fd)
 `, path);
 
-  /** B's loop in its own home (stat, create+write, read), from when it writes `ready` until `stop` exists: its worst op in ms. */
-  const probe = (ready: string, stop: string) =>
-    py(B, `
-import os, sys, time
-home, ready, stop = sys.argv[1:4]
-p = os.path.join(home, 'probe.txt')
-worst = 0.0
-n = 0
-while not os.path.exists(stop):
-    t = time.monotonic()
-    os.stat(home)
-    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    os.write(fd, b'y' * 100)
-    os.close(fd)
-    with open(p, 'rb') as f:
-        f.read()
-    dt = time.monotonic() - t
-    n += 1
-    if n > 20:
-        worst = max(worst, dt)
-    if n == 20:
-        open(ready, 'w').close()
-print(worst * 1000, n)
-`, d.home(T, 'other'), ready, stop);
-
-  const waitFor = async (file: string) => {
-    for (let i = 0; i < 3000 && !existsSync(file); i++) await new Promise((r) => setTimeout(r, 10));
-    if (!existsSync(file)) throw new Error(`${file} never appeared`);
-  };
-
   const timed = async <T>(fn: () => Promise<T>): Promise<[T, number]> => {
     const t = performance.now();
     const r = await fn();
@@ -109,13 +71,7 @@ print(worst * 1000, n)
 
   /** rm of `path` as A while B's probe runs and homesctl status is asked: [rm ms, B's worst ms, status ms]. */
   const removeUnderLoad = async (path: string): Promise<[number, number, number]> => {
-    // B writes its marker where it may: a sticky world-writable directory of the test's.
-    const marks = mkdtempSync(join(tmp, 'marks-'));
-    chmodSync(marks, 0o1777);
-    const ready = join(marks, 'ready');
-    const stop = join(marks, 'stop');
-    const probing = probe(ready, stop);
-    await waitFor(ready);
+    const probe = await neighbourProbe(tmp, B, d.home(T, 'other'));
     let removing = true;
     const rm = timed(() => runAsync('setpriv', [`--reuid=${A.uid}`, `--regid=${A.gid}`, '--clear-groups', 'rm', path], { env: { PATH: SYSTEM_PATH }, timeoutMs: 180_000 })).finally(() => (removing = false));
     // The control socket asked every 50 ms while the removal runs, through the real client (no process start in the figure).
@@ -127,8 +83,7 @@ print(worst * 1000, n)
       await new Promise((r) => setTimeout(r, 50));
     }
     const [rmResult, rmMs] = await rm;
-    writeFileSync(stop, '');
-    const worst = Number((await probing).split(' ')[0]);
+    const worst = (await probe.stop()).max;
     expect(rmResult.code, rmResult.stderr).toBe(0);
     console.log(`rm of a ${FRAGMENTED_MIB} MiB fragmented file: ${rmMs.toFixed(0)} ms; other home's worst op ${worst.toFixed(1)} ms; worst status reply ${statusMs.toFixed(0)} ms`);
     return [rmMs, worst, statusMs];
