@@ -1,8 +1,9 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { smallExt4Backing } from '../helpers/backing.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
 
 /**
@@ -55,20 +56,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-sr-'));
     chmodSync(tmp, 0o755);
     dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
-    const img = join(tmp, 'fs.img');
-    fs = join(dir, 'backing');
-    mkdirSync(fs, { mode: 0o700 });
-    const steps: string[][] = [
-      ['truncate', '-s', '64M', img],
-      ['mkfs.ext4', '-q', '-F', img],
-      ['mount', '-o', 'loop,noatime', img, fs],
-      ['chmod', '0700', fs],
-    ];
-    for (const [cmd, ...args] of steps) {
-      const r = spawnSync(cmd!, args, { env: { PATH: SYSTEM_PATH } });
-      if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${r.stderr}`);
-    }
-    rmSync(join(fs, 'lost+found'), { recursive: true, force: true });
+    fs = smallExt4Backing(dir, tmp, '64M');
     d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
     for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
