@@ -3,7 +3,7 @@
 // it hands to JS, and that it never follows a symlink or leaves the home.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -171,7 +171,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     return { entries: entries.filter((e) => e[0] !== 'from-js'), js };
   };
 
-  it('answers readdir below a published home in C: sorted, backing inode numbers and types, UTF-8 names only, no mount points', async () => {
+  it('answers readdir of a published home and below it in C: backing inode numbers and types, UTF-8 names only, no mount points, in the directory\'s order', async () => {
     const k = (p: string) => path.join(backing, 't', 'k', p);
     mkdirSync(k('lst/b'), { recursive: true });
     writeFileSync(k('lst/z'), 'z');
@@ -187,6 +187,8 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     const before = ((await cmd({ cmd: 'stats' })) as { stats: { readdirAnswered: number } }).stats.readdirAnswered;
     const { entries, js } = await list('t/k/lst');
     expect(js).toBe(false);
+    // streamed from the directory at the kernel's offsets: in its order, not sorted
+    entries.sort((x, y) => (x[0] < y[0] ? -1 : 1));
     expect(entries).toEqual([
       ['a', ino('lst/a'), 'f'],
       ['b', ino('lst/b'), 'd'],
@@ -201,12 +203,17 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
       [String(ino('lst')), '..'],
     ]);
     expect((await list('t/k/sub')).entries.map((e) => e[0])).toEqual(['deep']);
+    // the home itself too
+    const home = await list('t/k');
+    expect(home.js).toBe(false);
+    expect(home.entries.map((e) => e[0]).sort()).toEqual(readdirSync(path.join(backing, 't', 'k')).sort());
+    // every READDIR request is one answer (a listing takes at least one, and one more at its end)
     const { stats } = (await cmd({ cmd: 'stats' })) as { stats: { readdirAnswered: number } };
-    expect(stats.readdirAnswered - before).toBe(3);
+    expect(stats.readdirAnswered - before).toBeGreaterThanOrEqual(4);
   });
 
-  it('hands readdir to JS: the home itself, tenants, reserved directories, a directory swapped for a symlink, unpublished homes', async () => {
-    for (const rel of ['t/k', 't', 't/k/.homesfs', 't/other']) {
+  it('hands readdir to JS: tenants, reserved directories, a directory swapped for a symlink, unpublished homes', async () => {
+    for (const rel of ['t', 't/k/.homesfs', 't/other']) {
       mkdirSync(path.join(backing, rel), { recursive: true });
       expect((await list(rel)).js, rel).toBe(true);
     }
