@@ -1,4 +1,6 @@
 import { fstatSync } from 'node:fs';
+import type { Dirent } from 'node:fs';
+import { LRUCache } from 'lru-cache';
 import { SlowFrees } from '../backing/freeing.js';
 import { Turns } from '../policy/turns.js';
 import { posix } from 'node:path';
@@ -284,6 +286,8 @@ export class FsContext {
   readonly slowFrees = new SlowFrees();
   /** listings of big directories: one per home at a time, four in all (dir.ts) */
   readonly listings = new Turns(1, 4);
+  /** the names of the big directories being streamed, as read (dir.ts streamDir): a few, whatever the directories' sizes */
+  readonly streamedNames = new LRUCache<string, { version: string; names: Dirent<Buffer>[] }>({ max: 4 });
   /**
    * Published to the binding (setFlushGate): slot fh & 0xffff counts the open
    * handles in it whose FLUSH must reach JS. Every other FLUSH (one per close

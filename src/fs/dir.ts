@@ -16,7 +16,16 @@ import type { HomeState } from './state.js';
 export interface Listing {
   names: string[];
   stats: DirEntryAttr[];
+  /**
+   * Streamed (a part of a big listing, from the kernel's offset on): each
+   * entry's own offset, where the next request starts after it. Absent: the
+   * whole listing, which libfuse then keeps per open handle.
+   */
+  offsets?: number[];
 }
+
+/** Entries one streamed request answers at most (a 4 KiB READDIR takes 15 to 170 of them). */
+const STREAM_CHUNK = 256;
 
 /** lstat of every listed name, a bounded number at a time (each is a threadpool round trip). */
 const LSTAT_BATCH = 64;
@@ -40,8 +49,10 @@ const BIG_DIR_BYTES = 64 * 1024;
  * one on another device (a mount point inside a home) is left out too, as it
  * is never served.
  */
-export async function readdir(ctx: FsContext, path: string): Promise<Listing> {
+export async function readdir(ctx: FsContext, path: string, offset = 0): Promise<Listing> {
   const vp = ctx.parse(path);
+  // The daemon's own levels are listed whole, so the kernel never asks them at an offset.
+  if (offset > 0 && vp.kind !== 'home') return { names: [], stats: [], offsets: [] };
   if (vp.kind === 'root') {
     const self = dirEntryAttr(await ctx.store.rootStat());
     return withDots(self, self, await ctx.store.listTenantsWithStats());
@@ -51,8 +62,14 @@ export async function readdir(ctx: FsContext, path: string): Promise<Listing> {
     return withDots(dirEntryAttr(self), dirEntryAttr(parent), await ctx.store.listHomesWithStats(vp.tenant));
   }
   const hs = await ctx.home(vp.home);
-  if (isReservedDir(vp.rel)) return await reservedDirListing(ctx, hs, await readdirBacking(ctx, hs, vp.rel, true));
-  return readdirBacking(ctx, hs, vp.rel);
+  if (isReservedDir(vp.rel)) {
+    const status = { name: STATUS_NAME, attr: { ino: ctx.statusFiles.ino(hs.backing.id), mode: S_IFREG } };
+    const backing = await readdirBacking(ctx, hs, vp.rel, offset, true, status);
+    // gone since a streamed listing began: it ends there
+    if (backing === null && offset > 0) return { names: [], stats: [], offsets: [] };
+    return await reservedDirListing(ctx, hs, backing);
+  }
+  return readdirBacking(ctx, hs, vp.rel, offset);
 }
 
 /**
@@ -67,6 +84,8 @@ async function reservedDirListing(ctx: FsContext, hs: HomeState, backing: Listin
     const home = dirEntryAttr(await ctx.store.useHome(hs.backing, sys.fstat));
     return { names: ['.', '..', STATUS_NAME], stats: [self, home, status] };
   }
+  // Streamed, the listing already has `status` (streamDir's `extra`) and no backing entry of that name.
+  if (backing.offsets) return backing;
   const names: string[] = [];
   const stats: DirEntryAttr[] = [];
   backing.names.forEach((n, i) => {
@@ -79,13 +98,15 @@ async function reservedDirListing(ctx: FsContext, hs: HomeState, backing: Listin
   return { names, stats };
 }
 
-async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[]): Promise<Listing>;
-async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[], missingOk: true): Promise<Listing | null>;
-async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[], missingOk = false): Promise<Listing | null> {
+type Extra = { name: string; attr: DirEntryAttr };
+
+async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[], offset: number): Promise<Listing>;
+async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[], offset: number, missingOk: boolean, extra?: Extra): Promise<Listing | null>;
+async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly string[], offset: number, missingOk = false, extra?: Extra): Promise<Listing | null> {
   const vp = { rel };
   if (missingOk) {
     try {
-      return await readdirBacking(ctx, hs, rel);
+      return await readdirBacking(ctx, hs, rel, offset, false, extra);
     } catch (err) {
       if (sys.sysCode(err) === 'ENOENT') return null;
       throw err;
@@ -97,9 +118,50 @@ async function readdirBacking(ctx: FsContext, hs: HomeState, rel: readonly strin
       : ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (fd) => sys.fstat(fd));
   return ctx.store.withDir(hs.backing, vp.rel, async (fd) => {
     const self = await sys.fstat(fd);
-    if (self.size <= BigInt(BIG_DIR_BYTES)) return listDir(hs, fd, self, await parentStat, false);
-    return ctx.listings.run(hs.backing.id, async () => listDir(hs, fd, self, await parentStat, true));
+    if (offset === 0 && self.size <= BigInt(BIG_DIR_BYTES)) return listDir(hs, fd, self, await parentStat, false);
+    // A big directory (or one already streamed: once under way, a listing stays in that form) is streamed.
+    return ctx.listings.run(hs.backing.id, async () => streamDir(ctx, hs, fd, self, await parentStat, offset, extra));
   });
+}
+
+/**
+ * A part of a big directory's listing, from the kernel's `offset` on, so that
+ * libfuse keeps one request's worth per open handle instead of the whole
+ * listing. The offsets are positions in the directory's sorted names ("."
+ * is 1, ".." 2, an `extra` entry the daemon adds 3 (a backing entry of its
+ * name is hidden), the n-th name n + 4). The names are read on the threadpool
+ * when a listing starts and kept for its later requests while the directory
+ * is unchanged (its mtime, ctime and size; a few directories at a time,
+ * FsContext.streamedNames); only the names answered are lstat'ed. A directory that changes between requests
+ * may show a name twice or miss one, as POSIX allows for a listing under way.
+ */
+async function streamDir(ctx: FsContext, hs: HomeState, fd: number, self: BigIntStats, parent: BigIntStats, offset: number, extra?: Extra): Promise<Listing> {
+  // The names of a directory being streamed, kept while it is unchanged: one read for all the
+  // requests of a listing under way (a listing that starts reads them afresh: timestamps are coarse).
+  const key = `${self.dev}:${self.ino}`;
+  const version = `${self.mtimeNs}:${self.ctimeNs}:${self.size}`;
+  const kept = offset > 0 ? ctx.streamedNames.get(key) : undefined;
+  let entries = kept?.version === version ? kept.names : undefined;
+  if (!entries) {
+    entries = await sys.readdirPooled(sys.fdPath(fd));
+    ctx.streamedNames.set(key, { version, names: entries });
+  }
+  const out: Listing = { names: [], stats: [], offsets: [] };
+  const add = (name: string, attr: DirEntryAttr, at: number) => {
+    out.names.push(name);
+    out.stats.push(attr);
+    out.offsets!.push(at);
+  };
+  if (offset < 1) add('.', dirEntryAttr(self), 1);
+  if (offset < 2) add('..', dirEntryAttr(parent), 2);
+  if (offset < 3 && extra) add(extra.name, extra.attr, 3);
+  for (let j = Math.max(0, offset - 3); j < entries.length && out.names.length < STREAM_CHUNK; j++) {
+    const name = decodeBackingName(entries[j]!.name);
+    if (name === null || name === extra?.name) continue;
+    const st = await sys.lstat(sys.fdPath(fd, name)).catch(() => null);
+    if (st && st.dev === hs.backing.dev) add(name, dirEntryAttr(st), j + 4);
+  }
+  return out;
 }
 
 /** The listing of an open directory: every entry lstat'ed (see readdir); a big one yielding between batches. */

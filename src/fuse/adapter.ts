@@ -203,12 +203,12 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
     },
     access: (path, _mode, cb, caller) => run('access', path, caller, cb, async () => (await attr.access(ctx, path), [])),
     statfs: (path, cb, caller) => run('statfs', path, caller, cb, async () => [await attr.statfs(ctx, path)]),
-    readdir: (path, cb, caller) => {
+    readdir: (path, cb, caller, offset = 0) => {
       // A directory removed while a process still lists it: empty, as on any filesystem.
-      if (path === null) return cb(0, ['.', '..']);
+      if (path === null) return offset > 0 ? cb(0, [], [], []) : cb(0, ['.', '..']);
       run('readdir', path, caller, cb, async () => {
-        const listing = await dir.readdir(ctx, path);
-        return [listing.names, listing.stats];
+        const listing = await dir.readdir(ctx, path, offset);
+        return listing.offsets ? [listing.names, listing.stats, listing.offsets] : [listing.names, listing.stats];
       });
     },
     readlink: (path, cb, caller) => run('readlink', path, caller, cb, async () => [await attr.readlink(ctx, path)]),

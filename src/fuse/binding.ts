@@ -18,8 +18,12 @@ export interface NativeOps {
   fgetattr(path: string | null, fh: number, cb: (err: number, st?: object) => void, caller: Caller): void;
   access(path: string, mode: number, cb: Cb, caller: Caller): void;
   statfs(path: string, cb: (err: number, st?: object) => void, caller: Caller): void;
-  /** stats (same length as names) feed d_ino and d_type; with use_ino, d_ino is the stat's ino */
-  readdir(path: string | null, cb: (err: number, names?: string[], stats?: object[]) => void, caller: Caller): void;
+  /**
+   * stats (same length as names) feed d_ino and d_type; with use_ino, d_ino is the stat's ino.
+   * offset: where the kernel's listing stands (0: the start); `offsets` (one per name, each > 0)
+   * answer a part of a streamed listing, without them the names are the whole listing.
+   */
+  readdir(path: string | null, cb: (err: number, names?: string[], stats?: object[], offsets?: number[]) => void, caller: Caller, offset?: number): void;
   readlink(path: string, cb: (err: number, target?: string) => void, caller: Caller): void;
   open(path: string, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
   create(path: string, mode: number, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
