@@ -154,6 +154,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   }
 
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
+  // Directory handles hold no descriptor (listings are streamed): the binding counts them against caps of their own.
+  Fuse.setDirHandleCaps?.(config.limits.dirHandlesPerUid, config.limits.dirHandles);
   const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate, config.fuse.nativeWrite && config.fuse.nativeWriteDecision) : null;
   if (config.fuse.nativeFastPath && !fastPath) log.warn('fuse.nativeFastPath is on but the binding has no fast path (rebuild it: node scripts/build-native.mjs): every getattr goes to JS');
   // RELEASE answered by the binding, carried out here before the next request.
@@ -297,6 +299,9 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           openFiles: ctx.openFilesTotal,
           openFilesCap: ctx.openFiles.cap,
           openFilesPerUid: ctx.openFiles.perUidCap,
+          ...(typeof Fuse.dirHandleStats === 'function'
+            ? { dirHandles: { ...Fuse.dirHandleStats(), perUidCap: config.limits.dirHandlesPerUid, cap: config.limits.dirHandles } }
+            : {}),
           descriptorsInUse: inUse,
         },
         tenants: ctx

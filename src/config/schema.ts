@@ -153,12 +153,16 @@ export const ConfigSchema = z
         /** at least the directory cache (1024) and room for sockets and scans */
         reserveFiles: z.number().int().min(1280).max(1 << 30).default(2048),
         openFilesPerUid: z.number().int().min(0).max(1 << 30).default(8192),
+        /** open directory handles of one caller uid (uid 0 not counted), 0 = off: each costs libfuse one listing request (4 KiB) */
+        dirHandlesPerUid: z.number().int().min(0).max(1 << 30).default(4096),
+        /** open directory handles in all, 0 = off */
+        dirHandles: z.number().int().min(0).max(1 << 30).default(16384),
       })
       .strict()
       .refine((l) => l.nofile === undefined || l.nofile - l.reserveFiles >= 256, {
         message: "limits.nofile must exceed limits.reserveFiles by at least 256 (what is left is for the homes' open files)",
       })
-      .default({ reserveFiles: 2048, openFilesPerUid: 8192 }),
+      .default({ reserveFiles: 2048, openFilesPerUid: 8192, dirHandlesPerUid: 4096, dirHandles: 16384 }),
     probe: z
       .object({ intervalMs: z.number().int().min(500).default(10_000), timeoutMs: z.number().int().min(200).default(5_000) })
       .strict()

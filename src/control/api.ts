@@ -316,6 +316,8 @@ export interface StatusReport {
     openFiles: number;
     openFilesCap: number;
     openFilesPerUid: number;
+    /** open directory handles (the binding counts them: they hold no descriptor) and OPENDIRs refused with EMFILE; the caps, 0 = off */
+    dirHandles?: { open: number; refused: number; perUidCap: number; cap: number };
     descriptorsInUse: number | null;
   };
   /** the last reload since start (SIGHUP or `reload`), null if none */

@@ -105,6 +105,9 @@ export interface FuseClass {
   BINDING_PATH?: string;
   utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: (errno: number) => void): void;
   mknod(path: string, mode: number, dev: number, cb: (errno: number) => void): void;
+  /** open directory handles counted per caller uid (0 not) and in all; past a cap (0: none) OPENDIR answers EMFILE */
+  setDirHandleCaps?(perUid: number, all: number): void;
+  dirHandleStats?(): { open: number; refused: number };
   /** fallocate(2) on the libuv threadpool; cb(0) or cb(-errno) (-EOPNOTSUPP from a build without it) */
   fallocate?(fd: number, mode: number, offset: number, length: number, cb: (errno: number) => void): void;
   unmount(mnt: string, cb: (err: Error | null) => void): void;

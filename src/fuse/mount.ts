@@ -177,6 +177,7 @@ export class MountManager {
       if (r.ok) {
         this.failures = 0;
         delete this.state.lastProbeError;
+        this.logDirRefusals();
       } else {
         this.failures++;
         this.state.lastProbeError = r.error ?? 'probe failed';
@@ -189,6 +190,20 @@ export class MountManager {
     };
     this.timer = setTimeout(() => void tick(), this.config.probe.intervalMs);
     this.timer.unref();
+  }
+
+  private dirRefused = 0;
+
+  /**
+   * OPENDIRs the binding refused with EMFILE (limits.dirHandles*) since the last
+   * probe, as one line: they are answered on libfuse's threads, which do not log.
+   */
+  private logDirRefusals(): void {
+    const refused = this.Fuse.dirHandleStats?.().refused ?? 0;
+    if (refused > this.dirRefused) {
+      this.log.warn({ op: 'opendir', code: 'OPEN_FILES_EXCEEDED', errno: 'EMFILE', refused: refused - this.dirRefused }, 'directory opens refused: a directory-handle cap (limits.dirHandlesPerUid, limits.dirHandles) was reached');
+    }
+    this.dirRefused = refused;
   }
 
   /** umount2(2) through the binding: 0 or -errno. */

@@ -115,3 +115,70 @@ print(len(its), len(all), len(set(all)))`,
     expect(during - before).toBeLessThan(BOUND_MIB);
   }, 300_000);
 });
+
+describe.skipIf(!canMount)('directory handles count against caps of their own: per uid and in all', () => {
+  const U2 = { uid: BASE + 2, gid: BASE + 2 };
+  let d: RunningDaemon;
+  let tmp = '';
+  const status = async () => {
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status']);
+    return (JSON.parse(r.stdout) as { limits: { dirHandles: { open: number; refused: number; perUidCap: number; cap: number } } }).limits.dirHandles;
+  };
+  /** `n` handles opened on `dir` as `who`: how many opened before EMFILE (and the errno name), then all closed. */
+  const openMany = (who: { uid: number; gid: number }, dir: string, n: number, holdFor = '') =>
+    pyAs(
+      tmp,
+      who,
+      `import os, sys, errno, time
+fds = []
+err = '-'
+for i in range(${n}):
+    try:
+        fds.append(os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY))
+    except OSError as e:
+        err = errno.errorcode[e.errno]
+        break
+print(len(fds), err, flush=True)
+${holdFor ? `while not os.path.exists(${JSON.stringify(holdFor)}): time.sleep(0.02)` : ''}
+for fd in fds: os.close(fd)`,
+      dir,
+    );
+
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-dh2-'));
+    chmodSync(tmp, 0o755);
+    const homes = { [`${T}/a`]: { owner: U, profile: 'home' }, [`${T}/b`]: { owner: U2, profile: 'home' } };
+    d = await startDaemon({ homes, create: Object.keys(homes), config: { owners: { from: BASE, to: BASE + 9_999 }, limits: { dirHandlesPerUid: 50, dirHandles: 80 }, probe: { intervalMs: 500, timeoutMs: 5000 } } });
+    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+  }, 60_000);
+
+  afterAll(async () => {
+    await d?.stop();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('a uid past its cap gets EMFILE, and gets its handles back when it closes them', async () => {
+    expect(await openMany(U, d.home(T, 'a'), 60)).toBe('50 EMFILE');
+    expect(await openMany(U, d.home(T, 'a'), 60)).toBe('50 EMFILE');
+    const s = await status();
+    expect(s).toMatchObject({ open: 0, perUidCap: 50, cap: 80 });
+    expect(s.refused).toBeGreaterThanOrEqual(2);
+    // answered on libfuse's threads; the daemon logs them at its next probe
+    const line = await d.waitForLog((l) => l.msg.startsWith('directory opens refused'), 10_000);
+    expect(line).toMatchObject({ op: 'opendir', errno: 'EMFILE' });
+  });
+
+  it('all uids together stop at the daemon-wide cap', async () => {
+    const marks = mkdtempSync(join(tmp, 'marks-'));
+    chmodSync(marks, 0o1777);
+    const release = join(marks, 'release');
+    const holding = openMany(U, d.home(T, 'a'), 50, release);
+    for (let i = 0; i < 500 && (await status()).open < 50; i++) await new Promise((r) => setTimeout(r, 20));
+    expect((await status()).open).toBe(50);
+    // the second uid has 30 left of the 80 in all, not its own 50
+    expect(await openMany(U2, d.home(T, 'b'), 50)).toBe('30 EMFILE');
+    writeFileSync(release, '');
+    expect(await holding).toBe('50 -');
+    expect((await status()).open).toBe(0);
+  });
+});
