@@ -28,8 +28,8 @@ function fakeLimits(soft: number, hard: number, canRaiseHard: boolean) {
 }
 
 describe('limits (config)', () => {
-  it('defaults: the hard limit, a reserve of 2048, 8192 open files per uid', () => {
-    expect(buildConfig(MIN, null).config.limits).toEqual({ reserveFiles: 2048, openFilesPerUid: 8192 });
+  it('defaults: the hard limit, a reserve of 2048, 8192 open files per uid, 4096 directory handles per uid and 16384 in all', () => {
+    expect(buildConfig(MIN, null).config.limits).toEqual({ reserveFiles: 2048, openFilesPerUid: 8192, dirHandlesPerUid: 4096, dirHandles: 16384 });
   });
 
   it.each([
