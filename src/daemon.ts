@@ -304,6 +304,10 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
             : {}),
           descriptorsInUse: inUse,
         },
+        background: {
+          slowFrees: { done: ctx.slowFrees.done, inFlight: ctx.slowFrees.inFlight, waiting: ctx.slowFrees.waiting },
+          bigListings: { inFlight: ctx.listings.inFlight, waiting: ctx.listings.waiting },
+        },
         tenants: ctx
           .knownPools()
           .map((p) => ({ tenant: p.tenant, bytes: p.bytes, budget: p.limit }))

@@ -52,7 +52,7 @@ const closeAsync = promisify(fs.close) as (fd: number) => Promise<void>;
 /** Closes that may free a big file's blocks: on the threadpool, in turns per home. */
 export class SlowFrees {
   private readonly turns = new Turns(PER_HOME, TOTAL);
-  /** closes done this way (status counter) */
+  /** closes done this way since start (status `background.slowFrees`) */
   done = 0;
 
   get inFlight(): number {

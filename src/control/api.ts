@@ -324,4 +324,10 @@ export interface StatusReport {
   lastReload?: ReloadResult | null;
   /** every tenant with a loaded home: total bytes and total budget (0 = off) */
   tenants?: Array<{ tenant: string; bytes: number; budget: number }>;
+  /**
+   * Work that takes turns per home off the JavaScript thread: closes that free a
+   * big file's blocks (done since start, running, waiting) and listings of big
+   * directories JavaScript streams (running, waiting).
+   */
+  background?: { slowFrees: { done: number; inFlight: number; waiting: number }; bigListings: { inFlight: number; waiting: number } };
 }

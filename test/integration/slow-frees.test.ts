@@ -107,9 +107,13 @@ os.close(fd)
     await py(A, 'import os, sys\nos.makedirs(sys.argv[1], exist_ok=True)', dir);
     const path = join(dir, 'frag.bin');
     await fragment(path);
+    const frees = async () => ((await d.status()) as { background: { slowFrees: { done: number; inFlight: number } } }).background.slowFrees;
+    const before = await frees();
     const [rmMs, worst, statusMs] = await removeUnderLoad(path);
     expect(worst).toBeLessThan(rmMs / 2);
     expect(statusMs).toBeLessThan(rmMs / 2);
+    // the close that freed it was one of the slow frees, and it is over
+    expect(await frees()).toMatchObject({ done: before.done + 1, inFlight: 0 });
     const u = await usage(`${T}/big`);
     // what is left is the directory made under ~/.homesfs/
     expect(u.bytes).toBe(0);
