@@ -1,10 +1,12 @@
 #!/usr/bin/env node
-// Builds the (scripts/apply-patches.mjs patched) @cocalc/fuse-native addon from source and
-// verifies the result. Run by `postinstall` (after scripts/apply-patches.mjs) and by hand:
+// Builds homesfs' native addon from source (native/binding.gyp: the binding's
+// fuse-native.c, patched at the seam by scripts/apply-patches.mjs, with our C in
+// native/src), installs it where the binding's index.js loads it, and verifies
+// the result. Run by `postinstall` (after scripts/apply-patches.mjs) and by hand:
 //   node scripts/build-native.mjs
 // npm 11 does not run dependency install scripts, so nothing else builds it.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, copyFileSync, renameSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -32,6 +34,8 @@ if (!existsSync(path.join(pkgDir, 'package.json'))) {
   fail(`${pkgDir} is missing; run npm ci first`);
 }
 if (!existsSync(path.join(pkgDir, 'fuse-native.c'))) fail(`${pkgDir}/fuse-native.c is missing`);
+const nativeDir = path.join(root, 'native');
+if (!existsSync(path.join(nativeDir, 'binding.gyp'))) fail(`${nativeDir}/binding.gyp is missing`);
 
 // 1. libfuse 2 development files
 {
@@ -91,8 +95,22 @@ if (nodedir) {
 }
 log(`running: ${process.execPath} ${gypArgs.join(' ')}`);
 {
-  const r = spawnSync(process.execPath, gypArgs, { cwd: pkgDir, stdio: 'inherit' });
+  const r = spawnSync(process.execPath, gypArgs, { cwd: nativeDir, stdio: 'inherit' });
   if (r.error || r.status !== 0) fail(`node-gyp rebuild failed (exit ${r.status ?? r.error})`);
+}
+
+// 3b. install both addons where index.js (node-gyp-build) and src/fs/scandir.ts
+// load them. A copy under a temporary name, then a rename: a daemon still running
+// on the old file keeps its mapping (rewriting it in place would crash it).
+{
+  const dest = path.join(pkgDir, 'build', 'Release');
+  mkdirSync(dest, { recursive: true });
+  for (const name of ['fuse.node', 'scandir.node']) {
+    const tmp = path.join(dest, `.${name}.${process.pid}`);
+    copyFileSync(path.join(nativeDir, 'build', 'Release', name), tmp);
+    renameSync(tmp, path.join(dest, name));
+  }
+  log(`installed fuse.node and scandir.node into ${dest}`);
 }
 
 // 4. verify in a child node: patched marker, loadable, linked against system libfuse.so.2
