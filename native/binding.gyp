@@ -17,6 +17,8 @@
   "target_defaults": {
     "cflags!": [ "-O3" ],
     "cflags": [ "-g", "-O2", "-Wall" ],
+    # libfuse 2.9's API, for every file that includes its headers
+    "defines": [ "FUSE_USE_VERSION=29" ],
   },
   "targets": [{
     "target_name": "fuse",
@@ -24,8 +26,13 @@
     "link_settings": { "libraries": [ "<@(fuse_libraries)" ] },
     "sources": [
       "<(fuse_native_dir)/fuse-native.c",
+      "src/calls.c",
+      "src/channel.c",
       "src/dataplane.c",
+      "src/dirhandles.c",
       "src/fastpath.c",
+      "src/seam.c",
+      "src/utf8.c",
     ],
   }, {
     "target_name": "scandir",

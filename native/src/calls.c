@@ -1,0 +1,424 @@
+// System calls JS needs and Node lacks, run on libuv's thread pool so the JS
+// thread never blocks on the disk: utimensat without following symlinks,
+// fallocate with every mode, mknod, umount2 with flags, RLIMIT_NOFILE; and
+// the UTF-8 check of a buffer. Each takes its arguments, validates them
+// (TypeError EINVAL on a wrong type, never a crash) and calls back with 0 or
+// -errno. No global state.
+#define FUSE_USE_VERSION 29
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <node_api.h>
+#include <napi-macros.h>
+#include "calls.h"
+#include "utf8.h"
+
+NAPI_METHOD(fuse_native_utf8_valid_buffer) {
+  NAPI_ARGV(1)
+  NAPI_ARGV_BUFFER_CAST(unsigned char *, data, 0);
+  napi_value out;
+  napi_get_boolean(env, homesfs_utf8_valid_n(data, data_len), &out);
+  return out;
+}
+
+// Fuse.utimensat(path, atime, mtime, cb): utimensat(AT_FDCWD, path, ts,
+// AT_SYMLINK_NOFOLLOW) on the libuv threadpool; cb(0) or cb(-errno).
+
+typedef struct {
+  napi_async_work work;
+  napi_ref cb;
+  char *path;
+  struct timespec ts[2];
+  int res;
+} fuse_native_utimensat_req_t;
+
+static int fuse_native_parse_time (napi_env env, napi_value val, struct timespec *ts) {
+  napi_valuetype t;
+  if (napi_typeof(env, val, &t) != napi_ok) return 0;
+  if (t == napi_string) {
+    char s[8];
+    size_t n = 0;
+    if (napi_get_value_string_utf8(env, val, s, sizeof(s), &n) != napi_ok) return 0;
+    if (strcmp(s, "now") == 0) { ts->tv_sec = 0; ts->tv_nsec = UTIME_NOW; return 1; }
+    if (strcmp(s, "omit") == 0) { ts->tv_sec = 0; ts->tv_nsec = UTIME_OMIT; return 1; }
+    return 0;
+  }
+  if (t != napi_object) return 0;
+  napi_value sec_v, nsec_v;
+  if (napi_get_named_property(env, val, "sec", &sec_v) != napi_ok) return 0;
+  if (napi_get_named_property(env, val, "nsec", &nsec_v) != napi_ok) return 0;
+  int64_t sec = 0;
+  int64_t nsec = 0;
+  napi_valuetype st, nt;
+  napi_typeof(env, sec_v, &st);
+  napi_typeof(env, nsec_v, &nt);
+  if (st == napi_number) {
+    double d;
+    napi_get_value_double(env, sec_v, &d);
+    if (d != d || d > 9.2e18 || d < -9.2e18 || (double) (int64_t) d != d) return 0;
+    sec = (int64_t) d;
+  } else if (st == napi_bigint) {
+    bool lossless = false;
+    napi_get_value_bigint_int64(env, sec_v, &sec, &lossless);
+    if (!lossless) return 0;
+  } else {
+    return 0;
+  }
+  if (nt == napi_number) {
+    double d;
+    napi_get_value_double(env, nsec_v, &d);
+    if (d != d || (double) (int64_t) d != d) return 0;
+    nsec = (int64_t) d;
+  } else if (nt == napi_bigint) {
+    bool lossless = false;
+    napi_get_value_bigint_int64(env, nsec_v, &nsec, &lossless);
+    if (!lossless) return 0;
+  } else if (nt == napi_undefined) {
+    nsec = 0;
+  } else {
+    return 0;
+  }
+  if (nsec < 0 || nsec > 999999999) return 0;
+  ts->tv_sec = (time_t) sec;
+  ts->tv_nsec = (long) nsec;
+  return 1;
+}
+
+static void fuse_native_utimensat_execute (napi_env env, void *data) {
+  fuse_native_utimensat_req_t *r = (fuse_native_utimensat_req_t *) data;
+  r->res = (utimensat(AT_FDCWD, r->path, r->ts, AT_SYMLINK_NOFOLLOW) == 0) ? 0 : -errno;
+}
+
+static void fuse_native_utimensat_complete (napi_env env, napi_status status, void *data) {
+  fuse_native_utimensat_req_t *r = (fuse_native_utimensat_req_t *) data;
+  napi_value cb, global, argv[1], result;
+  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
+  napi_get_reference_value(env, r->cb, &cb);
+  napi_get_global(env, &global);
+  napi_create_int32(env, res, &argv[0]);
+  napi_delete_reference(env, r->cb);
+  napi_delete_async_work(env, r->work);
+  free(r->path);
+  free(r);
+  napi_call_function(env, global, cb, 1, argv, &result);
+}
+
+NAPI_METHOD(fuse_native_utimensat) {
+  NAPI_ARGV(4)
+  napi_valuetype t;
+  size_t path_len = 0;
+  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_string) {
+    napi_throw_type_error(env, "EINVAL", "utimensat: path must be a string");
+    return NULL;
+  }
+  if (napi_typeof(env, argv[3], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, "EINVAL", "utimensat: cb must be a function");
+    return NULL;
+  }
+  struct timespec ts[2];
+  if (!fuse_native_parse_time(env, argv[1], &ts[0]) || !fuse_native_parse_time(env, argv[2], &ts[1])) {
+    napi_throw_type_error(env, "EINVAL", "utimensat: times must be 'now', 'omit' or { sec, nsec } with 0 <= nsec < 1e9");
+    return NULL;
+  }
+  NAPI_STATUS_THROWS(napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len))
+  fuse_native_utimensat_req_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) { napi_throw_error(env, "ENOMEM", "utimensat: out of memory"); return NULL; }
+  r->path = malloc(path_len + 1);
+  if (r->path == NULL) { free(r); napi_throw_error(env, "ENOMEM", "utimensat: out of memory"); return NULL; }
+  napi_get_value_string_utf8(env, argv[0], r->path, path_len + 1, &path_len);
+  if (strlen(r->path) != path_len) {
+    free(r->path); free(r);
+    napi_throw_type_error(env, "EINVAL", "utimensat: path contains a NUL byte");
+    return NULL;
+  }
+  r->ts[0] = ts[0];
+  r->ts[1] = ts[1];
+  napi_value name;
+  napi_create_string_utf8(env, "fuse-native:utimensat", NAPI_AUTO_LENGTH, &name);
+  napi_create_reference(env, argv[3], 1, &(r->cb));
+  if (napi_create_async_work(env, NULL, name, fuse_native_utimensat_execute, fuse_native_utimensat_complete, r, &(r->work)) != napi_ok ||
+      napi_queue_async_work(env, r->work) != napi_ok) {
+    napi_delete_reference(env, r->cb);
+    free(r->path); free(r);
+    napi_throw_error(env, "EIO", "utimensat: could not queue work");
+    return NULL;
+  }
+  return NULL;
+}
+
+// --- Fuse.fallocate(fd, mode, offset, length, cb) -----------------
+// fallocate(fd, mode, offset, length) on the libuv threadpool; cb(0) or
+// cb(-errno). Node has none. The daemon decides what a mode may do and what it
+// is charged (src/policy/fallocate.ts) and only then asks for the syscall on
+// the backing descriptor of a handle it holds.
+
+typedef struct {
+  napi_async_work work;
+  napi_ref cb;
+  int fd;
+  int mode;
+  off_t offset;
+  off_t length;
+  int res;
+} fuse_native_fallocate_req_t;
+
+static void fuse_native_fallocate_execute (napi_env env, void *data) {
+  fuse_native_fallocate_req_t *r = (fuse_native_fallocate_req_t *) data;
+  r->res = (fallocate(r->fd, r->mode, r->offset, r->length) == 0) ? 0 : -errno;
+}
+
+static void fuse_native_fallocate_complete (napi_env env, napi_status status, void *data) {
+  fuse_native_fallocate_req_t *r = (fuse_native_fallocate_req_t *) data;
+  napi_value cb, global, argv[1], result;
+  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
+  napi_get_reference_value(env, r->cb, &cb);
+  napi_get_global(env, &global);
+  napi_create_int32(env, res, &argv[0]);
+  napi_delete_reference(env, r->cb);
+  napi_delete_async_work(env, r->work);
+  free(r);
+  napi_call_function(env, global, cb, 1, argv, &result);
+}
+
+NAPI_METHOD(fuse_native_backing_fallocate) {
+  NAPI_ARGV(5)
+  napi_valuetype t;
+  int32_t fd = -1, mode = -1;
+  int64_t offset = -1, length = -1;
+  if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_int32(env, argv[1], &mode) != napi_ok ||
+      napi_get_value_int64(env, argv[2], &offset) != napi_ok || napi_get_value_int64(env, argv[3], &length) != napi_ok ||
+      fd < 0 || mode < 0 || offset < 0 || length <= 0) {
+    napi_throw_type_error(env, "EINVAL", "fallocate: fd >= 0, mode >= 0, offset >= 0 and length > 0 must be numbers");
+    return NULL;
+  }
+  if (napi_typeof(env, argv[4], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, "EINVAL", "fallocate: cb must be a function");
+    return NULL;
+  }
+  fuse_native_fallocate_req_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) { napi_throw_error(env, "ENOMEM", "fallocate: out of memory"); return NULL; }
+  r->fd = fd;
+  r->mode = mode;
+  r->offset = (off_t) offset;
+  r->length = (off_t) length;
+  napi_value name;
+  napi_create_string_utf8(env, "fuse-native:fallocate", NAPI_AUTO_LENGTH, &name);
+  napi_create_reference(env, argv[4], 1, &(r->cb));
+  if (napi_create_async_work(env, NULL, name, fuse_native_fallocate_execute, fuse_native_fallocate_complete, r, &(r->work)) != napi_ok ||
+      napi_queue_async_work(env, r->work) != napi_ok) {
+    napi_delete_reference(env, r->cb);
+    free(r);
+    napi_throw_error(env, "EIO", "fallocate: could not queue work");
+    return NULL;
+  }
+  return NULL;
+}
+
+// --- Fuse.mknod(path, mode, dev, cb) --------------------------------------------
+// mknod(path, mode, dev) on the libuv threadpool; cb(0) or cb(-errno). Node has
+// no mknod: the daemon creates FIFOs, sockets and device nodes in the backing
+// tree with this, addressing `/proc/self/fd/<dir>/<name>` (the last component is
+// never followed: mknod fails with EEXIST on any existing name).
+
+typedef struct {
+  napi_async_work work;
+  napi_ref cb;
+  char *path;
+  mode_t mode;
+  dev_t dev;
+  int res;
+} fuse_native_mknod_req_t;
+
+static void fuse_native_mknod_execute (napi_env env, void *data) {
+  fuse_native_mknod_req_t *r = (fuse_native_mknod_req_t *) data;
+  r->res = (mknod(r->path, r->mode, r->dev) == 0) ? 0 : -errno;
+}
+
+static void fuse_native_mknod_complete (napi_env env, napi_status status, void *data) {
+  fuse_native_mknod_req_t *r = (fuse_native_mknod_req_t *) data;
+  napi_value cb, global, argv[1], result;
+  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
+  napi_get_reference_value(env, r->cb, &cb);
+  napi_get_global(env, &global);
+  napi_create_int32(env, res, &argv[0]);
+  napi_delete_reference(env, r->cb);
+  napi_delete_async_work(env, r->work);
+  free(r->path);
+  free(r);
+  napi_call_function(env, global, cb, 1, argv, &result);
+}
+
+NAPI_METHOD(fuse_native_backing_mknod) {
+  NAPI_ARGV(4)
+  napi_valuetype t;
+  size_t path_len = 0;
+  uint32_t mode = 0, dev = 0;
+  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_string) {
+    napi_throw_type_error(env, "EINVAL", "mknod: path must be a string");
+    return NULL;
+  }
+  if (napi_get_value_uint32(env, argv[1], &mode) != napi_ok || napi_get_value_uint32(env, argv[2], &dev) != napi_ok) {
+    napi_throw_type_error(env, "EINVAL", "mknod: mode and dev must be numbers");
+    return NULL;
+  }
+  if (napi_typeof(env, argv[3], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, "EINVAL", "mknod: cb must be a function");
+    return NULL;
+  }
+  NAPI_STATUS_THROWS(napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len))
+  fuse_native_mknod_req_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) { napi_throw_error(env, "ENOMEM", "mknod: out of memory"); return NULL; }
+  r->path = malloc(path_len + 1);
+  if (r->path == NULL) { free(r); napi_throw_error(env, "ENOMEM", "mknod: out of memory"); return NULL; }
+  napi_get_value_string_utf8(env, argv[0], r->path, path_len + 1, &path_len);
+  if (strlen(r->path) != path_len) {
+    free(r->path); free(r);
+    napi_throw_type_error(env, "EINVAL", "mknod: path contains a NUL byte");
+    return NULL;
+  }
+  r->mode = (mode_t) mode;
+  r->dev = (dev_t) dev;
+  napi_value name;
+  napi_create_string_utf8(env, "fuse-native:mknod", NAPI_AUTO_LENGTH, &name);
+  napi_create_reference(env, argv[3], 1, &(r->cb));
+  if (napi_create_async_work(env, NULL, name, fuse_native_mknod_execute, fuse_native_mknod_complete, r, &(r->work)) != napi_ok ||
+      napi_queue_async_work(env, r->work) != napi_ok) {
+    napi_delete_reference(env, r->cb);
+    free(r->path); free(r);
+    napi_throw_error(env, "EIO", "mknod: could not queue work");
+    return NULL;
+  }
+  return NULL;
+}
+
+// --- Fuse.umount2(mnt, flags, cb), Fuse.nofile(soft, hard) ----------
+// umount2(2) on the libuv threadpool, cb(0) or cb(-errno): the daemon unmounts
+// without a child process and without a descriptor (under descriptor pressure
+// `umount` could not even be spawned). Off the JS thread, as every call that
+// may reach the mount: the JS thread serves the mount's requests.
+// nofile: get and set RLIMIT_NOFILE (Node has no setrlimit); synchronous.
+
+typedef struct {
+  napi_async_work work;
+  napi_ref cb;
+  char *path;
+  int flags;
+  int res;
+} fuse_native_umount2_req_t;
+
+static void fuse_native_umount2_execute (napi_env env, void *data) {
+  fuse_native_umount2_req_t *r = (fuse_native_umount2_req_t *) data;
+  r->res = (umount2(r->path, r->flags) == 0) ? 0 : -errno;
+}
+
+static void fuse_native_umount2_complete (napi_env env, napi_status status, void *data) {
+  fuse_native_umount2_req_t *r = (fuse_native_umount2_req_t *) data;
+  napi_value cb, global, argv[1], result;
+  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
+  napi_get_reference_value(env, r->cb, &cb);
+  napi_get_global(env, &global);
+  napi_create_int32(env, res, &argv[0]);
+  napi_delete_reference(env, r->cb);
+  napi_delete_async_work(env, r->work);
+  free(r->path);
+  free(r);
+  napi_call_function(env, global, cb, 1, argv, &result);
+}
+
+NAPI_METHOD(fuse_native_umount2) {
+  NAPI_ARGV(3)
+  napi_valuetype t;
+  size_t path_len = 0;
+  int32_t flags = 0;
+  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_string) {
+    napi_throw_type_error(env, "EINVAL", "umount2: path must be a string");
+    return NULL;
+  }
+  if (napi_get_value_int32(env, argv[1], &flags) != napi_ok) {
+    napi_throw_type_error(env, "EINVAL", "umount2: flags must be a number");
+    return NULL;
+  }
+  if (napi_typeof(env, argv[2], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, "EINVAL", "umount2: cb must be a function");
+    return NULL;
+  }
+  NAPI_STATUS_THROWS(napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len))
+  fuse_native_umount2_req_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) { napi_throw_error(env, "ENOMEM", "umount2: out of memory"); return NULL; }
+  r->path = malloc(path_len + 1);
+  if (r->path == NULL) { free(r); napi_throw_error(env, "ENOMEM", "umount2: out of memory"); return NULL; }
+  napi_get_value_string_utf8(env, argv[0], r->path, path_len + 1, &path_len);
+  if (strlen(r->path) != path_len) {
+    free(r->path); free(r);
+    napi_throw_type_error(env, "EINVAL", "umount2: path contains a NUL byte");
+    return NULL;
+  }
+  r->flags = flags;
+  napi_value name;
+  napi_create_string_utf8(env, "fuse-native:umount2", NAPI_AUTO_LENGTH, &name);
+  napi_create_reference(env, argv[2], 1, &(r->cb));
+  if (napi_create_async_work(env, NULL, name, fuse_native_umount2_execute, fuse_native_umount2_complete, r, &(r->work)) != napi_ok ||
+      napi_queue_async_work(env, r->work) != napi_ok) {
+    napi_delete_reference(env, r->cb);
+    free(r->path); free(r);
+    napi_throw_error(env, "EIO", "umount2: could not queue work");
+    return NULL;
+  }
+  return NULL;
+}
+
+// nofile(soft, hard): 0 for either keeps it; returns [res, soft, hard] with
+// res 0 or -errno of setrlimit, and the limits in force afterwards (Infinity
+// for RLIM_INFINITY).
+static napi_value fuse_native_rlim_value (napi_env env, rlim_t v) {
+  napi_value out;
+  napi_create_double(env, v == RLIM_INFINITY ? (double) INFINITY : (double) v, &out);
+  return out;
+}
+
+NAPI_METHOD(fuse_native_nofile) {
+  NAPI_ARGV(2)
+  double want_soft = 0, want_hard = 0;
+  if (napi_get_value_double(env, argv[0], &want_soft) != napi_ok || napi_get_value_double(env, argv[1], &want_hard) != napi_ok ||
+      !(want_soft >= 0) || !(want_hard >= 0)) {
+    napi_throw_type_error(env, "EINVAL", "nofile: soft and hard must be numbers >= 0");
+    return NULL;
+  }
+  struct rlimit rl;
+  int32_t res = 0;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) res = -errno;
+  if (res == 0 && (want_soft > 0 || want_hard > 0)) {
+    struct rlimit next = rl;
+    if (want_hard > 0) next.rlim_max = (rlim_t) want_hard;
+    if (want_soft > 0) next.rlim_cur = (rlim_t) want_soft;
+    if (setrlimit(RLIMIT_NOFILE, &next) != 0) res = -errno;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 && res == 0) res = -errno;
+  }
+  napi_value out, v;
+  napi_create_array_with_length(env, 3, &out);
+  napi_create_int32(env, res, &v);
+  napi_set_element(env, out, 0, v);
+  napi_set_element(env, out, 1, fuse_native_rlim_value(env, rl.rlim_cur));
+  napi_set_element(env, out, 2, fuse_native_rlim_value(env, rl.rlim_max));
+  return out;
+}
+
+void homesfs_calls_export (napi_env env, napi_value exports) {
+  NAPI_EXPORT_FUNCTION(fuse_native_utimensat)
+  NAPI_EXPORT_FUNCTION(fuse_native_backing_mknod)
+  NAPI_EXPORT_FUNCTION(fuse_native_backing_fallocate)
+  NAPI_EXPORT_FUNCTION(fuse_native_umount2)
+  NAPI_EXPORT_FUNCTION(fuse_native_nofile)
+  NAPI_EXPORT_FUNCTION(fuse_native_utf8_valid_buffer)
+}

@@ -1,0 +1,19 @@
+// The channel to /dev/fuse and the flush gate, FOPEN_NOFLUSH and
+// single-reader logic that ride on it (channel.c).
+#ifndef HOMESFS_CHANNEL_H
+#define HOMESFS_CHANNEL_H
+#include <fuse.h>
+#include <fuse_lowlevel.h>
+#include <node_api.h>
+
+// 1 when this FLUSH is a no-op JS need not see (its handle's gate slot is 0).
+int homesfs_flush_is_noop (const struct fuse_file_info *info);
+// After an OPEN or CREATE answered res on this thread: a reader in a zero
+// gate slot gets FOPEN_NOFLUSH in the reply this thread sends next.
+void homesfs_noflush_after_open (int res, const struct fuse_file_info *info);
+// The kernel channel fuse_mount made, replaced by ours (same descriptor, dup'd).
+struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch);
+// At mount: starts the single reader (and its watchdog) if JS asked for it.
+void homesfs_lead_start (void);
+void homesfs_channel_export (napi_env env, napi_value exports);
+#endif
