@@ -4,8 +4,9 @@
  * open-slots.ts, publication.ts, each a base class of the next), plus what
  * the operations share that needs no binding: virtual-path parsing, the rules
  * for a new entry (name shape, reserved `.homesfs`, owner on disk, link
- * targets), hidden unlinked files and the status files. Rules here read the
- * home's profile as it is at the call: a profile switch applies at once.
+ * targets), files hidden while unlinked, the turns of big listings, the
+ * admission of a home rename. Rules here read the home's profile as it is at
+ * the call: a profile switch applies at once.
  */
 import type { Dirent } from 'node:fs';
 import { posix } from 'node:path';
@@ -45,13 +46,10 @@ export type HomePath = { kind: 'home'; home: HomeRef; rel: readonly string[] };
 export class FsContext extends NativePublication {
   /** files unlinked while open, under the hidden name libfuse gave them (see hidden.ts) */
   readonly hidden = new Map<string, HiddenNode>();
-
   /** listings of big directories: one per home at a time, four in all (dir.ts) */
   readonly listings = new Turns(1, 4);
-
   /** the names of the big directories being streamed, as read (dir.ts streamDir): a few, whatever the directories' sizes */
   readonly streamedNames = new LRUCache<string, { version: string; names: Dirent<Buffer>[] }>({ max: 4 });
-
   admission: HomeRenameAdmission | null = null;
 
   parse(path: string): VirtualPath {

@@ -1,7 +1,8 @@
 /**
- * Open handles and the open-file slots they hold: the handle table, the caps
- * per home, per caller uid and in all (policy/openfiles.ts), and the slots
- * granted ahead to the binding so that it can open and create files itself.
+ * Open handles and the open-file slots they hold: the handle table (and the
+ * open status files), the caps per home, per caller uid and in all
+ * (policy/openfiles.ts), and the slots granted ahead to the binding so that
+ * it can open and create files itself.
  * A granted slot is a real slot under every cap, taken back before a cap
  * refuses an open of JS's; what the binding did with its slots (and the
  * RELEASEs it answered) is taken here by settle() before any request, control
@@ -17,7 +18,7 @@ import type { FsDeps } from './homes.js';
 import { HandleTable, inodeKey, type Caller, type FileHandle, type HomeState } from './state.js';
 import { StatusFiles } from './status.js';
 
-/** How long an open at a cap waits for RELEASEs already on their way (see FsContext.openSlot). */
+/** How long an open at a cap waits for RELEASEs already on their way (see openSlot). */
 const RELEASE_GRACE_MS = 5;
 
 /**

@@ -7,8 +7,8 @@
  * policy change republishes all of it at once (policyChanged), so the binding
  * never answers from state JavaScript has left behind.
  */
-import { OpenSlots } from './open-slots.js';
 import { DP_READ, DP_WRITE, NATIVE_OPEN_DIRECT_IO, NATIVE_OPEN_ON, NATIVE_OPEN_READ, NATIVE_OPEN_WRITE, readsNeedNoPolicy, writesNeedNoData, type DataPlaneStats } from './native-api.js';
+import { OpenSlots } from './open-slots.js';
 import type { FileHandle, HomeState } from './state.js';
 
 export abstract class NativePublication extends OpenSlots {
