@@ -7,10 +7,10 @@ import type { HomeRef } from '../paths/parse.js';
 import { checkComponent, decodeBackingName } from '../paths/names.js';
 import { effectiveDirMode, effectiveFileMode, maySpecial, type SpecialKind } from '../policy/profiles.js';
 import { isReservedDir, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
-import type { Caller, FsContext } from './context.js';
+import type { FsContext } from './context.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
 import { forgetHidden, hideOpenFile, HIDDEN_NAME } from './hidden.js';
-import type { HomeState } from './state.js';
+import type { Caller, HomeState } from './state.js';
 
 /** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
 export interface Listing {

@@ -7,8 +7,8 @@ import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, planFa
 import { effectiveFileMode } from '../policy/profiles.js';
 import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BYTES } from '../policy/utf8.js';
 import type { OpenSlot } from '../policy/openfiles.js';
-import type { Caller, FsContext } from './context.js';
-import type { FileHandle, HomeState, OpenInode } from './state.js';
+import type { FsContext } from './context.js';
+import type { Caller, FileHandle, HomeState, OpenInode } from './state.js';
 import { statusText } from './status.js';
 
 const C = sys.C;

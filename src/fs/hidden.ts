@@ -1,6 +1,5 @@
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
-import type { FsContext } from './context.js';
 import { inodeKey, type HomeState, type OpenInode } from './state.js';
 
 /**
@@ -25,6 +24,14 @@ export interface HiddenNode {
   readonly home: HomeState;
 }
 
+/** What hiding and forgetting need from the fs context (FsContext). */
+export interface HiddenHost {
+  /** hidden names (their full virtual paths) and the inodes they stand for */
+  readonly hidden: Map<string, HiddenNode>;
+  probeNode(dirFd: number, name: string): Promise<number | null>;
+  settleRemoved(hs: HomeState, nodeFd: number): void;
+}
+
 /**
  * A descriptor of the hidden inode: one of its open handles'. No descriptor of
  * its own: each would be one more the daemon holds per file a home unlinks
@@ -45,7 +52,7 @@ export function hiddenFd(h: HiddenNode): number {
  * (the name is not of libfuse's form, the source is not an open regular file,
  * the target exists) is an ordinary rename: false.
  */
-export async function hideOpenFile(ctx: FsContext, hs: HomeState, dirFd: number, name: string, to: string, hiddenName: string): Promise<boolean> {
+export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number, name: string, to: string, hiddenName: string): Promise<boolean> {
   if (!HIDDEN_NAME.test(hiddenName)) return false;
   if ((await ctx.probeNode(dirFd, hiddenName).then(async (fd) => (fd === null ? false : (await sys.close(fd), true))))) return false;
   const node = await ctx.probeNode(dirFd, name);
@@ -66,7 +73,7 @@ export async function hideOpenFile(ctx: FsContext, hs: HomeState, dirFd: number,
 }
 
 /** libfuse unlinks the hidden name after the last release: forget the inode. */
-export async function forgetHidden(ctx: FsContext, path: string): Promise<boolean> {
+export async function forgetHidden(ctx: Pick<HiddenHost, 'hidden'>, path: string): Promise<boolean> {
   const h = ctx.hidden.get(path);
   if (!h) return false;
   ctx.hidden.delete(path);

@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
-import type { FsContext } from './context.js';
+import type { BackingStore } from '../backing/store.js';
+import type { Logger } from '../log.js';
 import type { ScanJob, ScanReply, ScanResult } from './scan-walk.js';
 import type { HomeState } from './state.js';
 
@@ -89,7 +90,14 @@ export function measureTree(rootFd: number, opts: { onProgress?: (r: { bytes: nu
   return pool.run(rootFd, [...(opts.exclude ?? [])], opts.onProgress);
 }
 
-export async function scanHome(ctx: FsContext, hs: HomeState): Promise<void> {
+/** What the start-up scan of a home needs from the registry that opened it (HomeRegistry). */
+export interface ScanHost {
+  readonly log: Logger;
+  readonly store: BackingStore;
+  replaceLedger(hs: HomeState, counts: { bytes: number; inodes: number }): void;
+}
+
+export async function scanHome(ctx: ScanHost, hs: HomeState): Promise<void> {
   const log = ctx.log.child({ home: hs.backing.id });
   hs.scan = 'scanning';
   const started = Date.now();

@@ -4,6 +4,13 @@ import type { Ledger } from '../policy/ledger.js';
 import type { OpenSlot } from '../policy/openfiles.js';
 import type { Profile } from '../policy/profiles.js';
 
+/** Who asked: the FUSE request's caller. */
+export interface Caller {
+  uid: number;
+  gid: number;
+  pid: number;
+}
+
 /** A FIFO mutex: writes to one file are checked and applied one at a time. */
 export class Mutex {
   private tail: Promise<void> = Promise.resolve();

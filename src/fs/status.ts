@@ -2,8 +2,7 @@ import { HomesError } from '../errors.js';
 import { homeId } from '../paths/parse.js';
 import { RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import type { SoftState } from '../policy/ledger.js';
-import type { Refusal } from '../policy/refusals.js';
-import type { FsContext } from './context.js';
+import type { Refusal, RefusalBook } from '../policy/refusals.js';
 import { S_IFDIR, S_IFREG, SYNTHETIC_INO, type Attr } from './present.js';
 import { RESERVED_FH_FROM, SELFCHECK_FH, type HomeState } from './state.js';
 
@@ -164,16 +163,17 @@ function syntheticAttr(hs: HomeState, mode: number, size: bigint, nlink: number,
   };
 }
 
-export function statusAttr(ctx: FsContext, hs: HomeState, size: number): Attr {
+export function statusAttr(ctx: { readonly statusFiles: StatusFiles }, hs: HomeState, size: number): Attr {
   return syntheticAttr(hs, S_IFREG | 0o400, BigInt(size), 1, ctx.statusFiles.ino(hs.backing.id));
 }
 
 /** `.homesfs` when it does not exist in the backing tree: an empty owner-only directory. */
-export function virtualDirAttr(ctx: FsContext, hs: HomeState): Attr {
+export function virtualDirAttr(ctx: { readonly statusFiles: StatusFiles }, hs: HomeState): Attr {
   return syntheticAttr(hs, S_IFDIR | 0o700, 4096n, 2, ctx.statusFiles.ino(hs.backing.id) | 1n);
 }
 
-export function statusText(ctx: FsContext, hs: HomeState): Buffer {
+/** The text of the home's status file, from its refusals and open files (FsContext provides both). */
+export function statusText(ctx: { readonly refusals: RefusalBook; openFilesOf(hs: HomeState): number }, hs: HomeState): Buffer {
   return Buffer.from(renderStatus(hs, ctx.refusals.recent(homeId(hs.backing.ref)), new Date(), ctx.openFilesOf(hs)), 'utf8');
 }
 

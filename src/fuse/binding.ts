@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
-import type { Caller, TimeSpec } from '../fs/context.js';
+import type { TimeSpec } from '../fs/native-api.js';
+import type { Caller } from '../fs/state.js';
 
 /** The patch level this daemon was written against (see patches/ and native-notes/). */
 export const REQUIRED_PATCH = 3;

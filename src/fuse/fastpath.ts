@@ -1,6 +1,6 @@
 import type { BigIntStats } from 'node:fs';
 import { INLINE_FREE_MAX_BYTES } from '../backing/freeing.js';
-import { NATIVE_OPEN_WRITE, type AttrPublisher } from '../fs/context.js';
+import { NATIVE_OPEN_WRITE, type AttrPublisher } from '../fs/native-api.js';
 import { HIDDEN_NAME_PREFIX } from '../fs/hidden.js';
 import { presentedMode } from '../fs/present.js';
 import type { FileHandle, HomeState } from '../fs/state.js';

@@ -3,7 +3,7 @@
  * is a few lines of `name{labels} value`, and a client library would put its
  * own label hashing and allocation on the per-request path.
  */
-import type { DataPlaneStats } from '../fs/context.js';
+import type { DataPlaneStats } from '../fs/native-api.js';
 import { LATENCY_BUCKETS, type OpStats } from './ops.js';
 
 export interface HomeSample {
