@@ -113,13 +113,13 @@ log(`running: ${process.execPath} ${gypArgs.join(' ')}`);
   log(`installed fuse.node and scandir.node into ${dest}`);
 }
 
-// 4. verify in a child node: patched marker, loadable, linked against system libfuse.so.2
+// 4. verify in a child node: loadable, the seam applied (an ABI), linked against system libfuse.so.2
 const check = spawnSync(
   process.execPath,
   [
     '-e',
     `const F = require(${JSON.stringify(pkgDir)});
-     process.stdout.write(JSON.stringify({ patch: F.HOMESFS_PATCH, path: F.BINDING_PATH }));`,
+     process.stdout.write(JSON.stringify({ abi: F.native && F.native.ABI ? F.native.ABI.VERSION : null, path: F.BINDING_PATH }));`,
   ],
   { encoding: 'utf8' },
 );
@@ -130,9 +130,10 @@ try {
 } catch {
   fail(`unexpected output while loading the module: ${check.stdout}`);
 }
-if (info.patch !== 3) {
+// The daemon compares the whole ABI (src/abi.ts); here: the seam is applied (index.js exposes the addon) and it has one.
+if (typeof info.abi !== 'number') {
   fail(
-    `HOMESFS_PATCH is ${info.patch}, expected 3: the homesfs patch is not applied.\n` +
+    'the binding does not expose homesfs\' ABI (Fuse.native.ABI): the seam patch is not applied.\n' +
       '  Run `node scripts/apply-patches.mjs` (patches/@cocalc+fuse-native+2.4.3.patch) and build again.',
   );
 }
@@ -141,9 +142,9 @@ const fuseLine = (ldd.stdout || '').split('\n').find((l) => /libfuse\.so\.2\b/.t
 if (!fuseLine || /not found/.test(fuseLine)) {
   fail(`ldd ${info.path} does not show the system libfuse.so.2:\n${ldd.stdout}${ldd.stderr}`);
 }
-log(`OK: ${info.path} (HOMESFS_PATCH=${info.patch}; ${fuseLine.trim()})`);
+log(`OK: ${info.path} (ABI ${info.abi}; ${fuseLine.trim()})`);
 
-// 5. the scan's lister (patch 5), a second addon of the same build: it must load
+// 5. the scan's lister, a second addon of the same build: it must load
 // where the scan runs, in a worker thread, and list a directory there.
 {
   const scandir = path.join(pkgDir, 'build', 'Release', 'scandir.node');

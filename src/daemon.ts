@@ -10,6 +10,7 @@ import { commands, PLATFORM_COMMANDS } from './control/registry.js';
 import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
 import * as sys from './backing/sys.js';
+import { ABI } from './abi.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
 import { NativeFastPath } from './fuse/fastpath.js';
@@ -282,7 +283,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         configPath: loaded.path,
         mount: { path: config.mount, ...mount.state },
         native: {
-          patch: Fuse.HOMESFS_PATCH ?? 0,
+          abi: ABI.VERSION,
           selfCheck: sc.state,
           maxWriteRequest: sc.maxWriteRequest,
           ...(sc.detail ? { detail: sc.detail } : {}),

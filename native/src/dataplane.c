@@ -5,9 +5,9 @@
 // to the libuv threadpool for the pread/pwrite and the way back. For a handle
 // published here:
 //
-// * READ (flag DP_READ: its reads need no policy) is a pread on libfuse's
+// * READ (flag HOMESFS_DP_READ: its reads need no policy) is a pread on libfuse's
 //   thread; JavaScript is not involved at all.
-// * WRITE (flag DP_WRITE: its content needs no check, only the byte ledger)
+// * WRITE (flag HOMESFS_DP_WRITE: its content needs no check, only the byte ledger)
 //   asks JavaScript for the decision with (fh, offset, length) and no data.
 //   JavaScript charges the ledger exactly as for a write it performs itself
 //   (src/fs/file.ts writeAt, under the file's lock) and answers with the
@@ -32,6 +32,7 @@
 // path that is expected to block.
 #define _GNU_SOURCE  // preadv2, RWF_NOWAIT
 #define FUSE_USE_VERSION 29
+#include "abi.h"
 #include "dataplane.h"
 #include "fastpath.h"
 #include "lead.h"
@@ -48,8 +49,6 @@
 #include <napi-macros.h>
 
 #define DP_BUCKETS 4096
-#define DP_READ 1
-#define DP_WRITE 2
 // JavaScript sees offsets as doubles: beyond 2^53 - 1 its read answers 0
 // (src/fs/file.ts MAX_OFFSET). Such reads go to JavaScript, which decides.
 #define DP_MAX_OFFSET 9007199254740991ULL
@@ -107,7 +106,7 @@ static void dp_put(dp_entry_t *e) {
 int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) {
   // Nothing published yet (or ever): not even the lock.
   if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
-  dp_entry_t *e = dp_take(fh, DP_READ);
+  dp_entry_t *e = dp_take(fh, HOMESFS_DP_READ);
   if (e == NULL) return 0;
 
   int answered = 0;
@@ -181,7 +180,7 @@ typedef struct dp_wreq {
 } dp_wreq_t;
 
 typedef struct dp_msg {
-  int kind; // 0: decision wanted (req), 1: pwrite result (id, result)
+  int kind; // HOMESFS_WRITE_DECIDE (req) or HOMESFS_WRITE_DONE (id, result)
   int on_stack;
   uint32_t id;
   dp_wreq_t *req;
@@ -249,7 +248,7 @@ static void dp_call_js(napi_env env, napi_value js_cb, void *context, void *data
     napi_get_undefined(env, &undef);
     napi_create_uint32(env, (uint32_t) kind, &argv[0]);
     napi_create_uint32(env, id, &argv[1]);
-    if (kind == 0) {
+    if (kind == HOMESFS_WRITE_DECIDE) {
       dp_wreq_t *r = m->req; // its thread waits for the decision: r is alive
       napi_create_double(env, (double) r->fh, &argv[2]);
       napi_create_int64(env, r->offset, &argv[3]);
@@ -270,7 +269,7 @@ static void dp_call_js(napi_env env, napi_value js_cb, void *context, void *data
   if (m != NULL && !m->on_stack) free(m);
   if (!called) {
     // Closing down, or the handler threw: never leave a libfuse thread waiting.
-    if (kind == 0) dp_settle(id, DP_W_ASKED, DP_W_FALLBACK, 0);
+    if (kind == HOMESFS_WRITE_DECIDE) dp_settle(id, DP_W_ASKED, DP_W_FALLBACK, 0);
     else dp_settle(id, DP_W_REPORTED, DP_W_DONE, result);
   }
 }
@@ -285,7 +284,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   if (__atomic_load_n(&dp_tsfn, __ATOMIC_ACQUIRE) == NULL || len > INT32_MAX || offset < 0) return 0;
   // The decision made here when fastpath.c can (patch 9): the entry is
   // counted in for the pwrite, as a read is, and the decision settled after.
-  dp_entry_t *d = dp_take(fh, DP_WRITE);
+  dp_entry_t *d = dp_take(fh, HOMESFS_DP_WRITE);
   if (d == NULL) return 0;
   homesfs_wl_ticket_t t;
   if (offset <= (off_t) INT64_MAX && homesfs_fastpath_wl_begin(d->dev, d->ino, (int64_t) offset, (uint32_t) len, d->append, &t) == 0) {
@@ -315,7 +314,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   // Only a look: the decision in JavaScript is not counted in (see the top).
   pthread_mutex_lock(&dp_lock);
   dp_entry_t *e = *dp_find(fh);
-  int published = e != NULL && (e->flags & DP_WRITE);
+  int published = e != NULL && (e->flags & HOMESFS_DP_WRITE);
   pthread_mutex_unlock(&dp_lock);
   if (!published) return 0;
 
@@ -342,7 +341,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
 
   dp_msg_t *ask = malloc(sizeof(*ask));
   if (ask != NULL) {
-    ask->kind = 0;
+    ask->kind = HOMESFS_WRITE_DECIDE;
     ask->on_stack = 0;
     ask->id = r.id;
     ask->req = &r;
@@ -426,7 +425,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   pthread_mutex_lock(&dp_lock);
   r.state = DP_W_REPORTED;
   pthread_mutex_unlock(&dp_lock);
-  dp_msg_t rep = { 1, 1, r.id, NULL, n };
+  dp_msg_t rep = { .kind = HOMESFS_WRITE_DONE, .on_stack = 1, .id = r.id, .req = NULL, .result = n };
   if (!dp_send(&rep)) {
     dp_unlink(&r);
     uv_sem_destroy(&r.sem);
@@ -467,7 +466,7 @@ static NAPI_METHOD(homesfs_dp_publish) {
   uint32_t flags = 0;
   bool append = false;
   if (!dp_get_fh(env, argv[0], &fh) || napi_get_value_int32(env, argv[1], &fd) != napi_ok || fd < 0 ||
-      napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~(uint32_t) (DP_READ | DP_WRITE)) != 0 ||
+      napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~(uint32_t) (HOMESFS_DP_READ | HOMESFS_DP_WRITE)) != 0 ||
       !dp_get_u64(env, argv[3], &dev) || !dp_get_u64(env, argv[4], &ino) || napi_get_value_bool(env, argv[5], &append) != napi_ok) {
     napi_throw_type_error(env, "EINVAL", "publish(fh, fd, flags, dev, ino, append): fh is a uint32 > 0, fd a descriptor, flags 1 (read) | 2 (write), dev and ino bigints, append a boolean");
     return NULL;
@@ -513,7 +512,7 @@ int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uin
   e->next = NULL;
   e->fh = fh;
   e->fd = fd;
-  e->flags = flags & (DP_READ | DP_WRITE);
+  e->flags = flags & (HOMESFS_DP_READ | HOMESFS_DP_WRITE);
   e->inflight = 0;
   e->dev = dev;
   e->ino = ino;
@@ -530,7 +529,7 @@ static NAPI_METHOD(homesfs_dp_set_flags) {
   NAPI_ARGV(2)
   uint64_t fh = 0;
   uint32_t flags = 0;
-  if (!dp_get_fh(env, argv[0], &fh) || napi_get_value_uint32(env, argv[1], &flags) != napi_ok || (flags & ~(uint32_t) (DP_READ | DP_WRITE)) != 0) {
+  if (!dp_get_fh(env, argv[0], &fh) || napi_get_value_uint32(env, argv[1], &flags) != napi_ok || (flags & ~(uint32_t) (HOMESFS_DP_READ | HOMESFS_DP_WRITE)) != 0) {
     napi_throw_type_error(env, "EINVAL", "setFlags(fh, flags): fh is a uint32 > 0, flags 1 (read) | 2 (write)");
     return NULL;
   }

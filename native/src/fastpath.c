@@ -55,6 +55,7 @@
 #include <unistd.h>
 #include <linux/openat2.h>
 
+#include "abi.h"
 #include "fastpath.h"
 #include "dataplane.h"
 
@@ -85,12 +86,12 @@ typedef struct fp_home {
   size_t pending_len;
   napi_ref pending_ref;
   napi_env env;
-  // Read-only opens answered here (fastpath_set_open): FP_OPEN_* flags, and
+  // Read-only opens answered here (fastpath_set_open): HOMESFS_OPEN_* flags, and
   // the open-file slots JS took, each for one caller uid and with a handle
   // number JS reserved (under fp_open_lock).
   uint32_t open_flags;
   struct fp_open_rec *credits;
-  // SETATTRs by path answered here (fastpath_set_attr_ops): FP_ATTR_* flags,
+  // SETATTRs by path answered here (fastpath_set_attr_ops): HOMESFS_ATTR_* flags,
   // and chmod's form: new = asked & chmod_m, nothing changed when that equals
   // current & chmod_k (JS publishes it only for a profile whose chmodDecision
   // has that form).
@@ -200,13 +201,8 @@ static uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for
 // bytes JS reserved ahead in its ledger (src/policy/ledger.ts reserveBytes),
 // which stay counted against the home's budget until they are used or taken
 // back. The home's accounting array (JS's BigInt64Array, the same one native
-// unlinks add their releases to) holds, beside those:
-#define FP_ACCT_GROWN 2     // bytes charged here to files, for the ledger to take into its count
-#define FP_ACCT_CREDIT 3    // bytes JS reserved that writes here may still charge
-#define FP_ACCT_MAXFILE 4   // the per-file limit (0: none), as the ledger has it
-#define FP_ACCT_INFLIGHT 5  // writes decided here and not settled yet
-#define FP_ACCT_REFUND 6    // credit a write took and did not use (short or failed): no longer reserved
-#define FP_ACCT_LEN 8
+// unlinks add their releases to) holds, beside those, the HOMESFS_ACCT_*
+// slots of abi.h (grown, credit, the per-file limit, in flight, refund).
 // The decision is writeAt's (src/fs/file.ts): start = EOF for O_APPEND, else
 // the offset; after = max(size, start + len); growth = after - size. It is
 // made here only when it is a yes by JS's rules too: the end within 2^53 - 1,
@@ -247,18 +243,18 @@ int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint3
       uint64_t growth = after - before;
       int ok = end <= 9007199254740991ULL;
       if (ok && growth > 0) {
-        int64_t maxf = __atomic_load_n(&acct[FP_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
+        int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
         if (maxf > 0 && after > (uint64_t) maxf) ok = 0;
-        int64_t c = __atomic_load_n(&acct[FP_ACCT_CREDIT], __ATOMIC_ACQUIRE);
+        int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT], __ATOMIC_ACQUIRE);
         while (ok) {
           if (c < 0 || (uint64_t) c < growth) { ok = 0; break; }
-          if (__atomic_compare_exchange_n(&acct[FP_ACCT_CREDIT], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
+          if (__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
         }
       }
       if (ok) {
         if (growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) after), __ATOMIC_RELEASE);
         e->busy = 1;
-        __atomic_add_fetch(&acct[FP_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+        __atomic_add_fetch(&acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
         t->inode = e;
         t->acct = acct;
         t->before = before;
@@ -290,11 +286,11 @@ void homesfs_fastpath_wl_end (homesfs_wl_ticket_t *t, int64_t n) {
     if (n > 0 && t->start + (uint64_t) n > real) real = t->start + (uint64_t) n;
     used = real - t->before;
     if (t->growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) real), __ATOMIC_RELEASE);
-    if (t->growth > used) __atomic_add_fetch(&t->acct[FP_ACCT_REFUND], (int64_t) (t->growth - used), __ATOMIC_ACQ_REL);
+    if (t->growth > used) __atomic_add_fetch(&t->acct[HOMESFS_ACCT_REFUND], (int64_t) (t->growth - used), __ATOMIC_ACQ_REL);
   }
-  if (used > 0) __atomic_add_fetch(&t->acct[FP_ACCT_GROWN], (int64_t) used, __ATOMIC_ACQ_REL);
+  if (used > 0) __atomic_add_fetch(&t->acct[HOMESFS_ACCT_GROWN], (int64_t) used, __ATOMIC_ACQ_REL);
   e->busy = 0;
-  __atomic_sub_fetch(&t->acct[FP_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+  __atomic_sub_fetch(&t->acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
   pthread_cond_broadcast(&fp_wcond);
   pthread_mutex_unlock(&fp_wlock);
   if (n == (int64_t) t->len) __atomic_add_fetch(&fp_wdecided, 1, __ATOMIC_RELAXED);
@@ -303,7 +299,7 @@ void homesfs_fastpath_wl_end (homesfs_wl_ticket_t *t, int64_t n) {
 // Until no write decided here with that home's array is in flight (JS took its credit back first).
 static void fp_wl_wait_home (int64_t *acct) {
   pthread_mutex_lock(&fp_wlock);
-  while (__atomic_load_n(&acct[FP_ACCT_INFLIGHT], __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&fp_wcond, &fp_wlock);
+  while (__atomic_load_n(&acct[HOMESFS_ACCT_INFLIGHT], __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&fp_wcond, &fp_wlock);
   pthread_mutex_unlock(&fp_wlock);
 }
 
@@ -325,15 +321,9 @@ static void fp_wl_wait_home (int64_t *acct) {
 // nothing but READ, FLUSH, fgetattr and RELEASE can name it, and each of those
 // is answered here or takes the queue first. A slot not used (a fallback, a
 // home withdrawn or republished) goes back to JS through the same queue.
-#define FP_OPEN_ON 1
-#define FP_OPEN_DP_READ 2
-#define FP_OPEN_DIRECT_IO 4
-#define FP_OPEN_DP_WRITE 8   // a writable handle (create) is published for native writes
+// The home's flags and the queue's record kinds: HOMESFS_OPEN_* and
+// HOMESFS_REC_* of abi.h.
 
-#define FP_REC_OPENED 1
-#define FP_REC_UNUSED 2
-#define FP_REC_CREATED 3
-#define FP_REC_UNUSED_CREATE 4
 
 typedef struct fp_open_rec {
   struct fp_open_rec *next;
@@ -398,7 +388,7 @@ static void fp_return_create_credits (fp_home_t *e) {
     fp_open_rec_t *r = e->ccredits;
     e->ccredits = r->next;
     fp_credit_count--;
-    r->kind = FP_REC_UNUSED_CREATE;
+    r->kind = HOMESFS_REC_UNUSED_CREATE;
     fp_queue_locked(r);
   }
   pthread_mutex_unlock(&fp_open_lock);
@@ -412,7 +402,7 @@ static void fp_return_credits (fp_home_t *e) {
     fp_open_rec_t *r = e->credits;
     e->credits = r->next;
     fp_credit_count--;
-    r->kind = FP_REC_UNUSED;
+    r->kind = HOMESFS_REC_UNUSED;
     fp_queue_locked(r);
   }
   pthread_mutex_unlock(&fp_open_lock);
@@ -767,8 +757,8 @@ int homesfs_fastpath_unlink (const char *path) {
         if (fstat(node, &after) != 0) { after = st; after.st_nlink = st.st_nlink > 0 ? st.st_nlink - 1 : 0; }
         // Every name is an inode in the ledger (src/fs/context.ts removal): this one
         // goes whatever remains; the bytes with the last name.
-        if (after.st_nlink == 0 && S_ISREG(after.st_mode)) __atomic_add_fetch(&home->pending[0], (int64_t) after.st_size, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&home->pending[1], 1, __ATOMIC_SEQ_CST);
+        if (after.st_nlink == 0 && S_ISREG(after.st_mode)) __atomic_add_fetch(&home->pending[HOMESFS_ACCT_RELEASED_BYTES], (int64_t) after.st_size, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&home->pending[HOMESFS_ACCT_RELEASED_INODES], 1, __ATOMIC_SEQ_CST);
         done = 1;
       }
       if (node >= 0) close(node);
@@ -793,14 +783,10 @@ static fp_handle_t * fp_unlink_handle_locked (uint64_t fh);
 // names: JS finds those by their handles) and any error go to JS, which
 // repeats the call (both are idempotent: a failed one changed nothing) and
 // maps and logs the errno.
-#define FP_ATTR_UTIMENS 1
-#define FP_ATTR_CHMOD 2
 // chown (profile chown: owner-only): only the no-op JS answers with success,
 // a chown to the home's owner (or -1) of a node that exists; the refusal of
 // any other stays JS's (it is logged and counted).
-#define FP_ATTR_CHOWN_OWNER 4
 // chown (profile chown: allow): lchown of the name, as JS does.
-#define FP_ATTR_CHOWN_ALLOW 8
 
 // The home published for `want`, and the parent directory of the last
 // component of `rel` (its own O_PATH descriptor, or the home's): 0, or
@@ -856,7 +842,7 @@ int homesfs_fastpath_utimens (const char *path, const struct timespec tv[2]) {
   fp_home_t *home;
   int pfd;
   const char *name;
-  if (fp_attr_begin(path, FP_ATTR_UTIMENS, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  if (fp_attr_begin(path, HOMESFS_ATTR_UTIMENS, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
   // The node must be on the home's device, as every node JS touches.
   struct stat st;
   int done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == home->dev &&
@@ -868,9 +854,9 @@ int homesfs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
   fp_home_t *home;
   int pfd;
   const char *name;
-  if (fp_attr_begin(path, FP_ATTR_CHOWN_OWNER | FP_ATTR_CHOWN_ALLOW, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  if (fp_attr_begin(path, HOMESFS_ATTR_CHOWN_OWNER | HOMESFS_ATTR_CHOWN_ALLOW, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
   int done = 0;
-  if ((home->attr_flags & FP_ATTR_CHOWN_ALLOW) != 0) {
+  if ((home->attr_flags & HOMESFS_ATTR_CHOWN_ALLOW) != 0) {
     done = fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0;
   } else if ((uid == UINT32_MAX || uid == home->uid) && (gid == UINT32_MAX || gid == home->gid)) {
     struct stat st;
@@ -883,7 +869,7 @@ int homesfs_fastpath_chmod (const char *path, uint32_t mode) {
   fp_home_t *home;
   int pfd;
   const char *name;
-  if (fp_attr_begin(path, FP_ATTR_CHMOD, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  if (fp_attr_begin(path, HOMESFS_ATTR_CHMOD, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
   int done = 0;
   int node = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
@@ -987,7 +973,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   struct stat st;
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *home = fp_find_home(path, plen, h);
-  if (home != NULL && (home->open_flags & FP_OPEN_ON) != 0) {
+  if (home != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
     counted = 1;
     if (fp_components_ok(rel, home->max_name)) {
       struct open_how how;
@@ -1039,14 +1025,14 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
     __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
-  credit->kind = FP_REC_OPENED;
+  credit->kind = HOMESFS_REC_OPENED;
   credit->fd = fd;
   credit->dev = dev;
   credit->ino = ino;
-  credit->published = (oflags & FP_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0) ? 1 : 0;
+  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0) ? 1 : 0;
   fp_queue(credit);
   *fh = handle;
-  *direct_io = (oflags & FP_OPEN_DIRECT_IO) != 0;
+  *direct_io = (oflags & HOMESFS_OPEN_DIRECT_IO) != 0;
   __atomic_add_fetch(&fp_oanswered, 1, __ATOMIC_RELAXED);
   return 0;
 }
@@ -1069,7 +1055,7 @@ int homesfs_fastpath_release (uint64_t fh) {
   fp_open_rec_t *r = NULL;
   pthread_mutex_lock(&fp_open_lock);
   for (fp_open_rec_t **pp = &fp_opens; *pp != NULL; pp = &(*pp)->next) {
-    if ((*pp)->kind == FP_REC_OPENED && (*pp)->fh == fh) {
+    if ((*pp)->kind == HOMESFS_REC_OPENED && (*pp)->fh == fh) {
       r = *pp;
       *pp = r->next;
       if (fp_opens_tail == &r->next) fp_opens_tail = pp;
@@ -1083,7 +1069,7 @@ int homesfs_fastpath_release (uint64_t fh) {
   if (r->published) homesfs_dp_unpublish_fd(fh);
   fp_open_unregister(r->dev, r->ino, (uint32_t) fh);
   close(r->fd);
-  r->kind = FP_REC_UNUSED;
+  r->kind = HOMESFS_REC_UNUSED;
   r->fd = -1;
   r->published = 0;
   r->dev = 0;
@@ -1142,7 +1128,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   struct stat st;
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *home = fp_find_home(path, plen, h);
-  if (home != NULL && home->create_on && home->pending != NULL && (home->open_flags & FP_OPEN_ON) != 0) {
+  if (home != NULL && home->create_on && home->pending != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
     counted = 1;
     if ((home->max_depth == 0 || depth <= home->max_depth) && fp_components_ok(rel, home->max_name)) {
       pfd = home->fd;
@@ -1203,10 +1189,10 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
         he->types = home->types;
         memcpy(he->keep, home->keep, sizeof(he->keep));
         memcpy(he->or, home->or, sizeof(he->or));
-        *direct_io = (home->open_flags & FP_OPEN_DIRECT_IO) != 0;
-        credit->published = (home->open_flags & FP_OPEN_DP_READ) != 0 ? 1 : 0;
+        *direct_io = (home->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
+        credit->published = (home->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1 : 0;
         dpw = home->open_flags;
-        if (home->wl_on && home->pending_len >= FP_ACCT_LEN) wl_acct = home->pending;
+        if (home->wl_on && home->pending_len >= HOMESFS_ACCT_LEN) wl_acct = home->pending;
       }
     }
     if (pfd >= 0 && pfd != home->fd) close(pfd);
@@ -1229,9 +1215,9 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   if (wl_acct != NULL) { fresh->deleg = 1; fresh->acct = wl_acct; }
   fp_open_register(dev, ino, he, fresh);
   // What a handle of a binary home publishes (context.ts publishData): reads, and, writable, writes decided without their data.
-  uint32_t dp = (credit->published ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (dpw & FP_OPEN_DP_WRITE) != 0 ? 2u : 0u);
+  uint32_t dp = (credit->published ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (dpw & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
   credit->published = dp != 0 && homesfs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0) ? dp : 0;
-  credit->kind = FP_REC_CREATED;
+  credit->kind = HOMESFS_REC_CREATED;
   credit->fd = fd;
   credit->dev = dev;
   credit->ino = ino;
@@ -1444,7 +1430,7 @@ static napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
     // And writes decided here that took byte credit before JS took it back
     // (the caller did, ledger.ts reclaimBytes): once they have settled, every
     // byte they added is in the array for the ledger's next takePending.
-    if (was != NULL && was_len >= FP_ACCT_LEN) fp_wl_wait_home(was);
+    if (was != NULL && was_len >= HOMESFS_ACCT_LEN) fp_wl_wait_home(was);
   }
   if (ref != NULL) napi_delete_reference(env, ref);
   free(prefix);
@@ -1494,7 +1480,7 @@ static napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4 ||
       !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino) ||
       napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > 9007199254740991.0 ||
-      napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < FP_ACCT_LEN) {
+      napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < HOMESFS_ACCT_LEN) {
     FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
   }
   int kept = 0;
@@ -1760,8 +1746,8 @@ static napi_value fp_set_open (napi_env env, napi_callback_info info) {
   pthread_rwlock_wrlock(&fp_lock);
   fp_home_t *e = fp_find_home(prefix, plen, h);
   if (e != NULL && e->token == token) {
-    if ((flags & FP_OPEN_ON) == 0) fp_return_credits(e);
-    e->open_flags = (flags & FP_OPEN_ON) ? flags : 0;
+    if ((flags & HOMESFS_OPEN_ON) == 0) fp_return_credits(e);
+    e->open_flags = (flags & HOMESFS_OPEN_ON) ? flags : 0;
     set = 1;
   }
   pthread_rwlock_unlock(&fp_lock);
@@ -1869,7 +1855,7 @@ static napi_value fp_grant_create (napi_env env, napi_callback_info info) {
   }
   fp_open_rec_t *r = calloc(1, sizeof(*r));
   if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", "fastpath_grant_create: out of memory"); return NULL; }
-  r->kind = FP_REC_UNUSED_CREATE;
+  r->kind = HOMESFS_REC_UNUSED_CREATE;
   r->fh = fh;
   r->fd = -1;
   r->uid = uid;
@@ -1877,7 +1863,7 @@ static napi_value fp_grant_create (napi_env env, napi_callback_info info) {
   uint32_t h = fp_hash(prefix, plen);
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token && e->create_on && e->pending != NULL && (e->open_flags & FP_OPEN_ON) != 0) {
+  if (e != NULL && e->token == token && e->create_on && e->pending != NULL && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
     pthread_mutex_lock(&fp_open_lock);
     r->next = e->ccredits;
     e->ccredits = r;
@@ -1912,7 +1898,7 @@ static napi_value fp_grant (napi_env env, napi_callback_info info) {
   }
   fp_open_rec_t *r = calloc(1, sizeof(*r));
   if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", "fastpath_grant: out of memory"); return NULL; }
-  r->kind = FP_REC_UNUSED;
+  r->kind = HOMESFS_REC_UNUSED;
   r->fh = fh;
   r->fd = -1;
   r->uid = uid;
@@ -1920,7 +1906,7 @@ static napi_value fp_grant (napi_env env, napi_callback_info info) {
   uint32_t h = fp_hash(prefix, plen);
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token && (e->open_flags & FP_OPEN_ON) != 0) {
+  if (e != NULL && e->token == token && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
     pthread_mutex_lock(&fp_open_lock);
     r->next = e->credits;
     e->credits = r;

@@ -1,8 +1,26 @@
 // The addon's exports that are ours, in one place (called from the binding's
 // NAPI_INIT through seam.h).
+#include <napi-macros.h>
+#include "abi.h"
 #include "seam.h"
 
+// ABI: { VERSION, and every constant of abi.h }, for the daemon to compare
+// with its own copy before it trusts anything else of this addon.
+static void homesfs_export_abi (napi_env env, napi_value exports) {
+  napi_value abi, v;
+  napi_create_object(env, &abi);
+  napi_create_uint32(env, HOMESFS_ABI_VERSION, &v);
+  napi_set_named_property(env, abi, "VERSION", v);
+#define HOMESFS_ABI_SET(name, value) \
+  napi_create_uint32(env, (value), &v); \
+  napi_set_named_property(env, abi, #name, v);
+  HOMESFS_ABI_CONSTANTS(HOMESFS_ABI_SET)
+#undef HOMESFS_ABI_SET
+  napi_set_named_property(env, exports, "ABI", abi);
+}
+
 void homesfs_export (napi_env env, napi_value exports) {
+  homesfs_export_abi(env, exports);
   homesfs_calls_export(env, exports);
   homesfs_channel_export(env, exports);
   homesfs_dirhandles_export(env, exports);

@@ -10,7 +10,7 @@ export const EXIT = {
   USAGE: 2,
   /** the configuration file is missing or unreadable (said so), or the file or flags are invalid (every problem is printed) */
   CONFIG: 3,
-  /** the FUSE binding is missing or not homesfs' patched build */
+  /** the FUSE binding is missing, or its native addon was built from other sources (another ABI) */
   NATIVE: 4,
   /** mounting failed (mount point busy, /dev/fuse missing, not root…) */
   MOUNT: 5,

@@ -931,7 +931,7 @@ function renderStatus(s: StatusReport, verbose = false): string {
     s.mount.lastProbeAt === null
       ? 'never'
       : `${s.mount.lastProbeAt} (${s.mount.lastProbeOk ? 'ok' : `failed${s.mount.lastProbeError ? `: ${s.mount.lastProbeError}` : ''}`})`;
-  const nativeExtra = [`patch ${s.native.patch}`];
+  const nativeExtra = [`ABI ${s.native.abi}`];
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
   const totals = nativeTotals(s.native);

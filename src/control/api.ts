@@ -281,7 +281,8 @@ export interface StatusReport {
     lastProbeError?: string;
   };
   native: {
-    patch: number;
+    /** the native ABI version the daemon and its addon share (native/src/abi.h) */
+    abi: number;
     selfCheck: 'pending' | 'ok' | 'failed';
     maxWriteRequest: number | null;
     detail?: string;

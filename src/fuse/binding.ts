@@ -1,9 +1,7 @@
 import { createRequire } from 'node:module';
+import { abiMismatches } from '../abi.js';
 import type { TimeSpec } from '../fs/native-api.js';
 import type { Caller } from '../fs/state.js';
-
-/** The patch level this daemon was written against (see patches/ and native-notes/). */
-export const REQUIRED_PATCH = 3;
 
 type Cb = (err: number) => void;
 export type OpenOpts = { directIo?: boolean; keepCache?: boolean; nonseekable?: boolean };
@@ -102,7 +100,8 @@ export interface FastPathNative {
 
 export interface FuseClass {
   new (mnt: string, ops: Partial<NativeOps>, opts: Record<string, unknown>): FuseInstance;
-  HOMESFS_PATCH?: number;
+  /** the addon itself: its ABI (native/src/abi.h) */
+  native?: { ABI?: unknown };
   BINDING_PATH?: string;
   utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: (errno: number) => void): void;
   mknod(path: string, mode: number, dev: number, cb: (errno: number) => void): void;
@@ -160,13 +159,11 @@ export function loadFuse(): FuseClass {
       `the FUSE binding cannot be loaded (${(err as Error).message}); install libfuse2 and libfuse-dev, then run "npm ci" (it patches and builds the binding)`,
     );
   }
-  if (Fuse.HOMESFS_PATCH !== REQUIRED_PATCH) {
+  const mismatches = abiMismatches(Fuse.native?.ABI);
+  if (mismatches.length > 0) {
     throw new NativeBindingError(
-      `the FUSE binding is not homesfs' patched build (patch level ${String(Fuse.HOMESFS_PATCH)}, need ${REQUIRED_PATCH}); run "node scripts/build-native.mjs"`,
+      `the native addon at ${Fuse.BINDING_PATH ?? '@cocalc/fuse-native'} was built from other sources than this daemon (${mismatches.slice(0, 3).join('; ')}); rebuild it: node scripts/build-native.mjs (or npm ci)`,
     );
-  }
-  if (typeof Fuse.umount2 !== 'function' || typeof Fuse.nofile !== 'function') {
-    throw new NativeBindingError('the FUSE binding was built from an older patch (no umount2/nofile); run "node scripts/build-native.mjs"');
   }
   return Fuse;
 }

@@ -1,5 +1,6 @@
 import type { BigIntStats } from 'node:fs';
 import { INLINE_FREE_MAX_BYTES } from '../backing/freeing.js';
+import { ABI } from '../abi.js';
 import { NATIVE_OPEN_WRITE, type AttrPublisher } from '../fs/native-api.js';
 import { HIDDEN_NAME_PREFIX } from '../fs/hidden.js';
 import { presentedMode } from '../fs/present.js';
@@ -192,8 +193,8 @@ export class NativeFastPath implements AttrPublisher {
       // UTIMENS needs no decision (attr.ts utimens); CHMOD only where the profile's decision has the masks'
       // form; CHOWN is lchown where the profile allows it, else only the no-op to the published owner.
       const chmod = chmodMasks(hs.profile);
-      const chown = hs.profile.chown === 'allow' ? 8 : 4;
-      this.native.setAttrOps!(prefix, token, 1 | (chmod ? 2 : 0) | chown, chmod?.m ?? 0, chmod?.k ?? 0);
+      const chown = hs.profile.chown === 'allow' ? ABI.ATTR_CHOWN_ALLOW : ABI.ATTR_CHOWN_OWNER;
+      this.native.setAttrOps!(prefix, token, ABI.ATTR_UTIMENS | (chmod ? ABI.ATTR_CHMOD : 0) | chown, chmod?.m ?? 0, chmod?.k ?? 0);
     }
   }
 

@@ -9,6 +9,7 @@ import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
 import { NativeBindingError, type FuseClass, type FuseInstance, type WriteHandler } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
+import { ABI } from '../abi.js';
 
 export interface ProbeState {
   mounted: boolean;
@@ -317,7 +318,7 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
   let serve: ((w: NativeWrite) => void) | null = null;
   const onWrite: WriteHandler = (kind, id, a, b, c, path, uid, gid, pid) => {
     settle();
-    if (kind === 1) {
+    if (kind === ABI.WRITE_DONE) {
       const r = reports.get(id);
       reports.delete(id);
       if (!r) return void writeDone(id, a);

@@ -55,6 +55,7 @@
  */
 
 import { HomesError } from '../errors.js';
+import { ABI } from '../abi.js';
 
 export interface Limits {
   /** sum of logical file sizes in the home, 0 = off */
@@ -96,15 +97,8 @@ export interface LedgerSnapshot {
 /** Undo one reservation. Idempotent: a second call does nothing. */
 export type Undo = () => void;
 
-/** Slots of the shared array (see the file comment); fastpath.c has the same numbers. */
-export const ACCT_RELEASED_BYTES = 0;
-export const ACCT_RELEASED_INODES = 1;
-export const ACCT_GROWN = 2;
-export const ACCT_CREDIT = 3;
-export const ACCT_MAXFILE = 4;
-export const ACCT_INFLIGHT = 5;
-export const ACCT_REFUND = 6;
-export const ACCT_LEN = 8;
+/** Slots of the shared array (see the file comment), as native/src/abi.h defines them. */
+export const { ACCT_RELEASED_BYTES, ACCT_RELEASED_INODES, ACCT_GROWN, ACCT_CREDIT, ACCT_MAXFILE, ACCT_INFLIGHT, ACCT_REFUND, ACCT_LEN } = ABI;
 
 function assertCount(what: string, n: number): void {
   // Sizes arrive from stat() and FUSE offsets; a NaN or fraction here would

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REQUIRED_PATCH } from '../../src/fuse/binding.js';
+import { ABI } from '../../src/abi.js';
 import { ROOT, canMount, skipReason } from '../helpers/daemon.js';
 import { aptLine, installCommands, installPrefix, section, shBlocks } from '../helpers/readme-install.js';
 
@@ -142,7 +142,7 @@ describe.skipIf(!canMount)('README "Install", run as written on a fresh clone', 
   it('npm ci, npm pack and npm install -g build the patched binding and put both programs where the unit starts them', () => {
     expect(installed.code, installed.out).toBe(0);
     // built twice: by npm ci in the clone and by the tarball's postinstall
-    const ok = new RegExp(`build-native: OK: .*HOMESFS_PATCH=${REQUIRED_PATCH}; libfuse\\.so\\.2 => `, 'g');
+    const ok = new RegExp(`build-native: OK: .*ABI ${ABI.VERSION}; libfuse\\.so\\.2 => `, 'g');
     expect(installed.out.match(ok), installed.out).toHaveLength(2);
     expect(installed.out).toContain(`${prefix}/lib/node_modules/homesfs/node_modules/@cocalc/fuse-native/build/Release/fuse.node`);
     // the README's own last line printed both versions
@@ -209,7 +209,7 @@ describe.skipIf(!canMount)('README "Install", run as written on a fresh clone', 
       });
       const st = inNs(`${prefix}/bin/homesctl`, ['--socket', sock, '--json', 'status']);
       expect(st.code, st.out).toBe(0);
-      expect((JSON.parse(st.out) as { version: string; native: { patch: number } }).native.patch).toBe(REQUIRED_PATCH);
+      expect((JSON.parse(st.out) as { version: string; native: { abi: number } }).native.abi).toBe(ABI.VERSION);
       const created = inNs(`${prefix}/bin/homesctl`, ['--socket', sock, 'create', 't/h']);
       expect(created.code, created.out).toBe(0);
     } finally {

@@ -1,0 +1,52 @@
+// Every number C and TypeScript must agree on, defined once.
+//
+// The binding exports this list as `ABI` (seam.c); src/abi.ts holds the
+// same names and values, test/unit/abi.test.ts compares this file with it,
+// and the daemon compares the loaded binding's ABI with its own at start and
+// refuses a mismatch (exit 4: rebuild with `node scripts/build-native.mjs`).
+// Bump HOMESFS_ABI_VERSION with any change to a value, to a struct shared
+// through memory, to the meaning of an export or to the set of exports.
+#ifndef HOMESFS_ABI_H
+#define HOMESFS_ABI_H
+
+#define HOMESFS_ABI_VERSION 4
+
+// X(name, value): the shared constants.
+#define HOMESFS_ABI_CONSTANTS(X) \
+  /* Slots of a home's accounting array (BigInt64Array JS allocates and C */ \
+  /* adds to atomically; src/policy/ledger.ts).                            */ \
+  X(ACCT_RELEASED_BYTES, 0)   /* bytes of files removed here, for the ledger to release */ \
+  X(ACCT_RELEASED_INODES, 1)  /* names/inodes removed here */ \
+  X(ACCT_GROWN, 2)            /* bytes charged here to files, for the ledger to count */ \
+  X(ACCT_CREDIT, 3)           /* bytes JS reserved that writes here may still charge */ \
+  X(ACCT_MAXFILE, 4)          /* the per-file limit (0: none), as the ledger has it */ \
+  X(ACCT_INFLIGHT, 5)         /* writes decided here and not settled yet */ \
+  X(ACCT_REFUND, 6)           /* credit a write took and did not use: no longer reserved */ \
+  X(ACCT_LEN, 8)              /* the array's length */ \
+  /* A home's native-open flags (fastPath.setHome).                        */ \
+  X(OPEN_ON, 1)               /* read-only opens (and creates) answered here */ \
+  X(OPEN_DP_READ, 2)          /* their handles published for native reads */ \
+  X(OPEN_DIRECT_IO, 4)        /* answered with direct_io (the profile's directIo) */ \
+  X(OPEN_DP_WRITE, 8)         /* created handles published for native writes */ \
+  /* Kinds of the records takeOpens returns.                               */ \
+  X(REC_OPENED, 1)            /* a read-only open answered here: JS adopts it */ \
+  X(REC_UNUSED, 2)            /* an open slot not used: back to JS */ \
+  X(REC_CREATED, 3)           /* a create answered here: JS adopts it */ \
+  X(REC_UNUSED_CREATE, 4)     /* a create slot not used: back to JS */ \
+  /* SETATTR answered here (fastPath.setAttrs flags).                      */ \
+  X(ATTR_UTIMENS, 1) \
+  X(ATTR_CHMOD, 2) \
+  X(ATTR_CHOWN_OWNER, 4)      /* only the no-op chown to the owner */ \
+  X(ATTR_CHOWN_ALLOW, 8)      /* lchown as JS does (profile chown: allow) */ \
+  /* What a handle is published to the data plane for (publish flags).     */ \
+  X(DP_READ, 1) \
+  X(DP_WRITE, 2) \
+  /* Messages to the write handler (setWriteHandler's first argument).     */ \
+  X(WRITE_DECIDE, 0)          /* (id, fh, offset, length, path, uid, gid, pid) */ \
+  X(WRITE_DONE, 1)            /* (id, result of the pwrite) */
+
+#define HOMESFS_ABI_ENUM(name, value) HOMESFS_##name = (value),
+enum { HOMESFS_ABI_CONSTANTS(HOMESFS_ABI_ENUM) };
+#undef HOMESFS_ABI_ENUM
+
+#endif

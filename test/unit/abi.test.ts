@@ -1,0 +1,43 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ABI, abiMismatches } from '../../src/abi.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+/** The X(name, value) entries and the version of native/src/abi.h, as the C preprocessor would see them. */
+function parseAbiHeader(): Record<string, number> {
+  const text = readFileSync(join(ROOT, 'native/src/abi.h'), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '');
+  const out: Record<string, number> = {};
+  const version = /#define HOMESFS_ABI_VERSION (\d+)/.exec(text);
+  if (version) out.VERSION = Number(version[1]);
+  const list = /#define HOMESFS_ABI_CONSTANTS\(X\)((?:[^\n]*\\\n)*[^\n]*)/.exec(text)?.[1] ?? '';
+  for (const m of list.matchAll(/X\((\w+),\s*(\d+)\)/g)) out[m[1]!] = Number(m[2]);
+  return out;
+}
+
+describe('the native ABI', () => {
+  it('native/src/abi.h and src/abi.ts define the same names with the same values', () => {
+    const header = parseAbiHeader();
+    expect(Object.keys(header).length).toBeGreaterThan(20);
+    expect(header).toEqual({ ...ABI });
+  });
+
+  it('an addon whose ABI differs in its version, a value, a missing or an extra name is named, not trusted', () => {
+    expect(abiMismatches({ ...ABI })).toEqual([]);
+    expect(abiMismatches(undefined)).toEqual(['the addon exports no ABI (built before it had one)']);
+    expect(abiMismatches({ ...ABI, VERSION: ABI.VERSION - 1 })).toEqual([`ABI version ${ABI.VERSION - 1}, this daemon needs ${ABI.VERSION}`]);
+    expect(abiMismatches({ ...ABI, ACCT_CREDIT: 9 })).toEqual([`ACCT_CREDIT is 9 in the addon, ${ABI.ACCT_CREDIT} here`]);
+    const { REC_CREATED: _gone, ...missing } = ABI;
+    expect(abiMismatches(missing)).toEqual([`REC_CREATED is undefined in the addon, ${ABI.REC_CREATED} here`]);
+    expect(abiMismatches({ ...ABI, NEW_THING: 1 })).toEqual(['NEW_THING is in the addon only']);
+  });
+
+  it('every shared constant in the C sources comes from abi.h: no second definition of a slot, flag or kind', () => {
+    const names = Object.keys(ABI).filter((n) => n !== 'VERSION');
+    for (const file of ['fastpath.c', 'dataplane.c', 'channel.c', 'dirhandles.c', 'calls.c', 'seam.c']) {
+      const text = readFileSync(join(ROOT, 'native/src', file), 'utf8');
+      for (const n of names) expect(text, `${file} defines ${n} itself`).not.toMatch(new RegExp(`#define \\w*_${n}\\b`));
+    }
+  });
+});
