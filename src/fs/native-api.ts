@@ -7,6 +7,7 @@
  * fs layers and the FUSE adapter both depend on it, and it only on the state
  * types (state.ts).
  */
+import { ABI } from '../abi.js';
 import type { Profile } from '../policy/profiles.js';
 import type { Caller, FileHandle, HomeState } from './state.js';
 
@@ -76,11 +77,11 @@ export interface AttrPublisher {
 }
 
 /** hs.nativeOpen: the binding answers read-only opens there; their handles are published for native reads; with direct_io. */
-export const NATIVE_OPEN_ON = 1;
-export const NATIVE_OPEN_READ = 2;
-export const NATIVE_OPEN_DIRECT_IO = 4;
+export const NATIVE_OPEN_ON = ABI.OPEN_ON;
+export const NATIVE_OPEN_READ = ABI.OPEN_DP_READ;
+export const NATIVE_OPEN_DIRECT_IO = ABI.OPEN_DIRECT_IO;
 /** (with native creates) a writable handle is published for native writes */
-export const NATIVE_OPEN_WRITE = 8;
+export const NATIVE_OPEN_WRITE = ABI.OPEN_DP_WRITE;
 
 /**
  * RELEASEs the binding answered on libfuse's thread (the kernel ignores their
@@ -100,8 +101,8 @@ export interface ReleaseQueue {
 }
 
 /** Published flags: READs answered natively; WRITEs decided here, written natively. */
-export const DP_READ = 1;
-export const DP_WRITE = 2;
+export const DP_READ = ABI.DP_READ;
+export const DP_WRITE = ABI.DP_WRITE;
 
 export interface DataPlaneStats {
   reads: number;

@@ -17,6 +17,7 @@ import { OpenInodes } from './inodes.js';
 import type { FsDeps } from './homes.js';
 import { HandleTable, inodeKey, type Caller, type FileHandle, type HomeState } from './state.js';
 import { StatusFiles } from './status.js';
+import { ABI } from '../abi.js';
 
 /** How long an open at a cap waits for RELEASEs already on their way (see openSlot). */
 const RELEASE_GRACE_MS = 5;
@@ -212,28 +213,28 @@ export abstract class OpenSlots extends OpenInodes {
       if (!credit) {
         // Cannot happen (every number the binding holds was granted here); never leave a descriptor behind.
         this.log.error({ fh, kind }, 'the binding reported a native open this daemon never granted');
-        if (kind === 1 || kind === 3) sys.close(Number(opens[i + 2])).catch(() => undefined);
+        if (kind === ABI.REC_OPENED || kind === ABI.REC_CREATED) sys.close(Number(opens[i + 2])).catch(() => undefined);
         continue;
       }
       this.credits.delete(fh);
       this.countCredit(credit.hs, credit.uid, credit.ledger !== null, -1);
-      if (kind === 2 || kind === 4) {
+      if (kind === ABI.REC_UNUSED || kind === ABI.REC_UNUSED_CREATE) {
         // The inode goes back to the ledger it was reserved in (a rescan may have replaced the home's since).
         credit.ledger?.releaseReservedInode();
         credit.slot.release();
         this.handles.unreserve(fh);
         continue;
       }
-      if (kind === 3) credit.ledger?.commitReservedInode();
+      if (kind === ABI.REC_CREATED) credit.ledger?.commitReservedInode();
       const oflags = Number(opens[i + 6]);
-      const writable = kind === 3 && (oflags & (sys.C.O_RDONLY | sys.C.O_WRONLY | sys.C.O_RDWR)) !== sys.C.O_RDONLY;
+      const writable = kind === ABI.REC_CREATED && (oflags & (sys.C.O_RDONLY | sys.C.O_WRONLY | sys.C.O_RDWR)) !== sys.C.O_RDONLY;
       this.adoptOpen(credit.hs, fh, Number(opens[i + 2]), Number(opens[i + 3]), opens[i + 4]!, opens[i + 5]!, credit.slot, credit.policy !== credit.hs.policyEpoch, {
         writable,
-        append: kind === 3 && (oflags & sys.C.O_APPEND) !== 0,
-        created: kind === 3,
+        append: kind === ABI.REC_CREATED && (oflags & sys.C.O_APPEND) !== 0,
+        created: kind === ABI.REC_CREATED,
       });
-      this.wantCredits(credit.hs, credit.uid, kind === 3);
-      if (kind === 3) this.grantBytes(credit.hs);
+      this.wantCredits(credit.hs, credit.uid, kind === ABI.REC_CREATED);
+      if (kind === ABI.REC_CREATED) this.grantBytes(credit.hs);
     }
   }
 
