@@ -63,8 +63,7 @@ describe.skipIf(!canMount || !hasTools)('fsync and fdatasync through the mount p
 
   it('each file synced (fsync or fdatasync) through the mount has every extent on disk before it is closed', async () => {
     const home = d.home(T, 'sync');
-    // The owner writes a file, syncs it, says so and waits (file still open) while the test looks at
-    // the backing file.
+    // The owner writes a file, syncs it, says so and waits (file still open) while the test looks at the backing file.
     const code = `import os,sys
 h=sys.argv[1]
 for i, how in enumerate(['fsync', 'fdatasync', 'fsync', 'fdatasync', 'fsync', 'fdatasync']):
