@@ -37,9 +37,12 @@ export function ownerAt(d: Pick<RunningDaemon, 'home'>, homes: Readonly<Record<s
   throw new Error(`${path} is in none of these homes with an owner: ${Object.keys(homes).join(', ')}`);
 }
 
-/** `keys` with an owner each, `base`, `base + 1`, … in their order (gid = uid). */
-export function ownersFrom<K extends string>(base: number, keys: readonly K[]): Record<K, Owner> {
-  return Object.fromEntries(keys.map((k, i) => [k, { uid: base + i, gid: base + i }])) as Record<K, Owner>;
+/**
+ * `keys` with an owner each, `base`, `base + step`, … in their order (gid =
+ * uid); a `step` above 1 leaves ids between them for files of other uids.
+ */
+export function ownersFrom<K extends string>(base: number, keys: readonly K[], step = 1): Record<K, Owner> {
+  return Object.fromEntries(keys.map((k, i) => [k, { uid: base + i * step, gid: base + i * step }])) as Record<K, Owner>;
 }
 
 /**

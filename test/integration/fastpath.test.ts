@@ -18,8 +18,8 @@ const BASE = 300000 + Math.floor(Math.random() * 60) * 10000;
 const OWNERS = { from: BASE, to: BASE + 9999 };
 // Every builtin profile, and one whose presentation is neither "asked" nor "owner".
 const HOMES: Record<string, string> = { 't/home': 'home', 't/posix': 'posix', 't/scratch': 'scratch', 't/odd': 'odd' };
-/** each home's owner, BASE + 17 and up (an owner belongs to one home) */
-const OWNER = ownersFrom(BASE + 17, Object.keys(HOMES));
+/** each home's owner, BASE + 17 and up (an owner belongs to one home), 10 apart: the tree plants files of owner + 1 */
+const OWNER = ownersFrom(BASE + 17, Object.keys(HOMES), 10);
 const PROFILES = { odd: { ...BUILTIN_PROFILES.home, chmod: 'allow', fileMode: 0o640, dirMode: 'asked', allowUserExec: true } };
 
 function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) => void): void {
