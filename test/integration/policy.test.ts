@@ -154,7 +154,8 @@ os.close(fd)
     }, 30_000);
 
     it('8 concurrent dd writers at the budget edge never push the home past its budget', async () => {
-      const r = await sh(home('conc'),
+      const r = await sh(
+        home('conc'),
         `cd ${home('conc')} && for i in 1 2 3 4 5 6 7 8; do (dd if=/dev/zero of=f$i bs=64k count=4 2>&1 | grep -o 'Disk quota exceeded') & done; wait`,
         60_000,
       );
@@ -166,7 +167,8 @@ os.close(fd)
       expect((await ledger('conc')).bytes).toBe(sum);
 
       // Second round with odd request sizes (5000 B) after a clean-up.
-      const r2 = await sh(home('conc'),
+      const r2 = await sh(
+        home('conc'),
         `cd ${home('conc')} && rm -f f* && for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero of=g$i bs=5000 count=50 2>/dev/null & done; wait; echo done`,
         60_000,
       );
@@ -296,7 +298,8 @@ os.close(fd)
   describe('modes and chmod', () => {
     it('home: the owner bits are the owner\'s (chmod +x runs), group/other/special bits are dropped silently', async () => {
       const h = home('home');
-      const r = await sh(h,
+      const r = await sh(
+        h,
         `cd ${h} && printf '#!/bin/sh\\necho ran\\n' > tool && chmod +x tool; echo "rc=$?"; ./tool; chmod 6777 tool; echo "rc=$?"; stat -c %A tool; ` +
           `chmod 444 tool; stat -c %a tool; chmod 644 tool; stat -c %a tool; mkdir dd && chmod 2775 dd; echo "rc=$?"; stat -c %a dd`,
       );
@@ -318,7 +321,8 @@ os.close(fd)
 
     it('home: new files are 0600 (0700 when created executable) and directories 0700 whatever umask and install -m ask', async () => {
       const h = home('home');
-      const r = await sh(h,
+      const r = await sh(
+        h,
         `cd ${h} && umask 000 && touch m-file && mkdir m-dir && mkdir -m 777 m-dir2 && echo x > m-src && install -m 777 m-src m-inst && ` +
           `python3 -c "import os; os.close(os.open('m-py', os.O_CREAT|os.O_WRONLY, 0o777))" && stat -c '%n %a' m-file m-dir m-dir2 m-inst m-py`,
       );
@@ -335,7 +339,8 @@ os.close(fd)
   describe('refused operations', () => {
     it('scratch: ln -s, ln and mkfifo are EPERM and leave nothing behind', async () => {
       const h = home('scratch');
-      const r = await sh(h,
+      const r = await sh(
+        h,
         `cd ${h} && echo t > lt && ln -s lt sl 2>&1; echo "rc=$?"; ln lt hl 2>&1; echo "rc=$?"; mkfifo ${home('scratch')}/ff 2>&1; echo "rc=$?"`,
       );
       const lines = r.stdout.trim().split('\n');
@@ -370,7 +375,8 @@ os.close(fd)
     it('a move across two homes (root\'s: no owner reaches both) works via the EXDEV fallback and the destination budget applies', async () => {
       const src = home('mvsrc');
       const dst = home('mvdst');
-      let r = await sh(src,
+      let r = await sh(
+        src,
         `cd ${src} && head -c ${300 * KiB} /dev/urandom > small.bin && head -c ${900 * KiB} /dev/urandom > big.bin && echo ok`,
       );
       expect(r.stdout.trim()).toBe('ok');
