@@ -343,18 +343,14 @@ export class HomeManager {
    */
   private async ownerHolders(cfgHomes: LoadedConfig['config']['homes'], live: boolean): Promise<OwnerHolder[]> {
     const out = new Map<string, OwnerHolder>();
-    const pinned = (id: string, o: Owner): boolean => {
-      const c = Object.hasOwn(cfgHomes, id) ? cfgHomes[id]!.owner : undefined;
-      return c !== undefined && c.uid === o.uid && c.gid === o.gid;
-    };
     if (live) {
       for (const p of this.ctx.knownHomes()) {
         const hs = await p.catch(() => null);
-        if (hs) out.set(hs.backing.id, { home: hs.backing.id, owner: { ...hs.backing.owner }, configPinned: pinned(hs.backing.id, hs.backing.owner) });
+        if (hs) out.set(hs.backing.id, { home: hs.backing.id, owner: { ...hs.backing.owner } });
       }
     }
-    for (const [id, e] of Object.entries(cfgHomes)) if (e.owner) out.set(id, { home: id, owner: { ...e.owner }, configPinned: true });
-    for (const [id, r] of Object.entries(this.state.state.homes)) out.set(id, { home: id, owner: { ...r.owner }, configPinned: pinned(id, r.owner) });
+    for (const [id, e] of Object.entries(cfgHomes)) if (e.owner) out.set(id, { home: id, owner: { ...e.owner } });
+    for (const [id, r] of Object.entries(this.state.state.homes)) out.set(id, { home: id, owner: { ...r.owner } });
     return [...out.values()];
   }
 
@@ -476,17 +472,15 @@ export class HomeManager {
     // Another create of this home may have recorded it while this one waited its turn.
     if (await this.ctx.store.homeExists(ref)) throw new HomesError('EXISTS', `home ${id} exists`);
     const holders = await this.ownerHolders(this.config.homes, true);
-    const cfg = Object.hasOwn(this.config.homes, id) ? this.config.homes[id]!.owner : undefined;
-    const same = (o: Owner | undefined, p: Owner | undefined) => o !== undefined && p !== undefined && o.uid === p.uid && o.gid === p.gid;
     const pinned = this.ownerOf(ref);
     const given = args.owner ?? pinned;
     let forced = false;
     if (args.owner) {
-      const v = await this.vetOwner({ home: id, owner: args.owner, kind: 'new', configPinned: same(args.owner, cfg), force: args.force === true }, holders);
+      const v = await this.vetOwner({ home: id, owner: args.owner, kind: 'new', force: args.force === true }, holders);
       forced = v.forced.length > 0;
     } else if (pinned) {
       const rec = Object.hasOwn(this.state.state.homes, id) ? this.state.state.homes[id] : undefined;
-      await this.vetOwner({ home: id, owner: pinned, kind: 'existing', configPinned: same(pinned, cfg), force: rec?.ownerForced === true }, holders);
+      await this.vetOwner({ home: id, owner: pinned, kind: 'existing', force: rec?.ownerForced === true }, holders);
     }
     const owner = given ?? (await this.allocateChecked(holders));
     await this.state.update((s) => {

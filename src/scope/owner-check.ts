@@ -50,8 +50,6 @@ export interface OwnerConflict {
 export interface OwnerHolder {
   home: string;
   owner: Owner;
-  /** the configuration's `homes` entry gives this home exactly this owner */
-  configPinned: boolean;
 }
 
 export interface OwnerAssignment {
@@ -66,7 +64,6 @@ export interface OwnerAssignment {
    * deleted one held it before the id was retired.
    */
   kind: 'new' | 'existing';
-  configPinned: boolean;
   /** the admin's explicit `--force` (recorded with the home, so start-up applies the same rule) */
   force: boolean;
 }
@@ -89,19 +86,6 @@ export interface OwnerVerdict {
   forced: OwnerConflict[];
 }
 
-function tenantOf(home: string): string {
-  return home.slice(0, home.indexOf('/'));
-}
-
-/**
- * Two homes may share an id only where the configuration says so for both, in
- * one tenant (a tenant whose homes deliberately run as one uid); never across
- * tenants, and never through the control socket.
- */
-function mayShare(a: { home: string; configPinned: boolean }, b: OwnerHolder): boolean {
-  return a.configPinned && b.configPinned && tenantOf(a.home) === tenantOf(b.home);
-}
-
 function conflictsOf(kind: OwnerIdKind, id: number, a: OwnerAssignment, f: OwnerFacts): OwnerConflict[] {
   const out: OwnerConflict[] = [];
   const what = `${kind} ${id}`;
@@ -114,8 +98,10 @@ function conflictsOf(kind: OwnerIdKind, id: number, a: OwnerAssignment, f: Owner
     out.push({ reason: 'owner-overflow', kind, id, forceable: false, message: `${what} is the overflow id (nobody/nogroup) that every unmapped id shows as` });
     return out;
   }
+  // No exception, not even for homes of one tenant that the configuration gives
+  // one owner: a shared uid reads every such home, a shared gid every group bit.
   for (const h of f.holders) {
-    if (h.home === a.home || (h.owner.uid !== id && h.owner.gid !== id) || mayShare(a, h)) continue;
+    if (h.home === a.home || (h.owner.uid !== id && h.owner.gid !== id)) continue;
     out.push({ reason: 'owner-of-home', kind, id, home: h.home, forceable: false, message: `${what} belongs to the home ${h.home}` });
   }
   if (a.kind === 'new' && f.retired.has(id)) {
@@ -178,7 +164,7 @@ export interface ExistingOwner extends OwnerHolder {
 export function existingOwnerProblems(owners: readonly ExistingOwner[], facts: OwnerFacts): string[] {
   const problems: string[] = [];
   for (const o of owners) {
-    const v = checkOwner({ home: o.home, owner: o.owner, kind: 'existing', configPinned: o.configPinned, force: o.force }, facts);
+    const v = checkOwner({ home: o.home, owner: o.owner, kind: 'existing', force: o.force }, facts);
     if (v.refused.length > 0) problems.push(`${o.home} (${o.from}): owner ${o.owner.uid}:${o.owner.gid}: ${v.refused.map((c) => c.message).join('; ')}`);
   }
   return problems;
@@ -186,5 +172,5 @@ export function existingOwnerProblems(owners: readonly ExistingOwner[], facts: O
 
 /** The configuration's `homes` entries with an owner, as owners in force. */
 export function configOwners(homes: Readonly<Record<string, { owner?: Owner | undefined }>>): ExistingOwner[] {
-  return Object.entries(homes).flatMap(([home, e]) => (e.owner ? [{ home, owner: { uid: e.owner.uid, gid: e.owner.gid }, configPinned: true, force: false, from: `configuration homes["${home}"].owner` }] : []));
+  return Object.entries(homes).flatMap(([home, e]) => (e.owner ? [{ home, owner: { uid: e.owner.uid, gid: e.owner.gid }, force: false, from: `configuration homes["${home}"].owner` }] : []));
 }

@@ -4,22 +4,54 @@ import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
 import { HOMESCTL, runAsync, startDaemon, SYSTEM_PATH, type RunningDaemon, type StartOptions } from './daemon.js';
 
+export type Owner = { uid: number; gid: number };
+
 export interface OwnerSuite {
   /** the daemon of this describe block (set once beforeAll ran) */
   readonly d: RunningDaemon;
-  /** a python script run as the owner (its stdout, trimmed; a non-zero exit throws with its stderr) */
-  py(script: string, ...args: string[]): Promise<string>;
+  /**
+   * A python script run as the owner of the home its first argument lies in
+   * (a home's mount path, or a path below it): every home has an owner of its
+   * own, so the script's home says who runs it. Its stdout, trimmed; a
+   * non-zero exit throws with its stderr.
+   */
+  py(script: string, home: string, ...args: string[]): Promise<string>;
+  /** the owner a home ("tenant/key") of this suite was given */
+  owner(home: string): Owner;
   /** homesctl against the daemon, as root (its stdout; a non-zero exit throws) */
   ctl(...args: string[]): Promise<string>;
   usage(home: string): Promise<{ bytes: number; inodes: number }>;
 }
 
 /**
+ * The owner of the home a path lies in (the home's mount path or a path below
+ * it), among `homes` ("tenant/key" → entry) served by `d`. Every home has an
+ * owner of its own, so a process working in a home runs as this one.
+ */
+export function ownerAt(d: Pick<RunningDaemon, 'home'>, homes: Readonly<Record<string, { owner?: Owner }>>, path: string): Owner {
+  for (const [id, e] of Object.entries(homes)) {
+    const [t, k] = id.split('/') as [string, string];
+    const at = d.home(t, k);
+    if (e.owner && (path === at || path.startsWith(`${at}/`))) return { ...e.owner };
+  }
+  throw new Error(`${path} is in none of these homes with an owner: ${Object.keys(homes).join(', ')}`);
+}
+
+/**
+ * `keys` with an owner each, `base`, `base + step`, … in their order (gid =
+ * uid); a `step` above 1 leaves ids between them for files of other uids.
+ */
+export function ownersFrom<K extends string>(base: number, keys: readonly K[], step = 1): Record<K, Owner> {
+  return Object.fromEntries(keys.map((k, i) => [k, { uid: base + i * step, gid: base + i * step }])) as Record<K, Owner>;
+}
+
+/**
  * One daemon for a describe block, started with `homes` created and their
  * ledgers built, stopped after; and the tools its tests use: scripts run as
- * the homes' owner, homesctl as root.
+ * a home's owner, homesctl as root. Each home names its own owner (an owner
+ * belongs to one home).
  */
-export function ownerSuite(owner: { uid: number; gid: number }, opts: Pick<StartOptions, 'config'> & { homes: NonNullable<StartOptions['homes']> }): OwnerSuite {
+export function ownerSuite(opts: Pick<StartOptions, 'config'> & { homes: Record<string, { owner: Owner; profile?: string }> }): OwnerSuite {
   let daemon: RunningDaemon | undefined;
   let tmp = '';
 
@@ -45,12 +77,17 @@ export function ownerSuite(owner: { uid: number; gid: number }, opts: Pick<Start
     get d() {
       return daemon!;
     },
-    py: async (script, ...args) => {
+    py: async (script, home, ...args) => {
+      const { uid, gid } = ownerAt(daemon!, opts.homes, home);
       const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
       writeFileSync(file, script, { mode: 0o644 });
-      const r = await runAsync('setpriv', [`--reuid=${owner.uid}`, `--regid=${owner.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
+      const r = await runAsync('setpriv', [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', 'python3', file, home, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
       if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
       return r.stdout.trim();
+    },
+    owner: (home) => {
+      if (!Object.hasOwn(opts.homes, home)) throw new Error(`${home} is not a home of this suite`);
+      return { ...opts.homes[home]!.owner };
     },
     ctl,
     usage: async (home) => JSON.parse(await ctl('--json', 'usage', home)) as { bytes: number; inodes: number },

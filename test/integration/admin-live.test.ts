@@ -18,17 +18,17 @@ const MiB = 1024 * KiB;
 const TENANT_BUDGET = 3 * MiB;
 // An owner range of this test run's own (HELPERS.md): a random 10k block in 300000–900000.
 const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
-const U = { uid: BASE + 17, gid: BASE + 17 };
+/** the owners of acme's homes, one each (an owner belongs to one home) */
+const U = { a: { uid: BASE + 17, gid: BASE + 17 }, b: { uid: BASE + 21, gid: BASE + 21 }, c: { uid: BASE + 22, gid: BASE + 22 } };
 const T = 'acme';
 
 if (!canMount) console.warn(`admin-live integration suite skipped: ${skipReason}`);
 
 const roomy = { ...BUILTIN_PROFILES.home, maxHomeBytes: 64 * MiB, maxFileBytes: 0 };
 const HOMES = {
-  [`${T}/a`]: { owner: U, profile: 'roomy' },
-  [`${T}/b`]: { owner: U, profile: 'roomy' },
-  [`${T}/c`]: { owner: U, profile: 'roomy' },
-  // Other tenants never share an owner with acme (an owner uid belongs to one tenant's homes).
+  [`${T}/a`]: { owner: U.a, profile: 'roomy' },
+  [`${T}/b`]: { owner: U.b, profile: 'roomy' },
+  [`${T}/c`]: { owner: U.c, profile: 'roomy' },
   ['other/x']: { owner: { uid: BASE + 19, gid: BASE + 19 }, profile: 'roomy' },
   ['st/s']: { owner: { uid: BASE + 20, gid: BASE + 20 }, profile: 'roomy' },
 };
@@ -70,7 +70,8 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')} failed (${r.code}): ${r.stderr}${r.stdout}`);
     return JSON.parse(r.stdout) as T;
   };
-  const sh = (script: string) => runAs(U.uid, U.gid, script, { timeoutMs: 60_000 });
+  /** a shell script run as the owner of acme's home `k` */
+  const sh = (k: keyof typeof U, script: string) => runAs(U[k].uid, U[k].gid, script, { timeoutMs: 60_000 });
   const tenantOnDisk = () => ['a', 'b', 'c'].reduce((n, k) => n + regularBytes(d.backingOf(T, k)), 0);
 
   beforeAll(async () => {
@@ -99,8 +100,8 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
 
   it('racing writers in two homes of one tenant never pass the tenant budget by one byte', async () => {
     // Four writers, two per home, 100000-byte requests (not a divisor of the budget), 2.4 MB each: 9.6 MB asked of 3 MiB.
-    const writers = ['a', 'a', 'b', 'b'].map((k, i) =>
-      sh(`cd ${d.home(T, k)} && dd if=/dev/zero of=w${i} bs=100000 count=24 2>&1; echo "rc=$?"`),
+    const writers = (['a', 'a', 'b', 'b'] as const).map((k, i) =>
+      sh(k, `cd ${d.home(T, k)} && dd if=/dev/zero of=w${i} bs=100000 count=24 2>&1; echo "rc=$?"`),
     );
     const results = await Promise.all(writers);
     const refused = results.filter((r) => r.stdout.includes('Disk quota exceeded'));
@@ -119,7 +120,7 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     expect(line.errno).toBe('EDQUOT');
     expect(String(line.waysOut)).toContain('set-tenant-budget');
     // A third home of the tenant cannot grow either; another tenant is not affected.
-    const r = await sh(`cd ${d.home(T, 'c')} && head -c 200000 /dev/zero > f; echo "rc=$?"`);
+    const r = await sh('c', `cd ${d.home(T, 'c')} && head -c 200000 /dev/zero > f; echo "rc=$?"`);
     expect(r.stderr).toContain('Disk quota exceeded');
     expect(r.stdout).toBe('rc=1\n');
     const ox = HOMES['other/x']!.owner;
@@ -134,22 +135,24 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
   it('truncate and fallocate are charged to the tenant; unlink and truncate-down release', async () => {
     const before = (await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes;
     const room = TENANT_BUDGET - before;
-    let r = await sh(`cd ${d.home(T, 'c')} && truncate -s ${room + 1} t 2>&1; echo "rc=$?"; fallocate -l ${room + 1} fa 2>&1; echo "rc=$?"`);
+    let r = await sh('c', `cd ${d.home(T, 'c')} && truncate -s ${room + 1} t 2>&1; echo "rc=$?"; fallocate -l ${room + 1} fa 2>&1; echo "rc=$?"`);
     expect(r.stdout).toMatch(/Disk quota exceeded\nrc=1\n[\s\S]*Disk quota exceeded\nrc=1\n/);
     expect((await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes).toBe(tenantOnDisk());
     // Exactly the room fits.
-    r = await sh(`cd ${d.home(T, 'c')} && truncate -s ${room} t; echo "rc=$?"`);
+    r = await sh('c', `cd ${d.home(T, 'c')} && truncate -s ${room} t; echo "rc=$?"`);
     expect(r.stdout).toBe('rc=0\n');
     expect((await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes).toBe(TENANT_BUDGET);
     expect(tenantOnDisk()).toBe(TENANT_BUDGET);
     // Deletes release: removing home a's files frees room for home b.
     const aBytes = regularBytes(d.backingOf(T, 'a'));
-    r = await sh(`cd ${d.home(T, 'a')} && rm -f w0 w1 && truncate -s 0 ${d.home(T, 'c')}/t; echo "rc=$?"`);
+    r = await sh('a', `cd ${d.home(T, 'a')} && rm -f w0 w1; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
+    r = await sh('c', `truncate -s 0 ${d.home(T, 'c')}/t; echo "rc=$?"`);
     expect(r.stdout).toBe('rc=0\n');
     const after = await ctlJson<{ bytes: number }>('tenant-usage', T);
     expect(after.bytes).toBe(TENANT_BUDGET - aBytes - room);
     expect(after.bytes).toBe(tenantOnDisk());
-    r = await sh(`cd ${d.home(T, 'b')} && head -c ${aBytes} /dev/zero > more; echo "rc=$?"`);
+    r = await sh('b', `cd ${d.home(T, 'b')} && head -c ${aBytes} /dev/zero > more; echo "rc=$?"`);
     expect(r.stdout).toBe('rc=0\n');
   }, 60_000);
 
@@ -157,7 +160,7 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     let r = await ctl('set-tenant-budget', T, 'off');
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/Budget:\s+off/);
-    r = await sh(`cd ${d.home(T, 'c')} && head -c ${2 * MiB} /dev/zero > big; echo "rc=$?"`);
+    r = await sh('c', `cd ${d.home(T, 'c')} && head -c ${2 * MiB} /dev/zero > big; echo "rc=$?"`);
     expect(r.stdout).toBe('rc=0\n');
     const state = JSON.parse(readFileSync(join(d.dir, 'state.json'), 'utf8')) as { tenants?: Record<string, { maxBytes?: number }> };
     expect(state.tenants?.[T]?.maxBytes).toBe(0);
@@ -165,8 +168,10 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     const t = await ctlJson<{ bytes: number; budget: number; budgetSource: string }>('set-tenant-budget', T, '1M');
     expect(t).toMatchObject({ budget: MiB, budgetSource: 'override' });
     expect(t.bytes).toBeGreaterThan(MiB);
-    r = await sh(`cd ${d.home(T, 'a')} && env printf x 2>&1 >one; echo "rc=$?"; rm big 2>/dev/null; rm ${d.home(T, 'c')}/big; echo "rc=$?"`);
-    expect(r.stdout).toMatch(/Disk quota exceeded[\s\S]*rc=1\nrc=0\n$/);
+    r = await sh('a', `cd ${d.home(T, 'a')} && env printf x 2>&1 >one; echo "rc=$?"`);
+    expect(r.stdout).toMatch(/Disk quota exceeded[\s\S]*rc=1\n$/);
+    r = await sh('c', `rm ${d.home(T, 'c')}/big; echo "rc=$?"`);
+    expect(r.stdout).toBe('rc=0\n');
     r = await ctl('tenant-usage', T);
     expect(r.stdout).toMatch(/over budget/);
     // default: back to the config's 3 MiB, and the override leaves the state file.
@@ -216,12 +221,12 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
   it('df -B1 in a home over its lowered budget shows the real usage, nothing available', async () => {
     await ctlJson('set-tenant-budget', T, 'off');
     const h = d.home(T, 'b');
-    let r = await sh(`cd ${h} && head -c ${3 * MiB} /dev/zero > df3; echo "rc=$?"`);
+    let r = await sh('b', `cd ${h} && head -c ${3 * MiB} /dev/zero > df3; echo "rc=$?"`);
     expect(r.stdout).toBe('rc=0\n');
     const used = (await ctlJson<{ bytes: number }>('usage', `${T}/b`)).bytes;
     expect(used).toBeGreaterThan(2 * MiB);
     await ctlJson('set-budget', `${T}/b`, String(MiB));
-    r = await sh(`cd ${h} && df -B1 --output=size,used,avail,pcent . | tail -n 1`);
+    r = await sh('b', `cd ${h} && df -B1 --output=size,used,avail,pcent . | tail -n 1`);
     const [size, dfUsed, avail, pcent] = r.stdout.trim().split(/\s+/);
     expect(Number(avail)).toBe(0);
     expect(pcent).toBe('100%');
@@ -230,14 +235,14 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     expect(Math.abs(Number(size) - used)).toBeLessThan(4096);
     // Under its budget again: size is the budget.
     await ctlJson('set-budget', `${T}/b`, String(64 * MiB));
-    r = await sh(`cd ${h} && df -B1 --output=size,used . | tail -n 1`);
+    r = await sh('b', `cd ${h} && df -B1 --output=size,used . | tail -n 1`);
     const [size2, used2] = r.stdout.trim().split(/\s+/).map(Number);
     expect(size2).toBe(64 * MiB);
     expect(Math.abs(used2! - used)).toBeLessThan(4096);
     // A tenant budget tighter than the home's shows as the size the home can reach.
     await ctlJson('set-tenant-budget', T, String(TENANT_BUDGET * 2));
     const tenantBytes = (await ctlJson<{ bytes: number }>('tenant-usage', T)).bytes;
-    r = await sh(`cd ${h} && df -B1 --output=avail . | tail -n 1`);
+    r = await sh('b', `cd ${h} && df -B1 --output=avail . | tail -n 1`);
     expect(Math.abs(Number(r.stdout.trim()) - (TENANT_BUDGET * 2 - tenantBytes))).toBeLessThan(4096);
     // The metrics test below wants the home budget of c to be what refuses.
     await ctlJson('set-tenant-budget', T, 'off');
@@ -246,7 +251,7 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
   it('metrics: scraped over the real socket and port, numbers match homesctl usage', async () => {
     // Some work to count, including one refusal of a home budget.
     await ctlJson('set-budget', `${T}/c`, String(64 * KiB));
-    await sh(`cd ${d.home(T, 'c')} && rm -f * && head -c 100000 /dev/zero > over 2>/dev/null; ls -l >/dev/null; cat over >/dev/null`);
+    await sh('c', `cd ${d.home(T, 'c')} && rm -f * && head -c 100000 /dev/zero > over 2>/dev/null; ls -l >/dev/null; cat over >/dev/null`);
     const viaSocket = await scrape({ socketPath: metricsSocket });
     expect(viaSocket.status).toBe(200);
     expect(viaSocket.type).toContain('text/plain; version=0.0.4');

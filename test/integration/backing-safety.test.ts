@@ -40,7 +40,7 @@ describe.skipIf(!canMount)('backing safety: nothing outside a home is ever touch
     chmodSync(join(victim, 'sub', 'f'), 0o666);
     d = await startDaemon({
       create: ['acme/proj', 'acme/other'],
-      homes: { 'acme/proj': { owner: OWNER }, 'acme/other': { owner: OWNER } },
+      homes: { 'acme/proj': { owner: OWNER }, 'acme/other': { owner: { uid: OWNER.uid + 1, gid: OWNER.gid + 1 } } },
     });
     home = d.home('acme', 'proj');
     backing = d.backingOf('acme', 'proj');

@@ -13,9 +13,10 @@ import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '..
  * uncharged. Bounded in time; several racers run at once to widen the window.
  */
 
-const U = { uid: 40081, gid: 40081 };
 const T = 'race';
 const PROFILES = ['scratch', 'home', 'posix'] as const;
+/** each home's owner, 40081 and up (an owner belongs to one home) */
+const ownerOf = (p: (typeof PROFILES)[number]) => ({ uid: 40081 + PROFILES.indexOf(p) * 5, gid: 40081 + PROFILES.indexOf(p) * 5 });
 
 if (!canMount) console.warn(`budget race suite skipped: ${skipReason}`);
 
@@ -85,7 +86,7 @@ describe.skipIf(!canMount)('budget: open racing truncate (issue 8 item 1)', () =
     scripts = mkdtempSync(join(tmpdir(), 'homesfs-race-'));
     chmodSync(scripts, 0o755);
     writeFileSync(join(scripts, 'attack.py'), ATTACK, { mode: 0o644 });
-    const homes = Object.fromEntries(PROFILES.map((p) => [`${T}/${p}`, { owner: U, profile: p }]));
+    const homes = Object.fromEntries(PROFILES.map((p) => [`${T}/${p}`, { owner: ownerOf(p), profile: p }]));
     d = await startDaemon({ create: Object.keys(homes), homes });
     for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
@@ -99,7 +100,7 @@ describe.skipIf(!canMount)('budget: open racing truncate (issue 8 item 1)', () =
     it(`${profile}: the ledger equals the backing bytes after open/truncate races`, async () => {
       // Six racers at once for 8 s: on the old code each profile lost within that (see the commit).
       const racers = await Promise.all(
-        [0, 1, 2, 3, 4, 5, 'burn', 'burn'].map((i) => runAs(U.uid, U.gid, `python3 ${join(scripts, 'attack.py')} ${d.home(T, profile)} ${i} 8`, { timeoutMs: 60_000 })),
+        [0, 1, 2, 3, 4, 5, 'burn', 'burn'].map((i) => runAs(ownerOf(profile).uid, ownerOf(profile).gid, `python3 ${join(scripts, 'attack.py')} ${d.home(T, profile)} ${i} 8`, { timeoutMs: 60_000 })),
       );
       let tries = 0;
       let wins = 0;

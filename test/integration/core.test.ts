@@ -8,6 +8,8 @@ import { regularBytes } from '../helpers/backing.js';
 
 const OWNER = { uid: 40001, gid: 40001 };
 const OTHER = { uid: 40002, gid: 40002 };
+/** acme/_tenant's owner (an owner belongs to one home) */
+const TENANT_OWNER = { uid: 40003, gid: 40003 };
 
 if (!canMount) console.warn(`core integration suite skipped: ${skipReason}`);
 
@@ -22,7 +24,7 @@ describe.skipIf(!canMount)('core: a mounted /homes tree driven by real programs'
   beforeAll(async () => {
     d = await startDaemon({
       create: ['acme/proj', 'acme/_tenant', 'other/_user_bob'],
-      homes: { 'acme/proj': { owner: OWNER }, 'acme/_tenant': { owner: OWNER, profile: 'posix' }, 'other/_user_bob': { owner: OTHER } },
+      homes: { 'acme/proj': { owner: OWNER }, 'acme/_tenant': { owner: TENANT_OWNER, profile: 'posix' }, 'other/_user_bob': { owner: OTHER } },
     });
     home = d.home('acme', 'proj');
     backing = d.backingOf('acme', 'proj');
@@ -158,11 +160,11 @@ console.log(fs.readFileSync(h + "/n-final", "utf8"), fs.readdirSync(h + "/nd2").
 
   it('writes sparse files and offsets beyond 4 GiB (in a home without a byte budget)', async () => {
     const open = d.home('acme', '_tenant');
-    const r = await runAs(OWNER.uid, OWNER.gid, `cd ${open} && printf end | dd of=sparse bs=1 seek=5000000000 2>/dev/null && stat -c %s sparse && tail -c 3 sparse`);
+    const r = await runAs(TENANT_OWNER.uid, TENANT_OWNER.gid, `cd ${open} && printf end | dd of=sparse bs=1 seek=5000000000 2>/dev/null && stat -c %s sparse && tail -c 3 sparse`);
     expect(r.stdout).toBe('5000000003\nend');
     expect(statSync(join(d.backingOf('acme', '_tenant'), 'sparse')).size).toBe(5000000003);
     // past 2^53 offsets are no longer exact in JavaScript: refused with EFBIG, never written at a rounded offset
-    const far = await runAs(OWNER.uid, OWNER.gid, `python3 -c "
+    const far = await runAs(TENANT_OWNER.uid, TENANT_OWNER.gid, `python3 -c "
 import os, errno
 fd = os.open('${open}/far', os.O_CREAT | os.O_WRONLY, 0o600)
 try:

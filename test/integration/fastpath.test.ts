@@ -9,15 +9,17 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownersFrom } from '../helpers/owner-suite.js';
 
 if (!canMount) console.warn(`fastpath integration suite skipped: ${skipReason}`);
 
 const TREE = join(import.meta.dirname, 'fixtures', 'fastpath_tree.py');
 const BASE = 300000 + Math.floor(Math.random() * 60) * 10000;
-const OWNER = { uid: BASE + 17, gid: BASE + 17 };
 const OWNERS = { from: BASE, to: BASE + 9999 };
 // Every builtin profile, and one whose presentation is neither "asked" nor "owner".
 const HOMES: Record<string, string> = { 't/home': 'home', 't/posix': 'posix', 't/scratch': 'scratch', 't/odd': 'odd' };
+/** each home's owner, BASE + 17 and up (an owner belongs to one home), 10 apart: the tree plants files of owner + 1 */
+const OWNER = ownersFrom(BASE + 17, Object.keys(HOMES), 10);
 const PROFILES = { odd: { ...BUILTIN_PROFILES.home, chmod: 'allow', fileMode: 0o640, dirMode: 'asked', allowUserExec: true } };
 
 function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) => void): void {
@@ -65,13 +67,13 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
   beforeAll(async () => {
     d = await startDaemon({
       create: Object.keys(HOMES),
-      homes: Object.fromEntries(Object.entries(HOMES).map(([h, profile]) => [h, { owner: OWNER, profile }])),
+      homes: Object.fromEntries(Object.entries(HOMES).map(([h, profile]) => [h, { owner: OWNER[h]!, profile }])),
       config: { owners: OWNERS, profiles: PROFILES, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, nativeFastPath: true } },
     });
     await d.stopKeep();
     let seed = 1 + Math.floor(Math.random() * 1e6);
     for (const h of Object.keys(HOMES)) {
-      const r = await runAsync('python3', [TREE, 'build', d.backingOf(...(h.split('/') as [string, string])), String(seed++), String(OWNER.uid), String(OWNER.gid)]);
+      const r = await runAsync('python3', [TREE, 'build', d.backingOf(...(h.split('/') as [string, string])), String(seed++), String(OWNER[h]!.uid), String(OWNER[h]!.gid)]);
       expect(r.stderr).toBe('');
       const m = join(d.mount, h);
       for (const rel of r.stdout.trim().split('\n')) paths.push(join(m, rel));
@@ -206,7 +208,12 @@ function cwdProbe(cwd: string): { ask(name: string): Promise<string>; stop(): vo
 
 describe.skipIf(!canMount)('native getattr fast path: every policy change takes effect on the next request', () => {
   let d: RunningDaemon;
+  /** each home's owner (an owner belongs to one home) */
+  const PO = ownersFrom<string>(BASE + 17, ['t/prof', 't/own', 't/hup', 't/rep']);
+  /** the owner a reload gives t/own */
   const O2 = { uid: BASE + 29, gid: BASE + 31 };
+  /** the uid and gid of files planted in the backing tree: no home's owner, what posix presents as is */
+  const OTHER = { uid: BASE + 40, gid: BASE + 41 };
   const probes: Array<{ stop(): void }> = [];
 
   const ctl = async (...args: string[]) => {
@@ -237,13 +244,12 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
   beforeAll(async () => {
     d = await startDaemon({
       create: ['t/prof', 't/own', 't/hup', 't/rep'],
-      homes: { 't/prof': { owner: OWNER }, 't/own': { owner: OWNER }, 't/hup': { owner: OWNER }, 't/rep': { owner: OWNER } },
+      homes: { 't/prof': { owner: PO['t/prof']! }, 't/own': { owner: PO['t/own']! }, 't/hup': { owner: PO['t/hup']! }, 't/rep': { owner: PO['t/rep']! } },
       config: { owners: OWNERS, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0 } },
     });
-    const other = { uid: OWNER.uid + 1, gid: OWNER.gid + 1 };
     for (const h of ['t/prof', 't/own', 't/hup', 't/rep']) {
-      chownSync(join(d.backing, h), OWNER.uid, OWNER.gid);
-      plant(h, 'f', 0o4755, other);
+      chownSync(join(d.backing, h), PO[h]!.uid, PO[h]!.gid);
+      plant(h, 'f', 0o4755, OTHER);
     }
   });
 
@@ -253,10 +259,11 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
   });
 
   it('set-profile, set-budget and dropping the override: the next stat shows the new presentation', async () => {
+    const OWNER = PO['t/prof']!;
     const homeView = `700 ${OWNER.uid} ${OWNER.gid} 10`;
-    const posixView = `4755 ${OWNER.uid + 1} ${OWNER.gid + 1} 10`;
+    const posixView = `4755 ${OTHER.uid} ${OTHER.gid} 10`;
     // a handle open across the changes (on another file: an open inode's getattr by name is JS's): its fgetattr follows the home's policy too
-    plant('t/prof', 'g', 0o4755, { uid: OWNER.uid + 1, gid: OWNER.gid + 1 });
+    plant('t/prof', 'g', 0o4755, OTHER);
     const open = handleProbe(join(d.mount, 't/prof/g'));
     probes.push(open);
     const byHandle = async () => {
@@ -282,6 +289,7 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
   });
 
   it('an owner change by SIGHUP reload: the next stat shows the new owner', async () => {
+    const OWNER = PO['t/own']!;
     expect(await nativeStat('t/own/f')).toBe(`700 ${OWNER.uid} ${OWNER.gid} 10`);
     rewriteConfig(d, (c) => ((c.homes as Record<string, { owner: unknown }>)['t/own']!.owner = O2));
     const mark = d.logs.length;
@@ -291,12 +299,13 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
   });
 
   it('a profile change by SIGHUP reload: the next stat shows the new profile', async () => {
+    const OWNER = PO['t/hup']!;
     expect(await nativeStat('t/hup/f')).toBe(`700 ${OWNER.uid} ${OWNER.gid} 10`);
     rewriteConfig(d, (c) => ((c.homes as Record<string, { profile?: string }>)['t/hup']!.profile = 'posix'));
     const mark = d.logs.length;
     d.proc.kill('SIGHUP');
     await d.waitForLog((l) => l.msg === 'configuration reloaded' && d.logs.indexOf(l) >= mark);
-    expect(await nativeStat('t/hup/f')).toBe(`4755 ${OWNER.uid + 1} ${OWNER.gid + 1} 10`);
+    expect(await nativeStat('t/hup/f')).toBe(`4755 ${OTHER.uid} ${OTHER.gid} 10`);
   });
 
   it('rename-project: the old path is gone, the new one is served (natively), a new home under the old name is its own', async () => {
@@ -335,6 +344,7 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
   });
 
   it('a backing directory moved away behind the daemon: once noticed, nothing of it is served; a new one in its place is', async () => {
+    const OWNER = PO['t/rep']!;
     const inside = cwdProbe(join(d.mount, 't', 'rep'));
     probes.push(inside);
     expect(await nativeStat('t/rep/f')).toBe(`700 ${OWNER.uid} ${OWNER.gid} 10`);

@@ -15,7 +15,8 @@ import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type Runn
 if (!canMount) console.warn(`fsx suite skipped: ${skipReason}`);
 
 const BASE = 300_000 + Math.floor(Math.random() * 60_000) * 10;
-const U = { uid: BASE, gid: BASE };
+/** each home's owner (an owner belongs to one home) */
+const U = { posix: { uid: BASE, gid: BASE }, home: { uid: BASE + 1, gid: BASE + 1 } };
 const FSX = resolve(import.meta.dirname, 'fixtures/fsx.py');
 const T = 't';
 // Fixed seeds reproduce; one more per run widens coverage over time (printed on failure).
@@ -26,10 +27,10 @@ describe.skipIf(!canMount)('fsx: random operations against a model of the file',
 
   beforeAll(async () => {
     d = await startDaemon({
-      homes: { [`${T}/posix`]: { owner: U, profile: 'posix' }, [`${T}/home`]: { owner: U, profile: 'home' } },
+      homes: { [`${T}/posix`]: { owner: U.posix, profile: 'posix' }, [`${T}/home`]: { owner: U.home, profile: 'home' } },
       create: [`${T}/posix`, `${T}/home`],
     });
-    for (const k of ['posix', 'home']) chownSync(d.backingOf(T, k), U.uid, U.gid);
+    for (const k of ['posix', 'home'] as const) chownSync(d.backingOf(T, k), U[k].uid, U[k].gid);
   });
 
   afterAll(async () => {
@@ -40,7 +41,7 @@ describe.skipIf(!canMount)('fsx: random operations against a model of the file',
     for (const seed of SEEDS) {
       it(`${profile} home, seed ${seed}`, async () => {
         const file = join(d.home(T, profile), `fsx-${seed}`);
-        const r = await runAs(U.uid, U.gid, `exec python3 ${FSX} ${file} ${seed} 1500 6`, { timeoutMs: 60_000 });
+        const r = await runAs(U[profile].uid, U[profile].gid, `exec python3 ${FSX} ${file} ${seed} 1500 6`, { timeoutMs: 60_000 });
         expect(r.stderr).toBe('');
         expect(r.code, r.stdout).toBe(0);
         const out = JSON.parse(r.stdout) as { ops: number; counts: Record<string, number> };

@@ -9,7 +9,8 @@ import { canMount, HOMESCTL, runAs, skipReason, startDaemon, type RunningDaemon 
  * unprivileged owner through the mount.
  */
 
-const U = { uid: 40083, gid: 40083 };
+/** each home's owner (an owner belongs to one home) */
+const U = { text: { uid: 40083, gid: 40083 }, files: { uid: 40084, gid: 40084 } };
 
 if (!canMount) console.warn(`hardening integration suite skipped: ${skipReason}`);
 
@@ -21,7 +22,7 @@ describe.skipIf(!canMount)('hardening: fallocate in text homes, user .fuse_hidde
   beforeAll(async () => {
     d = await startDaemon({
       create: ['h/text', 'h/files'],
-      homes: { 'h/text': { owner: U, profile: 'scratch' }, 'h/files': { owner: U, profile: 'home' } },
+      homes: { 'h/text': { owner: U.text, profile: 'scratch' }, 'h/files': { owner: U.files, profile: 'home' } },
     });
     for (const id of ['h/text', 'h/files']) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   });
@@ -33,8 +34,8 @@ describe.skipIf(!canMount)('hardening: fallocate in text homes, user .fuse_hidde
   it('item 6: posix_fallocate past a cut character is refused with EILSEQ; no invalid byte becomes readable', async () => {
     const h = d.home('h', 'text');
     const r = await runAs(
-      U.uid,
-      U.gid,
+      U.text.uid,
+      U.text.gid,
       `python3 -c '
 import os, errno
 fd = os.open("${h}/e.txt", os.O_CREAT | os.O_RDWR, 0o600)
@@ -55,16 +56,16 @@ print("size", os.fstat(fd).st_size)
     // The backing file holds the one cut byte, never c3 00…
     expect([...readFileSync(join(d.backingOf('h', 'text'), 'e.txt'))]).toEqual([0xc3]);
     // and nobody reads it through the mount until it is whole.
-    const rd = await runAs(U.uid, U.gid, `cat ${h}/e.txt >/dev/null 2>&1; echo "rc=$?"`);
+    const rd = await runAs(U.text.uid, U.text.gid, `cat ${h}/e.txt >/dev/null 2>&1; echo "rc=$?"`);
     expect(rd.stdout.trim()).not.toBe('rc=0');
     // A whole file may still be zero-extended (NUL is valid UTF-8).
-    const ok = await runAs(U.uid, U.gid, `python3 -c 'import os; fd = os.open("${h}/ok.txt", os.O_CREAT | os.O_RDWR, 0o600); os.write(fd, b"ab"); os.posix_fallocate(fd, 0, 8); print(os.fstat(fd).st_size)'`);
+    const ok = await runAs(U.text.uid, U.text.gid, `python3 -c 'import os; fd = os.open("${h}/ok.txt", os.O_CREAT | os.O_RDWR, 0o600); os.write(fd, b"ab"); os.posix_fallocate(fd, 0, 8); print(os.fstat(fd).st_size)'`);
     expect(ok.stdout.trim()).toBe('8');
   });
 
   it('item 7: a user file named .fuse_hidden* survives rescan and restart, and stays charged', async () => {
     const h = d.home('h', 'files');
-    const r = await runAs(U.uid, U.gid, `head -c 4321 /dev/urandom > ${h}/.fuse_hidden0000000100000001 && mkdir ${h}/sub && echo keep > ${h}/sub/.fuse_hidden42 && echo done`);
+    const r = await runAs(U.files.uid, U.files.gid, `head -c 4321 /dev/urandom > ${h}/.fuse_hidden0000000100000001 && mkdir ${h}/sub && echo keep > ${h}/sub/.fuse_hidden42 && echo done`);
     expect(r.stdout.trim()).toBe('done');
     const rescan = ctl('rescan', 'h/files');
     expect(rescan.status).toBe(0);
@@ -77,7 +78,7 @@ print("size", os.fstat(fd).st_size)
     expect(readFileSync(join(b, 'sub', '.fuse_hidden42'), 'utf8')).toBe('keep\n');
     const usage = JSON.parse(ctl('usage', 'h/files').stdout) as { bytes: number };
     expect(usage.bytes).toBe(4321 + 5);
-    const cat = await runAs(U.uid, U.gid, `cat ${h}/sub/.fuse_hidden42`);
+    const cat = await runAs(U.files.uid, U.files.gid, `cat ${h}/sub/.fuse_hidden42`);
     expect(cat.stdout).toBe('keep\n');
   });
 
@@ -95,7 +96,7 @@ print("size", os.fstat(fd).st_size)
       expect(existsSync(trash)).toBe(true);
       const st = await d.status();
       expect((st.mount as { mounted: boolean }).mounted).toBe(true);
-      const cat = await runAs(U.uid, U.gid, `cat ${d.home('h', 'files')}/sub/.fuse_hidden42`);
+      const cat = await runAs(U.files.uid, U.files.gid, `cat ${d.home('h', 'files')}/sub/.fuse_hidden42`);
       expect(cat.stdout).toBe('keep\n');
     } finally {
       spawnSync('umount', [inner]);

@@ -21,7 +21,7 @@ const tiny = { ...BUILTIN_PROFILES.home, maxHomeBytes: 1024 * 1024, maxInodes: 1
 if (!canMount) console.warn(`names-cap integration suite skipped: ${skipReason}`);
 
 describe.skipIf(!canMount)('names cap: every hard link counts against the inode cap', () => {
-  const s = ownerSuite(U, { homes: { [`${T}/tiny`]: { owner: U, profile: 'tiny' } }, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tiny } } });
+  const s = ownerSuite({ homes: { [`${T}/tiny`]: { owner: U, profile: 'tiny' } }, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tiny } } });
 
   it('a 10-inode home makes 9 links to its one file, then EDQUOT; the ledger counts names, bytes once', async () => {
     const home = s.d.home(T, 'tiny');

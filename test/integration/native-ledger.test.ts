@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownersFrom, type Owner } from '../helpers/owner-suite.js';
 import { regularBytes } from '../helpers/backing.js';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
 
@@ -23,7 +24,6 @@ import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
 
 const KiB = 1024;
 const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
-const U = { uid: BASE + 47, gid: BASE + 47 };
 const T = 'dl';
 // Seeds whose sequences meet both limits (asserted: a sequence that does not tests less).
 const SEEDS = [1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16];
@@ -36,8 +36,10 @@ const MAX_FILE = 96 * KiB;
 const capped = { ...BUILTIN_PROFILES.home, maxHomeBytes: 256 * KiB, maxFileBytes: MAX_FILE };
 const race = { ...BUILTIN_PROFILES.home, maxHomeBytes: RACE_CHUNKS * CHUNK, maxFileBytes: 0 };
 const roomy = { ...BUILTIN_PROFILES.home, maxHomeBytes: 64 * 1024 * KiB, maxFileBytes: 0 };
-const HOMES: Record<string, { owner: typeof U; profile: string }> = { [`${T}/race`]: { owner: U, profile: 'race' }, [`${T}/inv`]: { owner: U, profile: 'roomy' } };
-for (const s of SEEDS) HOMES[`${T}/s${s}`] = { owner: U, profile: 'capped' };
+/** each home's owner, BASE + 47 and up (an owner belongs to one home; both daemons serve the same homes) */
+const U = ownersFrom(BASE + 47, ['race', 'inv', ...SEEDS.map((s) => `s${s}`)]);
+const HOMES: Record<string, { owner: Owner; profile: string }> = { [`${T}/race`]: { owner: U.race!, profile: 'race' }, [`${T}/inv`]: { owner: U.inv!, profile: 'roomy' } };
+for (const s of SEEDS) HOMES[`${T}/s${s}`] = { owner: U[`s${s}`]!, profile: 'capped' };
 
 /** mulberry32: the same sequence on every run and both daemons. */
 function rng(seed: number): () => number {
@@ -155,10 +157,12 @@ describe.skipIf(!canMount)('the write decision in the binding against the TypeSc
   let tmp: string;
   let metricsSocket: string;
 
-  const py = async (script: string, ...args: string[]): Promise<string> => {
+  /** a python script run as the owner of the home `key` (of tenant T) */
+  const py = async (key: string, script: string, ...args: string[]): Promise<string> => {
+    const { uid, gid } = U[key]!;
     const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
     writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
+    const r = await runAsync('setpriv', [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
     if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
     return r.stdout;
   };
@@ -200,8 +204,8 @@ describe.skipIf(!canMount)('the write decision in the binding against the TypeSc
     const file = join(tmp, `ops-${seed}.json`);
     writeFileSync(file, JSON.stringify(ops), { mode: 0o644 });
     const home = `${T}/s${seed}`;
-    const a = JSON.parse(await py(RUNNER, file, js.home(T, `s${seed}`))) as { out: unknown[]; files: Record<string, [number, string]> };
-    const b = JSON.parse(await py(RUNNER, file, native.home(T, `s${seed}`))) as typeof a;
+    const a = JSON.parse(await py(`s${seed}`, RUNNER, file, js.home(T, `s${seed}`))) as { out: unknown[]; files: Record<string, [number, string]> };
+    const b = JSON.parse(await py(`s${seed}`, RUNNER, file, native.home(T, `s${seed}`))) as typeof a;
     // Not a vacuous sequence: it met both limits.
     expect(a.out).toContain('EDQUOT');
     expect(a.out).toContain('EFBIG');
@@ -220,11 +224,11 @@ describe.skipIf(!canMount)('the write decision in the binding against the TypeSc
   it('writers racing for the last bytes of a budget end at exactly the budget on both, the ledger equal to the disk', async () => {
     const run = async (d: RunningDaemon) => {
       const root = d.home(T, 'race');
-      const counts = (await Promise.all(['a', 'b', 'c', 'd'].map((l) => py(WRITER, join(root, l), l, String(RACE_CHUNKS))))).map((o) => Number(o.trim()));
+      const counts = (await Promise.all(['a', 'b', 'c', 'd'].map((l) => py('race', WRITER, join(root, l), l, String(RACE_CHUNKS))))).map((o) => Number(o.trim()));
       // Half of the room given back, then raced for again.
       const freed = ['a', 'b'].reduce((x, l) => x + readFileSync(join(d.backingOf(T, 'race'), l)).length, 0);
-      for (const l of ['a', 'b']) await py(`import os\nos.truncate(${JSON.stringify(join(root, l))}, 0)\n`);
-      const again = (await Promise.all(['c', 'd', 'a'].map((l) => py(WRITER, join(root, l), l, String(RACE_CHUNKS))))).map((o) => Number(o.trim()));
+      for (const l of ['a', 'b']) await py('race', `import os\nos.truncate(${JSON.stringify(join(root, l))}, 0)\n`);
+      const again = (await Promise.all(['c', 'd', 'a'].map((l) => py('race', WRITER, join(root, l), l, String(RACE_CHUNKS))))).map((o) => Number(o.trim()));
       const sizes = ['a', 'b', 'c', 'd'].map((l) => readFileSync(join(d.backingOf(T, 'race'), l)));
       for (const [i, buf] of sizes.entries()) expect(buf.every((x) => x === 'abcd'.charCodeAt(i))).toBe(true);
       return { total: counts.reduce((x, y) => x + y, 0), freed, again: again.reduce((x, y) => x + y, 0), bytes: sizes.reduce((x, b) => x + b.length, 0), usage: await usage(d, `${T}/race`) };
@@ -259,7 +263,7 @@ for line in sys.stdin:
 `,
       { mode: 0o644 },
     );
-    const p = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', script, join(native.home(T, 'inv'), 'f')], {
+    const p = spawn('setpriv', [`--reuid=${U.inv!.uid}`, `--regid=${U.inv!.gid}`, '--clear-groups', 'python3', script, join(native.home(T, 'inv'), 'f')], {
       env: { PATH: SYSTEM_PATH },
       stdio: ['pipe', 'pipe', 'inherit'],
     });

@@ -20,7 +20,8 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 
 const KiB = 1024;
 const BASE = 460_000 + Math.floor(Math.random() * 60) * 10_000;
-const U = { uid: BASE + 5, gid: BASE + 5 };
+/** each home's owner: BASE + 5 and up, one per home */
+const ownerNo = (i: number) => ({ uid: BASE + 5 + i, gid: BASE + 5 + i });
 const T = 'no';
 
 if (!canMount) console.warn(`native-open integration suite skipped: ${skipReason}`);
@@ -28,20 +29,20 @@ if (!canMount) console.warn(`native-open integration suite skipped: ${skipReason
 const ten = { ...BUILTIN_PROFILES.home, maxOpenFiles: 10, maxHomeBytes: 1024 * KiB, maxFileBytes: 0, maxInodes: 0 };
 const twenty = { ...BUILTIN_PROFILES.home, maxInodes: 20, maxHomeBytes: 1024 * KiB };
 const HOMES = {
-  [`${T}/ten`]: { owner: U, profile: 'ten' },
-  [`${T}/flip`]: { owner: U, profile: 'home' },
-  [`${T}/race`]: { owner: U, profile: 'home' },
-  [`${T}/twenty`]: { owner: U, profile: 'twenty' },
-  [`${T}/new`]: { owner: U, profile: 'home' },
-  [`${T}/px`]: { owner: U, profile: 'posix' },
-  [`${T}/txt`]: { owner: U, profile: 'scratch' },
-  [`${T}/nf`]: { owner: U, profile: 'home' },
+  [`${T}/ten`]: { owner: ownerNo(0), profile: 'ten' },
+  [`${T}/flip`]: { owner: ownerNo(1), profile: 'home' },
+  [`${T}/race`]: { owner: ownerNo(2), profile: 'home' },
+  [`${T}/twenty`]: { owner: ownerNo(3), profile: 'twenty' },
+  [`${T}/new`]: { owner: ownerNo(4), profile: 'home' },
+  [`${T}/px`]: { owner: ownerNo(5), profile: 'posix' },
+  [`${T}/txt`]: { owner: ownerNo(6), profile: 'scratch' },
+  [`${T}/nf`]: { owner: ownerNo(7), profile: 'home' },
 };
 
 type Native = { openAnswered: number; openClosedNatively: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
 
 describe.skipIf(!canMount)('native open (fuse.nativeOpen): slots granted ahead, adopted before anything else', () => {
-  const s = ownerSuite(U, { homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten, twenty } } });
+  const s = ownerSuite({ homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten, twenty } } });
   const native = async (): Promise<Native> => ((await s.d.status()) as { native: { fastPath: Native } }).native.fastPath;
   const homeStatus = async (key: string) =>
     ((await s.d.status()) as { homes: Array<{ tenant: string; key: string; openFiles: number }> }).homes.find((h) => h.tenant === T && h.key === key)!;
@@ -82,6 +83,7 @@ print(' '.join(res))`,
     const home = s.d.home(T, 'flip');
     writeFileSync(join(s.d.backingOf(T, 'flip'), 'bin'), Buffer.from([0xff, 0xfe, 0x00, 0x80]));
     chmodSync(join(s.d.backingOf(T, 'flip'), 'bin'), 0o600);
+    const U = s.owner(`${T}/flip`);
     await runAsync('chown', [`${U.uid}:${U.gid}`, join(s.d.backingOf(T, 'flip'), 'bin')]);
     await warm(home);
     await warm(home);
@@ -100,6 +102,7 @@ print(' '.join(res))`,
 
   it('a file opened natively and unlinked keeps its bytes until its last close', async () => {
     const home = s.d.home(T, 'flip');
+    const U = s.owner(`${T}/flip`);
     await s.py(`import os,sys\nopen(os.path.join(sys.argv[1], 'kept'), 'wb').write(b'k' * 40000)`, home);
     await warm(home);
     const base = (await s.usage(`${T}/flip`)).bytes;
@@ -206,6 +209,7 @@ except OSError as e: print(errno.errorcode[e.errno])`,
 
   it('a file made natively is the file the daemon makes: mode, owner, appends and its bytes in the ledger', async () => {
     const home = s.d.home(T, 'new');
+    const U = s.owner(`${T}/new`);
     const n0 = (await native()).createAnswered;
     const out = await s.py(
       `import os,sys,stat
@@ -229,6 +233,7 @@ print(' '.join('%o' % stat.S_IMODE(os.lstat(os.path.join(h, n)).st_mode) for n i
 
   it('posix: a file made natively belongs to its creator, keeps a setgid directory\'s group, and a setuid one is the daemon\'s to make', async () => {
     const home = s.d.home(T, 'px');
+    const U = s.owner(`${T}/px`);
     // A setgid directory whose group is not the owner's (set in the backing tree, as root).
     const sg = join(s.d.backingOf(T, 'px'), 'sg');
     mkdirSync(sg);

@@ -8,6 +8,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13, the data path: READs of handles whose reads need no policy are
@@ -21,7 +22,8 @@ const KiB = 1024;
 const MiB = 1024 * KiB;
 // An owner range of this test run's own (HELPERS.md): a random 10k block in 300000–900000.
 const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
-const U = { uid: BASE + 31, gid: BASE + 31 };
+/** each home's owner (an owner belongs to one home) */
+const U = ownersFrom(BASE + 31, ['bin', 'raw', 'txt', 'flip']);
 const T = 'nr';
 
 if (!canMount) console.warn(`native-read integration suite skipped: ${skipReason}`);
@@ -31,10 +33,10 @@ const roomy = { ...BUILTIN_PROFILES.home, maxHomeBytes: 256 * MiB, maxFileBytes:
 const rawdirect = { ...roomy, directIo: true };
 const rawtext = { ...BUILTIN_PROFILES.scratch, maxHomeBytes: 256 * MiB, maxFileBytes: 0, maxEntriesPerDir: 0, directIo: true };
 const HOMES = {
-  [`${T}/bin`]: { owner: U, profile: 'roomy' },
-  [`${T}/raw`]: { owner: U, profile: 'rawdirect' },
-  [`${T}/txt`]: { owner: U, profile: 'scratch' },
-  [`${T}/flip`]: { owner: U, profile: 'rawdirect' },
+  [`${T}/bin`]: { owner: U.bin, profile: 'roomy' },
+  [`${T}/raw`]: { owner: U.raw, profile: 'rawdirect' },
+  [`${T}/txt`]: { owner: U.txt, profile: 'scratch' },
+  [`${T}/flip`]: { owner: U.flip, profile: 'rawdirect' },
 };
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -55,11 +57,18 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
     const body = await scrapeMetrics(metricsSocket);
     return { js: metricSample(body, 'homesfs_fuse_requests_total{op="read"}'), native: metricSample(body, 'homesfs_native_reads_total'), fallbacks: metricSample(body, 'homesfs_native_read_fallbacks_total') };
   };
-  const sh = (script: string) => runAs(U.uid, U.gid, script, { timeoutMs: 120_000 });
-  const py = async (script: string, ...args: string[]) => {
+  /** a shell script run as the owner of the home `at` lies in */
+  const sh = (at: string, script: string) => {
+    const o = ownerAt(d, HOMES, at);
+    return runAs(o.uid, o.gid, script, { timeoutMs: 120_000 });
+  };
+  /** a python script run as the owner of the home its first argument lies in */
+  const py = async (script: string, at: string, ...rest: string[]) => {
+    const o = ownerAt(d, HOMES, at);
+    const args = [at, ...rest];
     const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
     writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
+    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
     if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
     if (r.stderr) console.warn(r.stderr);
     return r.stdout;
@@ -72,7 +81,7 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
   const put = async (home: string, name: string, data: Buffer) => {
     const src = join(tmp, `src-${name}`);
     writeFileSync(src, data, { mode: 0o644 });
-    const r = await sh(`cp ${src} ${join(d.home(T, home), name)}`);
+    const r = await sh(d.home(T, home), `cp ${src} ${join(d.home(T, home), name)}`);
     expect(r.code, r.stderr).toBe(0);
   };
 
@@ -102,9 +111,9 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
     const before = await counts();
 
     const f = join(d.home(T, 'bin'), 'data.bin');
-    const cat = await sh(`cat ${f} | sha256sum`);
+    const cat = await sh(f, `cat ${f} | sha256sum`);
     expect(cat.stdout.split(' ')[0]).toBe(sha(data));
-    const dd = await sh(`dd if=${f} bs=4096 skip=7 count=100 status=none | sha256sum`);
+    const dd = await sh(f, `dd if=${f} bs=4096 skip=7 count=100 status=none | sha256sum`);
     expect(dd.stdout.split(' ')[0]).toBe(sha(data.subarray(7 * 4096, 107 * 4096)));
 
     const ranges: Array<[number, number]> = [[0, 1], [1, 4095], [4097, 131_073], [data.length - 3, 100], [data.length, 10], [data.length + 5000, 7], [777_777, 262_145]];
@@ -145,11 +154,11 @@ print(json.dumps(res))
     await put('txt', 'ok.txt', Buffer.from('héllo wörld\n'.repeat(1000)));
     // Placed behind the daemon's back: a file cut inside "é".
     writeFileSync(join(d.backingOf(T, 'txt'), 'cut.txt'), Buffer.from([0x61, 0xc3]));
-    chownSync(join(d.backingOf(T, 'txt'), 'cut.txt'), U.uid, U.gid);
+    chownSync(join(d.backingOf(T, 'txt'), 'cut.txt'), U.txt.uid, U.txt.gid);
     const before = await counts();
-    const ok = await sh(`cat ${join(d.home(T, 'txt'), 'ok.txt')} | sha256sum`);
+    const ok = await sh(d.home(T, 'txt'), `cat ${join(d.home(T, 'txt'), 'ok.txt')} | sha256sum`);
     expect(ok.stdout.split(' ')[0]).toBe(sha(Buffer.from('héllo wörld\n'.repeat(1000))));
-    const cut = await sh(`cat ${join(d.home(T, 'txt'), 'cut.txt')}`);
+    const cut = await sh(d.home(T, 'txt'), `cat ${join(d.home(T, 'txt'), 'cut.txt')}`);
     expect(cut.code).not.toBe(0);
     expect(cut.stderr).toMatch(/Invalid or incomplete multibyte|Illegal byte sequence/);
     const after = await counts();
@@ -161,7 +170,7 @@ print(json.dumps(res))
     await put('flip', 'f.txt', Buffer.from('a'.repeat(200_000)));
     const f = join(d.home(T, 'flip'), 'f.txt');
     // One process keeps the file open across the profile changes; each line on stdin is one read.
-    const p = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', '-u', '-c', `
+    const p = spawn('setpriv', [`--reuid=${U.flip.uid}`, `--regid=${U.flip.gid}`, '--clear-groups', 'python3', '-u', '-c', `
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 print('open', flush=True)

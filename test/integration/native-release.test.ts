@@ -16,6 +16,8 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 const KiB = 1024;
 const BASE = 440_000 + Math.floor(Math.random() * 60) * 10_000;
 const U = { uid: BASE + 3, gid: BASE + 3 };
+/** the owner of nr/text (an owner belongs to one home) */
+const UT = { uid: BASE + 4, gid: BASE + 4 };
 const T = 'nr';
 
 if (!canMount) console.warn(`native-release integration suite skipped: ${skipReason}`);
@@ -23,14 +25,14 @@ if (!canMount) console.warn(`native-release integration suite skipped: ${skipRea
 const tight = { ...BUILTIN_PROFILES.home, maxOpenFiles: 3, maxHomeBytes: 2048 * KiB, maxFileBytes: 0, maxInodes: 0 };
 const HOMES = {
   [`${T}/tight`]: { owner: U, profile: 'tight' },
-  [`${T}/text`]: { owner: U, profile: 'scratch' },
+  [`${T}/text`]: { owner: UT, profile: 'scratch' },
 };
 
 type Native = { releasesAnswered?: number };
 
 for (const nativeRelease of [true, false]) {
   describe.skipIf(!canMount)(`RELEASE ${nativeRelease ? 'answered natively' : 'served by JS'} (fuse.nativeRelease ${nativeRelease}): a close is complete before anything else is decided`, () => {
-    const s = ownerSuite(U, { homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tight }, fuse: { nativeRelease } } });
+    const s = ownerSuite({ homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tight }, fuse: { nativeRelease } } });
     const native = async (): Promise<Native> => ((await s.d.status()) as { native: Native }).native;
 
     it('a home allowed 3 open files opens and closes 3 at a time, 200 times in a tight loop: each slot is back before the next open', async () => {

@@ -7,14 +7,16 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownersFrom } from '../helpers/owner-suite.js';
 
 if (!canMount) console.warn(`native-setattr integration suite skipped: ${skipReason}`);
 
 const TREE = join(import.meta.dirname, 'fixtures', 'fastpath_tree.py');
 const BASE = 480_000 + Math.floor(Math.random() * 60) * 10_000;
-const OWNER = { uid: BASE + 11, gid: BASE + 11 };
 // Every builtin profile (owner-mask chmod, allow, deny-widen), and one that ignores chmod with forced modes.
 const HOMES: Record<string, string> = { 's/home': 'home', 's/posix': 'posix', 's/scratch': 'scratch', 's/forced': 'forced' };
+/** each home's owner (an owner belongs to one home), 10 apart: the tree plants files of owner + 1 */
+const OWNER = ownersFrom(BASE + 11, Object.keys(HOMES), 10);
 const PROFILES = { forced: { ...BUILTIN_PROFILES.home, chmod: 'ignore', fileMode: 0o640 } };
 
 type Stats = { utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number };
@@ -27,7 +29,7 @@ describe.skipIf(!canMount)('native utimens and chmod: the same answers and the s
     for (const nativeSetattr of [true, false]) {
       const d = await startDaemon({
         create: Object.keys(HOMES),
-        homes: Object.fromEntries(Object.entries(HOMES).map(([h, profile]) => [h, { owner: OWNER, profile }])),
+        homes: Object.fromEntries(Object.entries(HOMES).map(([h, profile]) => [h, { owner: OWNER[h]!, profile }])),
         config: { owners: { from: BASE, to: BASE + 9999 }, profiles: PROFILES, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, nativeSetattr } },
       });
       daemons.push(d);
@@ -45,7 +47,7 @@ describe.skipIf(!canMount)('native utimens and chmod: the same answers and the s
       let s = seed;
       for (const h of Object.keys(HOMES)) {
         const [t, k] = h.split('/') as [string, string];
-        const b = await runAsync('python3', [TREE, 'build', d.backingOf(t, k), String(s++), String(OWNER.uid), String(OWNER.gid)]);
+        const b = await runAsync('python3', [TREE, 'build', d.backingOf(t, k), String(s++), String(OWNER[h]!.uid), String(OWNER[h]!.gid)]);
         expect(b.stderr).toBe('');
         const m = join(d.mount, h);
         const paths = [m, ...b.stdout.trim().split('\n').map((rel) => join(m, rel)), `${m}/nope`, `${m}/.homesfs`, `${m}/.homesfs/status`, `${m}/sl2/x`];

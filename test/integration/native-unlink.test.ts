@@ -20,7 +20,9 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 const KiB = 1024;
 const BASE = 420_000 + Math.floor(Math.random() * 60) * 10_000;
 const U = { uid: BASE + 7, gid: BASE + 7 };
-/** the budgeted tenant's owner: an owner belongs to one tenant's homes */
+/** the owner of nu/race (an owner belongs to one home) */
+const UR = { uid: BASE + 9, gid: BASE + 9 };
+/** the budgeted tenant's owner */
 const UB = { uid: BASE + 8, gid: BASE + 8 };
 const T = 'nu';
 const TB = 'nub';
@@ -30,14 +32,14 @@ if (!canMount) console.warn(`native-unlink integration suite skipped: ${skipReas
 const capped = { ...BUILTIN_PROFILES.home, maxHomeBytes: 200 * KiB, maxFileBytes: 0, maxInodes: 0 };
 const HOMES = {
   [`${T}/cap`]: { owner: U, profile: 'capped' },
-  [`${T}/race`]: { owner: U, profile: 'capped' },
+  [`${T}/race`]: { owner: UR, profile: 'capped' },
   [`${TB}/budgeted`]: { owner: UB, profile: 'capped' },
 };
 
 type Native = { unlinkAnswered: number; unlinkFallbacks: number };
 
 describe.skipIf(!canMount)('native unlink (fuse.nativeUnlink): the ledger takes what left the home before its next answer', () => {
-  const s = ownerSuite(U, {
+  const s = ownerSuite({
     homes: HOMES,
     config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { capped }, tenants: { [TB]: { maxBytes: 10 * 1024 * KiB } } },
   });

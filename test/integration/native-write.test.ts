@@ -7,6 +7,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 import { regularBytes } from '../helpers/backing.js';
 
 /**
@@ -21,7 +22,8 @@ import { regularBytes } from '../helpers/backing.js';
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
-const U = { uid: BASE + 43, gid: BASE + 43 };
+/** each home's owner (an owner belongs to one home) */
+const U = ownersFrom(BASE + 43, ['cap', 'flip', 'full']);
 const T = 'nw';
 
 if (!canMount) console.warn(`native-write integration suite skipped: ${skipReason}`);
@@ -30,9 +32,9 @@ const capped = { ...BUILTIN_PROFILES.home, maxHomeBytes: 1 * MiB, maxFileBytes: 
 const roomy = { ...BUILTIN_PROFILES.home, maxHomeBytes: 0, maxFileBytes: 0 };
 const rawtext = { ...BUILTIN_PROFILES.scratch, maxHomeBytes: 0, maxFileBytes: 0, maxEntriesPerDir: 0 };
 const HOMES = {
-  [`${T}/cap`]: { owner: U, profile: 'capped' },
-  [`${T}/flip`]: { owner: U, profile: 'roomy' },
-  [`${T}/full`]: { owner: U, profile: 'roomy' },
+  [`${T}/cap`]: { owner: U.cap, profile: 'capped' },
+  [`${T}/flip`]: { owner: U.flip, profile: 'roomy' },
+  [`${T}/full`]: { owner: U.full, profile: 'roomy' },
 };
 
 describe.skipIf(!canMount)('native writes (fuse.nativeWrite): decided in JavaScript without the data, written in the binding', () => {
@@ -60,10 +62,13 @@ describe.skipIf(!canMount)('native writes (fuse.nativeWrite): decided in JavaScr
     const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
     if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')}: ${r.stderr}${r.stdout}`);
   };
-  const py = async (script: string, ...args: string[]) => {
+  /** a python script run as the owner of the home its first argument lies in */
+  const py = async (script: string, at: string, ...rest: string[]) => {
+    const o = ownerAt(d, HOMES, at);
+    const args = [at, ...rest];
     const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
     writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
+    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
     if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
     return r.stdout;
   };
@@ -142,7 +147,7 @@ print(res, os.fstat(fd).st_size, os.fstat(fa).st_size)
   it('racing writers of one home never pass its budget by a byte, and the ledger matches the disk', async () => {
     await ctl('set-budget', `${T}/cap`, '3M');
     const writers = [0, 1, 2, 3].map((i) =>
-      runAs(U.uid, U.gid, `dd if=/dev/zero of=${join(d.home(T, 'cap'), `w${i}`)} bs=100000 count=12 2>&1; echo "rc=$?"`, { timeoutMs: 60_000 }),
+      runAs(U.cap.uid, U.cap.gid, `dd if=/dev/zero of=${join(d.home(T, 'cap'), `w${i}`)} bs=100000 count=12 2>&1; echo "rc=$?"`, { timeoutMs: 60_000 }),
     );
     const results = await Promise.all(writers);
     expect(results.filter((r) => r.stdout.includes('Disk quota exceeded')).length).toBeGreaterThan(0);
@@ -154,7 +159,7 @@ print(res, os.fstat(fd).st_size, os.fstat(fa).st_size)
 
   it('a home that becomes a text home mid-stream: the open handle\'s next writes carry their data and are checked', async () => {
     const f = join(d.home(T, 'flip'), 'log.txt');
-    const p = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', '-u', '-c', `
+    const p = spawn('setpriv', [`--reuid=${U.flip.uid}`, `--regid=${U.flip.gid}`, '--clear-groups', 'python3', '-u', '-c', `
 import os, sys, errno
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 print('open', flush=True)
@@ -199,7 +204,7 @@ for line in sys.stdin:
   });
 
   it('a full disk: the short write is charged only for what landed, the failed one for nothing', async () => {
-    const r = await runAs(U.uid, U.gid, `dd if=/dev/zero of=${join(d.home(T, 'full'), 'big')} bs=1M count=4 2>&1; echo "rc=$?"`, { timeoutMs: 60_000 });
+    const r = await runAs(U.full.uid, U.full.gid, `dd if=/dev/zero of=${join(d.home(T, 'full'), 'big')} bs=1M count=4 2>&1; echo "rc=$?"`, { timeoutMs: 60_000 });
     expect(r.stdout).toMatch(/No space left on device/);
     expect(r.stdout).toMatch(/rc=1/);
     const size = statSync(join(d.backingOf(T, 'full'), 'big')).size;
@@ -207,7 +212,7 @@ for line in sys.stdin:
     expect(size).toBeLessThan(6 * MiB);
     expect((await usage(`${T}/full`)).bytes).toBe(size);
     // what the writer saw through the mount is what is on the disk
-    const seen = await runAs(U.uid, U.gid, `stat -c %s ${join(d.home(T, 'full'), 'big')}`);
+    const seen = await runAs(U.full.uid, U.full.gid, `stat -c %s ${join(d.home(T, 'full'), 'big')}`);
     expect(Number(seen.stdout.trim())).toBe(size);
   });
 });

@@ -24,7 +24,7 @@ if (!canMount) console.warn(`open-file limits suite skipped: ${skipReason}`);
 const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
 const A = { uid: BASE + 1, gid: BASE + 1 }; // the attacker
 const V = { uid: BASE + 2, gid: BASE + 2 }; // a victim in another tenant
-const U2 = { uid: BASE + 3, gid: BASE + 3 }; // owns two homes
+const U2 = { uid: BASE + 3, gid: BASE + 3 }; // one uid, two processes
 const D = { uid: BASE + 4, gid: BASE + 4 };
 const NOFILE = 4096;
 const RESERVE = 1280;
@@ -163,7 +163,6 @@ print('ok')"`,
       'atk/a': { owner: A, profile: 'tight' },
       'vic/v': { owner: V },
       'two/b': { owner: U2 },
-      'two/c': { owner: U2 },
       'atk/d': { owner: D },
     };
     d = await startDaemon({
@@ -176,7 +175,7 @@ print('ok')"`,
     });
     for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
     await runAs(A.uid, A.gid, `echo x > ${d.home('atk', 'a')}/f`);
-    await runAs(U2.uid, U2.gid, `echo x > ${d.home('two', 'b')}/f; echo x > ${d.home('two', 'c')}/f`);
+    await runAs(U2.uid, U2.gid, `echo x > ${d.home('two', 'b')}/f`);
     await runAs(D.uid, D.gid, `echo x > ${d.home('atk', 'd')}/f`);
   }, 60_000);
 
@@ -277,16 +276,18 @@ print('ok')"`,
     }
   }, 120_000);
 
-  it('one uid across two homes stops at limits.openFilesPerUid; all homes together stop at the shared cap with ENFILE, short of the reserve', async () => {
+  it('one uid in two processes stops at limits.openFilesPerUid, below its home\'s limit; all homes together stop at the shared cap with ENFILE, short of the reserve', async () => {
     const held: Held[] = [];
     try {
       const b = await holdOpen(opener, U2, [join(d.home('two', 'b'), 'f'), '1200', 'open', '0']);
       held.push(b);
       expect(b.result).toMatchObject({ opened: 1200, err: null });
-      const c = await holdOpen(opener, U2, [join(d.home('two', 'c'), 'f'), '20000', 'open', '3']);
+      // An owner has one home (an owner belongs to one home): its second process, in the same
+      // home, meets the uid's limit, not the home's (the default 4096).
+      const c = await holdOpen(opener, U2, [join(d.home('two', 'b'), 'f'), '20000', 'open', '3']);
       held.push(c);
       expect(c.result).toMatchObject({ opened: PER_UID - 1200, err: 'EMFILE', again: ['EMFILE'] });
-      expect(await d.waitForLog((l) => l.code === 'OPEN_FILES_EXCEEDED' && l.home === 'two/c')).toMatchObject({ scope: 'uid', limit: PER_UID });
+      expect(await d.waitForLog((l) => l.code === 'OPEN_FILES_EXCEEDED' && l.home === 'two/b')).toMatchObject({ scope: 'uid', limit: PER_UID });
 
       const a = await holdOpen(opener, A, [join(d.home('atk', 'a'), 'f'), '20000', 'open', '0']);
       held.push(a);

@@ -165,7 +165,7 @@ describe.skipIf(!canMount)('owner check at start-up: the configuration', () => {
     return runAsync(process.execPath, how === 'serve' ? [HOMESFS, 'serve', '--config', config] : [HOMESFS, 'check-config', config], { timeoutMs: 30_000 });
   };
 
-  it('exit 9 for a host account (uid 1, daemon), root, nobody, and one uid in two tenants', async () => {
+  it('exit 9 for a host account (uid 1, daemon), root, nobody, one uid in two tenants, and one uid or gid in two homes of one tenant', async () => {
     const host = await start('host', { 'a/x': { owner: { uid: 1, gid: 1 } } });
     expect(host.code).toBe(9);
     expect(host.stderr).toMatch(/a\/x \(configuration homes\["a\/x"\]\.owner\): owner 1:1: uid 1 is the host's account "daemon"/);
@@ -179,15 +179,25 @@ describe.skipIf(!canMount)('owner check at start-up: the configuration', () => {
     const cross = await start('cross', { 'a/x': { owner: U }, 'b/y': { owner: U } });
     expect(cross.code).toBe(9);
     expect(cross.stderr).toMatch(/b\/y .*belongs to the home a\/x/);
+    const tenant = await start('tenant', { 'a/x': { owner: U }, 'a/y': { owner: U } });
+    expect(tenant.code).toBe(9);
+    expect(tenant.stderr).toMatch(/a\/x \(configuration homes\["a\/x"\]\.owner\): owner \d+:\d+: uid \d+ belongs to the home a\/y/);
+    expect(tenant.stderr).toMatch(/a\/y \(configuration homes\["a\/y"\]\.owner\): owner \d+:\d+: uid \d+ belongs to the home a\/x/);
+    const group = await start('group', { 'a/x': { owner: U }, 'a/y': { owner: { uid: BASE + 9, gid: U.gid } } });
+    expect(group.code).toBe(9);
+    expect(group.stderr).toMatch(/a\/y .*: gid \d+ belongs to the home a\/x/);
   });
 
-  it('check-config names the same problems (exit 3) without mounting; one tenant may share an owner', async () => {
+  it('check-config names the same problems (exit 3) without mounting, one tenant sharing an owner among them', async () => {
     const U = { uid: BASE + 8, gid: BASE + 8 };
     const bad = await start('check-bad', { 'a/x': { owner: U }, 'b/y': { owner: U }, 'c/z': { owner: { uid: 1, gid: 1 } } }, 'check-config');
     expect(bad.code).toBe(3);
     expect(bad.stderr).toMatch(/b\/y .*belongs to the home a\/x/);
     expect(bad.stderr).toMatch(/c\/z .*uid 1 is the host's account "daemon"/);
-    const ok = await start('check-ok', { 'a/x': { owner: U }, 'a/y': { owner: U } }, 'check-config');
+    const shared = await start('check-shared', { 'a/x': { owner: U }, 'a/y': { owner: U } }, 'check-config');
+    expect(shared.code).toBe(3);
+    expect(shared.stderr).toMatch(/a\/y .*belongs to the home a\/x/);
+    const ok = await start('check-ok', { 'a/x': { owner: U }, 'a/y': { owner: { uid: U.uid + 10, gid: U.gid + 10 } } }, 'check-config');
     expect(ok.stderr).toBe('');
     expect(ok.code).toBe(0);
   });

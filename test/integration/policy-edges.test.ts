@@ -4,10 +4,12 @@ import { join } from 'node:path';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownersFrom } from '../helpers/owner-suite.js';
 
 if (!canMount) console.warn(`policy-edges integration suite skipped: ${skipReason}`);
 
-const OWNER = { uid: 40041, gid: 40041 };
+/** each home's owner, 40041 and up (an owner belongs to one home) */
+const OWNER = ownersFrom(40041, ['few', 'text', 'home', 'switch', 'gone']);
 
 describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and at read', () => {
   let d: RunningDaemon;
@@ -16,11 +18,11 @@ describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and a
     d = await startDaemon({
       create: ['t/few', 't/text', 't/home', 't/switch', 't/gone'],
       homes: {
-        't/few': { owner: OWNER, profile: 'few' },
-        't/text': { owner: OWNER, profile: 'scratch' },
-        't/home': { owner: OWNER },
-        't/switch': { owner: OWNER },
-        't/gone': { owner: OWNER },
+        't/few': { owner: OWNER.few, profile: 'few' },
+        't/text': { owner: OWNER.text, profile: 'scratch' },
+        't/home': { owner: OWNER.home },
+        't/switch': { owner: OWNER.switch },
+        't/gone': { owner: OWNER.gone },
       },
       config: {
         profiles: {
@@ -36,7 +38,7 @@ describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and a
 
   it('refuses the inode past the cap with EDQUOT and frees it on removal', async () => {
     const h = d.home('t', 'few');
-    const r = await runAs(OWNER.uid, OWNER.gid, `cd ${h} && mkdir d && touch a b c d/e && (touch f 2>&1; mkdir g 2>&1); ls | wc -l; rm a && touch f && echo freed`);
+    const r = await runAs(OWNER.few.uid, OWNER.few.gid, `cd ${h} && mkdir d && touch a b c d/e && (touch f 2>&1; mkdir g 2>&1); ls | wc -l; rm a && touch f && echo freed`);
     expect(r.stdout.match(/Disk quota exceeded/g)?.length).toBe(2);
     expect(r.stdout).toContain('4\nfreed\n');
     await d.waitForLog((l) => l.code === 'INODES_EXCEEDED' && l.home === 't/few');
@@ -44,10 +46,11 @@ describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and a
 
   it('lets chown to the home owner succeed and refuses chown to anyone else, even for root', async () => {
     const h = d.home('t', 'home');
-    const r = await runAs(0, 0, `touch ${h}/c && chown ${OWNER.uid}:${OWNER.gid} ${h}/c && echo same-ok; chown 0:0 ${h}/c 2>&1; chown 12345 ${h}/c 2>&1; stat -c %u:%g ${h}/c`);
+    const r = await runAs(0, 0, `touch ${h}/c && chown ${OWNER.home.uid}:${OWNER.home.gid} ${h}/c && echo same-ok; chown 0:0 ${h}/c 2>&1; chown 12345 ${h}/c 2>&1; chown ${OWNER.few.uid}:${OWNER.few.gid} ${h}/c 2>&1; stat -c %u:%g ${h}/c`);
     expect(r.stdout).toContain('same-ok');
-    expect(r.stdout.match(/Operation not permitted/g)?.length).toBe(2);
-    expect(r.stdout.trim().split('\n').pop()).toBe(`${OWNER.uid}:${OWNER.gid}`);
+    // root, a stranger, and another home's owner
+    expect(r.stdout.match(/Operation not permitted/g)?.length).toBe(3);
+    expect(r.stdout.trim().split('\n').pop()).toBe(`${OWNER.home.uid}:${OWNER.home.gid}`);
   });
 
   it('reports EILSEQ at the close of the writer that left half a character; readers are refused until it is whole', async () => {
@@ -70,7 +73,7 @@ os.write(fd, b'\\xa9!')
 os.close(fd)
 print(open(p, encoding='utf-8').read())
 `;
-    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    const r = await runAs(OWNER.text.uid, OWNER.text.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
     expect(r.stderr).toBe('');
     expect(r.stdout).toBe('close EILSEQ\nread EILSEQ\ncafé!\n');
     expect(readFileSync(join(d.backingOf('t', 'text'), 'half.txt'), 'utf8')).toBe('café!');
@@ -93,7 +96,7 @@ os.write(fd, b'\\xa9')
 os.close(fd); print('whole-close-ok')
 print(open(p, encoding='utf-8').read())
 `;
-    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    const r = await runAs(OWNER.text.uid, OWNER.text.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
     expect(r.stderr).toBe('');
     expect(r.stdout).toBe('close EILSEQ\nwhole-close-ok\na\u00e9\n');
   });
@@ -103,8 +106,8 @@ print(open(p, encoding='utf-8').read())
     const sig = mkdtempSync(join(tmpdir(), 'homesfs-gone-'));
     chmodSync(sig, 0o777);
     const shell = runAs(
-      OWNER.uid,
-      OWNER.gid,
+      OWNER.gone.uid,
+      OWNER.gone.gid,
       `cd ${h} && touch ${sig}/in && while [ ! -e ${sig}/go ]; do sleep 0.02; done; touch x 2>&1; mkdir y 2>&1; echo done`,
     );
     for (let i = 0; i < 500 && !existsSync(join(sig, 'in')); i++) await new Promise((r) => setTimeout(r, 20));
@@ -135,7 +138,7 @@ try:
 except OSError as e:
     print('close', errno.errorcode[e.errno])
 `;
-    const writer = runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    const writer = runAs(OWNER.switch.uid, OWNER.switch.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
     for (let i = 0; i < 500 && !existsSync(join(sig, 'opened')); i++) await new Promise((r) => setTimeout(r, 20));
     const set = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'set-profile', 't/switch', 'scratch']);
     expect(set.code).toBe(0);
@@ -148,7 +151,7 @@ except OSError as e:
 
   it('refuses to open for reading a text file placed in the backing tree that is not UTF-8', async () => {
     writeFileSync(join(d.backingOf('t', 'text'), 'latin1.txt'), Buffer.from([0x63, 0x61, 0x66, 0xe9, 0x0a]));
-    const r = await runAs(OWNER.uid, OWNER.gid, `cat ${d.home('t', 'text')}/latin1.txt 2>&1; echo rc=$?`);
+    const r = await runAs(OWNER.text.uid, OWNER.text.gid, `cat ${d.home('t', 'text')}/latin1.txt 2>&1; echo rc=$?`);
     expect(r.stdout).toMatch(/Invalid or incomplete multibyte or wide character/);
     expect(r.stdout).toMatch(/rc=1/);
   });
@@ -168,7 +171,7 @@ os.pwrite(fd, b'\\xc3\\xa8', 1)
 os.close(fd)
 print(open(p, encoding='utf-8').read())
 `;
-    const r = await runAs(OWNER.uid, OWNER.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
+    const r = await runAs(OWNER.text.uid, OWNER.text.gid, `python3 -c "${py.replace(/"/g, '\\"')}"`);
     expect(r.stdout).toBe('EILSEQ\naèb\n');
   });
 });

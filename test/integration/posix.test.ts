@@ -260,11 +260,12 @@ interface Side {
   results: Record<string, unknown>;
 }
 
-async function runTable(root: string, cases: Array<{ name: string; code: string }>, scripts: string, tag: string, as = U): Promise<Record<string, unknown>> {
+/** `cases` run in `root` as `as`, by default the home's `owner` (whom root's cases take for the owner) */
+async function runTable(root: string, cases: Array<{ name: string; code: string }>, scripts: string, tag: string, as = U, owner = as): Promise<Record<string, unknown>> {
   const file = join(scripts, `${tag}.json`);
   writeFileSync(file, JSON.stringify(cases.map((c) => ({ name: c.name, code: c.code }))), { mode: 0o644 });
   const env: Record<string, string> = { OTHER_UID: String(OTHER) };
-  if (as.uid === 0) env.OWNER_UID = String(U.uid);
+  if (as.uid === 0) env.OWNER_UID = String(owner.uid);
   const r = await runAs(as.uid, as.gid, `exec python3 ${RUNNER} ${root} ${file}`, { env, timeoutMs: 120_000 });
   if (r.code !== 0) throw new Error(`case runner failed (${r.code}): ${r.stderr}`);
   return JSON.parse(r.stdout) as Record<string, unknown>;
@@ -378,22 +379,24 @@ describe.skipIf(!canMount)('posix, home and scratch side by side: what each prof
   let d: RunningDaemon;
   const results: Record<string, Record<string, unknown>> = {};
   const profiles = ['posix', 'home', 'scratch'] as const;
+  /** each home's owner (an owner belongs to one home) */
+  const PO = { posix: U, home: { uid: U.uid + 11, gid: U.gid + 11 }, scratch: { uid: U.uid + 12, gid: U.gid + 12 } };
 
   beforeAll(async () => {
     d = await startDaemon({
-      homes: Object.fromEntries(profiles.map((p) => [`${T}/${p}`, { owner: U, profile: p }])),
+      homes: Object.fromEntries(profiles.map((p) => [`${T}/${p}`, { owner: PO[p], profile: p }])),
       create: profiles.map((p) => `${T}/${p}`),
     });
     const scripts = join(d.dir, 'scripts');
     mkdirSync(scripts, { mode: 0o755 });
     for (const p of profiles) {
-      chownSync(d.backingOf(T, p), U.uid, U.gid);
+      chownSync(d.backingOf(T, p), PO[p].uid, PO[p].gid);
       const owner = PROFILE_CASES.filter((c) => !c.root);
       const root = PROFILE_CASES.filter((c) => c.root);
-      results[p] = await runTable(d.home(T, p), owner, scripts, p);
+      results[p] = await runTable(d.home(T, p), owner, scripts, p, PO[p]);
       const rootDir = join(d.home(T, p), 'as-root');
       mkdirSync(rootDir);
-      Object.assign(results[p], await runTable(rootDir, root, scripts, `${p}-root`, { uid: 0, gid: 0 }));
+      Object.assign(results[p], await runTable(rootDir, root, scripts, `${p}-root`, { uid: 0, gid: 0 }, PO[p]));
     }
   });
 

@@ -43,7 +43,7 @@ describe.skipIf(!canMount)('config reload and a fuzzed control socket on a live 
   beforeAll(async () => {
     d = await startDaemon({
       create: ['acme/p1', 'acme/p2', 'beta/p3'],
-      homes: { 'acme/p1': { owner: OWNER, profile: 'tiny' }, 'acme/p2': { owner: OWNER }, 'beta/p3': { owner: { uid: OWNER.uid + 1, gid: OWNER.gid + 1 } } },
+      homes: { 'acme/p1': { owner: OWNER, profile: 'tiny' }, 'acme/p2': { owner: { uid: OWNER.uid + 2, gid: OWNER.gid + 2 } }, 'beta/p3': { owner: { uid: OWNER.uid + 1, gid: OWNER.gid + 1 } } },
       config: {
         profiles: { tiny: profile({ maxHomeBytes: 100000 }), roomy: profile({ maxHomeBytes: 300000 }) },
         tenants: { beta: { defaultProfile: 'roomy' } },

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { smallExt4Backing } from '../helpers/backing.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerAt } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13, binding patch 11 (fuse.singleReader, on by default): one libfuse
@@ -21,9 +22,10 @@ import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, typ
  */
 
 const BASE = 520_000 + Math.floor(Math.random() * 60) * 10_000;
-const U = { uid: BASE + 7, gid: BASE + 7 };
+/** each home's owner (an owner belongs to one home) */
+const U = { stuck: { uid: BASE + 7, gid: BASE + 7 }, other: { uid: BASE + 8, gid: BASE + 8 } };
 const T = 'sr';
-const HOMES = { [`${T}/stuck`]: { owner: U, profile: 'home' }, [`${T}/other`]: { owner: U, profile: 'home' } };
+const HOMES = { [`${T}/stuck`]: { owner: U.stuck, profile: 'home' }, [`${T}/other`]: { owner: U.other, profile: 'home' } };
 const hasTools = ['mkfs.ext4', 'fsfreeze'].every((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env: { PATH: SYSTEM_PATH } }).status === 0);
 
 if (!canMount) console.warn(`single-reader integration suite skipped: ${skipReason}`);
@@ -38,10 +40,13 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
   let fs = '';
   let frozen = false;
 
-  const py = async (script: string, timeoutMs: number, ...args: string[]) => {
+  /** a python script run as the owner of the home its first argument lies in */
+  const py = async (script: string, timeoutMs: number, at: string, ...rest: string[]) => {
+    const o = ownerAt(d, HOMES, at);
+    const args = [at, ...rest];
     const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
     writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs });
+    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs });
     if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
     return r.stdout.trim();
   };
@@ -107,7 +112,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
       `import os,sys\nfd=os.open(sys.argv[1], os.O_WRONLY|os.O_CREAT, 0o600)\nfor i in range(4): os.write(fd, b'x'*4096)\nprint('ready', flush=True)\nsys.stdin.readline()\nos.pwrite(fd, b'y'*4096, 16384)\nprint('done', flush=True)\nos.close(fd)\n`,
       { mode: 0o644 },
     );
-    const writer = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', file, join(stuck, 'w')], {
+    const writer = spawn('setpriv', [`--reuid=${U.stuck.uid}`, `--regid=${U.stuck.gid}`, '--clear-groups', 'python3', file, join(stuck, 'w')], {
       env: { PATH: SYSTEM_PATH },
       stdio: ['pipe', 'pipe', 'pipe'],
     });

@@ -14,7 +14,17 @@ import { HOMESCTL, SYSTEM_PATH, canMount, runAs, runAsync, skipReason, startDaem
 
 if (!canMount) console.warn(`tool home integration suite skipped: ${skipReason}`);
 
-const U = { uid: 41309, gid: 41309 };
+/** each home's owner (an owner belongs to one home) */
+const U = {
+  tools: { uid: 41309, gid: 41309 },
+  esc: { uid: 41311, gid: 41311 },
+  rt: { uid: 41312, gid: 41312 },
+  old: { uid: 41313, gid: 41313 },
+  ren: { uid: 41314, gid: 41314 },
+  sdk: { uid: 41315, gid: 41315 },
+  scratch: { uid: 41316, gid: 41316 },
+};
+type Key = keyof typeof U;
 const OTHER = { uid: 41310, gid: 41310 };
 const T = 't';
 const PY = '/usr/bin/python3';
@@ -29,8 +39,9 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
   /** npm's own settings of the test runner (npm test sets npm_config_cache=/root/.npm …) are not the agent's. */
   const noRunnerNpm = Object.fromEntries(Object.keys(process.env).filter((k) => /^npm_/i.test(k)).map((k) => [k, undefined]));
   /** As the owner, in the home, with HOME set to it (what the platform gives an agent). */
-  const inHome = (k: string, script: string, timeoutMs = 60_000, env: NodeJS.ProcessEnv = {}): Promise<RunResult> =>
-    runAs(U.uid, U.gid, `cd ${home(k)} && ${script}`, { env: { ...noRunnerNpm, HOME: home(k), ...env }, timeoutMs });
+  /** a shell script run in the home `k` as its owner */
+  const inHome = (k: Key, script: string, timeoutMs = 60_000, env: NodeJS.ProcessEnv = {}): Promise<RunResult> =>
+    runAs(U[k].uid, U[k].gid, `cd ${home(k)} && ${script}`, { env: { ...noRunnerNpm, HOME: home(k), ...env }, timeoutMs });
   const asRoot = (script: string): Promise<RunResult> => runAsync('sh', ['-c', script], { env: { PATH: SYSTEM_PATH } });
   const ctl = async (...args: string[]): Promise<Record<string, any>> => {
     const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', ...args]);
@@ -39,7 +50,7 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
   };
 
   /** Every backing node below (and including) the home: owned by the owner, owner-only bits. */
-  function expectBackingClean(k: string, owner = U): number {
+  function expectBackingClean(k: Key, owner = U[k]): number {
     const bad: string[] = [];
     let n = 0;
     const visit = (p: string): void => {
@@ -60,14 +71,14 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
     alias = join(fixtures, 'home-user');
     d = await startDaemon({
       homes: {
-        [`${T}/tools`]: { owner: U },
+        [`${T}/tools`]: { owner: U.tools },
         [`${T}/other`]: { owner: OTHER },
-        [`${T}/esc`]: { owner: U },
-        [`${T}/rt`]: { owner: U },
-        [`${T}/old`]: { owner: U },
-        [`${T}/ren`]: { owner: U },
-        [`${T}/sdk`]: { owner: U, profile: 'tool' },
-        [`${T}/scratch`]: { owner: U, profile: 'scratch' },
+        [`${T}/esc`]: { owner: U.esc },
+        [`${T}/rt`]: { owner: U.rt },
+        [`${T}/old`]: { owner: U.old },
+        [`${T}/ren`]: { owner: U.ren },
+        [`${T}/sdk`]: { owner: U.sdk, profile: 'tool' },
+        [`${T}/scratch`]: { owner: U.scratch, profile: 'scratch' },
       },
       // A deployment's profile: the built-in home, seen at another path in its tool container.
       config: { profiles: { tool: { extends: 'home', homeAliases: [alias] } } },
@@ -75,7 +86,7 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
     });
     // The tool container's view: its HOME path leads to the home on the mount.
     symlinkSync(home('sdk'), alias);
-    for (const k of ['tools', 'esc', 'rt', 'sdk', 'scratch', 'ren']) chownSync(backing(k), U.uid, U.gid);
+    for (const k of ['tools', 'esc', 'rt', 'sdk', 'scratch', 'ren'] as const) chownSync(backing(k), U[k].uid, U[k].gid);
     chownSync(backing('other'), OTHER.uid, OTHER.gid);
     writeFileSync(join(backing('other'), 'secret'), 'the other home\n', { mode: 0o600 });
     chownSync(join(backing('other'), 'secret'), OTHER.uid, OTHER.gid);
@@ -122,7 +133,7 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
       expect(r.stderr).toBe('');
       expect(r.stdout).toBe('mine\nmoved\n');
       const probe = `cd ${home('esc')}; cat b/l 2>&1; echo "rc=$?"; readlink -v b/l 2>&1; echo "rc=$?"; cat b/l/x 2>&1; echo "rc=$?"`;
-      for (const run of [() => runAs(U.uid, U.gid, probe, { env: { HOME: home('esc') } }), () => asRoot(probe)]) {
+      for (const run of [() => runAs(U.esc.uid, U.esc.gid, probe, { env: { HOME: home('esc') } }), () => asRoot(probe)]) {
         r = await run();
         expect(r.stdout).not.toContain('the other home');
         expect(r.stdout.match(/Permission denied/g)?.length).toBe(3);
@@ -140,7 +151,7 @@ describe.skipIf(!canMount)('tool homes: real toolchains in the default home prof
       expect(r.stdout).toBe('here\nhere\n');
       await ctl('rename-project', '--tenant', T, 'ren', 'ren2');
       const h2 = join(d.mount, T, 'ren2');
-      r = await runAs(U.uid, U.gid, `cd ${h2} && cat rel && cat abs 2>&1; echo "rc=$?"`, { env: { HOME: h2 } });
+      r = await runAs(U.ren.uid, U.ren.gid, `cd ${h2} && cat rel && cat abs 2>&1; echo "rc=$?"`, { env: { HOME: h2 } });
       expect(r.stdout).toMatch(/^here\n.*Permission denied\nrc=1\n$/);
       expect(lstatSync(join(d.backing, T, 'ren2', 'abs')).isSymbolicLink()).toBe(true);
     });
@@ -215,11 +226,12 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
     it('git clone of a repository with a symlink and an executable: status clean, commit, gc', async () => {
       const src = join(fixtures, 'src-repo');
       mkdirSync(src);
-      chownSync(src, U.uid, U.gid);
+      // made by the owner of the home it is cloned into
+      chownSync(src, U.tools.uid, U.tools.gid);
       const git = `GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x`;
       let r = await runAs(
-        U.uid,
-        U.gid,
+        U.tools.uid,
+        U.tools.gid,
         `cd ${src} && git init -q && echo hi > a.txt && printf '#!/bin/sh\\necho run\\n' > run.sh && chmod +x run.sh && ln -s a.txt link && git add -A && ${git} git commit -qm one && echo ok`,
         { env: { HOME: fixtures } },
       );
@@ -246,9 +258,11 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
       expect(r.stdout).toBe('ok\n');
       const before = await usage();
       // The new name's attributes are fresh; the old name's may be cached for attrTimeout (README, inode numbers).
-      r = await inHome('esc', `ln hl-a hl-b && stat -c '%i' hl-a && stat -c '%i %h' hl-b && ln hl-a ${home('tools')}/hl-x 2>&1; echo "rc=$?"`);
+      r = await inHome('esc', `ln hl-a hl-b && stat -c '%i' hl-a && stat -c '%i %h' hl-b`);
       const ino = String(lstatSync(join(backing('esc'), 'hl-a')).ino);
-      expect(r.stdout.startsWith(`${ino}\n${ino} 2\n`)).toBe(true);
+      expect(r.stdout).toBe(`${ino}\n${ino} 2\n`);
+      // Across homes: no owner reaches two homes (each has its own), so root tries it.
+      r = await asRoot(`ln ${home('esc')}/hl-a ${home('tools')}/hl-x 2>&1; echo "rc=$?"`);
       expect(r.stdout).toMatch(/Invalid cross-device link\nrc=1\n$/);
       expect(existsSync(join(backing('tools'), 'hl-x'))).toBe(false);
       expect(await usage()).toEqual({ bytes: before.bytes, inodes: before.inodes + 1 });
@@ -367,9 +381,9 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
       await ctl('set-profile', `${T}/rt`, 'posix');
       r = await inHome('rt', `cat src/deep/f2 l && ./t.sh && echo new > src/new && mkdir nd && echo x >> src/deep/f3 && rm src/deep/f1 && stat -c '%u %a' src/new t.sh`);
       expect(r.stderr).toBe('');
-      expect(r.stdout).toBe(`2\n1\ntool\n${U.uid} 644\n${U.uid} 700\n`);
+      expect(r.stdout).toBe(`2\n1\ntool\n${U.rt.uid} 644\n${U.rt.uid} 700\n`);
       // posix: the creating caller owns new nodes on disk.
-      expect(lstatSync(join(backing('rt'), 'src/new')).uid).toBe(U.uid);
+      expect(lstatSync(join(backing('rt'), 'src/new')).uid).toBe(U.rt.uid);
       await ctl('set-profile', `${T}/rt`, '--clear');
       r = await inHome('rt', `cat src/new src/deep/f3 && ./t.sh && echo again > src/new && rm -r nd && stat -c '%a' src/new`);
       expect(r.stderr).toBe('');
@@ -397,7 +411,7 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
       expectBackingClean('old');
       expect(lstatSync(join(b, 'sub', 'f')).mode & 0o7777).toBe(0o700);
       const r = await inHome('old', `cat l && echo more >> sub/f && ls -n sub | tail -1 | cut -d' ' -f3`);
-      expect(r.stdout).toBe(`old\n${U.uid}\n`);
+      expect(r.stdout).toBe(`old\n${U.old.uid}\n`);
       expect((await ctl('rescan', `${T}/old`)).repaired).toEqual({ owners: 0, modes: 0 });
     }, 30_000);
   });

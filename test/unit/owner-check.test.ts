@@ -10,10 +10,10 @@ import { getentLookup, parseGetent, withoutOwn } from '../../src/users/hostids.j
 const FACTS: OwnerFacts = {
   range: { from: 200000, to: 299999 },
   holders: [
-    { home: 't1/web', owner: { uid: 200000, gid: 200000 }, configPinned: false },
-    { home: 't1/api', owner: { uid: 200001, gid: 200007 }, configPinned: false },
-    { home: 'acme/a', owner: { uid: 200010, gid: 200010 }, configPinned: true },
-    { home: 'acme/b', owner: { uid: 200010, gid: 200010 }, configPinned: true },
+    { home: 't1/web', owner: { uid: 200000, gid: 200000 } },
+    { home: 't1/api', owner: { uid: 200001, gid: 200007 } },
+    { home: 'acme/a', owner: { uid: 200010, gid: 200010 } },
+    { home: 'acme/b', owner: { uid: 200010, gid: 200010 } },
   ],
   retired: new Set([200005]),
   hostUsers: new Map([
@@ -33,7 +33,6 @@ const fresh = (uid: number, gid = uid, over: Partial<OwnerAssignment> = {}): Own
   home: 't2/web',
   owner: { uid, gid },
   kind: 'new',
-  configPinned: false,
   force: false,
   ...over,
 });
@@ -60,9 +59,11 @@ describe('checkOwner: the owner rule', () => {
     ['a host account in range', fresh(250000, 250002), ['owner-host-account']],
     ['a host group in range', fresh(250002, 250001), ['owner-host-account']],
     ['a host account above the system ids, forced (adoption)', fresh(1001, 1001, { force: true }), []],
-    ['a home sharing with config-pinned homes of its tenant, from the control socket', fresh(200010, 200010, { home: 'acme/c' }), ['owner-of-home', 'owner-of-home']],
-    ['a config-pinned home sharing within its tenant', fresh(200010, 200010, { home: 'acme/c', configPinned: true, kind: 'existing' }), []],
-    ['a config-pinned home sharing across tenants', fresh(200010, 200010, { home: 'other/c', configPinned: true, kind: 'existing' }), ['owner-of-home', 'owner-of-home']],
+    ["another home of its tenant's uid", fresh(200000, 200100, { home: 't1/new' }), ['owner-of-home']],
+    ["another home of its tenant's gid", fresh(200100, 200007, { home: 't1/new' }), ['owner-of-home']],
+    ['an owner in force that homes of its tenant have', fresh(200010, 200010, { home: 'acme/c', kind: 'existing' }), ['owner-of-home', 'owner-of-home']],
+    ['an owner in force that homes of another tenant have', fresh(200010, 200010, { home: 'other/c', kind: 'existing' }), ['owner-of-home', 'owner-of-home']],
+    ["an owner in force with a gid another home of its tenant has", fresh(200100, 200007, { home: 't1/new', kind: 'existing' }), ['owner-of-home']],
     ['an existing owner outside a moved range', fresh(300050, 300050, { kind: 'existing' }), []],
     ['an existing owner that a deleted home shared', fresh(200005, 200005, { kind: 'existing' }), []],
     ['an existing owner that is a host account', fresh(250000, 250000, { kind: 'existing' }), ['owner-host-account']],
@@ -96,21 +97,42 @@ describe('checkOwner: the owner rule', () => {
 });
 
 describe('existingOwnerProblems: owners in force (start-up, reload, check-config)', () => {
-  it('names the home, where its owner is written and every conflict; a tenant may share, others may not', () => {
+  it('names the home, where its owner is written and every conflict, across tenants', () => {
     const owners = configOwners({
       'acme/a': { owner: { uid: 200010, gid: 200010 } },
-      'acme/b': { owner: { uid: 200010, gid: 200010 } },
       'beta/c': { owner: { uid: 200010, gid: 200010 } },
       'beta/d': {},
       'gamma/e': { owner: { uid: 0, gid: 0 } },
     });
-    expect(owners.map((o) => o.home)).toEqual(['acme/a', 'acme/b', 'beta/c', 'gamma/e']);
+    expect(owners.map((o) => o.home)).toEqual(['acme/a', 'beta/c', 'gamma/e']);
     const problems = existingOwnerProblems(owners, { ...FACTS, holders: owners });
     expect(problems).toEqual([
       'acme/a (configuration homes["acme/a"].owner): owner 200010:200010: uid 200010 belongs to the home beta/c',
-      'acme/b (configuration homes["acme/b"].owner): owner 200010:200010: uid 200010 belongs to the home beta/c',
-      'beta/c (configuration homes["beta/c"].owner): owner 200010:200010: uid 200010 belongs to the home acme/a; uid 200010 belongs to the home acme/b',
+      'beta/c (configuration homes["beta/c"].owner): owner 200010:200010: uid 200010 belongs to the home acme/a',
       'gamma/e (configuration homes["gamma/e"].owner): owner 0:0: uid 0 is root: a home is never owned by root',
+    ]);
+  });
+
+  it('refuses two configured homes of one tenant with one owner, naming both', () => {
+    const owners = configOwners({
+      'acme/a': { owner: { uid: 200010, gid: 200010 } },
+      'acme/b': { owner: { uid: 200010, gid: 200010 } },
+      'acme/c': { owner: { uid: 200020, gid: 200020 } },
+    });
+    expect(existingOwnerProblems(owners, { ...FACTS, holders: owners })).toEqual([
+      'acme/a (configuration homes["acme/a"].owner): owner 200010:200010: uid 200010 belongs to the home acme/b',
+      'acme/b (configuration homes["acme/b"].owner): owner 200010:200010: uid 200010 belongs to the home acme/a',
+    ]);
+  });
+
+  it('refuses two configured homes of one tenant that share only a gid', () => {
+    const owners = configOwners({
+      'acme/a': { owner: { uid: 200010, gid: 200030 } },
+      'acme/b': { owner: { uid: 200011, gid: 200030 } },
+    });
+    expect(existingOwnerProblems(owners, { ...FACTS, holders: owners })).toEqual([
+      'acme/a (configuration homes["acme/a"].owner): owner 200010:200030: gid 200030 belongs to the home acme/b',
+      'acme/b (configuration homes["acme/b"].owner): owner 200011:200030: gid 200030 belongs to the home acme/a',
     ]);
   });
 });
