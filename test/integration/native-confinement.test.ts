@@ -18,12 +18,12 @@ import { ownerSuite } from '../helpers/owner-suite.js';
  */
 
 const BASE = 640_000 + Math.floor(Math.random() * 60) * 10_000;
-const U = { uid: BASE + 3, gid: BASE + 3 };
 const T = 'nc';
+// one owner per home: an owner uid belongs to one home
 const HOMES = {
-  [`${T}/rd`]: { owner: U, profile: 'home' },
-  [`${T}/mk`]: { owner: U, profile: 'home' },
-  [`${T}/deep`]: { owner: U, profile: 'home' },
+  [`${T}/rd`]: { owner: { uid: BASE + 3, gid: BASE + 3 }, profile: 'home' },
+  [`${T}/mk`]: { owner: { uid: BASE + 4, gid: BASE + 4 }, profile: 'home' },
+  [`${T}/deep`]: { owner: { uid: BASE + 5, gid: BASE + 5 }, profile: 'home' },
 };
 const SECRET = 'root-only secret, never through the mount';
 
@@ -32,7 +32,7 @@ if (!canMount) console.warn(`native-confinement integration suite skipped: ${ski
 type Native = { openAnswered: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number };
 
 describe.skipIf(!canMount)('native open and create keep to the home and its depth cap (the binding\'s own checks)', () => {
-  const s = ownerSuite(U, {
+  const s = ownerSuite({
     homes: HOMES,
     config: { owners: { from: BASE, to: BASE + 9_999 }, fuse: { entryTimeout: 3600, attrTimeout: 3600, negativeTimeout: 3600 } },
   });
@@ -45,9 +45,10 @@ describe.skipIf(!canMount)('native open and create keep to the home and its dept
     return dir;
   };
   /** A symlink in the backing tree that the home's owner could have made there (it is theirs). */
-  const plantLink = (target: string, at: string): void => {
+  const plantLink = (target: string, at: string, home: string): void => {
     symlinkSync(target, at);
-    lchownSync(at, U.uid, U.gid);
+    const o = s.owner(`${T}/${home}`);
+    lchownSync(at, o.uid, o.gid);
   };
   const readScript = `import os,sys,errno
 try:
@@ -70,9 +71,9 @@ except OSError as e: print(errno.errorcode[e.errno])`;
 
     // The file itself becomes a symlink to the secret, and the directory a symlink to the secret's directory.
     renameSync(join(back, 'f'), join(back, 'f.was'));
-    plantLink(join(outside, 'f'), join(back, 'f'));
+    plantLink(join(outside, 'f'), join(back, 'f'), 'rd');
     renameSync(join(back, 'd'), join(back, 'd.was'));
-    plantLink(outside, join(back, 'd'));
+    plantLink(outside, join(back, 'd'), 'rd');
 
     const last = await s.py(readScript, join(home, 'f'));
     const n2 = await native();
@@ -108,7 +109,7 @@ except OSError as e: print(errno.errorcode[e.errno])`;
 
     // O_CREAT without O_EXCL: the kernel trusts its cached miss (O_EXCL would make it look the name up again).
     renameSync(join(back, 'a'), join(back, 'a.was'));
-    plantLink(outside, join(back, 'a'));
+    plantLink(outside, join(back, 'a'), 'mk');
     const out = await s.py(
       `import os,sys,errno\ntry:\n  os.close(os.open(os.path.join(sys.argv[1], 'a/b/new'), os.O_WRONLY|os.O_CREAT, 0o600)); print('created')\nexcept OSError as e: print(errno.errorcode[e.errno])`,
       home,
