@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { abiMismatches } from '../abi.js';
+import { attachAddon } from './addon.js';
 import type { TimeSpec } from '../fs/native-api.js';
 import type { Caller } from '../fs/state.js';
 
@@ -165,5 +166,6 @@ export function loadFuse(): FuseClass {
       `the native addon at ${Fuse.BINDING_PATH ?? '@cocalc/fuse-native'} was built from other sources than this daemon (${mismatches.slice(0, 3).join('; ')}); rebuild it: node scripts/build-native.mjs (or npm ci)`,
     );
   }
+  attachAddon(Fuse as unknown as Parameters<typeof attachAddon>[0], Fuse.native as Parameters<typeof attachAddon>[1]);
   return Fuse;
 }

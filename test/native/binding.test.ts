@@ -6,7 +6,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -14,11 +13,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { readdirTypesScript } from '../helpers/dirent.js';
 import { ABI, abiMismatches } from '../../src/abi.js';
+import { loadFuse } from '../../src/fuse/binding.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const repoRoot = path.resolve(here, '../..');
 const fixture = path.join(here, 'fixtures', 'passthrough.cjs');
-const require = createRequire(import.meta.url);
 const execFileP = promisify(execFile);
 
 const PY = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
@@ -89,7 +87,7 @@ describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
 
     child = spawn(process.execPath, [fixture, backing, mnt], {
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, FUSE_NATIVE_DIR: path.join(repoRoot, 'node_modules/@cocalc/fuse-native') },
+      env: process.env,
     });
     child.stderr!.on('data', (d: Buffer) => {
       stderrBuf += d.toString();
@@ -121,7 +119,7 @@ describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
   }, 30_000);
 
   it('Fuse.mknod creates FIFOs, sockets and devices on the threadpool and answers -errno', async () => {
-    const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
+    const Fuse = loadFuse() as any;
     const dir = mkdtempSync(path.join(tmpdir(), 'homesfs-mknod-'));
     const mknod = (p: string, mode: number, dev: number) => new Promise<number>((r) => Fuse.mknod(p, mode, dev, r));
     try {
@@ -139,7 +137,7 @@ describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
   });
 
   it('passes nodev and nosuid through as mount options', () => {
-    const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
+    const Fuse = loadFuse() as any;
     const f = new Fuse('/nonexistent-homesfs-test', {}, { nodev: true, nosuid: true, useIno: true });
     const opts: string = f._fuseOptions();
     expect(opts.startsWith('-o')).toBe(true);
@@ -147,7 +145,7 @@ describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
   });
 
   it('loads our build of the binding (its ABI is ours) in this process without mounting', () => {
-    const Fuse = require(path.join(repoRoot, 'node_modules/@cocalc/fuse-native'));
+    const Fuse = loadFuse() as any;
     expect(abiMismatches(Fuse.native.ABI)).toEqual([]);
     expect(existsSync(Fuse.BINDING_PATH)).toBe(true);
     expect(events[0]).toMatchObject({ ready: true, abi: ABI.VERSION, loopState: 1 });
@@ -425,7 +423,7 @@ print(json.dumps(out))
     expect(stats.published).toBe(0);
   }, 30_000);
 
-  it('unpublishRead waits for a native read in flight before it returns (the descriptor is then free to close)', async () => {
+  it('unpublish waits for a native read in flight before it returns (the descriptor is then free to close)', async () => {
     // indirect-1 is published with a descriptor of slow-target on this mount:
     // its native pread becomes a READ of slow-target that JS answers after 300 ms,
     // while a worker thread unpublishes indirect-1 (see the fixture).

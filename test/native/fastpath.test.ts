@@ -90,7 +90,7 @@ describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
     execFile('mkfifo', [k('fifo')]);
     child = spawn(process.execPath, [path.join(here, 'fixtures', 'fastpath.cjs'), backing, mnt], {
       stdio: ['pipe', 'pipe', 'inherit'],
-      env: { ...process.env, FUSE_NATIVE_DIR: path.join(repoRoot, 'node_modules/@cocalc/fuse-native') },
+      env: process.env,
     });
     createInterface({ input: child.stdout! }).on('line', (l) => lines.push(JSON.parse(l) as Record<string, unknown>));
     const ready = await next((l) => 'ready' in l, 0);

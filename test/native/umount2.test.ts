@@ -1,17 +1,16 @@
-// Fuse.umount2 and Fuse.nofile of the patched binding (issue 8 item 2): the
+// Fuse.umount2 and Fuse.nofile (src/fuse/addon.ts over native/src/calls.c): the
 // daemon unmounts without a child process and without a descriptor, and sets
 // its own RLIMIT_NOFILE. Each case runs in a child node process: the limits
 // it changes are that process's own.
 import { execFile, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-const require = createRequire(import.meta.url);
-const binding = path.dirname(require.resolve('@cocalc/fuse-native/package.json'));
+// the daemon's loader (dist/: built first), which attaches homesfs' exports to the binding
+const binding = path.join(import.meta.dirname, '../../dist/fuse/binding.js');
 const execFileP = promisify(execFile);
 const canMount = process.getuid?.() === 0 && existsSync('/dev/fuse');
 
@@ -29,7 +28,7 @@ async function node(script: string): Promise<unknown> {
 describe('Fuse.nofile', () => {
   it('reads and sets RLIMIT_NOFILE, and reports a refused value', async () => {
     const r = (await node(`
-      const F = require(process.env.FUSE_NATIVE);
+      const F = require(process.env.FUSE_NATIVE).loadFuse();
       const before = F.nofile();
       const lowered = F.nofile(300, 0);
       const fs = require('fs');
@@ -64,7 +63,7 @@ describe.skipIf(!canMount)('Fuse.umount2', () => {
     mkdirSync(mnt);
     expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]).status).toBe(0);
     const r = (await node(`
-      const F = require(process.env.FUSE_NATIVE);
+      const F = require(process.env.FUSE_NATIVE).loadFuse();
       const fs = require('fs');
       F.nofile(200, 0);
       let code = '';
@@ -84,7 +83,7 @@ describe.skipIf(!canMount)('Fuse.umount2', () => {
     mkdirSync(mnt);
     expect(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]).status).toBe(0);
     const r = (await node(`
-      const F = require(process.env.FUSE_NATIVE);
+      const F = require(process.env.FUSE_NATIVE).loadFuse();
       process.chdir(${JSON.stringify(mnt)});
       F.umount2(${JSON.stringify(mnt)}, 0, (busy) => F.umount2(${JSON.stringify(mnt)}, 2, (lazy) => console.log(JSON.stringify({ busy, lazy }))));
     `)) as { busy: number; lazy: number };
