@@ -2,7 +2,7 @@
 // homesfs benchmark: the same workloads on the raw backing filesystem, on the
 // homesfs mount (`home` and `posix` profiles) and on bindfs twice, as
 // `bindfs` (-o big_writes: single-threaded, its default) and `bindfs-mt`
-// (-o big_writes,multithreaded: its fastest), in one run; homesfs is compared
+// (-o big_writes,multithreaded: requests served in parallel), in one run; homesfs is compared
 // with each. Prints a workload table (medians, min–max spread, time ratios,
 // each daemon's CPU seconds) and a per-op micro table (µs), and writes
 // bench/results/latest.json.
@@ -42,8 +42,9 @@
 // warm (straight after); both bindfs get -o big_writes (without it every write
 // is a 4 KiB request and "faster than bindfs" is an artifact). Single-threaded
 // bindfs is the one a careful admin runs (its multithreaded mode has a race
-// in its owner/permission rewriting, see bindfs(1) BUGS), multithreaded is its
-// best case: homesfs is multithreaded (libfuse's mt loop), so both are shown.
+// in its owner/permission rewriting, see bindfs(1) BUGS); multithreaded serves
+// requests in parallel as homesfs does (libfuse's mt loop), so both are shown.
+// Neither wins every row: the ratios against each are printed.
 //
 // The scale workload (BENCH_ONLY=scale; issue 13's "1M-file scan in under 20 s
 // while other homes are served" and "RSS under 200 MB with 100k files and 10k open
