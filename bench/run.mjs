@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // homesfs benchmark: the same workloads on the raw backing filesystem, on the
-// homesfs mount (`home` and `posix` profiles) and on bindfs (-o big_writes),
-// in one run. Prints a workload table (medians, min–max spread, time ratios,
+// homesfs mount (`home` and `posix` profiles) and on bindfs twice, as
+// `bindfs` (-o big_writes: single-threaded, its default) and `bindfs-mt`
+// (-o big_writes,multithreaded: requests served in parallel), in one run; homesfs is compared
+// with each. Prints a workload table (medians, min–max spread, time ratios,
 // each daemon's CPU seconds) and a per-op micro table (µs), and writes
 // bench/results/latest.json.
 //
@@ -22,7 +24,7 @@
 //                              filesystem is ext4 without a journal, else the scratch fs
 //                        loop  always the ext4 loop file;  here  always the scratch fs
 //   BENCH_DIR          parent of the scratch directory             (default os.tmpdir())
-//   BENCH_NO_BINDFS=1  skip bindfs (otherwise installed with apt-get when missing)
+//   BENCH_NO_BINDFS=1  skip both bindfs targets (otherwise installed with apt-get when missing)
 //   BENCH_METRICS=1    serve the metrics endpoint (per-op counting on) to measure its cost
 //   BENCH_ONLY         comma-separated workloads to run: seq, rand, small, tree, micro (default all
 //                        of these), and scale (opt-in, never in the default set; see below)
@@ -34,11 +36,15 @@
 //   BENCH_CONFIG       JSON merged into the daemon's configuration, e.g.
 //                        '{"fuse":{"nativeRead":false}}' to measure a switch off and on
 //
-// Fairness rules: every backing (raw, homesfs, bindfs) is a directory of the
-// same filesystem; targets are visited in an order rotated on every rep;
+// Fairness rules: every backing (raw, homesfs, each bindfs) is a directory of
+// the same filesystem; targets are visited in an order rotated on every rep;
 // metadata phases are measured cold (dentry/inode/page caches dropped) and
-// warm (straight after); bindfs gets -o big_writes (without it every write is
-// a 4 KiB request and "faster than bindfs" is an artifact).
+// warm (straight after); both bindfs get -o big_writes (without it every write
+// is a 4 KiB request and "faster than bindfs" is an artifact). Single-threaded
+// bindfs is the one a careful admin runs (its multithreaded mode has a race
+// in its owner/permission rewriting, see bindfs(1) BUGS); multithreaded serves
+// requests in parallel as homesfs does (libfuse's mt loop), so both are shown.
+// Neither wins every row: the ratios against each are printed.
 //
 // The scale workload (BENCH_ONLY=scale; issue 13's "1M-file scan in under 20 s
 // while other homes are served" and "RSS under 200 MB with 100k files and 10k open
@@ -214,16 +220,21 @@ chmodSync(scratch, 0o755);
 const fsRoot = join(scratch, 'fs'); // every backing lives below here
 const loopImg = join(scratch, 'fs.img');
 let loopMounted = false;
-let backing, mount, socket, rawDir, bindRaw, bindMnt, treeSrc, tarball, gitRepo;
+let backing, mount, socket, rawDir, treeSrc, tarball, gitRepo;
+/** The bindfs targets: each its own backing directory (beside the others), mount and process. */
+const BINDFS_VARIANTS = [
+  { id: 'bindfs', key: 'Bindfs', opts: 'big_writes', note: 'single-threaded (its default)', raw: '', mnt: '', proc: null },
+  { id: 'bindfs-mt', key: 'BindfsMt', opts: 'big_writes,multithreaded', note: "multithreaded (libfuse's mt loop, as homesfs)", raw: '', mnt: '', proc: null },
+];
 function layout() {
   backing = join(fsRoot, 'backing');
   rawDir = join(fsRoot, 'raw');
-  bindRaw = join(fsRoot, 'bindraw');
+  for (const v of BINDFS_VARIANTS) v.raw = join(fsRoot, `${v.id}-raw`);
   treeSrc = join(fsRoot, 'tree-src');
   tarball = join(fsRoot, 'tree.tar');
   gitRepo = join(fsRoot, 'tree-repo');
   mount = join(scratch, 'mnt');
-  bindMnt = join(scratch, 'bindmnt');
+  for (const v of BINDFS_VARIANTS) v.mnt = join(scratch, `${v.id}-mnt`);
   socket = join(scratch, 'run', 'admin.sock');
 }
 
@@ -231,14 +242,13 @@ let daemon = null;
 let daemonStderr = '';
 /** daemon log lines by kind -> count */
 const daemonLogKinds = new Map();
-let bindfsProc = null;
 let cleanedUp = false;
 
 async function stopChild(proc, mnt, what) {
   if (!proc) return;
   if (proc.exitCode === null && proc.signalCode === null) {
     const exited = new Promise((r) => proc.once('exit', () => r('exit')));
-    if (what === 'bindfs') spawnSync('umount', [mnt]);
+    if (what.startsWith('bindfs')) spawnSync('umount', [mnt]);
     else proc.kill('SIGTERM');
     const r = await Promise.race([exited, sleep(15_000).then(() => 'timeout')]);
     if (r === 'timeout') {
@@ -259,10 +269,12 @@ async function cleanup() {
   const d = daemon;
   daemon = null;
   await stopChild(d, mount, 'homesfs');
-  const b = bindfsProc;
-  bindfsProc = null;
-  await stopChild(b, bindMnt, 'bindfs');
-  const left = [mount, bindMnt, scaleMount].filter((p) => p && isMounted(p));
+  for (const v of BINDFS_VARIANTS) {
+    const b = v.proc;
+    v.proc = null;
+    await stopChild(b, v.mnt, v.id);
+  }
+  const left = [mount, ...BINDFS_VARIANTS.map((v) => v.mnt), scaleMount].filter((p) => p && isMounted(p));
   if (left.length) {
     log(`still mounted, scratch kept: ${left.join(', ')}`);
     return;
@@ -395,25 +407,30 @@ async function ensureBindfs() {
   return { bin, note: '' };
 }
 
-/** bindfs in the foreground as our child, so its pid (for CPU seconds) is known; -o big_writes for 128 KiB writes. */
-async function startBindfs(bin) {
-  mkdirSync(bindRaw, { mode: 0o755 });
-  mkdirSync(bindMnt, { mode: 0o755 });
-  const proc = spawn(bin, ['-f', '--no-allow-other', '-o', 'big_writes', bindRaw, bindMnt], { stdio: ['ignore', 'ignore', 'pipe'] });
+/**
+ * One bindfs variant in the foreground as our child, so its pid (for CPU seconds,
+ * all its threads: /proc/<pid>/stat and task/*) is known; -o big_writes for 128 KiB writes.
+ */
+async function startBindfs(bin, v) {
+  mkdirSync(v.raw, { mode: 0o755 });
+  mkdirSync(v.mnt, { mode: 0o755 });
+  const proc = spawn(bin, ['-f', '--no-allow-other', '-o', v.opts, v.raw, v.mnt], { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   proc.stderr.on('data', (d) => (err += d));
-  bindfsProc = proc;
+  v.proc = proc;
   const deadline = Date.now() + 10_000;
   while (Date.now() < deadline) {
-    if (isMounted(bindMnt)) {
-      const v = spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout.trim().split('\n')[0];
-      return `${v}, -o big_writes, single-threaded (its default)`;
+    if (isMounted(v.mnt)) {
+      const ver = spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout.trim().split('\n')[0];
+      return `${ver}, -o ${v.opts}, ${v.note}`;
     }
     if (proc.exitCode !== null) break;
     await sleep(50);
   }
-  bindfsProc = null;
+  v.proc = null;
   proc.kill('SIGKILL');
+  if (isMounted(v.mnt)) spawnSync('umount', ['-l', v.mnt]);
+  log(`${v.id} did not mount: ${err.trim().slice(0, 300)}`);
   return null;
 }
 
@@ -986,15 +1003,18 @@ async function main() {
     { id: 'posix', label: 'homesfs(posix)', dir: join(mount, 'bench/_tenant'), warmDir: join(backing, 'bench/_tenant'), pid: () => daemon?.pid },
   ];
   const { bin: bindfsBin, note } = await ensureBindfs();
-  let bindfsNote = note;
+  /** what each bindfs target ran as (version and flags), or why it is missing */
+  const bindfsNotes = Object.fromEntries(BINDFS_VARIANTS.map((v) => [v.id, note]));
   if (bindfsBin) {
-    const v = await startBindfs(bindfsBin);
-    if (v) {
-      bindfsNote = v;
-      targets.push({ id: 'bindfs', label: 'bindfs', dir: bindMnt, warmDir: bindRaw, pid: () => bindfsProc?.pid });
-    } else bindfsNote = 'bindfs failed to mount';
+    for (const v of BINDFS_VARIANTS) {
+      const mounted = await startBindfs(bindfsBin, v);
+      if (mounted) {
+        bindfsNotes[v.id] = mounted;
+        targets.push({ id: v.id, label: v.id, dir: v.mnt, warmDir: v.raw, pid: () => v.proc?.pid });
+      } else bindfsNotes[v.id] = `${v.id} (-o ${v.opts}) failed to mount`;
+    }
   }
-  log(bindfsNote);
+  for (const v of BINDFS_VARIANTS) log(`${v.id}: ${bindfsNotes[v.id]}`);
 
   // samples[target][metric] = number[]; cpu[target][metric] = number[]; micro[target][op] = number[]
   const samples = Object.fromEntries(targets.map((t) => [t.id, Object.fromEntries(METRICS.map((m) => [m.key, []]))]));
@@ -1077,22 +1097,24 @@ async function main() {
   };
   const table = tableLines;
 
-  const wHeader = ['workload', 'unit', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'home/posix', 'CPU s home', 'CPU s posix', 'CPU s bindfs'];
+  // Columns for every bindfs variant, present or not ('n/a'), so tables of runs line up.
+  const bIds = BINDFS_VARIANTS.map((v) => v.id);
+  const vsB = (f) => bIds.flatMap((b) => ['home', 'posix'].map((h) => f(h, b)));
+  const wHeader = ['workload', 'unit', 'raw', 'home', 'posix', ...bIds, ...vsB((h, b) => `${h}/${b}`), 'home/posix', 'CPU s home', 'CPU s posix', ...bIds.map((b) => `CPU s ${b}`)];
   const wRows = METRICS.filter((m) => selected(m.workload)).map((m) => [
     m.label,
     m.unit,
     cellWithSpread(samples, 'raw', m.key, m.unit),
     cellWithSpread(samples, 'home', m.key, m.unit),
     cellWithSpread(samples, 'posix', m.key, m.unit),
-    cellWithSpread(samples, 'bindfs', m.key, m.unit),
-    has('bindfs') ? fmtR(timeRatio(m, 'home', 'bindfs')) : 'n/a',
-    has('bindfs') ? fmtR(timeRatio(m, 'posix', 'bindfs')) : 'n/a',
+    ...bIds.map((b) => cellWithSpread(samples, b, m.key, m.unit)),
+    ...vsB((h, b) => (has(b) ? fmtR(timeRatio(m, h, b)) : 'n/a')),
     fmtR(timeRatio(m, 'home', 'posix')),
     cpuCell('home', m.key),
     cpuCell('posix', m.key),
-    cpuCell('bindfs', m.key),
+    ...bIds.map((b) => cpuCell(b, m.key)),
   ]);
-  const mHeader = ['op (µs, mean of ' + MICRO_N + ')', 'raw', 'home', 'posix', 'bindfs', 'home/bindfs', 'posix/bindfs', 'CPU µs home', 'CPU µs posix', 'CPU µs bindfs', 'switches home', 'switches bindfs'];
+  const mHeader = ['op (µs, mean of ' + MICRO_N + ')', 'raw', 'home', 'posix', ...bIds, ...vsB((h, b) => `${h}/${b}`), 'CPU µs home', 'CPU µs posix', ...bIds.map((b) => `CPU µs ${b}`), 'switches home', ...bIds.map((b) => `switches ${b}`)];
   const swPerOp = (id, k) => {
     const v = med(microSwitches, id, k);
     return v === null ? '-' : v.toFixed(1);
@@ -1111,14 +1133,13 @@ async function main() {
     cellWithSpread(micro, 'raw', o.key, 'us'),
     cellWithSpread(micro, 'home', o.key, 'us'),
     cellWithSpread(micro, 'posix', o.key, 'us'),
-    cellWithSpread(micro, 'bindfs', o.key, 'us'),
-    has('bindfs') ? mRatio('home', 'bindfs', o.key) : 'n/a',
-    has('bindfs') ? mRatio('posix', 'bindfs', o.key) : 'n/a',
+    ...bIds.map((b) => cellWithSpread(micro, b, o.key, 'us')),
+    ...vsB((h, b) => (has(b) ? mRatio(h, b, o.key) : 'n/a')),
     cpuUs('home', o.key),
     cpuUs('posix', o.key),
-    cpuUs('bindfs', o.key),
+    ...bIds.map((b) => cpuUs(b, o.key)),
     swPerOp('home', o.key),
-    swPerOp('bindfs', o.key),
+    ...bIds.map((b) => swPerOp(b, o.key)),
   ]);
 
   const elapsed = (Date.now() - started) / 1000;
@@ -1127,10 +1148,10 @@ async function main() {
   out.push('');
   out.push(`homesfs bench — ${machine.date}${QUICK ? ' (BENCH_QUICK)' : ''}`);
   out.push(`machine: nproc=${machine.nproc} kernel=${machine.kernel} cpu="${machine.cpu}" mem=${machine.memGiB} GiB node=${machine.node}`);
-  out.push(`backings (raw, homesfs, bindfs) all on: ${fsNote}`);
+  out.push(`backings (raw, homesfs, ${bIds.join(', ')}) all on: ${fsNote}`);
   if (ONLY) out.push(`workloads: ${[...ONLY].join(', ')} (BENCH_ONLY)`);
   if (process.env.BENCH_CONFIG) out.push(`daemon configuration += ${process.env.BENCH_CONFIG} (BENCH_CONFIG)`);
-  out.push(`homesfs: native maxWriteRequest=${status.native?.maxWriteRequest ?? '?'}; bindfs: ${bindfsNote}`);
+  out.push(`homesfs: native maxWriteRequest=${status.native?.maxWriteRequest ?? '?'}; ${bIds.map((b) => `${b}: ${bindfsNotes[b]}`).join('; ')}`);
   out.push(
     `load average (1 min) over the run: min ${Math.min(...loads).toFixed(2)}, median ${median(loads).toFixed(2)}, max ${Math.max(...loads).toFixed(2)}` +
       `; /proc/loadavg at start "${loadStart}", at end "${loadEnd}"`,
@@ -1140,14 +1161,14 @@ async function main() {
       (canDropCaches ? '"cold": page/dentry/inode caches dropped first, "warm": run again straight after' : 'caches NOT dropped (/proc/sys/vm/drop_caches not writable): cold = warm') +
       '; create timed inside the node child (its start-up excluded)',
   );
-  out.push('ratios are time ratios: >1x means the first takes that many times as long (throughputs inverted); CPU s = the daemon\'s user+system seconds in that phase (median)');
+  out.push('ratios are time ratios: >1x means the first takes that many times as long (throughputs inverted); CPU s = the daemon\'s user+system seconds in that phase, all its threads (median)');
   out.push('');
   out.push(...table(wHeader, wRows, 2));
   if (microBin) {
     out.push('');
     out.push(`per-op latency (bench/micro.c; lookup after dropping dentries with the backing re-warmed; getattr forced with AT_STATX_FORCE_SYNC;`);
     out.push(`CPU µs = the daemon's CPU per op, all threads, from /proc/<pid>/task/*/schedstat: robust where wall time is not, on a loaded machine;`);
-    out.push(`switches = the daemon's context switches per op, all threads, voluntary and involuntary: a request answered in JavaScript costs at least three, libfuse's thread woken by the kernel, the JS thread woken, libfuse's thread woken with the answer; bindfs pays one):`);
+    out.push(`switches = the daemon's context switches per op, all threads, voluntary and involuntary: a request answered in JavaScript costs at least three, libfuse's thread woken by the kernel, the JS thread woken, libfuse's thread woken with the answer; single-threaded bindfs pays one; bindfs-mt can pay more, libfuse's mt loop keeping every idle worker in read(2) for the kernel to wake):`);
     out.push('');
     out.push(...table(mHeader, mRows, 1));
   }
@@ -1166,7 +1187,7 @@ async function main() {
     quick: QUICK,
     params: { mb: MB, files: FILES, smallDirs: SMALL_DIRS, smallSize: SMALL_SIZE, treeFiles: TREE_FILES, microN: MICRO_N, reps: REPS },
     cachesDropped: canDropCaches,
-    bindfs: bindfsNote,
+    bindfs: bindfsNotes,
     loadAvg: { samples: loads, start: loadStart, end: loadEnd },
     homesfs: { native: status.native, version: status.version },
     targets: targets.map((t) => t.id),
@@ -1176,8 +1197,7 @@ async function main() {
       samples: Object.fromEntries(targets.map((t) => [t.id, samples[t.id][m.key]])),
       cpuSec: Object.fromEntries(targets.map((t) => [t.id, cpu[t.id][m.key]])),
       timeRatio: {
-        homeBindfs: has('bindfs') ? timeRatio(m, 'home', 'bindfs') : null,
-        posixBindfs: has('bindfs') ? timeRatio(m, 'posix', 'bindfs') : null,
+        ...Object.fromEntries(BINDFS_VARIANTS.flatMap((v) => ['home', 'posix'].map((h) => [`${h}${v.key}`, has(v.id) ? timeRatio(m, h, v.id) : null]))),
         homePosix: timeRatio(m, 'home', 'posix'),
       },
     })),
