@@ -423,6 +423,43 @@ print(json.dumps(out))
     expect(stats.published).toBe(0);
   }, 30_000);
 
+  it('a libfuse worker started while the JS thread is busy answers a native read without waiting for it', async () => {
+    // An fsync holds the JS thread for 3 s and 23 fstats of other open files
+    // wait for it (GETATTRs of different inodes are not serialised by the
+    // kernel, as lookups in one directory are), so every worker libfuse had is busy and
+    // the READ goes to a new one. Its thread locals come ready-made from a
+    // pool; before, a new worker asked the JS thread to make them and waited,
+    // so the native read came only after the block.
+    writeFileSync(B('native-while-blocked'), Buffer.alloc(8192, 0x6e));
+    for (let i = 0; i < 24; i++) writeFileSync(B(`jsblock-${i}`), 'x');
+    const mark = events.length;
+    const { stdout } = await py(`
+import os, threading, time
+m = ${JSON.stringify(mnt)}
+fd = os.open(m + '/native-while-blocked', os.O_RDONLY)
+fds = [os.open(m + '/jsblock-%d' % i, os.O_RDONLY) for i in range(24)]
+def stat(i):
+    try: os.fsync(fds[0]) if i == 0 else os.fstat(fds[i])
+    except OSError: pass
+ts = [threading.Thread(target=stat, args=(i,)) for i in range(24)]
+ts[0].start(); time.sleep(0.3)
+for t in ts[1:]: t.start()
+time.sleep(0.5)
+b = os.pread(fd, 8192, 0)
+done = time.time() * 1000
+for t in ts: t.join()
+print(len(b), b.count(b'n'), int(done))
+`);
+    const [len, ns, done] = stdout.trim().split(' ').map(Number);
+    expect([len, ns]).toEqual([8192, 8192]);
+    const start = await waitFor((e) => e.op === 'jsblock' && e.phase === 'start', mark);
+    const end = await waitFor((e) => e.op === 'jsblock' && e.phase === 'end', mark);
+    // The read was answered while JavaScript was still blocked.
+    expect(done).toBeGreaterThan(start.at as number);
+    expect(done).toBeLessThan(end.at as number);
+    expect(since(mark).filter((e) => e.op === 'read' && e.path === '/native-while-blocked')).toEqual([]);
+  }, 30_000);
+
   it('unpublish waits for a native read in flight before it returns (the descriptor is then free to close)', async () => {
     // indirect-1 is published with a descriptor of slow-target on this mount:
     // its native pread becomes a READ of slow-target that JS answers after 300 ms,
