@@ -1,7 +1,6 @@
 #!/usr/bin/env node
 import { realpathSync, writeSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type {
   DeleteResult,
   DeleteTenantResult,
@@ -17,9 +16,9 @@ import type {
   TenantUsage,
 } from '../control/api.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
-import { MAX_ID, type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
+import { type ArgsOf, type CommandName, type ErrorReply } from '../control/protocol.js';
 import { execCli, passwdCli, type LocalIo } from './exec.js';
-import { formatBytes, formatSignedBytes, parseLimit, SIZE_SYNTAX, SizeSyntaxError } from './size.js';
+import { formatBytes, formatSignedBytes, SIZE_SYNTAX } from './size.js';
 import {
   clean,
   formatLimit,
@@ -38,13 +37,32 @@ import {
   renderTenant,
   signed,
   softText,
-  SORTS,
   sortHomes,
 } from './homesctl/render.js';
-import { chooseSocket, DEFAULT_CONFIG, DEFAULT_SOCKETS, describeOrigin, SocketConfigError, type SocketChoice } from './sockets.js';
+import {
+  commandIndex,
+  DEFAULT_SOCKET,
+  DEFAULT_TIMEOUT_MS,
+  GLOBAL_OPTIONS,
+  GLOBAL_TAKES_VALUE,
+  hint,
+  homeArg,
+  limitArg,
+  listView,
+  parseOwner,
+  parseStrict,
+  requiredOpt,
+  settingsTarget,
+  UsageError,
+  withForce,
+  type OptionsConfig,
+  type Values,
+} from './homesctl/args.js';
+import { chooseSocket, DEFAULT_CONFIG, describeOrigin, SocketConfigError, type SocketChoice } from './sockets.js';
 
 export { formatBytes } from './size.js';
 export { clean, formatDuration, formatTable } from './homesctl/render.js';
+export { closest, DEFAULT_SOCKET, parseSize } from './homesctl/args.js';
 import { VERSION } from '../version.js';
 import { notServingReasons } from '../metrics/health.js';
 
@@ -74,12 +92,7 @@ export function notServing(s: StatusReport): string | null {
   return why.length ? why.join(', ') : null;
 }
 
-export const DEFAULT_SOCKET = DEFAULT_SOCKETS.socket;
 export type { SocketSource } from './sockets.js';
-const DEFAULT_TIMEOUT_MS = 10_000;
-
-type OptionsConfig = NonNullable<ParseArgsConfig['options']>;
-type Values = Record<string, string | boolean | (string | boolean)[] | undefined>;
 
 interface CliCommand<K extends CommandName> {
   /** The words that name it on the command line when they differ from the wire name ("settings get"). */
@@ -112,15 +125,6 @@ interface LooseCliCommand extends Omit<CliCommand<CommandName>, 'args' | 'human'
   args(values: Values, positionals: string[]): unknown;
   human(data: unknown, args: unknown, values: Values): string;
   json?(data: unknown, args: unknown, values: Values): unknown;
-}
-
-class UsageError extends Error {
-  /** The command whose usage was wrong, for the "Try 'homesctl CMD --help'" hint. */
-  readonly command: string | undefined;
-  constructor(message: string, command?: string) {
-    super(message);
-    this.command = command;
-  }
 }
 
 // ---- commands -------------------------------------------------------------
@@ -572,131 +576,9 @@ function findCommand(name: string, rest: string[]): { command: CommandName; rest
   return one === undefined ? undefined : { command: one, rest };
 }
 
-// ---- argument helpers -----------------------------------------------------
-
-function homeArg(s: string, command: string): string {
-  if (!/^[^/]+\/[^/]+$/.test(s)) throw new UsageError(`${command}: HOME must be "tenant/key", got '${clean(s)}'`, command);
-  return s;
-}
-
-function requiredOpt(v: Values, name: string, command: string): string {
-  const x = v[name];
-  if (typeof x !== 'string') throw new UsageError(`${command}: --${name} is required`, command);
-  return x;
-}
-
-function settingsTarget(v: Values, command: string, allowBoth: boolean): { tenant: string; project?: string; user?: string } {
-  if (!allowBoth && typeof v.project === 'string' && typeof v.user === 'string') throw new UsageError(`${command}: give --project or --user, not both`, command);
-  const t: { tenant: string; project?: string; user?: string } = { tenant: requiredOpt(v, 'tenant', command) };
-  if (typeof v.project === 'string') t.project = v.project;
-  if (typeof v.user === 'string') t.user = v.user;
-  return t;
-}
-
-function withForce<T extends object>(a: T, v: Values): T & { force?: boolean } {
-  return v.force === true ? { ...a, force: true } : a;
-}
-
-/** SIZE|off|default (or N|off|default): a number (0 = off) or null (back to the profile). */
-function limitArg(text: string, kind: 'size' | 'count', command: string, what: string): number | null {
-  try {
-    return parseLimit(text, kind);
-  } catch (err) {
-    if (err instanceof SizeSyntaxError) throw new UsageError(`${command}: ${what}: ${clean(err.message)}; or off (no limit) or default (the profile's)`, command);
-    throw err;
-  }
-}
-
-/** Kept for callers of the old API: a byte count or "off" (0). Throws UsageError. */
-export function parseSize(s: string, command = 'set-budget', what = 'SIZE'): number {
-  const n = limitArg(s, 'size', command, what);
-  if (n === null) throw new UsageError(`${command}: ${what}: "default" is not a size here`, command);
-  return n;
-}
-
-function parseOwner(s: string, command: string): { uid: number; gid: number } {
-  const m = /^([0-9]{1,10}):([0-9]{1,10})$/.exec(s);
-  const uid = m ? Number(m[1]) : NaN;
-  const gid = m ? Number(m[2]) : NaN;
-  if (!m || uid > MAX_ID || gid > MAX_ID) throw new UsageError(`${command}: --owner must be UID:GID with numbers 0..${MAX_ID}, got '${clean(s)}'`, command);
-  return { uid, gid };
-}
-
-function positiveNumber(v: Values, name: string, command: string, integer: boolean): number | undefined {
-  const x = v[name];
-  if (typeof x !== 'string') return undefined;
-  const n = Number(x);
-  if (!/^[0-9]*\.?[0-9]+$/.test(x) || !(n > 0) || (integer && !Number.isSafeInteger(n))) {
-    throw new UsageError(`${command}: --${name} must be a positive ${integer ? 'whole number' : 'number'}, got '${clean(x)}'`, command);
-  }
-  return n;
-}
-
-/** The client-side view options of list/top, checked. */
-function listView(v: Values): { sort: (typeof SORTS)[number]; limit: number | undefined; intervalMs: number; count: number } {
-  const sort = typeof v.sort === 'string' ? v.sort : 'name';
-  if (!(SORTS as readonly string[]).includes(sort)) throw new UsageError(`list: --sort must be ${SORTS.join(', ')}; got '${clean(sort)}'${hint(sort, SORTS)}`, 'list');
-  const watching = v.watch === true;
-  for (const o of ['interval', 'count'] as const) if (!watching && v[o] !== undefined) throw new UsageError(`list: --${o} goes with --watch`, 'list');
-  if (watching && v.json === true) throw new UsageError('list: --watch redraws a table for people; for scripts, run list --json in a loop', 'list');
-  const interval = positiveNumber(v, 'interval', 'list', false) ?? 2;
-  if (interval < 0.1) throw new UsageError('list: --interval must be at least 0.1 seconds', 'list');
-  return {
-    sort: sort as (typeof SORTS)[number],
-    limit: positiveNumber(v, 'limit', 'list', true),
-    intervalMs: Math.round(interval * 1000),
-    count: positiveNumber(v, 'count', 'list', true) ?? Infinity,
-  };
-}
-
-/** Levenshtein distance, for "did you mean". */
-function distance(a: string, b: string): number {
-  const d = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let prev = d[0]!;
-    d[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const cur = d[j]!;
-      d[j] = Math.min(d[j]! + 1, d[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = cur;
-    }
-  }
-  return d[b.length]!;
-}
-
-/** The closest candidate to a mistyped word, if close enough to be a typo (or a prefix of one). */
-export function closest(word: string, candidates: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestD = Infinity;
-  for (const c of candidates) {
-    const d = c.startsWith(word) && word.length >= 2 ? 0.5 : distance(word.toLowerCase(), c.toLowerCase());
-    if (d < bestD) {
-      best = c;
-      bestD = d;
-    }
-  }
-  return best !== undefined && bestD <= Math.max(2, Math.floor(word.length / 3)) ? best : undefined;
-}
-
-function hint(word: string, candidates: readonly string[]): string {
-  const c = closest(word, candidates);
-  return c === undefined ? '' : ` (did you mean '${c}'?)`;
-}
-
 
 
 // ---- argument parsing -----------------------------------------------------
-
-const GLOBAL_OPTIONS = {
-  socket: { type: 'string' },
-  config: { type: 'string' },
-  json: { type: 'boolean' },
-  timeout: { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
-  version: { type: 'boolean', short: 'V' },
-} as const satisfies OptionsConfig;
-
-const GLOBAL_TAKES_VALUE = new Set(['--socket', '--config', '--timeout']);
 
 function mainUsage(): string {
   const names = Object.keys(COMMANDS) as CommandName[];
@@ -849,32 +731,6 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Parsed
   return { kind: 'run', command, socket, socketFrom, json: values.json === true, timeoutMs, args: spec.args(values, c.positionals), values };
 }
 
-function parseStrict(args: string[], options: OptionsConfig, allowPositionals: boolean, command?: string): { values: Values; positionals: string[] } {
-  const where = command ? `${command}: ` : '';
-  // node:util's parser takes "-5" for an option and answers with a message
-  // about '--' quoting; a negative size or count is the admin's real mistake.
-  for (const a of args) {
-    if (a === '--') break;
-    if (/^-[0-9.]/.test(a)) throw new UsageError(`${where}'${clean(a)}' is negative: sizes and counts are 0 or more (off = no limit)`, command);
-  }
-  try {
-    const r = parseArgs({ args, options, strict: true, allowPositionals });
-    return { values: r.values as Values, positionals: r.positionals };
-  } catch (err) {
-    const e = err as Error & { code?: string };
-    const unknown = /^Unknown option '([^']*)'/.exec(e.message);
-    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && unknown) {
-      const opt = unknown[1]!;
-      const known = Object.entries(options).flatMap(([n, o]) => [`--${n}`, ...(o.short ? [`-${o.short}`] : [])]);
-      throw new UsageError(`${where}unknown option '${clean(opt)}'${hint(opt, known)}`, command);
-    }
-    if (e.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') throw new UsageError(`${where}unexpected argument`, command);
-    const missing = /^Option '(-[^' ]*)[^']*' argument (?:missing|is ambiguous)/.exec(e.message);
-    if (missing) throw new UsageError(`${where}${missing[1]} needs a value`, command);
-    throw new UsageError(`${where}${clean(e.message)}`, command);
-  }
-}
-
 // ---- connection errors ----------------------------------------------------
 
 /**
@@ -923,13 +779,6 @@ export function explainClientError(err: ControlClientError, socket: string, from
 }
 
 // ---- commands that run here (src/cli/exec.ts) ------------------------------
-
-/** Where the command word is: after the global options. */
-function commandIndex(argv: string[]): number {
-  let i = 0;
-  while (i < argv.length && argv[i] !== '--' && argv[i]!.startsWith('-') && argv[i] !== '-') i += GLOBAL_TAKES_VALUE.has(argv[i]!) ? 2 : 1;
-  return i;
-}
 
 const LOCAL_COMMANDS = [
   ['exec', "Run a command in a home as its owner, with a sealed environment (exit status passes through)"],
