@@ -42,6 +42,7 @@ export const ALIASES: Readonly<Record<string, { summary: string; argv: readonly 
   top: { summary: 'The busiest homes, refreshed until Ctrl-C (list --watch --sort busy --limit 20)', argv: ['list', '--watch', '--sort', 'busy', '--limit', '20'] },
 };
 
+/** A command's entry, loosely typed for the generic driver code. */
 export function specOf(cmd: CommandName): LooseCliCommand {
   return COMMANDS[cmd] as unknown as LooseCliCommand;
 }
@@ -52,7 +53,7 @@ export function cliName(cmd: CommandName): string {
 }
 
 /** Command-line names (one or two words) and wire names, to the command. */
-export const BY_CLI_NAME: ReadonlyMap<string, CommandName> = new Map(
+const BY_CLI_NAME: ReadonlyMap<string, CommandName> = new Map(
   (Object.keys(COMMANDS) as CommandName[]).flatMap((c) => [[c, c] as const, [cliName(c), c] as const]),
 );
 /** First words of two-word commands ("settings"). */
@@ -73,6 +74,7 @@ export function commandWords(): string[] {
   return [...new Set([...(Object.keys(COMMANDS) as CommandName[]).map((c) => cliName(c).split(' ')[0]!), ...Object.keys(ALIASES), 'help'])];
 }
 
+/** The commands homesctl runs itself (exec.ts), for the main help; [name, summary]. */
 export const LOCAL_COMMANDS = [
   ['exec', "Run a command in a home as its owner, with a sealed environment (exit status passes through)"],
   ['passwd', "passwd/group lines of home owners, for containers"],
