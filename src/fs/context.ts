@@ -17,6 +17,7 @@ import { OpenFileAccounting, type OpenSlot } from '../policy/openfiles.js';
 import { RefusalBook } from '../policy/refusals.js';
 import type { Owner } from '../backing/store.js';
 import type { HiddenNode } from './hidden.js';
+import { JsRemovalClaims, type RemovalClaims } from './removals.js';
 import { scanHome } from './scan.js';
 import { StatusFiles } from './status.js';
 import { HandleTable, Mutex, type FileHandle, type HomeState, type OpenInode, inodeKey } from './state.js';
@@ -157,6 +158,15 @@ export interface FsDeps {
   attrs?: AttrPublisher;
   /** RELEASEs the binding answers itself (config `fuse.nativeRelease`); absent: every RELEASE comes to JS */
   releases?: ReleaseQueue | null;
+  /** the claim table of removals (removals.ts): the binding's, which its unlinks use too; absent: one of JS's own */
+  removals?: RemovalClaims;
+}
+
+/** One remover of a name of an inode, entered in the claim table (FsContext.enterRemoval) until it leaves. */
+export interface Removing {
+  dev: bigint;
+  ino: bigint;
+  left: boolean;
 }
 
 /**
@@ -284,6 +294,8 @@ export class FsContext {
   readonly hidden = new Map<string, HiddenNode>();
   /** unlinks, renames-over and last closes that may free many blocks: off the JS thread, bounded per home */
   readonly slowFrees = new SlowFrees();
+  /** who of several removers of an inode's last names settles it (removals.ts) */
+  readonly removals: RemovalClaims;
   /** listings of big directories: one per home at a time, four in all (dir.ts) */
   readonly listings = new Turns(1, 4);
   /** the names of the big directories being streamed, as read (dir.ts streamDir): a few, whatever the directories' sizes */
@@ -310,6 +322,7 @@ export class FsContext {
 
   constructor(readonly deps: FsDeps) {
     this.log = deps.log;
+    this.removals = deps.removals ?? new JsRemovalClaims();
     const caps = deps.openFiles;
     this.openFiles = new OpenFileAccounting({
       perUid: caps?.perUid ?? 0,
@@ -1021,16 +1034,35 @@ export class FsContext {
   }
 
   /**
-   * Account for a node whose last name went away (unlink, rmdir, rename over
-   * it). `nodeFd` is an O_PATH descriptor of the node, read after the removal
-   * and synchronously here, so nlink and size are current when the decision
+   * Before a removal (unlink, rename over it) that may take a name of the node
+   * `st` describes, whose descriptor the caller holds until it has called
+   * removal, or leaveRemoval if the removal failed.
+   */
+  enterRemoval(st: { dev: bigint; ino: bigint }): Removing {
+    this.removals.enter(st.dev, st.ino);
+    return { dev: st.dev, ino: st.ino, left: false };
+  }
+
+  /** A removal that did not happen (or whose outcome was settled): out of the claim table, once. */
+  leaveRemoval(r: Removing, gone = false): boolean {
+    if (r.left) return false;
+    r.left = true;
+    return this.removals.leave(r.dev, r.ino, gone);
+  }
+
+  /**
+   * Account for a node whose name went away (unlink, rename over it). `nodeFd`
+   * is an O_PATH descriptor of the node, read after the removal and
+   * synchronously here, so nlink and size are current when the decision
    * is made (an fstat awaited earlier could predate the last write of a handle
    * that closed meanwhile). An open file keeps its bytes until last close.
-   * Two removals of one name never interleave: the kernel holds the parent
-   * directory's lock across the FUSE unlink/rename request.
+   * Two removals of one name never interleave (the kernel holds the parent
+   * directory's lock across the FUSE unlink/rename request), but two names of
+   * one inode can go at once: `r` (enterRemoval, before the removal) makes one
+   * of the removers that see nlink 0 settle the bytes.
    */
-  settleRemoved(hs: HomeState, nodeFd: number): void {
-    this.removal(hs, nodeFd)?.();
+  settleRemoved(hs: HomeState, nodeFd: number, r: Removing): void {
+    this.removal(hs, nodeFd, r)();
   }
 
   /**
@@ -1039,14 +1071,22 @@ export class FsContext {
    * descriptor is the file's last reference, which frees the blocks when it
    * closes (closeRemoved).
    */
-  removal(hs: HomeState, nodeFd: number): () => void {
-    const st = fstatSync(nodeFd, { bigint: true });
+  removal(hs: HomeState, nodeFd: number, r: Removing): () => void {
+    let st;
+    try {
+      st = fstatSync(nodeFd, { bigint: true });
+    } catch (err) {
+      // It does not fail on an O_PATH descriptor; if it did, this remover settles nothing.
+      this.leaveRemoval(r);
+      throw err;
+    }
+    const settles = this.leaveRemoval(r, st.nlink === 0n);
     // Every name counts as an inode (a hard link is one more, see scan-walk.ts): the
     // one that went is given back whatever remains. The bytes go with the last name,
-    // or with the last close of a file still open.
-    const inode = st.nlink > 0n ? undefined : hs.inodes.get(inodeKey(st.dev, st.ino));
+    // or with the last close of a file still open, once whoever other names went with.
+    const inode = settles ? hs.inodes.get(inodeKey(st.dev, st.ino)) : undefined;
     if (inode) inode.unlinked = true;
-    const bytes = st.nlink === 0n && !inode && st.isFile() ? Number(st.size) : 0;
+    const bytes = settles && !inode && st.isFile() ? Number(st.size) : 0;
     return () => {
       if (bytes > 0) hs.ledger.release(bytes);
       hs.ledger.removeInode();

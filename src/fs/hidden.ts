@@ -54,8 +54,14 @@ export async function hideOpenFile(ctx: FsContext, hs: HomeState, dirFd: number,
     const st = await sys.fstat(node);
     const key = inodeKey(st.dev, st.ino);
     if (!st.isFile() || !hs.inodes.has(key)) return false;
-    await sys.unlink(sys.fdPath(dirFd, name));
-    ctx.settleRemoved(hs, node);
+    const removing = ctx.enterRemoval(st);
+    try {
+      await sys.unlink(sys.fdPath(dirFd, name));
+    } catch (err) {
+      ctx.leaveRemoval(removing);
+      throw err;
+    }
+    ctx.settleRemoved(hs, node, removing);
     // In the same synchronous step as the removal was settled: the record, if any handle still has it.
     const inode = hs.inodes.get(key);
     if (inode) ctx.hidden.set(to, { inode, home: hs });
