@@ -320,8 +320,9 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
         const replacedSt = replaced !== null ? await sys.fstat(replaced) : null;
         const slow = replacedSt !== null && slowToFree(replacedSt);
         let release: (() => void) | null = null;
-        const removing = replacedSt !== null ? ctx.enterRemoval(replacedSt) : null;
+        let removing: Removing | null = null;
         try {
+          if (replacedSt !== null) removing = ctx.enterRemoval(replacedSt);
           try {
             await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
           } finally {
