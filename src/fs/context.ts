@@ -1083,7 +1083,7 @@ export class FsContext {
     const settles = this.leaveRemoval(r, st.nlink === 0n);
     // Every name counts as an inode (a hard link is one more, see scan-walk.ts): the
     // one that went is given back whatever remains. The bytes go with the last name,
-    // or with the last close of a file still open, once whoever other names went with.
+    // or with the last close of a file still open: once, however many names went at the same time.
     const inode = settles ? hs.inodes.get(inodeKey(st.dev, st.ino)) : undefined;
     if (inode) inode.unlinked = true;
     const bytes = settles && !inode && st.isFile() ? Number(st.size) : 0;
