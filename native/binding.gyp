@@ -31,6 +31,7 @@
       "src/dataplane.c",
       "src/dirhandles.c",
       "src/fastpath.c",
+      "src/removals.c",
       "src/seam.c",
       "src/utf8.c",
     ],

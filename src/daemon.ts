@@ -14,6 +14,7 @@ import { ABI } from './abi.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
 import { NativeFastPath } from './fuse/fastpath.js';
+import { nativeRemovals, type NativeRemovalClaims } from './fuse/removals.js';
 import { MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
@@ -81,8 +82,11 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
 
   let Fuse;
   let dataPlane;
+  let removals: NativeRemovalClaims;
   try {
     Fuse = loadFuse();
+    // One claim table for the binding's unlinks and ours, whichever of them are on.
+    removals = nativeRemovals(Fuse);
     // A build without the data plane is named (exit NATIVE) unless both switches are off.
     dataPlane = nativeDataPlane(Fuse, { read: config.fuse.nativeRead, write: config.fuse.nativeWrite });
   } catch (err) {
@@ -174,6 +178,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
     dataPlane,
     releases,
+    removals,
     ...(fastPath ? { attrs: fastPath } : {}),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
@@ -289,6 +294,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           ...(sc.detail ? { detail: sc.detail } : {}),
           ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
           ...(releases ? { releasesAnswered: releases.answered() } : {}),
+          removals: removals.stats(),
           ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
           ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
         },

@@ -57,6 +57,7 @@
 
 #include "abi.h"
 #include "fastpath.h"
+#include "removals.h"
 #include "dataplane.h"
 
 #define FP_HOME_BUCKETS 4096
@@ -751,15 +752,25 @@ int homesfs_fastpath_unlink (const char *path) {
           !S_ISDIR(st.st_mode) &&
           !fp_inode_open((uint64_t) st.st_dev, (uint64_t) st.st_ino) &&
           fp_frees_quickly(&st) &&
-          unlinkat(pfd, name, 0) == 0) {
+          homesfs_removal_enter((uint64_t) st.st_dev, (uint64_t) st.st_ino) == 0) {
+        // Entered (removals.c) before the unlinkat, left after the fstat, node held across both.
+        int gone = 0;
         struct stat after;
-        // fstat of an O_PATH descriptor does not fail; if it did, the name was the last one only if nlink said so before
-        if (fstat(node, &after) != 0) { after = st; after.st_nlink = st.st_nlink > 0 ? st.st_nlink - 1 : 0; }
-        // Every name is an inode in the ledger (src/fs/context.ts removal): this one
-        // goes whatever remains; the bytes with the last name.
-        if (after.st_nlink == 0 && S_ISREG(after.st_mode)) __atomic_add_fetch(&home->pending[HOMESFS_ACCT_RELEASED_BYTES], (int64_t) after.st_size, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&home->pending[HOMESFS_ACCT_RELEASED_INODES], 1, __ATOMIC_SEQ_CST);
-        done = 1;
+        if (unlinkat(pfd, name, 0) == 0) {
+          // fstat of an O_PATH descriptor does not fail; if it did, the name was the last one only if nlink said so before
+          if (fstat(node, &after) != 0) { after = st; after.st_nlink = st.st_nlink > 0 ? st.st_nlink - 1 : 0; }
+          gone = after.st_nlink == 0;
+          done = 1;
+        }
+        // Another name of the inode may go at the same time, in C or JS: of all
+        // that see nlink 0, one gives the bytes back.
+        int settles = homesfs_removal_leave((uint64_t) st.st_dev, (uint64_t) st.st_ino, gone);
+        if (done) {
+          // Every name is an inode in the ledger (src/fs/context.ts removal): this one
+          // goes whatever remains; the bytes with the last name.
+          if (settles && S_ISREG(after.st_mode)) __atomic_add_fetch(&home->pending[HOMESFS_ACCT_RELEASED_BYTES], (int64_t) after.st_size, __ATOMIC_SEQ_CST);
+          __atomic_add_fetch(&home->pending[HOMESFS_ACCT_RELEASED_INODES], 1, __ATOMIC_SEQ_CST);
+        }
       }
       if (node >= 0) close(node);
       if (pfd != home->fd) close(pfd);

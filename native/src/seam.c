@@ -26,4 +26,5 @@ void homesfs_export (napi_env env, napi_value exports) {
   homesfs_dirhandles_export(env, exports);
   homesfs_dp_export(env, exports);
   homesfs_fastpath_export(env, exports);
+  homesfs_removals_export(env, exports);
 }

@@ -9,6 +9,7 @@
 #include "dirhandles.h"
 #include "fastpath.h"
 #include "lead.h"
+#include "removals.h"
 #include "utf8.h"
 // Adds every function and constant of ours to the addon's exports.
 void homesfs_export (napi_env env, napi_value exports);

@@ -8,6 +8,7 @@ import { checkComponent, decodeBackingName } from '../paths/names.js';
 import { effectiveDirMode, effectiveFileMode, maySpecial, type SpecialKind } from '../policy/profiles.js';
 import { isReservedDir, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import type { FsContext } from './context.js';
+import type { Removing } from './inodes.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
 import { forgetHidden, hideOpenFile, HIDDEN_NAME } from './hidden.js';
 import type { Caller, HomeState } from './state.js';
@@ -233,12 +234,16 @@ export async function unlink(ctx: FsContext, path: string): Promise<void> {
       const node = await ctx.store.openNode(dirFd, vp.name);
       let release: (() => void) | null = null;
       let slow = false;
+      let removing: Removing | null = null;
       try {
-        slow = slowToFree(await sys.fstat(node));
+        const st = await sys.fstat(node);
+        slow = slowToFree(st);
+        removing = ctx.enterRemoval(st);
         await sys.unlink(sys.fdPath(dirFd, vp.name));
         // read after the unlink: nlink tells whether this was the last name.
-        release = ctx.removal(hs, node);
+        release = ctx.removal(hs, node, removing);
       } finally {
+        if (removing) ctx.leaveRemoval(removing);
         // The node holds the file: its close, not the unlink, frees the blocks.
         await ctx.closeRemoved(hs, node, slow, release);
       }
@@ -313,17 +318,21 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
             replaced = null;
           }
         }
-        const slow = replaced !== null && slowToFree(await sys.fstat(replaced));
+        const replacedSt = replaced !== null ? await sys.fstat(replaced) : null;
+        const slow = replacedSt !== null && slowToFree(replacedSt);
         let release: (() => void) | null = null;
+        let removing: Removing | null = null;
         try {
+          if (replacedSt !== null) removing = ctx.enterRemoval(replacedSt);
           try {
             await sys.rename(sys.fdPath(srcDir, src.name), sys.fdPath(dstDir, dst.name));
           } finally {
             // Every rename, not only a directory's: what moved is known only racily (see DirCache).
             ctx.store.dirsChanged(hs.backing);
           }
-          if (replaced !== null) release = ctx.removal(hs, replaced);
+          if (replaced !== null) release = ctx.removal(hs, replaced, removing!);
         } finally {
+          if (removing) ctx.leaveRemoval(removing);
           // What was replaced lives on in `replaced` until this close frees it.
           if (replaced !== null) await ctx.closeRemoved(hs, replaced, slow, release);
         }

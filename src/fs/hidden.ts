@@ -1,6 +1,7 @@
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { inodeKey, type HomeState, type OpenInode } from './state.js';
+import type { Removing } from './inodes.js';
 
 /**
  * Files unlinked while open. libfuse 2.9 (without hard_remove) does not let
@@ -29,7 +30,9 @@ export interface HiddenHost {
   /** hidden names (their full virtual paths) and the inodes they stand for */
   readonly hidden: Map<string, HiddenNode>;
   probeNode(dirFd: number, name: string): Promise<number | null>;
-  settleRemoved(hs: HomeState, nodeFd: number): void;
+  enterRemoval(st: { dev: bigint; ino: bigint }): Removing;
+  leaveRemoval(r: Removing, gone?: boolean): boolean;
+  settleRemoved(hs: HomeState, nodeFd: number, r: Removing): void;
 }
 
 /**
@@ -61,8 +64,14 @@ export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number
     const st = await sys.fstat(node);
     const key = inodeKey(st.dev, st.ino);
     if (!st.isFile() || !hs.inodes.has(key)) return false;
-    await sys.unlink(sys.fdPath(dirFd, name));
-    ctx.settleRemoved(hs, node);
+    const removing = ctx.enterRemoval(st);
+    try {
+      await sys.unlink(sys.fdPath(dirFd, name));
+    } catch (err) {
+      ctx.leaveRemoval(removing);
+      throw err;
+    }
+    ctx.settleRemoved(hs, node, removing);
     // In the same synchronous step as the removal was settled: the record, if any handle still has it.
     const inode = hs.inodes.get(key);
     if (inode) ctx.hidden.set(to, { inode, home: hs });

@@ -18,6 +18,7 @@ import { RefusalBook } from '../policy/refusals.js';
 import type { AttrPublisher, DataPlane, ReleaseQueue, Utimensat } from './native-api.js';
 import { scanHome } from './scan.js';
 import type { HomeState } from './state.js';
+import type { RemovalClaims } from './removals.js';
 
 /** How often a lookup of a home re-checks its backing directory. */
 const REVALIDATE_MS = 1000;
@@ -55,6 +56,8 @@ export interface FsDeps {
   attrs?: AttrPublisher;
   /** RELEASEs the binding answers itself (config `fuse.nativeRelease`); absent: every RELEASE comes to JS */
   releases?: ReleaseQueue | null;
+  /** the claim table of removals (removals.ts): the binding's, which its unlinks use too; absent: one of JS's own */
+  removals?: RemovalClaims;
 }
 
 export abstract class HomeRegistry {

@@ -13,7 +13,15 @@ import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { HomeRegistry } from './homes.js';
 import { writesNeedNoData } from './native-api.js';
+import { JsRemovalClaims, type RemovalClaims } from './removals.js';
 import { Mutex, inodeKey, type HomeState, type OpenInode } from './state.js';
+
+/** One remover of a name of an inode, entered in the claim table (OpenInodes.enterRemoval) until it leaves. */
+export interface Removing {
+  dev: bigint;
+  ino: bigint;
+  left: boolean;
+}
 
 /**
  * Byte credit a home keeps for the binding's write decisions (grantBytes):
@@ -28,6 +36,8 @@ const BYTE_CREDIT_UNLIMITED = 2 ** 40;
 export abstract class OpenInodes extends HomeRegistry {
   /** unlinks, renames-over and last closes that may free many blocks: off the JS thread, bounded per home */
   readonly slowFrees = new SlowFrees();
+  /** who of several removers of an inode's last names settles it (removals.ts): the binding's table, shared with its unlinks */
+  readonly removals: RemovalClaims = this.deps.removals ?? new JsRemovalClaims();
 
   /**
    * The open-file record for the inode behind `fd`, created on first open.
@@ -175,32 +185,58 @@ export abstract class OpenInodes extends HomeRegistry {
   }
 
   /**
-   * Account for a node whose last name went away (unlink, rmdir, rename over
-   * it). `nodeFd` is an O_PATH descriptor of the node, read after the removal
-   * and synchronously here, so nlink and size are current when the decision
+   * Before a removal (unlink, rename over it) that may take a name of the node
+   * `st` describes, whose descriptor the caller holds until it has called
+   * removal, or leaveRemoval if the removal failed.
+   */
+  enterRemoval(st: { dev: bigint; ino: bigint }): Removing {
+    this.removals.enter(st.dev, st.ino);
+    return { dev: st.dev, ino: st.ino, left: false };
+  }
+
+  /** A removal that did not happen (or whose outcome was settled): out of the claim table, once. */
+  leaveRemoval(r: Removing, gone = false): boolean {
+    if (r.left) return false;
+    r.left = true;
+    return this.removals.leave(r.dev, r.ino, gone);
+  }
+
+  /**
+   * Account for a node whose name went away (unlink, rename over it). `nodeFd`
+   * is an O_PATH descriptor of the node, read after the removal and
+   * synchronously here, so nlink and size are current when the decision
    * is made (an fstat awaited earlier could predate the last write of a handle
    * that closed meanwhile). An open file keeps its bytes until last close.
-   * Two removals of one name never interleave: the kernel holds the parent
-   * directory's lock across the FUSE unlink/rename request.
+   * Two removals of one name never interleave (the kernel holds the parent
+   * directory's lock across the FUSE unlink/rename request), but two names of
+   * one inode can go at once: `r` (enterRemoval, before the removal) makes one
+   * of the removers that see nlink 0 settle the bytes.
    */
-  settleRemoved(hs: HomeState, nodeFd: number): void {
-    this.removal(hs, nodeFd)?.();
+  settleRemoved(hs: HomeState, nodeFd: number, r: Removing): void {
+    this.removal(hs, nodeFd, r)();
   }
 
   /**
    * settleRemoved's decision, with what the ledger gives back returned rather
-   * than applied: for a caller whose
-   * descriptor is the file's last reference, which frees the blocks when it
-   * closes (closeRemoved).
+   * than applied: for a caller whose descriptor is the file's last reference,
+   * which frees the blocks when it closes (closeRemoved).
    */
-  removal(hs: HomeState, nodeFd: number): () => void {
-    const st = fstatSync(nodeFd, { bigint: true });
+  removal(hs: HomeState, nodeFd: number, r: Removing): () => void {
+    let st;
+    try {
+      st = fstatSync(nodeFd, { bigint: true });
+    } catch (err) {
+      // It does not fail on an O_PATH descriptor; if it did, this remover settles nothing.
+      this.leaveRemoval(r);
+      throw err;
+    }
+    const settles = this.leaveRemoval(r, st.nlink === 0n);
     // Every name counts as an inode (a hard link is one more, see scan-walk.ts): the
     // one that went is given back whatever remains. The bytes go with the last name,
-    // or with the last close of a file still open.
-    const inode = st.nlink > 0n ? undefined : hs.inodes.get(inodeKey(st.dev, st.ino));
+    // or with the last close of a file still open: once, however many names went at the same time.
+    const inode = settles ? hs.inodes.get(inodeKey(st.dev, st.ino)) : undefined;
     if (inode) inode.unlinked = true;
-    const bytes = st.nlink === 0n && !inode && st.isFile() ? Number(st.size) : 0;
+    const bytes = settles && !inode && st.isFile() ? Number(st.size) : 0;
     return () => {
       if (bytes > 0) hs.ledger.release(bytes);
       hs.ledger.removeInode();

@@ -1,0 +1,15 @@
+// Which remover of an inode's last names gives its bytes back: one claim per
+// inode, shared by C's unlink (fastpath.c) and JS's removals (src/fs/context.ts
+// removal, through src/fuse/removals.ts).
+#ifndef HOMESFS_REMOVALS_H
+#define HOMESFS_REMOVALS_H
+#include <stdint.h>
+#include <node_api.h>
+// Before the unlinkat/rename that may remove a name of (dev, ino), with a
+// descriptor of the inode held until homesfs_removal_leave: 0, or -ENOMEM.
+int homesfs_removal_enter (uint64_t dev, uint64_t ino);
+// After the removal and an fstat of that descriptor; gone: it said nlink 0.
+// Returns 1 for the one remover that settles the inode, 0 for the others.
+int homesfs_removal_leave (uint64_t dev, uint64_t ino, int gone);
+void homesfs_removals_export (napi_env env, napi_value exports);
+#endif

@@ -1,0 +1,40 @@
+import { createRequire } from 'node:module';
+import type { RemovalClaims } from '../fs/removals.js';
+import { NativeBindingError, type FuseClass } from './binding.js';
+
+interface ClaimsAddon {
+  homesfs_claim_enter(dev: bigint, ino: bigint): void;
+  homesfs_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
+  homesfs_claim_stats(): { inFlight: number; raced: number };
+}
+
+/** The binding's claim table (native/src/removals.c), the one its unlinks use: JS's removers must share it. */
+export class NativeRemovalClaims implements RemovalClaims {
+  constructor(private readonly addon: ClaimsAddon) {}
+
+  enter(dev: bigint, ino: bigint): void {
+    this.addon.homesfs_claim_enter(dev, ino);
+  }
+
+  leave(dev: bigint, ino: bigint, gone: boolean): boolean {
+    return this.addon.homesfs_claim_leave(dev, ino, gone);
+  }
+
+  /** inodes entered and not left; removers that saw nlink 0 after another had settled the inode (each a release it did not repeat) */
+  stats(): { inFlight: number; raced: number } {
+    return this.addon.homesfs_claim_stats();
+  }
+}
+
+/**
+ * The claim table of the addon the binding loaded. Its functions are ours
+ * (native/src/seam.c), not the binding's index.js's: read from the addon
+ * itself, which require returns from its cache (the same instance, the same table).
+ */
+export function nativeRemovals(Fuse: FuseClass): NativeRemovalClaims {
+  const addon = Fuse.BINDING_PATH ? (createRequire(import.meta.url)(Fuse.BINDING_PATH) as Partial<ClaimsAddon>) : {};
+  if (typeof addon.homesfs_claim_enter !== 'function' || typeof addon.homesfs_claim_leave !== 'function' || typeof addon.homesfs_claim_stats !== 'function') {
+    throw new NativeBindingError('the FUSE binding has no removal claims (built before them); run "node scripts/build-native.mjs"');
+  }
+  return new NativeRemovalClaims(addon as ClaimsAddon);
+}
