@@ -1,4 +1,3 @@
-import { createRequire } from 'node:module';
 import type { RemovalClaims } from '../fs/removals.js';
 import { NativeBindingError, type FuseClass } from './binding.js';
 
@@ -27,14 +26,14 @@ export class NativeRemovalClaims implements RemovalClaims {
 }
 
 /**
- * The claim table of the addon the binding loaded. Its functions are ours
- * (native/src/seam.c), not the binding's index.js's: read from the addon
- * itself, which require returns from its cache (the same instance, the same table).
+ * The claim table of the addon the binding loaded (Fuse.native: the same
+ * instance, the same table as its unlinks'). loadFuse has checked its ABI, so
+ * the functions are there.
  */
 export function nativeRemovals(Fuse: FuseClass): NativeRemovalClaims {
-  const addon = Fuse.BINDING_PATH ? (createRequire(import.meta.url)(Fuse.BINDING_PATH) as Partial<ClaimsAddon>) : {};
+  const addon = (Fuse.native ?? {}) as Partial<ClaimsAddon>;
   if (typeof addon.homesfs_claim_enter !== 'function' || typeof addon.homesfs_claim_leave !== 'function' || typeof addon.homesfs_claim_stats !== 'function') {
-    throw new NativeBindingError('the FUSE binding has no removal claims (built before them); run "node scripts/build-native.mjs"');
+    throw new NativeBindingError('the native addon has no removal claims; rebuild it: node scripts/build-native.mjs');
   }
   return new NativeRemovalClaims(addon as ClaimsAddon);
 }
