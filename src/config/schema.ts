@@ -51,9 +51,10 @@ const FuseOptions = z
      */
     nativeOpen: z.boolean().default(true),
     /**
-     * with native opens: new files of owner-only binary homes made on
-     * libfuse's threads, with an open-file slot and an inode the daemon
-     * reserved beforehand
+     * with native opens: new files of binary homes made on libfuse's
+     * threads (owned as JS owns them: the home's owner, or the caller under
+     * chown: allow), with an open-file slot and an inode the daemon reserved
+     * beforehand
      */
     nativeCreate: z.boolean().default(true),
     /**
