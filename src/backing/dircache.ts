@@ -45,7 +45,7 @@ const ANCHOR = 32;
  *
  * Past READLINK_MAX bytes of path procfs cannot answer, and every lookup
  * used to walk from the home's root: thousands of opens per stat at depth
- * 4000 (issue 8, item 4). A descriptor that deep is trusted instead while no
+ * 4000. A descriptor that deep is trusted instead while no
  * directory of its home was renamed or removed through the mount since the
  * walk that opened it began (the home's `dirGen`). Only the mount changes a
  * home's tree (the backing root and tenant directories are root-only, see

@@ -6,7 +6,7 @@ import * as sys from './sys.js';
  * removal of a deleted home): iterative, so no depth overflows the JS stack,
  * and with a bounded number of open descriptors, so no depth exhausts the
  * daemon's (a 4000-level tree under a 3000-descriptor limit broke the old
- * recursive walks, one descriptor per level: issue 8, item 4).
+ * recursive walks, one descriptor per level).
  *
  * The walk is a generator of steps, run by a synchronous driver (the scan
  * worker) or an asynchronous one (threadpool calls): the same code decides

@@ -35,7 +35,7 @@ const FuseOptions = z
     nativeWrite: z.boolean().default(true),
     /**
      * getattr/lookup answered on libfuse's threads from state the daemon
-     * publishes (binding patch 4); anything it is unsure of still goes to JS
+     * publishes (native/src/fastpath.c); anything it is unsure of still goes to JS
      */
     nativeFastPath: z.boolean().default(true),
     /**
@@ -51,20 +51,21 @@ const FuseOptions = z
      */
     nativeOpen: z.boolean().default(true),
     /**
-     * with native opens: new files of owner-only binary homes made on
-     * libfuse's threads, with an open-file slot and an inode the daemon
-     * reserved beforehand
+     * with native opens: new files of binary homes made on libfuse's
+     * threads (owned as JS owns them: the home's owner, or the caller under
+     * chown: allow), with an open-file slot and an inode the daemon reserved
+     * beforehand
      */
     nativeCreate: z.boolean().default(true),
     /**
      * with nativeWrite and the fast path: the growth of a WRITE decided in
-     * the binding from byte credit the ledger reserved ahead (binding patch 9)
+     * the binding from byte credit the ledger reserved ahead (fastpath.c)
      */
     nativeWriteDecision: z.boolean().default(true),
     /**
      * opens whose FLUSH needs no answer from the daemon (every handle but a
      * writer in a text home) are answered with FOPEN_NOFLUSH: the kernel then
-     * sends no FLUSH at their closes (Linux 5.17+; binding patch 10)
+     * sends no FLUSH at their closes (Linux 5.17+; native/src/channel.c)
      */
     noFlush: z.boolean().default(true),
     /**
@@ -72,7 +73,7 @@ const FuseOptions = z
      * it answers natively; it hands over before it waits for JS, writes more
      * than 32 KiB or reads what the page cache does not hold, and a watchdog
      * hands over for it when one request
-     * takes it 4 ms or more (binding patch 11). Off: libfuse's own loop,
+     * takes it 4 ms or more (native/src/channel.c). Off: libfuse's own loop,
      * every idle thread reading (a wake per request)
      */
     singleReader: z.boolean().default(true),

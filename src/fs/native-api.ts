@@ -167,7 +167,7 @@ export interface NativeWrite {
 /**
  * Whether a READ of this profile's files is a plain pread of the backing file,
  * the same bytes file.read would return. Text homes stay in JavaScript: their
- * reads are where content rules (issue 8: nothing readable past an incomplete
+ * reads are where content rules (nothing readable past an incomplete
  * character) apply.
  */
 export function readsNeedNoPolicy(profile: Profile): boolean {

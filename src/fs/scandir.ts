@@ -1,5 +1,5 @@
 /**
- * The scan's native directory lister, scandir.node (homesfs patch 5, built
+ * The scan's native directory lister, scandir.node (native/src/scandir.c, built
  * next to fuse.node by the same node-gyp rebuild): a separate addon without
  * global state, because the scan runs on worker threads and fuse.node must
  * be loaded once per process (its module init and tables are process-wide).

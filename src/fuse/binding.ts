@@ -59,7 +59,7 @@ export interface FuseInstance {
   setFlushGate(gate: Uint16Array): void;
 }
 
-/** The binding's native getattr/lookup table (patch 4, fastpath.c): one per process. */
+/** The binding's native getattr/lookup table (native/src/fastpath.c): one per process. */
 export interface FastPathNative {
   setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
   removeHome(prefix: string, token?: number): boolean;
@@ -74,17 +74,17 @@ export interface FastPathNative {
   inodeSize?(dev: bigint, ino: bigint, size: number): void;
   setHandle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
   removeHandle(fh: number): void;
-  /** patch 6: read-only opens answered natively (absent from older builds) */
+  /** read-only opens answered natively (flags: ABI.OPEN_*) */
   setOpen?(prefix: string, token: number, flags: number): boolean;
-  /** patch 7: UTIMENS (flags & 1), CHMOD (flags & 2, new = asked & chmodM unless equal to current & chmodK), CHOWN (4: owner-only's no-op, 8: lchown) by path */
+  /** UTIMENS (flags & 1), CHMOD (flags & 2, new = asked & chmodM unless equal to current & chmodK), CHOWN (4: owner-only's no-op, 8: lchown) by path */
   setAttrOps?(prefix: string, token: number, flags: number, chmodM: number, chmodK: number): boolean;
   readonly opens?: boolean;
   grant?(prefix: string, token: number, fh: number, uid: number): boolean;
-  /** patch 8: CREATE of new names answered natively; one create slot (open-file slot for uid, reserved inode, fh) */
+  /** CREATE of new names answered natively; one create slot (open-file slot for uid, reserved inode, fh) */
   setCreate?(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
   grantCreate?(prefix: string, token: number, fh: number, uid: number): boolean;
   reclaim?(): number;
-  /** patch 9: writes' growth decided natively for inodes handed over (acct: the home's BigInt64Array(8), policy/ledger.ts) */
+  /** writes' growth decided natively for inodes handed over (acct: the home's BigInt64Array(8), policy/ledger.ts) */
   wlDelegate?(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
   /** the size, now JS's; -1 a native write is in flight (ask again); -2 not handed over */
   wlRevoke?(dev: bigint, ino: bigint): number;
@@ -123,7 +123,7 @@ export interface FuseClass {
   setWriteHandler?(handler: WriteHandler): void;
   /** [id, bytes, ...] of writes that landed whole since the last call (answered already); null when none */
   takeWriteReports?(): Float64Array | null;
-  /** wait: even a write that lands whole is answered only after writeDone (patch 9) */
+  /** wait: even a write that lands whole is answered only after writeDone (JS hands the file back to native decisions at its end) */
   writeDecision?(id: number, offset: number, wait?: boolean): boolean;
   writeDone?(id: number, result: number): boolean;
   dataPlaneStats?(): { published: number; reads: number; bytes: number; fallbacks: number; writes: number; writeBytes: number; writeFallbacks: number; releases?: number };
@@ -131,12 +131,12 @@ export interface FuseClass {
   setReleaseDeferred?(on: boolean): void;
   /** [fh, ...] of the RELEASEs answered since the last call, oldest first; null when none */
   takeReleases?(): Float64Array | null;
-  /** absent from a binding built before patch 4 */
+  /** the native fast path (fastpath.c); a build that passed the ABI check has it */
   fastPath?: FastPathNative;
-  /** patch 10: opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns opens answered so */
+  /** opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns opens answered so */
   setNoFlush?(on: boolean): number;
   noFlushCount?(): { opens: number; flushes: number };
-  /** patch 11: one thread reads the device at a time, from the next mount on */
+  /** one thread reads the device at a time, from the next mount on */
   setSingleReader?(on: boolean): void;
   leadStats?(): { on: boolean; handoffs: number; revocations: number; readWaits: number };
 }

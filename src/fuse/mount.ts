@@ -149,9 +149,9 @@ export class MountManager {
       debug: f.debug,
     });
     this.fuse.setFlushGate(this.ctx.flushGate);
-    // Opens whose FLUSH would be answered as a no-op tell the kernel not to send it (patch 10).
+    // Opens whose FLUSH would be answered as a no-op tell the kernel not to send it (FOPEN_NOFLUSH).
     this.Fuse.setNoFlush?.(f.noFlush);
-    // Read once at the mount: one reader at a time, the others wait for its lead (patch 11).
+    // Read once at the mount: one reader at a time, the others wait for its lead.
     this.Fuse.setSingleReader?.(f.singleReader);
     await new Promise<void>((resolve, reject) => {
       this.fuse!.mount((err) => (err ? reject(new MountError(`mount failed: ${err.message}`)) : resolve()));
@@ -378,7 +378,7 @@ const RELEASE_POLL_MAX_MS = 1000;
 
 /**
  * RELEASE answered by the binding (`fuse.nativeRelease`); null when the
- * binding cannot (built before patch 6). Saves the JS thread's wake and
+ * binding lacks the exports (a build that passed the ABI check has them). Saves the JS thread's wake and
  * libfuse's thread the wait for it: RELEASE is a third of the context switches
  * of an open+close. The queue is taken before every request (FsContext.settle);
  * the poll is for the last close before a quiet spell, so the daemon's

@@ -226,7 +226,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     // node_modules, ~/.m2 or ~/.cargo is 8–18 levels; pnpm, bazel and Java
     // package trees stay under 40), far below what breaks tools and makes
     // every path longer than PATH_MAX: an owner cannot build a tree whose
-    // walks and lookups cost thousands of levels (issue 8, item 4).
+    // walks and lookups cost thousands of levels.
     maxDepth: 128,
     maxEntriesPerDir: 0,
     maxNameBytes: 255,
