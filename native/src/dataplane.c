@@ -59,7 +59,7 @@ typedef struct dp_entry {
   int fd;
   uint32_t flags;
   uint32_t inflight;
-  // the inode behind the handle, for a write decided in fastpath.c (patch 9)
+  // the inode behind the handle, for a write whose growth fastpath.c decides
   uint64_t dev, ino;
   int append;
 } dp_entry_t;
@@ -114,7 +114,7 @@ int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) 
     // As JavaScript does: a short read is not EOF by itself; keep going until it is.
     size_t done = 0;
     answered = 1;
-    // One reader at a time (patch 11): a read the page cache holds keeps the
+    // One reader at a time (channel.c): a read the page cache holds keeps the
     // lead (RWF_NOWAIT: never waits for the disk); one that would wait gives
     // it up first, whatever its size, and is read the ordinary way.
     int nowait = 1;
@@ -282,7 +282,7 @@ static int dp_send(dp_msg_t *m) {
 int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, int *res) {
   if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
   if (__atomic_load_n(&dp_tsfn, __ATOMIC_ACQUIRE) == NULL || len > INT32_MAX || offset < 0) return 0;
-  // The decision made here when fastpath.c can (patch 9): the entry is
+  // The decision made here when fastpath.c can: the entry is
   // counted in for the pwrite, as a read is, and the decision settled after.
   dp_entry_t *d = dp_take(fh, HOMESFS_DP_WRITE);
   if (d == NULL) return 0;

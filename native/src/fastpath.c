@@ -1,4 +1,4 @@
-// homesfs patch 4: the native getattr/lookup fast path.
+// The native fast path: getattr/lookup, readdir, open, create, unlink, setattr and write decisions.
 //
 // libfuse 2.9 answers LOOKUP with the getattr op, so answering getattr here,
 // on libfuse's own thread, takes both off the JS thread. JS stays the control
@@ -110,7 +110,7 @@ typedef struct fp_home {
   uint32_t mode_or;
   uint32_t max_depth;
   struct fp_open_rec *ccredits;
-  // Files made here start with their size owned by C (patch 9), charged from
+  // Files made here start with their size owned by C, charged from
   // the byte credit in pending, when JS set it (fastpath_set_write_credit).
   uint32_t wl_on;
 } fp_home_t;
@@ -126,7 +126,7 @@ typedef struct fp_inode {
   // is freed only under the write lock), read atomically: a double's bits.
   uint64_t size_bits;
   int has_size;
-  // Write decisions (homesfs patch 9, see "WRITE decided here" below), under
+  // Write decisions (see "WRITE decided here" below), under
   // fp_wlock: deleg set while C owns the charged size (size_bits) and may
   // grow it from the home's byte credit in acct; busy while a write decided
   // here is between its decision and its settling.
@@ -194,7 +194,7 @@ static uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened f
 static uint64_t fp_oanswered = 0;   // open, atomic
 static uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), atomic
 
-// ---- WRITE decided here (homesfs patch 9) ------------------------------------
+// ---- WRITE decided here --------------------------------------------------------
 // A WRITE of a handle published for native writes (dataplane.c) costs JS one
 // decision: the ledger's check-and-reserve of the growth. Here that decision
 // is made on libfuse's thread for an inode whose charged size JS handed over
@@ -304,7 +304,7 @@ static void fp_wl_wait_home (int64_t *acct) {
   pthread_mutex_unlock(&fp_wlock);
 }
 
-// ---- OPEN (homesfs patch 6) -------------------------------------------------
+// ---- OPEN ----------------------------------------------------------------------
 // A read-only OPEN of a regular file in a home JS opened for it (binary
 // content: no read needs policy), by a caller uid JS granted an open-file slot
 // for there, is answered here. Every slot is one JS took from its own
@@ -337,7 +337,7 @@ typedef struct fp_open_rec {
   uint64_t dev;
   uint64_t ino;
   // An open slot: its home, and fp_credit_gen when the slot was taken from
-  // the home's list (patch 12: a handle closed before JS adopted it gives its
+  // the home's list (a handle closed before JS adopted it gives its
   // slot back to that list while no slot went back to JS since).
   struct fp_home *home;
   uint64_t gen;
@@ -783,7 +783,7 @@ int homesfs_fastpath_unlink (const char *path) {
 
 static fp_handle_t * fp_unlink_handle_locked (uint64_t fh);
 
-// ---- SETATTR by path: UTIMENS, CHMOD and CHOWN (homesfs patch 7) ------------
+// ---- SETATTR by path: UTIMENS, CHMOD and CHOWN -----------------------------------
 // JS's utimens (attr.ts) is utimensat(AT_SYMLINK_NOFOLLOW) of one validated
 // name below the confined parent, with no decision at all; its chmod is
 // chmodDecision on the node's mode, then chmod of the node through its O_PATH
@@ -1048,7 +1048,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   return 0;
 }
 
-// RELEASE of a handle opened here that JS has not adopted yet (patch 12): a
+// RELEASE of a handle opened here that JS has not adopted yet: a
 // read-only open and close with no request in between, the common case of
 // `cat`, `stat`-then-read and compilers probing headers. Nothing of it reached
 // JS, so nothing needs to: its record leaves the queue, what the open did is
@@ -1098,7 +1098,7 @@ int homesfs_fastpath_release (uint64_t fh) {
   return 1;
 }
 
-// CREATE (homesfs patch 8): JS's createIn for a new name, step for step, in a
+// CREATE: JS's createIn for a new name, step for step, in a
 // mutable home JS opened for it (binary content, owner-only ownership, no
 // per-directory entry limit, a new file's mode of the form published): the
 // depth, the confined walk to the parent, a create slot for the caller's uid

@@ -1,4 +1,4 @@
-// homesfs patch 4: GETATTR (and so LOOKUP, which libfuse 2.9 answers with the
+// GETATTR (and so LOOKUP, which libfuse 2.9 answers with the
 // getattr op) answered on libfuse's thread from state JS publishes.
 // See fastpath.c and native-notes/fuse-native.md in homesfs.
 #ifndef HOMESFS_FASTPATH_H

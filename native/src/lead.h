@@ -1,4 +1,4 @@
-// homesfs patch 11: one reader of /dev/fuse at a time (see fuse-native.c).
+// One reader of /dev/fuse at a time (channel.c).
 #ifndef HOMESFS_LEAD_H
 #define HOMESFS_LEAD_H
 // Gives up reading the device before this thread blocks on anything slow

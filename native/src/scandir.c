@@ -1,4 +1,4 @@
-// homesfs patch 5: scandir.node, the start-up scan's directory lister.
+// scandir.node, the start-up scan's directory lister.
 //
 // A separate, minimal addon (its own target in binding.gyp), not part of
 // fuse.node: the scan runs on worker threads, and loading fuse.node there would
