@@ -1,7 +1,8 @@
 // The native layer's C unit tests (native/test: utf8.c, dirhandles.c, the
-// single-reader lead of channel.c, dataplane.c's handle table), built with
-// AddressSanitizer and UndefinedBehaviorSanitizer and run by one command,
-// `npm run test:native-c` (make -C native/test). No mount, no Node inside.
+// single-reader lead of channel.c, dataplane.c's handle table, fastpath.c's
+// write decision), built with AddressSanitizer and UndefinedBehaviorSanitizer
+// and run by one command, `npm run test:native-c` (make -C native/test).
+// No mount, no Node inside.
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -15,7 +16,7 @@ describe('native C unit tests', () => {
     const failed = out.split('\n').filter((l) => l.startsWith('FAIL - '));
     // the whole output on failure: each failed check names its file:line
     expect({ code: r.status, failed }, out).toEqual({ code: 0, failed: [] });
-    for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c']) {
+    for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c', 'test_fastpath_wl.c']) {
       expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThan(3);
     }
     expect(out).toContain('# native unit tests: all passed');
