@@ -1,7 +1,8 @@
 // The native layer's C unit tests (native/test: utf8.c, dirhandles.c, the
 // single-reader lead of channel.c, dataplane.c's handle table, fastpath.c's
-// write decision), built with AddressSanitizer and UndefinedBehaviorSanitizer
-// and run by one command, `npm run test:native-c` (make -C native/test).
+// write decision), built with AddressSanitizer and UndefinedBehaviorSanitizer,
+// then with ThreadSanitizer, and run by one command, `npm run test:native-c`
+// (make -C native/test).
 // No mount, no Node inside.
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -19,7 +20,9 @@ describe('native C unit tests', () => {
     for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c', 'test_fastpath_wl.c']) {
       expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThan(3);
     }
-    expect(out).toContain('# native unit tests: all passed');
-    expect(out).not.toMatch(/AddressSanitizer|runtime error:/);
+    // once under ASan and UBSan, once under ThreadSanitizer
+    expect(out).toContain('# native unit tests (build): all passed');
+    expect(out).toContain('# native unit tests (build-tsan): all passed');
+    expect(out).not.toMatch(/AddressSanitizer|runtime error:|ThreadSanitizer/);
   }, 180_000);
 });
