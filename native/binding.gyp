@@ -12,6 +12,9 @@
     "fuse_native_dir%": "<!(node -p \"require('path').relative('.', require('path').dirname(require.resolve('@cocalc/fuse-native/package.json')))\")",
     "fuse_include_dirs%": "<!(pkg-config fuse --cflags-only-I | sed s/-I//g)",
     "fuse_libraries%": "<!(pkg-config --libs-only-L --libs-only-l fuse)",
+    # HOMESFS_SANITIZE=1 node scripts/build-native.mjs: AddressSanitizer and
+    # UndefinedBehaviorSanitizer, built apart (native/build-sanitize) and never installed.
+    "homesfs_sanitize%": "<!(node -p \"process.env.HOMESFS_SANITIZE === '1' ? 1 : 0\")",
     "napi_macros_dir%": "<!(node -p \"require('path').dirname(require.resolve('napi-macros/package.json', { paths: [require('path').dirname(require.resolve('@cocalc/fuse-native/package.json'))] }))\")",
   },
   "target_defaults": {
@@ -19,6 +22,12 @@
     "cflags": [ "-g", "-O2", "-Wall" ],
     # libfuse 2.9's API, for every file that includes its headers
     "defines": [ "FUSE_USE_VERSION=29" ],
+    "conditions": [
+      [ "homesfs_sanitize==1", {
+        "cflags": [ "-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer" ],
+        "ldflags": [ "-fsanitize=address,undefined" ],
+      } ],
+    ],
   },
   "targets": [{
     "target_name": "fuse",

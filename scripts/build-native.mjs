@@ -4,9 +4,10 @@
 // native/src), installs it where the binding's index.js loads it, and verifies
 // the result. Run by `postinstall` (after scripts/apply-patches.mjs) and by hand:
 //   node scripts/build-native.mjs
+// HOMESFS_SANITIZE=1 builds a sanitized copy apart instead (see step 3).
 // npm 11 does not run dependency install scripts, so nothing else builds it.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, copyFileSync, renameSync } from 'node:fs';
+import { existsSync, mkdirSync, copyFileSync, cpSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -93,9 +94,29 @@ if (nodedir) {
   const sysDir = path.resolve(path.dirname(process.execPath), '..');
   if (existsSync(path.join(sysDir, 'include', 'node', 'node_api.h'))) gypArgs.push(`--nodedir=${sysDir}`);
 }
+// HOMESFS_SANITIZE=1: the same sources with AddressSanitizer and
+// UndefinedBehaviorSanitizer (binding.gyp reads the variable), built in a copy
+// of native/ at native/build-sanitize and left there: never installed over the
+// addon the daemon loads. scripts/sanitize-stress.mjs runs a daemon on it.
+if (process.env.HOMESFS_SANITIZE === '1') {
+  const sanDir = path.join(nativeDir, 'build-sanitize');
+  rmSync(sanDir, { recursive: true, force: true });
+  mkdirSync(sanDir, { recursive: true });
+  cpSync(path.join(nativeDir, 'binding.gyp'), path.join(sanDir, 'binding.gyp'));
+  cpSync(path.join(nativeDir, 'src'), path.join(sanDir, 'src'), { recursive: true });
+  log(`sanitized build: running: ${process.execPath} ${gypArgs.join(' ')} (in ${sanDir})`);
+  const r = spawnSync(process.execPath, gypArgs, { cwd: sanDir, stdio: 'inherit', env: { ...process.env, HOMESFS_SANITIZE: '1' } });
+  if (r.error || r.status !== 0) fail(`node-gyp rebuild (sanitized) failed (exit ${r.status ?? r.error})`);
+  const out = path.join(sanDir, 'build', 'Release');
+  const nm = spawnSync('nm', ['-D', '--undefined-only', path.join(out, 'fuse.node')], { encoding: 'utf8' });
+  if (!/__asan_|__ubsan_/.test(nm.stdout || '')) fail(`${out}/fuse.node was not built with the sanitizers`);
+  log(`OK: sanitized fuse.node and scandir.node in ${out} (not installed)`);
+  process.exit(0);
+}
+
 log(`running: ${process.execPath} ${gypArgs.join(' ')}`);
 {
-  const r = spawnSync(process.execPath, gypArgs, { cwd: nativeDir, stdio: 'inherit' });
+  const r = spawnSync(process.execPath, gypArgs, { cwd: nativeDir, stdio: 'inherit', env: { ...process.env, HOMESFS_SANITIZE: '0' } });
   if (r.error || r.status !== 0) fail(`node-gyp rebuild failed (exit ${r.status ?? r.error})`);
 }
 

@@ -28,8 +28,10 @@
 #include <unistd.h>
 #include <sys/uio.h>
 #include <fuse_lowlevel.h>
+#ifndef HOMESFS_NO_NAPI
 #include <node_api.h>
 #include <napi-macros.h>
+#endif
 
 #include "channel.h"
 #include "lead.h"
@@ -40,7 +42,9 @@
 // a no-op in JS, so it is answered here without a round trip. JS raises a
 // slot before it replies to the open, so no FLUSH for that fh can come earlier.
 static uint16_t *flush_gate = NULL;
+#ifndef HOMESFS_NO_NAPI
 static napi_ref flush_gate_ref = NULL;
+#endif
 static uint64_t homesfs_flush_requests = 0;  // FLUSHes received, atomic (tests: none for a NOFLUSH open)
 
 int homesfs_flush_is_noop (const struct fuse_file_info *info) {
@@ -199,6 +203,16 @@ static void homesfs_lead_busy (void) {
   if (__atomic_load_n(&homesfs_wd_asleep, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&homesfs_wd_asleep, 0, __ATOMIC_SEQ_CST)) sem_post(&homesfs_wd_sem);
 }
 
+// The leader of lead `cur` has been on one request too long: its lead goes
+// to a follower, unless it gave it up meanwhile (then it posted). -> 1 revoked.
+static int homesfs_lead_revoke (uint64_t cur) {
+  if (!__atomic_compare_exchange_n(&homesfs_lead_cur, &cur, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return 0;
+  __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&homesfs_lead_revoked, 1, __ATOMIC_RELAXED);
+  sem_post(&homesfs_lead_sem);
+  return 1;
+}
+
 static void * homesfs_lead_watchdog (void *arg) {
   (void) arg;
   for (;;) {
@@ -206,12 +220,7 @@ static void * homesfs_lead_watchdog (void *arg) {
     uint64_t cur = __atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST);
     int64_t since = __atomic_load_n(&homesfs_lead_busy_since, __ATOMIC_SEQ_CST);
     if (cur != 0 && since != 0 && now - since >= HOMESFS_LEAD_STALL_NS) {
-      // The leader has been on one request too long: its lead goes to a follower.
-      if (__atomic_compare_exchange_n(&homesfs_lead_cur, &cur, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-        __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&homesfs_lead_revoked, 1, __ATOMIC_RELAXED);
-        sem_post(&homesfs_lead_sem);
-      }
+      homesfs_lead_revoke(cur);
     } else if (since == 0 && now - __atomic_load_n(&homesfs_lead_last, __ATOMIC_SEQ_CST) >= HOMESFS_LEAD_IDLE_NS) {
       // Quiet: sleep until the next request (its leader wakes this thread).
       __atomic_store_n(&homesfs_wd_asleep, 1, __ATOMIC_SEQ_CST);
@@ -324,6 +333,7 @@ struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch) {
   return wrapped;
 }
 
+#ifndef HOMESFS_NO_NAPI
 // setFlushGate(buffer of 65536 uint16): from now on FLUSH consults it (homesfs_flush_is_noop).
 NAPI_METHOD(fuse_native_set_flush_gate) {
   NAPI_ARGV(1)
@@ -404,3 +414,4 @@ void homesfs_channel_export (napi_env env, napi_value exports) {
   NAPI_EXPORT_FUNCTION(fuse_native_set_single_reader)
   NAPI_EXPORT_FUNCTION(fuse_native_lead_stats)
 }
+#endif

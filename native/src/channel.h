@@ -4,7 +4,6 @@
 #define HOMESFS_CHANNEL_H
 #include <fuse.h>
 #include <fuse_lowlevel.h>
-#include <node_api.h>
 
 // 1 when this FLUSH is a no-op JS need not see (its handle's gate slot is 0).
 int homesfs_flush_is_noop (const struct fuse_file_info *info);
@@ -15,5 +14,8 @@ void homesfs_noflush_after_open (int res, const struct fuse_file_info *info);
 struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch);
 // At mount: starts the single reader (and its watchdog) if JS asked for it.
 void homesfs_lead_start (void);
+#ifndef HOMESFS_NO_NAPI
+#include <node_api.h>
 void homesfs_channel_export (napi_env env, napi_value exports);
+#endif
 #endif

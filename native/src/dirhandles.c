@@ -13,8 +13,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <fuse.h>
+#ifndef HOMESFS_NO_NAPI
 #include <node_api.h>
 #include <napi-macros.h>
+#endif
 #include "dirhandles.h"
 
 #define DH_BUCKETS 1024
@@ -29,8 +31,9 @@ static uint64_t dh_open = 0;           // under dh_lock
 static uint32_t dh_cap_uid = 0, dh_cap_all = 0; // atomic
 static uint64_t dh_refused = 0;        // atomic
 
-int homesfs_dir_open (const char *path, struct fuse_file_info *info) {
-  uint32_t uid = (uint32_t) fuse_get_context()->uid;
+// The counting alone, apart from libfuse and Node (native/test runs it):
+// 0 and the handle counted, or -EMFILE past a cap (-ENOMEM), nothing counted.
+int homesfs_dh_take (uint32_t uid) {
   uint32_t cap_uid = __atomic_load_n(&dh_cap_uid, __ATOMIC_RELAXED);
   uint32_t cap_all = __atomic_load_n(&dh_cap_all, __ATOMIC_RELAXED);
   int res = 0;
@@ -45,14 +48,11 @@ int homesfs_dir_open (const char *path, struct fuse_file_info *info) {
     dh_open++;
   }
   pthread_mutex_unlock(&dh_lock);
-  if (res != 0) { __atomic_add_fetch(&dh_refused, 1, __ATOMIC_RELAXED); return res; }
-  info->fh = (uint64_t) uid + 1;
-  return 0;
+  if (res != 0) __atomic_add_fetch(&dh_refused, 1, __ATOMIC_RELAXED);
+  return res;
 }
 
-int homesfs_dir_release (const char *path, struct fuse_file_info *info) {
-  if (info->fh == 0) return 0;
-  uint32_t uid = (uint32_t) (info->fh - 1);
+void homesfs_dh_give (uint32_t uid) {
   pthread_mutex_lock(&dh_lock);
   if (dh_open > 0) dh_open--;
   if (uid != 0) {
@@ -65,9 +65,35 @@ int homesfs_dir_release (const char *path, struct fuse_file_info *info) {
     }
   }
   pthread_mutex_unlock(&dh_lock);
+}
+
+void homesfs_dh_set_caps (uint32_t per_uid, uint32_t all) {
+  __atomic_store_n(&dh_cap_uid, per_uid, __ATOMIC_RELAXED);
+  __atomic_store_n(&dh_cap_all, all, __ATOMIC_RELAXED);
+}
+
+void homesfs_dh_stats (uint64_t *open, uint64_t *refused) {
+  pthread_mutex_lock(&dh_lock);
+  *open = dh_open;
+  pthread_mutex_unlock(&dh_lock);
+  *refused = __atomic_load_n(&dh_refused, __ATOMIC_RELAXED);
+}
+
+int homesfs_dir_open (const char *path, struct fuse_file_info *info) {
+  uint32_t uid = (uint32_t) fuse_get_context()->uid;
+  int res = homesfs_dh_take(uid);
+  if (res != 0) return res;
+  info->fh = (uint64_t) uid + 1;
   return 0;
 }
 
+int homesfs_dir_release (const char *path, struct fuse_file_info *info) {
+  if (info->fh == 0) return 0;
+  homesfs_dh_give((uint32_t) (info->fh - 1));
+  return 0;
+}
+
+#ifndef HOMESFS_NO_NAPI
 // Fuse.setDirHandleCaps(perUid, all)
 NAPI_METHOD(fuse_native_set_dir_caps) {
   NAPI_ARGV(2)
@@ -76,21 +102,19 @@ NAPI_METHOD(fuse_native_set_dir_caps) {
     napi_throw_type_error(env, "EINVAL", "setDirHandleCaps: two counts");
     return NULL;
   }
-  __atomic_store_n(&dh_cap_uid, per_uid, __ATOMIC_RELAXED);
-  __atomic_store_n(&dh_cap_all, all, __ATOMIC_RELAXED);
+  homesfs_dh_set_caps(per_uid, all);
   return NULL;
 }
 
 // Fuse.dirHandleStats() -> { open, refused }
 NAPI_METHOD(fuse_native_dir_stats) {
-  pthread_mutex_lock(&dh_lock);
-  double open = (double) dh_open;
-  pthread_mutex_unlock(&dh_lock);
+  uint64_t open = 0, refused = 0;
+  homesfs_dh_stats(&open, &refused);
   napi_value out, v;
   napi_create_object(env, &out);
-  napi_create_double(env, open, &v);
+  napi_create_double(env, (double) open, &v);
   napi_set_named_property(env, out, "open", v);
-  napi_create_double(env, (double) __atomic_load_n(&dh_refused, __ATOMIC_RELAXED), &v);
+  napi_create_double(env, (double) refused, &v);
   napi_set_named_property(env, out, "refused", v);
   return out;
 }
@@ -99,3 +123,4 @@ void homesfs_dirhandles_export (napi_env env, napi_value exports) {
   NAPI_EXPORT_FUNCTION(fuse_native_set_dir_caps)
   NAPI_EXPORT_FUNCTION(fuse_native_dir_stats)
 }
+#endif

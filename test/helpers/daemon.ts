@@ -37,6 +37,8 @@ export interface RunningDaemon {
   fdCount(): number;
   status(): Promise<Record<string, unknown>>;
   waitForLog(pred: (l: LogLine) => boolean, timeoutMs?: number): Promise<LogLine>;
+  /** what the daemon wrote to stderr so far (its logs go to stdout) */
+  stderr(): string;
 }
 
 export interface StartOptions {
@@ -51,6 +53,8 @@ export interface StartOptions {
   fresh?: boolean;
   /** start the daemon with this RLIMIT_NOFILE (soft and hard), through prlimit(1), which execs it: same pid */
   nofile?: number;
+  /** run this homesfs.js instead of the worktree's dist/ (a copied tree, e.g. with another addon) */
+  bin?: string;
 }
 
 function isMounted(path: string): boolean {
@@ -61,7 +65,8 @@ function isMounted(path: string): boolean {
 
 /** Spawn the built daemon as a child and wait until it reports that it serves. */
 export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemon> {
-  if (!existsSync(HOMESFS)) throw new Error(`${HOMESFS} is missing: run "npm run build" (npm test does it)`);
+  const bin = opts.bin ?? HOMESFS;
+  if (!existsSync(bin)) throw new Error(`${bin} is missing: run "npm run build" (npm test does it)`);
   const reuse = opts.dir !== undefined && !opts.fresh;
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'homesfs-it-'));
   chmodSync(dir, 0o755); // the unprivileged test uids must reach the mount point
@@ -93,7 +98,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
       }),
     );
   }
-  const argv = [process.execPath, HOMESFS, 'serve', '--config', configPath];
+  const argv = [process.execPath, bin, 'serve', '--config', configPath];
   if (opts.nofile !== undefined) argv.unshift('prlimit', `--nofile=${opts.nofile}:${opts.nofile}`, '--');
   const proc = spawn(argv[0]!, argv.slice(1), {
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -154,6 +159,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
     backingOf: (t, k) => join(backing, t, k),
     fdCount: () => readdirSync(`/proc/${proc.pid}/fd`).length,
     waitForLog,
+    stderr: () => stderr,
     status: async () => {
       const r = await runAsync(process.execPath, [HOMESCTL, '--socket', socket, '--json', 'status']);
       if (r.code !== 0) throw new Error(`homesctl status failed: ${r.stderr}`);

@@ -1,0 +1,28 @@
+// The native layer's C unit tests (native/test: utf8.c, dirhandles.c, the
+// single-reader lead of channel.c, dataplane.c's handle table, fastpath.c's
+// write decision), built with AddressSanitizer and UndefinedBehaviorSanitizer,
+// then with ThreadSanitizer, and run by one command, `npm run test:native-c`
+// (make -C native/test).
+// No mount, no Node inside.
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ROOT } from '../helpers/daemon.js';
+
+describe('native C unit tests', () => {
+  it('build and pass, each test reported', () => {
+    const r = spawnSync('make', ['-C', join(ROOT, 'native', 'test'), '--no-print-directory'], { encoding: 'utf8', timeout: 170_000 });
+    const out = `${r.stdout}${r.stderr}`;
+    const ok = out.split('\n').filter((l) => l.startsWith('ok - '));
+    const failed = out.split('\n').filter((l) => l.startsWith('FAIL - '));
+    // the whole output on failure: each failed check names its file:line
+    expect({ code: r.status, failed }, out).toEqual({ code: 0, failed: [] });
+    for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c', 'test_fastpath_wl.c']) {
+      expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThan(3);
+    }
+    // once under ASan and UBSan, once under ThreadSanitizer
+    expect(out).toContain('# native unit tests (build): all passed');
+    expect(out).toContain('# native unit tests (build-tsan): all passed');
+    expect(out).not.toMatch(/AddressSanitizer|runtime error:|ThreadSanitizer/);
+  }, 180_000);
+});
