@@ -14,7 +14,8 @@ import { canMount, HOMESCTL, ROOT, runAs, runAsync, skipReason, startDaemon, typ
  * on that copy with the ASan runtime preloaded (Node itself is not built with
  * it). A workload of racing opens, creates, writes, appends, truncates,
  * unlinks, hard links, renames (within a home and across the two), listings
- * and invalid names runs in two homes of one owner while an admin loop
+ * and invalid names runs in two homes (each home's owner in its own, root
+ * across both) while an admin loop
  * switches their profiles and limits. Clean: the workload ends, the daemon
  * stops with 0 and its stderr holds no sanitizer report.
  *
@@ -22,7 +23,9 @@ import { canMount, HOMESCTL, ROOT, runAs, runAsync, skipReason, startDaemon, typ
  * sets the workload's length (default 40).
  */
 
-const U = { uid: 40093, gid: 40093 };
+// one owner per home: an owner uid belongs to one home
+const UA = { uid: 40093, gid: 40093 };
+const UB = { uid: 40094, gid: 40094 };
 const T = 'san';
 const SECONDS = Number(process.env.HOMESFS_SANITIZE_SECONDS ?? 40);
 const REPORT = /ERROR: AddressSanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior)Sanitizer|ERROR: LeakSanitizer/;
@@ -166,7 +169,7 @@ describe.skipIf(!canMount)('the native layer under ASan and UBSan, through a rea
   });
 
   it(`a ${SECONDS} s workload of racing file operations and admin changes leaves no sanitizer report`, async () => {
-    const homes = { [`${T}/a`]: { owner: U, profile: 'home' }, [`${T}/b`]: { owner: U, profile: 'posix' } };
+    const homes = { [`${T}/a`]: { owner: UA, profile: 'home' }, [`${T}/b`]: { owner: UB, profile: 'posix' } };
     d = await startDaemon({
       bin: join(tree, 'dist', 'cli', 'homesfs.js'),
       create: Object.keys(homes),
@@ -210,7 +213,11 @@ describe.skipIf(!canMount)('the native layer under ASan and UBSan, through a rea
       return { turns, failures };
     })();
     const racers = await Promise.all(
-      [1, 2, 3].map((seed) => runAs(U.uid, U.gid, `python3 ${join(dir, 'workload.py')} ${a} ${b} ${SECONDS} ${seed}`, { timeoutMs: (SECONDS + 60) * 1000 })),
+      // Each owner in its home; root across both (renames between them: EXDEV).
+      [[UA, a, a], [UB, b, b], [{ uid: 0, gid: 0 }, a, b]].map(([who, x, y], i) => {
+        const o = who as { uid: number; gid: number };
+        return runAs(o.uid, o.gid, `python3 ${join(dir, 'workload.py')} ${x as string} ${y as string} ${SECONDS} ${i + 1}`, { timeoutMs: (SECONDS + 60) * 1000 });
+      }),
     );
     admin = false;
     const adm = await adminLoop;
