@@ -291,10 +291,10 @@ describe('control server: slow, silent and hostile clients', () => {
     }, 100);
     try {
       await new Promise((r) => setTimeout(r, 300));
-      const t0 = Date.now();
       const fast = await connect(server.address);
       expect(await fast.request({ id: 'fast', cmd: 'status' })).toMatchObject({ id: 'fast', ok: true });
-      expect(Date.now() - t0).toBeLessThan(300);
+      // Answered while both slow clients still hold their connections (they are dropped only when idle).
+      expect([silent.sock.destroyed, dribbler.sock.destroyed]).toEqual([false, false]);
       // Neither the silent client nor the dribbler completes a line: both are closed.
       await Promise.all([silent.closed, dribbler.closed]);
       expect(sent).toBeGreaterThan(5);
