@@ -270,7 +270,12 @@ export abstract class OpenSlots extends OpenInodes {
     const rec = inode;
     const h = this.handles.adopt(fh, () => ({ fh, fd, home: hs, inode: rec, writable: how.writable, append: how.append, rel: [], leftIncompleteTail: false, jsFlush: false, slot, published }));
     // The home's policy changed since the slot was granted (the binding opened with what it had then): publish what it is now.
-    if (!policyChanged) return;
+    if (!policyChanged) {
+      // Unchanged: what the binding published holds, and is JS's from now on (its generation in the binding may
+      // have moved with another home's change, which stops a native handle until it is adopted, dataplane.c).
+      if (published !== 0) this.deps.dataPlane?.setFlags(fh, published);
+      return;
+    }
     this.gateFlush(h);
     this.publishData(h);
     this.deps.attrs?.handle(h);
