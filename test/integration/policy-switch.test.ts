@@ -16,17 +16,20 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 const BASE = 530_000 + Math.floor(Math.random() * 60) * 10_000;
 const U = { uid: BASE + 5, gid: BASE + 5 };
 const T = 'ps';
-const ROUNDS = 40;
+const ROUNDS = 24;
 
 if (!canMount) console.warn(`policy-switch integration suite skipped: ${skipReason}`);
 
-// Creates new files as fast as it can (natively, in a binary home), writes 0xFF into each and keeps the
-// last 16 open (and named), until 'stop'; then only overwrites what it holds (writes the binding serves
-// without the daemon, so nothing makes the daemon look at the handles). On 'mark' (sent once set-profile
-// answered) every held descriptor and a new file are written 0xFF once more: each result is printed.
-// On 'go' it starts over; on 'end' it exits.
-const WRITER = `import os,sys,errno,select,fcntl
-h=sys.argv[1]
+// In a subdirectory (a create in the home's root makes the kernel ask the daemon about the root, and any
+// request lets the daemon catch up on the binding's handles): creates a file every 10 ms, natively, up to
+// 8, and writes two bytes 0xFF into each; then waits (the daemon hears nothing and polls the binding's
+// queue only every second or so). On 'burst D' it creates one a millisecond for D ms, then does nothing.
+// On 'mark' (sent once set-profile answered) every held descriptor, newest first, and a new file are
+// written 0xFF at offset 1 (no growth, so no byte budget is consulted): each result is printed. Then 'go'
+// starts over, 'end' exits.
+const WRITER = `import os,sys,errno,select,fcntl,time
+h=os.path.join(sys.argv[1], 'd')
+os.makedirs(h, exist_ok=True)
 fcntl.fcntl(0, fcntl.F_SETFL, fcntl.fcntl(0, fcntl.F_GETFL) | os.O_NONBLOCK)
 n=0; buf=b''
 def poll():
@@ -49,23 +52,29 @@ def res(fd):
 while True:
   held=[]; made=[]
   print('creating', flush=True)
-  while b'\\n' not in buf:
+  def make():
+    global n
     p=os.path.join(h, 'w%d' % n); n+=1
     try:
       fd=os.open(p, os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o600)
-    except OSError: fd=-1
-    if fd >= 0:
-      held.append(fd); made.append(p)
-      res(fd)
-    if len(held) > 16:
-      os.close(held.pop(0)); os.unlink(made.pop(0))
-    poll()
-  assert line()=='stop'
+    except OSError: return
+    held.append(fd); made.append(p)
+    # Two bytes now: the overwrites below (at 1) never grow the file, so no byte budget is asked about.
+    try: os.pwrite(fd, b'\\xff\\xff', 0)
+    except OSError: pass
   while b'\\n' not in buf:
-    for fd in held: res(fd)
+    if len(held) < 8: make()
+    time.sleep(0.01)
     poll()
+  cmd=line().split()
+  assert cmd[0]=='burst'
+  end=time.monotonic()+float(cmd[1])/1000
+  while len(held) < 30 and time.monotonic() < end:
+    make(); time.sleep(0.001)
   assert line()=='mark'
-  out=[res(fd) for fd in held]
+  # Newest first: a write that reaches the daemon lets it catch up on every handle, so the ones
+  # the binding may still hold on its own come first.
+  out=[res(fd) for fd in reversed(held)]
   p=os.path.join(h, 'after%d' % n); n+=1
   fd=os.open(p, os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o600); held.append(fd); made.append(p)
   out.append(res(fd))
@@ -103,13 +112,13 @@ describe.skipIf(!canMount)('set-profile reaches handles the binding opened nativ
     try {
       for (let round = 0; round < ROUNDS; round++) {
         expect(await next()).toBe('creating');
-        // Creating natively by now (the daemon grants the binding create slots after the first create).
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        // The writer stops creating a moment after the command reached the daemon (and before its
-        // reply): files it made just then are the binding's and not yet the daemon's when the switch applies.
+        // Creating natively by now (the daemon grants the binding create slots after the first create), and
+        // long enough that the daemon, hearing nothing, polls the binding's queue only every second or so.
+        await new Promise((resolve) => setTimeout(resolve, 1200));
+        // A burst of native creates as the command arrives, ending somewhere in the first 8 ms of it (round by
+        // round): files made then are the binding's, not yet the daemon's, when the switch applies.
         const reply = controlRequest(s.d.socket, { cmd: 'set-profile', args: { home: `${T}/sw`, profile: 'scratch' } }, { timeoutMs: 20_000 });
-        await new Promise((resolve) => setTimeout(resolve, round % 4));
-        p.stdin.write('stop\n');
+        p.stdin.write(`burst ${round % 9}\n`);
         expect((await reply).ok).toBe(true);
         p.stdin.write('mark\n');
         const results = (await next()).split(' ');
