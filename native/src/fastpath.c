@@ -1187,13 +1187,21 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
       // As file.ts backingFlags: read-only stays read-only, anything else is read-write (the UTF-8 check reads around writes).
       int acc = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
       fd = openat(pfd, name, acc | (flags & O_APPEND) | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, m);
-      int made = fd >= 0;
-      if (made && !(fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev &&
-                    ((uint64_t) st.st_ino >> 63) == 0 && fchown(fd, own_uid, own_gid) == 0)) {
-        close(fd);
-        fd = -1;
+      if (fd >= 0) {
+        int known = fstat(fd, &st) == 0;
+        if (!(known && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
+              fchown(fd, own_uid, own_gid) == 0)) {
+          // Made but not as JS would have it: nothing is left. The name is
+          // removed only while it is still the file made here (another may
+          // have been renamed over it since); Linux has no unlink by
+          // descriptor, so this narrows the window to the two calls. A file
+          // whose identity is unknown (fstat failed) is left where it is.
+          struct stat named;
+          if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st.st_dev && named.st_ino == st.st_ino) unlinkat(pfd, name, 0);
+          close(fd);
+          fd = -1;
+        }
       }
-      if (made && fd < 0) unlinkat(pfd, name, 0); // made but not as JS would have it: nothing is left
       if (fd >= 0) {
         oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
         he->fh = credit->fh;
