@@ -181,7 +181,10 @@ static void homesfs_lead_take (void) {
   if (mine != 0) {
     if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) == mine) {
       __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
-      return;
+      // Still the lead after the store: read. Taken away in between (the
+      // watchdog, as this thread came back from a long request): a follower,
+      // never a second reader.
+      if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) == mine) return;
     }
     homesfs_lead_mine = 0; // taken away while this thread was busy: a follower now
     pthread_setspecific(homesfs_lead_key, NULL);
@@ -196,9 +199,18 @@ static void homesfs_lead_take (void) {
 
 // After the read returned a request.
 static void homesfs_lead_busy (void) {
-  if (homesfs_lead_mine == 0 || __atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) != homesfs_lead_mine) return;
+  uint64_t mine = homesfs_lead_mine;
+  if (mine == 0 || __atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) != mine) return;
   int64_t now = homesfs_now_ns();
   __atomic_store_n(&homesfs_lead_busy_since, now, __ATOMIC_SEQ_CST);
+  // The lead may have been taken away between the check and the store: the
+  // time would then be the next leader's, which is reading, and the watchdog
+  // would take its lead for nothing. Taken back unless that leader has
+  // stored its own since (the compare fails then).
+  if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) != mine) {
+    int64_t stale = now;
+    __atomic_compare_exchange_n(&homesfs_lead_busy_since, &stale, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  }
   __atomic_store_n(&homesfs_lead_last, now, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&homesfs_wd_asleep, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&homesfs_wd_asleep, 0, __ATOMIC_SEQ_CST)) sem_post(&homesfs_wd_sem);
 }

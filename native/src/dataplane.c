@@ -62,6 +62,14 @@ typedef struct dp_entry {
   // the inode behind the handle, for a write whose growth fastpath.c decides
   uint64_t dev, ino;
   int append;
+  // 0: JavaScript published these flags under its current policy. Else the
+  // binding published them at a native open, under the policy generation
+  // (homesfs_fastpath_policy_gen) it read with the home's flags: once a
+  // policy change has moved the generation on, they are stale and nothing of
+  // the handle is served here until JavaScript has adopted it and published
+  // again (setFlags), so no handle opened under an old policy writes or reads
+  // past a change JavaScript has answered.
+  uint64_t gen;
 } dp_entry_t;
 
 static dp_entry_t *dp_table[DP_BUCKETS];
@@ -87,11 +95,17 @@ static dp_entry_t **dp_find(uint64_t fh) {
   return p;
 }
 
-// The entry of fh with `flag` set, counted in (NULL if there is none).
+// Whether the entry's flags hold under the policy now (see gen above).
+static inline int dp_current(const dp_entry_t *e) {
+  return e->gen == 0 || e->gen == homesfs_fastpath_policy_gen();
+}
+
+// The entry of fh with `flag` set and current, counted in (NULL if there is
+// none). flag 0: any entry (a write JavaScript itself decided).
 static dp_entry_t *dp_take(uint64_t fh, uint32_t flag) {
   pthread_mutex_lock(&dp_lock);
   dp_entry_t *e = *dp_find(fh);
-  if (e != NULL && (e->flags & flag) == flag) e->inflight++;
+  if (e != NULL && (e->flags & flag) == flag && (flag == 0 || dp_current(e))) e->inflight++;
   else e = NULL;
   pthread_mutex_unlock(&dp_lock);
   return e;
@@ -314,7 +328,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   // Only a look: the decision in JavaScript is not counted in (see the top).
   pthread_mutex_lock(&dp_lock);
   dp_entry_t *e = *dp_find(fh);
-  int published = e != NULL && (e->flags & HOMESFS_DP_WRITE);
+  int published = e != NULL && (e->flags & HOMESFS_DP_WRITE) && dp_current(e);
   pthread_mutex_unlock(&dp_lock);
   if (!published) return 0;
 
@@ -492,6 +506,7 @@ static NAPI_METHOD(homesfs_dp_publish) {
   e->dev = dev;
   e->ino = ino;
   e->append = append ? 1 : 0;
+  e->gen = 0;
   *p = e;
   __atomic_add_fetch(&dp_published, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&dp_lock);
@@ -499,7 +514,7 @@ static NAPI_METHOD(homesfs_dp_publish) {
 }
 
 // The same from C (fastpath.c's native open): 1 when published.
-int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append) {
+int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) {
   dp_entry_t *e = malloc(sizeof(*e));
   if (e == NULL) return 0;
   pthread_mutex_lock(&dp_lock);
@@ -517,6 +532,7 @@ int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uin
   e->dev = dev;
   e->ino = ino;
   e->append = append;
+  e->gen = gen;
   *p = e;
   __atomic_add_fetch(&dp_published, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&dp_lock);
@@ -525,6 +541,7 @@ int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uin
 
 // setFlags(fh, flags) -> whether fh is published. Takes effect for the next
 // request; one in progress finishes with the descriptor, which stays open.
+// The flags are JavaScript's now, under its current policy (gen 0).
 static NAPI_METHOD(homesfs_dp_set_flags) {
   NAPI_ARGV(2)
   uint64_t fh = 0;
@@ -535,7 +552,10 @@ static NAPI_METHOD(homesfs_dp_set_flags) {
   }
   pthread_mutex_lock(&dp_lock);
   dp_entry_t *e = *dp_find(fh);
-  if (e != NULL) e->flags = flags;
+  if (e != NULL) {
+    e->flags = flags;
+    e->gen = 0;
+  }
   pthread_mutex_unlock(&dp_lock);
   napi_value out;
   napi_get_boolean(env, e != NULL, &out);

@@ -27,8 +27,10 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
 // JavaScript as before.
 int homesfs_dp_release(uint64_t fh);
 
-// publish(fh, fd, flags) from C, for a handle opened natively: 1 when published.
-int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append);
+// publish(fh, fd, flags) from C, for a handle opened natively under policy
+// generation gen (homesfs_fastpath_policy_gen, read with the home's flags):
+// served only while the generation stays, or once JavaScript set its flags. 1 when published.
+int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen);
 
 // unpublish from C: on return no read or write uses the descriptor. -> whether it was published.
 int homesfs_dp_unpublish_fd(uint64_t fh);

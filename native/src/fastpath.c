@@ -359,6 +359,18 @@ static uint32_t fp_credit_count = 0;  // under fp_open_lock
 // back: it goes to JS through the queue, never back to a list.
 static uint64_t fp_credit_gen = 0;
 static uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
+// The policy generation (fastpath.h): starts at 1 (0 means "JavaScript's" in
+// dataplane.c), written under the write lock, read atomically.
+static uint64_t fp_policy_gen = 1;
+
+uint64_t homesfs_fastpath_policy_gen (void) {
+  return __atomic_load_n(&fp_policy_gen, __ATOMIC_ACQUIRE);
+}
+
+// Under the write lock: no native open is between reading its home's flags and reading this.
+static void fp_policy_moved_locked (void) {
+  __atomic_add_fetch(&fp_policy_gen, 1, __ATOMIC_ACQ_REL);
+}
 
 // Under fp_open_lock.
 static void fp_queue_locked (fp_open_rec_t *r) {
@@ -980,6 +992,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   int counted = 0;
   int fd = -1;
   uint32_t oflags = 0;
+  uint64_t gen = 0;
   fp_open_rec_t *credit = NULL;
   struct stat st;
   pthread_rwlock_rdlock(&fp_lock);
@@ -1001,6 +1014,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
       }
       if (credit != NULL) {
         oflags = home->open_flags;
+        gen = fp_policy_gen;
         he->fh = credit->fh;
         he->fd = fd;
         he->uid = home->uid;
@@ -1040,7 +1054,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   credit->fd = fd;
   credit->dev = dev;
   credit->ino = ino;
-  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0) ? 1 : 0;
+  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0, gen) ? 1 : 0;
   fp_queue(credit);
   *fh = handle;
   *direct_io = (oflags & HOMESFS_OPEN_DIRECT_IO) != 0;
@@ -1134,6 +1148,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   int pfd = -1;
   uint32_t oflags = 0;
   uint32_t dpw = 0;
+  uint64_t gen = 0;
   int64_t *wl_acct = NULL;
   fp_open_rec_t *credit = NULL;
   struct stat st;
@@ -1183,13 +1198,21 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
       // As file.ts backingFlags: read-only stays read-only, anything else is read-write (the UTF-8 check reads around writes).
       int acc = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
       fd = openat(pfd, name, acc | (flags & O_APPEND) | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, m);
-      int made = fd >= 0;
-      if (made && !(fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev &&
-                    ((uint64_t) st.st_ino >> 63) == 0 && fchown(fd, own_uid, own_gid) == 0)) {
-        close(fd);
-        fd = -1;
+      if (fd >= 0) {
+        int known = fstat(fd, &st) == 0;
+        if (!(known && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
+              fchown(fd, own_uid, own_gid) == 0)) {
+          // Made but not as JS would have it: nothing is left. The name is
+          // removed only while it is still the file made here (another may
+          // have been renamed over it since); Linux has no unlink by
+          // descriptor, so this narrows the window to the two calls. A file
+          // whose identity is unknown (fstat failed) is left where it is.
+          struct stat named;
+          if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st.st_dev && named.st_ino == st.st_ino) unlinkat(pfd, name, 0);
+          close(fd);
+          fd = -1;
+        }
       }
-      if (made && fd < 0) unlinkat(pfd, name, 0); // made but not as JS would have it: nothing is left
       if (fd >= 0) {
         oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
         he->fh = credit->fh;
@@ -1203,6 +1226,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
         *direct_io = (home->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
         credit->published = (home->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1 : 0;
         dpw = home->open_flags;
+        gen = fp_policy_gen;
         if (home->wl_on && home->pending_len >= HOMESFS_ACCT_LEN) wl_acct = home->pending;
       }
     }
@@ -1227,7 +1251,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   fp_open_register(dev, ino, he, fresh);
   // What a handle of a binary home publishes (context.ts publishData): reads, and, writable, writes decided without their data.
   uint32_t dp = (credit->published ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (dpw & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
-  credit->published = dp != 0 && homesfs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0) ? dp : 0;
+  credit->published = dp != 0 && homesfs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, gen) ? dp : 0;
   credit->kind = HOMESFS_REC_CREATED;
   credit->fd = fd;
   credit->dev = dev;
@@ -1295,6 +1319,7 @@ static int fp_remove_locked (const char *prefix, size_t n, double token) {
     if (e->hash == h && e->prefix_len == n && memcmp(e->prefix, prefix, n) == 0) {
       if (token >= 0 && e->token != token) return 0;
       *pp = e->next;
+      fp_policy_moved_locked();
       fp_free_home(e);
       fp_home_count--;
       return 1;
@@ -1759,6 +1784,8 @@ static napi_value fp_set_open (napi_env env, napi_callback_info info) {
   if (e != NULL && e->token == token) {
     if ((flags & HOMESFS_OPEN_ON) == 0) fp_return_credits(e);
     e->open_flags = (flags & HOMESFS_OPEN_ON) ? flags : 0;
+    // Handles opened here under the flags before are served no more until JS has adopted them.
+    fp_policy_moved_locked();
     set = 1;
   }
   pthread_rwlock_unlock(&fp_lock);

@@ -66,6 +66,11 @@ typedef struct {
 int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t len, int append, homesfs_wl_ticket_t *t);
 void homesfs_fastpath_wl_end (homesfs_wl_ticket_t *t, int64_t n);
 
+// Moves on (under the write lock) whenever a home's open flags are set or a
+// home is withdrawn or replaced: what a native open published to the data
+// plane under an older generation waits for JavaScript (dataplane.c).
+uint64_t homesfs_fastpath_policy_gen (void);
+
 void homesfs_fastpath_export (napi_env env, napi_value exports);
 
 #endif

@@ -79,6 +79,16 @@ export abstract class HomeRegistry {
   abstract refreshNativeUnlink(hs: HomeState): void;
   /** Take everything the binding queued for JavaScript (OpenSlots). */
   abstract settle(): void;
+  /** Refuse (DAEMON_FILES_EXHAUSTED) a home whose descriptors would not fit beside the open files (OpenSlots). */
+  protected abstract roomForHome(id: string): void;
+
+  /**
+   * Descriptors each loaded home holds: its directory's, and the binding's
+   * copy of it when the fast path is on (it dups each published home's).
+   */
+  get descriptorsPerHome(): number {
+    return this.deps.attrs ? 2 : 1;
+  }
 
   get store(): BackingStore {
     return this.deps.store;
@@ -88,6 +98,11 @@ export abstract class HomeRegistry {
     const id = homeId(ref);
     let p = this.homes.get(id);
     if (!p) {
+      try {
+        this.roomForHome(id);
+      } catch (err) {
+        return Promise.reject(err);
+      }
       const opened = this.openHomeState(ref);
       p = opened;
       this.homes.set(id, opened);

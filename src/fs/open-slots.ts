@@ -10,7 +10,7 @@
  */
 import { fstatSync } from 'node:fs';
 import * as sys from '../backing/sys.js';
-import { isHomesError, type HomesError } from '../errors.js';
+import { HomesError, isHomesError } from '../errors.js';
 import type { Ledger, Undo } from '../policy/ledger.js';
 import { OpenFileAccounting, type OpenSlot } from '../policy/openfiles.js';
 import { OpenInodes } from './inodes.js';
@@ -52,9 +52,30 @@ export abstract class OpenSlots extends OpenInodes {
     const caps = deps.openFiles;
     this.openFiles = new OpenFileAccounting({
       perUid: caps?.perUid ?? 0,
-      // Each loaded home holds one directory descriptor of its own.
-      total: () => (caps === undefined ? Number.MAX_SAFE_INTEGER : caps.forHandles - this.homes.size),
+      // Each loaded home holds its directory's descriptors (descriptorsPerHome).
+      total: () => (caps === undefined ? Number.MAX_SAFE_INTEGER : caps.forHandles - this.homes.size * this.descriptorsPerHome),
     });
+  }
+
+  /**
+   * A home to load must find its descriptors beside the files open now, and
+   * the homes together may hold at most half of what the daemon's descriptors
+   * allow beside its reserve (so open files always keep the other half). Past
+   * that it is refused here (ENFILE, as an open is) rather than meeting
+   * EMFILE in the reserve (limits.reserveFiles).
+   */
+  protected override roomForHome(id: string): void {
+    const caps = this.deps.openFiles;
+    if (caps === undefined) return;
+    const homes = (this.homes.size + 1) * this.descriptorsPerHome;
+    const fits = () => homes + this.openFiles.total <= caps.forHandles;
+    // Slots granted to the binding and unused are no descriptors yet: they make room first.
+    if (homes <= Math.floor(caps.forHandles / 2) && (fits() || (this.reclaimCredits() && fits()))) return;
+    throw new HomesError(
+      'DAEMON_FILES_EXHAUSTED',
+      `the home ${id} cannot be loaded: ${this.homes.size} homes (${this.descriptorsPerHome} descriptors each) and ${this.openFilesTotal} open files hold what the daemon's descriptors allow beside its reserve`,
+      { limit: caps.forHandles, scope: 'daemon' },
+    );
   }
 
   /** (Re)publish whether the handle's FLUSH needs JS (NativePublication). */
@@ -270,7 +291,12 @@ export abstract class OpenSlots extends OpenInodes {
     const rec = inode;
     const h = this.handles.adopt(fh, () => ({ fh, fd, home: hs, inode: rec, writable: how.writable, append: how.append, rel: [], leftIncompleteTail: false, jsFlush: false, slot, published }));
     // The home's policy changed since the slot was granted (the binding opened with what it had then): publish what it is now.
-    if (!policyChanged) return;
+    if (!policyChanged) {
+      // Unchanged: what the binding published holds, and is JS's from now on (its generation in the binding may
+      // have moved with another home's change, which stops a native handle until it is adopted, dataplane.c).
+      if (published !== 0) this.deps.dataPlane?.setFlags(fh, published);
+      return;
+    }
     this.gateFlush(h);
     this.publishData(h);
     this.deps.attrs?.handle(h);

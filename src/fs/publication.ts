@@ -71,7 +71,12 @@ export abstract class NativePublication extends OpenSlots {
   /** A home's profile or budget changed (control socket, reload): republish what depends on it. */
   policyChanged(hs: HomeState): void {
     hs.policyEpoch++;
+    // The binding opens and creates nothing more under the old policy (and what it opened before is
+    // served no more natively until adopted, see dataplane.c), then every handle it opened meanwhile is
+    // adopted here and published anew with the rest: no handle writes or reads under the old policy
+    // natively once the change is answered.
     this.refreshNativeOpen(hs);
+    this.settle();
     for (const h of this.handles.values()) {
       if (h.home !== hs) continue;
       this.gateFlush(h);

@@ -32,7 +32,7 @@ export interface MetricsSnapshot {
   uptimeSeconds: number;
   /** the daemon serves its mount (mounted, FUSE loop running, self-check not failed); absent: not reported */
   mountUp?: boolean;
-  /** open files of all homes against their shared cap (limits.nofile − limits.reserveFiles − homes) */
+  /** open files of all homes against their shared cap (limits.nofile − limits.reserveFiles − the loaded homes' descriptors) */
   openFiles?: { total: number; cap: number };
 }
 
@@ -78,7 +78,7 @@ export function renderMetrics(s: MetricsSnapshot): string {
   family('homesfs_home_open_handles', 'gauge', 'Open file handles in the home.', s.homes.map((h) => [home(h), h.openHandles]));
   if (s.openFiles) {
     family('homesfs_open_files', 'gauge', 'Open file handles of all homes (each holds a daemon descriptor).', [[{}, s.openFiles.total]]);
-    family('homesfs_open_files_cap', 'gauge', "What all homes' open files may reach together: the daemon's RLIMIT_NOFILE less its reserve and one per loaded home.", [[{}, s.openFiles.cap]]);
+    family('homesfs_open_files_cap', 'gauge', "What all homes' open files may reach together: the daemon's RLIMIT_NOFILE less its reserve and the loaded homes' own descriptors.", [[{}, s.openFiles.cap]]);
   }
   family('homesfs_tenant_bytes', 'gauge', "Bytes of all the tenant's homes.", s.tenants.map((t) => [{ tenant: t.tenant }, t.bytes]));
   family('homesfs_tenant_budget_bytes', 'gauge', "The tenant's total budget across its homes (0 = off).", s.tenants.map((t) => [{ tenant: t.tenant }, t.budget]));

@@ -189,8 +189,8 @@ print('ok')"`,
     expect(s.limits.nofile).toMatchObject({ configured: NOFILE, soft: NOFILE });
     expect(readFileSync(`/proc/${d.proc.pid}/limits`, 'utf8')).toMatch(new RegExp(`Max open files\\s+${NOFILE}\\s`));
     expect(s.limits.reserveFiles).toBe(RESERVE);
-    // the reserve, and one directory descriptor per loaded home, are kept out of the homes' reach
-    expect(s.limits.openFilesCap).toBe(NOFILE - RESERVE - s.homes.length);
+    // the reserve, and two descriptors per loaded home (its directory's and the binding's copy), are kept out of the homes' reach
+    expect(s.limits.openFilesCap).toBe(NOFILE - RESERVE - 2 * s.homes.length);
     expect(s.limits.openFiles).toBe(0);
     expect(homeOf(s, 'atk', 'a').maxOpenFiles).toBe(TIGHT);
     const human = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'status']);
