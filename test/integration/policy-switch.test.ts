@@ -87,7 +87,7 @@ while True:
 type Stats = { fastPath: { createAnswered: number; writesDecided: number } };
 
 describe.skipIf(!canMount)('set-profile reaches handles the binding opened natively before it answers', () => {
-  const s = ownerSuite(U, { homes: { [`${T}/sw`]: { owner: U, profile: 'home' } }, config: { owners: { from: BASE, to: BASE + 9_999 } } });
+  const s = ownerSuite({ homes: { [`${T}/sw`]: { owner: U, profile: 'home' } }, config: { owners: { from: BASE, to: BASE + 9_999 } } });
   const native = async (): Promise<Stats> => ((await s.d.status()) as { native: Stats }).native;
 
   it(`over ${ROUNDS} switches to scratch under a writer creating files natively, every write of 0xFF after the reply fails with EILSEQ`, async () => {
