@@ -9,6 +9,10 @@
 #include <stdio.h>
 #include "harness.h"
 
+// The policy generation fastpath.c keeps; a test moves it as a set-profile would.
+static uint64_t policy_gen = 1;
+uint64_t homesfs_fastpath_policy_gen(void) { return __atomic_load_n(&policy_gen, __ATOMIC_ACQUIRE); }
+
 static uint64_t lead_releases = 0;
 void homesfs_lead_release(void) { __atomic_add_fetch(&lead_releases, 1, __ATOMIC_RELAXED); }
 void homesfs_lead_release_read(void) { homesfs_lead_release(); }
@@ -42,8 +46,8 @@ TEST(a_published_handle_is_read_here_until_unpublished) {
   char buf[100];
   int res = -1;
   uint64_t reads0 = dp_reads;
-  CHECK_EQ(homesfs_dp_publish_fd(7, fds[2], HOMESFS_DP_READ, 1, 2, 0), 1);
-  CHECK_EQ(homesfs_dp_publish_fd(7, fds[3], HOMESFS_DP_READ, 1, 3, 0), 0);   // already published
+  CHECK_EQ(homesfs_dp_publish_fd(7, fds[2], HOMESFS_DP_READ, 1, 2, 0, 0), 1);
+  CHECK_EQ(homesfs_dp_publish_fd(7, fds[3], HOMESFS_DP_READ, 1, 3, 0, 0), 0);   // already published
   CHECK_EQ(homesfs_dp_read(7, buf, sizeof(buf), 10, &res), 1);
   CHECK_EQ(res, 100);
   CHECK_EQ(buf[0], 'c');
@@ -63,21 +67,41 @@ TEST(a_published_handle_is_read_here_until_unpublished) {
   CHECK_EQ(dp_published, 0);
 }
 
+TEST(a_handle_opened_natively_under_an_older_policy_falls_back) {
+  char buf[16];
+  int res = -1;
+  // Stamped with the generation it was opened under: read here while it holds.
+  CHECK_EQ(homesfs_dp_publish_fd(21, fds[4], HOMESFS_DP_READ, 1, 21, 0, policy_gen), 1);
+  CHECK_EQ(homesfs_dp_read(21, buf, sizeof(buf), 0, &res), 1);
+  CHECK_EQ(res, 16);
+  // A policy change (a profile switch) makes it JavaScript's: its reads go there.
+  __atomic_add_fetch(&policy_gen, 1, __ATOMIC_ACQ_REL);
+  res = -1;
+  CHECK_EQ(homesfs_dp_read(21, buf, sizeof(buf), 0, &res), 0);
+  CHECK_EQ(res, -1);
+  CHECK_EQ(homesfs_dp_unpublish_fd(21), 1);
+  // What JavaScript publishes (generation 0) holds under any policy.
+  CHECK_EQ(homesfs_dp_publish_fd(21, fds[4], HOMESFS_DP_READ, 1, 21, 0, 0), 1);
+  __atomic_add_fetch(&policy_gen, 1, __ATOMIC_ACQ_REL);
+  CHECK_EQ(homesfs_dp_read(21, buf, sizeof(buf), 0, &res), 1);
+  CHECK_EQ(homesfs_dp_unpublish_fd(21), 1);
+}
+
 TEST(what_javascript_must_decide_falls_back) {
   char buf[16];
   int res = -1;
   uint64_t fallbacks0 = dp_fallbacks;
-  CHECK_EQ(homesfs_dp_publish_fd(9, fds[0], HOMESFS_DP_WRITE, 1, 0, 0), 1);  // write-only
+  CHECK_EQ(homesfs_dp_publish_fd(9, fds[0], HOMESFS_DP_WRITE, 1, 0, 0, 0), 1);  // write-only
   CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), 0, &res), 0);
   CHECK_EQ(homesfs_dp_unpublish_fd(9), 1);
-  CHECK_EQ(homesfs_dp_publish_fd(9, fds[0], HOMESFS_DP_READ | 0x80, 1, 0, 0), 1); // unknown flag bits dropped
+  CHECK_EQ(homesfs_dp_publish_fd(9, fds[0], HOMESFS_DP_READ | 0x80, 1, 0, 0, 0), 1); // unknown flag bits dropped
   CHECK_EQ(dp_find(9)[0]->flags, HOMESFS_DP_READ);
   // offsets JavaScript cannot address (past 2^53 - 1), negative ones, a failed pread
   CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), (off_t) DP_MAX_OFFSET - 4, &res), 0);
   CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), -1, &res), 0);
   CHECK_EQ(homesfs_dp_unpublish_fd(9), 1);
   int d = open("/", O_RDONLY | O_DIRECTORY);
-  CHECK_EQ(homesfs_dp_publish_fd(9, d, HOMESFS_DP_READ, 1, 0, 0), 1);
+  CHECK_EQ(homesfs_dp_publish_fd(9, d, HOMESFS_DP_READ, 1, 0, 0, 0), 1);
   CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), 0, &res), 0);                // EISDIR: JavaScript reads and answers
   CHECK_EQ(homesfs_dp_unpublish_fd(9), 1);
   close(d);
@@ -89,7 +113,7 @@ TEST(many_handles_in_shared_buckets_each_read_their_own_file) {
   enum { N = 20000 };
   char buf[8];
   int res = 0, wrong = 0;
-  for (uint64_t fh = 1; fh <= N; fh++) CHECK_EQ(homesfs_dp_publish_fd(fh, fds[fh % FILES], HOMESFS_DP_READ, 0, fh, 0), 1);
+  for (uint64_t fh = 1; fh <= N; fh++) CHECK_EQ(homesfs_dp_publish_fd(fh, fds[fh % FILES], HOMESFS_DP_READ, 0, fh, 0, 0), 1);
   CHECK_EQ(dp_published, N);
   for (uint64_t fh = 2; fh <= N; fh += 2) CHECK_EQ(homesfs_dp_unpublish_fd(fh), 1);
   for (uint64_t fh = 1; fh <= N; fh++) {
@@ -133,7 +157,7 @@ TEST(unpublish_racing_reads_is_safe) {
   for (int round = 0; round < 20000; round++) {
     uint64_t fh = 1 + (uint64_t) round % HANDLES;
     homesfs_dp_unpublish_fd(fh);
-    CHECK_EQ(homesfs_dp_publish_fd(fh, fds[round % FILES], HOMESFS_DP_READ, 0, 0, 0), 1);
+    CHECK_EQ(homesfs_dp_publish_fd(fh, fds[round % FILES], HOMESFS_DP_READ, 0, 0, 0, 0), 1);
   }
   __atomic_store_n(&stop_readers, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < READERS; i++) pthread_join(t[i], NULL);

@@ -8,7 +8,7 @@
 #include "harness.h"
 
 // Not under test here: the data plane's publication (the native open and create use it).
-int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append) { abort(); }
+int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
 int homesfs_dp_unpublish_fd(uint64_t fh) { abort(); }
 
 static int64_t home_acct[HOMESFS_ACCT_LEN];
