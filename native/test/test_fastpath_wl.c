@@ -1,10 +1,11 @@
-// fastpath.c's WRITE decision (homesfs_fastpath_wl_begin / _end): the growth
+// fastpath_write.c's WRITE decision (homesfs_fastpath_wl_begin / _end): the growth
 // a write may charge from the byte credit JS reserved, and its settling when
 // the pwrite landed all, part or nothing. The inodes are entered in the
-// table as fastpath_inode and fastpath_wl_delegate do; fastpath.c is
-// included for its statics and its Node calls link to generated stubs that
-// abort (see the Makefile).
-#include "../src/fastpath.c"
+// table as fastpath_inode and fastpath_wl_delegate do, through what
+// fastpath_internal.h shares; the fast path's files are linked in and their
+// Node calls link to generated stubs that abort (see the Makefile).
+#include <stdlib.h>
+#include "../src/fastpath_internal.h"
 #include "harness.h"
 
 // Not under test here: the data plane's publication (the native open and create use it).

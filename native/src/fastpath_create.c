@@ -1,0 +1,252 @@
+// CREATE answered here (fastpath_set_create) from the create slots JS grants
+// (fastpath_grant_create: an open-file slot, an inode the ledger reserved, a
+// handle number). Invariants: a create holds fp_lock's read lock from its
+// home's check to the file made, and counts in fp_creates_inflight (under
+// fp_open_lock) until its record is queued, so making the home immutable
+// (fastpath_set_mutable) returns only after every create it raced is queued
+// for JS; a file made but not as JS would make it is removed again.
+
+#include "fastpath_internal.h"
+#include "dataplane.h"
+
+
+uint64_t fp_canswered_create = 0;  // create, atomic
+uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it), atomic
+
+// CREATE: JS's createIn for a new name, step for step, in a
+// mutable home JS opened for it (binary content, owner-only ownership, no
+// per-directory entry limit, a new file's mode of the form published): the
+// depth, the confined walk to the parent, a create slot for the caller's uid
+// (an open-file slot, an inode the ledger already reserved, a handle number),
+// O_CREAT|O_EXCL|O_NOFOLLOW|O_NONBLOCK with the published mode, a regular file
+// on the home's device, fchown to the published owner, the inode counted open
+// and the handle published, the data plane told, the create queued for JS,
+// which adopts it (and commits the reserved inode) before anything else. A
+// name that exists (O_CREAT without O_EXCL opens it; O_TRUNC truncates it, a
+// ledger change) and every doubt go to JS, with nothing made. A failure
+// after the file was made removes it again before JS is asked.
+int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  if (path == NULL || path[0] != '/') return HOMESFS_FASTPATH_FALLBACK;
+  const char *t_end = strchr(path + 1, '/');
+  if (t_end == NULL) return HOMESFS_FASTPATH_FALLBACK;
+  const char *k_end = strchr(t_end + 1, '/');
+  if (k_end == NULL || k_end[1] == 0) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen = (size_t) (k_end - path);
+  const char *rel = k_end + 1;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+  uint32_t depth = 1;
+  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
+  uint32_t h = fp_hash(path, plen);
+
+  fp_handle_t *he = calloc(1, sizeof(*he));
+  fp_inode_t *fresh = calloc(1, sizeof(*fresh));
+  if (he == NULL || fresh == NULL) { free(he); free(fresh); return HOMESFS_FASTPATH_FALLBACK; }
+
+  int counted = 0;
+  int fd = -1;
+  int pfd = -1;
+  uint32_t oflags = 0;
+  uint32_t dpw = 0;
+  uint64_t gen = 0;
+  int64_t *wl_acct = NULL;
+  fp_open_rec_t *credit = NULL;
+  struct stat st;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_home_t *home = fp_find_home(path, plen, h);
+  if (home != NULL && home->create_on && home->pending != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
+    counted = 1;
+    if ((home->max_depth == 0 || depth <= home->max_depth) && fp_components_ok(rel, home->max_name)) {
+      pfd = home->fd;
+      if (last_slash != NULL) {
+        char *prel = strndup(rel, (size_t) (last_slash - rel));
+        struct open_how how;
+        memset(&how, 0, sizeof(how));
+        how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+        pfd = prel == NULL ? -1 : (int) syscall(SYS_openat2, home->fd, prel, &how, sizeof(how));
+        free(prel);
+      }
+    }
+    if (pfd >= 0) {
+      pthread_mutex_lock(&fp_open_lock);
+      for (fp_open_rec_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->uid == uid) { credit = *pp; *pp = credit->next; fp_credit_count--; fp_creates_inflight++; break; }
+      }
+      pthread_mutex_unlock(&fp_open_lock);
+    }
+    mode_t m = (mode_t) ((mode & home->mode_m) | home->mode_or);
+    // setuid/setgid asked: JS sets them again after the chown (which clears them), by descriptor.
+    if (credit != NULL && (m & 06000) != 0) {
+      fp_queue_create_done(credit);
+      credit = NULL;
+    }
+    // Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner, or the caller with a setgid parent's group.
+    uint32_t own_uid = home->uid, own_gid = home->gid;
+    if (credit != NULL && home->create_owner == 1) {
+      struct stat pst;
+      own_uid = uid;
+      own_gid = gid;
+      if (fstat(pfd, &pst) != 0) {
+        fp_queue_create_done(credit);
+        credit = NULL;
+      } else if ((pst.st_mode & S_ISGID) != 0) {
+        own_gid = (uint32_t) -1;
+      }
+    }
+    if (credit != NULL) {
+      // As file.ts backingFlags: read-only stays read-only, anything else is read-write (the UTF-8 check reads around writes).
+      int acc = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
+      fd = openat(pfd, name, acc | (flags & O_APPEND) | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, m);
+      if (fd >= 0) {
+        int known = fstat(fd, &st) == 0;
+        if (!(known && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
+              fchown(fd, own_uid, own_gid) == 0)) {
+          // Made but not as JS would have it: nothing is left. The name is
+          // removed only while it is still the file made here (another may
+          // have been renamed over it since); Linux has no unlink by
+          // descriptor, so this narrows the window to the two calls. A file
+          // whose identity is unknown (fstat failed) is left where it is.
+          struct stat named;
+          if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st.st_dev && named.st_ino == st.st_ino) unlinkat(pfd, name, 0);
+          close(fd);
+          fd = -1;
+        }
+      }
+      if (fd >= 0) {
+        oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
+        he->fh = credit->fh;
+        he->fd = fd;
+        he->uid = home->uid;
+        he->gid = home->gid;
+        he->owner_from_stat = home->owner_from_stat;
+        he->types = home->types;
+        memcpy(he->keep, home->keep, sizeof(he->keep));
+        memcpy(he->or, home->or, sizeof(he->or));
+        *direct_io = (home->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
+        credit->published = (home->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1 : 0;
+        dpw = home->open_flags;
+        gen = fp_policy_gen;
+        if (home->wl_on && home->pending_len >= HOMESFS_ACCT_LEN) wl_acct = home->pending;
+      }
+    }
+    if (pfd >= 0 && pfd != home->fd) close(pfd);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+
+  if (fd < 0) {
+    free(he);
+    free(fresh);
+    if (credit != NULL) fp_queue_create_done(credit); // kind is still UNUSED_CREATE: slot and inode go back
+    if (counted) __atomic_add_fetch(&fp_cfallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
+  uint32_t handle = credit->fh;
+  // A new file: its charged size is 0, and where JS let it, C owns it from
+  // the start, so its first writes need no decision from JS either.
+  fresh->size_bits = 0;  // the bits of 0.0
+  fresh->has_size = 1;
+  if (wl_acct != NULL) { fresh->deleg = 1; fresh->acct = wl_acct; }
+  fp_open_register(dev, ino, he, fresh);
+  // What a handle of a binary home publishes (context.ts publishData): reads, and, writable, writes decided without their data.
+  uint32_t dp = (credit->published ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (dpw & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
+  credit->published = dp != 0 && homesfs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, gen) ? dp : 0;
+  credit->kind = HOMESFS_REC_CREATED;
+  credit->fd = fd;
+  credit->dev = dev;
+  credit->ino = ino;
+  credit->oflags = oflags;
+  fp_queue_create_done(credit);
+  *fh = handle;
+  __atomic_add_fetch(&fp_canswered_create, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+
+// fastpath_set_create(prefix, token, on, modeM, modeOr, maxDepth, ownerIsCaller) -> set?
+// CREATE answered here (while the home is also open for native opens and
+// mutable), the new file's mode (asked & modeM) | modeOr, at most maxDepth
+// components deep (0: any). Off gives every create slot back.
+napi_value fp_set_create (napi_env env, napi_callback_info info) {
+  size_t argc = 7;
+  napi_value argv[7];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 7) FP_THROW("fastpath_set_create: 7 arguments");
+  size_t plen = 0;
+  double token = -1;
+  bool on = false, caller_owns = false;
+  uint32_t m = 0, or = 0, depth = 0;
+  char *prefix = fp_string(env, argv[0], &plen);
+  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
+      napi_get_value_bool(env, argv[2], &on) != napi_ok ||
+      napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
+      napi_get_value_uint32(env, argv[4], &or) != napi_ok || (or & ~0777u) != 0 ||
+      napi_get_value_uint32(env, argv[5], &depth) != napi_ok ||
+      napi_get_value_bool(env, argv[6], &caller_owns) != napi_ok) {
+    free(prefix);
+    FP_THROW("fastpath_set_create: (prefix, token, on, modeM, modeOr: permission bits, maxDepth, ownerIsCaller)");
+  }
+  int set = 0;
+  uint32_t h = fp_hash(prefix, plen);
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, plen, h);
+  if (e != NULL && e->token == token) {
+    if (!on) fp_return_create_credits(e);
+    e->create_on = on ? 1 : 0;
+    e->create_owner = caller_owns ? 1 : 0;
+    e->mode_m = m;
+    e->mode_or = or;
+    e->max_depth = depth;
+    set = 1;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  free(prefix);
+  napi_value out;
+  napi_get_boolean(env, set != 0, &out);
+  return out;
+}
+
+
+// fastpath_grant_create(prefix, token, fh, uid) -> granted? One create slot:
+// an open-file slot JS took for uid, an inode its ledger reserved, and a
+// handle number. False (nothing kept) when the home is not open for creates.
+napi_value fp_grant_create (napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4) FP_THROW("fastpath_grant_create: 4 arguments");
+  size_t plen = 0;
+  double token = -1;
+  uint32_t fh = 0, uid = 0;
+  char *prefix = fp_string(env, argv[0], &plen);
+  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
+      napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 ||
+      napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
+    free(prefix);
+    FP_THROW("fastpath_grant_create: (prefix, token, fh > 0, uid)");
+  }
+  fp_open_rec_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", "fastpath_grant_create: out of memory"); return NULL; }
+  r->kind = HOMESFS_REC_UNUSED_CREATE;
+  r->fh = fh;
+  r->fd = -1;
+  r->uid = uid;
+  int granted = 0;
+  uint32_t h = fp_hash(prefix, plen);
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, plen, h);
+  if (e != NULL && e->token == token && e->create_on && e->pending != NULL && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
+    pthread_mutex_lock(&fp_open_lock);
+    r->next = e->ccredits;
+    e->ccredits = r;
+    fp_credit_count++;
+    pthread_mutex_unlock(&fp_open_lock);
+    granted = 1;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  if (!granted) free(r);
+  free(prefix);
+  napi_value out;
+  napi_get_boolean(env, granted != 0, &out);
+  return out;
+}

@@ -1,0 +1,449 @@
+// Read-only OPEN answered here, the RELEASE of a handle opened here before
+// JS adopted it, the open-file slots JS grants (fastpath_grant, _reclaim,
+// _set_open) and the queue JS adopts handles and takes slots back from
+// (fastpath_take_opens). Invariants: every slot is JS's own accounting, lent
+// here; it is in exactly one place (a home's list, a native open's hands, or
+// the queue), and it never goes back to a list once fp_credit_gen moved
+// after it was taken. The lists, the queue and the generation are under
+// fp_open_lock, taken inside fp_lock (never the other way round).
+
+#include "fastpath_internal.h"
+#include "dataplane.h"
+
+
+uint64_t fp_oanswered = 0;   // open, atomic
+uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), atomic
+
+// ---- OPEN ----------------------------------------------------------------------
+// A read-only OPEN of a regular file in a home JS opened for it (binary
+// content: no read needs policy), by a caller uid JS granted an open-file slot
+// for there, is answered here. Every slot is one JS took from its own
+// accounting (src/policy/openfiles.ts: the home's, that uid's and the
+// daemon's caps) before granting it, with a handle number JS reserved: the
+// caps stay JS's and exact, a refusal is always JS's (no slot
+// here: JS answers, and refuses if it must). What C does is JS's open of such
+// a file (file.ts openIn), step for step: the confined walk (O_RDONLY|
+// O_NOFOLLOW|O_NONBLOCK), a regular file on the home's device, the inode
+// counted open before its nlink is read (as attachInode does, under the write
+// lock, so a native unlink either saw it open or removed the last name first:
+// then JS repeats the open and answers ENOENT), the handle published for
+// fgetattr and, if JS said so, for native reads. The handle is queued for JS
+// (takeOpens), which adopts it before it serves anything else: until then
+// nothing but READ, FLUSH, fgetattr and RELEASE can name it, and each of those
+// is answered here or takes the queue first. A slot not used (a fallback, a
+// home withdrawn or republished) goes back to JS through the same queue.
+// The home's flags and the queue's record kinds: HOMESFS_OPEN_* and
+// HOMESFS_REC_* of abi.h.
+
+
+
+pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's credits, and the queue
+// Native creates past their home's check and not yet queued for JS (under
+// fp_open_lock): making a home immutable waits for them (fp_set_mutable), so
+// a rescan that follows finds every file made before it already queued.
+uint32_t fp_creates_inflight = 0;
+pthread_cond_t fp_creates_done = PTHREAD_COND_INITIALIZER;
+static fp_open_rec_t *fp_opens = NULL;
+static fp_open_rec_t **fp_opens_tail = &fp_opens;
+static uint32_t fp_open_queued = 0;
+uint32_t fp_credit_count = 0;  // under fp_open_lock
+// Bumped (under fp_open_lock) whenever slots go back to JS: a home withdrawn,
+// republished or freed, a reclaim. A slot taken out before the last bump may
+// belong to a home that is gone, or be one JS counted in when it took slots
+// back: it goes to JS through the queue, never back to a list.
+static uint64_t fp_credit_gen = 0;
+uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
+
+// Under fp_open_lock.
+static void fp_queue_locked (fp_open_rec_t *r) {
+  r->next = NULL;
+  *fp_opens_tail = r;
+  fp_opens_tail = &r->next;
+  fp_open_queued++;
+}
+
+static void fp_queue (fp_open_rec_t *r) {
+  pthread_mutex_lock(&fp_open_lock);
+  fp_queue_locked(r);
+  pthread_mutex_unlock(&fp_open_lock);
+}
+
+// A native create's record queued: it is no longer in flight.
+void fp_queue_create_done (fp_open_rec_t *r) {
+  pthread_mutex_lock(&fp_open_lock);
+  fp_queue_locked(r);
+  if (--fp_creates_inflight == 0) pthread_cond_broadcast(&fp_creates_done);
+  pthread_mutex_unlock(&fp_open_lock);
+}
+
+// The home's create slots back to JS (each with its reserved inode).
+void fp_return_create_credits (fp_home_t *e) {
+  pthread_mutex_lock(&fp_open_lock);
+  while (e->ccredits != NULL) {
+    fp_open_rec_t *r = e->ccredits;
+    e->ccredits = r->next;
+    fp_credit_count--;
+    r->kind = HOMESFS_REC_UNUSED_CREATE;
+    fp_queue_locked(r);
+  }
+  pthread_mutex_unlock(&fp_open_lock);
+}
+
+// Every credit of the home back to JS (under the write lock, or the read lock for a home JS is changing).
+void fp_return_credits (fp_home_t *e) {
+  pthread_mutex_lock(&fp_open_lock);
+  fp_credit_gen++;
+  while (e->credits != NULL) {
+    fp_open_rec_t *r = e->credits;
+    e->credits = r->next;
+    fp_credit_count--;
+    r->kind = HOMESFS_REC_UNUSED;
+    fp_queue_locked(r);
+  }
+  pthread_mutex_unlock(&fp_open_lock);
+  fp_return_create_credits(e);
+}
+
+// The inode counted open and the handle published, under the write lock (as
+// fastpath_inode(+1) and fastpath_set_handle do for JS), or both undone.
+int fp_open_register (uint64_t dev, uint64_t ino, fp_handle_t *he, fp_inode_t *fresh) {
+  uint32_t b = fp_inode_bucket(dev, ino);
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    e->count++;
+  } else {
+    fresh->dev = dev; fresh->ino = ino; fresh->count = 1;
+    fresh->next = fp_inodes[b];
+    fp_inodes[b] = fresh;
+    fp_inode_count++;
+    fresh = NULL;
+  }
+  fp_handle_t *old = fp_unlink_handle_locked(he->fh);
+  he->next = fp_handles[he->fh % FP_HANDLE_BUCKETS];
+  fp_handles[he->fh % FP_HANDLE_BUCKETS] = he;
+  fp_handle_count++;
+  pthread_rwlock_unlock(&fp_lock);
+  free(old);
+  free(fresh);
+  return 0;
+}
+
+static void fp_open_unregister (uint64_t dev, uint64_t ino, uint32_t fh) {
+  uint32_t b = fp_inode_bucket(dev, ino);
+  fp_inode_t *gone = NULL;
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_inode_t **pp = &fp_inodes[b];
+  for (fp_inode_t *e = *pp; e != NULL; pp = &e->next, e = e->next) {
+    if (e->dev == dev && e->ino == ino) {
+      if (--e->count == 0) { *pp = e->next; gone = e; fp_inode_count--; }
+      break;
+    }
+  }
+  fp_handle_t *he = fp_unlink_handle_locked(fh);
+  pthread_rwlock_unlock(&fp_lock);
+  free(gone);
+  free(he);
+}
+
+// The first slot of the home granted for uid, taken out (NULL if none). Under fp_open_lock.
+static fp_open_rec_t * fp_pop_credit_locked (fp_home_t *home, uint32_t uid) {
+  for (fp_open_rec_t **pp = &home->credits; *pp != NULL; pp = &(*pp)->next) {
+    if ((*pp)->uid == uid) {
+      fp_open_rec_t *r = *pp;
+      *pp = r->next;
+      fp_credit_count--;
+      r->home = home;
+      r->gen = fp_credit_gen;
+      return r;
+    }
+  }
+  return NULL;
+}
+
+int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, int *direct_io) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  // Read-only and nothing that changes the file (O_TRUNC truncates even then): the rest is JS's.
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  if (path == NULL || path[0] != '/') return HOMESFS_FASTPATH_FALLBACK;
+  const char *t_end = strchr(path + 1, '/');
+  if (t_end == NULL) return HOMESFS_FASTPATH_FALLBACK;
+  const char *k_end = strchr(t_end + 1, '/');
+  if (k_end == NULL || k_end[1] == 0) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen = (size_t) (k_end - path);
+  const char *rel = k_end + 1;
+  uint32_t h = fp_hash(path, plen);
+
+  fp_handle_t *he = calloc(1, sizeof(*he));
+  fp_inode_t *fresh = calloc(1, sizeof(*fresh));
+  if (he == NULL || fresh == NULL) { free(he); free(fresh); return HOMESFS_FASTPATH_FALLBACK; }
+
+  int counted = 0;
+  int fd = -1;
+  uint32_t oflags = 0;
+  uint64_t gen = 0;
+  fp_open_rec_t *credit = NULL;
+  struct stat st;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_home_t *home = fp_find_home(path, plen, h);
+  if (home != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
+    counted = 1;
+    if (fp_components_ok(rel, home->max_name)) {
+      struct open_how how;
+      memset(&how, 0, sizeof(how));
+      how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+      how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+      fd = (int) syscall(SYS_openat2, home->fd, rel, &how, sizeof(how));
+    }
+    if (fd >= 0) {
+      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0) {
+        pthread_mutex_lock(&fp_open_lock);
+        credit = fp_pop_credit_locked(home, uid);
+        pthread_mutex_unlock(&fp_open_lock);
+      }
+      if (credit != NULL) {
+        oflags = home->open_flags;
+        gen = fp_policy_gen;
+        he->fh = credit->fh;
+        he->fd = fd;
+        he->uid = home->uid;
+        he->gid = home->gid;
+        he->owner_from_stat = home->owner_from_stat;
+        he->types = home->types;
+        memcpy(he->keep, home->keep, sizeof(he->keep));
+        memcpy(he->or, home->or, sizeof(he->or));
+      } else {
+        close(fd);
+        fd = -1;
+      }
+    }
+  }
+  pthread_rwlock_unlock(&fp_lock);
+
+  if (credit == NULL) {
+    free(he);
+    free(fresh);
+    if (counted) __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
+  uint32_t handle = credit->fh;
+  fp_open_register(dev, ino, he, fresh);
+  // nlink after the inode counts as open: 0 means an unlink removed the last
+  // name first (JS's attachInode answers ENOENT there; JS repeats the open).
+  struct stat now;
+  if (fstat(fd, &now) != 0 || now.st_nlink == 0) {
+    fp_open_unregister(dev, ino, handle);
+    close(fd);
+    fp_queue(credit);  // kind is still UNUSED: the slot goes back
+    __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  credit->kind = HOMESFS_REC_OPENED;
+  credit->fd = fd;
+  credit->dev = dev;
+  credit->ino = ino;
+  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0, gen) ? 1 : 0;
+  fp_queue(credit);
+  *fh = handle;
+  *direct_io = (oflags & HOMESFS_OPEN_DIRECT_IO) != 0;
+  __atomic_add_fetch(&fp_oanswered, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+// RELEASE of a handle opened here that JS has not adopted yet: a
+// read-only open and close with no request in between, the common case of
+// `cat`, `stat`-then-read and compilers probing headers. Nothing of it reached
+// JS, so nothing needs to: its record leaves the queue, what the open did is
+// undone (the data plane entry, the fgetattr handle, the inode's open count,
+// the descriptor) and its slot goes back to the home's list for the next
+// open, as if it had never been taken. JS counted the slot as granted all
+// along, so its caps and views are unchanged. If slots went back to JS since
+// this one was taken (fp_credit_gen: a reclaim before a cap, a home withdrawn,
+// republished or freed), the slot goes to JS through the queue instead, as an
+// unused one. Returns 1 when the RELEASE was answered here; 0: the handle is
+// JS's (adopted, or not opened here), and the RELEASE goes on as before.
+int homesfs_fastpath_release (uint64_t fh) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return 0;
+  if (__atomic_load_n(&fp_open_queued, __ATOMIC_RELAXED) == 0) return 0;
+  fp_open_rec_t *r = NULL;
+  pthread_mutex_lock(&fp_open_lock);
+  for (fp_open_rec_t **pp = &fp_opens; *pp != NULL; pp = &(*pp)->next) {
+    if ((*pp)->kind == HOMESFS_REC_OPENED && (*pp)->fh == fh) {
+      r = *pp;
+      *pp = r->next;
+      if (fp_opens_tail == &r->next) fp_opens_tail = pp;
+      fp_open_queued--;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&fp_open_lock);
+  if (r == NULL) return 0;
+  // The kernel sends RELEASE after the handle's last READ was answered: nothing is in flight.
+  if (r->published) homesfs_dp_unpublish_fd(fh);
+  fp_open_unregister(r->dev, r->ino, (uint32_t) fh);
+  close(r->fd);
+  r->kind = HOMESFS_REC_UNUSED;
+  r->fd = -1;
+  r->published = 0;
+  r->dev = 0;
+  r->ino = 0;
+  pthread_mutex_lock(&fp_open_lock);
+  if (r->gen == fp_credit_gen && r->home != NULL) {
+    r->next = r->home->credits;
+    r->home->credits = r;
+    fp_credit_count++;
+  } else {
+    fp_queue_locked(r);
+  }
+  pthread_mutex_unlock(&fp_open_lock);
+  __atomic_add_fetch(&fp_oclosed, 1, __ATOMIC_RELAXED);
+  return 1;
+}
+
+
+// fastpath_set_open(prefix, token, flags) -> set? Read-only opens of that
+// home answered here (flags & 1; 2: publish them for native reads; 4:
+// direct_io), or not (0: every slot granted so far goes back, queued for
+// takeOpens). Returns once no native open of the home is past its checks
+// with the old flags (the write lock).
+napi_value fp_set_open (napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3) FP_THROW("fastpath_set_open: 3 arguments");
+  size_t plen = 0;
+  double token = -1;
+  uint32_t flags = 0;
+  char *prefix = fp_string(env, argv[0], &plen);
+  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
+      napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0) {
+    free(prefix);
+    FP_THROW("fastpath_set_open: (prefix, token, flags 0..15)");
+  }
+  int set = 0;
+  uint32_t h = fp_hash(prefix, plen);
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, plen, h);
+  if (e != NULL && e->token == token) {
+    if ((flags & HOMESFS_OPEN_ON) == 0) fp_return_credits(e);
+    e->open_flags = (flags & HOMESFS_OPEN_ON) ? flags : 0;
+    // Handles opened here under the flags before are served no more until JS has adopted them.
+    fp_policy_moved_locked();
+    set = 1;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  free(prefix);
+  napi_value out;
+  napi_get_boolean(env, set != 0, &out);
+  return out;
+}
+
+
+// fastpath_grant(prefix, token, fh, uid) -> granted? One open-file slot JS
+// took for caller uid, with the handle number JS reserved for it. False
+// (nothing kept) when the home is not open for native opens.
+napi_value fp_grant (napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4) FP_THROW("fastpath_grant: 4 arguments");
+  size_t plen = 0;
+  double token = -1;
+  uint32_t fh = 0, uid = 0;
+  char *prefix = fp_string(env, argv[0], &plen);
+  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
+      napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 ||
+      napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
+    free(prefix);
+    FP_THROW("fastpath_grant: (prefix, token, fh > 0, uid)");
+  }
+  fp_open_rec_t *r = calloc(1, sizeof(*r));
+  if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", "fastpath_grant: out of memory"); return NULL; }
+  r->kind = HOMESFS_REC_UNUSED;
+  r->fh = fh;
+  r->fd = -1;
+  r->uid = uid;
+  int granted = 0;
+  uint32_t h = fp_hash(prefix, plen);
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, plen, h);
+  if (e != NULL && e->token == token && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
+    pthread_mutex_lock(&fp_open_lock);
+    r->next = e->credits;
+    e->credits = r;
+    fp_credit_count++;
+    pthread_mutex_unlock(&fp_open_lock);
+    granted = 1;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  if (!granted) free(r);
+  free(prefix);
+  napi_value out;
+  napi_get_boolean(env, granted != 0, &out);
+  return out;
+}
+
+// fastpath_reclaim() -> how many: every home's unused slots back to JS
+// (queued for takeOpens), e.g. when a cap would refuse an open otherwise.
+napi_value fp_reclaim (napi_env env, napi_callback_info info) {
+  uint32_t before = 0;
+  pthread_rwlock_rdlock(&fp_lock);
+  pthread_mutex_lock(&fp_open_lock);
+  before = fp_credit_count;
+  fp_credit_gen++;  // even with no list to empty: a slot on its way back to one goes to JS
+  pthread_mutex_unlock(&fp_open_lock);
+  for (size_t i = 0; i < FP_HOME_BUCKETS; i++) {
+    for (fp_home_t *e = fp_homes[i]; e != NULL; e = e->next) if (e->credits != NULL || e->ccredits != NULL) fp_return_credits(e);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  napi_value out;
+  napi_create_uint32(env, before, &out);
+  return out;
+}
+
+// fastpath_take_opens() -> BigUint64Array [kind, fh, fd, published, dev, ino, oflags, ...]
+// (kind 1: opened here, adopt it; 2: a slot given back unused; 3: created here,
+// adopt it and commit its inode; 4: a create slot given back), oldest first; null when none.
+napi_value fp_take_opens (napi_env env, napi_callback_info info) {
+  pthread_mutex_lock(&fp_open_lock);
+  fp_open_rec_t *list = fp_opens;
+  fp_open_rec_t **tail = fp_opens_tail;
+  uint32_t n = fp_open_queued;
+  fp_opens = NULL;
+  fp_opens_tail = &fp_opens;
+  fp_open_queued = 0;
+  pthread_mutex_unlock(&fp_open_lock);
+  napi_value out;
+  if (n == 0) {
+    napi_get_null(env, &out);
+    return out;
+  }
+  napi_value ab;
+  void *data = NULL;
+  if (napi_create_arraybuffer(env, (size_t) n * 7 * sizeof(uint64_t), &data, &ab) != napi_ok ||
+      napi_create_typedarray(env, napi_biguint64_array, (size_t) n * 7, ab, 0, &out) != napi_ok) {
+    // Never drop one (a handle or a slot would be lost): back in front, for the next call.
+    pthread_mutex_lock(&fp_open_lock);
+    *tail = fp_opens;
+    if (fp_opens == NULL) fp_opens_tail = tail;
+    fp_opens = list;
+    fp_open_queued += n;
+    pthread_mutex_unlock(&fp_open_lock);
+    napi_get_null(env, &out);
+    return out;
+  }
+  uint64_t *d = (uint64_t *) data;
+  uint32_t i = 0;
+  for (fp_open_rec_t *e = list; e != NULL; i++) {
+    fp_open_rec_t *next = e->next;
+    d[7 * i] = e->kind;
+    d[7 * i + 1] = e->fh;
+    d[7 * i + 2] = (uint64_t) (e->fd < 0 ? 0 : e->fd);
+    d[7 * i + 3] = e->published;
+    d[7 * i + 4] = e->dev;
+    d[7 * i + 5] = e->ino;
+    d[7 * i + 6] = e->oflags;
+    free(e);
+    e = next;
+  }
+  return out;
+}

@@ -1,0 +1,169 @@
+// UTIMENS, CHMOD and CHOWN by path in a home JS published them for
+// (fastpath_set_attr_ops). Each runs under fp_lock's read lock, from the walk
+// to the change; the home's flags change only under the write lock, so none
+// is past its check with flags JS has since withdrawn.
+
+#include "fastpath_internal.h"
+
+
+uint64_t fp_tanswered = 0;   // utimens, atomic
+uint64_t fp_canswered = 0;   // chmod, atomic
+uint64_t fp_oanswered_chown = 0;  // chown, atomic
+uint64_t fp_sfallbacks = 0;  // utimens and chmod (only counted in homes JS opened for them), atomic
+
+// ---- SETATTR by path: UTIMENS, CHMOD and CHOWN -----------------------------------
+// JS's utimens (attr.ts) is utimensat(AT_SYMLINK_NOFOLLOW) of one validated
+// name below the confined parent, with no decision at all; its chmod is
+// chmodDecision on the node's mode, then chmod of the node through its O_PATH
+// descriptor, nothing for a symlink. Both are done here, below a home JS
+// published them for, on the same walk as unlink: the parent by openat2
+// (RESOLVE_BENEATH|NO_SYMLINKS|NO_XDEV), the name as one component. The home
+// itself, the daemon's levels, reserved names (.homesfs, libfuse's hidden
+// names: JS finds those by their handles) and any error go to JS, which
+// repeats the call (both are idempotent: a failed one changed nothing) and
+// maps and logs the errno.
+// chown (profile chown: owner-only): only the no-op JS answers with success,
+// a chown to the home's owner (or -1) of a node that exists; the refusal of
+// any other stays JS's (it is logged and counted).
+// chown (profile chown: allow): lchown of the name, as JS does.
+
+// The home published for `want`, and the parent directory of the last
+// component of `rel` (its own O_PATH descriptor, or the home's): 0, or
+// fallback. Leaves the read lock held on success.
+static int fp_attr_begin (const char *path, uint32_t want, fp_home_t **home_out, int *pfd_out, const char **name_out) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  if (path == NULL || path[0] != '/') return HOMESFS_FASTPATH_FALLBACK;
+  const char *t_end = strchr(path + 1, '/');
+  if (t_end == NULL) return HOMESFS_FASTPATH_FALLBACK;
+  const char *k_end = strchr(t_end + 1, '/');
+  if (k_end == NULL || k_end[1] == 0) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen = (size_t) (k_end - path);
+  const char *rel = k_end + 1;
+  const char *last_slash = strrchr(rel, '/');
+  uint32_t h = fp_hash(path, plen);
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_home_t *home = fp_find_home(path, plen, h);
+  if (home == NULL || (home->attr_flags & want) == 0) { pthread_rwlock_unlock(&fp_lock); return HOMESFS_FASTPATH_FALLBACK; }
+  if (!fp_components_ok(rel, home->max_name)) {
+    pthread_rwlock_unlock(&fp_lock);
+    __atomic_add_fetch(&fp_sfallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  int pfd = home->fd;
+  if (last_slash != NULL) {
+    char *prel = strndup(rel, (size_t) (last_slash - rel));
+    struct open_how how;
+    memset(&how, 0, sizeof(how));
+    how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+    pfd = prel == NULL ? -1 : (int) syscall(SYS_openat2, home->fd, prel, &how, sizeof(how));
+    free(prel);
+  }
+  if (pfd < 0) {
+    pthread_rwlock_unlock(&fp_lock);
+    __atomic_add_fetch(&fp_sfallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  *home_out = home;
+  *pfd_out = pfd;
+  *name_out = last_slash ? last_slash + 1 : rel;
+  return 0;
+}
+
+static int fp_attr_end (fp_home_t *home, int pfd, int done, uint64_t *counter) {
+  if (pfd != home->fd) close(pfd);
+  pthread_rwlock_unlock(&fp_lock);
+  __atomic_add_fetch(done ? counter : &fp_sfallbacks, 1, __ATOMIC_RELAXED);
+  return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
+}
+
+int homesfs_fastpath_utimens (const char *path, const struct timespec tv[2]) {
+  fp_home_t *home;
+  int pfd;
+  const char *name;
+  if (fp_attr_begin(path, HOMESFS_ATTR_UTIMENS, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  // The node must be on the home's device, as every node JS touches.
+  struct stat st;
+  int done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == home->dev &&
+             utimensat(pfd, name, tv, AT_SYMLINK_NOFOLLOW) == 0;
+  return fp_attr_end(home, pfd, done, &fp_tanswered);
+}
+
+int homesfs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
+  fp_home_t *home;
+  int pfd;
+  const char *name;
+  if (fp_attr_begin(path, HOMESFS_ATTR_CHOWN_OWNER | HOMESFS_ATTR_CHOWN_ALLOW, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  int done = 0;
+  if ((home->attr_flags & HOMESFS_ATTR_CHOWN_ALLOW) != 0) {
+    done = fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0;
+  } else if ((uid == UINT32_MAX || uid == home->uid) && (gid == UINT32_MAX || gid == home->gid)) {
+    struct stat st;
+    done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == home->dev;
+  }
+  return fp_attr_end(home, pfd, done, &fp_oanswered_chown);
+}
+
+int homesfs_fastpath_chmod (const char *path, uint32_t mode) {
+  fp_home_t *home;
+  int pfd;
+  const char *name;
+  if (fp_attr_begin(path, HOMESFS_ATTR_CHMOD, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  int done = 0;
+  int node = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (node >= 0 && fstat(node, &st) == 0 && (uint64_t) st.st_dev == home->dev) {
+    if (S_ISLNK(st.st_mode)) {
+      done = 1; // Linux has no symlink modes: JS answers success and changes nothing
+    } else {
+      uint32_t want = mode & home->chmod_m;
+      if (want == ((uint32_t) st.st_mode & home->chmod_k)) {
+        done = 1;
+      } else {
+        // chmod through the O_PATH descriptor's magic link acts on that inode, never on a name.
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", node);
+        done = chmod(proc, (mode_t) want) == 0;
+      }
+    }
+  }
+  if (node >= 0) close(node);
+  return fp_attr_end(home, pfd, done, &fp_canswered);
+}
+
+// fastpath_set_attr_ops(prefix, token, flags, chmodM, chmodK) -> set? UTIMENS
+// (flags & 1), CHMOD (flags & 2: new mode = asked & chmodM, unchanged when
+// equal to current & chmodK) and CHOWN (flags & 4: owner-only's no-op; 8:
+// allow's lchown) by path answered here, or not (0). Returns once
+// none of that home is past its checks with the old flags (the write lock).
+napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 5) FP_THROW("fastpath_set_attr_ops: 5 arguments");
+  size_t plen = 0;
+  double token = -1;
+  uint32_t flags = 0, m = 0, k = 0;
+  char *prefix = fp_string(env, argv[0], &plen);
+  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
+      napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0 || (flags & 12u) == 12u ||
+      napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
+      napi_get_value_uint32(env, argv[4], &k) != napi_ok || (k & ~07777u) != 0) {
+    free(prefix);
+    FP_THROW("fastpath_set_attr_ops: (prefix, token, flags 0..15 (not both chown kinds), chmodM, chmodK)");
+  }
+  int set = 0;
+  uint32_t h = fp_hash(prefix, plen);
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, plen, h);
+  if (e != NULL && e->token == token) {
+    e->attr_flags = flags;
+    e->chmod_m = m;
+    e->chmod_k = k;
+    set = 1;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  free(prefix);
+  napi_value out;
+  napi_get_boolean(env, set != 0, &out);
+  return out;
+}

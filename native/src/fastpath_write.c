@@ -1,0 +1,237 @@
+// A WRITE's growth decided here, on libfuse's thread, for an inode whose
+// charged size JS handed over, and JS's side of the hand-over
+// (fastpath_wl_delegate, _wl_revoke, _wl_size, _set_write_credit).
+// Invariants: an inode's deleg/busy/acct change under fp_wlock (with fp_lock
+// read-held, so the inode is alive); at most one write decided here is in
+// flight per inode (busy), and JS takes an inode back only once none is.
+
+#include "fastpath_internal.h"
+
+
+// ---- WRITE decided here --------------------------------------------------------
+// A WRITE of a handle published for native writes (dataplane.c) costs JS one
+// decision: the ledger's check-and-reserve of the growth. Here that decision
+// is made on libfuse's thread for an inode whose charged size JS handed over
+// (fastpath_wl_delegate, or a file made here in a home JS let do so), from
+// bytes JS reserved ahead in its ledger (src/policy/ledger.ts reserveBytes),
+// which stay counted against the home's budget until they are used or taken
+// back. The home's accounting array (JS's BigInt64Array, the same one native
+// unlinks add their releases to) holds, beside those, the HOMESFS_ACCT_*
+// slots of abi.h (grown, credit, the per-file limit, in flight, refund).
+// The decision is writeAt's (src/fs/file.ts): start = EOF for O_APPEND, else
+// the offset; after = max(size, start + len); growth = after - size. It is
+// made here only when it is a yes by JS's rules too: the end within 2^53 - 1,
+// within the per-file limit, and the growth within the credit left (which is
+// inside the home's budget, JS reserved it there). Anything else (a refusal,
+// an exhausted credit, an inode JS holds) goes to JS as before, which decides,
+// logs a refusal and tops the credit up. Writes of one inode are one at a time
+// here, as under JS's per-file lock (busy); JS takes an inode back
+// (fastpath_wl_revoke) before any size change of its own, and gets it only
+// once no write decided here is in flight on it.
+static pthread_mutex_t fp_wlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fp_wcond = PTHREAD_COND_INITIALIZER;
+uint64_t fp_wdecided = 0;   // atomic
+uint64_t fp_wfallbacks = 0; // delegated inode, but JS decides (credit, limit, busy), atomic
+
+
+// Returns 0 and fills the ticket when the write may go ahead (its growth
+// charged), HOMESFS_FASTPATH_FALLBACK when JS decides.
+int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t len, int append, homesfs_wl_ticket_t *t) {
+  if (offset < 0) return HOMESFS_FASTPATH_FALLBACK;
+  int r = HOMESFS_FASTPATH_FALLBACK;
+  int delegated = 0;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    pthread_mutex_lock(&fp_wlock);
+    int64_t *acct = e->acct;
+    if (e->deleg == 1 && !e->busy && acct != NULL && e->has_size) {
+      delegated = 1;
+      uint64_t before = (uint64_t) fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
+      uint64_t start = append ? before : (uint64_t) offset;
+      uint64_t end = start + len;
+      uint64_t after = end > before ? end : before;
+      uint64_t growth = after - before;
+      int ok = end <= 9007199254740991ULL;
+      if (ok && growth > 0) {
+        int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
+        if (maxf > 0 && after > (uint64_t) maxf) ok = 0;
+        int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT], __ATOMIC_ACQUIRE);
+        while (ok) {
+          if (c < 0 || (uint64_t) c < growth) { ok = 0; break; }
+          if (__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
+        }
+      }
+      if (ok) {
+        if (growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) after), __ATOMIC_RELEASE);
+        e->busy = 1;
+        __atomic_add_fetch(&acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+        t->inode = e;
+        t->acct = acct;
+        t->before = before;
+        t->start = start;
+        t->growth = growth;
+        t->len = len;
+        r = 0;
+      }
+    }
+    pthread_mutex_unlock(&fp_wlock);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  if (r != 0 && delegated) __atomic_add_fetch(&fp_wfallbacks, 1, __ATOMIC_RELAXED);
+  return r;
+}
+
+// The pwrite of a write begun above returned n (bytes, or -errno): charge
+// what landed, as writeAt does, and give back the rest of what was taken. The
+// inode is alive: the kernel releases a handle only after its writes were
+// answered, and JS drops an inode only after its last handle's release.
+void homesfs_fastpath_wl_end (homesfs_wl_ticket_t *t, int64_t n) {
+  fp_inode_t *e = t->inode;
+  pthread_mutex_lock(&fp_wlock);
+  uint64_t used = t->growth;
+  if (n < (int64_t) t->len) {
+    // A write that failed landed nothing, wherever it was aimed: the size stays
+    // (a write past the end does not move it), as writeAt charges nothing on a throw.
+    uint64_t real = t->before;
+    if (n > 0 && t->start + (uint64_t) n > real) real = t->start + (uint64_t) n;
+    used = real - t->before;
+    if (t->growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) real), __ATOMIC_RELEASE);
+    if (t->growth > used) __atomic_add_fetch(&t->acct[HOMESFS_ACCT_REFUND], (int64_t) (t->growth - used), __ATOMIC_ACQ_REL);
+  }
+  if (used > 0) __atomic_add_fetch(&t->acct[HOMESFS_ACCT_GROWN], (int64_t) used, __ATOMIC_ACQ_REL);
+  e->busy = 0;
+  __atomic_sub_fetch(&t->acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+  pthread_cond_broadcast(&fp_wcond);
+  pthread_mutex_unlock(&fp_wlock);
+  if (n == (int64_t) t->len) __atomic_add_fetch(&fp_wdecided, 1, __ATOMIC_RELAXED);
+}
+
+// Until no write decided here with that home's array is in flight (JS took its credit back first).
+void fp_wl_wait_home (int64_t *acct) {
+  pthread_mutex_lock(&fp_wlock);
+  while (__atomic_load_n(&acct[HOMESFS_ACCT_INFLIGHT], __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&fp_wcond, &fp_wlock);
+  pthread_mutex_unlock(&fp_wlock);
+}
+
+// fastpath_wl_delegate(dev, ino, size, acct: BigInt64Array(8)) -> kept?
+// From now on C owns the inode's charged size (starting at size) and decides
+// the growth of its writes from acct's credit. Only for an inode JS tracks
+// and has taken back (or never handed over): JS calls it at the end of its
+// own size change, so no write decided here is in flight on it.
+napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  uint64_t dev = 0, ino = 0;
+  double size = -1;
+  napi_typedarray_type tt;
+  size_t len = 0, off = 0;
+  napi_value ab;
+  void *d = NULL;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4 ||
+      !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino) ||
+      napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > 9007199254740991.0 ||
+      napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < HOMESFS_ACCT_LEN) {
+    FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
+  }
+  int kept = 0;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    pthread_mutex_lock(&fp_wlock);
+    if (!e->busy) {
+      __atomic_store_n(&e->size_bits, fp_double_bits(size), __ATOMIC_RELEASE);
+      __atomic_store_n(&e->has_size, 1, __ATOMIC_RELEASE);
+      e->acct = (int64_t *) d;
+      e->deleg = 1;
+      kept = 1;
+    }
+    pthread_mutex_unlock(&fp_wlock);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  napi_value out;
+  napi_get_boolean(env, kept != 0, &out);
+  return out;
+}
+
+// fastpath_wl_revoke(dev, ino) -> the charged size, now JS's again; -1: a
+// write decided here is still in flight (no new one starts: ask again soon);
+// -2: the inode is not tracked or was not handed over.
+napi_value fp_wl_revoke (napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  uint64_t dev = 0, ino = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 || !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino)) {
+    FP_THROW("fastpath_wl_revoke: (dev, ino)");
+  }
+  double out_size = -2;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    pthread_mutex_lock(&fp_wlock);
+    if (e->deleg) {
+      e->deleg = 0;
+      if (e->busy) {
+        out_size = -1;
+        e->deleg = 2;  // being taken back: no new decision, and the next call finishes it
+      } else {
+        out_size = fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
+      }
+    }
+    pthread_mutex_unlock(&fp_wlock);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  napi_value out;
+  napi_create_double(env, out_size, &out);
+  return out;
+}
+
+// fastpath_wl_size(dev, ino) -> the charged size while C owns it, else -1.
+napi_value fp_wl_size (napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  uint64_t dev = 0, ino = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 || !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino)) {
+    FP_THROW("fastpath_wl_size: (dev, ino)");
+  }
+  double out_size = -1;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    pthread_mutex_lock(&fp_wlock);
+    if (e->deleg != 0) out_size = fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
+    pthread_mutex_unlock(&fp_wlock);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  napi_value out;
+  napi_create_double(env, out_size, &out);
+  return out;
+}
+
+// fastpath_set_write_credit(prefix, token, on) -> set? Files made here in
+// that home start handed over (their first writes decided here too).
+napi_value fp_set_write_credit (napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  size_t plen = 0;
+  double token = -1;
+  bool on = false;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3) FP_THROW("fastpath_set_write_credit: 3 arguments");
+  char *prefix = fp_string(env, argv[0], &plen);
+  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok || napi_get_value_bool(env, argv[2], &on) != napi_ok) {
+    free(prefix);
+    FP_THROW("fastpath_set_write_credit: (prefix, token, on)");
+  }
+  int set = 0;
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, plen, fp_hash(prefix, plen));
+  if (e != NULL && e->token == token) {
+    e->wl_on = on ? 1 : 0;
+    set = 1;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  free(prefix);
+  napi_value out;
+  napi_get_boolean(env, set != 0, &out);
+  return out;
+}
