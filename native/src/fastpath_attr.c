@@ -22,7 +22,6 @@
 
 #include "fastpath_internal.h"
 
-
 uint64_t fp_answered = 0;    // atomic
 uint64_t fp_fallbacks = 0;   // atomic (only counted while enabled)
 uint64_t fp_fanswered = 0;   // fgetattr, atomic
@@ -38,25 +37,17 @@ static void fp_fallback (void) {
 
 int homesfs_fastpath_getattr (const char *path, struct stat *out) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
-  if (path == NULL || path[0] != '/') { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }
-  const char *t_end = strchr(path + 1, '/');
-  if (t_end == NULL) { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }
-  const char *k_end = strchr(t_end + 1, '/');
+  size_t plen;
+  const char *rel;
   // the root, a tenant and a home itself (revalidated by JS on every lookup)
-  if (k_end == NULL || k_end[1] == 0) { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }
-  size_t plen = (size_t) (k_end - path);
-  const char *rel = k_end + 1;
+  if (fp_split_path(path, &plen, &rel) != 0) { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }
   uint32_t h = fp_hash(path, plen);
 
   int answered = 0;
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *home = fp_find_home(path, plen, h);
   if (home != NULL && fp_components_ok(rel, home->max_name)) {
-    struct open_how how;
-    memset(&how, 0, sizeof(how));
-    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
-    int fd = (int) syscall(SYS_openat2, home->fd, rel, &how, sizeof(how));
+    int fd = fp_openat2(home->fd, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 && errno == ENOSYS) {
       // A kernel before 5.6: nothing to walk with, JS answers everything.
       __atomic_store_n(&fp_enabled, 0, __ATOMIC_RELEASE);
@@ -174,17 +165,14 @@ static int fp_open_listed_dir (const char *path, uint64_t *dev) {
   const char *rel = k_end == NULL || k_end[1] == 0 ? "" : k_end + 1;
   if (k_end == NULL && t_end[1] == 0) return -1;
   uint32_t h = fp_hash(path, plen);
-  struct open_how how;
-  memset(&how, 0, sizeof(how));
-  how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+  const uint64_t flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
   int dfd = -1;
   // Under the read lock only while the home's descriptor is used.
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *home = fp_find_home(path, plen, h);
   if (home != NULL && (rel[0] == 0 || fp_components_ok(rel, home->max_name))) {
     *dev = home->dev;
-    dfd = rel[0] == 0 ? openat(home->fd, ".", how.flags) : (int) syscall(SYS_openat2, home->fd, rel, &how, sizeof(how));
+    dfd = rel[0] == 0 ? openat(home->fd, ".", flags) : fp_openat2(home->fd, rel, flags);
   }
   pthread_rwlock_unlock(&fp_lock);
   return dfd;

@@ -9,9 +9,44 @@
 #include "fastpath_internal.h"
 #include "dataplane.h"
 
-
 uint64_t fp_canswered_create = 0;  // create, atomic
 uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it), atomic
+
+// Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner
+// (as given), or the caller with a setgid parent's group. -1: the parent
+// cannot be read (JS decides).
+static int fp_create_owner (const fp_home_t *home, int pfd, uint32_t uid, uint32_t gid, uint32_t *own_uid, uint32_t *own_gid) {
+  if (home->create_owner != 1) return 0;
+  struct stat pst;
+  *own_uid = uid;
+  *own_gid = gid;
+  if (fstat(pfd, &pst) != 0) return -1;
+  if ((pst.st_mode & S_ISGID) != 0) *own_gid = (uint32_t) -1;
+  return 0;
+}
+
+// The new file `name` in pfd, made as JS's createIn makes it, *st its fstat:
+// its descriptor, or -1 with nothing left behind.
+static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int flags, mode_t m, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
+  // As file.ts backingFlags: read-only stays read-only, anything else is read-write (the UTF-8 check reads around writes).
+  int acc = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
+  int fd = openat(pfd, name, acc | (flags & O_APPEND) | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, m);
+  if (fd < 0) return -1;
+  int known = fstat(fd, st) == 0;
+  if (!(known && S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
+        fchown(fd, own_uid, own_gid) == 0)) {
+    // Made but not as JS would have it: nothing is left. The name is
+    // removed only while it is still the file made here (another may
+    // have been renamed over it since); Linux has no unlink by
+    // descriptor, so this narrows the window to the two calls. A file
+    // whose identity is unknown (fstat failed) is left where it is.
+    struct stat named;
+    if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev && named.st_ino == st->st_ino) unlinkat(pfd, name, 0);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 // CREATE: JS's createIn for a new name, step for step, in a
 // mutable home JS opened for it (binary content, owner-only ownership, no
@@ -27,13 +62,9 @@ uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it),
 // after the file was made removes it again before JS is asked.
 int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
-  if (path == NULL || path[0] != '/') return HOMESFS_FASTPATH_FALLBACK;
-  const char *t_end = strchr(path + 1, '/');
-  if (t_end == NULL) return HOMESFS_FASTPATH_FALLBACK;
-  const char *k_end = strchr(t_end + 1, '/');
-  if (k_end == NULL || k_end[1] == 0) return HOMESFS_FASTPATH_FALLBACK;
-  size_t plen = (size_t) (k_end - path);
-  const char *rel = k_end + 1;
+  size_t plen;
+  const char *rel;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   const char *last_slash = strrchr(rel, '/');
   const char *name = last_slash ? last_slash + 1 : rel;
   uint32_t depth = 1;
@@ -58,16 +89,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   if (home != NULL && home->create_on && home->pending != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
     counted = 1;
     if ((home->max_depth == 0 || depth <= home->max_depth) && fp_components_ok(rel, home->max_name)) {
-      pfd = home->fd;
-      if (last_slash != NULL) {
-        char *prel = strndup(rel, (size_t) (last_slash - rel));
-        struct open_how how;
-        memset(&how, 0, sizeof(how));
-        how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
-        pfd = prel == NULL ? -1 : (int) syscall(SYS_openat2, home->fd, prel, &how, sizeof(how));
-        free(prel);
-      }
+      pfd = fp_open_parent(home->fd, rel, last_slash);
     }
     if (pfd >= 0) {
       pthread_mutex_lock(&fp_open_lock);
@@ -82,48 +104,16 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
       fp_queue_create_done(credit);
       credit = NULL;
     }
-    // Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner, or the caller with a setgid parent's group.
     uint32_t own_uid = home->uid, own_gid = home->gid;
-    if (credit != NULL && home->create_owner == 1) {
-      struct stat pst;
-      own_uid = uid;
-      own_gid = gid;
-      if (fstat(pfd, &pst) != 0) {
-        fp_queue_create_done(credit);
-        credit = NULL;
-      } else if ((pst.st_mode & S_ISGID) != 0) {
-        own_gid = (uint32_t) -1;
-      }
+    if (credit != NULL && fp_create_owner(home, pfd, uid, gid, &own_uid, &own_gid) != 0) {
+      fp_queue_create_done(credit);
+      credit = NULL;
     }
     if (credit != NULL) {
-      // As file.ts backingFlags: read-only stays read-only, anything else is read-write (the UTF-8 check reads around writes).
-      int acc = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
-      fd = openat(pfd, name, acc | (flags & O_APPEND) | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, m);
-      if (fd >= 0) {
-        int known = fstat(fd, &st) == 0;
-        if (!(known && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
-              fchown(fd, own_uid, own_gid) == 0)) {
-          // Made but not as JS would have it: nothing is left. The name is
-          // removed only while it is still the file made here (another may
-          // have been renamed over it since); Linux has no unlink by
-          // descriptor, so this narrows the window to the two calls. A file
-          // whose identity is unknown (fstat failed) is left where it is.
-          struct stat named;
-          if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st.st_dev && named.st_ino == st.st_ino) unlinkat(pfd, name, 0);
-          close(fd);
-          fd = -1;
-        }
-      }
+      fd = fp_create_file(home, pfd, name, flags, m, own_uid, own_gid, &st);
       if (fd >= 0) {
         oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
-        he->fh = credit->fh;
-        he->fd = fd;
-        he->uid = home->uid;
-        he->gid = home->gid;
-        he->owner_from_stat = home->owner_from_stat;
-        he->types = home->types;
-        memcpy(he->keep, home->keep, sizeof(he->keep));
-        memcpy(he->or, home->or, sizeof(he->or));
+        fp_handle_fill(he, credit->fh, fd, home);
         *direct_io = (home->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
         credit->published = (home->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1 : 0;
         dpw = home->open_flags;
@@ -164,7 +154,6 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   return 0;
 }
 
-
 // fastpath_set_create(prefix, token, on, modeM, modeOr, maxDepth, ownerIsCaller) -> set?
 // CREATE answered here (while the home is also open for native opens and
 // mutable), the new file's mode (asked & modeM) | modeOr, at most maxDepth
@@ -202,51 +191,12 @@ napi_value fp_set_create (napi_env env, napi_callback_info info) {
   }
   pthread_rwlock_unlock(&fp_lock);
   free(prefix);
-  napi_value out;
-  napi_get_boolean(env, set != 0, &out);
-  return out;
+  return fp_bool(env, set != 0);
 }
-
 
 // fastpath_grant_create(prefix, token, fh, uid) -> granted? One create slot:
 // an open-file slot JS took for uid, an inode its ledger reserved, and a
 // handle number. False (nothing kept) when the home is not open for creates.
 napi_value fp_grant_create (napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4) FP_THROW("fastpath_grant_create: 4 arguments");
-  size_t plen = 0;
-  double token = -1;
-  uint32_t fh = 0, uid = 0;
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
-      napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 ||
-      napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
-    free(prefix);
-    FP_THROW("fastpath_grant_create: (prefix, token, fh > 0, uid)");
-  }
-  fp_open_rec_t *r = calloc(1, sizeof(*r));
-  if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", "fastpath_grant_create: out of memory"); return NULL; }
-  r->kind = HOMESFS_REC_UNUSED_CREATE;
-  r->fh = fh;
-  r->fd = -1;
-  r->uid = uid;
-  int granted = 0;
-  uint32_t h = fp_hash(prefix, plen);
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token && e->create_on && e->pending != NULL && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
-    pthread_mutex_lock(&fp_open_lock);
-    r->next = e->ccredits;
-    e->ccredits = r;
-    fp_credit_count++;
-    pthread_mutex_unlock(&fp_open_lock);
-    granted = 1;
-  }
-  pthread_rwlock_unlock(&fp_lock);
-  if (!granted) free(r);
-  free(prefix);
-  napi_value out;
-  napi_get_boolean(env, granted != 0, &out);
-  return out;
+  return fp_grant_slot(env, info, 1);
 }

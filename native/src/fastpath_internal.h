@@ -261,8 +261,10 @@ void fp_queue_create_done (fp_open_rec_t *r);
 void fp_return_create_credits (fp_home_t *e);
 void fp_return_credits (fp_home_t *e);
 int fp_open_register (uint64_t dev, uint64_t ino, fp_handle_t *he, fp_inode_t *fresh);
+void fp_handle_fill (fp_handle_t *he, uint32_t fh, int fd, const fp_home_t *home);
 napi_value fp_set_open (napi_env env, napi_callback_info info);
 napi_value fp_grant (napi_env env, napi_callback_info info);
+napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create);
 napi_value fp_reclaim (napi_env env, napi_callback_info info);
 napi_value fp_take_opens (napi_env env, napi_callback_info info);
 
@@ -282,6 +284,7 @@ napi_value fp_set_write_credit (napi_env env, napi_callback_info info);
 // ---- fastpath_napi.c ----
 char * fp_string (napi_env env, napi_value v, size_t *len);
 int fp_u64 (napi_env env, napi_value v, uint64_t *out);
+napi_value fp_bool (napi_env env, int v);
 
 #pragma GCC visibility pop
 

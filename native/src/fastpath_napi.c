@@ -5,10 +5,8 @@
 
 #include "fastpath_internal.h"
 
-
 // ---------------------------------------------------------------------------
 // The control plane (JS thread).
-
 
 char * fp_string (napi_env env, napi_value v, size_t *len) {
   size_t n = 0;
@@ -37,6 +35,13 @@ int fp_u64 (napi_env env, napi_value v, uint64_t *out) {
     return 1;
   }
   return 0;
+}
+
+// A boolean for JS, the answer of most control calls.
+napi_value fp_bool (napi_env env, int v) {
+  napi_value out;
+  napi_get_boolean(env, v, &out);
+  return out;
 }
 
 static void fp_set_number (napi_env env, napi_value obj, const char *name, double v) {

@@ -10,7 +10,6 @@
 #include "fastpath_internal.h"
 #include "dataplane.h"
 
-
 uint64_t fp_oanswered = 0;   // open, atomic
 uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), atomic
 
@@ -34,8 +33,6 @@ uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), a
 // home withdrawn or republished) goes back to JS through the same queue.
 // The home's flags and the queue's record kinds: HOMESFS_OPEN_* and
 // HOMESFS_REC_* of abi.h.
-
-
 
 pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's credits, and the queue
 // Native creates past their home's check and not yet queued for JS (under
@@ -146,6 +143,18 @@ static void fp_open_unregister (uint64_t dev, uint64_t ino, uint32_t fh) {
   free(he);
 }
 
+// A handle of the home for fgetattr: its number, descriptor and presentation.
+void fp_handle_fill (fp_handle_t *he, uint32_t fh, int fd, const fp_home_t *home) {
+  he->fh = fh;
+  he->fd = fd;
+  he->uid = home->uid;
+  he->gid = home->gid;
+  he->owner_from_stat = home->owner_from_stat;
+  he->types = home->types;
+  memcpy(he->keep, home->keep, sizeof(he->keep));
+  memcpy(he->or, home->or, sizeof(he->or));
+}
+
 // The first slot of the home granted for uid, taken out (NULL if none). Under fp_open_lock.
 static fp_open_rec_t * fp_pop_credit_locked (fp_home_t *home, uint32_t uid) {
   for (fp_open_rec_t **pp = &home->credits; *pp != NULL; pp = &(*pp)->next) {
@@ -165,13 +174,9 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   // Read-only and nothing that changes the file (O_TRUNC truncates even then): the rest is JS's.
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC) != 0) return HOMESFS_FASTPATH_FALLBACK;
-  if (path == NULL || path[0] != '/') return HOMESFS_FASTPATH_FALLBACK;
-  const char *t_end = strchr(path + 1, '/');
-  if (t_end == NULL) return HOMESFS_FASTPATH_FALLBACK;
-  const char *k_end = strchr(t_end + 1, '/');
-  if (k_end == NULL || k_end[1] == 0) return HOMESFS_FASTPATH_FALLBACK;
-  size_t plen = (size_t) (k_end - path);
-  const char *rel = k_end + 1;
+  size_t plen;
+  const char *rel;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   uint32_t h = fp_hash(path, plen);
 
   fp_handle_t *he = calloc(1, sizeof(*he));
@@ -189,11 +194,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   if (home != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
     counted = 1;
     if (fp_components_ok(rel, home->max_name)) {
-      struct open_how how;
-      memset(&how, 0, sizeof(how));
-      how.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
-      how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
-      fd = (int) syscall(SYS_openat2, home->fd, rel, &how, sizeof(how));
+      fd = fp_openat2(home->fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     }
     if (fd >= 0) {
       if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0) {
@@ -204,14 +205,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
       if (credit != NULL) {
         oflags = home->open_flags;
         gen = fp_policy_gen;
-        he->fh = credit->fh;
-        he->fd = fd;
-        he->uid = home->uid;
-        he->gid = home->gid;
-        he->owner_from_stat = home->owner_from_stat;
-        he->types = home->types;
-        memcpy(he->keep, home->keep, sizeof(he->keep));
-        memcpy(he->or, home->or, sizeof(he->or));
+        fp_handle_fill(he, credit->fh, fd, home);
       } else {
         close(fd);
         fd = -1;
@@ -301,7 +295,6 @@ int homesfs_fastpath_release (uint64_t fh) {
   return 1;
 }
 
-
 // fastpath_set_open(prefix, token, flags) -> set? Read-only opens of that
 // home answered here (flags & 1; 2: publish them for native reads; 4:
 // direct_io), or not (0: every slot granted so far goes back, queued for
@@ -333,19 +326,23 @@ napi_value fp_set_open (napi_env env, napi_callback_info info) {
   }
   pthread_rwlock_unlock(&fp_lock);
   free(prefix);
-  napi_value out;
-  napi_get_boolean(env, set != 0, &out);
-  return out;
+  return fp_bool(env, set != 0);
 }
-
 
 // fastpath_grant(prefix, token, fh, uid) -> granted? One open-file slot JS
 // took for caller uid, with the handle number JS reserved for it. False
 // (nothing kept) when the home is not open for native opens.
 napi_value fp_grant (napi_env env, napi_callback_info info) {
+  return fp_grant_slot(env, info, 0);
+}
+
+// A slot for (prefix, token, fh, uid) kept in the home's list: an open slot,
+// or (create) a create slot, kept only while the home is mutable and open
+// for creates too.
+napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create) {
   size_t argc = 4;
   napi_value argv[4];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4) FP_THROW("fastpath_grant: 4 arguments");
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4) FP_THROW(create ? "fastpath_grant_create: 4 arguments" : "fastpath_grant: 4 arguments");
   size_t plen = 0;
   double token = -1;
   uint32_t fh = 0, uid = 0;
@@ -354,11 +351,11 @@ napi_value fp_grant (napi_env env, napi_callback_info info) {
       napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 ||
       napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
     free(prefix);
-    FP_THROW("fastpath_grant: (prefix, token, fh > 0, uid)");
+    FP_THROW(create ? "fastpath_grant_create: (prefix, token, fh > 0, uid)" : "fastpath_grant: (prefix, token, fh > 0, uid)");
   }
   fp_open_rec_t *r = calloc(1, sizeof(*r));
-  if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", "fastpath_grant: out of memory"); return NULL; }
-  r->kind = HOMESFS_REC_UNUSED;
+  if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", create ? "fastpath_grant_create: out of memory" : "fastpath_grant: out of memory"); return NULL; }
+  r->kind = create ? HOMESFS_REC_UNUSED_CREATE : HOMESFS_REC_UNUSED;
   r->fh = fh;
   r->fd = -1;
   r->uid = uid;
@@ -366,10 +363,11 @@ napi_value fp_grant (napi_env env, napi_callback_info info) {
   uint32_t h = fp_hash(prefix, plen);
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
+  if (e != NULL && e->token == token && (!create || (e->create_on && e->pending != NULL)) && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
+    fp_open_rec_t **list = create ? &e->ccredits : &e->credits;
     pthread_mutex_lock(&fp_open_lock);
-    r->next = e->credits;
-    e->credits = r;
+    r->next = *list;
+    *list = r;
     fp_credit_count++;
     pthread_mutex_unlock(&fp_open_lock);
     granted = 1;
@@ -377,9 +375,7 @@ napi_value fp_grant (napi_env env, napi_callback_info info) {
   pthread_rwlock_unlock(&fp_lock);
   if (!granted) free(r);
   free(prefix);
-  napi_value out;
-  napi_get_boolean(env, granted != 0, &out);
-  return out;
+  return fp_bool(env, granted != 0);
 }
 
 // fastpath_reclaim() -> how many: every home's unused slots back to JS

@@ -5,7 +5,6 @@
 
 #include "fastpath_internal.h"
 
-
 uint64_t fp_tanswered = 0;   // utimens, atomic
 uint64_t fp_canswered = 0;   // chmod, atomic
 uint64_t fp_oanswered_chown = 0;  // chown, atomic
@@ -32,13 +31,9 @@ uint64_t fp_sfallbacks = 0;  // utimens and chmod (only counted in homes JS open
 // fallback. Leaves the read lock held on success.
 static int fp_attr_begin (const char *path, uint32_t want, fp_home_t **home_out, int *pfd_out, const char **name_out) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
-  if (path == NULL || path[0] != '/') return HOMESFS_FASTPATH_FALLBACK;
-  const char *t_end = strchr(path + 1, '/');
-  if (t_end == NULL) return HOMESFS_FASTPATH_FALLBACK;
-  const char *k_end = strchr(t_end + 1, '/');
-  if (k_end == NULL || k_end[1] == 0) return HOMESFS_FASTPATH_FALLBACK;
-  size_t plen = (size_t) (k_end - path);
-  const char *rel = k_end + 1;
+  size_t plen;
+  const char *rel;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   const char *last_slash = strrchr(rel, '/');
   uint32_t h = fp_hash(path, plen);
   pthread_rwlock_rdlock(&fp_lock);
@@ -49,16 +44,7 @@ static int fp_attr_begin (const char *path, uint32_t want, fp_home_t **home_out,
     __atomic_add_fetch(&fp_sfallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
-  int pfd = home->fd;
-  if (last_slash != NULL) {
-    char *prel = strndup(rel, (size_t) (last_slash - rel));
-    struct open_how how;
-    memset(&how, 0, sizeof(how));
-    how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
-    pfd = prel == NULL ? -1 : (int) syscall(SYS_openat2, home->fd, prel, &how, sizeof(how));
-    free(prel);
-  }
+  int pfd = fp_open_parent(home->fd, rel, last_slash);
   if (pfd < 0) {
     pthread_rwlock_unlock(&fp_lock);
     __atomic_add_fetch(&fp_sfallbacks, 1, __ATOMIC_RELAXED);
@@ -163,7 +149,5 @@ napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
   }
   pthread_rwlock_unlock(&fp_lock);
   free(prefix);
-  napi_value out;
-  napi_get_boolean(env, set != 0, &out);
-  return out;
+  return fp_bool(env, set != 0);
 }

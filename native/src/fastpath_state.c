@@ -11,7 +11,6 @@
 
 #include "fastpath_internal.h"
 
-
 pthread_rwlock_t fp_lock;
 pthread_once_t fp_once = PTHREAD_ONCE_INIT;
 fp_home_t *fp_homes[FP_HOME_BUCKETS];
@@ -98,6 +97,42 @@ int fp_components_ok (const char *rel, uint32_t max_name) {
     if (!slash) return 1;
     c = slash + 1;
   }
+}
+
+// A path below a home, "/<tenant>/<key>/<rel>": 0 with the home's prefix
+// length (its key in fp_homes) and rel (never empty); -1 for anything else
+// (the root, a tenant, a home itself: JS's).
+int fp_split_path (const char *path, size_t *plen, const char **rel) {
+  if (path == NULL || path[0] != '/') return -1;
+  const char *t_end = strchr(path + 1, '/');
+  if (t_end == NULL) return -1;
+  const char *k_end = strchr(t_end + 1, '/');
+  if (k_end == NULL || k_end[1] == 0) return -1;
+  *plen = (size_t) (k_end - path);
+  *rel = k_end + 1;
+  return 0;
+}
+
+// The confined walk: openat2 of rel below dirfd (a home's descriptor) with
+// flags, refusing ".." out of it, any symlink, mount crossing or magic link
+// on the way. A descriptor, or -1 with errno set.
+int fp_openat2 (int dirfd, const char *rel, uint64_t flags) {
+  struct open_how how;
+  memset(&how, 0, sizeof(how));
+  how.flags = flags;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+  return (int) syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
+}
+
+// The directory holding rel's last component (last_slash: its last '/', or
+// NULL): home_fd itself, or its own O_PATH descriptor by the confined walk;
+// -1 when there is none.
+int fp_open_parent (int home_fd, const char *rel, const char *last_slash) {
+  if (last_slash == NULL) return home_fd;
+  char *prel = strndup(rel, (size_t) (last_slash - rel));
+  int pfd = prel == NULL ? -1 : fp_openat2(home_fd, prel, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  free(prel);
+  return pfd;
 }
 
 static void fp_drop_pending (fp_home_t *e) {
@@ -205,9 +240,7 @@ napi_value fp_remove_home (napi_env env, napi_callback_info info) {
   int removed = fp_remove_locked(prefix, plen, token);
   pthread_rwlock_unlock(&fp_lock);
   free(prefix);
-  napi_value out;
-  napi_get_boolean(env, removed != 0, &out);
-  return out;
+  return fp_bool(env, removed != 0);
 }
 
 // fastpath_set_mutable(prefix, token, pending: BigInt64Array(2) | null) -> set?
@@ -273,9 +306,7 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
   }
   if (ref != NULL) napi_delete_reference(env, ref);
   free(prefix);
-  napi_value out;
-  napi_get_boolean(env, set != 0, &out);
-  return out;
+  return fp_bool(env, set != 0);
 }
 
 // fastpath_inode_size(dev, ino, size): the size JS charges an inode it holds

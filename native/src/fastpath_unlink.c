@@ -7,7 +7,6 @@
 #include "fastpath_internal.h"
 #include "removals.h"
 
-
 uint64_t fp_uanswered = 0;   // unlink, atomic
 // A regular file with more allocated bytes than this is left to JS, which
 // frees it off its thread: freeing a file's extents (at the close of the
@@ -19,7 +18,6 @@ uint64_t fp_uanswered = 0;   // unlink, atomic
 static uint64_t fp_free_inline_max = 0; // atomic
 uint64_t fp_ubig = 0;        // unlinks left to JS for their size, atomic
 uint64_t fp_ufallbacks = 0;  // unlink (only counted in homes JS made mutable), atomic
-
 
 // UNLINK, the copy of dir.ts's unlink and FsContext.settleRemoved for a home
 // JS made mutable (its ledger built, no rescan gate closed, no tenant budget
@@ -47,13 +45,9 @@ static int fp_frees_quickly (const struct stat *st) {
 
 int homesfs_fastpath_unlink (const char *path) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
-  if (path == NULL || path[0] != '/') return HOMESFS_FASTPATH_FALLBACK;
-  const char *t_end = strchr(path + 1, '/');
-  if (t_end == NULL) return HOMESFS_FASTPATH_FALLBACK;
-  const char *k_end = strchr(t_end + 1, '/');
-  if (k_end == NULL || k_end[1] == 0) return HOMESFS_FASTPATH_FALLBACK;
-  size_t plen = (size_t) (k_end - path);
-  const char *rel = k_end + 1;
+  size_t plen;
+  const char *rel;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   const char *last_slash = strrchr(rel, '/');
   const char *name = last_slash ? last_slash + 1 : rel;
   uint32_t h = fp_hash(path, plen);
@@ -64,16 +58,7 @@ int homesfs_fastpath_unlink (const char *path) {
   fp_home_t *home = fp_find_home(path, plen, h);
   if (home != NULL && home->pending != NULL && fp_components_ok(rel, home->max_name)) {
     counted = 1;
-    int pfd = home->fd;
-    if (last_slash != NULL) {
-      char *prel = strndup(rel, (size_t) (last_slash - rel));
-      struct open_how how;
-      memset(&how, 0, sizeof(how));
-      how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-      how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
-      pfd = prel == NULL ? -1 : (int) syscall(SYS_openat2, home->fd, prel, &how, sizeof(how));
-      free(prel);
-    }
+    int pfd = fp_open_parent(home->fd, rel, last_slash);
     if (pfd >= 0) {
       int node = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
       struct stat st;

@@ -1,12 +1,13 @@
 // A WRITE's growth decided here, on libfuse's thread, for an inode whose
 // charged size JS handed over, and JS's side of the hand-over
 // (fastpath_wl_delegate, _wl_revoke, _wl_size, _set_write_credit).
-// Invariants: an inode's deleg/busy/acct change under fp_wlock (with fp_lock
-// read-held, so the inode is alive); at most one write decided here is in
-// flight per inode (busy), and JS takes an inode back only once none is.
+// Invariants: an inode's deleg/busy/acct change under fp_wlock, taken inside
+// fp_lock's read lock so the inode is alive (wl_end excepted: the write's own
+// handle keeps its inode tracked until the kernel's RELEASE); at most one
+// write decided here is in flight per inode (busy), and JS takes an inode
+// back only once none is.
 
 #include "fastpath_internal.h"
-
 
 // ---- WRITE decided here --------------------------------------------------------
 // A WRITE of a handle published for native writes (dataplane.c) costs JS one
@@ -32,7 +33,6 @@ static pthread_mutex_t fp_wlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fp_wcond = PTHREAD_COND_INITIALIZER;
 uint64_t fp_wdecided = 0;   // atomic
 uint64_t fp_wfallbacks = 0; // delegated inode, but JS decides (credit, limit, busy), atomic
-
 
 // Returns 0 and fills the ticket when the write may go ahead (its growth
 // charged), HOMESFS_FASTPATH_FALLBACK when JS decides.
@@ -149,9 +149,7 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
     pthread_mutex_unlock(&fp_wlock);
   }
   pthread_rwlock_unlock(&fp_lock);
-  napi_value out;
-  napi_get_boolean(env, kept != 0, &out);
-  return out;
+  return fp_bool(env, kept != 0);
 }
 
 // fastpath_wl_revoke(dev, ino) -> the charged size, now JS's again; -1: a
@@ -231,7 +229,5 @@ napi_value fp_set_write_credit (napi_env env, napi_callback_info info) {
   }
   pthread_rwlock_unlock(&fp_lock);
   free(prefix);
-  napi_value out;
-  napi_get_boolean(env, set != 0, &out);
-  return out;
+  return fp_bool(env, set != 0);
 }
