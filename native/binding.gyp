@@ -38,6 +38,7 @@
       "src/calls.c",
       "src/channel.c",
       "src/dataplane.c",
+      "src/dataplane_write.c",
       "src/dirhandles.c",
       "src/fastpath_attr.c",
       "src/fastpath_create.c",

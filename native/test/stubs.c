@@ -1,5 +1,5 @@
-// dataplane.c's calls into other files that its READ path and handle table
-// never make (the write path's, fastpath.c's write decision): a call aborts,
+// The data plane's calls into other files that its READ path and handle table
+// never make (the write path's, fastpath_write.c's write decision): a call aborts,
 // so a test cannot pass through them. Its N-API and libuv calls are stubbed
 // the same way by the Makefile (generated).
 #include <stdio.h>
