@@ -1,6 +1,6 @@
 // GETATTR (and so LOOKUP, which libfuse 2.9 answers with the
 // getattr op) answered on libfuse's thread from state JS publishes.
-// See fastpath.c and native-notes/fuse-native.md in homesfs.
+// See fastpath_internal.h (the files, the locks) and native-notes/fuse-native.md in homesfs.
 #ifndef HOMESFS_FASTPATH_H
 #define HOMESFS_FASTPATH_H
 
@@ -55,7 +55,7 @@ int homesfs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid);
 int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io);
 
 // Adds the fastpath_* functions to the module's exports.
-// Patch 9: a WRITE's growth decided here (fastpath.c "WRITE decided here").
+// Patch 9: a WRITE's growth decided here (fastpath_write.c).
 typedef struct {
   void *inode;
   int64_t *acct;

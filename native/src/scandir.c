@@ -3,7 +3,7 @@
 // A separate, minimal addon (its own target in binding.gyp), not part of
 // fuse.node: the scan runs on worker threads, and loading fuse.node there would
 // run its module init again in the same process, next to the static tables of
-// fuse-native.c, fastpath.c and dataplane.c. This file has no static state at
+// fuse-native.c, fastpath_*.c and dataplane.c. This file has no static state at
 // all, so each worker may load it.
 //
 // list(dirFd) lists one directory and lstat's each entry, relative to the

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include "harness.h"
 
-// The policy generation fastpath.c keeps; a test moves it as a set-profile would.
+// The policy generation fastpath_state.c keeps; a test moves it as a set-profile would.
 static uint64_t policy_gen = 1;
 uint64_t homesfs_fastpath_policy_gen(void) { return __atomic_load_n(&policy_gen, __ATOMIC_ACQUIRE); }
 

@@ -35,7 +35,7 @@ const FuseOptions = z
     nativeWrite: z.boolean().default(true),
     /**
      * getattr/lookup answered on libfuse's threads from state the daemon
-     * publishes (native/src/fastpath.c); anything it is unsure of still goes to JS
+     * publishes (native/src/fastpath_*.c); anything it is unsure of still goes to JS
      */
     nativeFastPath: z.boolean().default(true),
     /**
@@ -59,7 +59,7 @@ const FuseOptions = z
     nativeCreate: z.boolean().default(true),
     /**
      * with nativeWrite and the fast path: the growth of a WRITE decided in
-     * the binding from byte credit the ledger reserved ahead (fastpath.c)
+     * the binding from byte credit the ledger reserved ahead (fastpath_write.c)
      */
     nativeWriteDecision: z.boolean().default(true),
     /**

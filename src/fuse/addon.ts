@@ -82,7 +82,7 @@ export function attachAddon(Fuse: Record<string, unknown> & { prototype: Record<
      * handler without their data, then pwrite(fd) there. Publish before
      * answering the open; unpublish before closing fd (it waits for syscalls
      * in flight). dev, ino and append name the inode for writes whose growth
-     * fastpath.c decides.
+     * fastpath_write.c decides.
      */
     publish(fh: number, fd: number, flags: number, dev = 0n, ino = 0n, append = false): void {
       call('homesfs_dp_publish', fh, fd, flags, dev, ino, !!append);
@@ -123,7 +123,7 @@ export function attachAddon(Fuse: Record<string, unknown> & { prototype: Record<
   };
   Object.assign(Fuse, statics);
 
-  /** The native getattr/lookup/open/create/unlink/setattr table (fastpath.c): one per process. */
+  /** The native getattr/lookup/open/create/unlink/setattr table (fastpath_*.c): one per process. */
   Fuse.fastPath = {
     setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void {
       call('fastpath_set_home', prefix, fd, dev, uid >>> 0, gid >>> 0, !!ownerFromStat, maxName >>> 0, types >>> 0, masks, token);

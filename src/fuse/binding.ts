@@ -59,7 +59,7 @@ export interface FuseInstance {
   setFlushGate(gate: Uint16Array): void;
 }
 
-/** The binding's native getattr/lookup table (native/src/fastpath.c): one per process. */
+/** The binding's native getattr/lookup table (native/src/fastpath_*.c): one per process. */
 export interface FastPathNative {
   setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
   removeHome(prefix: string, token?: number): boolean;
@@ -131,7 +131,7 @@ export interface FuseClass {
   setReleaseDeferred?(on: boolean): void;
   /** [fh, ...] of the RELEASEs answered since the last call, oldest first; null when none */
   takeReleases?(): Float64Array | null;
-  /** the native fast path (fastpath.c); a build that passed the ABI check has it */
+  /** the native fast path (fastpath_*.c); a build that passed the ABI check has it */
   fastPath?: FastPathNative;
   /** opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns opens answered so */
   setNoFlush?(on: boolean): number;

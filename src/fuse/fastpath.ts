@@ -122,7 +122,7 @@ export function fileModeMasks(profile: Profile): { m: number; or: number } | nul
 export const JS_ONLY_NAMES = [RESERVED_DIR, `${HIDDEN_NAME_PREFIX}*`];
 
 /**
- * The control plane of the binding's native getattr/lookup (fastpath.c): what
+ * The control plane of the binding's native getattr/lookup (fastpath_*.c): what
  * the fs layer reports through AttrPublisher becomes the native table, under
  * the binding's write lock, before the reported change is answered.
  */

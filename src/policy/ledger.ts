@@ -41,9 +41,9 @@
  * in JavaScript (the pool checks every home's bytes at once); an unbudgeted
  * pool takes its members' pending pairs when its total is read.
  *
- * Byte credit (the binding's write decisions, fastpath.c "WRITE decided
- * here"): the same shared array goes on with [grown, credit, maxFile,
- * inflight, refund, -]. `reserveBytes` puts bytes of the budget into `credit`;
+ * Byte credit (the binding's write decisions, fastpath_write.c): the same
+ * shared array goes on with [grown, credit, maxFile, inflight, refund, -].
+ * `reserveBytes` puts bytes of the budget into `credit`;
  * the binding charges writes' growth from it (never more than is there, never
  * past maxFile) and adds what it charged to `grown`, or what it took and did
  * not use to `refund`. Reserved bytes count against the home's budget in

@@ -1,5 +1,5 @@
 // The native layer's C unit tests (native/test: utf8.c, dirhandles.c, the
-// single-reader lead of channel.c, dataplane.c's handle table, fastpath.c's
+// single-reader lead of channel.c, dataplane.c's handle table, fastpath_write.c's
 // write decision), built with AddressSanitizer and UndefinedBehaviorSanitizer,
 // then with ThreadSanitizer, and run by one command, `npm run test:native-c`
 // (make -C native/test).

@@ -1,4 +1,4 @@
-// The binding's native getattr fast path (patch 4, fastpath.c) through a
+// The binding's native getattr fast path (patch 4, fastpath_*.c) through a
 // fixture whose JS getattr marks its answers (uid 55555): what C answers, what
 // it hands to JS, and that it never follows a symlink or leaves the home.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
