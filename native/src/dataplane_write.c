@@ -155,13 +155,12 @@ static int dp_send(dp_msg_t *m) {
   return tsfn != NULL && napi_call_threadsafe_function(tsfn, m, napi_tsfn_blocking) == napi_ok;
 }
 
-int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, int *res) {
-  if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
-  if (__atomic_load_n(&dp_tsfn, __ATOMIC_ACQUIRE) == NULL || len > INT32_MAX || offset < 0) return 0;
-  // The decision made here when fastpath_write.c can: the entry is
-  // counted in for the pwrite, as a read is, and the decision settled after.
+// The write decided here when fastpath_write.c can: the entry is counted in
+// for the pwrite, as a read is, and the decision settled after. 1: answered
+// (*res); 0: JavaScript decides; -1: fh is not published for writes.
+static int dp_write_native(uint64_t fh, const char *buf, size_t len, off_t offset, int *res) {
   dp_entry_t *d = dp_take(fh, HOMESFS_DP_WRITE);
-  if (d == NULL) return 0;
+  if (d == NULL) return -1;
   homesfs_wl_ticket_t t;
   if (offset <= (off_t) INT64_MAX && homesfs_fastpath_wl_begin(d->dev, d->ino, (int64_t) offset, (uint32_t) len, d->append, &t) == 0) {
     ssize_t n;
@@ -186,6 +185,73 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   } else {
     dp_put(d);
   }
+  return 0;
+}
+
+// Request r (on the caller's stack) registered and sent to JavaScript for its
+// decision: 1, or 0 (nothing registered) when it cannot be asked.
+static int dp_ask(dp_wreq_t *r, const char *path, uint64_t fh, size_t len, off_t offset) {
+  memset(r, 0, sizeof(*r));
+  r->state = DP_W_ASKED;
+  r->fh = fh;
+  r->offset = (int64_t) offset;
+  r->len = (uint32_t) len;
+  r->path = path;
+  struct fuse_context *fctx = fuse_get_context();
+  if (fctx != NULL) {
+    r->uid = (uint32_t) fctx->uid;
+    r->gid = (uint32_t) fctx->gid;
+    r->pid = (uint32_t) fctx->pid;
+  }
+  if (uv_sem_init(&r->sem, 0) != 0) return 0;
+  pthread_mutex_lock(&dp_lock);
+  if (++dp_next_id == 0) dp_next_id = 1;
+  r->id = dp_next_id;
+  r->next = dp_pending;
+  dp_pending = r;
+  pthread_mutex_unlock(&dp_lock);
+
+  dp_msg_t *ask = malloc(sizeof(*ask));
+  if (ask != NULL) {
+    ask->kind = HOMESFS_WRITE_DECIDE;
+    ask->on_stack = 0;
+    ask->id = r->id;
+    ask->req = r;
+    ask->result = 0;
+  }
+  if (ask == NULL || !dp_send(ask)) {
+    free(ask);
+    dp_unlink(r);
+    uv_sem_destroy(&r->sem);
+    __atomic_add_fetch(&dp_write_fallbacks, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  return 1;
+}
+
+// A whole write's report queued for JavaScript's next takeWriteReports: 1, or 0 without memory.
+static int dp_report_whole(uint32_t id, int64_t result) {
+  dp_report_t *rep = malloc(sizeof(*rep));
+  if (rep == NULL) return 0;
+  rep->next = NULL;
+  rep->id = id;
+  rep->result = result;
+  pthread_mutex_lock(&dp_lock);
+  *dp_reports_tail = rep;
+  dp_reports_tail = &rep->next;
+  dp_report_count++;
+  pthread_mutex_unlock(&dp_lock);
+  return 1;
+}
+
+// One request's life (native decision, ask, proceed, pwrite, report) in one
+// function, so every exit can be seen to unregister the request and destroy
+// its semaphore.
+int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, int *res) {
+  if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
+  if (__atomic_load_n(&dp_tsfn, __ATOMIC_ACQUIRE) == NULL || len > INT32_MAX || offset < 0) return 0;
+  int native = dp_write_native(fh, buf, len, offset, res);
+  if (native != 0) return native > 0;
 
   // Only a look: the decision in JavaScript is not counted in (see the top).
   pthread_mutex_lock(&dp_lock);
@@ -195,41 +261,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   if (!published) return 0;
 
   dp_wreq_t r;
-  memset(&r, 0, sizeof(r));
-  r.state = DP_W_ASKED;
-  r.fh = fh;
-  r.offset = (int64_t) offset;
-  r.len = (uint32_t) len;
-  r.path = path;
-  struct fuse_context *fctx = fuse_get_context();
-  if (fctx != NULL) {
-    r.uid = (uint32_t) fctx->uid;
-    r.gid = (uint32_t) fctx->gid;
-    r.pid = (uint32_t) fctx->pid;
-  }
-  if (uv_sem_init(&r.sem, 0) != 0) return 0;
-  pthread_mutex_lock(&dp_lock);
-  if (++dp_next_id == 0) dp_next_id = 1;
-  r.id = dp_next_id;
-  r.next = dp_pending;
-  dp_pending = &r;
-  pthread_mutex_unlock(&dp_lock);
-
-  dp_msg_t *ask = malloc(sizeof(*ask));
-  if (ask != NULL) {
-    ask->kind = HOMESFS_WRITE_DECIDE;
-    ask->on_stack = 0;
-    ask->id = r.id;
-    ask->req = &r;
-    ask->result = 0;
-  }
-  if (ask == NULL || !dp_send(ask)) {
-    free(ask);
-    dp_unlink(&r);
-    uv_sem_destroy(&r.sem);
-    __atomic_add_fetch(&dp_write_fallbacks, 1, __ATOMIC_RELAXED);
-    return 0;
-  }
+  if (!dp_ask(&r, path, fh, len, offset)) return 0;
   homesfs_lead_release();
   uv_sem_wait(&r.sem);
 
@@ -270,20 +302,9 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
     // JavaScript's next call instead of waking it.
     dp_unlink(&r);
     uv_sem_destroy(&r.sem);
-    dp_report_t *rep = malloc(sizeof(*rep));
-    if (rep != NULL) {
-      rep->next = NULL;
-      rep->id = r.id;
-      rep->result = n;
-      pthread_mutex_lock(&dp_lock);
-      *dp_reports_tail = rep;
-      dp_reports_tail = &rep->next;
-      dp_report_count++;
-      pthread_mutex_unlock(&dp_lock);
-    }
     // Without memory for a report the lock would never be released: in that
     // case only, wait for JavaScript like a short write does (below).
-    if (rep != NULL) {
+    if (dp_report_whole(r.id, n)) {
       *res = (int) n;
       __atomic_add_fetch(&dp_writes, 1, __ATOMIC_RELAXED);
       __atomic_add_fetch(&dp_write_bytes, (uint64_t) n, __ATOMIC_RELAXED);

@@ -59,7 +59,9 @@ static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int
 // which adopts it (and commits the reserved inode) before anything else. A
 // name that exists (O_CREAT without O_EXCL opens it; O_TRUNC truncates it, a
 // ledger change) and every doubt go to JS, with nothing made. A failure
-// after the file was made removes it again before JS is asked.
+// after the file was made removes it again before JS is asked. One function:
+// the read lock spans the checks to the file made, and every exit gives the
+// slot it took back.
 int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
