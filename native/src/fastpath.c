@@ -59,6 +59,7 @@
 #include "fastpath.h"
 #include "removals.h"
 #include "dataplane.h"
+#include "dirhandles.h"
 
 #define FP_HOME_BUCKETS 4096
 #define FP_INODE_BUCKETS 16384
@@ -1007,7 +1008,10 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
       fd = (int) syscall(SYS_openat2, home->fd, rel, &how, sizeof(how));
     }
     if (fd >= 0) {
-      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0) {
+      // A slot JS granted is room under its open-file caps, but directory handles (dirhandles.c) may have
+      // taken that room since: then JS decides (and refuses, taking its slots back).
+      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
+          homesfs_dh_room(uid, path, plen)) {
         pthread_mutex_lock(&fp_open_lock);
         credit = fp_pop_credit_locked(home, uid);
         pthread_mutex_unlock(&fp_open_lock);
@@ -1168,7 +1172,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
         free(prel);
       }
     }
-    if (pfd >= 0) {
+    if (pfd >= 0 && homesfs_dh_room(uid, path, plen)) {  // as for opens: directory handles may hold the room
       pthread_mutex_lock(&fp_open_lock);
       for (fp_open_rec_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->uid == uid) { credit = *pp; *pp = credit->next; fp_credit_count--; fp_creates_inflight++; break; }
