@@ -36,6 +36,7 @@ typedef struct dh_uid {
   uint32_t uid;
   uint32_t n;      // directory handles
   uint32_t files;  // open files, as JS published them
+  uint32_t native; // files the binding opened or made that JS has not counted yet
 } dh_uid_t;
 // A home with directory handles open, or files, or an open-file cap JS published.
 typedef struct dh_home {
@@ -44,6 +45,7 @@ typedef struct dh_home {
   size_t len;
   uint32_t dirs;
   uint32_t files;
+  uint32_t native;
   uint32_t cap;    // maxOpenFiles, 0: none
 } dh_home_t;
 // What a handle gives back at RELEASEDIR.
@@ -58,6 +60,8 @@ static dh_uid_t *dh_uids[DH_BUCKETS];
 static dh_home_t *dh_homes[DH_BUCKETS];
 static uint64_t dh_open = 0;
 static uint64_t dh_files = 0;
+static uint64_t dh_native = 0;
+static dh_home_t dh_no_home;  // the token of a native file in no home (cannot be: a file is always in one)
 static uint32_t dh_files_cap = 0, dh_files_cap_uid = 0;
 static uint32_t dh_cap_uid = 0, dh_cap_all = 0; // atomic
 static uint64_t dh_refused = 0;        // atomic
@@ -91,14 +95,14 @@ static dh_home_t **dh_home_at (const char *prefix, size_t len) {
 }
 
 static void dh_uid_tidy (dh_uid_t **at) {
-  if (*at == NULL || (*at)->n > 0 || (*at)->files > 0) return;
+  if (*at == NULL || (*at)->n > 0 || (*at)->files > 0 || (*at)->native > 0) return;
   dh_uid_t *gone = *at;
   *at = gone->next;
   free(gone);
 }
 
 static void dh_home_tidy (dh_home_t **at) {
-  if (*at == NULL || (*at)->dirs > 0 || (*at)->files > 0 || (*at)->cap > 0) return;
+  if (*at == NULL || (*at)->dirs > 0 || (*at)->files > 0 || (*at)->native > 0 || (*at)->cap > 0) return;
   dh_home_t *gone = *at;
   *at = gone->next;
   free(gone->prefix);
@@ -116,6 +120,17 @@ static dh_home_t *dh_home_new (const char *prefix, size_t len) {
   return e;
 }
 
+// 0 when one more open file (a directory or a file) of the uid at `at` (NULL:
+// uid 0) in the home at `home` (NULL: in none) fits beside the files and
+// directories counted; else -EMFILE (the uid's or the home's cap) or -ENFILE
+// (the daemon's). Under dh_lock.
+static int dh_full (dh_uid_t **at, dh_home_t **home) {
+  if (at != NULL && *at != NULL && dh_files_cap_uid > 0 && (*at)->n + (*at)->files + (*at)->native >= dh_files_cap_uid) return -EMFILE;
+  if (home != NULL && *home != NULL && (*home)->cap > 0 && (*home)->dirs + (*home)->files + (*home)->native >= (*home)->cap) return -EMFILE;
+  if (dh_files_cap > 0 && dh_open + dh_files + dh_native >= dh_files_cap) return -ENFILE;
+  return 0;
+}
+
 // The counting alone, apart from libfuse and Node (native/test runs it): 0
 // and *fh the handle, or -EMFILE/-ENFILE past a cap (-ENOMEM), nothing counted.
 int homesfs_dh_take (uint32_t uid, const char *path, uint64_t *fh) {
@@ -128,12 +143,9 @@ int homesfs_dh_take (uint32_t uid, const char *path, uint64_t *fh) {
   pthread_mutex_lock(&dh_lock);
   dh_uid_t **at = uid != 0 ? dh_uid_at(uid) : NULL;
   dh_home_t **home = hlen > 0 ? dh_home_at(path, hlen) : NULL;
-  uint32_t mine = at != NULL && *at != NULL ? (*at)->n + (*at)->files : 0;
   if (cap_all > 0 && dh_open >= cap_all) res = -EMFILE;
   else if (at != NULL && cap_uid > 0 && *at != NULL && (*at)->n >= cap_uid) res = -EMFILE;
-  else if (at != NULL && dh_files_cap_uid > 0 && mine >= dh_files_cap_uid) res = -EMFILE;
-  else if (home != NULL && *home != NULL && (*home)->cap > 0 && (*home)->dirs + (*home)->files >= (*home)->cap) res = -EMFILE;
-  else if (dh_files_cap > 0 && dh_open + dh_files >= dh_files_cap) res = -ENFILE;
+  else if ((res = dh_full(at, home)) != 0) {}
   else if (at != NULL && *at == NULL && (*at = calloc(1, sizeof(dh_uid_t))) == NULL) res = -ENOMEM;
   else if (home != NULL && *home == NULL && (*home = dh_home_new(path, hlen)) == NULL) res = -ENOMEM;
   if (res == 0) {
@@ -215,23 +227,47 @@ void homesfs_dh_counts (uint32_t uid, const char *prefix, uint64_t out[3]) {
   pthread_mutex_unlock(&dh_lock);
 }
 
-// Whether one more file of uid's in the home whose prefix is path's first
-// len bytes fits beside the files and directory handles counted here (a
-// native open or create about to use a slot JS granted ahead).
-int homesfs_dh_room (uint32_t uid, const char *path, size_t len) {
-  int room = 1;
+// A file of uid's the binding is about to open or make in the home whose
+// prefix is path's first len bytes, on a slot JS granted ahead: JS does not
+// count it as open (an unused slot is no file) until it takes the binding's
+// record in, so it is counted here meanwhile, if it fits beside the files and
+// directory handles counted. Returns the token to give it back with
+// (homesfs_dh_file_give, once JS counts it or it is gone), or NULL: no room
+// (directory handles took it since the slot was granted) or no memory.
+void *homesfs_dh_file_take (uint32_t uid, const char *path, size_t len) {
+  void *token = NULL;
   pthread_mutex_lock(&dh_lock);
-  if (uid != 0 && dh_files_cap_uid > 0) {
-    dh_uid_t **at = dh_uid_at(uid);
-    if (*at != NULL && (*at)->n + (*at)->files >= dh_files_cap_uid) room = 0;
+  dh_uid_t **at = uid != 0 ? dh_uid_at(uid) : NULL;
+  dh_home_t **home = len > 0 ? dh_home_at(path, len) : NULL;
+  if (dh_full(at, home) == 0 &&
+      !(at != NULL && *at == NULL && (*at = calloc(1, sizeof(dh_uid_t))) == NULL) &&
+      !(home != NULL && *home == NULL && (*home = dh_home_new(path, len)) == NULL)) {
+    if (at != NULL) { (*at)->uid = uid; (*at)->native++; }
+    if (home != NULL) (*home)->native++;
+    dh_native++;
+    token = home != NULL ? (void *) *home : (void *) &dh_no_home;
+  } else if (at != NULL) {
+    dh_uid_tidy(at);
   }
-  if (room && len > 0) {
-    dh_home_t **at = dh_home_at(path, len);
-    if (*at != NULL && (*at)->cap > 0 && (*at)->dirs + (*at)->files >= (*at)->cap) room = 0;
-  }
-  if (room && dh_files_cap > 0 && dh_open + dh_files >= dh_files_cap) room = 0;
   pthread_mutex_unlock(&dh_lock);
-  return room;
+  return token;
+}
+
+void homesfs_dh_file_give (uint32_t uid, void *token) {
+  if (token == NULL) return;
+  pthread_mutex_lock(&dh_lock);
+  if (dh_native > 0) dh_native--;
+  if (uid != 0) {
+    dh_uid_t **at = dh_uid_at(uid);
+    if (*at != NULL && (*at)->native > 0) (*at)->native--;
+    dh_uid_tidy(at);
+  }
+  if (token != (void *) &dh_no_home) {
+    dh_home_t *home = token;
+    if (home->native > 0) home->native--;
+    dh_home_tidy(dh_home_at(home->prefix, home->len));
+  }
+  pthread_mutex_unlock(&dh_lock);
 }
 
 void homesfs_dh_stats (uint64_t *open, uint64_t *refused) {

@@ -15,8 +15,10 @@ int homesfs_dh_set_files (uint32_t uid, uint32_t uid_files, const char *prefix, 
 // Directory handles open: uid's, the home's at prefix, in all.
 void homesfs_dh_counts (uint32_t uid, const char *prefix, uint64_t out[3]);
 void homesfs_dh_set_caps (uint32_t per_uid, uint32_t all);
-// Whether one more file of uid's fits in the home at path's first len bytes, per uid and in all.
-int homesfs_dh_room (uint32_t uid, const char *path, size_t len);
+// A file the binding opens or makes on a slot JS granted, counted until JS
+// counts it: a token to give back, or NULL (no room beside directory handles).
+void *homesfs_dh_file_take (uint32_t uid, const char *path, size_t len);
+void homesfs_dh_file_give (uint32_t uid, void *token);
 void homesfs_dh_stats (uint64_t *open, uint64_t *refused);
 #ifndef HOMESFS_NO_NAPI
 #include <node_api.h>

@@ -342,7 +342,17 @@ typedef struct fp_open_rec {
   // slot back to that list while no slot went back to JS since).
   struct fp_home *home;
   uint64_t gen;
+  // While taken for a native open or create: its count beside the directory
+  // handles (dirhandles.c), given back once JS takes the record in or the
+  // file is gone.
+  void *dh;
 } fp_open_rec_t;
+
+static void fp_dh_give (fp_open_rec_t *r) {
+  if (r->dh == NULL) return;
+  homesfs_dh_file_give(r->uid, r->dh);
+  r->dh = NULL;
+}
 
 static pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's credits, and the queue
 // Native creates past their home's check and not yet queued for JS (under
@@ -1009,12 +1019,16 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
     }
     if (fd >= 0) {
       // A slot JS granted is room under its open-file caps, but directory handles (dirhandles.c) may have
-      // taken that room since: then JS decides (and refuses, taking its slots back).
+      // taken that room since: then JS decides (and refuses, taking its slots back). Counted there until
+      // JS takes the record in.
+      void *dh = NULL;
       if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
-          homesfs_dh_room(uid, path, plen)) {
+          (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {
         pthread_mutex_lock(&fp_open_lock);
         credit = fp_pop_credit_locked(home, uid);
         pthread_mutex_unlock(&fp_open_lock);
+        if (credit == NULL) homesfs_dh_file_give(uid, dh);
+        else credit->dh = dh;
       }
       if (credit != NULL) {
         oflags = home->open_flags;
@@ -1050,6 +1064,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   if (fstat(fd, &now) != 0 || now.st_nlink == 0) {
     fp_open_unregister(dev, ino, handle);
     close(fd);
+    fp_dh_give(credit);
     fp_queue(credit);  // kind is still UNUSED: the slot goes back
     __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
@@ -1098,6 +1113,7 @@ int homesfs_fastpath_release (uint64_t fh) {
   if (r->published) homesfs_dp_unpublish_fd(fh);
   fp_open_unregister(r->dev, r->ino, (uint32_t) fh);
   close(r->fd);
+  fp_dh_give(r);
   r->kind = HOMESFS_REC_UNUSED;
   r->fd = -1;
   r->published = 0;
@@ -1172,16 +1188,20 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
         free(prel);
       }
     }
-    if (pfd >= 0 && homesfs_dh_room(uid, path, plen)) {  // as for opens: directory handles may hold the room
+    void *dh = NULL;
+    if (pfd >= 0 && (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {  // as for opens: directory handles may hold the room
       pthread_mutex_lock(&fp_open_lock);
       for (fp_open_rec_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->uid == uid) { credit = *pp; *pp = credit->next; fp_credit_count--; fp_creates_inflight++; break; }
       }
       pthread_mutex_unlock(&fp_open_lock);
+      if (credit == NULL) homesfs_dh_file_give(uid, dh);
+      else credit->dh = dh;
     }
     mode_t m = (mode_t) ((mode & home->mode_m) | home->mode_or);
     // setuid/setgid asked: JS sets them again after the chown (which clears them), by descriptor.
     if (credit != NULL && (m & 06000) != 0) {
+      fp_dh_give(credit);
       fp_queue_create_done(credit);
       credit = NULL;
     }
@@ -1192,6 +1212,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
       own_uid = uid;
       own_gid = gid;
       if (fstat(pfd, &pst) != 0) {
+        fp_dh_give(credit);
         fp_queue_create_done(credit);
         credit = NULL;
       } else if ((pst.st_mode & S_ISGID) != 0) {
@@ -1241,7 +1262,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   if (fd < 0) {
     free(he);
     free(fresh);
-    if (credit != NULL) fp_queue_create_done(credit); // kind is still UNUSED_CREATE: slot and inode go back
+    if (credit != NULL) { fp_dh_give(credit); fp_queue_create_done(credit); } // kind is still UNUSED_CREATE: slot and inode go back
     if (counted) __atomic_add_fetch(&fp_cfallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
@@ -2017,6 +2038,8 @@ static napi_value fp_take_opens (napi_env env, napi_callback_info info) {
   uint32_t i = 0;
   for (fp_open_rec_t *e = list; e != NULL; i++) {
     fp_open_rec_t *next = e->next;
+    // JS counts it from here (it publishes its files before it answers anything else).
+    fp_dh_give(e);
     d[7 * i] = e->kind;
     d[7 * i + 1] = e->fh;
     d[7 * i + 2] = (uint64_t) (e->fd < 0 ? 0 : e->fd);

@@ -124,8 +124,10 @@ TEST(files_and_directories_share_the_open_file_caps) {
   CHECK_EQ(count(6001, "/t/a", 1), 1);   // only one of them in the home
   CHECK_EQ(count(6001, "/t", 1), 0);     // "/t" is no home
   // it closes 4 files: 4 more directories
-  CHECK_EQ(homesfs_dh_room(6001, "/t/a/f", 4), 0);   // no native open of a file either
-  CHECK_EQ(homesfs_dh_room(6002, "/t/a/f", 4), 1);
+  CHECK(homesfs_dh_file_take(6001, "/t/a/f", 4) == NULL);   // no native open of a file either
+  void *tok = homesfs_dh_file_take(6002, "/t/a/f", 4);
+  CHECK(tok != NULL);
+  homesfs_dh_file_give(6002, tok);
   homesfs_dh_set_files(6001, 3, "/t/a", 3, 0, 3, 10, 0);
   for (int i = 3; i < 7; i++) CHECK_EQ(open_at(6001, "/t/a/y/z", &d[i]), 0);
   CHECK_EQ(open_at(6001, "/t/a/y", &extra), -EMFILE);
@@ -143,8 +145,10 @@ TEST(files_and_directories_share_the_open_file_caps) {
   CHECK_EQ(open_at(6004, "/t/a/deep/er", &d[1]), 0);
   CHECK_EQ(open_at(6005, "/t/a/q", &extra), -EMFILE);
   // and a native open there, on a slot JS granted ahead, finds no room either (another home does)
-  CHECK_EQ(homesfs_dh_room(6005, "/t/a/f", 4), 0);
-  CHECK_EQ(homesfs_dh_room(6005, "/t/b/f", 4), 1);
+  CHECK(homesfs_dh_file_take(6005, "/t/a/f", 4) == NULL);
+  tok = homesfs_dh_file_take(6005, "/t/b/f", 4);
+  CHECK(tok != NULL);
+  homesfs_dh_file_give(6005, tok);
   CHECK_EQ(open_at(6005, "/t/ab", &d[2]), 0);   // a name that only starts alike
   CHECK_EQ(open_at(6005, "/t/b", &d[3]), 0);
   CHECK_EQ(open_at(6005, "/t", &d[4]), 0);      // above homes: in none
@@ -157,9 +161,37 @@ TEST(files_and_directories_share_the_open_file_caps) {
   CHECK_EQ(open_at(6006, "/t/c", &d[0]), 0);
   CHECK_EQ(open_at(0, "/", &d[1]), 0);
   CHECK_EQ(open_at(0, "/", &extra), -ENFILE);
-  CHECK_EQ(homesfs_dh_room(0, "/t/c/f", 4), 0);
+  CHECK(homesfs_dh_file_take(0, "/t/c/f", 4) == NULL);
   for (int i = 0; i < 2; i++) homesfs_dir_release("/", &d[i]);
   homesfs_dh_set_files(0, 0, "/t/a", 0, 0, 0, 0, 0);
+  CHECK_EQ(open_count(), 0);
+}
+
+// A file the binding opens on a slot JS granted is counted here until JS
+// counts it: directories and other native opens find its room taken, and it
+// gives the room back.
+TEST(native_files_hold_their_room_until_given_back) {
+  homesfs_dh_set_caps(0, 0);
+  homesfs_dh_set_files(7001, 2, "/t/n", 2, 5, 2, 4, 0);   // 2 of the uid's 4, of the home's 5
+  void *a = homesfs_dh_file_take(7001, "/t/n/f", 4);
+  CHECK(a != NULL);
+  struct fuse_file_info d, extra;
+  CHECK_EQ(open_at(7001, "/t/n", &d), 0);                 // 2 files + 1 native + 1 directory: the uid's 4
+  CHECK_EQ(open_at(7001, "/t/n", &extra), -EMFILE);
+  CHECK(homesfs_dh_file_take(7001, "/t/n/g", 4) == NULL);
+  CHECK_EQ(open_at(7002, "/t/n", &extra), 0);             // another uid: the home's 5
+  CHECK(homesfs_dh_file_take(7003, "/t/n/g", 4) == NULL);
+  homesfs_dir_release("/", &extra);
+  // JS took the file in: published with its files, the native count given back
+  homesfs_dh_set_files(7001, 3, "/t/n", 3, 5, 3, 4, 0);
+  homesfs_dh_file_give(7001, a);
+  CHECK_EQ(open_at(7001, "/t/n", &extra), -EMFILE);       // still 4: nothing counted twice or lost
+  homesfs_dh_set_files(7001, 2, "/t/n", 2, 5, 2, 4, 0);
+  CHECK_EQ(open_at(7001, "/t/n", &extra), 0);
+  homesfs_dir_release("/", &extra);
+  homesfs_dir_release("/", &d);
+  homesfs_dh_set_files(7001, 0, "/t/n", 0, 0, 0, 0, 0);
+  homesfs_dh_file_give(0, NULL);                          // no token: nothing
   CHECK_EQ(open_count(), 0);
 }
 

@@ -186,15 +186,18 @@ for fd in fds: os.close(fd)`,
 describe.skipIf(!canMount)('a directory handle is an open file too: of its caller uid, its home and the daemon', () => {
   const PER_UID = 25;
   const TIGHT = 15;
+  const ROOMY = 100;
   const W = { uid: BASE + 3, gid: BASE + 3 };
   const X = { uid: BASE + 4, gid: BASE + 4 };
   const Y = { uid: BASE + 5, gid: BASE + 5 };
   const Z = { uid: BASE + 6, gid: BASE + 6 };
+  const R = { uid: BASE + 7, gid: BASE + 7 };
   const homes = {
     [`${T}/w`]: { owner: W, profile: 'home' },
     [`${T}/x`]: { owner: X, profile: 'tight' },
     [`${T}/y`]: { owner: Y, profile: 'tight' },
     [`${T}/z`]: { owner: Z, profile: 'home' },
+    [`${T}/r`]: { owner: R, profile: 'roomy' },
   };
   let d: RunningDaemon;
   let tmp = '';
@@ -267,11 +270,11 @@ for k in fds:
       config: {
         owners: { from: BASE, to: BASE + 9_999 },
         limits: { openFilesPerUid: PER_UID },
-        profiles: { tight: { extends: 'home', maxOpenFiles: TIGHT } },
+        profiles: { tight: { extends: 'home', maxOpenFiles: TIGHT }, roomy: { extends: 'home', maxOpenFiles: ROOMY } },
       },
     });
     for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
-    for (const [who, key] of [[W, 'w'], [X, 'x'], [Y, 'y'], [Z, 'z']] as const) {
+    for (const [who, key] of [[W, 'w'], [X, 'x'], [Y, 'y'], [Z, 'z'], [R, 'r']] as const) {
       await pyAs(tmp, who, 'import sys\nopen(sys.argv[1], "w").write("x")', join(d.home(T, key), 'f'));
       mkdirSync(join(d.backingOf(T, key), 'sub'));
       spawnSync('chown', [`${who.uid}:${who.gid}`, join(d.backingOf(T, key), 'sub')]);
@@ -331,5 +334,13 @@ print(len(fds))`,
     const home = d.home(T, 'z');
     const out = await plan(Z, 'od20,of100,cd5,wf5,of100', join(home, 'f'), join(home, 'sub'));
     expect(out).toBe('20 - | 5 EMFILE | 5 | 0 EMFILE');
+  });
+
+  it(`files the binding opened and the daemon has not taken in yet hold their room: ${ROOMY} in all, at once`, async () => {
+    await settled();
+    const home = d.home(T, 'r');
+    // root (no per-uid cap) opens 60 files, most of them in the binding on slots granted ahead, then at once directories
+    const out = await plan({ uid: 0, gid: 0 }, 'of60,od200,of10', join(home, 'f'), join(home, 'sub'));
+    expect(out).toBe(`60 - | ${ROOMY - 60} EMFILE | 0 EMFILE`);
   });
 });
