@@ -159,8 +159,13 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   }
 
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
-  // Directory handles hold no descriptor (listings are streamed): the binding counts them against caps of their own.
+  // Directory handles hold no descriptor (listings are streamed): the binding counts them against caps of their own
+  // (what libfuse may hold for them), and each as one open file against the open-file caps, beside JS's files.
   Fuse.setDirHandleCaps?.(config.limits.dirHandlesPerUid, config.limits.dirHandles);
+  const dirHandles =
+    typeof Fuse.dirHandleCounts === 'function' && typeof Fuse.setOpenFileCounts === 'function'
+      ? { counts: Fuse.dirHandleCounts.bind(Fuse), files: Fuse.setOpenFileCounts.bind(Fuse) }
+      : undefined;
   const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate, config.fuse.nativeWrite && config.fuse.nativeWriteDecision) : null;
   if (config.fuse.nativeFastPath && !fastPath) log.warn('fuse.nativeFastPath is on but the binding has no fast path (rebuild it: node scripts/build-native.mjs): every getattr goes to JS');
   // RELEASE answered by the binding, carried out here before the next request.
@@ -176,6 +181,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     fallocate: nativeFallocate(Fuse),
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
+    ...(dirHandles ? { dirHandles } : {}),
     dataPlane,
     releases,
     removals,

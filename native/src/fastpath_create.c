@@ -93,21 +93,26 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
     if ((home->max_depth == 0 || depth <= home->max_depth) && fp_components_ok(rel, home->max_name)) {
       pfd = fp_open_parent(home->fd, rel, last_slash);
     }
-    if (pfd >= 0) {
+    void *dh = NULL;
+    if (pfd >= 0 && (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {  // as for opens: directory handles may hold the room
       pthread_mutex_lock(&fp_open_lock);
       for (fp_open_rec_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->uid == uid) { credit = *pp; *pp = credit->next; fp_credit_count--; fp_creates_inflight++; break; }
       }
       pthread_mutex_unlock(&fp_open_lock);
+      if (credit == NULL) homesfs_dh_file_give(uid, dh);
+      else credit->dh = dh;
     }
     mode_t m = (mode_t) ((mode & home->mode_m) | home->mode_or);
     // setuid/setgid asked: JS sets them again after the chown (which clears them), by descriptor.
     if (credit != NULL && (m & 06000) != 0) {
+      fp_dh_give(credit);
       fp_queue_create_done(credit);
       credit = NULL;
     }
     uint32_t own_uid = home->uid, own_gid = home->gid;
     if (credit != NULL && fp_create_owner(home, pfd, uid, gid, &own_uid, &own_gid) != 0) {
+      fp_dh_give(credit);
       fp_queue_create_done(credit);
       credit = NULL;
     }
@@ -130,7 +135,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   if (fd < 0) {
     free(he);
     free(fresh);
-    if (credit != NULL) fp_queue_create_done(credit); // kind is still UNUSED_CREATE: slot and inode go back
+    if (credit != NULL) { fp_dh_give(credit); fp_queue_create_done(credit); } // kind is still UNUSED_CREATE: slot and inode go back
     if (counted) __atomic_add_fetch(&fp_cfallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }

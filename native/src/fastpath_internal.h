@@ -81,6 +81,7 @@
 
 #include "abi.h"
 #include "fastpath.h"
+#include "dirhandles.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -197,12 +198,21 @@ typedef struct fp_open_rec {
   // slot back to that list while no slot went back to JS since).
   struct fp_home *home;
   uint64_t gen;
+  // While taken for a native open or create: its count beside the directory
+  // handles (dirhandles.c), given back once JS takes the record in or the
+  // file is gone.
+  void *dh;
 } fp_open_rec_t;
+
+// Gives a record's count beside the directory handles back (once).
+static inline void fp_dh_give (fp_open_rec_t *r) {
+  if (r == NULL || r->dh == NULL) return;
+  homesfs_dh_file_give(r->uid, r->dh);
+  r->dh = NULL;
+}
 
 static inline double fp_bits_double (uint64_t bits) { double d; memcpy(&d, &bits, sizeof(d)); return d; }
 static inline uint64_t fp_double_bits (double d) { uint64_t b; memcpy(&b, &d, sizeof(b)); return b; }
-
-#define FP_THROW(msg) do { napi_throw_type_error(env, "EINVAL", (msg)); return NULL; } while (0)
 
 #define FP_THROW(msg) do { napi_throw_type_error(env, "EINVAL", (msg)); return NULL; } while (0)
 

@@ -197,10 +197,17 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
       fd = fp_openat2(home->fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     }
     if (fd >= 0) {
-      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0) {
+      // A slot JS granted is room under its open-file caps, but directory handles (dirhandles.c) may have
+      // taken that room since: then JS decides (and refuses, taking its slots back). Counted there until
+      // JS takes the record in.
+      void *dh = NULL;
+      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
+          (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {
         pthread_mutex_lock(&fp_open_lock);
         credit = fp_pop_credit_locked(home, uid);
         pthread_mutex_unlock(&fp_open_lock);
+        if (credit == NULL) homesfs_dh_file_give(uid, dh);
+        else credit->dh = dh;
       }
       if (credit != NULL) {
         oflags = home->open_flags;
@@ -229,6 +236,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   if (fstat(fd, &now) != 0 || now.st_nlink == 0) {
     fp_open_unregister(dev, ino, handle);
     close(fd);
+    fp_dh_give(credit);
     fp_queue(credit);  // kind is still UNUSED: the slot goes back
     __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
@@ -277,6 +285,7 @@ int homesfs_fastpath_release (uint64_t fh) {
   if (r->published) homesfs_dp_unpublish_fd(fh);
   fp_open_unregister(r->dev, r->ino, (uint32_t) fh);
   close(r->fd);
+  fp_dh_give(r);
   r->kind = HOMESFS_REC_UNUSED;
   r->fd = -1;
   r->published = 0;
@@ -431,6 +440,8 @@ napi_value fp_take_opens (napi_env env, napi_callback_info info) {
   uint32_t i = 0;
   for (fp_open_rec_t *e = list; e != NULL; i++) {
     fp_open_rec_t *next = e->next;
+    // JS counts it from here (it publishes its files before it answers anything else).
+    fp_dh_give(e);
     d[7 * i] = e->kind;
     d[7 * i + 1] = e->fh;
     d[7 * i + 2] = (uint64_t) (e->fd < 0 ? 0 : e->fd);

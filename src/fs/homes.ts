@@ -30,6 +30,11 @@ export interface ProfileChoice {
   limits: Limits;
 }
 
+export interface DirHandleCounts {
+  counts(uid: number, prefix: string): readonly [number, number, number];
+  files(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
+}
+
 export interface FsDeps {
   store: BackingStore;
   log: Logger;
@@ -50,6 +55,13 @@ export interface FsDeps {
    * no caps beyond the profiles'.
    */
   openFiles?: { perUid: number; forHandles: number };
+  /**
+   * The binding's directory handles (dirhandles.c), each one open file of its
+   * caller uid, its home and the daemon: how many are open (uid's, under the
+   * home's /<tenant>/<key>, in all), and where JS's open files and caps are
+   * published for OPENDIR to check. Absent: no directory counts as a file.
+   */
+  dirHandles?: DirHandleCounts;
   /** the binding's data plane (config `fuse.nativeRead`); absent: every READ comes to JS */
   dataPlane?: DataPlane | null;
   /** the native getattr fast path's control plane, when it is on */

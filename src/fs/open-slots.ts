@@ -19,6 +19,9 @@ import { HandleTable, inodeKey, type Caller, type FileHandle, type HomeState } f
 import { StatusFiles } from './status.js';
 import { ABI } from '../abi.js';
 
+/** The path prefix of the home under the mount, as the binding sees OPENDIR's paths. */
+const homePrefix = (hs: HomeState) => `/${hs.backing.ref.tenant}/${hs.backing.ref.key}`;
+
 /** How long an open at a cap waits for RELEASEs already on their way (see openSlot). */
 const RELEASE_GRACE_MS = 5;
 
@@ -41,6 +44,8 @@ export abstract class OpenSlots extends OpenInodes {
   readonly openFiles: OpenFileAccounting;
   /** slots granted to the binding for native opens, by the handle number reserved with each */
   private readonly credits = new Map<number, { hs: HomeState; uid: number; slot: OpenSlot; policy: number; ledger: Ledger | null }>();
+  /** slots granted to the binding and unused, per caller uid across homes */
+  private readonly creditsOfUid = new Map<number, number>();
   /** caps met lately ('home:<id>', 'uid:<n>', 'all') and until when no slot is granted under them */
   private readonly capPressure = new Map<string, number>();
   /** homes, and the caller uids in each, to grant open and create slots to, soon */
@@ -50,11 +55,27 @@ export abstract class OpenSlots extends OpenInodes {
   constructor(deps: FsDeps) {
     super(deps);
     const caps = deps.openFiles;
+    const dirs = deps.dirHandles;
     this.openFiles = new OpenFileAccounting({
       perUid: caps?.perUid ?? 0,
       // Each loaded home holds its directory's descriptors (descriptorsPerHome).
       total: () => (caps === undefined ? Number.MAX_SAFE_INTEGER : caps.forHandles - this.homes.size * this.descriptorsPerHome),
+      ...(dirs ? { dirs: (uid: number, home) => dirs.counts(uid, homePrefix(home as HomeState)), changed: (uid: number, home) => this.publishOpenFiles(home as HomeState, uid) } : {}),
     });
+  }
+
+  /**
+   * What the binding checks OPENDIR against (dirhandles.c): the files uid has
+   * open, the home's and all of them, as callers hold them (slots granted to
+   * the binding and unused are not counted there: an OPENDIR may take their
+   * room, see README "Open files"), with the caps. Told after every change.
+   */
+  publishOpenFiles(hs: HomeState, uid: number): void {
+    const dirs = this.deps.dirHandles;
+    if (!dirs) return;
+    const cap = this.openFiles.cap;
+    const uidFiles = uid === 0 ? 0 : this.openFiles.uidCount(uid) - (this.creditsOfUid.get(uid) ?? 0);
+    dirs.files(uid, uidFiles, homePrefix(hs), this.openFilesOf(hs), hs.profile.maxOpenFiles, this.openFilesTotal, this.openFiles.perUidCap, Math.max(0, Math.min(cap, 2 ** 32 - 1)));
   }
 
   /**
@@ -182,8 +203,12 @@ export abstract class OpenSlots extends OpenInodes {
         if (this.underPressure(hs, uid)) continue;
         const byUid = create ? hs.createCreditsByUid : hs.creditsByUid;
         // Under a small maxOpenFiles the slots held for the binding stay a quarter of what is free, per kind and caller.
+        // So do they under the per-uid cap, and directory handles (which may take what these hold unused) are counted in.
         const cap = hs.profile.maxOpenFiles;
-        const most = cap > 0 ? Math.min(NATIVE_OPEN_CREDITS, Math.floor((cap - this.openFilesOf(hs)) / 4)) : NATIVE_OPEN_CREDITS;
+        const [uidDirs, homeDirs] = this.deps.dirHandles?.counts(uid, homePrefix(hs)) ?? [0, 0];
+        const perUid = this.openFiles.perUidCap;
+        let most = cap > 0 ? Math.min(NATIVE_OPEN_CREDITS, Math.floor((cap - this.openFilesOf(hs) - homeDirs) / 4)) : NATIVE_OPEN_CREDITS;
+        if (perUid > 0 && uid !== 0) most = Math.min(most, Math.floor((perUid - this.openFiles.uidCount(uid) - uidDirs) / 4) + (byUid.get(uid) ?? 0));
         while ((byUid.get(uid) ?? 0) < most) {
           let slot: OpenSlot;
           try {
@@ -218,6 +243,10 @@ export abstract class OpenSlots extends OpenInodes {
     const n = (byUid.get(uid) ?? 0) + delta;
     if (n > 0) byUid.set(uid, n);
     else byUid.delete(uid);
+    const all = (this.creditsOfUid.get(uid) ?? 0) + delta;
+    if (all > 0) this.creditsOfUid.set(uid, all);
+    else this.creditsOfUid.delete(uid);
+    this.publishOpenFiles(hs, uid);
   }
 
   /**

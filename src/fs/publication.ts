@@ -102,6 +102,8 @@ export abstract class NativePublication extends OpenSlots {
         (this.deps.dataPlane?.write && writesNeedNoData(hs.profile) ? NATIVE_OPEN_WRITE : 0) |
         (hs.profile.directIo ? NATIVE_OPEN_DIRECT_IO : 0)
       : 0;
+    // Its maxOpenFiles (which directory handles there count against) may be new too.
+    this.publishOpenFiles(hs, 0);
     if (flags !== hs.nativeOpen) {
       hs.nativeOpen = flags;
       attrs?.openPolicy(hs);

@@ -76,6 +76,12 @@ export function attachAddon(Fuse: Record<string, unknown> & { prototype: Record<
       call('fuse_native_set_dir_caps', perUid >>> 0, all >>> 0);
     },
     dirHandleStats: (): { open: number; refused: number } => call('fuse_native_dir_stats'),
+    /** directory handles open: uid's (0 for uid 0), under the home's prefix ("/<tenant>/<key>"), in all */
+    dirHandleCounts: (uid: number, prefix: string): [number, number, number] => call('fuse_native_dir_counts', uid >>> 0, prefix),
+    /** JS's open files (uid's, the home's with its cap, all) and the caps per uid and in all, which OPENDIR counts its handles beside */
+    setOpenFileCounts(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void {
+      call('fuse_native_set_open_files', uid >>> 0, uidFiles >>> 0, prefix, homeFiles >>> 0, homeCap >>> 0, total >>> 0, capPerUid >>> 0, capAll >>> 0);
+    },
     /**
      * The data plane (dataplane.c): READs of fh (DP_READ) answered with
      * pread(fd) on libfuse's thread; WRITEs (DP_WRITE) decided by the write

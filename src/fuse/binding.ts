@@ -109,6 +109,10 @@ export interface FuseClass {
   /** open directory handles counted per caller uid (0 not) and in all; past a cap (0: none) OPENDIR answers EMFILE */
   setDirHandleCaps?(perUid: number, all: number): void;
   dirHandleStats?(): { open: number; refused: number };
+  /** directory handles open: uid's, under a home's "/<tenant>/<key>", in all */
+  dirHandleCounts?(uid: number, prefix: string): [number, number, number];
+  /** JS's open files and caps, which OPENDIR counts its handles beside (each directory handle is one open file too) */
+  setOpenFileCounts?(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
   /** fallocate(2) on the libuv threadpool; cb(0) or cb(-errno) (-EOPNOTSUPP from a build without it) */
   fallocate?(fd: number, mode: number, offset: number, length: number, cb: (errno: number) => void): void;
   unmount(mnt: string, cb: (err: Error | null) => void): void;

@@ -197,13 +197,15 @@ export class MountManager {
   private dirRefused = 0;
 
   /**
-   * OPENDIRs the binding refused with EMFILE (limits.dirHandles*) since the last
-   * probe, as one line: they are answered on libfuse's threads, which do not log.
+   * OPENDIRs the binding refused (EMFILE: limits.dirHandles*, or files and
+   * directories at the uid's or the home's open-file cap; ENFILE: the daemon's)
+   * since the last probe, as one line: they are answered on libfuse's threads,
+   * which do not log.
    */
   private logDirRefusals(): void {
     const refused = this.Fuse.dirHandleStats?.().refused ?? 0;
     if (refused > this.dirRefused) {
-      this.log.warn({ op: 'opendir', code: 'OPEN_FILES_EXCEEDED', errno: 'EMFILE', refused: refused - this.dirRefused }, 'directory opens refused: a directory-handle cap (limits.dirHandlesPerUid, limits.dirHandles) was reached');
+      this.log.warn({ op: 'opendir', code: 'OPEN_FILES_EXCEEDED', errno: 'EMFILE', refused: refused - this.dirRefused }, 'directory opens refused: a directory-handle cap (limits.dirHandlesPerUid, limits.dirHandles) or an open-file cap (limits.openFilesPerUid, maxOpenFiles, the daemon cap) was reached');
     }
     this.dirRefused = refused;
   }

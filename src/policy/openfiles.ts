@@ -10,6 +10,11 @@
  *    descriptors (ENFILE, `DAEMON_FILES_EXHAUSTED`: the shared table is full,
  *    which is no fault of the caller's own home).
  *
+ * Open directory handles count against the same three caps (one open file
+ * each), though the binding answers OPENDIR without JS: `dirs` reports how
+ * many are open (per uid, in the home, in all), and `changed` is told after
+ * every change here so that the binding checks OPENDIR against these files.
+ *
  * PURE. A slot is taken synchronously before the backing open (the await that
  * consumes a descriptor), so concurrent opens can never pass a cap together,
  * and given back exactly once: on a failed open, or at release.
@@ -27,6 +32,10 @@ export interface OpenFileCaps {
   perUid: number;
   /** handles across all homes the daemon's descriptors can carry now */
   total: () => number;
+  /** directory handles open now: uid's (0 for uid 0), in the home, in all; absent: none */
+  dirs?: (uid: number, home: HomeCount) => readonly [number, number, number];
+  /** after a slot of uid's in the home was taken or given back */
+  changed?: (uid: number, home: HomeCount) => void;
 }
 
 export interface OpenSlot {
@@ -64,32 +73,35 @@ export class OpenFileAccounting {
    * refusal.
    */
   acquire(home: HomeCount, homeLimit: number, uid: number, homeName: string): OpenSlot {
-    if (homeLimit > 0 && home.openHandles >= homeLimit) {
+    const [uidDirs, homeDirs, allDirs] = this.caps.dirs?.(uid, home) ?? [0, 0, 0];
+    const andDirs = (n: number) => (n > 0 ? ` and ${n} directories` : '');
+    if (homeLimit > 0 && home.openHandles + homeDirs >= homeLimit) {
       throw new HomesError(
         'OPEN_FILES_EXCEEDED',
-        `the home ${homeName} already has ${home.openHandles} files open, its profile's limit (maxOpenFiles): close some first`,
+        `the home ${homeName} already has ${home.openHandles} files${andDirs(homeDirs)} open, its profile's limit (maxOpenFiles): close some first`,
         { limit: homeLimit, scope: 'home' },
       );
     }
     const counted = uid !== 0;
     const mine = counted ? this.uidCount(uid) : 0;
-    if (counted && this.caps.perUid > 0 && mine >= this.caps.perUid) {
-      throw new HomesError('OPEN_FILES_EXCEEDED', `uid ${uid} already has ${mine} files open across homes, the limit per uid (limits.openFilesPerUid): close some first`, {
+    if (counted && this.caps.perUid > 0 && mine + uidDirs >= this.caps.perUid) {
+      throw new HomesError('OPEN_FILES_EXCEEDED', `uid ${uid} already has ${mine} files${andDirs(uidDirs)} open across homes, the limit per uid (limits.openFilesPerUid): close some first`, {
         limit: this.caps.perUid,
         scope: 'uid',
       });
     }
     const cap = this.caps.total();
-    if (this.#total >= cap) {
+    if (this.#total + allDirs >= cap) {
       throw new HomesError(
         'DAEMON_FILES_EXHAUSTED',
-        `all homes together have ${this.#total} files open, all the daemon's descriptors allow beside its reserve: try again when others have closed theirs`,
+        `all homes together have ${this.#total} files${andDirs(allDirs)} open, all the daemon's descriptors allow beside its reserve: try again when others have closed theirs`,
         { limit: cap, scope: 'daemon' },
       );
     }
     home.openHandles++;
     this.#total++;
     if (counted) this.#byUid.set(uid, mine + 1);
+    this.caps.changed?.(uid, home);
     let held = true;
     return {
       release: () => {
@@ -97,10 +109,12 @@ export class OpenFileAccounting {
         held = false;
         home.openHandles--;
         this.#total--;
-        if (!counted) return;
-        const n = (this.#byUid.get(uid) ?? 1) - 1;
-        if (n > 0) this.#byUid.set(uid, n);
-        else this.#byUid.delete(uid);
+        if (counted) {
+          const n = (this.#byUid.get(uid) ?? 1) - 1;
+          if (n > 0) this.#byUid.set(uid, n);
+          else this.#byUid.delete(uid);
+        }
+        this.caps.changed?.(uid, home);
       },
     };
   }

@@ -9,7 +9,7 @@ export const STATUS: StatusReport = {
   backing: '/srv/homes',
   configPath: null,
   mount: { path: '/homes', mounted: true, loop: 'running', lastProbeAt: '2025-01-01T00:00:00.000Z', lastProbeOk: true },
-  native: { abi: 5, selfCheck: 'ok', maxWriteRequest: 131072 },
+  native: { abi: 6, selfCheck: 'ok', maxWriteRequest: 131072 },
   homes: [
     { tenant: 'acme', key: 'web', scan: 'done', bytes: 1048576, inodes: 12 },
     { tenant: 'acme', key: '_tenant', scan: 'scanning' },

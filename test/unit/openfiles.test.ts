@@ -35,6 +35,28 @@ describe('OpenFileAccounting', () => {
     expect({ h1: h1.openHandles, h2: h2.openHandles, total: acc.total, uid: acc.uidCount(1000) }).toEqual({ h1: 0, h2: 0, total: 0, uid: 0 });
   });
 
+  it('open directory handles (the binding counts them) take room under all three caps, and every change is told', () => {
+    const dirs = new Map<string, number>([['uid', 0], ['home', 0], ['all', 0]]);
+    const told: number[] = [];
+    const acc = new OpenFileAccounting({
+      perUid: 4,
+      total: () => 6,
+      dirs: () => [dirs.get('uid')!, dirs.get('home')!, dirs.get('all')!],
+      changed: (uid) => told.push(uid),
+    });
+    const h = { openHandles: 0 };
+    dirs.set('uid', 3);
+    const a = acc.acquire(h, 0, 1000, 't/a');
+    expect(refusal(() => acc.acquire(h, 0, 1000, 't/a'))).toEqual({ code: 'OPEN_FILES_EXCEEDED', scope: 'uid' });
+    dirs.set('uid', 0).set('home', 2);
+    expect(refusal(() => acc.acquire(h, 3, 1000, 't/a'))).toEqual({ code: 'OPEN_FILES_EXCEEDED', scope: 'home' });
+    dirs.set('home', 0).set('all', 5);
+    expect(refusal(() => acc.acquire(h, 0, 0, 't/a'))).toEqual({ code: 'DAEMON_FILES_EXHAUSTED', scope: 'daemon' });
+    a.release();
+    expect(told).toEqual([1000, 1000]);
+    expect({ h: h.openHandles, total: acc.total }).toEqual({ h: 0, total: 0 });
+  });
+
   it('a shrinking shared cap (more homes loaded) refuses new opens and never breaks held ones', () => {
     let cap = 3;
     const acc = new OpenFileAccounting({ perUid: 0, total: () => cap });
