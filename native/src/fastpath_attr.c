@@ -178,6 +178,36 @@ static int fp_open_listed_dir (const char *path, uint64_t *dev) {
   return dfd;
 }
 
+// One getdents64 batch through the filler: each entry with its own d_off (where the next request
+// starts when it is the last that fits), or 0 for a listing given whole. Sets *full when the
+// reply is full, *fallback on an inode JS would refuse.
+static void fp_fill_batch (char *dents, long got, int dfd, uint64_t dev, int whole, void *buf, homesfs_fill_t filler,
+                           int (*name_ok) (const unsigned char *, size_t), int *full, int *fallback) {
+  struct stat out;
+  for (long pos = 0; pos < got && !*full; ) {
+    struct fp_linux_dirent64 *e = (struct fp_linux_dirent64 *) (dents + pos);
+    pos += e->d_reclen;
+    const char *nm = e->d_name;
+    memset(&out, 0, sizeof(out));
+    if (nm[0] == '.' && (nm[1] == 0 || (nm[1] == '.' && nm[2] == 0))) {
+      // "." and "..": what the directory says (".." of a home root is its tenant's, as JS lists it).
+      out.st_ino = (ino_t) e->d_ino;
+      out.st_mode = S_IFDIR;
+    } else {
+      size_t len = strlen(nm);
+      if (len > 255 || !name_ok((const unsigned char *) nm, len)) continue;
+      struct stat st;
+      if (fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // vanished meanwhile
+      if ((uint64_t) st.st_dev != dev) continue;                       // a mount point: never served
+      if (((uint64_t) st.st_ino >> 63) != 0) { *fallback = 1; return; }
+      out.st_ino = st.st_ino;
+      out.st_mode = st.st_mode & S_IFMT;
+    }
+    if (((uint64_t) out.st_ino >> 63) != 0) { *fallback = 1; return; }
+    *full = filler(buf, nm, &out, whole ? 0 : (off_t) e->d_off);
+  }
+}
+
 int homesfs_fastpath_readdir (const char *path, void *buf, homesfs_fill_t filler, off_t offset, int (*name_ok) (const unsigned char *, size_t)) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   uint64_t dev = 0;
@@ -195,37 +225,28 @@ int homesfs_fastpath_readdir (const char *path, void *buf, homesfs_fill_t filler
     close(dfd);
     return -err;
   }
-  char *dents = malloc(FP_DENTS_BUF);
+  // Two batches: a listing that starts here and ends within the first is a small directory, given to
+  // libfuse whole (offset 0 for every entry: libfuse keeps it and answers the kernel's next READDIRs,
+  // the empty one that ends the listing among them, without calling here again). A longer one is
+  // streamed by offset: what a handle holds stays one request's worth whatever the directory's size.
+  char *dents = malloc(2 * FP_DENTS_BUF);
   if (dents == NULL) { close(dfd); return offset > 0 ? -ENOMEM : fp_readdir_fallback(); }
   int full = 0, fallback = 0, err = 0;
-  struct stat out;
-  while (!full && !fallback && !err) {
-    long got = syscall(SYS_getdents64, dfd, dents, FP_DENTS_BUF);
-    if (got < 0) { err = errno; break; }
-    if (got == 0) break;
-    for (long pos = 0; pos < got && !full; ) {
-      struct fp_linux_dirent64 *e = (struct fp_linux_dirent64 *) (dents + pos);
-      pos += e->d_reclen;
-      const char *nm = e->d_name;
-      memset(&out, 0, sizeof(out));
-      if (nm[0] == '.' && (nm[1] == 0 || (nm[1] == '.' && nm[2] == 0))) {
-        // "." and "..": what the directory says (".." of a home root is its tenant's, as JS lists it).
-        out.st_ino = (ino_t) e->d_ino;
-        out.st_mode = S_IFDIR;
-      } else {
-        size_t len = strlen(nm);
-        if (len > 255 || !name_ok((const unsigned char *) nm, len)) continue;
-        struct stat st;
-        if (fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // vanished meanwhile
-        if ((uint64_t) st.st_dev != dev) continue;                       // a mount point: never served
-        if (((uint64_t) st.st_ino >> 63) != 0) { fallback = 1; break; }
-        out.st_ino = st.st_ino;
-        out.st_mode = st.st_mode & S_IFMT;
-      }
-      if (((uint64_t) out.st_ino >> 63) != 0) { fallback = 1; break; }
-      // The entry's own d_off: where the next request starts when this one is the last that fits.
-      full = filler(buf, nm, &out, (off_t) e->d_off);
-    }
+  long got = syscall(SYS_getdents64, dfd, dents, FP_DENTS_BUF);
+  long next = 0;
+  if (got < 0) err = errno;
+  else if (got > 0 && offset == 0) {
+    next = syscall(SYS_getdents64, dfd, dents + FP_DENTS_BUF, FP_DENTS_BUF);
+    if (next < 0) err = errno;
+  }
+  int whole = offset == 0 && got > 0 && next == 0;
+  for (int batch = 0; !full && !fallback && !err && got > 0; batch++) {
+    char *at = batch == 1 && next > 0 ? dents + FP_DENTS_BUF : dents;
+    fp_fill_batch(at, got, dfd, dev, whole, buf, filler, name_ok, &full, &fallback);
+    if (whole) break;
+    if (batch == 0 && next > 0) { got = next; continue; }
+    got = syscall(SYS_getdents64, dfd, dents, FP_DENTS_BUF);
+    if (got < 0) err = errno;
   }
   free(dents);
   close(dfd);
