@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,16 +33,112 @@ NAPI_METHOD(fuse_native_utf8_valid_buffer) {
   return out;
 }
 
-// Fuse.utimensat(path, atime, mtime, cb): utimensat(AT_FDCWD, path, ts,
-// AT_SYMLINK_NOFOLLOW) on the libuv threadpool; cb(0) or cb(-errno).
-
-typedef struct {
+// ---- One request on the thread pool -------------------------------------------
+// Every asynchronous call is one of these: its arguments, the syscall that
+// runs on the pool (returning 0 or -errno) and the JS callback, called with
+// that result (-ECANCELED if the work was cancelled) on the JS thread.
+typedef struct calls_req {
   napi_async_work work;
   napi_ref cb;
+  int (*run) (struct calls_req *r);
   char *path;
+  int fd;
+  int flags;
+  mode_t mode;
+  dev_t dev;
+  off_t offset;
+  off_t length;
   struct timespec ts[2];
   int res;
-} fuse_native_utimensat_req_t;
+} calls_req_t;
+
+static void calls_execute (napi_env env, void *data) {
+  calls_req_t *r = (calls_req_t *) data;
+  r->res = r->run(r);
+}
+
+static void calls_free (calls_req_t *r) {
+  free(r->path);
+  free(r);
+}
+
+static void calls_complete (napi_env env, napi_status status, void *data) {
+  calls_req_t *r = (calls_req_t *) data;
+  napi_value cb, global, argv[1], result;
+  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
+  napi_get_reference_value(env, r->cb, &cb);
+  napi_get_global(env, &global);
+  napi_create_int32(env, res, &argv[0]);
+  napi_delete_reference(env, r->cb);
+  napi_delete_async_work(env, r->work);
+  calls_free(r);
+  napi_call_function(env, global, cb, 1, argv, &result);
+}
+
+// A new request for `what`, with argv[path_at] copied as its path unless
+// path_at < 0, after checking that argv[cb_at] is a function. NULL with a
+// TypeError (EINVAL) or an ENOMEM error thrown.
+static calls_req_t * calls_new (napi_env env, napi_value *argv, int path_at, int cb_at, const char *what) {
+  char msg[96];
+  napi_valuetype t;
+  if (napi_typeof(env, argv[cb_at], &t) != napi_ok || t != napi_function) {
+    snprintf(msg, sizeof(msg), "%s: cb must be a function", what);
+    napi_throw_type_error(env, "EINVAL", msg);
+    return NULL;
+  }
+  size_t path_len = 0;
+  if (path_at >= 0 && (napi_typeof(env, argv[path_at], &t) != napi_ok || t != napi_string ||
+                       napi_get_value_string_utf8(env, argv[path_at], NULL, 0, &path_len) != napi_ok)) {
+    snprintf(msg, sizeof(msg), "%s: path must be a string", what);
+    napi_throw_type_error(env, "EINVAL", msg);
+    return NULL;
+  }
+  calls_req_t *r = calloc(1, sizeof(*r));
+  if (r != NULL && path_at >= 0 && (r->path = malloc(path_len + 1)) == NULL) { free(r); r = NULL; }
+  if (r == NULL) {
+    snprintf(msg, sizeof(msg), "%s: out of memory", what);
+    napi_throw_error(env, "ENOMEM", msg);
+    return NULL;
+  }
+  if (path_at >= 0) {
+    napi_get_value_string_utf8(env, argv[path_at], r->path, path_len + 1, &path_len);
+    if (strlen(r->path) != path_len) {  // a path with a NUL byte would name another file
+      calls_free(r);
+      snprintf(msg, sizeof(msg), "%s: path contains a NUL byte", what);
+      napi_throw_type_error(env, "EINVAL", msg);
+      return NULL;
+    }
+  }
+  return r;
+}
+
+// Queues r with `run` and the callback argv[cb_at]; on failure throws and frees r.
+static napi_value calls_queue (napi_env env, calls_req_t *r, int (*run) (calls_req_t *), napi_value cb, const char *what) {
+  char name_s[64];
+  snprintf(name_s, sizeof(name_s), "fuse-native:%s", what);
+  r->run = run;
+  napi_value name;
+  napi_create_string_utf8(env, name_s, NAPI_AUTO_LENGTH, &name);
+  napi_create_reference(env, cb, 1, &(r->cb));
+  if (napi_create_async_work(env, NULL, name, calls_execute, calls_complete, r, &(r->work)) != napi_ok ||
+      napi_queue_async_work(env, r->work) != napi_ok) {
+    napi_delete_reference(env, r->cb);
+    calls_free(r);
+    char msg[96];
+    snprintf(msg, sizeof(msg), "%s: could not queue work", what);
+    napi_throw_error(env, "EIO", msg);
+  }
+  return NULL;
+}
+
+static int calls_type_error (napi_env env, const char *msg) {
+  napi_throw_type_error(env, "EINVAL", msg);
+  return 0;
+}
+
+// ---- Fuse.utimensat(path, atime, mtime, cb) ------------------------------------
+// utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW): nanosecond times, never
+// through a symlink.
 
 static int fuse_native_parse_time (napi_env env, napi_value val, struct timespec *ts) {
   napi_valuetype t;
@@ -95,289 +192,99 @@ static int fuse_native_parse_time (napi_env env, napi_value val, struct timespec
   return 1;
 }
 
-static void fuse_native_utimensat_execute (napi_env env, void *data) {
-  fuse_native_utimensat_req_t *r = (fuse_native_utimensat_req_t *) data;
-  r->res = (utimensat(AT_FDCWD, r->path, r->ts, AT_SYMLINK_NOFOLLOW) == 0) ? 0 : -errno;
-}
-
-static void fuse_native_utimensat_complete (napi_env env, napi_status status, void *data) {
-  fuse_native_utimensat_req_t *r = (fuse_native_utimensat_req_t *) data;
-  napi_value cb, global, argv[1], result;
-  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
-  napi_get_reference_value(env, r->cb, &cb);
-  napi_get_global(env, &global);
-  napi_create_int32(env, res, &argv[0]);
-  napi_delete_reference(env, r->cb);
-  napi_delete_async_work(env, r->work);
-  free(r->path);
-  free(r);
-  napi_call_function(env, global, cb, 1, argv, &result);
+static int calls_utimensat (calls_req_t *r) {
+  return utimensat(AT_FDCWD, r->path, r->ts, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
 }
 
 NAPI_METHOD(fuse_native_utimensat) {
   NAPI_ARGV(4)
-  napi_valuetype t;
-  size_t path_len = 0;
-  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_string) {
-    napi_throw_type_error(env, "EINVAL", "utimensat: path must be a string");
-    return NULL;
-  }
-  if (napi_typeof(env, argv[3], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "utimensat: cb must be a function");
-    return NULL;
-  }
   struct timespec ts[2];
   if (!fuse_native_parse_time(env, argv[1], &ts[0]) || !fuse_native_parse_time(env, argv[2], &ts[1])) {
-    napi_throw_type_error(env, "EINVAL", "utimensat: times must be 'now', 'omit' or { sec, nsec } with 0 <= nsec < 1e9");
+    calls_type_error(env, "utimensat: times must be 'now', 'omit' or { sec, nsec } with 0 <= nsec < 1e9");
     return NULL;
   }
-  NAPI_STATUS_THROWS(napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len))
-  fuse_native_utimensat_req_t *r = calloc(1, sizeof(*r));
-  if (r == NULL) { napi_throw_error(env, "ENOMEM", "utimensat: out of memory"); return NULL; }
-  r->path = malloc(path_len + 1);
-  if (r->path == NULL) { free(r); napi_throw_error(env, "ENOMEM", "utimensat: out of memory"); return NULL; }
-  napi_get_value_string_utf8(env, argv[0], r->path, path_len + 1, &path_len);
-  if (strlen(r->path) != path_len) {
-    free(r->path); free(r);
-    napi_throw_type_error(env, "EINVAL", "utimensat: path contains a NUL byte");
-    return NULL;
-  }
+  calls_req_t *r = calls_new(env, argv, 0, 3, "utimensat");
+  if (r == NULL) return NULL;
   r->ts[0] = ts[0];
   r->ts[1] = ts[1];
-  napi_value name;
-  napi_create_string_utf8(env, "fuse-native:utimensat", NAPI_AUTO_LENGTH, &name);
-  napi_create_reference(env, argv[3], 1, &(r->cb));
-  if (napi_create_async_work(env, NULL, name, fuse_native_utimensat_execute, fuse_native_utimensat_complete, r, &(r->work)) != napi_ok ||
-      napi_queue_async_work(env, r->work) != napi_ok) {
-    napi_delete_reference(env, r->cb);
-    free(r->path); free(r);
-    napi_throw_error(env, "EIO", "utimensat: could not queue work");
-    return NULL;
-  }
-  return NULL;
+  return calls_queue(env, r, calls_utimensat, argv[3], "utimensat");
 }
 
-// --- Fuse.fallocate(fd, mode, offset, length, cb) -----------------
-// fallocate(fd, mode, offset, length) on the libuv threadpool; cb(0) or
-// cb(-errno). Node has none. The daemon decides what a mode may do and what it
-// is charged (src/policy/fallocate.ts) and only then asks for the syscall on
-// the backing descriptor of a handle it holds.
+// ---- Fuse.fallocate(fd, mode, offset, length, cb) ------------------------------
+// Node has none. The daemon decides what a mode may do and what it is charged
+// (src/policy/fallocate.ts) and only then asks for the syscall on the backing
+// descriptor of a handle it holds.
 
-typedef struct {
-  napi_async_work work;
-  napi_ref cb;
-  int fd;
-  int mode;
-  off_t offset;
-  off_t length;
-  int res;
-} fuse_native_fallocate_req_t;
-
-static void fuse_native_fallocate_execute (napi_env env, void *data) {
-  fuse_native_fallocate_req_t *r = (fuse_native_fallocate_req_t *) data;
-  r->res = (fallocate(r->fd, r->mode, r->offset, r->length) == 0) ? 0 : -errno;
-}
-
-static void fuse_native_fallocate_complete (napi_env env, napi_status status, void *data) {
-  fuse_native_fallocate_req_t *r = (fuse_native_fallocate_req_t *) data;
-  napi_value cb, global, argv[1], result;
-  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
-  napi_get_reference_value(env, r->cb, &cb);
-  napi_get_global(env, &global);
-  napi_create_int32(env, res, &argv[0]);
-  napi_delete_reference(env, r->cb);
-  napi_delete_async_work(env, r->work);
-  free(r);
-  napi_call_function(env, global, cb, 1, argv, &result);
+static int calls_fallocate (calls_req_t *r) {
+  return fallocate(r->fd, r->flags, r->offset, r->length) == 0 ? 0 : -errno;
 }
 
 NAPI_METHOD(fuse_native_backing_fallocate) {
   NAPI_ARGV(5)
-  napi_valuetype t;
   int32_t fd = -1, mode = -1;
   int64_t offset = -1, length = -1;
   if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_int32(env, argv[1], &mode) != napi_ok ||
       napi_get_value_int64(env, argv[2], &offset) != napi_ok || napi_get_value_int64(env, argv[3], &length) != napi_ok ||
       fd < 0 || mode < 0 || offset < 0 || length <= 0) {
-    napi_throw_type_error(env, "EINVAL", "fallocate: fd >= 0, mode >= 0, offset >= 0 and length > 0 must be numbers");
+    calls_type_error(env, "fallocate: fd >= 0, mode >= 0, offset >= 0 and length > 0 must be numbers");
     return NULL;
   }
-  if (napi_typeof(env, argv[4], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "fallocate: cb must be a function");
-    return NULL;
-  }
-  fuse_native_fallocate_req_t *r = calloc(1, sizeof(*r));
-  if (r == NULL) { napi_throw_error(env, "ENOMEM", "fallocate: out of memory"); return NULL; }
+  calls_req_t *r = calls_new(env, argv, -1, 4, "fallocate");
+  if (r == NULL) return NULL;
   r->fd = fd;
-  r->mode = mode;
+  r->flags = mode;
   r->offset = (off_t) offset;
   r->length = (off_t) length;
-  napi_value name;
-  napi_create_string_utf8(env, "fuse-native:fallocate", NAPI_AUTO_LENGTH, &name);
-  napi_create_reference(env, argv[4], 1, &(r->cb));
-  if (napi_create_async_work(env, NULL, name, fuse_native_fallocate_execute, fuse_native_fallocate_complete, r, &(r->work)) != napi_ok ||
-      napi_queue_async_work(env, r->work) != napi_ok) {
-    napi_delete_reference(env, r->cb);
-    free(r);
-    napi_throw_error(env, "EIO", "fallocate: could not queue work");
-    return NULL;
-  }
-  return NULL;
+  return calls_queue(env, r, calls_fallocate, argv[4], "fallocate");
 }
 
-// --- Fuse.mknod(path, mode, dev, cb) --------------------------------------------
-// mknod(path, mode, dev) on the libuv threadpool; cb(0) or cb(-errno). Node has
-// no mknod: the daemon creates FIFOs, sockets and device nodes in the backing
-// tree with this, addressing `/proc/self/fd/<dir>/<name>` (the last component is
-// never followed: mknod fails with EEXIST on any existing name).
+// ---- Fuse.mknod(path, mode, dev, cb) --------------------------------------------
+// Node has no mknod: the daemon creates FIFOs, sockets and device nodes in the
+// backing tree with this, addressing `/proc/self/fd/<dir>/<name>` (the last
+// component is never followed: mknod fails with EEXIST on any existing name).
 
-typedef struct {
-  napi_async_work work;
-  napi_ref cb;
-  char *path;
-  mode_t mode;
-  dev_t dev;
-  int res;
-} fuse_native_mknod_req_t;
-
-static void fuse_native_mknod_execute (napi_env env, void *data) {
-  fuse_native_mknod_req_t *r = (fuse_native_mknod_req_t *) data;
-  r->res = (mknod(r->path, r->mode, r->dev) == 0) ? 0 : -errno;
-}
-
-static void fuse_native_mknod_complete (napi_env env, napi_status status, void *data) {
-  fuse_native_mknod_req_t *r = (fuse_native_mknod_req_t *) data;
-  napi_value cb, global, argv[1], result;
-  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
-  napi_get_reference_value(env, r->cb, &cb);
-  napi_get_global(env, &global);
-  napi_create_int32(env, res, &argv[0]);
-  napi_delete_reference(env, r->cb);
-  napi_delete_async_work(env, r->work);
-  free(r->path);
-  free(r);
-  napi_call_function(env, global, cb, 1, argv, &result);
+static int calls_mknod (calls_req_t *r) {
+  return mknod(r->path, r->mode, r->dev) == 0 ? 0 : -errno;
 }
 
 NAPI_METHOD(fuse_native_backing_mknod) {
   NAPI_ARGV(4)
-  napi_valuetype t;
-  size_t path_len = 0;
   uint32_t mode = 0, dev = 0;
-  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_string) {
-    napi_throw_type_error(env, "EINVAL", "mknod: path must be a string");
-    return NULL;
-  }
   if (napi_get_value_uint32(env, argv[1], &mode) != napi_ok || napi_get_value_uint32(env, argv[2], &dev) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "mknod: mode and dev must be numbers");
+    calls_type_error(env, "mknod: mode and dev must be numbers");
     return NULL;
   }
-  if (napi_typeof(env, argv[3], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "mknod: cb must be a function");
-    return NULL;
-  }
-  NAPI_STATUS_THROWS(napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len))
-  fuse_native_mknod_req_t *r = calloc(1, sizeof(*r));
-  if (r == NULL) { napi_throw_error(env, "ENOMEM", "mknod: out of memory"); return NULL; }
-  r->path = malloc(path_len + 1);
-  if (r->path == NULL) { free(r); napi_throw_error(env, "ENOMEM", "mknod: out of memory"); return NULL; }
-  napi_get_value_string_utf8(env, argv[0], r->path, path_len + 1, &path_len);
-  if (strlen(r->path) != path_len) {
-    free(r->path); free(r);
-    napi_throw_type_error(env, "EINVAL", "mknod: path contains a NUL byte");
-    return NULL;
-  }
+  calls_req_t *r = calls_new(env, argv, 0, 3, "mknod");
+  if (r == NULL) return NULL;
   r->mode = (mode_t) mode;
   r->dev = (dev_t) dev;
-  napi_value name;
-  napi_create_string_utf8(env, "fuse-native:mknod", NAPI_AUTO_LENGTH, &name);
-  napi_create_reference(env, argv[3], 1, &(r->cb));
-  if (napi_create_async_work(env, NULL, name, fuse_native_mknod_execute, fuse_native_mknod_complete, r, &(r->work)) != napi_ok ||
-      napi_queue_async_work(env, r->work) != napi_ok) {
-    napi_delete_reference(env, r->cb);
-    free(r->path); free(r);
-    napi_throw_error(env, "EIO", "mknod: could not queue work");
-    return NULL;
-  }
-  return NULL;
+  return calls_queue(env, r, calls_mknod, argv[3], "mknod");
 }
 
-// --- Fuse.umount2(mnt, flags, cb), Fuse.nofile(soft, hard) ----------
-// umount2(2) on the libuv threadpool, cb(0) or cb(-errno): the daemon unmounts
-// without a child process and without a descriptor (under descriptor pressure
-// `umount` could not even be spawned). Off the JS thread, as every call that
-// may reach the mount: the JS thread serves the mount's requests.
-// nofile: get and set RLIMIT_NOFILE (Node has no setrlimit); synchronous.
+// ---- Fuse.umount2(mnt, flags, cb) ------------------------------------------------
+// The daemon unmounts without a child process and without a descriptor (under
+// descriptor pressure `umount` could not even be spawned). Off the JS thread,
+// as every call that may reach the mount: the JS thread serves its requests.
 
-typedef struct {
-  napi_async_work work;
-  napi_ref cb;
-  char *path;
-  int flags;
-  int res;
-} fuse_native_umount2_req_t;
-
-static void fuse_native_umount2_execute (napi_env env, void *data) {
-  fuse_native_umount2_req_t *r = (fuse_native_umount2_req_t *) data;
-  r->res = (umount2(r->path, r->flags) == 0) ? 0 : -errno;
-}
-
-static void fuse_native_umount2_complete (napi_env env, napi_status status, void *data) {
-  fuse_native_umount2_req_t *r = (fuse_native_umount2_req_t *) data;
-  napi_value cb, global, argv[1], result;
-  int32_t res = (status == napi_ok) ? r->res : -ECANCELED;
-  napi_get_reference_value(env, r->cb, &cb);
-  napi_get_global(env, &global);
-  napi_create_int32(env, res, &argv[0]);
-  napi_delete_reference(env, r->cb);
-  napi_delete_async_work(env, r->work);
-  free(r->path);
-  free(r);
-  napi_call_function(env, global, cb, 1, argv, &result);
+static int calls_umount2 (calls_req_t *r) {
+  return umount2(r->path, r->flags) == 0 ? 0 : -errno;
 }
 
 NAPI_METHOD(fuse_native_umount2) {
   NAPI_ARGV(3)
-  napi_valuetype t;
-  size_t path_len = 0;
   int32_t flags = 0;
-  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_string) {
-    napi_throw_type_error(env, "EINVAL", "umount2: path must be a string");
-    return NULL;
-  }
   if (napi_get_value_int32(env, argv[1], &flags) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "umount2: flags must be a number");
+    calls_type_error(env, "umount2: flags must be a number");
     return NULL;
   }
-  if (napi_typeof(env, argv[2], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "umount2: cb must be a function");
-    return NULL;
-  }
-  NAPI_STATUS_THROWS(napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_len))
-  fuse_native_umount2_req_t *r = calloc(1, sizeof(*r));
-  if (r == NULL) { napi_throw_error(env, "ENOMEM", "umount2: out of memory"); return NULL; }
-  r->path = malloc(path_len + 1);
-  if (r->path == NULL) { free(r); napi_throw_error(env, "ENOMEM", "umount2: out of memory"); return NULL; }
-  napi_get_value_string_utf8(env, argv[0], r->path, path_len + 1, &path_len);
-  if (strlen(r->path) != path_len) {
-    free(r->path); free(r);
-    napi_throw_type_error(env, "EINVAL", "umount2: path contains a NUL byte");
-    return NULL;
-  }
+  calls_req_t *r = calls_new(env, argv, 0, 2, "umount2");
+  if (r == NULL) return NULL;
   r->flags = flags;
-  napi_value name;
-  napi_create_string_utf8(env, "fuse-native:umount2", NAPI_AUTO_LENGTH, &name);
-  napi_create_reference(env, argv[2], 1, &(r->cb));
-  if (napi_create_async_work(env, NULL, name, fuse_native_umount2_execute, fuse_native_umount2_complete, r, &(r->work)) != napi_ok ||
-      napi_queue_async_work(env, r->work) != napi_ok) {
-    napi_delete_reference(env, r->cb);
-    free(r->path); free(r);
-    napi_throw_error(env, "EIO", "umount2: could not queue work");
-    return NULL;
-  }
-  return NULL;
+  return calls_queue(env, r, calls_umount2, argv[2], "umount2");
 }
 
+// ---- Fuse.nofile(soft, hard) ----------------------------------------------------
+// Get and set RLIMIT_NOFILE (Node has no setrlimit); synchronous.
 // nofile(soft, hard): 0 for either keeps it; returns [res, soft, hard] with
 // res 0 or -errno of setrlimit, and the limits in force afterwards (Infinity
 // for RLIM_INFINITY).
