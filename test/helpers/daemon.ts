@@ -23,6 +23,8 @@ export interface RunningDaemon {
   backing: string;
   mount: string;
   socket: string;
+  /** the directory the daemon publishes its owner names in (config `userdb.dir`) */
+  userdb: string;
   proc: ChildProcess;
   logs: LogLine[];
   /** resolves with the exit code */
@@ -98,6 +100,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
       }),
     );
   }
+  const userdb = (JSON.parse(readFileSync(configPath, 'utf8')) as { userdb?: { dir?: string } }).userdb?.dir ?? '/run/userdb';
   const argv = [process.execPath, bin, 'serve', '--config', configPath];
   if (opts.nofile !== undefined) argv.unshift('prlimit', `--nofile=${opts.nofile}:${opts.nofile}`, '--');
   const proc = spawn(argv[0]!, argv.slice(1), {
@@ -152,6 +155,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
     backing,
     mount,
     socket,
+    userdb,
     proc,
     logs,
     exited,
