@@ -3,6 +3,8 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { expect } from 'vitest';
+import { ownerRange } from './owner-ids.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const HOMESFS = join(ROOT, 'dist/cli/homesfs.js');
@@ -76,6 +78,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
   const mount = join(dir, 'mnt');
   const socket = join(dir, 'run', 'admin.sock');
   const configPath = join(dir, 'config.json');
+  const testPath = expect.getState().testPath;
   if (!reuse) {
     // root-only, as the daemon demands (issue 8): the homes below belong to their owners
     // (a caller may have mounted a small filesystem there already: fresh + dir)
@@ -96,6 +99,8 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
         shutdownGraceMs: 2000,
         // Owner names go to a directory of this run, never the host's /run/userdb.
         userdb: { dir: join(dir, 'userdb') },
+        // Owners from the calling test file's own ids (another file's leftovers never look like ours).
+        ...(testPath ? { owners: ownerRange(testPath) } : {}),
         ...opts.config,
       }),
     );

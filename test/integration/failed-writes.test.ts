@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { regularBytes, smallExt4Backing } from '../helpers/backing.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { pyAs } from '../helpers/neighbour.js';
 
 /**
@@ -14,7 +15,9 @@ import { pyAs } from '../helpers/neighbour.js';
  * the ledger) or JavaScript did. The backing is a small ext4 of its own, filled.
  */
 
-const BASE = 680_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 1, gid: BASE + 1 };
 const T = 'fw';
 const HOMES = { [`${T}/full`]: { owner: U, profile: 'unbudgeted' } };
@@ -48,7 +51,7 @@ describe.skipIf(!canMount || !hasTools)('a failed write past the end of a file c
       fresh: true,
       homes: HOMES,
       create: Object.keys(HOMES),
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { unbudgeted: { extends: 'home', maxHomeBytes: 0, maxFileBytes: 0 } } },
+      config: { owners: OWNERS, profiles: { unbudgeted: { extends: 'home', maxHomeBytes: 0, maxFileBytes: 0 } } },
     });
     for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);

@@ -6,6 +6,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { smallExt4Backing } from '../helpers/backing.js';
 import { canMount, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * fsync(2) and fdatasync(2) through the mount reach the backing file: its
@@ -21,7 +22,9 @@ import { canMount, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningD
  * every call and its check to hide a missing fsync).
  */
 
-const BASE = 700_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 9, gid: BASE + 9 };
 const T = 'fs';
 const HOMES = { [`${T}/sync`]: { owner: U, profile: 'home' } };
@@ -41,7 +44,7 @@ describe.skipIf(!canMount || !hasTools)('fsync and fdatasync through the mount p
     chmodSync(tmp, 0o755);
     dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
     fs = smallExt4Backing(dir, tmp, '64M');
-    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
+    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
     for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 

@@ -8,6 +8,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 
 /**
@@ -20,8 +21,9 @@ import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-// An owner range of this test run's own (HELPERS.md): a random 10k block in 300000–900000.
-const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 /** each home's owner (an owner belongs to one home) */
 const U = ownersFrom(BASE + 31, ['bin', 'raw', 'txt', 'flip']);
 const T = 'nr';
@@ -93,7 +95,7 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
     d = await startDaemon({
       create: Object.keys(HOMES),
       homes: HOMES,
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { roomy, rawdirect, rawtext }, metrics: { socket: metricsSocket } },
+      config: { owners: OWNERS, profiles: { roomy, rawdirect, rawtext }, metrics: { socket: metricsSocket } },
     });
     for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);

@@ -7,6 +7,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 import { regularBytes } from '../helpers/backing.js';
 
@@ -21,7 +22,9 @@ import { regularBytes } from '../helpers/backing.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 /** each home's owner (an owner belongs to one home) */
 const U = ownersFrom(BASE + 43, ['cap', 'flip', 'full']);
 const T = 'nw';
@@ -89,7 +92,7 @@ describe.skipIf(!canMount)('native writes (fuse.nativeWrite): decided in JavaScr
       dir,
       fresh: true,
       homes: HOMES,
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { capped, roomy, rawtext }, metrics: { socket: metricsSocket } },
+      config: { owners: OWNERS, profiles: { capped, roomy, rawtext }, metrics: { socket: metricsSocket } },
     });
     for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);

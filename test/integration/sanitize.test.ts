@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
 import { canMount, HOMESCTL, ROOT, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * The native layer under AddressSanitizer and UndefinedBehaviorSanitizer,
@@ -24,8 +25,10 @@ import { canMount, HOMESCTL, ROOT, runAs, runAsync, skipReason, startDaemon, typ
  */
 
 // one owner per home: an owner uid belongs to one home
-const UA = { uid: 40093, gid: 40093 };
-const UB = { uid: 40094, gid: 40094 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const UA = { uid: BASE + 93, gid: BASE + 93 };
+const UB = { uid: BASE + 94, gid: BASE + 94 };
 const T = 'san';
 const SECONDS = Number(process.env.HOMESFS_SANITIZE_SECONDS ?? 40);
 const REPORT = /ERROR: AddressSanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior)Sanitizer|ERROR: LeakSanitizer/;

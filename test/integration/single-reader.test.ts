@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { smallExt4Backing } from '../helpers/backing.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt } from '../helpers/owner-suite.js';
 
 /**
@@ -21,7 +22,9 @@ import { ownerAt } from '../helpers/owner-suite.js';
  * only reads.
  */
 
-const BASE = 520_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 /** each home's owner (an owner belongs to one home) */
 const U = { stuck: { uid: BASE + 7, gid: BASE + 7 }, other: { uid: BASE + 8, gid: BASE + 8 } };
 const T = 'sr';
@@ -62,7 +65,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     chmodSync(tmp, 0o755);
     dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
     fs = smallExt4Backing(dir, tmp, '64M');
-    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
+    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
     for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 
