@@ -350,7 +350,9 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     mkdirSync(join(pkgDir, 'npm'));
     writeFileSync(join(pkgDir, 'npm/package.json'), JSON.stringify({ name: 'hfs-demo', version: '1.0.0' }));
     writeFileSync(join(pkgDir, 'npm/data.txt'), randomBytes(60000).toString('base64'));
-    const pack = spawnSync('npm', ['pack', './npm', '--pack-destination', pkgDir], { cwd: pkgDir, encoding: 'utf8' });
+    // npm's cache and logs in the test's dir, never root's ~/.npm
+    const npmEnv = { ...process.env, HOME: pkgDir, npm_config_cache: join(pkgDir, '.npm-cache'), npm_config_logs_max: '0', npm_config_update_notifier: 'false' };
+    const pack = spawnSync('npm', ['pack', './npm', '--pack-destination', pkgDir], { cwd: pkgDir, encoding: 'utf8', env: npmEnv });
     expect(pack.status, pack.stderr).toBe(0);
     spawnSync('chmod', ['-R', 'a+rX', pkgDir]);
 
