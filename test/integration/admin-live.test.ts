@@ -80,6 +80,7 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     metricsDir = mkdtempSync(join(tmpdir(), 'homesfs-metrics-'));
     metricsSocket = join(metricsDir, 'metrics.sock');
     d = await startDaemon({
+      awaitLedgers: true,
       create: Object.keys(HOMES),
       homes: HOMES,
       config: {
@@ -89,7 +90,6 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
         metrics: { socket: metricsSocket, listen: '127.0.0.1:0' },
       },
     });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
     const line = await d.waitForLog((l) => l.msg === 'metrics endpoint listening');
     const tcp = (line.addresses as string[]).find((a) => a.startsWith('127.0.0.1:'))!;
     port = Number(tcp.split(':')[1]);

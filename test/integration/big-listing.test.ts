@@ -43,8 +43,7 @@ describe.skipIf(!canMount)('listing a 50,000-entry home root from many processes
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-bl-'));
     chmodSync(tmp, 0o755);
-    d = await startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS, fuse: { nativeFastPath: false } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS, fuse: { nativeFastPath: false } } });
     // Made on the backing (fast), then taken into the ledger by a rescan.
     const made = spawnSync('python3', ['-c', `import os,sys\nfor i in range(${ENTRIES}): os.close(os.open(os.path.join(sys.argv[1], 'entry-%06d-' % i + 'x' * 90), os.O_CREAT | os.O_WRONLY, 0o600))`, d.backingOf(T, 'huge')]);
     expect(made.status, String(made.stderr)).toBe(0);

@@ -90,8 +90,7 @@ describe.skipIf(!canMount)('budget: open racing truncate (issue 8 item 1)', () =
     chmodSync(scripts, 0o755);
     writeFileSync(join(scripts, 'attack.py'), ATTACK, { mode: 0o644 });
     const homes = Object.fromEntries(PROFILES.map((p) => [`${T}/${p}`, { owner: ownerOf(p), profile: p }]));
-    d = await startDaemon({ create: Object.keys(homes), homes });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, create: Object.keys(homes), homes });
   }, 60_000);
 
   afterAll(async () => {

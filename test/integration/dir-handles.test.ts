@@ -38,8 +38,7 @@ describe.skipIf(!canMount)('held directory handles cost what was read, not the d
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-dh-'));
     chmodSync(tmp, 0o755);
-    d = await startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
     // Made on the backing (fast), in a directory and in the home root, then taken into the ledger by a rescan.
     const home = d.backingOf(T, 'many');
     mkdirSync(join(home, 'big'));
@@ -151,8 +150,7 @@ for fd in fds: os.close(fd)`,
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-dh2-'));
     chmodSync(tmp, 0o755);
     const homes = { [`${T}/a`]: { owner: U, profile: 'home' }, [`${T}/b`]: { owner: U2, profile: 'home' } };
-    d = await startDaemon({ homes, create: Object.keys(homes), config: { owners: OWNERS, limits: { dirHandlesPerUid: 50, dirHandles: 80 }, probe: { intervalMs: 500, timeoutMs: 5000 } } });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes, create: Object.keys(homes), config: { owners: OWNERS, limits: { dirHandlesPerUid: 50, dirHandles: 80 }, probe: { intervalMs: 500, timeoutMs: 5000 } } });
   }, 60_000);
 
   afterAll(async () => {
@@ -268,6 +266,7 @@ for k in fds:
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-dh3-'));
     chmodSync(tmp, 0o755);
     d = await startDaemon({
+      awaitLedgers: true,
       homes,
       create: Object.keys(homes),
       config: {
@@ -276,7 +275,6 @@ for k in fds:
         profiles: { tight: { extends: 'home', maxOpenFiles: TIGHT }, roomy: { extends: 'home', maxOpenFiles: ROOMY } },
       },
     });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
     for (const [who, key] of [[W, 'w'], [X, 'x'], [Y, 'y'], [Z, 'z'], [R, 'r']] as const) {
       await pyAs(tmp, who, 'import sys\nopen(sys.argv[1], "w").write("x")', join(d.home(T, key), 'f'));
       mkdirSync(join(d.backingOf(T, key), 'sub'));

@@ -24,10 +24,10 @@ describe.skipIf(!canMount)('hardening: fallocate in text homes, user .fuse_hidde
 
   beforeAll(async () => {
     d = await startDaemon({
+      awaitLedgers: true,
       create: ['h/text', 'h/files'],
       homes: { 'h/text': { owner: U.text, profile: 'scratch' }, 'h/files': { owner: U.files, profile: 'home' } },
     });
-    for (const id of ['h/text', 'h/files']) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   });
 
   afterAll(async () => {

@@ -190,10 +190,9 @@ describe.skipIf(!canMount)('the write decision in the binding against the TypeSc
     const profiles = { capped, race, roomy };
     const owners = OWNERS;
     [js, native] = await Promise.all([
-      startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, fuse: { nativeWriteDecision: false } } }),
-      startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, metrics: { socket: metricsSocket } } }),
+      startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, fuse: { nativeWriteDecision: false } } }),
+      startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, metrics: { socket: metricsSocket } } }),
     ]);
-    for (const d of [js, native]) for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 
   afterAll(async () => {

@@ -168,6 +168,7 @@ print('ok')"`,
       'atk/d': { owner: D },
     };
     d = await startDaemon({
+      awaitLedgers: true,
       create: Object.keys(homes),
       homes,
       config: {
@@ -175,7 +176,6 @@ print('ok')"`,
         profiles: { tight: { extends: 'home', maxOpenFiles: TIGHT } },
       },
     });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
     await runAs(A.uid, A.gid, `echo x > ${d.home('atk', 'a')}/f`);
     await runAs(U2.uid, U2.gid, `echo x > ${d.home('two', 'b')}/f`);
     await runAs(D.uid, D.gid, `echo x > ${d.home('atk', 'd')}/f`);

@@ -77,11 +77,11 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     metricsDir = mkdtempSync(join(tmpdir(), 'homesfs-quota-metrics-'));
     metricsSocket = join(metricsDir, 'metrics.sock');
     d = await startDaemon({
+      awaitLedgers: true,
       create: Object.keys(HOMES),
       homes: HOMES,
       config: { owners: OWNERS, profiles: PROFILES, metrics: { socket: metricsSocket } },
     });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 
   afterAll(async () => {

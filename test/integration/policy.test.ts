@@ -92,8 +92,7 @@ describe.skipIf(!canMount)('policy: write-time budgets, modes and refusals with 
   beforeAll(async () => {
     scripts = mkdtempSync(join(tmpdir(), 'homesfs-policy-'));
     chmodSync(scripts, 0o777);
-    d = await startDaemon({ create: Object.keys(HOMES), homes: HOMES, config: { profiles: PROFILES } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, create: Object.keys(HOMES), homes: HOMES, config: { profiles: PROFILES } });
   }, 60_000);
 
   afterAll(async () => {

@@ -46,8 +46,7 @@ describe.skipIf(!canMount)('freeing a big fragmented file stalls no other home',
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-sf-'));
     chmodSync(tmp, 0o755);
-    d = await startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
   }, 60_000);
 
   afterAll(async () => {
