@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ownerUserName } from '../../src/users/names.js';
 import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 import { withUserDb } from '../helpers/nss.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`owner names integration suite skipped: ${skipReason} (it also needs unshare for its mount namespaces)`);
 
@@ -46,6 +47,9 @@ describe.skipIf(!canMount)('owner names for NSS (systemd userdb drop-ins)', () =
     const { owner, home, userName } = JSON.parse(r.stdout) as { owner: { uid: number; gid: number }; home: string; userName: string };
     const name = ownerUserName(TENANT, 'web');
     expect(userName).toBe(name);
+    // an id of this file's own (startDaemon's default owners)
+    const ids = ownerRange(import.meta.filename);
+    expect([owner.uid, owner.gid].every((id) => id >= ids.from && id <= ids.to), `${owner.uid}:${owner.gid}`).toBe(true);
     const pw = getent('passwd', owner.uid);
     expect(pw.status, pw.stderr).toBe(0);
     expect(pw.stdout.trim()).toBe(`${name}:x:${owner.uid}:${owner.gid}:homesfs ${TENANT}/web:${home}:/usr/sbin/nologin`);
