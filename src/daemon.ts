@@ -373,6 +373,14 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   ) as unknown as DaemonApi;
 
   const controls: ControlServer[] = [];
+  /** A start that fails after the mount serves: close what is open (sockets, mount, homes, state) and say why. */
+  const closeFailedStart = async (what: string, err: unknown): Promise<DaemonError> => {
+    for (const c of controls) await c.close().catch(() => undefined);
+    await mount.unmount();
+    await ctx.close();
+    await store.close();
+    return new DaemonError(`${what}: ${(err as Error).message}`, EXIT.CONTROL);
+  };
   const listeners = [
     { name: 'admin', socketPath: config.socket, group: config.adminGroup },
     { name: 'platform', socketPath: config.platformSocket, group: config.platformGroup, allowed: PLATFORM_COMMANDS },
@@ -394,11 +402,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
       );
     }
   } catch (err) {
-    for (const c of controls) await c.close().catch(() => undefined);
-    await mount.unmount();
-    await ctx.close();
-    await store.close();
-    throw new DaemonError(`control socket: ${(err as Error).message}`, EXIT.CONTROL);
+    throw await closeFailedStart('control socket', err);
   }
 
   let metricsServer: MetricsServer | null = null;
@@ -416,11 +420,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         log: log.child({ component: 'metrics' }),
       });
     } catch (err) {
-      for (const c of controls) await c.close().catch(() => undefined);
-      await mount.unmount();
-      await ctx.close();
-      await store.close();
-      throw new DaemonError(`metrics endpoint: ${(err as Error).message}`, EXIT.CONTROL);
+      throw await closeFailedStart('metrics endpoint', err);
     }
   }
 

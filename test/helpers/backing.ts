@@ -1,7 +1,9 @@
 import { spawnSync } from 'node:child_process';
-import { lstatSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SYSTEM_PATH } from './daemon.js';
+import { afterAll, beforeAll } from 'vitest';
+import { startDaemon, SYSTEM_PATH, type RunningDaemon, type StartOptions } from './daemon.js';
 
 /** Sum of the logical sizes of the regular files below dir, each inode once (what the ledger counts; a local git clone hard-links). */
 export function regularBytes(dir: string, seen = new Set<number>()): number {
@@ -50,4 +52,59 @@ export function smallExt4Backing(dir: string, imgDir: string, size: string): str
   }
   rmSync(join(fs, 'lost+found'), { recursive: true, force: true });
   return fs;
+}
+
+/** Whether every command is on the system PATH (a suite that needs one says so and skips without it). */
+export function haveCommands(...names: string[]): boolean {
+  return names.every((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env: { PATH: SYSTEM_PATH } }).status === 0);
+}
+
+export interface Ext4Suite {
+  /** the daemon of this describe block (set once beforeAll ran) */
+  readonly d: RunningDaemon;
+  /** a directory of the test's that every uid can read (scripts, sources) */
+  readonly tmp: string;
+  /** the ext4 the daemon serves from (its backing) */
+  readonly fs: string;
+}
+
+/**
+ * One daemon for a describe block whose backing is a small ext4 of its own
+ * (smallExt4Backing, `size`), started with `homes` created and their ledgers
+ * built; stopped, unmounted and removed after. `beforeStop` runs first in
+ * teardown (a test that froze the backing thaws it there).
+ */
+export function ext4Suite(opts: { size: string; homes: NonNullable<StartOptions['homes']>; config?: Record<string, unknown>; beforeStop?: () => void }): Ext4Suite {
+  let d: RunningDaemon | undefined;
+  let tmp = '';
+  let dir = '';
+  let fs = '';
+
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-ext4-'));
+    chmodSync(tmp, 0o755);
+    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
+    fs = smallExt4Backing(dir, tmp, opts.size);
+    d = await startDaemon({ dir, fresh: true, awaitLedgers: true, homes: opts.homes, create: Object.keys(opts.homes), ...(opts.config ? { config: opts.config } : {}) });
+  }, 60_000);
+
+  afterAll(async () => {
+    opts.beforeStop?.();
+    await d?.stopKeep();
+    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  return {
+    get d() {
+      return d!;
+    },
+    get tmp() {
+      return tmp;
+    },
+    get fs() {
+      return fs;
+    },
+  };
 }

@@ -1,8 +1,10 @@
-import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { expect } from 'vitest';
+import { ownerRange } from './owner-ids.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const HOMESFS = join(ROOT, 'dist/cli/homesfs.js');
@@ -23,6 +25,8 @@ export interface RunningDaemon {
   backing: string;
   mount: string;
   socket: string;
+  /** the directory the daemon publishes its owner names in (config `userdb.dir`) */
+  userdb: string;
   proc: ChildProcess;
   logs: LogLine[];
   /** resolves with the exit code */
@@ -55,6 +59,26 @@ export interface StartOptions {
   nofile?: number;
   /** run this homesfs.js instead of the worktree's dist/ (a copied tree, e.g. with another addon) */
   bin?: string;
+  /** resolve only once every home of `homes` has its ledger built (its first scan done) */
+  awaitLedgers?: boolean;
+}
+
+/**
+ * A daemon of its own at `root`: a copy of this worktree's dist/ and
+ * package.json, its node_modules linked to this worktree's but for a copy of
+ * the FUSE binding, which the caller may alter (another addon, another ABI).
+ * Returns the binding copy's directory; the daemon is `<root>/dist/cli/homesfs.js`.
+ */
+export function copyDaemonTree(root: string): string {
+  mkdirSync(join(root, 'node_modules', '@cocalc'), { recursive: true });
+  cpSync(join(ROOT, 'dist'), join(root, 'dist'), { recursive: true });
+  cpSync(join(ROOT, 'package.json'), join(root, 'package.json'));
+  for (const entry of readdirSync(join(ROOT, 'node_modules'))) {
+    if (entry !== '@cocalc') symlinkSync(join(ROOT, 'node_modules', entry), join(root, 'node_modules', entry));
+  }
+  const pkg = join(root, 'node_modules', '@cocalc', 'fuse-native');
+  cpSync(join(ROOT, 'node_modules', '@cocalc', 'fuse-native'), pkg, { recursive: true });
+  return pkg;
 }
 
 function isMounted(path: string): boolean {
@@ -74,6 +98,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
   const mount = join(dir, 'mnt');
   const socket = join(dir, 'run', 'admin.sock');
   const configPath = join(dir, 'config.json');
+  const testPath = expect.getState().testPath;
   if (!reuse) {
     // root-only, as the daemon demands (issue 8): the homes below belong to their owners
     // (a caller may have mounted a small filesystem there already: fresh + dir)
@@ -94,10 +119,13 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
         shutdownGraceMs: 2000,
         // Owner names go to a directory of this run, never the host's /run/userdb.
         userdb: { dir: join(dir, 'userdb') },
+        // Owners from the calling test file's own ids (another file's leftovers never look like ours).
+        ...(testPath ? { owners: ownerRange(testPath) } : {}),
         ...opts.config,
       }),
     );
   }
+  const userdb = (JSON.parse(readFileSync(configPath, 'utf8')) as { userdb?: { dir?: string } }).userdb?.dir ?? '/run/userdb';
   const argv = [process.execPath, bin, 'serve', '--config', configPath];
   if (opts.nofile !== undefined) argv.unshift('prlimit', `--nofile=${opts.nofile}:${opts.nofile}`, '--');
   const proc = spawn(argv[0]!, argv.slice(1), {
@@ -144,14 +172,12 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
     });
   };
 
-  const ctl = (args: string[]): SpawnSyncReturns<string> =>
-    spawnSync(process.execPath, [HOMESCTL, '--socket', socket, ...args], { encoding: 'utf8', timeout: 20_000 });
-
   const d: RunningDaemon = {
     dir,
     backing,
     mount,
     socket,
+    userdb,
     proc,
     logs,
     exited,
@@ -187,8 +213,8 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
       return r === 'timeout' ? null : r;
     },
   };
-  void ctl;
   await waitForLog((l) => l.msg === 'serving');
+  if (opts.awaitLedgers) for (const id of Object.keys(opts.homes ?? {})) await waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   return d;
 }
 

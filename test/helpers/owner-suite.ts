@@ -1,10 +1,11 @@
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
-import { HOMESCTL, runAsync, startDaemon, SYSTEM_PATH, type RunningDaemon, type StartOptions } from './daemon.js';
+import { HOMESCTL, runAsync, startDaemon, type RunningDaemon, type StartOptions } from './daemon.js';
+import { pyAs, type Owner } from './neighbour.js';
 
-export type Owner = { uid: number; gid: number };
+export type { Owner };
 
 export interface OwnerSuite {
   /** the daemon of this describe block (set once beforeAll ran) */
@@ -59,8 +60,7 @@ export function ownerSuite(opts: Pick<StartOptions, 'config'> & { homes: Record<
     // Scripts live here; the owner must be able to read them.
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-owner-'));
     chmodSync(tmp, 0o755);
-    daemon = await startDaemon({ homes: opts.homes, create: Object.keys(opts.homes), ...(opts.config ? { config: opts.config } : {}) });
-    for (const id of Object.keys(opts.homes)) await daemon.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    daemon = await startDaemon({ awaitLedgers: true, homes: opts.homes, create: Object.keys(opts.homes), ...(opts.config ? { config: opts.config } : {}) });
   }, 60_000);
 
   afterAll(async () => {
@@ -77,14 +77,7 @@ export function ownerSuite(opts: Pick<StartOptions, 'config'> & { homes: Record<
     get d() {
       return daemon!;
     },
-    py: async (script, home, ...args) => {
-      const { uid, gid } = ownerAt(daemon!, opts.homes, home);
-      const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-      writeFileSync(file, script, { mode: 0o644 });
-      const r = await runAsync('setpriv', [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', 'python3', file, home, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
-      if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-      return r.stdout.trim();
-    },
+    py: (script, home, ...args) => pyAs(tmp, ownerAt(daemon!, opts.homes, home), script, home, ...args),
     owner: (home) => {
       if (!Object.hasOwn(opts.homes, home)) throw new Error(`${home} is not a home of this suite`);
       return { ...opts.homes[home]!.owner };

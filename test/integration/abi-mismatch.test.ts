@@ -1,8 +1,8 @@
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, runAsync } from '../helpers/daemon.js';
+import { copyDaemonTree, runAsync } from '../helpers/daemon.js';
 
 /**
  * A daemon must not run on an addon built from other sources (a stale build
@@ -15,14 +15,7 @@ describe('a daemon and an addon built from other sources', () => {
   let dir: string;
   const tree = (name: string, alter: string): string => {
     const root = join(dir, name);
-    mkdirSync(join(root, 'node_modules', '@cocalc'), { recursive: true });
-    cpSync(join(ROOT, 'dist'), join(root, 'dist'), { recursive: true });
-    cpSync(join(ROOT, 'package.json'), join(root, 'package.json'));
-    for (const entry of readdirSync(join(ROOT, 'node_modules'))) {
-      if (entry !== '@cocalc') symlinkSync(join(ROOT, 'node_modules', entry), join(root, 'node_modules', entry));
-    }
-    const pkg = join(root, 'node_modules', '@cocalc', 'fuse-native');
-    cpSync(join(ROOT, 'node_modules', '@cocalc', 'fuse-native'), pkg, { recursive: true });
+    const pkg = copyDaemonTree(root);
     const index = readFileSync(join(pkg, 'index.js'), 'utf8');
     const load = 'const binding = require(BINDING_PATH)\n';
     expect(index).toContain(load);

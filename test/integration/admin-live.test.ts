@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { regularBytes } from '../helpers/backing.js';
 
 /**
@@ -16,8 +17,9 @@ import { regularBytes } from '../helpers/backing.js';
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const TENANT_BUDGET = 3 * MiB;
-// An owner range of this test run's own (HELPERS.md): a random 10k block in 300000–900000.
-const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 /** the owners of acme's homes, one each (an owner belongs to one home) */
 const U = { a: { uid: BASE + 17, gid: BASE + 17 }, b: { uid: BASE + 21, gid: BASE + 21 }, c: { uid: BASE + 22, gid: BASE + 22 } };
 const T = 'acme';
@@ -78,16 +80,16 @@ describe.skipIf(!canMount)('admin live: tenant budget, honest df, metrics', () =
     metricsDir = mkdtempSync(join(tmpdir(), 'homesfs-metrics-'));
     metricsSocket = join(metricsDir, 'metrics.sock');
     d = await startDaemon({
+      awaitLedgers: true,
       create: Object.keys(HOMES),
       homes: HOMES,
       config: {
-        owners: { from: BASE, to: BASE + 9_999 },
+        owners: OWNERS,
         profiles: { roomy },
         tenants: { [T]: { maxBytes: TENANT_BUDGET } },
         metrics: { socket: metricsSocket, listen: '127.0.0.1:0' },
       },
     });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
     const line = await d.waitForLog((l) => l.msg === 'metrics endpoint listening');
     const tcp = (line.addresses as string[]).find((a) => a.startsWith('127.0.0.1:'))!;
     port = Number(tcp.split(':')[1]);

@@ -5,12 +5,13 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
 
 if (!canMount) console.warn(`admin names (config lookup, busy holders, forwards, tenants, health) integration suite skipped: ${skipReason}`);
 
-// An owner block of our own: other worktrees run the same suites at the same time.
-const BASE = 300000 + Math.floor(Math.random() * 60) * 10000 + 5000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const OWNERS = { from: BASE, to: BASE + 99 };
 
 /** GET a path of the metrics socket: status and body. */

@@ -5,11 +5,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { controlRequest } from '../../src/control/client.js';
 import type { HomeInfo } from '../../src/control/api.js';
 import { HOMESCTL, canMount, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`admin (homesctl budgets, views, forwards) integration suite skipped: ${skipReason}`);
 
-// An owner block of our own: other worktrees run the same suites at the same time.
-const BASE = 300000 + Math.floor(Math.random() * 60) * 10000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const OWNERS = { from: BASE, to: BASE + 99 };
 const MiB = 1024 * 1024;
 

@@ -4,8 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
-const OWNER = { uid: 40011, gid: 40011 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const OWNER = { uid: BASE + 11, gid: BASE + 11 };
 
 if (!canMount) console.warn(`backing-safety integration suite skipped: ${skipReason}`);
 

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { neighbourProbe } from '../helpers/neighbour.js';
 
 /**
@@ -18,7 +19,9 @@ import { neighbourProbe } from '../helpers/neighbour.js';
  * thread for its whole length, and the other home's p99 was about one).
  */
 
-const BASE = 660_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const A = { uid: BASE + 1, gid: BASE + 1 };
 const B = { uid: BASE + 2, gid: BASE + 2 };
 const T = 'bl';
@@ -40,8 +43,7 @@ describe.skipIf(!canMount)('listing a 50,000-entry home root from many processes
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-bl-'));
     chmodSync(tmp, 0o755);
-    d = await startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 }, fuse: { nativeFastPath: false } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS, fuse: { nativeFastPath: false } } });
     // Made on the backing (fast), then taken into the ledger by a rescan.
     const made = spawnSync('python3', ['-c', `import os,sys\nfor i in range(${ENTRIES}): os.close(os.open(os.path.join(sys.argv[1], 'entry-%06d-' % i + 'x' * 90), os.O_CREAT | os.O_WRONLY, 0o600))`, d.backingOf(T, 'huge')]);
     expect(made.status, String(made.stderr)).toBe(0);

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Issue 8, item 1: an open racing a truncate must never leave an open-file
@@ -15,8 +16,10 @@ import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '..
 
 const T = 'race';
 const PROFILES = ['scratch', 'home', 'posix'] as const;
-/** each home's owner, 40081 and up (an owner belongs to one home) */
-const ownerOf = (p: (typeof PROFILES)[number]) => ({ uid: 40081 + PROFILES.indexOf(p) * 5, gid: 40081 + PROFILES.indexOf(p) * 5 });
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+/** each home's owner, BASE + 81 and up, 5 apart (an owner belongs to one home) */
+const ownerOf = (p: (typeof PROFILES)[number]) => ({ uid: BASE + 81 + PROFILES.indexOf(p) * 5, gid: BASE + 81 + PROFILES.indexOf(p) * 5 });
 
 if (!canMount) console.warn(`budget race suite skipped: ${skipReason}`);
 
@@ -87,8 +90,7 @@ describe.skipIf(!canMount)('budget: open racing truncate (issue 8 item 1)', () =
     chmodSync(scripts, 0o755);
     writeFileSync(join(scripts, 'attack.py'), ATTACK, { mode: 0o644 });
     const homes = Object.fromEntries(PROFILES.map((p) => [`${T}/${p}`, { owner: ownerOf(p), profile: p }]));
-    d = await startDaemon({ create: Object.keys(homes), homes });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, create: Object.keys(homes), homes });
   }, 60_000);
 
   afterAll(async () => {

@@ -5,11 +5,14 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT, canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 import { regularBytes } from '../helpers/backing.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
-const OWNER = { uid: 40001, gid: 40001 };
-const OTHER = { uid: 40002, gid: 40002 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const OWNER = { uid: BASE + 1, gid: BASE + 1 };
+const OTHER = { uid: BASE + 2, gid: BASE + 2 };
 /** acme/_tenant's owner (an owner belongs to one home) */
-const TENANT_OWNER = { uid: 40003, gid: 40003 };
+const TENANT_OWNER = { uid: BASE + 3, gid: BASE + 3 };
 
 if (!canMount) console.warn(`core integration suite skipped: ${skipReason}`);
 

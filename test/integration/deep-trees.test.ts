@@ -3,6 +3,7 @@ import { chmodSync, existsSync, lchownSync, lstatSync, mkdirSync, readdirSync } 
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Issue 8, item 4: a tree deeper than the daemon's descriptor limit. The home's
@@ -14,7 +15,9 @@ import { canMount, HOMESCTL, runAs, skipReason, startDaemon, type RunningDaemon 
  * deep was never purged. Each test here fails on the old code.
  */
 
-const U = { uid: 40091, gid: 40091 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const U = { uid: BASE + 91, gid: BASE + 91 };
 // The daemon keeps at least 1280 descriptors in reserve (limits.reserveFiles; its directory
 // cache alone may hold 1024), and 256 more for the homes: 1600 is about the least it starts with.
 const NOFILE = 1600;
@@ -107,7 +110,7 @@ print("ok")
   });
 
   it('a delete whose tree cannot be removed at once succeeds, says so, and its trash goes at a later start', async () => {
-    const c = ctl('create', 't/stuck', '--owner', '40092:40092', '--force'); // (U's id is retired with t/deep; 40092 is outside the range)
+    const c = ctl('create', 't/stuck', '--owner', `${BASE + 92}:${BASE + 92}`, '--force'); // (U's id is retired with t/deep)
     expect(c.status, c.stderr).toBe(0);
     const inner = join(d.backingOf('t', 'stuck'), 'mnt');
     mkdirSync(inner, { mode: 0o700 });

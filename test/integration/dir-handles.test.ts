@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { pyAs } from '../helpers/neighbour.js';
 
 /**
@@ -15,7 +16,9 @@ import { pyAs } from '../helpers/neighbour.js';
  * so are the big directories JavaScript lists (below ~/.homesfs).
  */
 
-const BASE = 700_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 1, gid: BASE + 1 };
 const T = 'dh';
 const HOMES = { [`${T}/many`]: { owner: U, profile: 'home' } };
@@ -35,8 +38,7 @@ describe.skipIf(!canMount)('held directory handles cost what was read, not the d
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-dh-'));
     chmodSync(tmp, 0o755);
-    d = await startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
     // Made on the backing (fast), in a directory and in the home root, then taken into the ledger by a rescan.
     const home = d.backingOf(T, 'many');
     mkdirSync(join(home, 'big'));
@@ -148,8 +150,7 @@ for fd in fds: os.close(fd)`,
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-dh2-'));
     chmodSync(tmp, 0o755);
     const homes = { [`${T}/a`]: { owner: U, profile: 'home' }, [`${T}/b`]: { owner: U2, profile: 'home' } };
-    d = await startDaemon({ homes, create: Object.keys(homes), config: { owners: { from: BASE, to: BASE + 9_999 }, limits: { dirHandlesPerUid: 50, dirHandles: 80 }, probe: { intervalMs: 500, timeoutMs: 5000 } } });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes, create: Object.keys(homes), config: { owners: OWNERS, limits: { dirHandlesPerUid: 50, dirHandles: 80 }, probe: { intervalMs: 500, timeoutMs: 5000 } } });
   }, 60_000);
 
   afterAll(async () => {
@@ -265,15 +266,15 @@ for k in fds:
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-dh3-'));
     chmodSync(tmp, 0o755);
     d = await startDaemon({
+      awaitLedgers: true,
       homes,
       create: Object.keys(homes),
       config: {
-        owners: { from: BASE, to: BASE + 9_999 },
+        owners: OWNERS,
         limits: { openFilesPerUid: PER_UID },
         profiles: { tight: { extends: 'home', maxOpenFiles: TIGHT }, roomy: { extends: 'home', maxOpenFiles: ROOMY } },
       },
     });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
     for (const [who, key] of [[W, 'w'], [X, 'x'], [Y, 'y'], [Z, 'z'], [R, 'r']] as const) {
       await pyAs(tmp, who, 'import sys\nopen(sys.argv[1], "w").write("x")', join(d.home(T, key), 'f'));
       mkdirSync(join(d.backingOf(T, key), 'sub'));

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { randomBytes, randomInt } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,15 +7,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_PATH } from '../../src/exec/policy.js';
 import { ownerUserName } from '../../src/users/names.js';
 import { HOMESCTL, ROOT, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`exec integration suite skipped: ${skipReason}`);
 
-/**
- * A uid block of this run's own: other worktrees' tests use 200000+ and 300000+
- * at the same time, and the owner-names suite publishes 500000+ in the host's
- * /run/userdb, where a name for one of ours would change its identity here.
- */
-const BASE = 400000 + randomInt(0, 10) * 10000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const OWNERS = { from: BASE, to: BASE + 99 };
 const SECRET = `s3cr3t-${randomBytes(8).toString('hex')}`;
 
@@ -353,7 +350,9 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     mkdirSync(join(pkgDir, 'npm'));
     writeFileSync(join(pkgDir, 'npm/package.json'), JSON.stringify({ name: 'hfs-demo', version: '1.0.0' }));
     writeFileSync(join(pkgDir, 'npm/data.txt'), randomBytes(60000).toString('base64'));
-    const pack = spawnSync('npm', ['pack', './npm', '--pack-destination', pkgDir], { cwd: pkgDir, encoding: 'utf8' });
+    // npm's cache and logs in the test's dir, never root's ~/.npm
+    const npmEnv = { ...process.env, HOME: pkgDir, npm_config_cache: join(pkgDir, '.npm-cache'), npm_config_logs_max: '0', npm_config_update_notifier: 'false' };
+    const pack = spawnSync('npm', ['pack', './npm', '--pack-destination', pkgDir], { cwd: pkgDir, encoding: 'utf8', env: npmEnv });
     expect(pack.status, pack.stderr).toBe(0);
     spawnSync('chmod', ['-R', 'a+rX', pkgDir]);
 

@@ -1,10 +1,9 @@
-import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { regularBytes, smallExt4Backing } from '../helpers/backing.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { describe, expect, it } from 'vitest';
+import { ext4Suite, haveCommands, regularBytes } from '../helpers/backing.js';
+import { canMount, HOMESCTL, runAsync, skipReason } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { pyAs } from '../helpers/neighbour.js';
 
 /**
@@ -14,57 +13,33 @@ import { pyAs } from '../helpers/neighbour.js';
  * the ledger) or JavaScript did. The backing is a small ext4 of its own, filled.
  */
 
-const BASE = 680_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const U = { uid: BASE + 1, gid: BASE + 1 };
 const T = 'fw';
 const HOMES = { [`${T}/full`]: { owner: U, profile: 'unbudgeted' } };
-const hasTools = ['mkfs.ext4'].every((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env: { PATH: SYSTEM_PATH } }).status === 0);
+const hasTools = haveCommands('mkfs.ext4');
 
 if (!canMount) console.warn(`failed-writes integration suite skipped: ${skipReason}`);
 
 describe.skipIf(!canMount || !hasTools)('a failed write past the end of a file charges nothing', () => {
-  let d: RunningDaemon;
-  let dir = '';
-  let tmp = '';
-  let fs = '';
+  const s = ext4Suite({ size: '8M', homes: HOMES, config: { profiles: { unbudgeted: { extends: 'home', maxHomeBytes: 0, maxFileBytes: 0 } } } });
 
   const usage = async () => {
-    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', `${T}/full`]);
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', s.d.socket, '--json', 'usage', `${T}/full`]);
     if (r.code !== 0) throw new Error(r.stderr);
     return JSON.parse(r.stdout) as { bytes: number };
   };
   const status = async () => {
-    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status']);
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', s.d.socket, '--json', 'status']);
     return JSON.parse(r.stdout) as { native: { fastPath?: { writesDecided: number } } };
   };
 
-  beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-fw-'));
-    chmodSync(tmp, 0o755);
-    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
-    fs = smallExt4Backing(dir, tmp, '8M');
-    d = await startDaemon({
-      dir,
-      fresh: true,
-      homes: HOMES,
-      create: Object.keys(HOMES),
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { unbudgeted: { extends: 'home', maxHomeBytes: 0, maxFileBytes: 0 } } },
-    });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
-  }, 60_000);
-
-  afterAll(async () => {
-    await d?.stopKeep();
-    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
-    rmSync(dir, { recursive: true, force: true });
-    rmSync(tmp, { recursive: true, force: true });
-  });
-
   it('ENOSPC 3 MiB past the end: the size stays, the ledger equals the disk', async () => {
-    const home = d.home(T, 'full');
+    const home = s.d.home(T, 'full');
     const decided = (await status()).native.fastPath?.writesDecided ?? 0;
     const out = await pyAs(
-      tmp,
+      s.tmp,
       U,
       `import os, sys, errno
 home = sys.argv[1]
@@ -94,7 +69,7 @@ os.close(fd)`,
     expect(out).toBe('ENOSPC 16384');
     // the binding decided the file's writes (the failing one among them)
     expect((await status()).native.fastPath!.writesDecided).toBeGreaterThan(decided);
-    expect((await usage()).bytes).toBe(regularBytes(d.backingOf(T, 'full')));
+    expect((await usage()).bytes).toBe(regularBytes(s.d.backingOf(T, 'full')));
     const st = spawnSync('stat', ['-c', '%s', join(home, 'w')], { encoding: 'utf8' });
     expect(st.stdout.trim()).toBe('16384');
   });

@@ -9,13 +9,15 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownersFrom } from '../helpers/owner-suite.js';
 
 if (!canMount) console.warn(`fastpath integration suite skipped: ${skipReason}`);
 
 const TREE = join(import.meta.dirname, 'fixtures', 'fastpath_tree.py');
-const BASE = 300000 + Math.floor(Math.random() * 60) * 10000;
-const OWNERS = { from: BASE, to: BASE + 9999 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 // Every builtin profile, and one whose presentation is neither "asked" nor "owner".
 const HOMES: Record<string, string> = { 't/home': 'home', 't/posix': 'posix', 't/scratch': 'scratch', 't/odd': 'odd' };
 /** each home's owner, BASE + 17 and up (an owner belongs to one home), 10 apart: the tree plants files of owner + 1 */

@@ -3,6 +3,7 @@ import { chownSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Data integrity under random operations (fsx style): reads, writes, truncates
@@ -14,7 +15,8 @@ import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type Runn
 
 if (!canMount) console.warn(`fsx suite skipped: ${skipReason}`);
 
-const BASE = 300_000 + Math.floor(Math.random() * 60_000) * 10;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 /** each home's owner (an owner belongs to one home) */
 const U = { posix: { uid: BASE, gid: BASE }, home: { uid: BASE + 1, gid: BASE + 1 } };
 const FSX = resolve(import.meta.dirname, 'fixtures/fsx.py');

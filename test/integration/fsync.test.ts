@@ -1,11 +1,11 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { smallExt4Backing } from '../helpers/backing.js';
-import { canMount, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { describe, expect, it } from 'vitest';
+import { ext4Suite, haveCommands } from '../helpers/backing.js';
+import { canMount, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * fsync(2) and fdatasync(2) through the mount reach the backing file: its
@@ -21,36 +21,18 @@ import { canMount, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningD
  * every call and its check to hide a missing fsync).
  */
 
-const BASE = 700_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const U = { uid: BASE + 9, gid: BASE + 9 };
 const T = 'fs';
 const HOMES = { [`${T}/sync`]: { owner: U, profile: 'home' } };
-const hasTools = ['mkfs.ext4', 'filefrag'].every((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env: { PATH: SYSTEM_PATH } }).status === 0);
+const hasTools = haveCommands('mkfs.ext4', 'filefrag');
 
 if (!canMount) console.warn(`fsync integration suite skipped: ${skipReason}`);
 else if (!hasTools) console.warn('fsync integration suite skipped: mkfs.ext4 or filefrag missing (apt-get install e2fsprogs)');
 
 describe.skipIf(!canMount || !hasTools)('fsync and fdatasync through the mount put the data on the backing disk', () => {
-  let d: RunningDaemon;
-  let tmp = '';
-  let dir = '';
-  let fs = '';
-
-  beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-fsync-'));
-    chmodSync(tmp, 0o755);
-    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
-    fs = smallExt4Backing(dir, tmp, '64M');
-    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
-  }, 60_000);
-
-  afterAll(async () => {
-    await d?.stopKeep();
-    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
-    rmSync(dir, { recursive: true, force: true });
-    rmSync(tmp, { recursive: true, force: true });
-  });
+  const s = ext4Suite({ size: '64M', homes: HOMES });
 
   /** The backing file's extents as FIEMAP reports them without syncing first: [placed on disk, still delayed]. */
   const extents = async (file: string): Promise<[number, number]> => {
@@ -62,7 +44,7 @@ describe.skipIf(!canMount || !hasTools)('fsync and fdatasync through the mount p
   };
 
   it('each file synced (fsync or fdatasync) through the mount has every extent on disk before it is closed', async () => {
-    const home = d.home(T, 'sync');
+    const home = s.d.home(T, 'sync');
     // The owner writes a file, syncs it, says so and waits (file still open) while the test looks at the backing file.
     const code = `import os,sys
 h=sys.argv[1]
@@ -74,14 +56,14 @@ for i, how in enumerate(['fsync', 'fdatasync', 'fsync', 'fdatasync', 'fsync', 'f
   sys.stdin.readline()
   os.close(fd)
 print('done', flush=True)`;
-    const script = join(tmp, 'sync.py');
+    const script = join(s.tmp, 'sync.py');
     writeFileSync(script, code, { mode: 0o644 });
     const p = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', script, home], { stdio: ['pipe', 'pipe', 'inherit'], env: { PATH: SYSTEM_PATH } });
     const lines = createInterface({ input: p.stdout });
     const seen: Record<string, [number, number]> = {};
     for await (const line of lines) {
       if (line === 'done') break;
-      seen[line] = await extents(join(d.backingOf(T, 'sync'), line));
+      seen[line] = await extents(join(s.d.backingOf(T, 'sync'), line));
       p.stdin.write('\n');
     }
     await new Promise((resolve) => (p.exitCode !== null ? resolve(null) : p.once('exit', resolve)));

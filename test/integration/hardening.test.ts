@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Issue 8 (adversarial pass), items 6 and 7 and part of 4 (start-up survives trash it cannot purge): each attack run as the home's
@@ -10,7 +11,9 @@ import { canMount, HOMESCTL, runAs, skipReason, startDaemon, type RunningDaemon 
  */
 
 /** each home's owner (an owner belongs to one home) */
-const U = { text: { uid: 40083, gid: 40083 }, files: { uid: 40084, gid: 40084 } };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const U = { text: { uid: BASE + 83, gid: BASE + 83 }, files: { uid: BASE + 84, gid: BASE + 84 } };
 
 if (!canMount) console.warn(`hardening integration suite skipped: ${skipReason}`);
 
@@ -21,10 +24,10 @@ describe.skipIf(!canMount)('hardening: fallocate in text homes, user .fuse_hidde
 
   beforeAll(async () => {
     d = await startDaemon({
+      awaitLedgers: true,
       create: ['h/text', 'h/files'],
       homes: { 'h/text': { owner: U.text, profile: 'scratch' }, 'h/files': { owner: U.files, profile: 'home' } },
     });
-    for (const id of ['h/text', 'h/files']) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   });
 
   afterAll(async () => {

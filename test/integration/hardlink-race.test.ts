@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { namesBelow, regularBytes } from '../helpers/backing.js';
 import { canMount, skipReason } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite, type OwnerSuite } from '../helpers/owner-suite.js';
 
 /**
@@ -17,7 +18,9 @@ import { ownerSuite, type OwnerSuite } from '../helpers/owner-suite.js';
  */
 
 const KiB = 1024;
-const BASE = 700_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 5, gid: BASE + 5 };
 const UP = { uid: BASE + 6, gid: BASE + 6 };
 const UJ = { uid: BASE + 7, gid: BASE + 7 };
@@ -94,7 +97,7 @@ function raceSuite(owner: { uid: number; gid: number }, tenant: string, config: 
   // one owner per home (an owner uid belongs to one home): the suite's, then 100 and 200 above it
   return ownerSuite({
     homes: Object.fromEntries(MODES.map((m, i) => [`${tenant}/${m}`, { owner: { uid: owner.uid + 100 * i, gid: owner.gid + 100 * i }, profile: 'roomy' }])),
-    config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { roomy }, ...config },
+    config: { owners: OWNERS, profiles: { roomy }, ...config },
   });
 }
 

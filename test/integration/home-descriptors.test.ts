@@ -2,6 +2,7 @@ import { chownSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Every loaded home holds descriptors: its directory's, and the binding's
@@ -18,7 +19,9 @@ import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '..
 
 if (!canMount) console.warn(`home-descriptors suite skipped: ${skipReason}`);
 
-const BASE = 590_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 1, gid: BASE + 1 };
 const NOFILE = 1536;
 const RESERVE = 1280;
@@ -34,7 +37,7 @@ describe.skipIf(!canMount)('home descriptors count against the daemon descriptor
   let d: RunningDaemon;
 
   beforeAll(async () => {
-    d = await startDaemon({ config: { limits: { nofile: NOFILE, reserveFiles: RESERVE }, owners: { from: BASE, to: BASE + 9_999 } } });
+    d = await startDaemon({ config: { limits: { nofile: NOFILE, reserveFiles: RESERVE }, owners: OWNERS } });
   }, 60_000);
 
   afterAll(async () => {

@@ -3,10 +3,13 @@ import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HOMESCTL, HOMESFS, SYSTEM_PATH, canMount, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`homes (control socket) integration suite skipped: ${skipReason}`);
 
-const OWNERS = { from: 300000, to: 300099 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const OWNERS = { from: BASE, to: BASE + 99 };
 
 describe.skipIf(!canMount)('the life of a home through homesctl', () => {
   let d: RunningDaemon;
@@ -37,9 +40,9 @@ describe.skipIf(!canMount)('the life of a home through homesctl', () => {
     const r = await ctlJson('resolve', '--tenant', 'acme', '--project', 'web');
     expect(r).toMatchObject({ tenant: 'acme', scope: 'project', key: 'web', created: true, source: 'default' });
     expect(r.home).toBe(join(d.mount, 'acme', 'web'));
-    expect(r.owner).toEqual({ uid: 300000, gid: 300000 });
+    expect(r.owner).toEqual({ uid: BASE, gid: BASE });
     const st = statSync(r.home as string);
-    expect([st.uid, st.mode & 0o777]).toEqual([300000, 0o700]);
+    expect([st.uid, st.mode & 0o777]).toEqual([BASE, 0o700]);
     expect(existsSync(d.backingOf('acme', 'web'))).toBe(true);
     const again = await ctlJson('resolve', '--tenant', 'acme', '--project', 'web');
     expect(again.created).toBe(false);
@@ -80,7 +83,7 @@ describe.skipIf(!canMount)('the life of a home through homesctl', () => {
   it('lists every home with owner, profile, usage, and orphans left by a scope change', async () => {
     const list = (await ctlJson('list')) as unknown as Array<Record<string, any>>;
     const web = list.find((h) => h.tenant === 'acme' && h.key === 'web');
-    expect(web).toMatchObject({ scope: 'project', profile: 'home', orphan: true, owner: { uid: 300000 } });
+    expect(web).toMatchObject({ scope: 'project', profile: 'home', orphan: true, owner: { uid: BASE } });
     const tenant = list.find((h) => h.key === '_tenant');
     expect(tenant).toMatchObject({ scope: 'tenant', orphan: false });
     const human = await ctl('list');
@@ -91,7 +94,7 @@ describe.skipIf(!canMount)('the life of a home through homesctl', () => {
 
   it('keeps one home owner out of another home', async () => {
     const tenantOwner = (await ctlJson('usage', 'acme/_tenant')).owner as { uid: number; gid: number };
-    expect(tenantOwner.uid).not.toBe(300000);
+    expect(tenantOwner.uid).not.toBe(BASE);
     const r = await runAs(tenantOwner.uid, tenantOwner.gid, `ls ${d.home('acme', 'web')} 2>&1; echo x > ${d.home('acme', 'web')}/intruder 2>&1; echo ok > ${d.home('acme', '_tenant')}/mine && echo own-ok`);
     expect(r.stdout).toMatch(/Permission denied/);
     expect(r.stdout).toContain('own-ok');
@@ -99,21 +102,21 @@ describe.skipIf(!canMount)('the life of a home through homesctl', () => {
   });
 
   it('creates a home with profile, budget and owner, and resizes it live', async () => {
-    const info = await ctlJson('create', 'acme/extra', '--profile', 'scratch', '--budget', '64K', '--owner', '300050:300050');
-    expect(info).toMatchObject({ profile: 'scratch', profileSource: 'override', budget: 65536, owner: { uid: 300050, gid: 300050 } });
+    const info = await ctlJson('create', 'acme/extra', '--profile', 'scratch', '--budget', '64K', '--owner', `${BASE + 50}:${BASE + 50}`);
+    expect(info).toMatchObject({ profile: 'scratch', profileSource: 'override', budget: 65536, owner: { uid: BASE + 50, gid: BASE + 50 } });
     const dup = await ctl('create', 'acme/extra');
     expect(dup.code).toBe(1);
     expect(dup.stderr).toMatch(/EXISTS/);
     const home = d.home('acme', 'extra');
-    const over = await runAs(300050, 300050, `(head -c 100000 /dev/zero | tr '\\0' a > ${home}/big) 2>&1; echo rc=$?`);
+    const over = await runAs(BASE + 50, BASE + 50, `(head -c 100000 /dev/zero | tr '\\0' a > ${home}/big) 2>&1; echo rc=$?`);
     expect(over.stdout).toMatch(/Disk quota exceeded/);
     expect(statSync(join(d.backingOf('acme', 'extra'), 'big')).size).toBeLessThanOrEqual(65536);
     await ctlJson('set-budget', 'acme/extra', '1M');
-    const ok = await runAs(300050, 300050, `head -c 100000 /dev/zero | tr '\\0' a > ${home}/big && echo ok`);
+    const ok = await runAs(BASE + 50, BASE + 50, `head -c 100000 /dev/zero | tr '\\0' a > ${home}/big && echo ok`);
     expect(ok.stdout).toBe('ok\n');
     // lowering below usage deletes nothing and refuses growth
     await ctlJson('set-budget', 'acme/extra', '50K');
-    const grow = await runAs(300050, 300050, `(env printf 'more\\n' >> ${home}/big) 2>&1; echo rc=$?`);
+    const grow = await runAs(BASE + 50, BASE + 50, `(env printf 'more\\n' >> ${home}/big) 2>&1; echo rc=$?`);
     expect(grow.stdout).toMatch(/Disk quota exceeded/);
     expect(statSync(join(d.backingOf('acme', 'extra'), 'big')).size).toBe(100000);
     const usage = await ctlJson('usage', 'acme/extra');
@@ -123,12 +126,12 @@ describe.skipIf(!canMount)('the life of a home through homesctl', () => {
   it('switches a profile live and back', async () => {
     const home = d.home('acme', 'web');
     await ctlJson('set-profile', 'acme/web', 'scratch');
-    await runAs(300000, 300000, `echo hi > ${home}/t.txt`);
-    const refused = await runAs(300000, 300000, `chmod +x ${home}/t.txt 2>&1; echo rc=$?`);
+    await runAs(BASE, BASE, `echo hi > ${home}/t.txt`);
+    const refused = await runAs(BASE, BASE, `chmod +x ${home}/t.txt 2>&1; echo rc=$?`);
     expect(refused.stdout).toMatch(/Operation not permitted/);
     const cleared = await ctlJson('set-profile', 'acme/web', '--clear');
     expect(cleared).toMatchObject({ profile: 'home', profileSource: 'default' });
-    const ok = await runAs(300000, 300000, `chmod +x ${home}/t.txt && echo ok`);
+    const ok = await runAs(BASE, BASE, `chmod +x ${home}/t.txt && echo ok`);
     expect(ok.stdout).toBe('ok\n');
     const unknown = await ctl('set-profile', 'acme/web', 'nope');
     expect(unknown.code).toBe(1);
@@ -268,7 +271,7 @@ print('done', flush=True)
   it('keeps settings, owners and overrides across a restart, from the state file', async () => {
     const before = (await ctlJson('list')) as unknown as Array<Record<string, any>>;
     const saved = JSON.parse(readFileSync(stateFile, 'utf8')) as { homes: Record<string, { owner: { uid: number } }> };
-    expect(saved.homes['acme/web']?.owner.uid).toBe(300000);
+    expect(saved.homes['acme/web']?.owner.uid).toBe(BASE);
     expect(statSync(stateFile).mode & 0o777).toBe(0o600);
     d = await d.restart();
     const after = (await ctlJson('list')) as unknown as Array<Record<string, any>>;

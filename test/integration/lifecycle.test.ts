@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -47,9 +47,11 @@ describe.skipIf(!canMount)('daemon lifecycle', () => {
   });
 
   it('refuses to start on an invalid configuration, printing every problem (exit code 3)', async () => {
-    const cfg = join(mkdtempSync(join(tmpdir(), 'homesfs-badcfg-')), 'bad.json');
-    writeFileSync(cfg, JSON.stringify({ backing: 'relative/path', mount: '/tmp/x', defaultProfile: 'nope', bogus: 1 }));
+    const dir = mkdtempSync(join(tmpdir(), 'homesfs-badcfg-'));
+    const cfg = join(dir, 'bad.json');
+    writeFileSync(cfg, JSON.stringify({ backing: 'relative/path', mount: join(dir, 'mnt'), defaultProfile: 'nope', bogus: 1 }));
     const r = await runAsync(process.execPath, [HOMESFS, 'serve', '--config', cfg]);
+    rmSync(dir, { recursive: true, force: true });
     expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/bogus/);
     expect(r.stderr).toMatch(/backing: must be an absolute path/);

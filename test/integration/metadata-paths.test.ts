@@ -1,10 +1,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 import { readdirTypesScript } from '../helpers/dirent.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`metadata-paths integration suite skipped: ${skipReason}`);
 
-const OWNER = { uid: 40061, gid: 40061 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const OWNER = { uid: BASE + 61, gid: BASE + 61 };
 
 
 describe.skipIf(!canMount)('metadata paths: d_type in listings, metadata syscalls on or off the JS thread', () => {

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { namesBelow, regularBytes } from '../helpers/backing.js';
 import { canMount, skipReason } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
@@ -13,7 +14,9 @@ import { ownerSuite } from '../helpers/owner-suite.js';
  * The bytes of a hard-linked file still count once.
  */
 
-const BASE = 640_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 3, gid: BASE + 3 };
 const T = 'nc';
 const tiny = { ...BUILTIN_PROFILES.home, maxHomeBytes: 1024 * 1024, maxInodes: 10 };
@@ -21,7 +24,7 @@ const tiny = { ...BUILTIN_PROFILES.home, maxHomeBytes: 1024 * 1024, maxInodes: 1
 if (!canMount) console.warn(`names-cap integration suite skipped: ${skipReason}`);
 
 describe.skipIf(!canMount)('names cap: every hard link counts against the inode cap', () => {
-  const s = ownerSuite({ homes: { [`${T}/tiny`]: { owner: U, profile: 'tiny' } }, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tiny } } });
+  const s = ownerSuite({ homes: { [`${T}/tiny`]: { owner: U, profile: 'tiny' } }, config: { owners: OWNERS, profiles: { tiny } } });
 
   it('a 10-inode home makes 9 links to its one file, then EDQUOT; the ledger counts names, bytes once', async () => {
     const home = s.d.home(T, 'tiny');

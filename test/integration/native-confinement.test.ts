@@ -2,6 +2,7 @@ import { chmodSync, existsSync, lchownSync, mkdirSync, readdirSync, renameSync, 
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { canMount, skipReason } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
@@ -17,7 +18,9 @@ import { ownerSuite } from '../helpers/owner-suite.js';
  * daemon (a fallback counted), which refuses it.
  */
 
-const BASE = 640_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const T = 'nc';
 // one owner per home: an owner uid belongs to one home
 const HOMES = {
@@ -34,7 +37,7 @@ type Native = { openAnswered: number; openFallbacks: number; createAnswered: num
 describe.skipIf(!canMount)('native open and create keep to the home and its depth cap (the binding\'s own checks)', () => {
   const s = ownerSuite({
     homes: HOMES,
-    config: { owners: { from: BASE, to: BASE + 9_999 }, fuse: { entryTimeout: 3600, attrTimeout: 3600, negativeTimeout: 3600 } },
+    config: { owners: OWNERS, fuse: { entryTimeout: 3600, attrTimeout: 3600, negativeTimeout: 3600 } },
   });
   const native = async (): Promise<Native> => ((await s.d.status()) as { native: { fastPath: Native } }).native.fastPath;
   /** Outside every home, on the backing's filesystem (so no device check stops a followed link): root's, 0600. */

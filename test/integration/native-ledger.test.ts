@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownersFrom, type Owner } from '../helpers/owner-suite.js';
 import { regularBytes } from '../helpers/backing.js';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
@@ -23,7 +24,9 @@ import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
  */
 
 const KiB = 1024;
-const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const T = 'dl';
 // Seeds whose sequences meet both limits (asserted: a sequence that does not tests less).
 const SEEDS = [1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16];
@@ -185,12 +188,11 @@ describe.skipIf(!canMount)('the write decision in the binding against the TypeSc
     chmodSync(tmp, 0o755);
     metricsSocket = join(mkdtempSync(join(tmp, 'm-')), 'metrics.sock');
     const profiles = { capped, race, roomy };
-    const owners = { from: BASE, to: BASE + 9_999 };
+    const owners = OWNERS;
     [js, native] = await Promise.all([
-      startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, fuse: { nativeWriteDecision: false } } }),
-      startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, metrics: { socket: metricsSocket } } }),
+      startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, fuse: { nativeWriteDecision: false } } }),
+      startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners, profiles, metrics: { socket: metricsSocket } } }),
     ]);
-    for (const d of [js, native]) for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 
   afterAll(async () => {

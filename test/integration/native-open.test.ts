@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { regularBytes } from '../helpers/backing.js';
 import { canMount, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
@@ -19,7 +20,9 @@ import { ownerSuite } from '../helpers/owner-suite.js';
  */
 
 const KiB = 1024;
-const BASE = 460_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 /** each home's owner: BASE + 5 and up, one per home */
 const ownerNo = (i: number) => ({ uid: BASE + 5 + i, gid: BASE + 5 + i });
 const T = 'no';
@@ -42,7 +45,7 @@ const HOMES = {
 type Native = { openAnswered: number; openClosedNatively: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
 
 describe.skipIf(!canMount)('native open (fuse.nativeOpen): slots granted ahead, adopted before anything else', () => {
-  const s = ownerSuite({ homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { ten, twenty } } });
+  const s = ownerSuite({ homes: HOMES, config: { owners: OWNERS, profiles: { ten, twenty } } });
   const native = async (): Promise<Native> => ((await s.d.status()) as { native: { fastPath: Native } }).native.fastPath;
   const homeStatus = async (key: string) =>
     ((await s.d.status()) as { homes: Array<{ tenant: string; key: string; openFiles: number }> }).homes.find((h) => h.tenant === T && h.key === key)!;

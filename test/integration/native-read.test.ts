@@ -8,6 +8,8 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { pyAs } from '../helpers/neighbour.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 
 /**
@@ -20,8 +22,9 @@ import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-// An owner range of this test run's own (HELPERS.md): a random 10k block in 300000–900000.
-const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 /** each home's owner (an owner belongs to one home) */
 const U = ownersFrom(BASE + 31, ['bin', 'raw', 'txt', 'flip']);
 const T = 'nr';
@@ -63,16 +66,7 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
     return runAs(o.uid, o.gid, script, { timeoutMs: 120_000 });
   };
   /** a python script run as the owner of the home its first argument lies in */
-  const py = async (script: string, at: string, ...rest: string[]) => {
-    const o = ownerAt(d, HOMES, at);
-    const args = [at, ...rest];
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    if (r.stderr) console.warn(r.stderr);
-    return r.stdout;
-  };
+  const py = (script: string, at: string, ...rest: string[]) => pyAs(tmp, ownerAt(d, HOMES, at), script, at, ...rest);
   const ctl = async (...args: string[]) => {
     const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
     if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')}: ${r.stderr}${r.stdout}`);
@@ -91,11 +85,11 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
     // Its own directory: the daemon makes the socket's directory 0700.
     metricsSocket = join(mkdtempSync(join(tmp, 'm-')), 'metrics.sock');
     d = await startDaemon({
+      awaitLedgers: true,
       create: Object.keys(HOMES),
       homes: HOMES,
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { roomy, rawdirect, rawtext }, metrics: { socket: metricsSocket } },
+      config: { owners: OWNERS, profiles: { roomy, rawdirect, rawtext }, metrics: { socket: metricsSocket } },
     });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 
   afterAll(async () => {

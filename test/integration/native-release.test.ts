@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, skipReason } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
@@ -14,7 +15,9 @@ import { ownerSuite } from '../helpers/owner-suite.js';
  */
 
 const KiB = 1024;
-const BASE = 440_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 3, gid: BASE + 3 };
 /** the owner of nr/text (an owner belongs to one home) */
 const UT = { uid: BASE + 4, gid: BASE + 4 };
@@ -32,7 +35,7 @@ type Native = { releasesAnswered?: number };
 
 for (const nativeRelease of [true, false]) {
   describe.skipIf(!canMount)(`RELEASE ${nativeRelease ? 'answered natively' : 'served by JS'} (fuse.nativeRelease ${nativeRelease}): a close is complete before anything else is decided`, () => {
-    const s = ownerSuite({ homes: HOMES, config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { tight }, fuse: { nativeRelease } } });
+    const s = ownerSuite({ homes: HOMES, config: { owners: OWNERS, profiles: { tight }, fuse: { nativeRelease } } });
     const native = async (): Promise<Native> => ((await s.d.status()) as { native: Native }).native;
 
     it('a home allowed 3 open files opens and closes 3 at a time, 200 times in a tight loop: each slot is back before the next open', async () => {

@@ -7,12 +7,15 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownersFrom } from '../helpers/owner-suite.js';
 
 if (!canMount) console.warn(`native-setattr integration suite skipped: ${skipReason}`);
 
 const TREE = join(import.meta.dirname, 'fixtures', 'fastpath_tree.py');
-const BASE = 480_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 // Every builtin profile (owner-mask chmod, allow, deny-widen), and one that ignores chmod with forced modes.
 const HOMES: Record<string, string> = { 's/home': 'home', 's/posix': 'posix', 's/scratch': 'scratch', 's/forced': 'forced' };
 /** each home's owner (an owner belongs to one home), 10 apart: the tree plants files of owner + 1 */
@@ -30,7 +33,7 @@ describe.skipIf(!canMount)('native utimens and chmod: the same answers and the s
       const d = await startDaemon({
         create: Object.keys(HOMES),
         homes: Object.fromEntries(Object.entries(HOMES).map(([h, profile]) => [h, { owner: OWNER[h]!, profile }])),
-        config: { owners: { from: BASE, to: BASE + 9999 }, profiles: PROFILES, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, nativeSetattr } },
+        config: { owners: OWNERS, profiles: PROFILES, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, nativeSetattr } },
       });
       daemons.push(d);
     }

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { namesBelow, regularBytes } from '../helpers/backing.js';
 import { canMount, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
@@ -18,7 +19,9 @@ import { ownerSuite } from '../helpers/owner-suite.js';
  */
 
 const KiB = 1024;
-const BASE = 420_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 7, gid: BASE + 7 };
 /** the owner of nu/race (an owner belongs to one home) */
 const UR = { uid: BASE + 9, gid: BASE + 9 };
@@ -41,7 +44,7 @@ type Native = { unlinkAnswered: number; unlinkFallbacks: number };
 describe.skipIf(!canMount)('native unlink (fuse.nativeUnlink): the ledger takes what left the home before its next answer', () => {
   const s = ownerSuite({
     homes: HOMES,
-    config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { capped }, tenants: { [TB]: { maxBytes: 10 * 1024 * KiB } } },
+    config: { owners: OWNERS, profiles: { capped }, tenants: { [TB]: { maxBytes: 10 * 1024 * KiB } } },
   });
   const { py, ctl, usage } = s;
   const native = async (): Promise<Native> => ((await s.d.status()) as { native: { fastPath: Native } }).native.fastPath;

@@ -1,12 +1,14 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { pyAs } from '../helpers/neighbour.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 import { regularBytes } from '../helpers/backing.js';
 
@@ -21,7 +23,9 @@ import { regularBytes } from '../helpers/backing.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 /** each home's owner (an owner belongs to one home) */
 const U = ownersFrom(BASE + 43, ['cap', 'flip', 'full']);
 const T = 'nw';
@@ -63,15 +67,7 @@ describe.skipIf(!canMount)('native writes (fuse.nativeWrite): decided in JavaScr
     if (r.code !== 0) throw new Error(`homesctl ${args.join(' ')}: ${r.stderr}${r.stdout}`);
   };
   /** a python script run as the owner of the home its first argument lies in */
-  const py = async (script: string, at: string, ...rest: string[]) => {
-    const o = ownerAt(d, HOMES, at);
-    const args = [at, ...rest];
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    return r.stdout;
-  };
+  const py = (script: string, at: string, ...rest: string[]) => pyAs(tmp, ownerAt(d, HOMES, at), script, at, ...rest);
 
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-nw-'));
@@ -86,12 +82,12 @@ describe.skipIf(!canMount)('native writes (fuse.nativeWrite): decided in JavaScr
     mkdirSync(join(tmpfs, T), { mode: 0o700 });
     for (const k of ['cap', 'flip', 'full']) mkdirSync(join(tmpfs, T, k), { mode: 0o700 });
     d = await startDaemon({
+      awaitLedgers: true,
       dir,
       fresh: true,
       homes: HOMES,
-      config: { owners: { from: BASE, to: BASE + 9_999 }, profiles: { capped, roomy, rawtext }, metrics: { socket: metricsSocket } },
+      config: { owners: OWNERS, profiles: { capped, roomy, rawtext }, metrics: { socket: metricsSocket } },
     });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 
   afterAll(async () => {

@@ -5,12 +5,12 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
 import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type LogLine, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`node lifecycle integration suite skipped: ${skipReason}`);
 
-/** An owner range of this run's own (other worktrees' tests use 200000+ at the same time). */
-const OWNER_BASE = 300000 + Math.floor(Math.random() * 60) * 10000;
-const OWNERS = { from: OWNER_BASE, to: OWNER_BASE + 9999 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
 
 const mounted = (p: string) =>
   readFileSync('/proc/self/mountinfo', 'utf8')

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Issue 8, item 2: one process of a home's owner raises its own RLIMIT_NOFILE
@@ -16,12 +17,13 @@ import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, SYSTEM_PA
  * daemon, the other homes and the control socket keep working.
  *
  * The daemon runs with a small descriptor limit (limits.nofile 4096, reserve
- * 1280) so the attack is quick; uids are a random block of this run's own.
+ * 1280) so the attack is quick; uids are this file's own (helpers/owner-ids.ts).
  */
 
 if (!canMount) console.warn(`open-file limits suite skipped: ${skipReason}`);
 
-const BASE = 300_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const A = { uid: BASE + 1, gid: BASE + 1 }; // the attacker
 const V = { uid: BASE + 2, gid: BASE + 2 }; // a victim in another tenant
 const U2 = { uid: BASE + 3, gid: BASE + 3 }; // one uid, two processes
@@ -166,6 +168,7 @@ print('ok')"`,
       'atk/d': { owner: D },
     };
     d = await startDaemon({
+      awaitLedgers: true,
       create: Object.keys(homes),
       homes,
       config: {
@@ -173,7 +176,6 @@ print('ok')"`,
         profiles: { tight: { extends: 'home', maxOpenFiles: TIGHT } },
       },
     });
-    for (const id of Object.keys(homes)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
     await runAs(A.uid, A.gid, `echo x > ${d.home('atk', 'a')}/f`);
     await runAs(U2.uid, U2.gid, `echo x > ${d.home('two', 'b')}/f`);
     await runAs(D.uid, D.gid, `echo x > ${d.home('atk', 'd')}/f`);

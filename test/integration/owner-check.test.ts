@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, HOMESFS, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * An owner uid belongs to one home: create --owner, resolve's allocation and
@@ -14,7 +15,8 @@ import { canMount, HOMESCTL, HOMESFS, runAs, runAsync, skipReason, startDaemon, 
 
 if (!canMount) console.warn(`owner check integration suite skipped: ${skipReason}`);
 
-const BASE = 600_000 + Math.floor(Math.random() * 60) * 1000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const OWNERS = { from: BASE, to: BASE + 99 };
 
 const known = (db: 'passwd' | 'group', id: number) => spawnSync('getent', [db, String(id)]).status === 0;

@@ -1,54 +1,44 @@
 import { spawnSync } from 'node:child_process';
-import { randomBytes, randomInt } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ownerUserName } from '../../src/users/names.js';
 import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { withUserDb } from '../helpers/nss.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
-if (!canMount) console.warn(`owner names integration suite skipped: ${skipReason}`);
+if (!canMount) console.warn(`owner names integration suite skipped: ${skipReason} (it also needs unshare for its mount namespaces)`);
 
 /**
- * nss-systemd reads only the fixed drop-in directories, so this suite uses the
- * host's /run/userdb: with a tenant name and a uid block of its own, and it
- * removes whatever it published.
+ * The daemon publishes into a directory of this run (the helper's `userdb.dir`);
+ * every program that must resolve the names (getent, homesctl exec and what it
+ * runs) runs where that directory is /run/userdb (see helpers/nss.ts). The
+ * host's /run/userdb is never touched, and the host's NSS never hears of them.
  */
-const USERDB = '/run/userdb';
-const TENANT = `nss${randomBytes(4).toString('hex')}`;
-const BASE = 500000 + randomInt(0, 39) * 10000;
-const OWNERS = { from: BASE, to: BASE + 99 };
-
-const getent = (db: string, key: string | number) => spawnSync('getent', [db, String(key)], { encoding: 'utf8' });
-
-function ours(): string[] {
-  if (!existsSync(USERDB)) return [];
-  return readdirSync(USERDB).filter((f) => {
-    try {
-      return readFileSync(join(USERDB, f), 'utf8').includes(`"home":"${TENANT}/`);
-    } catch {
-      return false;
-    }
-  });
-}
+const TENANT = 'nss';
 
 describe.skipIf(!canMount)('owner names for NSS (systemd userdb drop-ins)', () => {
   let d: RunningDaemon;
   const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
   const exec = (project: string, ...cmd: string[]) =>
-    runAsync(process.execPath, [HOMESCTL, '--socket', join(d.dir, 'platform', 'platform.sock'), 'exec', '--tenant', TENANT, '--project', project, '--', ...cmd], { env: { PATH: SYSTEM_PATH } });
+    runAsync(...withUserDb(d.userdb, process.execPath, [HOMESCTL, '--socket', join(d.dir, 'platform', 'platform.sock'), 'exec', '--tenant', TENANT, '--project', project, '--', ...cmd]), {
+      env: { PATH: SYSTEM_PATH },
+    });
+  /** getent where the daemon's directory is /run/userdb */
+  const getent = (db: string, key: string | number) => spawnSync(...withUserDb(d.userdb, 'getent', [db, String(key)]), { encoding: 'utf8' });
+  /** getent as the host sees it */
+  const hostGetent = (db: string, key: string | number) => spawnSync('getent', [db, String(key)], { encoding: 'utf8' });
+
+  /** the records the daemon has published */
+  const published = () => (existsSync(d.userdb) ? readdirSync(d.userdb) : []);
 
   beforeAll(async () => {
-    d = await startDaemon({ config: { owners: OWNERS, userdb: { dir: USERDB } } });
+    d = await startDaemon();
+    expect(d.userdb.startsWith(`${d.dir}/`)).toBe(true);
   });
 
   afterAll(async () => {
     await d?.stop();
-    // Whatever a failed run left: our names only.
-    for (const f of ours()) rmSync(join(USERDB, f), { force: true });
-    for (const f of existsSync(USERDB) ? readdirSync(USERDB) : []) {
-      const m = /^([0-9]+)\.(user|group)$/.exec(f);
-      if (m && Number(m[1]) >= OWNERS.from && Number(m[1]) <= OWNERS.to) unlinkSync(join(USERDB, f));
-    }
   });
 
   it('getent, whoami and getpass.getuser() know the owner of a new home', async () => {
@@ -57,11 +47,19 @@ describe.skipIf(!canMount)('owner names for NSS (systemd userdb drop-ins)', () =
     const { owner, home, userName } = JSON.parse(r.stdout) as { owner: { uid: number; gid: number }; home: string; userName: string };
     const name = ownerUserName(TENANT, 'web');
     expect(userName).toBe(name);
+    // an id of this file's own (startDaemon's default owners)
+    const ids = ownerRange(import.meta.filename);
+    expect([owner.uid, owner.gid].every((id) => id >= ids.from && id <= ids.to), `${owner.uid}:${owner.gid}`).toBe(true);
     const pw = getent('passwd', owner.uid);
     expect(pw.status, pw.stderr).toBe(0);
     expect(pw.stdout.trim()).toBe(`${name}:x:${owner.uid}:${owner.gid}:homesfs ${TENANT}/web:${home}:/usr/sbin/nologin`);
     expect(getent('passwd', name).stdout.trim()).toBe(pw.stdout.trim());
     expect(getent('group', owner.gid).stdout.trim()).toBe(`${name}:x:${owner.gid}:`);
+    // ...from the records in the daemon's own directory; the host knows nothing of them
+    expect(published().sort()).toEqual([`${name}.group`, `${name}.user`, `${owner.gid}.group`, `${owner.uid}.user`].sort());
+    expect(readFileSync(join(d.userdb, `${name}.user`), 'utf8')).toContain(`"homeDirectory":"${home}"`);
+    expect(hostGetent('passwd', name).status).toBe(2);
+    expect(hostGetent('passwd', owner.uid).status).toBe(2);
 
     const who = await exec('web', 'sh', '-c', 'whoami; id -un; id -gn; python3 -c "import getpass, os; print(getpass.getuser()); print(os.path.expanduser(\'~\'))"');
     expect(who.code, who.stderr).toBe(0);
@@ -119,6 +117,6 @@ describe.skipIf(!canMount)('owner names for NSS (systemd userdb drop-ins)', () =
     // A clean stop takes the names with the mount.
     await d.stopKeep();
     expect(getent('passwd', ownerUserName(TENANT, 'web')).status).toBe(2);
-    expect(ours()).toEqual([]);
+    expect(published()).toEqual([]);
   });
 });

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HOMESCTL, HOMESFS, SYSTEM_PATH, canMount, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Issue 8, items 3 (owner uids of deleted homes are never reused) and 5 (the
@@ -13,9 +14,8 @@ import { HOMESCTL, HOMESFS, SYSTEM_PATH, canMount, runAs, runAsync, skipReason, 
 
 if (!canMount) console.warn(`owners/backing integration suite skipped: ${skipReason}`);
 
-// An owner range of this run's own: the test looks at processes by uid.
-const BASE = 300000 + Math.floor(Math.random() * 60) * 10000;
-const OWNERS = { from: BASE, to: BASE + 9999 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
 
 describe.skipIf(!canMount)('item 3: owner uids are never reused', () => {
   let d: RunningDaemon;
@@ -78,7 +78,7 @@ describe.skipIf(!canMount)('item 3: owner uids are never reused', () => {
   }, 60_000);
 
   it('a range whose ids were all handed out is exhausted even after deletes', async () => {
-    const small = await startDaemon({ config: { owners: { from: BASE + 9990, to: BASE + 9991 } } });
+    const small = await startDaemon({ config: { owners: { from: OWNERS.to - 1, to: OWNERS.to } } });
     try {
       const c = (...a: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', small.socket, '--json', ...a]);
       expect((await c('create', 'a/p1')).code).toBe(0);

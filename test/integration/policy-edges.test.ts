@@ -5,11 +5,14 @@ import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 import { ownersFrom } from '../helpers/owner-suite.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`policy-edges integration suite skipped: ${skipReason}`);
 
-/** each home's owner, 40041 and up (an owner belongs to one home) */
-const OWNER = ownersFrom(40041, ['few', 'text', 'home', 'switch', 'gone']);
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+/** each home's owner, BASE + 41 and up (an owner belongs to one home) */
+const OWNER = ownersFrom(BASE + 41, ['few', 'text', 'home', 'switch', 'gone']);
 
 describe.skipIf(!canMount)('policy edges: inode cap, chown, UTF-8 at close and at read', () => {
   let d: RunningDaemon;

@@ -7,6 +7,7 @@ import { HOMESCTL, canMount, runAs, runAsync, skipReason, startDaemon, type RunR
 import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 import { regularBytes } from '../helpers/backing.js';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Quota semantics through the real mount: every fallocate mode (util-linux
@@ -15,8 +16,10 @@ import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
  * the log.
  */
 
-/** each home's owner: 40061 and up, one per home */
-const U = ownersFrom(40061, ['falloc', 'ftext', 'soft', 'soft2']);
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+/** each home's owner: OWNERS.from + 61 and up, one per home */
+const U = ownersFrom(OWNERS.from + 61, ['falloc', 'ftext', 'soft', 'soft2']);
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const T = 'q';
@@ -74,11 +77,11 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     metricsDir = mkdtempSync(join(tmpdir(), 'homesfs-quota-metrics-'));
     metricsSocket = join(metricsDir, 'metrics.sock');
     d = await startDaemon({
+      awaitLedgers: true,
       create: Object.keys(HOMES),
       homes: HOMES,
-      config: { owners: { from: 41000, to: 41999 }, profiles: PROFILES, metrics: { socket: metricsSocket } },
+      config: { owners: OWNERS, profiles: PROFILES, metrics: { socket: metricsSocket } },
     });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
   }, 60_000);
 
   afterAll(async () => {

@@ -3,6 +3,7 @@ import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
 import { controlRequest } from '../../src/control/client.js';
 import { canMount, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
@@ -13,7 +14,9 @@ import { ownerSuite } from '../helpers/owner-suite.js';
  * descriptor, opened before or after.
  */
 
-const BASE = 530_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const U = { uid: BASE + 5, gid: BASE + 5 };
 const T = 'ps';
 const ROUNDS = 24;
@@ -87,7 +90,7 @@ while True:
 type Stats = { fastPath: { createAnswered: number; writesDecided: number } };
 
 describe.skipIf(!canMount)('set-profile reaches handles the binding opened natively before it answers', () => {
-  const s = ownerSuite({ homes: { [`${T}/sw`]: { owner: U, profile: 'home' } }, config: { owners: { from: BASE, to: BASE + 9_999 } } });
+  const s = ownerSuite({ homes: { [`${T}/sw`]: { owner: U, profile: 'home' } }, config: { owners: OWNERS } });
   const native = async (): Promise<Stats> => ((await s.d.status()) as { native: Stats }).native;
 
   it(`over ${ROUNDS} switches to scratch under a writer creating files natively, every write of 0xFF after the reply fails with EILSEQ`, async () => {

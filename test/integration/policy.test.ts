@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, runAsync, skipReason, startDaemon, type LogLine, type RunResult, type RunningDaemon } from '../helpers/daemon.js';
 import { ownerAt, ownersFrom } from '../helpers/owner-suite.js';
 import { regularBytes } from '../helpers/backing.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Write-time policy (issue 3), driven by real programs as the home's
@@ -14,8 +15,10 @@ import { regularBytes } from '../helpers/backing.js';
  * Every home has its own ledger, so each group of tests uses its own home.
  */
 
-/** each home's owner, 40021 and up (an owner belongs to one home) */
-const U = ownersFrom(40021, ['quota', 'fcap', 'conc', 'trunc', 'df', 'home', 'scratch', 'posix', 'mvsrc', 'mvdst']);
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+/** each home's owner, BASE + 21 and up (an owner belongs to one home) */
+const U = ownersFrom(BASE + 21, ['quota', 'fcap', 'conc', 'trunc', 'df', 'home', 'scratch', 'posix', 'mvsrc', 'mvdst']);
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const BUDGET = MiB;
@@ -89,8 +92,7 @@ describe.skipIf(!canMount)('policy: write-time budgets, modes and refusals with 
   beforeAll(async () => {
     scripts = mkdtempSync(join(tmpdir(), 'homesfs-policy-'));
     chmodSync(scripts, 0o777);
-    d = await startDaemon({ create: Object.keys(HOMES), homes: HOMES, config: { profiles: PROFILES } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, create: Object.keys(HOMES), homes: HOMES, config: { profiles: PROFILES } });
   }, 60_000);
 
   afterAll(async () => {

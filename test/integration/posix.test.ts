@@ -3,6 +3,7 @@ import { chmodSync, chownSync, mkdirSync, readFileSync, statSync, writeFileSync 
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * POSIX conformance in the style of go-fuse's posixtest: one table of small
@@ -14,8 +15,8 @@ import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '..
 
 if (!canMount) console.warn(`posix conformance suite skipped: ${skipReason}`);
 
-// Owner uids of their own (other suites use 200000+ ranges at the same time).
-const BASE = 300_000 + Math.floor(Math.random() * 60_000) * 10;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 const U = { uid: BASE, gid: BASE };
 const OTHER = BASE + 1;
 const T = 't';

@@ -4,10 +4,13 @@ import { join } from 'node:path';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HOMESCTL, canMount, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`reload/fuzz integration suite skipped: ${skipReason}`);
 
-const OWNER = { uid: 40031, gid: 40031 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const OWNER = { uid: BASE + 31, gid: BASE + 31 };
 
 /** The built-in `home` profile with other numbers, as a config entry. */
 const profile = (over: Record<string, unknown>) => ({ ...BUILTIN_PROFILES.home, ...over });

@@ -1,10 +1,11 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
-import { canMount, HOMESCTL, ROOT, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, copyDaemonTree, HOMESCTL, ROOT, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * The native layer under AddressSanitizer and UndefinedBehaviorSanitizer,
@@ -24,8 +25,10 @@ import { canMount, HOMESCTL, ROOT, runAs, runAsync, skipReason, startDaemon, typ
  */
 
 // one owner per home: an owner uid belongs to one home
-const UA = { uid: 40093, gid: 40093 };
-const UB = { uid: 40094, gid: 40094 };
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
+const UA = { uid: BASE + 93, gid: BASE + 93 };
+const UB = { uid: BASE + 94, gid: BASE + 94 };
 const T = 'san';
 const SECONDS = Number(process.env.HOMESFS_SANITIZE_SECONDS ?? 40);
 const REPORT = /ERROR: AddressSanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior)Sanitizer|ERROR: LeakSanitizer/;
@@ -130,14 +133,7 @@ function sanitizedTree(dir: string): string {
   });
   if (build.status !== 0) throw new Error(`the sanitized build failed:\n${build.stdout}${build.stderr}`);
   const root = join(dir, 'tree');
-  mkdirSync(join(root, 'node_modules', '@cocalc'), { recursive: true });
-  cpSync(join(ROOT, 'dist'), join(root, 'dist'), { recursive: true });
-  cpSync(join(ROOT, 'package.json'), join(root, 'package.json'));
-  for (const entry of readdirSync(join(ROOT, 'node_modules'))) {
-    if (entry !== '@cocalc') symlinkSync(join(ROOT, 'node_modules', entry), join(root, 'node_modules', entry));
-  }
-  const pkg = join(root, 'node_modules', '@cocalc', 'fuse-native');
-  cpSync(join(ROOT, 'node_modules', '@cocalc', 'fuse-native'), pkg, { recursive: true });
+  const pkg = copyDaemonTree(root);
   for (const name of ['fuse.node', 'scandir.node']) {
     cpSync(join(ROOT, 'native', 'build-sanitize', 'build', 'Release', name), join(pkg, 'build', 'Release', name));
   }

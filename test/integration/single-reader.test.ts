@@ -1,17 +1,16 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { smallExt4Backing } from '../helpers/backing.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { describe, expect, it } from 'vitest';
+import { ext4Suite, haveCommands } from '../helpers/backing.js';
+import { canMount, HOMESCTL, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt } from '../helpers/owner-suite.js';
 
 /**
- * Issue 13, binding patch 11 (fuse.singleReader, on by default): one libfuse
- * thread reads the device at a time and keeps the lead while it answers
- * natively. What must hold is that no home can hold the others up through
- * it: a native answer that blocks in the backing (here a WRITE on a frozen
+ * fuse.singleReader (on by default): one libfuse thread reads the device at
+ * a time and keeps the lead while it answers natively. What must hold is
+ * that no home can hold the others up through it: a native answer that blocks in the backing (here a WRITE on a frozen
  * filesystem, whose pwrite waits in the kernel until the thaw) loses the lead
  * to the watchdog, and another thread serves the other homes meanwhile.
  *
@@ -21,12 +20,13 @@ import { ownerAt } from '../helpers/owner-suite.js';
  * only reads.
  */
 
-const BASE = 520_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 /** each home's owner (an owner belongs to one home) */
 const U = { stuck: { uid: BASE + 7, gid: BASE + 7 }, other: { uid: BASE + 8, gid: BASE + 8 } };
 const T = 'sr';
 const HOMES = { [`${T}/stuck`]: { owner: U.stuck, profile: 'home' }, [`${T}/other`]: { owner: U.other, profile: 'home' } };
-const hasTools = ['mkfs.ext4', 'fsfreeze'].every((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env: { PATH: SYSTEM_PATH } }).status === 0);
+const hasTools = haveCommands('mkfs.ext4', 'fsfreeze');
 
 if (!canMount) console.warn(`single-reader integration suite skipped: ${skipReason}`);
 else if (!hasTools) console.warn('single-reader integration suite skipped: mkfs.ext4 or fsfreeze missing (apt-get install e2fsprogs util-linux)');
@@ -34,48 +34,35 @@ else if (!hasTools) console.warn('single-reader integration suite skipped: mkfs.
 type Lead = { on: boolean; handoffs: number; revocations: number; readWaits: number };
 
 describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader): a blocked native answer holds up no other home', () => {
-  let d: RunningDaemon;
-  let dir = '';
-  let tmp = '';
-  let fs = '';
   let frozen = false;
+  const s = ext4Suite({
+    size: '64M',
+    homes: HOMES,
+    beforeStop: () => {
+      if (frozen) spawnSync('fsfreeze', ['-u', s.fs], { env: { PATH: SYSTEM_PATH } });
+    },
+  });
 
   /** a python script run as the owner of the home its first argument lies in */
   const py = async (script: string, timeoutMs: number, at: string, ...rest: string[]) => {
-    const o = ownerAt(d, HOMES, at);
+    const o = ownerAt(s.d, HOMES, at);
     const args = [at, ...rest];
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
+    const file = join(s.tmp, `s${Math.random().toString(36).slice(2)}.py`);
     writeFileSync(file, script, { mode: 0o644 });
     const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs });
     if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
     return r.stdout.trim();
   };
   const status = async () => {
-    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'], { timeoutMs: 20_000 });
+    const r = await runAsync(process.execPath, [HOMESCTL, '--socket', s.d.socket, '--json', 'status'], { timeoutMs: 20_000 });
     if (r.code !== 0) throw new Error(`status: ${r.stderr}`);
     return JSON.parse(r.stdout) as { native: { singleReader?: Lead; fastPath: { writesDecided: number } } };
   };
   const exitOf = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (c) => resolve(c))));
 
-  beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-sr-'));
-    chmodSync(tmp, 0o755);
-    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
-    fs = smallExt4Backing(dir, tmp, '64M');
-    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
-  }, 60_000);
-
-  afterAll(async () => {
-    if (frozen) spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } });
-    await d?.stopKeep();
-    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
-    rmSync(dir, { recursive: true, force: true });
-    rmSync(tmp, { recursive: true, force: true });
-  });
 
   it('is on by default and hands the lead over before a thread waits for JavaScript', async () => {
-    await py(`import os,sys\nfor i in range(20): open(os.path.join(sys.argv[1], 'f%02d' % i), 'w').write('x' * i)`, 60_000, d.home(T, 'other'));
+    await py(`import os,sys\nfor i in range(20): open(os.path.join(sys.argv[1], 'f%02d' % i), 'w').write('x' * i)`, 60_000, s.d.home(T, 'other'));
     const lead = (await status()).native.singleReader;
     expect(lead?.on).toBe(true);
     // The first write open of each file is JavaScript's: its thread gave the lead up before it waited.
@@ -83,7 +70,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
   });
 
   it('a read the page cache holds keeps the lead; one that must wait for the disk gives it up first', async () => {
-    const other = d.home(T, 'other');
+    const other = s.d.home(T, 'other');
     await py(`import os,sys\nfor n in ('warm', 'cold'):\n  with open(os.path.join(sys.argv[1], n), 'wb') as f: f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())`, 60_000, other);
     const readIt = (name: string) => py(`import sys\nprint(len(open(sys.argv[1], 'rb').read()))`, 60_000, join(other, name));
     // Warm: read once (the daemon grants this caller its slots), then again with every page cached.
@@ -92,21 +79,21 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     expect(await readIt('warm')).toBe(String(1 << 20));
     expect((await status()).native.singleReader!.readWaits).toBe(w0);
     // Cold: the backing file's pages dropped (it is clean), so a READ would wait for the disk.
-    const drop = spawnSync('python3', ['-c', `import os,sys\nfd=os.open(sys.argv[1], os.O_RDONLY)\nos.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)`, join(d.backingOf(T, 'other'), 'cold')]);
+    const drop = spawnSync('python3', ['-c', `import os,sys\nfd=os.open(sys.argv[1], os.O_RDONLY)\nos.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)`, join(s.d.backingOf(T, 'other'), 'cold')]);
     expect(drop.status).toBe(0);
     expect(await readIt('cold')).toBe(String(1 << 20));
     expect((await status()).native.singleReader!.readWaits).toBeGreaterThan(w0);
   });
 
   it('a native WRITE blocked in the backing (frozen) loses the lead; another home is served meanwhile; the write lands at the thaw', async () => {
-    const stuck = d.home(T, 'stuck');
-    const other = d.home(T, 'other');
+    const stuck = s.d.home(T, 'stuck');
+    const other = s.d.home(T, 'other');
     const readAll = `import os,sys\nn=0\nfor r in range(10):\n  for i in range(20):\n    fd=os.open(os.path.join(sys.argv[1], 'f%02d' % i), os.O_RDONLY); n+=len(os.read(fd, 100)); os.close(fd)\n    os.stat(os.path.join(sys.argv[1], 'f%02d' % i)); n+=1\nprint(n)`;
     const expected = String(10 * (190 + 20));
     expect(await py(readAll, 60_000, other)).toBe(expected);
     // A writer that has written before (the ledger has handed its file's size and byte credit
     // to the binding), then waits for a line before one more 4 KiB write.
-    const file = join(tmp, 'writer.py');
+    const file = join(s.tmp, 'writer.py');
     writeFileSync(
       file,
       `import os,sys\nfd=os.open(sys.argv[1], os.O_WRONLY|os.O_CREAT, 0o600)\nfor i in range(4): os.write(fd, b'x'*4096)\nprint('ready', flush=True)\nsys.stdin.readline()\nos.pwrite(fd, b'y'*4096, 16384)\nprint('done', flush=True)\nos.close(fd)\n`,
@@ -123,7 +110,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     expect(out).toContain('ready');
     const before = await status();
 
-    expect(spawnSync('fsfreeze', ['-f', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
+    expect(spawnSync('fsfreeze', ['-f', s.fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
     frozen = true;
     // The write is decided natively and its pwrite waits in the kernel (file_start_write) on
     // the thread that read it, until the thaw.
@@ -136,7 +123,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     const during = await status();
     expect(during.native.singleReader!.revocations).toBeGreaterThan(before.native.singleReader!.revocations);
 
-    expect(spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
+    expect(spawnSync('fsfreeze', ['-u', s.fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
     frozen = false;
     expect(await writerExit).toBe(0);
     expect(out).toContain('done');

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { controlRequest } from '../../src/control/client.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 import { neighbourProbe, pyAs, type Owner } from '../helpers/neighbour.js';
 
 /**
@@ -19,7 +20,9 @@ import { neighbourProbe, pyAs, type Owner } from '../helpers/neighbour.js';
  * about D: every home waited for it).
  */
 
-const BASE = 600_000 + Math.floor(Math.random() * 60) * 10_000;
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const OWNERS = ownerRange(import.meta.filename);
+const BASE = OWNERS.from;
 const A = { uid: BASE + 1, gid: BASE + 1 };
 const B = { uid: BASE + 2, gid: BASE + 2 };
 const T = 'sf';
@@ -43,8 +46,7 @@ describe.skipIf(!canMount)('freeing a big fragmented file stalls no other home',
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-sf-'));
     chmodSync(tmp, 0o755);
-    d = await startDaemon({ homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    d = await startDaemon({ awaitLedgers: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: OWNERS } });
   }, 60_000);
 
   afterAll(async () => {

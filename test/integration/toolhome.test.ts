@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HOMESCTL, SYSTEM_PATH, canMount, runAs, runAsync, skipReason, startDaemon, type RunResult, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
  * Issue 9: the default `home` profile is a tool home. Real toolchains run
@@ -14,18 +15,20 @@ import { HOMESCTL, SYSTEM_PATH, canMount, runAs, runAsync, skipReason, startDaem
 
 if (!canMount) console.warn(`tool home integration suite skipped: ${skipReason}`);
 
+/** this file's own owner ids (helpers/owner-ids.ts) */
+const BASE = ownerRange(import.meta.filename).from;
 /** each home's owner (an owner belongs to one home) */
 const U = {
-  tools: { uid: 41309, gid: 41309 },
-  esc: { uid: 41311, gid: 41311 },
-  rt: { uid: 41312, gid: 41312 },
-  old: { uid: 41313, gid: 41313 },
-  ren: { uid: 41314, gid: 41314 },
-  sdk: { uid: 41315, gid: 41315 },
-  scratch: { uid: 41316, gid: 41316 },
+  tools: { uid: BASE + 9, gid: BASE + 9 },
+  esc: { uid: BASE + 11, gid: BASE + 11 },
+  rt: { uid: BASE + 12, gid: BASE + 12 },
+  old: { uid: BASE + 13, gid: BASE + 13 },
+  ren: { uid: BASE + 14, gid: BASE + 14 },
+  sdk: { uid: BASE + 15, gid: BASE + 15 },
+  scratch: { uid: BASE + 16, gid: BASE + 16 },
 };
 type Key = keyof typeof U;
-const OTHER = { uid: 41310, gid: 41310 };
+const OTHER = { uid: BASE + 10, gid: BASE + 10 };
 const T = 't';
 const PY = '/usr/bin/python3';
 
