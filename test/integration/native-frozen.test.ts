@@ -1,0 +1,131 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { smallExt4Backing } from '../helpers/backing.js';
+import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerAt } from '../helpers/owner-suite.js';
+
+/**
+ * A native answer whose backing syscall blocks holds up its own home only.
+ * The binding's ops pin their home (a reference taken under the table lock)
+ * and make their syscalls with no lock held, so neither the other homes'
+ * native answers nor JavaScript's publications (which take the table's
+ * write lock) wait behind it.
+ *
+ * The backing is a small ext4 of its own, mounted noatime, frozen with
+ * fsfreeze while a CHMOD in one home is answered natively: its chmod(2) waits
+ * in the kernel until the thaw. Meanwhile the other home is read (opens,
+ * reads and stats, all answered natively; nothing writes) and republished
+ * (set-limits). Everything there must complete while the chmod is still held.
+ */
+
+const BASE = 580_000 + Math.floor(Math.random() * 60) * 10_000;
+const U = { stuck: { uid: BASE + 7, gid: BASE + 7 }, other: { uid: BASE + 8, gid: BASE + 8 } };
+const T = 'nf';
+const HOMES = { [`${T}/stuck`]: { owner: U.stuck, profile: 'home' }, [`${T}/other`]: { owner: U.other, profile: 'home' } };
+const hasTools = ['mkfs.ext4', 'fsfreeze'].every((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env: { PATH: SYSTEM_PATH } }).status === 0);
+
+if (!canMount) console.warn(`native-frozen integration suite skipped: ${skipReason}`);
+else if (!hasTools) console.warn('native-frozen integration suite skipped: mkfs.ext4 or fsfreeze missing (apt-get install e2fsprogs util-linux)');
+
+type FastPath = { answered: number; openAnswered: number; chmodAnswered: number; inFlight: number };
+
+describe.skipIf(!canMount || !hasTools)('a native syscall blocked in one home (frozen backing)', () => {
+  let d: RunningDaemon;
+  let dir = '';
+  let tmp = '';
+  let fs = '';
+  let frozen = false;
+
+  /** a python script run as the owner of the home its first argument lies in */
+  const py = async (script: string, timeoutMs: number, at: string) => {
+    const o = ownerAt(d, HOMES, at);
+    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
+    writeFileSync(file, script, { mode: 0o644 });
+    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, at], { env: { PATH: SYSTEM_PATH }, timeoutMs });
+    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
+    return r.stdout.trim();
+  };
+  const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', ...args], { timeoutMs: 20_000 });
+  /** p's result, or 'stalled' when it has none after ms (a process waiting for a stalled mount cannot even be killed) */
+  const within = <T,>(ms: number, p: Promise<T>) => Promise.race([p, new Promise<'stalled'>((r) => setTimeout(() => r('stalled'), ms).unref())]);
+  const fastPath = async () => {
+    const r = await ctl('status');
+    if (r.code !== 0) throw new Error(`status: ${r.stderr}`);
+    return (JSON.parse(r.stdout) as { native: { fastPath: FastPath } }).native.fastPath;
+  };
+
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-nf-'));
+    chmodSync(tmp, 0o755);
+    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
+    fs = smallExt4Backing(dir, tmp, '64M');
+    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
+    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+  }, 60_000);
+
+  afterAll(async () => {
+    if (frozen) spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } });
+    await d?.stopKeep();
+    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
+    rmSync(dir, { recursive: true, force: true });
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('holds up neither the other home nor a republication of it; it lands at the thaw', async () => {
+    const stuck = d.home(T, 'stuck');
+    const other = d.home(T, 'other');
+    await py(`import os,sys\nfor i in range(20): open(os.path.join(sys.argv[1], 'f%02d' % i), 'w').write('x' * i)`, 60_000, other);
+    await py(`import os,sys\nos.close(os.open(os.path.join(sys.argv[1], 'f'), os.O_WRONLY|os.O_CREAT, 0o600))`, 60_000, stuck);
+    // 20 opens, reads and stats, 10 times: the first round is JS's opens (the caller's slots come after them).
+    const readAll = `import os,sys\nn=0\nfor r in range(10):\n  for i in range(20):\n    p=os.path.join(sys.argv[1], 'f%02d' % i)\n    fd=os.open(p, os.O_RDONLY); n+=len(os.read(fd, 100)); os.close(fd)\n    os.stat(p); n+=1\nprint(n)`;
+    const expected = String(10 * (190 + 20));
+    expect(await py(readAll, 60_000, other)).toBe(expected);
+    const before = await fastPath();
+    expect(before.inFlight).toBe(0);
+
+    expect(spawnSync('fsfreeze', ['-f', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
+    frozen = true;
+    // 0600 -> 0700 changes the mode (the home profile keeps the owner bits): the native chmod's chmod(2) waits for the thaw.
+    const chmod = spawn('setpriv', [`--reuid=${U.stuck.uid}`, `--regid=${U.stuck.gid}`, '--clear-groups', 'python3', '-c', `import os,sys\nos.chmod(sys.argv[1], 0o700)\nprint('done', flush=True)`, join(stuck, 'f')], {
+      env: { PATH: SYSTEM_PATH },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    chmod.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+    const chmodExit = new Promise<number | null>((resolve) => chmod.once('exit', (c) => resolve(c)));
+    // Until the binding reports the op holding its home (the chmod, inside its syscall).
+    let held = await fastPath();
+    for (let i = 0; i < 400 && held.inFlight === 0; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      held = await fastPath();
+    }
+    expect(held.inFlight).toBeGreaterThanOrEqual(1);
+    expect(out).toBe('');
+
+    // The other home: 400 native answers (open, read, stat) ...
+    expect(await within(30_000, py(readAll, 60_000, other))).toBe(expected);
+    const during = await fastPath();
+    expect(during.openAnswered).toBeGreaterThan(before.openAnswered);
+    expect(during.answered).toBeGreaterThan(before.answered);
+    // ... and a republication of it (set-limits: the home published anew, every operation turned on again) ...
+    const limits = await ctl('set-limits', `${T}/other`, '--inodes', '100000');
+    expect(limits.code, limits.stderr).toBe(0);
+    expect(await within(30_000, py(readAll, 60_000, other))).toBe(expected);
+    // ... all while the chmod is still held.
+    expect(out).toBe('');
+    expect((await fastPath()).inFlight).toBe(1);
+    expect(chmod.exitCode).toBeNull();
+
+    expect(spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
+    frozen = false;
+    expect(await chmodExit).toBe(0);
+    expect(out).toContain('done');
+    const after = await fastPath();
+    expect(after.chmodAnswered).toBe(before.chmodAnswered + 1);
+    expect(after.inFlight).toBe(0);
+    expect(await py(`import os,sys\nprint(oct(os.stat(os.path.join(sys.argv[1], 'f')).st_mode & 0o777))`, 30_000, stuck)).toBe('0o700');
+  }, 180_000);
+});
