@@ -430,6 +430,7 @@ napi_value fp_set_write_credit (napi_env env, napi_callback_info info);
 // ---- fastpath_napi.c ----
 char * fp_string (napi_env env, napi_value v, size_t *len);
 char * fp_prefix_token (napi_env env, napi_callback_info info, size_t want, napi_value *argv, size_t *plen, double *token, const char *usage);
+fp_acct_t * fp_acct_of_js (napi_env env, napi_value array, int64_t *data, size_t len);
 int fp_u64 (napi_env env, napi_value v, uint64_t *out);
 napi_value fp_bool (napi_env env, int v);
 

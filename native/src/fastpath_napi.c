@@ -52,6 +52,22 @@ char * fp_prefix_token (napi_env env, napi_callback_info info, size_t want, napi
   return NULL;
 }
 
+// A holder of JS's BigInt64Array `array` (data[0..len)), which it keeps
+// alive by a napi reference (fp_acct_t); NULL with an exception pending.
+fp_acct_t * fp_acct_of_js (napi_env env, napi_value array, int64_t *data, size_t len) {
+  napi_ref ref = NULL;
+  if (napi_create_reference(env, array, 1, &ref) != napi_ok) {
+    napi_throw_error(env, "EINVAL", "fastpath: cannot keep the accounting array");
+    return NULL;
+  }
+  fp_acct_t *a = fp_acct_wrap(data, len, env, ref);
+  if (a == NULL) {
+    napi_delete_reference(env, ref);
+    napi_throw_error(env, "ENOMEM", "fastpath: out of memory");
+  }
+  return a;
+}
+
 // A boolean for JS, the answer of most control calls.
 napi_value fp_bool (napi_env env, int v) {
   napi_value out;

@@ -399,15 +399,8 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
       free(prefix);
       FP_THROW("fastpath_set_mutable: pending is a BigInt64Array of 2, or null");
     }
-    napi_ref ref = NULL;
-    if (napi_create_reference(env, argv[2], 1, &ref) != napi_ok) { free(prefix); FP_THROW("fastpath_set_mutable: cannot keep the array"); }
-    a = fp_acct_wrap((int64_t *) d, len, env, ref);
-    if (a == NULL) {
-      napi_delete_reference(env, ref);
-      free(prefix);
-      napi_throw_error(env, "ENOMEM", "fastpath_set_mutable: out of memory");
-      return NULL;
-    }
+    a = fp_acct_of_js(env, argv[2], (int64_t *) d, len);
+    if (a == NULL) { free(prefix); return NULL; }
   }
   int set = fp_home_set_pending(prefix, plen, token, a);
   free(prefix);

@@ -188,16 +188,7 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
     FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
   }
   fp_acct_t *a = fp_acct_of_inode(dev, ino, (int64_t *) d);
-  if (a == NULL) {
-    napi_ref ref = NULL;
-    if (napi_create_reference(env, argv[3], 1, &ref) != napi_ok) FP_THROW("fastpath_wl_delegate: cannot keep the array");
-    a = fp_acct_wrap((int64_t *) d, len, env, ref);
-    if (a == NULL) {
-      napi_delete_reference(env, ref);
-      napi_throw_error(env, "ENOMEM", "fastpath_wl_delegate: out of memory");
-      return NULL;
-    }
-  }
+  if (a == NULL && (a = fp_acct_of_js(env, argv[3], (int64_t *) d, len)) == NULL) return NULL;
   int kept = fp_wl_delegate_to(dev, ino, size, a);
   fp_acct_put(a);
   fp_reap();
