@@ -54,8 +54,8 @@ static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const
   if (dh == NULL) return NULL;
   fp_open_rec_t *credit = NULL;
   pthread_mutex_lock(&fp_open_lock);
-  for (fp_open_rec_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
-    if ((*pp)->uid == uid) { credit = *pp; *pp = credit->next; fp_credit_count--; break; }
+  for (hq_link_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->uid == uid) { credit = fp_rec(*pp); *pp = credit->link.next; fp_credit_count--; break; }
   }
   pthread_mutex_unlock(&fp_open_lock);
   if (credit == NULL) homesfs_dh_file_give(uid, dh);

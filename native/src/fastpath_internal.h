@@ -55,8 +55,8 @@
 //     across a syscall. Under the read lock, fp_inode_t.size_bits/has_size are
 //     written atomically (fastpath_inode_size).
 //   - fp_open_lock (mutex): every home's credits and ccredits lists,
-//     fp_credit_count, fp_credit_gen and the queue for JS (fp_opens,
-//     fp_opens_tail, fp_open_queued).
+//     fp_credit_count, fp_credit_gen and the queue for JS (fp_opens, whose
+//     count release reads without the lock, atomically).
 //   - fp_wlock (mutex): fp_inode_t.deleg, busy and acct (fp_wcond: a write
 //     decided here settled).
 //   - fp_drain_lock (mutex) + fp_drained: the wake of a thread waiting for a
@@ -134,6 +134,7 @@
 #include "abi.h"
 #include "fastpath.h"
 #include "dirhandles.h"
+#include "queue.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -217,8 +218,8 @@ typedef struct fp_home {
   // The open-file slots JS took, each for one caller uid and with a handle
   // number JS reserved, and the create slots (an open-file slot, an inode the
   // ledger reserved and a handle number), under fp_open_lock.
-  struct fp_open_rec *credits;
-  struct fp_open_rec *ccredits;
+  hq_link_t *credits;   // of fp_open_rec_t
+  hq_link_t *ccredits;
   uint32_t refs;        // atomic: 1 while in fp_homes, + 1 per pin
   uint32_t ops[2];      // atomic: pins taken under epoch 0 / 1
   uint32_t drainers;    // atomic: threads in fp_drain for it
@@ -282,7 +283,7 @@ typedef struct {
 #define FP_HANDLE_BUCKETS 16384
 
 typedef struct fp_open_rec {
-  struct fp_open_rec *next;
+  hq_link_t link;       // first: in a home's slot list, or in the queue for JS
   uint32_t kind;
   uint32_t fh;
   int32_t fd;
@@ -301,6 +302,8 @@ typedef struct fp_open_rec {
   // file is gone.
   void *dh;
 } fp_open_rec_t;
+
+static inline struct fp_open_rec * fp_rec (hq_link_t *l) { return (struct fp_open_rec *) l; }
 
 // Gives a record's count beside the directory handles back (once).
 static inline void fp_dh_give (fp_open_rec_t *r) {
@@ -402,8 +405,8 @@ void fp_open_register (uint64_t dev, uint64_t ino, fp_handle_t *he, fp_inode_t *
 void fp_handle_fill (fp_handle_t *he, uint32_t fh, int fd, const fp_home_t *home);
 int fp_home_set_open (const char *prefix, size_t n, double token, uint32_t flags);
 int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint32_t uid, int create);
-fp_open_rec_t * fp_opens_take (uint32_t *n, fp_open_rec_t ***tail);
-void fp_opens_put_back (fp_open_rec_t *list, fp_open_rec_t **tail, uint32_t n);
+hq_t fp_opens_take (void);
+void fp_opens_put_back (hq_t taken);
 napi_value fp_set_open (napi_env env, napi_callback_info info);
 napi_value fp_grant (napi_env env, napi_callback_info info);
 napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create);

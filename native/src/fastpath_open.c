@@ -38,9 +38,7 @@ uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), a
 // HOMESFS_REC_* of abi.h.
 
 pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's credits, and the queue
-static fp_open_rec_t *fp_opens = NULL;
-static fp_open_rec_t **fp_opens_tail = &fp_opens;
-static uint32_t fp_open_queued = 0;  // changed under fp_open_lock, atomically: release looks without the lock
+static hq_t fp_opens = HQ_INIT(fp_opens);  // under fp_open_lock (release looks at its count without it)
 uint32_t fp_credit_count = 0;  // under fp_open_lock
 // Bumped (under fp_open_lock) whenever slots go back to JS: a home withdrawn,
 // republished or freed, a reclaim. A slot taken out before the last bump may
@@ -51,10 +49,7 @@ uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
 
 // Under fp_open_lock.
 static void fp_queue_locked (fp_open_rec_t *r) {
-  r->next = NULL;
-  *fp_opens_tail = r;
-  fp_opens_tail = &r->next;
-  __atomic_add_fetch(&fp_open_queued, 1, __ATOMIC_RELAXED);
+  hq_push(&fp_opens, &r->link);
 }
 
 void fp_queue (fp_open_rec_t *r) {
@@ -64,10 +59,10 @@ void fp_queue (fp_open_rec_t *r) {
 }
 
 // Under fp_open_lock: a list of the home's slots queued back to JS as kind.
-static void fp_return_list_locked (fp_open_rec_t **list, uint32_t kind) {
+static void fp_return_list_locked (hq_link_t **list, uint32_t kind) {
   while (*list != NULL) {
-    fp_open_rec_t *r = *list;
-    *list = r->next;
+    fp_open_rec_t *r = fp_rec(*list);
+    *list = r->link.next;
     fp_credit_count--;
     r->kind = kind;
     fp_queue_locked(r);
@@ -137,10 +132,10 @@ void fp_handle_fill (fp_handle_t *he, uint32_t fh, int fd, const fp_home_t *home
 
 // The first slot of the home granted for uid, taken out (NULL if none). Under fp_open_lock.
 static fp_open_rec_t * fp_pop_credit_locked (fp_home_t *home, uint32_t uid) {
-  for (fp_open_rec_t **pp = &home->credits; *pp != NULL; pp = &(*pp)->next) {
-    if ((*pp)->uid == uid) {
-      fp_open_rec_t *r = *pp;
-      *pp = r->next;
+  for (hq_link_t **pp = &home->credits; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->uid == uid) {
+      fp_open_rec_t *r = fp_rec(*pp);
+      *pp = r->link.next;
       fp_credit_count--;
       r->home = home;
       r->gen = fp_credit_gen;
@@ -245,15 +240,12 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
 // JS's (adopted, or not opened here), and the RELEASE goes on as before.
 int homesfs_fastpath_release (uint64_t fh) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return 0;
-  if (__atomic_load_n(&fp_open_queued, __ATOMIC_RELAXED) == 0) return 0;
+  if (hq_count(&fp_opens) == 0) return 0;
   fp_open_rec_t *r = NULL;
   pthread_mutex_lock(&fp_open_lock);
-  for (fp_open_rec_t **pp = &fp_opens; *pp != NULL; pp = &(*pp)->next) {
-    if ((*pp)->kind == HOMESFS_REC_OPENED && (*pp)->fh == fh) {
-      r = *pp;
-      *pp = r->next;
-      if (fp_opens_tail == &r->next) fp_opens_tail = pp;
-      __atomic_sub_fetch(&fp_open_queued, 1, __ATOMIC_RELAXED);
+  for (hq_link_t **pp = &fp_opens.head; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->kind == HOMESFS_REC_OPENED && fp_rec(*pp)->fh == fh) {
+      r = fp_rec(hq_unlink(&fp_opens, pp));
       break;
     }
   }
@@ -271,8 +263,8 @@ int homesfs_fastpath_release (uint64_t fh) {
   r->ino = 0;
   pthread_mutex_lock(&fp_open_lock);
   if (r->gen == fp_credit_gen && r->home != NULL) {
-    r->next = r->home->credits;
-    r->home->credits = r;
+    r->link.next = r->home->credits;
+    r->home->credits = &r->link;
     fp_credit_count++;
   } else {
     fp_queue_locked(r);
@@ -335,10 +327,10 @@ int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *e = fp_find_home(prefix, n, h);
   if (e != NULL && e->token == token && (!create || (e->pol.create_on && e->pol.pending != NULL)) && (e->pol.open_flags & HOMESFS_OPEN_ON) != 0) {
-    fp_open_rec_t **list = create ? &e->ccredits : &e->credits;
+    hq_link_t **list = create ? &e->ccredits : &e->credits;
     pthread_mutex_lock(&fp_open_lock);
-    r->next = *list;
-    *list = r;
+    r->link.next = *list;
+    *list = &r->link;
     fp_credit_count++;
     pthread_mutex_unlock(&fp_open_lock);
     granted = 1;
@@ -388,30 +380,34 @@ napi_value fp_reclaim (napi_env env, napi_callback_info info) {
   return out;
 }
 
-// The queue for JS taken whole: its records oldest first (n of them, *tail
-// the last one's next), or NULL.
-fp_open_rec_t * fp_opens_take (uint32_t *n, fp_open_rec_t ***tail) {
+// The queue for JS taken whole (oldest first), and given back in front of
+// what was queued since: what fastpath_take_opens does (hq_take_to_js), for
+// the unit tests, which take it without N-API.
+hq_t fp_opens_take (void) {
   pthread_mutex_lock(&fp_open_lock);
-  fp_open_rec_t *list = fp_opens;
-  *tail = fp_opens_tail;
-  *n = __atomic_load_n(&fp_open_queued, __ATOMIC_RELAXED);
-  fp_opens = NULL;
-  fp_opens_tail = &fp_opens;
-  __atomic_store_n(&fp_open_queued, 0, __ATOMIC_RELAXED);
+  hq_t taken = hq_take(&fp_opens);
   pthread_mutex_unlock(&fp_open_lock);
-  return list;
+  return taken;
 }
 
-// What fp_opens_take took, back in front of whatever was queued since (JS
-// could not be given it): never drop one, a handle or a slot would be lost.
-void fp_opens_put_back (fp_open_rec_t *list, fp_open_rec_t **tail, uint32_t n) {
-  if (list == NULL) return;
+void fp_opens_put_back (hq_t taken) {
   pthread_mutex_lock(&fp_open_lock);
-  *tail = fp_opens;
-  if (fp_opens == NULL) fp_opens_tail = tail;
-  fp_opens = list;
-  __atomic_add_fetch(&fp_open_queued, n, __ATOMIC_RELAXED);
+  hq_put_back(&fp_opens, taken);
   pthread_mutex_unlock(&fp_open_lock);
+}
+
+static void fp_open_fill (hq_link_t *l, void *data, uint32_t i) {
+  fp_open_rec_t *e = fp_rec(l);
+  uint64_t *d = (uint64_t *) data + 7 * (size_t) i;
+  // JS counts it from here (it publishes its files before it answers anything else).
+  fp_dh_give(e);
+  d[0] = e->kind;
+  d[1] = e->fh;
+  d[2] = (uint64_t) (e->fd < 0 ? 0 : e->fd);
+  d[3] = e->published;
+  d[4] = e->dev;
+  d[5] = e->ino;
+  d[6] = e->oflags;
 }
 
 // fastpath_take_opens() -> BigUint64Array [kind, fh, fd, published, dev, ino, oflags, ...]
@@ -419,37 +415,5 @@ void fp_opens_put_back (fp_open_rec_t *list, fp_open_rec_t **tail, uint32_t n) {
 // adopt it and commit its inode; 4: a create slot given back), oldest first; null when none.
 napi_value fp_take_opens (napi_env env, napi_callback_info info) {
   fp_reap();
-  uint32_t n = 0;
-  fp_open_rec_t **tail = NULL;
-  fp_open_rec_t *list = fp_opens_take(&n, &tail);
-  napi_value out;
-  if (n == 0) {
-    napi_get_null(env, &out);
-    return out;
-  }
-  napi_value ab;
-  void *data = NULL;
-  if (napi_create_arraybuffer(env, (size_t) n * 7 * sizeof(uint64_t), &data, &ab) != napi_ok ||
-      napi_create_typedarray(env, napi_biguint64_array, (size_t) n * 7, ab, 0, &out) != napi_ok) {
-    fp_opens_put_back(list, tail, n);
-    napi_get_null(env, &out);
-    return out;
-  }
-  uint64_t *d = (uint64_t *) data;
-  uint32_t i = 0;
-  for (fp_open_rec_t *e = list; e != NULL; i++) {
-    fp_open_rec_t *next = e->next;
-    // JS counts it from here (it publishes its files before it answers anything else).
-    fp_dh_give(e);
-    d[7 * i] = e->kind;
-    d[7 * i + 1] = e->fh;
-    d[7 * i + 2] = (uint64_t) (e->fd < 0 ? 0 : e->fd);
-    d[7 * i + 3] = e->published;
-    d[7 * i + 4] = e->dev;
-    d[7 * i + 5] = e->ino;
-    d[7 * i + 6] = e->oflags;
-    free(e);
-    e = next;
-  }
-  return out;
+  return hq_take_to_js(env, &fp_opens, &fp_open_lock, napi_biguint64_array, sizeof(uint64_t), 7, fp_open_fill);
 }

@@ -101,11 +101,10 @@ static void turn_on (double token) {
 // (the handle withdrawn before its descriptor is closed, the inode's count
 // dropped), as if the kernel's RELEASE had come. How many were opened or made.
 static int adopt_all (void) {
-  uint32_t n = 0;
-  fp_open_rec_t **tail;
   int files = 0;
-  for (fp_open_rec_t *r = fp_opens_take(&n, &tail); r != NULL; ) {
-    fp_open_rec_t *next = r->next;
+  for (hq_link_t *l = fp_opens_take().head; l != NULL; ) {
+    fp_open_rec_t *r = fp_rec(l);
+    l = l->next;
     fp_dh_give(r);
     if (r->kind == HOMESFS_REC_OPENED || r->kind == HOMESFS_REC_CREATED) {
       fp_handle_remove(r->fh);
@@ -114,7 +113,6 @@ static int adopt_all (void) {
       files++;
     }
     free(r);
-    r = next;
   }
   return files;
 }
@@ -421,27 +419,28 @@ TEST(what_the_queue_could_not_give_js_goes_back_in_front) {
   uint32_t uid = getuid();
   for (uint32_t fh = 600; fh < 603; fh++) CHECK_EQ(fp_slot_grant(P, PLEN, token, fh, uid, 0), 1);
   fp_home_set_open(P, PLEN, token, 0);  // the three slots queued back, unused
-  uint32_t n = 0;
-  fp_open_rec_t **tail;
-  fp_open_rec_t *list = fp_opens_take(&n, &tail);
-  CHECK_EQ(n, 3);
+  hq_t taken = fp_opens_take();
+  CHECK_EQ(taken.n, 3);
   // Queued while JS could not be given the three (its array could not be made):
   fp_home_set_open(P, PLEN, token, HOMESFS_OPEN_ON);
   for (uint32_t fh = 603; fh < 605; fh++) CHECK_EQ(fp_slot_grant(P, PLEN, token, fh, uid, 0), 1);
   fp_home_set_open(P, PLEN, token, 0);
-  fp_opens_put_back(list, tail, n);
-  list = fp_opens_take(&n, &tail);
-  CHECK_EQ(n, 5);
+  fp_opens_put_back(taken);
+  taken = fp_opens_take();
+  CHECK_EQ(taken.n, 5);
   uint32_t fhs[5] = { 0 };
   int i = 0;
-  for (fp_open_rec_t *r = list; r != NULL && i < 5; r = r->next) fhs[i++] = r->fh;
+  for (hq_link_t *l = taken.head; l != NULL && i < 5; l = l->next) fhs[i++] = fp_rec(l)->fh;
   CHECK_EQ(i, 5);
   // Every slot once, the three taken first still first.
   uint32_t seen = 0;
   for (int k = 0; k < 5; k++) if (fhs[k] >= 600 && fhs[k] < 605) seen |= 1u << (fhs[k] - 600);
   CHECK_EQ(seen, 31);
   for (int k = 0; k < 3; k++) CHECK(fhs[k] < 603);
-  while (list != NULL) { fp_open_rec_t *next = list->next; free(list); list = next; }
+  for (hq_link_t *l = taken.head; l != NULL; ) { fp_open_rec_t *r = fp_rec(l); l = l->next; free(r); }
+  // Given back empty, or when nothing was queued meanwhile: the queue as it was.
+  fp_opens_put_back(fp_opens_take());
+  CHECK_EQ(fp_opens_take().n, 0);
   fp_clear_all();
   fp_reap();
 }
