@@ -1,11 +1,10 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { smallExt4Backing } from '../helpers/backing.js';
-import { canMount, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, runAsync, skipReason, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { startOnExt4, type Ext4Daemon } from '../helpers/ext4-daemon.js';
 
 /**
  * fsync(2) and fdatasync(2) through the mount reach the backing file: its
@@ -31,25 +30,18 @@ if (!canMount) console.warn(`fsync integration suite skipped: ${skipReason}`);
 else if (!hasTools) console.warn('fsync integration suite skipped: mkfs.ext4 or filefrag missing (apt-get install e2fsprogs)');
 
 describe.skipIf(!canMount || !hasTools)('fsync and fdatasync through the mount put the data on the backing disk', () => {
+  let x: Ext4Daemon;
   let d: RunningDaemon;
   let tmp = '';
-  let dir = '';
-  let fs = '';
 
   beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-fsync-'));
-    chmodSync(tmp, 0o755);
-    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
-    fs = smallExt4Backing(dir, tmp, '64M');
-    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    x = await startOnExt4('fsync', HOMES, { from: BASE, to: BASE + 9_999 });
+    d = x.d;
+    tmp = x.tmp;
   }, 60_000);
 
   afterAll(async () => {
-    await d?.stopKeep();
-    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
-    rmSync(dir, { recursive: true, force: true });
-    rmSync(tmp, { recursive: true, force: true });
+    await x?.stop();
   });
 
   /** The backing file's extents as FIEMAP reports them without syncing first: [placed on disk, still delayed]. */

@@ -1,11 +1,8 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { smallExt4Backing } from '../helpers/backing.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
-import { ownerAt } from '../helpers/owner-suite.js';
+import { canMount, HOMESCTL, runAsync, skipReason, SYSTEM_PATH } from '../helpers/daemon.js';
+import { startOnExt4, type Ext4Daemon } from '../helpers/ext4-daemon.js';
 
 /**
  * A native answer whose backing syscall blocks holds up its own home only.
@@ -33,24 +30,11 @@ else if (!hasTools) console.warn('native-frozen integration suite skipped: mkfs.
 type FastPath = { answered: number; openAnswered: number; chmodAnswered: number; inFlight: number };
 
 describe.skipIf(!canMount || !hasTools)('a native syscall blocked in one home (frozen backing)', () => {
-  let d: RunningDaemon;
-  let dir = '';
-  let tmp = '';
-  let fs = '';
-  let frozen = false;
+  let x: Ext4Daemon;
 
-  /** a python script run as the owner of the home its first argument lies in */
-  const py = async (script: string, timeoutMs: number, at: string) => {
-    const o = ownerAt(d, HOMES, at);
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, at], { env: { PATH: SYSTEM_PATH }, timeoutMs });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    return r.stdout.trim();
-  };
-  const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', ...args], { timeoutMs: 20_000 });
   /** p's result, or 'stalled' when it has none after ms (a process waiting for a stalled mount cannot even be killed) */
   const within = <T,>(ms: number, p: Promise<T>) => Promise.race([p, new Promise<'stalled'>((r) => setTimeout(() => r('stalled'), ms).unref())]);
+  const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', x.d.socket, '--json', ...args], { timeoutMs: 20_000 });
   const fastPath = async () => {
     const r = await ctl('status');
     if (r.code !== 0) throw new Error(`status: ${r.stderr}`);
@@ -58,23 +42,15 @@ describe.skipIf(!canMount || !hasTools)('a native syscall blocked in one home (f
   };
 
   beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-nf-'));
-    chmodSync(tmp, 0o755);
-    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
-    fs = smallExt4Backing(dir, tmp, '64M');
-    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    x = await startOnExt4('nf', HOMES, { from: BASE, to: BASE + 9_999 });
   }, 60_000);
 
   afterAll(async () => {
-    if (frozen) spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } });
-    await d?.stopKeep();
-    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
-    rmSync(dir, { recursive: true, force: true });
-    rmSync(tmp, { recursive: true, force: true });
+    await x?.stop();
   });
 
   it('holds up neither the other home nor a republication of it; it lands at the thaw', async () => {
+    const { d, py } = x;
     const stuck = d.home(T, 'stuck');
     const other = d.home(T, 'other');
     await py(`import os,sys\nfor i in range(20): open(os.path.join(sys.argv[1], 'f%02d' % i), 'w').write('x' * i)`, 60_000, other);
@@ -86,8 +62,7 @@ describe.skipIf(!canMount || !hasTools)('a native syscall blocked in one home (f
     const before = await fastPath();
     expect(before.inFlight).toBe(0);
 
-    expect(spawnSync('fsfreeze', ['-f', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
-    frozen = true;
+    x.freeze();
     // 0600 -> 0700 changes the mode (the home profile keeps the owner bits): the native chmod's chmod(2) waits for the thaw.
     const chmod = spawn('setpriv', [`--reuid=${U.stuck.uid}`, `--regid=${U.stuck.gid}`, '--clear-groups', 'python3', '-c', `import os,sys\nos.chmod(sys.argv[1], 0o700)\nprint('done', flush=True)`, join(stuck, 'f')], {
       env: { PATH: SYSTEM_PATH },
@@ -119,8 +94,7 @@ describe.skipIf(!canMount || !hasTools)('a native syscall blocked in one home (f
     expect((await fastPath()).inFlight).toBe(1);
     expect(chmod.exitCode).toBeNull();
 
-    expect(spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
-    frozen = false;
+    x.thaw();
     expect(await chmodExit).toBe(0);
     expect(out).toContain('done');
     const after = await fastPath();

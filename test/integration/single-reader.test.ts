@@ -1,11 +1,9 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { smallExt4Backing } from '../helpers/backing.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
-import { ownerAt } from '../helpers/owner-suite.js';
+import { canMount, HOMESCTL, runAsync, skipReason, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { startOnExt4, type Ext4Daemon } from '../helpers/ext4-daemon.js';
 
 /**
  * Issue 13, binding patch 11 (fuse.singleReader, on by default): one libfuse
@@ -34,22 +32,10 @@ else if (!hasTools) console.warn('single-reader integration suite skipped: mkfs.
 type Lead = { on: boolean; handoffs: number; revocations: number; readWaits: number };
 
 describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader): a blocked native answer holds up no other home', () => {
+  let x: Ext4Daemon;
   let d: RunningDaemon;
-  let dir = '';
   let tmp = '';
-  let fs = '';
-  let frozen = false;
-
-  /** a python script run as the owner of the home its first argument lies in */
-  const py = async (script: string, timeoutMs: number, at: string, ...rest: string[]) => {
-    const o = ownerAt(d, HOMES, at);
-    const args = [at, ...rest];
-    const file = join(tmp, `s${Math.random().toString(36).slice(2)}.py`);
-    writeFileSync(file, script, { mode: 0o644 });
-    const r = await runAsync('setpriv', [`--reuid=${o.uid}`, `--regid=${o.gid}`, '--clear-groups', 'python3', file, ...args], { env: { PATH: SYSTEM_PATH }, timeoutMs });
-    if (r.code !== 0) throw new Error(`python failed (${r.code}): ${r.stderr}`);
-    return r.stdout.trim();
-  };
+  const py = (script: string, timeoutMs: number, at: string, ...rest: string[]) => x.py(script, timeoutMs, at, ...rest);
   const status = async () => {
     const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'], { timeoutMs: 20_000 });
     if (r.code !== 0) throw new Error(`status: ${r.stderr}`);
@@ -58,20 +44,13 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
   const exitOf = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (c) => resolve(c))));
 
   beforeAll(async () => {
-    tmp = mkdtempSync(join(tmpdir(), 'homesfs-sr-'));
-    chmodSync(tmp, 0o755);
-    dir = mkdtempSync(join(tmpdir(), 'homesfs-it-'));
-    fs = smallExt4Backing(dir, tmp, '64M');
-    d = await startDaemon({ dir, fresh: true, homes: HOMES, create: Object.keys(HOMES), config: { owners: { from: BASE, to: BASE + 9_999 } } });
-    for (const id of Object.keys(HOMES)) await d.waitForLog((l) => l.msg === 'home ledger built' && l.home === id);
+    x = await startOnExt4('sr', HOMES, { from: BASE, to: BASE + 9_999 });
+    d = x.d;
+    tmp = x.tmp;
   }, 60_000);
 
   afterAll(async () => {
-    if (frozen) spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } });
-    await d?.stopKeep();
-    if (fs && existsSync(fs)) spawnSync('umount', ['-l', fs]);
-    rmSync(dir, { recursive: true, force: true });
-    rmSync(tmp, { recursive: true, force: true });
+    await x?.stop();
   });
 
   it('is on by default and hands the lead over before a thread waits for JavaScript', async () => {
@@ -123,8 +102,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     expect(out).toContain('ready');
     const before = await status();
 
-    expect(spawnSync('fsfreeze', ['-f', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
-    frozen = true;
+    x.freeze();
     // The write is decided natively and its pwrite waits in the kernel (file_start_write) on
     // the thread that read it, until the thaw.
     writer.stdin!.write('go\n');
@@ -136,8 +114,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     const during = await status();
     expect(during.native.singleReader!.revocations).toBeGreaterThan(before.native.singleReader!.revocations);
 
-    expect(spawnSync('fsfreeze', ['-u', fs], { env: { PATH: SYSTEM_PATH } }).status).toBe(0);
-    frozen = false;
+    x.thaw();
     expect(await writerExit).toBe(0);
     expect(out).toContain('done');
     // It was the binding's decision that waited (not JavaScript's, which hands the lead over first).
