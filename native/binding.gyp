@@ -44,6 +44,7 @@
       "src/fastpath_create.c",
       "src/fastpath_napi.c",
       "src/fastpath_open.c",
+      "src/fastpath_refs.c",
       "src/fastpath_setattr.c",
       "src/fastpath_state.c",
       "src/fastpath_unlink.c",

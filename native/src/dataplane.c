@@ -41,6 +41,7 @@
 #include "fastpath.h"
 #include "lead.h"
 #include "dataplane_internal.h"
+#include "queue.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -297,13 +298,11 @@ static NAPI_METHOD(homesfs_dp_unpublish) {
 // after this returns it may unlink a hidden (.fuse_hidden*) name of the file,
 // and that unlink reaches JavaScript, which takes the queue before it.
 typedef struct dp_release {
-  struct dp_release *next;
+  hq_link_t link;  // first
   uint64_t fh;
 } dp_release_t;
 static int dp_release_deferred = 0;          // atomic: JavaScript's switch
-static dp_release_t *dp_releases = NULL;     // under dp_lock, oldest first
-static dp_release_t **dp_releases_tail = &dp_releases;
-static uint32_t dp_release_count = 0;        // under dp_lock
+static hq_t dp_releases = HQ_INIT(dp_releases);  // under dp_lock, oldest first
 static uint64_t dp_releases_answered = 0;    // counter for tests and figures
 
 int homesfs_dp_release(uint64_t fh) {
@@ -311,12 +310,9 @@ int homesfs_dp_release(uint64_t fh) {
   dp_release_t *r = malloc(sizeof(*r));
   // No memory for the queue: JavaScript answers this one as before.
   if (r == NULL) return 0;
-  r->next = NULL;
   r->fh = fh;
   pthread_mutex_lock(&dp_lock);
-  *dp_releases_tail = r;
-  dp_releases_tail = &r->next;
-  dp_release_count++;
+  hq_push(&dp_releases, &r->link);
   pthread_mutex_unlock(&dp_lock);
   __atomic_add_fetch(&dp_releases_answered, 1, __ATOMIC_RELAXED);
   return 1;
@@ -338,44 +334,13 @@ static NAPI_METHOD(homesfs_dp_set_release_deferred) {
 
 // takeReleases() -> Float64Array [fh, fh, ...] of the RELEASEs answered since
 // the last call, oldest first; null when there are none.
+static void dp_release_fill(hq_link_t *r, void *data, uint32_t i) {
+  ((double *) data)[i] = (double) ((dp_release_t *) r)->fh;
+}
+
 static NAPI_METHOD(homesfs_dp_take_releases) {
-  pthread_mutex_lock(&dp_lock);
-  dp_release_t *list = dp_releases;
-  dp_release_t **tail = dp_releases_tail;
-  uint32_t n = dp_release_count;
-  dp_releases = NULL;
-  dp_releases_tail = &dp_releases;
-  dp_release_count = 0;
-  pthread_mutex_unlock(&dp_lock);
-  napi_value out;
-  if (n == 0) {
-    napi_get_null(env, &out);
-    return out;
-  }
-  napi_value ab;
-  void *data = NULL;
-  if (napi_create_arraybuffer(env, (size_t) n * sizeof(double), &data, &ab) != napi_ok ||
-      napi_create_typedarray(env, napi_float64_array, (size_t) n, ab, 0, &out) != napi_ok) {
-    // Never drop a handle (its descriptor would stay open for good): back in
-    // front of whatever was queued meanwhile, for the next call.
-    pthread_mutex_lock(&dp_lock);
-    *tail = dp_releases;
-    if (dp_releases == NULL) dp_releases_tail = tail;
-    dp_releases = list;
-    dp_release_count += n;
-    pthread_mutex_unlock(&dp_lock);
-    napi_get_null(env, &out);
-    return out;
-  }
-  double *d = (double *) data;
-  uint32_t i = 0;
-  for (dp_release_t *e = list; e != NULL; i++) {
-    dp_release_t *next = e->next;
-    d[i] = (double) e->fh;
-    free(e);
-    e = next;
-  }
-  return out;
+  // A handle never dropped (its descriptor would stay open for good).
+  return hq_take_to_js(env, &dp_releases, &dp_lock, napi_float64_array, sizeof(double), 1, dp_release_fill);
 }
 
 static void dp_set_count(napi_env env, napi_value obj, const char *name, uint64_t *counter) {

@@ -15,6 +15,7 @@
 #include "fastpath.h"
 #include "lead.h"
 #include "dataplane_internal.h"
+#include "queue.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -68,13 +69,11 @@ typedef struct dp_msg {
 // before every decision and every other request it serves (and on a short
 // timer), so a report no longer costs a wake of the JS thread of its own.
 typedef struct dp_report {
-  struct dp_report *next;
+  hq_link_t link;  // first
   uint32_t id;
   int64_t result;
 } dp_report_t;
-static dp_report_t *dp_reports = NULL;      // under dp_lock, oldest first
-static dp_report_t **dp_reports_tail = &dp_reports;
-static uint32_t dp_report_count = 0;         // under dp_lock
+static hq_t dp_reports = HQ_INIT(dp_reports);  // under dp_lock, oldest first
 
 static napi_threadsafe_function dp_tsfn = NULL;
 static napi_ref dp_handler_ref = NULL;
@@ -233,13 +232,10 @@ static int dp_ask(dp_wreq_t *r, const char *path, uint64_t fh, size_t len, off_t
 static int dp_report_whole(uint32_t id, int64_t result) {
   dp_report_t *rep = malloc(sizeof(*rep));
   if (rep == NULL) return 0;
-  rep->next = NULL;
   rep->id = id;
   rep->result = result;
   pthread_mutex_lock(&dp_lock);
-  *dp_reports_tail = rep;
-  dp_reports_tail = &rep->next;
-  dp_report_count++;
+  hq_push(&dp_reports, &rep->link);
   pthread_mutex_unlock(&dp_lock);
   return 1;
 }
@@ -410,31 +406,13 @@ NAPI_METHOD(homesfs_dp_write_done) {
 
 // takeWriteReports() -> Float64Array [id, bytes, id, bytes, ...] of the whole
 // writes answered since the last call, oldest first; null when there are none.
+static void dp_report_fill(hq_link_t *r, void *data, uint32_t i) {
+  const dp_report_t *e = (const dp_report_t *) r;
+  ((double *) data)[2 * i] = (double) e->id;
+  ((double *) data)[2 * i + 1] = (double) e->result;
+}
+
 NAPI_METHOD(homesfs_dp_take_write_reports) {
-  pthread_mutex_lock(&dp_lock);
-  dp_report_t *list = dp_reports;
-  uint32_t n = dp_report_count;
-  dp_reports = NULL;
-  dp_reports_tail = &dp_reports;
-  dp_report_count = 0;
-  pthread_mutex_unlock(&dp_lock);
-  napi_value out;
-  if (n == 0) {
-    napi_get_null(env, &out);
-    return out;
-  }
-  napi_value ab;
-  void *data = NULL;
-  int ok = napi_create_arraybuffer(env, (size_t) n * 2 * sizeof(double), &data, &ab) == napi_ok &&
-           napi_create_typedarray(env, napi_float64_array, (size_t) n * 2, ab, 0, &out) == napi_ok;
-  double *d = (double *) data;
-  uint32_t i = 0;
-  for (dp_report_t *e = list; e != NULL; i++) {
-    dp_report_t *next = e->next;
-    if (ok) { d[2 * i] = (double) e->id; d[2 * i + 1] = (double) e->result; }
-    free(e);
-    e = next;
-  }
-  if (!ok) napi_get_null(env, &out);
-  return out;
+  // A report never dropped (the file's lock in JavaScript would never be released).
+  return hq_take_to_js(env, &dp_reports, &dp_lock, napi_float64_array, sizeof(double), 2, dp_report_fill);
 }

@@ -55,9 +55,12 @@ int homesfs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid);
 int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io);
 
 // Adds the fastpath_* functions to the module's exports.
-// Patch 9: a WRITE's growth decided here (fastpath_write.c).
+// A WRITE's growth decided here (fastpath_write.c): what wl_begin took, for
+// wl_end to settle. It holds a reference of the inode's record and of the
+// home's accounting array until wl_end.
 typedef struct {
   void *inode;
+  void *acct_ref;
   int64_t *acct;
   uint64_t before, start, growth;
   uint32_t len;

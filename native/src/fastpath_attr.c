@@ -1,10 +1,11 @@
 // GETATTR (and so LOOKUP), fgetattr and READDIR answered from the published
-// homes and handles, under fp_lock's read lock (only while a home's or a
-// handle's descriptor is used). Nothing here changes a table.
+// homes and handles. Nothing here changes a table, and no syscall runs under
+// fp_lock: a home is pinned (fp_pin) and a handle counted in (users) under
+// the read lock, then used without it.
 //
 // The walk: openat2(home_fd, rel, O_PATH|O_NOFOLLOW|O_CLOEXEC,
 // RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV|RESOLVE_NO_MAGICLINKS)
-// then fstat, under the read lock. The kernel refuses ".." out of the home,
+// then fstat, with the home pinned. The kernel refuses ".." out of the home,
 // any symlink in the path (a trailing one is opened itself: O_NOFOLLOW) and
 // any mount crossing. Fallback on: fewer than three components, an empty,
 // ".", ".." or reserved component or one longer than the home's limit, any
@@ -35,58 +36,72 @@ static void fp_fallback (void) {
   __atomic_add_fetch(&fp_fallbacks, 1, __ATOMIC_RELAXED);
 }
 
+// Presents st (a node of the home, or of a handle with the same masks):
+// 0 when C may answer it (type published, not a synthetic inode number).
+static int fp_present (struct stat *out, const struct stat *st, uint32_t types, const uint32_t *keep, const uint32_t *or,
+                       int owner_from_stat, uint32_t uid, uint32_t gid) {
+  uint32_t t = ((uint32_t) st->st_mode & S_IFMT) >> 12;
+  if (((uint64_t) st->st_ino >> 63) != 0 || (types & (1u << t)) == 0) return -1;
+  *out = *st;
+  out->st_mode = (mode_t) ((t << 12) | (((uint32_t) st->st_mode & 07777) & keep[t]) | or[t]);
+  if (!owner_from_stat) {
+    out->st_uid = uid;
+    out->st_gid = gid;
+  }
+  return 0;
+}
+
+// Whether JS holds (dev, ino) open, read after the fstat (an inode not open
+// now was not open when it was read, so JS would have answered the same
+// then): 0 not open; 1 open with its charged size in *charged (published by
+// JS); -1 open and not sized yet (JS answers).
+static int fp_open_size (uint64_t dev, uint64_t ino, double *charged) {
+  int r = 0;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *oi = fp_find_inode(dev, ino);
+  if (oi != NULL) {
+    r = -1;
+    if (__atomic_load_n(&oi->has_size, __ATOMIC_ACQUIRE)) {
+      *charged = fp_bits_double(__atomic_load_n(&oi->size_bits, __ATOMIC_ACQUIRE));
+      r = 1;
+    }
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  return r;
+}
+
 int homesfs_fastpath_getattr (const char *path, struct stat *out) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
   // the root, a tenant and a home itself (revalidated by JS on every lookup)
   if (fp_split_path(path, &plen, &rel) != 0) { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }
-  uint32_t h = fp_hash(path, plen);
 
   int answered = 0;
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_home_t *home = fp_find_home(path, plen, h);
-  if (home != NULL && fp_components_ok(rel, home->max_name)) {
-    int fd = fp_openat2(home->fd, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 && errno == ENOSYS) {
+  fp_pin_t pin;
+  if (fp_pin(path, plen, rel, &pin)) {
+    const fp_home_t *home = pin.home;
+    int fd = pin.names_ok ? fp_openat2(home->fd, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -2;
+    if (fd == -1 && errno == ENOSYS) {
       // A kernel before 5.6: nothing to walk with, JS answers everything.
       __atomic_store_n(&fp_enabled, 0, __ATOMIC_RELEASE);
-    } else if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    } else if (fd == -1 && (errno == ENOENT || errno == ENOTDIR)) {
       answered = -errno;
     }
     struct stat st;
     if (fd >= 0) {
       int r = fstat(fd, &st);
       close(fd);
-      uint32_t t = ((uint32_t) st.st_mode & S_IFMT) >> 12;
-      // The open set is read after the fstat: an inode not open now was not
-      // open when it was read, so JS would have answered the same then. An
-      // open one is answered with its charged size, once JS published it.
-      fp_inode_t *oi = r == 0 ? fp_find_inode((uint64_t) st.st_dev, (uint64_t) st.st_ino) : NULL;
-      int sized = oi != NULL && __atomic_load_n(&oi->has_size, __ATOMIC_ACQUIRE);
-      if (r == 0 &&
-          (uint64_t) st.st_dev == home->dev &&
-          ((uint64_t) st.st_ino >> 63) == 0 &&
-          (home->types & (1u << t)) != 0 &&
-          (oi == NULL || sized)) {
-        uint32_t perms = (uint32_t) st.st_mode & 07777;
-        if (sized && S_ISREG(st.st_mode)) {
-          uint64_t bits = __atomic_load_n(&oi->size_bits, __ATOMIC_ACQUIRE);
-          double charged;
-          memcpy(&charged, &bits, sizeof(charged));
-          if (charged > (double) st.st_size) st.st_size = (off_t) charged;
-        }
-        *out = st;
-        out->st_mode = (mode_t) ((t << 12) | (perms & home->keep[t]) | home->or[t]);
-        if (!home->owner_from_stat) {
-          out->st_uid = home->uid;
-          out->st_gid = home->gid;
-        }
-        answered = 1;
+      double charged = 0;
+      int open = r == 0 ? fp_open_size((uint64_t) st.st_dev, (uint64_t) st.st_ino, &charged) : 0;
+      // An open inode is answered with its charged size, once JS published it.
+      if (r == 0 && open >= 0 && (uint64_t) st.st_dev == home->dev) {
+        if (open > 0 && S_ISREG(st.st_mode) && charged > (double) st.st_size) st.st_size = (off_t) charged;
+        if (fp_present(out, &st, home->types, home->keep, home->or, home->owner_from_stat, home->uid, home->gid) == 0) answered = 1;
       }
     }
+    fp_unpin(&pin);
   }
-  pthread_rwlock_unlock(&fp_lock);
   if (!answered) { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }
   __atomic_add_fetch(&fp_answered, 1, __ATOMIC_RELAXED);
   if (answered < 0) {
@@ -102,20 +117,14 @@ int homesfs_fastpath_fgetattr (uint64_t fh, struct stat *out) {
   pthread_rwlock_rdlock(&fp_lock);
   fp_handle_t *e = fp_handles[fh % FP_HANDLE_BUCKETS];
   while (e != NULL && e->fh != fh) e = e->next;
-  struct stat st;
-  if (e != NULL && fstat(e->fd, &st) == 0) {
-    uint32_t t = ((uint32_t) st.st_mode & S_IFMT) >> 12;
-    if (((uint64_t) st.st_ino >> 63) == 0 && (e->types & (1u << t)) != 0) {
-      *out = st;
-      out->st_mode = (mode_t) ((t << 12) | (((uint32_t) st.st_mode & 07777) & e->keep[t]) | e->or[t]);
-      if (!e->owner_from_stat) {
-        out->st_uid = e->uid;
-        out->st_gid = e->gid;
-      }
-      answered = 1;
-    }
-  }
+  if (e != NULL) __atomic_add_fetch(&e->users, 1, __ATOMIC_ACQUIRE);
   pthread_rwlock_unlock(&fp_lock);
+  struct stat st;
+  if (e != NULL) {
+    // The descriptor stays open until the handle is retired, which waits for this.
+    if (fstat(e->fd, &st) == 0) answered = fp_present(out, &st, e->types, e->keep, e->or, e->owner_from_stat, e->uid, e->gid) == 0;
+    fp_handle_done(e);
+  }
   __atomic_add_fetch(answered ? &fp_fanswered : &fp_ffallbacks, 1, __ATOMIC_RELAXED);
   return answered ? 0 : HOMESFS_FASTPATH_FALLBACK;
 }
@@ -164,17 +173,17 @@ static int fp_open_listed_dir (const char *path, uint64_t *dev) {
   size_t plen = k_end == NULL ? strlen(path) : (size_t) (k_end - path);
   const char *rel = k_end == NULL || k_end[1] == 0 ? "" : k_end + 1;
   if (k_end == NULL && t_end[1] == 0) return -1;
-  uint32_t h = fp_hash(path, plen);
   const uint64_t flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
   int dfd = -1;
-  // Under the read lock only while the home's descriptor is used.
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_home_t *home = fp_find_home(path, plen, h);
-  if (home != NULL && (rel[0] == 0 || fp_components_ok(rel, home->max_name))) {
-    *dev = home->dev;
-    dfd = rel[0] == 0 ? openat(home->fd, ".", flags) : fp_openat2(home->fd, rel, flags);
+  // The home pinned while its descriptor is used.
+  fp_pin_t pin;
+  if (fp_pin(path, plen, rel[0] == 0 ? NULL : rel, &pin)) {
+    if (pin.names_ok) {
+      *dev = pin.home->dev;
+      dfd = rel[0] == 0 ? openat(pin.home->fd, ".", flags) : fp_openat2(pin.home->fd, rel, flags);
+    }
+    fp_unpin(&pin);
   }
-  pthread_rwlock_unlock(&fp_lock);
   return dfd;
 }
 

@@ -1,10 +1,9 @@
 // CREATE answered here (fastpath_set_create) from the create slots JS grants
 // (fastpath_grant_create: an open-file slot, an inode the ledger reserved, a
-// handle number). Invariants: a create holds fp_lock's read lock from its
-// home's check to the file made, and counts in fp_creates_inflight (under
-// fp_open_lock) until its record is queued, so making the home immutable
-// (fastpath_set_mutable) returns only after every create it raced is queued
-// for JS; a file made but not as JS would make it is removed again.
+// handle number). Invariants: a create pins its home from its check until its
+// record is queued (no lock held across its syscalls), so making the home
+// immutable (fastpath_set_mutable) returns only after every create it raced
+// is queued for JS; a file made but not as JS would make it is removed again.
 
 #include "fastpath_internal.h"
 #include "dataplane.h"
@@ -15,8 +14,8 @@ uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it),
 // Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner
 // (as given), or the caller with a setgid parent's group. -1: the parent
 // cannot be read (JS decides).
-static int fp_create_owner (const fp_home_t *home, int pfd, uint32_t uid, uint32_t gid, uint32_t *own_uid, uint32_t *own_gid) {
-  if (home->create_owner != 1) return 0;
+static int fp_create_owner (const fp_pin_t *pin, int pfd, uint32_t uid, uint32_t gid, uint32_t *own_uid, uint32_t *own_gid) {
+  if (pin->pol.create_owner != 1) return 0;
   struct stat pst;
   *own_uid = uid;
   *own_gid = gid;
@@ -48,6 +47,47 @@ static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int
   return fd;
 }
 
+// The create slot of the pinned home granted for uid, taken (with its count
+// beside the directory handles), or NULL.
+static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const char *path, size_t plen) {
+  void *dh = homesfs_dh_file_take(uid, path, plen);  // as for opens: directory handles may hold the room
+  if (dh == NULL) return NULL;
+  fp_open_rec_t *credit = NULL;
+  pthread_mutex_lock(&fp_open_lock);
+  for (hq_link_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->uid == uid) { credit = fp_rec(*pp); *pp = credit->link.next; fp_credit_count--; break; }
+  }
+  pthread_mutex_unlock(&fp_open_lock);
+  if (credit == NULL) homesfs_dh_file_give(uid, dh);
+  else credit->dh = dh;
+  return credit;
+}
+
+// The new file made in the pinned home for a create slot taken for it
+// (*credit): its descriptor and *st, or -1 with nothing made (the slot, if
+// one was taken, still in *credit).
+static int fp_create_in (const fp_pin_t *pin, const char *path, size_t plen, const char *rel, uint32_t mode, int flags,
+                         uint32_t uid, uint32_t gid, struct stat *st, fp_open_rec_t **credit) {
+  const fp_home_t *home = pin->home;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+  uint32_t depth = 1;
+  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
+  if ((pin->pol.max_depth != 0 && depth > pin->pol.max_depth) || !pin->names_ok) return -1;
+  mode_t m = (mode_t) ((mode & pin->pol.mode_m) | pin->pol.mode_or);
+  // setuid/setgid asked: JS sets them again after the chown (which clears them), by descriptor.
+  if ((m & 06000) != 0) return -1;
+  int pfd = fp_open_parent(home->fd, rel, last_slash);
+  if (pfd < 0) return -1;
+  int fd = -1;
+  uint32_t own_uid = home->uid, own_gid = home->gid;
+  if ((*credit = fp_take_create_slot(pin->home, uid, path, plen)) != NULL && fp_create_owner(pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
+    fd = fp_create_file(home, pfd, name, flags, m, own_uid, own_gid, st);
+  }
+  if (pfd != home->fd) close(pfd);
+  return fd;
+}
+
 // CREATE: JS's createIn for a new name, step for step, in a
 // mutable home JS opened for it (binary content, owner-only ownership, no
 // per-directory entry limit, a new file's mode of the form published): the
@@ -59,144 +99,101 @@ static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int
 // which adopts it (and commits the reserved inode) before anything else. A
 // name that exists (O_CREAT without O_EXCL opens it; O_TRUNC truncates it, a
 // ledger change) and every doubt go to JS, with nothing made. A failure
-// after the file was made removes it again before JS is asked. One function:
-// the read lock spans the checks to the file made, and every exit gives the
-// slot it took back.
+// after the file was made removes it again before JS is asked. The home stays
+// pinned until the record is queued, and every exit gives the slot it took back.
 int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
   if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
-  const char *last_slash = strrchr(rel, '/');
-  const char *name = last_slash ? last_slash + 1 : rel;
-  uint32_t depth = 1;
-  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
-  uint32_t h = fp_hash(path, plen);
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_pol_t *pol = &pin.pol;
+  if (!pol->create_on || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
 
   fp_handle_t *he = calloc(1, sizeof(*he));
   fp_inode_t *fresh = calloc(1, sizeof(*fresh));
-  if (he == NULL || fresh == NULL) { free(he); free(fresh); return HOMESFS_FASTPATH_FALLBACK; }
-
-  int counted = 0;
-  int fd = -1;
-  int pfd = -1;
-  uint32_t oflags = 0;
-  uint32_t dpw = 0;
-  uint64_t gen = 0;
-  int64_t *wl_acct = NULL;
   fp_open_rec_t *credit = NULL;
   struct stat st;
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_home_t *home = fp_find_home(path, plen, h);
-  if (home != NULL && home->create_on && home->pending != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
-    counted = 1;
-    if ((home->max_depth == 0 || depth <= home->max_depth) && fp_components_ok(rel, home->max_name)) {
-      pfd = fp_open_parent(home->fd, rel, last_slash);
-    }
-    void *dh = NULL;
-    if (pfd >= 0 && (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {  // as for opens: directory handles may hold the room
-      pthread_mutex_lock(&fp_open_lock);
-      for (fp_open_rec_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->uid == uid) { credit = *pp; *pp = credit->next; fp_credit_count--; fp_creates_inflight++; break; }
-      }
-      pthread_mutex_unlock(&fp_open_lock);
-      if (credit == NULL) homesfs_dh_file_give(uid, dh);
-      else credit->dh = dh;
-    }
-    mode_t m = (mode_t) ((mode & home->mode_m) | home->mode_or);
-    // setuid/setgid asked: JS sets them again after the chown (which clears them), by descriptor.
-    if (credit != NULL && (m & 06000) != 0) {
-      fp_dh_give(credit);
-      fp_queue_create_done(credit);
-      credit = NULL;
-    }
-    uint32_t own_uid = home->uid, own_gid = home->gid;
-    if (credit != NULL && fp_create_owner(home, pfd, uid, gid, &own_uid, &own_gid) != 0) {
-      fp_dh_give(credit);
-      fp_queue_create_done(credit);
-      credit = NULL;
-    }
-    if (credit != NULL) {
-      fd = fp_create_file(home, pfd, name, flags, m, own_uid, own_gid, &st);
-      if (fd >= 0) {
-        oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
-        fp_handle_fill(he, credit->fh, fd, home);
-        *direct_io = (home->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
-        credit->published = (home->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1 : 0;
-        dpw = home->open_flags;
-        gen = fp_policy_gen;
-        if (home->wl_on && home->pending_len >= HOMESFS_ACCT_LEN) wl_acct = home->pending;
-      }
-    }
-    if (pfd >= 0 && pfd != home->fd) close(pfd);
-  }
-  pthread_rwlock_unlock(&fp_lock);
-
+  int fd = he != NULL && fresh != NULL ? fp_create_in(&pin, path, plen, rel, mode, flags, uid, gid, &st, &credit) : -1;
   if (fd < 0) {
     free(he);
     free(fresh);
-    if (credit != NULL) { fp_dh_give(credit); fp_queue_create_done(credit); } // kind is still UNUSED_CREATE: slot and inode go back
-    if (counted) __atomic_add_fetch(&fp_cfallbacks, 1, __ATOMIC_RELAXED);
+    if (credit != NULL) { fp_dh_give(credit); fp_queue(credit); } // kind is still UNUSED_CREATE: slot and inode go back
+    fp_unpin(&pin);
+    __atomic_add_fetch(&fp_cfallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
+  uint32_t oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
+  fp_handle_fill(he, credit->fh, fd, pin.home);
   uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
   uint32_t handle = credit->fh;
   // A new file: its charged size is 0, and where JS let it, C owns it from
   // the start, so its first writes need no decision from JS either.
   fresh->size_bits = 0;  // the bits of 0.0
   fresh->has_size = 1;
-  if (wl_acct != NULL) { fresh->deleg = 1; fresh->acct = wl_acct; }
+  if (pol->wl_on && pol->pending->len >= HOMESFS_ACCT_LEN) {
+    fresh->deleg = 1;
+    fresh->acct = pol->pending;
+    fp_acct_get(fresh->acct);
+  }
   fp_open_register(dev, ino, he, fresh);
   // What a handle of a binary home publishes (context.ts publishData): reads, and, writable, writes decided without their data.
-  uint32_t dp = (credit->published ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (dpw & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
-  credit->published = dp != 0 && homesfs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, gen) ? dp : 0;
+  uint32_t dp = ((pol->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (pol->open_flags & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
+  credit->published = dp != 0 && homesfs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, pin.gen) ? dp : 0;
   credit->kind = HOMESFS_REC_CREATED;
   credit->fd = fd;
   credit->dev = dev;
   credit->ino = ino;
   credit->oflags = oflags;
-  fp_queue_create_done(credit);
+  fp_queue(credit);
+  *direct_io = (pol->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
+  fp_unpin(&pin);
   *fh = handle;
   __atomic_add_fetch(&fp_canswered_create, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
+struct fp_create_change { int on, caller_owns; uint32_t m, or, depth; };
+
+static void fp_change_create (fp_home_t *e, void *arg) {
+  const struct fp_create_change *c = arg;
+  if (!c->on) fp_return_create_credits(e);
+  e->pol.create_on = c->on ? 1 : 0;
+  e->pol.create_owner = c->caller_owns ? 1 : 0;
+  e->pol.mode_m = c->m;
+  e->pol.mode_or = c->or;
+  e->pol.max_depth = c->depth;
+}
+
+int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or, uint32_t depth, int caller_owns) {
+  struct fp_create_change c = { on, caller_owns, m, or, depth };
+  return fp_home_change(prefix, n, token, fp_change_create, &c);
+}
+
 // fastpath_set_create(prefix, token, on, modeM, modeOr, maxDepth, ownerIsCaller) -> set?
 // CREATE answered here (while the home is also open for native opens and
 // mutable), the new file's mode (asked & modeM) | modeOr, at most maxDepth
-// components deep (0: any). Off gives every create slot back.
+// components deep (0: any). Off gives every create slot back. Returns once no
+// native create of the home is past its checks with the old settings.
 napi_value fp_set_create (napi_env env, napi_callback_info info) {
-  size_t argc = 7;
   napi_value argv[7];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 7) FP_THROW("fastpath_set_create: 7 arguments");
   size_t plen = 0;
   double token = -1;
   bool on = false, caller_owns = false;
   uint32_t m = 0, or = 0, depth = 0;
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
-      napi_get_value_bool(env, argv[2], &on) != napi_ok ||
+  const char *usage = "fastpath_set_create: (prefix, token, on, modeM, modeOr: permission bits, maxDepth, ownerIsCaller)";
+  char *prefix = fp_prefix_token(env, info, 7, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_bool(env, argv[2], &on) != napi_ok ||
       napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
       napi_get_value_uint32(env, argv[4], &or) != napi_ok || (or & ~0777u) != 0 ||
       napi_get_value_uint32(env, argv[5], &depth) != napi_ok ||
       napi_get_value_bool(env, argv[6], &caller_owns) != napi_ok) {
     free(prefix);
-    FP_THROW("fastpath_set_create: (prefix, token, on, modeM, modeOr: permission bits, maxDepth, ownerIsCaller)");
+    FP_THROW(usage);
   }
-  int set = 0;
-  uint32_t h = fp_hash(prefix, plen);
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token) {
-    if (!on) fp_return_create_credits(e);
-    e->create_on = on ? 1 : 0;
-    e->create_owner = caller_owns ? 1 : 0;
-    e->mode_m = m;
-    e->mode_or = or;
-    e->max_depth = depth;
-    set = 1;
-  }
-  pthread_rwlock_unlock(&fp_lock);
+  int set = fp_home_set_create(prefix, plen, token, on, m, or, depth, caller_owns);
   free(prefix);
   return fp_bool(env, set != 0);
 }

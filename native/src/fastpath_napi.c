@@ -1,7 +1,7 @@
 // The fast path's N-API side shared by every control call: argument
 // helpers, fastpath_stats, and the table of exports. Locks: stats reads the
-// slot count under fp_open_lock, then the table sizes under fp_lock's read
-// lock (never both at once); counters are atomics.
+// slot count under fp_open_lock, then the table sizes and the pins under
+// fp_lock's read lock (never both at once); counters are atomics.
 
 #include "fastpath_internal.h"
 
@@ -37,6 +37,37 @@ int fp_u64 (napi_env env, napi_value v, uint64_t *out) {
   return 0;
 }
 
+// The prologue of every call about one home, (prefix, token, ...): argv
+// filled with `want` arguments, the prefix returned (the caller frees it) and
+// the token in *token; NULL with a TypeError (usage) pending.
+char * fp_prefix_token (napi_env env, napi_callback_info info, size_t want, napi_value *argv, size_t *plen, double *token, const char *usage) {
+  size_t argc = want;
+  char *prefix = NULL;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc >= want &&
+      (prefix = fp_string(env, argv[0], plen)) != NULL && napi_get_value_double(env, argv[1], token) == napi_ok) {
+    return prefix;
+  }
+  free(prefix);
+  napi_throw_type_error(env, "EINVAL", usage);
+  return NULL;
+}
+
+// A holder of JS's BigInt64Array `array` (data[0..len)), which it keeps
+// alive by a napi reference (fp_acct_t); NULL with an exception pending.
+fp_acct_t * fp_acct_of_js (napi_env env, napi_value array, int64_t *data, size_t len) {
+  napi_ref ref = NULL;
+  if (napi_create_reference(env, array, 1, &ref) != napi_ok) {
+    napi_throw_error(env, "EINVAL", "fastpath: cannot keep the accounting array");
+    return NULL;
+  }
+  fp_acct_t *a = fp_acct_wrap(data, len, env, ref);
+  if (a == NULL) {
+    napi_delete_reference(env, ref);
+    napi_throw_error(env, "ENOMEM", "fastpath: out of memory");
+  }
+  return a;
+}
+
 // A boolean for JS, the answer of most control calls.
 napi_value fp_bool (napi_env env, int v) {
   napi_value out;
@@ -50,7 +81,9 @@ static void fp_set_number (napi_env env, napi_value obj, const char *name, doubl
   napi_set_named_property(env, obj, name, n);
 }
 
-// fastpath_stats() -> { enabled, answered, fallbacks, negative, unlinkAnswered, unlinkFallbacks, unlinkSlowFrees, readdirAnswered, readdirFallbacks, fgetattrAnswered, fgetattrFallbacks, homes, inodes, handles }
+// fastpath_stats() -> { enabled, answered, fallbacks, negative, unlinkAnswered, unlinkFallbacks, unlinkSlowFrees, readdirAnswered, readdirFallbacks, fgetattrAnswered, fgetattrFallbacks, ..., homes, inodes, handles, inFlight, retiredHomes }
+// inFlight: native ops holding a published home now (its pins); retiredHomes:
+// homes withdrawn or replaced that a native op still holds.
 static napi_value fp_stats (napi_env env, napi_callback_info info) {
   napi_value out, b;
   napi_create_object(env, &out);
@@ -81,10 +114,14 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   fp_set_number(env, out, "credits", fp_credit_count);
   pthread_mutex_unlock(&fp_open_lock);
   pthread_rwlock_rdlock(&fp_lock);
-  fp_set_number(env, out, "homes", fp_home_count);
+  uint32_t homes = fp_home_count;
+  fp_set_number(env, out, "homes", homes);
   fp_set_number(env, out, "inodes", fp_inode_count);
   fp_set_number(env, out, "handles", fp_handle_count);
   pthread_rwlock_unlock(&fp_lock);
+  fp_set_number(env, out, "inFlight", fp_pins_held());
+  uint32_t alive = __atomic_load_n(&fp_homes_alive, __ATOMIC_RELAXED);
+  fp_set_number(env, out, "retiredHomes", alive > homes ? alive - homes : 0);
   return out;
 }
 

@@ -5,7 +5,9 @@
 // here; it is in exactly one place (a home's list, a native open's hands, or
 // the queue), and it never goes back to a list once fp_credit_gen moved
 // after it was taken. The lists, the queue and the generation are under
-// fp_open_lock, taken inside fp_lock (never the other way round).
+// fp_open_lock, taken inside fp_lock (never the other way round). An open pins
+// its home from its check to its record queued, with no lock held across its
+// syscalls.
 
 #include "fastpath_internal.h"
 #include "dataplane.h"
@@ -23,9 +25,10 @@ uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), a
 // here: JS answers, and refuses if it must). What C does is JS's open of such
 // a file (file.ts openIn), step for step: the confined walk (O_RDONLY|
 // O_NOFOLLOW|O_NONBLOCK), a regular file on the home's device, the inode
-// counted open before its nlink is read (as attachInode does, under the write
-// lock, so a native unlink either saw it open or removed the last name first:
-// then JS repeats the open and answers ENOENT), the handle published for
+// counted open before its nlink is read (as attachInode does: under the write
+// lock, then waiting out a native unlink of the inode past its open check, so
+// that unlink either saw it open or removed the last name first: then JS
+// repeats the open and answers ENOENT), the handle published for
 // fgetattr and, if JS said so, for native reads. The handle is queued for JS
 // (takeOpens), which adopts it before it serves anything else: until then
 // nothing but READ, FLUSH, fgetattr and RELEASE can name it, and each of those
@@ -35,14 +38,7 @@ uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), a
 // HOMESFS_REC_* of abi.h.
 
 pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's credits, and the queue
-// Native creates past their home's check and not yet queued for JS (under
-// fp_open_lock): making a home immutable waits for them (fp_set_mutable), so
-// a rescan that follows finds every file made before it already queued.
-uint32_t fp_creates_inflight = 0;
-pthread_cond_t fp_creates_done = PTHREAD_COND_INITIALIZER;
-static fp_open_rec_t *fp_opens = NULL;
-static fp_open_rec_t **fp_opens_tail = &fp_opens;
-static uint32_t fp_open_queued = 0;
+static hq_t fp_opens = HQ_INIT(fp_opens);  // under fp_open_lock (release looks at its count without it)
 uint32_t fp_credit_count = 0;  // under fp_open_lock
 // Bumped (under fp_open_lock) whenever slots go back to JS: a home withdrawn,
 // republished or freed, a reclaim. A slot taken out before the last bump may
@@ -53,94 +49,73 @@ uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
 
 // Under fp_open_lock.
 static void fp_queue_locked (fp_open_rec_t *r) {
-  r->next = NULL;
-  *fp_opens_tail = r;
-  fp_opens_tail = &r->next;
-  fp_open_queued++;
+  hq_push(&fp_opens, &r->link);
 }
 
-static void fp_queue (fp_open_rec_t *r) {
+void fp_queue (fp_open_rec_t *r) {
   pthread_mutex_lock(&fp_open_lock);
   fp_queue_locked(r);
   pthread_mutex_unlock(&fp_open_lock);
 }
 
-// A native create's record queued: it is no longer in flight.
-void fp_queue_create_done (fp_open_rec_t *r) {
-  pthread_mutex_lock(&fp_open_lock);
-  fp_queue_locked(r);
-  if (--fp_creates_inflight == 0) pthread_cond_broadcast(&fp_creates_done);
-  pthread_mutex_unlock(&fp_open_lock);
+// Under fp_open_lock: a list of the home's slots queued back to JS as kind.
+static void fp_return_list_locked (hq_link_t **list, uint32_t kind) {
+  while (*list != NULL) {
+    fp_open_rec_t *r = fp_rec(*list);
+    *list = r->link.next;
+    fp_credit_count--;
+    r->kind = kind;
+    fp_queue_locked(r);
+  }
 }
 
 // The home's create slots back to JS (each with its reserved inode).
 void fp_return_create_credits (fp_home_t *e) {
   pthread_mutex_lock(&fp_open_lock);
-  while (e->ccredits != NULL) {
-    fp_open_rec_t *r = e->ccredits;
-    e->ccredits = r->next;
-    fp_credit_count--;
-    r->kind = HOMESFS_REC_UNUSED_CREATE;
-    fp_queue_locked(r);
-  }
+  fp_return_list_locked(&e->ccredits, HOMESFS_REC_UNUSED_CREATE);
   pthread_mutex_unlock(&fp_open_lock);
 }
 
-// Every credit of the home back to JS (under the write lock, or the read lock for a home JS is changing).
+// Every slot of the home back to JS, fp_credit_gen moved (a slot taken from
+// the home before now goes to JS too when it is given back). Under the write
+// lock (a home changed or withdrawn).
 void fp_return_credits (fp_home_t *e) {
   pthread_mutex_lock(&fp_open_lock);
   fp_credit_gen++;
-  while (e->credits != NULL) {
-    fp_open_rec_t *r = e->credits;
-    e->credits = r->next;
-    fp_credit_count--;
-    r->kind = HOMESFS_REC_UNUSED;
-    fp_queue_locked(r);
-  }
+  fp_return_list_locked(&e->credits, HOMESFS_REC_UNUSED);
+  fp_return_list_locked(&e->ccredits, HOMESFS_REC_UNUSED_CREATE);
   pthread_mutex_unlock(&fp_open_lock);
-  fp_return_create_credits(e);
 }
 
 // The inode counted open and the handle published, under the write lock (as
-// fastpath_inode(+1) and fastpath_set_handle do for JS), or both undone.
-int fp_open_register (uint64_t dev, uint64_t ino, fp_handle_t *he, fp_inode_t *fresh) {
-  uint32_t b = fp_inode_bucket(dev, ino);
+// fastpath_inode(+1) and fastpath_set_handle do for JS); then, as for JS, a
+// native unlink of the inode past its open check is waited out, so the
+// caller's nlink read comes after it. fresh (calloc'ed) is the inode's record
+// if it has none; freed (with the array it holds) otherwise.
+void fp_open_register (uint64_t dev, uint64_t ino, fp_handle_t *he, fp_inode_t *fresh) {
   pthread_rwlock_wrlock(&fp_lock);
-  fp_inode_t *e = fp_find_inode(dev, ino);
-  if (e != NULL) {
-    e->count++;
-  } else {
-    fresh->dev = dev; fresh->ino = ino; fresh->count = 1;
-    fresh->next = fp_inodes[b];
-    fp_inodes[b] = fresh;
-    fp_inode_count++;
-    fresh = NULL;
-  }
+  fp_inode_add_locked(dev, ino, &fresh);
   fp_handle_t *old = fp_unlink_handle_locked(he->fh);
   he->next = fp_handles[he->fh % FP_HANDLE_BUCKETS];
   fp_handles[he->fh % FP_HANDLE_BUCKETS] = he;
   fp_handle_count++;
   pthread_rwlock_unlock(&fp_lock);
-  free(old);
-  free(fresh);
-  return 0;
+  fp_handle_retire(old);
+  if (fresh != NULL) {
+    fp_acct_put(fresh->acct);
+    free(fresh);
+  }
+  fp_unlinking_wait(dev, ino);
 }
 
+// Both undone: on return no fgetattr uses the handle's descriptor.
 static void fp_open_unregister (uint64_t dev, uint64_t ino, uint32_t fh) {
-  uint32_t b = fp_inode_bucket(dev, ino);
-  fp_inode_t *gone = NULL;
   pthread_rwlock_wrlock(&fp_lock);
-  fp_inode_t **pp = &fp_inodes[b];
-  for (fp_inode_t *e = *pp; e != NULL; pp = &e->next, e = e->next) {
-    if (e->dev == dev && e->ino == ino) {
-      if (--e->count == 0) { *pp = e->next; gone = e; fp_inode_count--; }
-      break;
-    }
-  }
+  fp_inode_t *gone = fp_inode_drop_locked(dev, ino);
   fp_handle_t *he = fp_unlink_handle_locked(fh);
   pthread_rwlock_unlock(&fp_lock);
-  free(gone);
-  free(he);
+  fp_inode_put(gone);
+  fp_handle_retire(he);
 }
 
 // A handle of the home for fgetattr: its number, descriptor and presentation.
@@ -157,10 +132,10 @@ void fp_handle_fill (fp_handle_t *he, uint32_t fh, int fd, const fp_home_t *home
 
 // The first slot of the home granted for uid, taken out (NULL if none). Under fp_open_lock.
 static fp_open_rec_t * fp_pop_credit_locked (fp_home_t *home, uint32_t uid) {
-  for (fp_open_rec_t **pp = &home->credits; *pp != NULL; pp = &(*pp)->next) {
-    if ((*pp)->uid == uid) {
-      fp_open_rec_t *r = *pp;
-      *pp = r->next;
+  for (hq_link_t **pp = &home->credits; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->uid == uid) {
+      fp_open_rec_t *r = fp_rec(*pp);
+      *pp = r->link.next;
       fp_credit_count--;
       r->home = home;
       r->gen = fp_credit_gen;
@@ -170,6 +145,33 @@ static fp_open_rec_t * fp_pop_credit_locked (fp_home_t *home, uint32_t uid) {
   return NULL;
 }
 
+// The file of an open pinned in an open home: its descriptor (read-only, by
+// the confined walk) and fstat, with the slot granted for uid taken for it,
+// or -1 (nothing taken).
+static int fp_open_file (const fp_pin_t *pin, const char *path, size_t plen, const char *rel, uint32_t uid,
+                         struct stat *st, fp_open_rec_t **credit) {
+  const fp_home_t *home = pin->home;
+  int fd = pin->names_ok ? fp_openat2(home->fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
+  if (fd < 0) return -1;
+  // A slot JS granted is room under its open-file caps, but directory handles (dirhandles.c) may have
+  // taken that room since: then JS decides (and refuses, taking its slots back). Counted there until
+  // JS takes the record in.
+  void *dh = NULL;
+  if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
+      (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {
+    pthread_mutex_lock(&fp_open_lock);
+    *credit = fp_pop_credit_locked(pin->home, uid);
+    pthread_mutex_unlock(&fp_open_lock);
+    if (*credit == NULL) homesfs_dh_file_give(uid, dh);
+    else (*credit)->dh = dh;
+  }
+  if (*credit == NULL) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, int *direct_io) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   // Read-only and nothing that changes the file (O_TRUNC truncates even then): the rest is JS's.
@@ -177,56 +179,25 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   size_t plen;
   const char *rel;
   if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
-  uint32_t h = fp_hash(path, plen);
 
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  // The flags and generation read together when pinned: a change of either waits for this open.
+  uint32_t oflags = pin.pol.open_flags;
+  if ((oflags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
   fp_handle_t *he = calloc(1, sizeof(*he));
   fp_inode_t *fresh = calloc(1, sizeof(*fresh));
-  if (he == NULL || fresh == NULL) { free(he); free(fresh); return HOMESFS_FASTPATH_FALLBACK; }
-
-  int counted = 0;
-  int fd = -1;
-  uint32_t oflags = 0;
-  uint64_t gen = 0;
   fp_open_rec_t *credit = NULL;
   struct stat st;
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_home_t *home = fp_find_home(path, plen, h);
-  if (home != NULL && (home->open_flags & HOMESFS_OPEN_ON) != 0) {
-    counted = 1;
-    if (fp_components_ok(rel, home->max_name)) {
-      fd = fp_openat2(home->fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    }
-    if (fd >= 0) {
-      // A slot JS granted is room under its open-file caps, but directory handles (dirhandles.c) may have
-      // taken that room since: then JS decides (and refuses, taking its slots back). Counted there until
-      // JS takes the record in.
-      void *dh = NULL;
-      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0 &&
-          (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {
-        pthread_mutex_lock(&fp_open_lock);
-        credit = fp_pop_credit_locked(home, uid);
-        pthread_mutex_unlock(&fp_open_lock);
-        if (credit == NULL) homesfs_dh_file_give(uid, dh);
-        else credit->dh = dh;
-      }
-      if (credit != NULL) {
-        oflags = home->open_flags;
-        gen = fp_policy_gen;
-        fp_handle_fill(he, credit->fh, fd, home);
-      } else {
-        close(fd);
-        fd = -1;
-      }
-    }
-  }
-  pthread_rwlock_unlock(&fp_lock);
-
-  if (credit == NULL) {
+  int fd = he != NULL && fresh != NULL ? fp_open_file(&pin, path, plen, rel, uid, &st, &credit) : -1;
+  if (fd < 0) {
+    fp_unpin(&pin);
     free(he);
     free(fresh);
-    if (counted) __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
+  fp_handle_fill(he, credit->fh, fd, pin.home);
   uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
   uint32_t handle = credit->fh;
   fp_open_register(dev, ino, he, fresh);
@@ -238,6 +209,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
     close(fd);
     fp_dh_give(credit);
     fp_queue(credit);  // kind is still UNUSED: the slot goes back
+    fp_unpin(&pin);
     __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
@@ -245,8 +217,9 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   credit->fd = fd;
   credit->dev = dev;
   credit->ino = ino;
-  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0, gen) ? 1 : 0;
+  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0, pin.gen) ? 1 : 0;
   fp_queue(credit);
+  fp_unpin(&pin);
   *fh = handle;
   *direct_io = (oflags & HOMESFS_OPEN_DIRECT_IO) != 0;
   __atomic_add_fetch(&fp_oanswered, 1, __ATOMIC_RELAXED);
@@ -267,15 +240,12 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
 // JS's (adopted, or not opened here), and the RELEASE goes on as before.
 int homesfs_fastpath_release (uint64_t fh) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return 0;
-  if (__atomic_load_n(&fp_open_queued, __ATOMIC_RELAXED) == 0) return 0;
+  if (hq_count(&fp_opens) == 0) return 0;
   fp_open_rec_t *r = NULL;
   pthread_mutex_lock(&fp_open_lock);
-  for (fp_open_rec_t **pp = &fp_opens; *pp != NULL; pp = &(*pp)->next) {
-    if ((*pp)->kind == HOMESFS_REC_OPENED && (*pp)->fh == fh) {
-      r = *pp;
-      *pp = r->next;
-      if (fp_opens_tail == &r->next) fp_opens_tail = pp;
-      fp_open_queued--;
+  for (hq_link_t **pp = &fp_opens.head; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->kind == HOMESFS_REC_OPENED && fp_rec(*pp)->fh == fh) {
+      r = fp_rec(hq_unlink(&fp_opens, pp));
       break;
     }
   }
@@ -293,8 +263,8 @@ int homesfs_fastpath_release (uint64_t fh) {
   r->ino = 0;
   pthread_mutex_lock(&fp_open_lock);
   if (r->gen == fp_credit_gen && r->home != NULL) {
-    r->next = r->home->credits;
-    r->home->credits = r;
+    r->link.next = r->home->credits;
+    r->home->credits = &r->link;
     fp_credit_count++;
   } else {
     fp_queue_locked(r);
@@ -304,36 +274,33 @@ int homesfs_fastpath_release (uint64_t fh) {
   return 1;
 }
 
+static void fp_change_open (fp_home_t *e, void *arg) {
+  uint32_t flags = *(const uint32_t *) arg;
+  if ((flags & HOMESFS_OPEN_ON) == 0) fp_return_credits(e);
+  e->pol.open_flags = (flags & HOMESFS_OPEN_ON) ? flags : 0;
+  // Handles opened here under the flags before are served no more until JS has adopted them.
+  fp_policy_moved_locked();
+}
+
+int fp_home_set_open (const char *prefix, size_t n, double token, uint32_t flags) {
+  return fp_home_change(prefix, n, token, fp_change_open, &flags);
+}
+
 // fastpath_set_open(prefix, token, flags) -> set? Read-only opens of that
 // home answered here (flags & 1; 2: publish them for native reads; 4:
 // direct_io), or not (0: every slot granted so far goes back, queued for
 // takeOpens). Returns once no native open of the home is past its checks
-// with the old flags (the write lock).
+// with the old flags (fp_home_change).
 napi_value fp_set_open (napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3) FP_THROW("fastpath_set_open: 3 arguments");
   size_t plen = 0;
   double token = -1;
   uint32_t flags = 0;
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
-      napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0) {
-    free(prefix);
-    FP_THROW("fastpath_set_open: (prefix, token, flags 0..15)");
-  }
-  int set = 0;
-  uint32_t h = fp_hash(prefix, plen);
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token) {
-    if ((flags & HOMESFS_OPEN_ON) == 0) fp_return_credits(e);
-    e->open_flags = (flags & HOMESFS_OPEN_ON) ? flags : 0;
-    // Handles opened here under the flags before are served no more until JS has adopted them.
-    fp_policy_moved_locked();
-    set = 1;
-  }
-  pthread_rwlock_unlock(&fp_lock);
+  const char *usage = "fastpath_set_open: (prefix, token, flags 0..15)";
+  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0) { free(prefix); FP_THROW(usage); }
+  int set = fp_home_set_open(prefix, plen, token, flags);
   free(prefix);
   return fp_bool(env, set != 0);
 }
@@ -345,45 +312,50 @@ napi_value fp_grant (napi_env env, napi_callback_info info) {
   return fp_grant_slot(env, info, 0);
 }
 
-// A slot for (prefix, token, fh, uid) kept in the home's list: an open slot,
-// or (create) a create slot, kept only while the home is mutable and open
-// for creates too.
-napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create) {
-  size_t argc = 4;
-  napi_value argv[4];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4) FP_THROW(create ? "fastpath_grant_create: 4 arguments" : "fastpath_grant: 4 arguments");
-  size_t plen = 0;
-  double token = -1;
-  uint32_t fh = 0, uid = 0;
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
-      napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 ||
-      napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
-    free(prefix);
-    FP_THROW(create ? "fastpath_grant_create: (prefix, token, fh > 0, uid)" : "fastpath_grant: (prefix, token, fh > 0, uid)");
-  }
+// A slot for (prefix, token, fh, uid) kept in the home's list: 1; 0 (nothing
+// kept) unless the home is open for native opens and, for a create slot,
+// mutable and open for creates too; -1 without memory.
+int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint32_t uid, int create) {
   fp_open_rec_t *r = calloc(1, sizeof(*r));
-  if (r == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", create ? "fastpath_grant_create: out of memory" : "fastpath_grant: out of memory"); return NULL; }
+  if (r == NULL) return -1;
   r->kind = create ? HOMESFS_REC_UNUSED_CREATE : HOMESFS_REC_UNUSED;
   r->fh = fh;
   r->fd = -1;
   r->uid = uid;
   int granted = 0;
-  uint32_t h = fp_hash(prefix, plen);
+  uint32_t h = fp_hash(prefix, n);
   pthread_rwlock_rdlock(&fp_lock);
-  fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token && (!create || (e->create_on && e->pending != NULL)) && (e->open_flags & HOMESFS_OPEN_ON) != 0) {
-    fp_open_rec_t **list = create ? &e->ccredits : &e->credits;
+  fp_home_t *e = fp_find_home(prefix, n, h);
+  if (e != NULL && e->token == token && (!create || (e->pol.create_on && e->pol.pending != NULL)) && (e->pol.open_flags & HOMESFS_OPEN_ON) != 0) {
+    hq_link_t **list = create ? &e->ccredits : &e->credits;
     pthread_mutex_lock(&fp_open_lock);
-    r->next = *list;
-    *list = r;
+    r->link.next = *list;
+    *list = &r->link;
     fp_credit_count++;
     pthread_mutex_unlock(&fp_open_lock);
     granted = 1;
   }
   pthread_rwlock_unlock(&fp_lock);
   if (!granted) free(r);
+  return granted;
+}
+
+// fastpath_grant / fastpath_grant_create: (prefix, token, fh, uid) -> granted?
+napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create) {
+  napi_value argv[4];
+  size_t plen = 0;
+  double token = -1;
+  uint32_t fh = 0, uid = 0;
+  const char *usage = create ? "fastpath_grant_create: (prefix, token, fh > 0, uid)" : "fastpath_grant: (prefix, token, fh > 0, uid)";
+  char *prefix = fp_prefix_token(env, info, 4, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 || napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
+    free(prefix);
+    FP_THROW(usage);
+  }
+  int granted = fp_slot_grant(prefix, plen, token, fh, uid, create);
   free(prefix);
+  if (granted < 0) { napi_throw_error(env, "ENOMEM", create ? "fastpath_grant_create: out of memory" : "fastpath_grant: out of memory"); return NULL; }
   return fp_bool(env, granted != 0);
 }
 
@@ -395,62 +367,53 @@ napi_value fp_reclaim (napi_env env, napi_callback_info info) {
   pthread_mutex_lock(&fp_open_lock);
   before = fp_credit_count;
   fp_credit_gen++;  // even with no list to empty: a slot on its way back to one goes to JS
-  pthread_mutex_unlock(&fp_open_lock);
-  for (size_t i = 0; i < FP_HOME_BUCKETS; i++) {
-    for (fp_home_t *e = fp_homes[i]; e != NULL; e = e->next) if (e->credits != NULL || e->ccredits != NULL) fp_return_credits(e);
+  for (size_t i = 0; i < FP_HOME_BUCKETS && fp_credit_count > 0; i++) {
+    for (fp_home_t *e = fp_homes[i]; e != NULL; e = e->next) {
+      fp_return_list_locked(&e->credits, HOMESFS_REC_UNUSED);
+      fp_return_list_locked(&e->ccredits, HOMESFS_REC_UNUSED_CREATE);
+    }
   }
+  pthread_mutex_unlock(&fp_open_lock);
   pthread_rwlock_unlock(&fp_lock);
   napi_value out;
   napi_create_uint32(env, before, &out);
   return out;
 }
 
+// The queue for JS taken whole (oldest first), and given back in front of
+// what was queued since: what fastpath_take_opens does (hq_take_to_js), for
+// the unit tests, which take it without N-API.
+hq_t fp_opens_take (void) {
+  pthread_mutex_lock(&fp_open_lock);
+  hq_t taken = hq_take(&fp_opens);
+  pthread_mutex_unlock(&fp_open_lock);
+  return taken;
+}
+
+void fp_opens_put_back (hq_t taken) {
+  pthread_mutex_lock(&fp_open_lock);
+  hq_put_back(&fp_opens, taken);
+  pthread_mutex_unlock(&fp_open_lock);
+}
+
+static void fp_open_fill (hq_link_t *l, void *data, uint32_t i) {
+  fp_open_rec_t *e = fp_rec(l);
+  uint64_t *d = (uint64_t *) data + 7 * (size_t) i;
+  // JS counts it from here (it publishes its files before it answers anything else).
+  fp_dh_give(e);
+  d[0] = e->kind;
+  d[1] = e->fh;
+  d[2] = (uint64_t) (e->fd < 0 ? 0 : e->fd);
+  d[3] = e->published;
+  d[4] = e->dev;
+  d[5] = e->ino;
+  d[6] = e->oflags;
+}
+
 // fastpath_take_opens() -> BigUint64Array [kind, fh, fd, published, dev, ino, oflags, ...]
 // (kind 1: opened here, adopt it; 2: a slot given back unused; 3: created here,
 // adopt it and commit its inode; 4: a create slot given back), oldest first; null when none.
 napi_value fp_take_opens (napi_env env, napi_callback_info info) {
-  pthread_mutex_lock(&fp_open_lock);
-  fp_open_rec_t *list = fp_opens;
-  fp_open_rec_t **tail = fp_opens_tail;
-  uint32_t n = fp_open_queued;
-  fp_opens = NULL;
-  fp_opens_tail = &fp_opens;
-  fp_open_queued = 0;
-  pthread_mutex_unlock(&fp_open_lock);
-  napi_value out;
-  if (n == 0) {
-    napi_get_null(env, &out);
-    return out;
-  }
-  napi_value ab;
-  void *data = NULL;
-  if (napi_create_arraybuffer(env, (size_t) n * 7 * sizeof(uint64_t), &data, &ab) != napi_ok ||
-      napi_create_typedarray(env, napi_biguint64_array, (size_t) n * 7, ab, 0, &out) != napi_ok) {
-    // Never drop one (a handle or a slot would be lost): back in front, for the next call.
-    pthread_mutex_lock(&fp_open_lock);
-    *tail = fp_opens;
-    if (fp_opens == NULL) fp_opens_tail = tail;
-    fp_opens = list;
-    fp_open_queued += n;
-    pthread_mutex_unlock(&fp_open_lock);
-    napi_get_null(env, &out);
-    return out;
-  }
-  uint64_t *d = (uint64_t *) data;
-  uint32_t i = 0;
-  for (fp_open_rec_t *e = list; e != NULL; i++) {
-    fp_open_rec_t *next = e->next;
-    // JS counts it from here (it publishes its files before it answers anything else).
-    fp_dh_give(e);
-    d[7 * i] = e->kind;
-    d[7 * i + 1] = e->fh;
-    d[7 * i + 2] = (uint64_t) (e->fd < 0 ? 0 : e->fd);
-    d[7 * i + 3] = e->published;
-    d[7 * i + 4] = e->dev;
-    d[7 * i + 5] = e->ino;
-    d[7 * i + 6] = e->oflags;
-    free(e);
-    e = next;
-  }
-  return out;
+  fp_reap();
+  return hq_take_to_js(env, &fp_opens, &fp_open_lock, napi_biguint64_array, sizeof(uint64_t), 7, fp_open_fill);
 }

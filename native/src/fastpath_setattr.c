@@ -1,7 +1,10 @@
 // UTIMENS, CHMOD and CHOWN by path in a home JS published them for
-// (fastpath_set_attr_ops). Each runs under fp_lock's read lock, from the walk
-// to the change; the home's flags change only under the write lock, so none
-// is past its check with flags JS has since withdrawn.
+// (fastpath_set_attr_ops). Each pins its home from its check to its change
+// and decides from the flags and masks it pinned; a change of them returns
+// only once no op that pinned the old ones is still running (fp_home_change),
+// so none is past its check with flags JS has since withdrawn. No lock is
+// held across the syscalls (a chmod on a frozen backing holds up this home's
+// changes, nothing else).
 
 #include "fastpath_internal.h"
 
@@ -26,84 +29,77 @@ uint64_t fp_sfallbacks = 0;  // utimens and chmod (only counted in homes JS open
 // any other stays JS's (it is logged and counted).
 // chown (profile chown: allow): lchown of the name, as JS does.
 
-// The home published for `want`, and the parent directory of the last
-// component of `rel` (its own O_PATH descriptor, or the home's): 0, or
-// fallback. Leaves the read lock held on success.
-static int fp_attr_begin (const char *path, uint32_t want, fp_home_t **home_out, int *pfd_out, const char **name_out) {
+// The home published for `want`, pinned, and the parent directory of the
+// last component of `rel` (its own O_PATH descriptor, or the home's): 0, or
+// fallback (nothing held).
+static int fp_attr_begin (const char *path, uint32_t want, fp_pin_t *pin, int *pfd_out, const char **name_out) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
   if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   const char *last_slash = strrchr(rel, '/');
-  uint32_t h = fp_hash(path, plen);
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_home_t *home = fp_find_home(path, plen, h);
-  if (home == NULL || (home->attr_flags & want) == 0) { pthread_rwlock_unlock(&fp_lock); return HOMESFS_FASTPATH_FALLBACK; }
-  if (!fp_components_ok(rel, home->max_name)) {
-    pthread_rwlock_unlock(&fp_lock);
-    __atomic_add_fetch(&fp_sfallbacks, 1, __ATOMIC_RELAXED);
-    return HOMESFS_FASTPATH_FALLBACK;
-  }
-  int pfd = fp_open_parent(home->fd, rel, last_slash);
+  if (!fp_pin(path, plen, rel, pin)) return HOMESFS_FASTPATH_FALLBACK;
+  if ((pin->pol.attr_flags & want) == 0) { fp_unpin(pin); return HOMESFS_FASTPATH_FALLBACK; }
+  int pfd = pin->names_ok ? fp_open_parent(pin->home->fd, rel, last_slash) : -1;
   if (pfd < 0) {
-    pthread_rwlock_unlock(&fp_lock);
+    fp_unpin(pin);
     __atomic_add_fetch(&fp_sfallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
-  *home_out = home;
   *pfd_out = pfd;
   *name_out = last_slash ? last_slash + 1 : rel;
   return 0;
 }
 
-static int fp_attr_end (fp_home_t *home, int pfd, int done, uint64_t *counter) {
-  if (pfd != home->fd) close(pfd);
-  pthread_rwlock_unlock(&fp_lock);
+static int fp_attr_end (fp_pin_t *pin, int pfd, int done, uint64_t *counter) {
+  if (pfd != pin->home->fd) close(pfd);
+  fp_unpin(pin);
   __atomic_add_fetch(done ? counter : &fp_sfallbacks, 1, __ATOMIC_RELAXED);
   return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
 }
 
 int homesfs_fastpath_utimens (const char *path, const struct timespec tv[2]) {
-  fp_home_t *home;
+  fp_pin_t pin;
   int pfd;
   const char *name;
-  if (fp_attr_begin(path, HOMESFS_ATTR_UTIMENS, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  if (fp_attr_begin(path, HOMESFS_ATTR_UTIMENS, &pin, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
   // The node must be on the home's device, as every node JS touches.
   struct stat st;
-  int done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == home->dev &&
+  int done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == pin.home->dev &&
              utimensat(pfd, name, tv, AT_SYMLINK_NOFOLLOW) == 0;
-  return fp_attr_end(home, pfd, done, &fp_tanswered);
+  return fp_attr_end(&pin, pfd, done, &fp_tanswered);
 }
 
 int homesfs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
-  fp_home_t *home;
+  fp_pin_t pin;
   int pfd;
   const char *name;
-  if (fp_attr_begin(path, HOMESFS_ATTR_CHOWN_OWNER | HOMESFS_ATTR_CHOWN_ALLOW, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  if (fp_attr_begin(path, HOMESFS_ATTR_CHOWN_OWNER | HOMESFS_ATTR_CHOWN_ALLOW, &pin, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_t *home = pin.home;
   int done = 0;
-  if ((home->attr_flags & HOMESFS_ATTR_CHOWN_ALLOW) != 0) {
+  if ((pin.pol.attr_flags & HOMESFS_ATTR_CHOWN_ALLOW) != 0) {
     done = fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0;
   } else if ((uid == UINT32_MAX || uid == home->uid) && (gid == UINT32_MAX || gid == home->gid)) {
     struct stat st;
     done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == home->dev;
   }
-  return fp_attr_end(home, pfd, done, &fp_oanswered_chown);
+  return fp_attr_end(&pin, pfd, done, &fp_oanswered_chown);
 }
 
 int homesfs_fastpath_chmod (const char *path, uint32_t mode) {
-  fp_home_t *home;
+  fp_pin_t pin;
   int pfd;
   const char *name;
-  if (fp_attr_begin(path, HOMESFS_ATTR_CHMOD, &home, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  if (fp_attr_begin(path, HOMESFS_ATTR_CHMOD, &pin, &pfd, &name) != 0) return HOMESFS_FASTPATH_FALLBACK;
   int done = 0;
   int node = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
-  if (node >= 0 && fstat(node, &st) == 0 && (uint64_t) st.st_dev == home->dev) {
+  if (node >= 0 && fstat(node, &st) == 0 && (uint64_t) st.st_dev == pin.home->dev) {
     if (S_ISLNK(st.st_mode)) {
       done = 1; // Linux has no symlink modes: JS answers success and changes nothing
     } else {
-      uint32_t want = mode & home->chmod_m;
-      if (want == ((uint32_t) st.st_mode & home->chmod_k)) {
+      uint32_t want = mode & pin.pol.chmod_m;
+      if (want == ((uint32_t) st.st_mode & pin.pol.chmod_k)) {
         done = 1;
       } else {
         // chmod through the O_PATH descriptor's magic link acts on that inode, never on a name.
@@ -114,40 +110,43 @@ int homesfs_fastpath_chmod (const char *path, uint32_t mode) {
     }
   }
   if (node >= 0) close(node);
-  return fp_attr_end(home, pfd, done, &fp_canswered);
+  return fp_attr_end(&pin, pfd, done, &fp_canswered);
+}
+
+struct fp_attr_change { uint32_t flags, m, k; };
+
+static void fp_change_attr_ops (fp_home_t *e, void *arg) {
+  const struct fp_attr_change *c = arg;
+  e->pol.attr_flags = c->flags;
+  e->pol.chmod_m = c->m;
+  e->pol.chmod_k = c->k;
+}
+
+int fp_home_set_attr_ops (const char *prefix, size_t n, double token, uint32_t flags, uint32_t m, uint32_t k) {
+  struct fp_attr_change c = { flags, m, k };
+  return fp_home_change(prefix, n, token, fp_change_attr_ops, &c);
 }
 
 // fastpath_set_attr_ops(prefix, token, flags, chmodM, chmodK) -> set? UTIMENS
 // (flags & 1), CHMOD (flags & 2: new mode = asked & chmodM, unchanged when
 // equal to current & chmodK) and CHOWN (flags & 4: owner-only's no-op; 8:
-// allow's lchown) by path answered here, or not (0). Returns once
-// none of that home is past its checks with the old flags (the write lock).
+// allow's lchown) by path answered here, or not (0). Returns once none of
+// that home is past its checks with the old flags (fp_home_change).
 napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
-  size_t argc = 5;
   napi_value argv[5];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 5) FP_THROW("fastpath_set_attr_ops: 5 arguments");
   size_t plen = 0;
   double token = -1;
   uint32_t flags = 0, m = 0, k = 0;
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok ||
-      napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0 || (flags & 12u) == 12u ||
+  const char *usage = "fastpath_set_attr_ops: (prefix, token, flags 0..15 (not both chown kinds), chmodM, chmodK)";
+  char *prefix = fp_prefix_token(env, info, 5, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0 || (flags & 12u) == 12u ||
       napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
       napi_get_value_uint32(env, argv[4], &k) != napi_ok || (k & ~07777u) != 0) {
     free(prefix);
-    FP_THROW("fastpath_set_attr_ops: (prefix, token, flags 0..15 (not both chown kinds), chmodM, chmodK)");
+    FP_THROW(usage);
   }
-  int set = 0;
-  uint32_t h = fp_hash(prefix, plen);
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token) {
-    e->attr_flags = flags;
-    e->chmod_m = m;
-    e->chmod_k = k;
-    set = 1;
-  }
-  pthread_rwlock_unlock(&fp_lock);
+  int set = fp_home_set_attr_ops(prefix, plen, token, flags, m, k);
   free(prefix);
   return fp_bool(env, set != 0);
 }

@@ -4,10 +4,13 @@
 // helpers every op shares, the policy generation, and JS's publication into
 // them (fastpath_set_home, _remove_home, _set_mutable, _inode, _inode_size,
 // _set_handle, _remove_handle, _set_reserved, _enable, _clear).
-// Invariants: a table changes, and an entry is freed, only under the write
-// lock; a home's descriptor is C's own dup, closed only there; a home's
-// replacement or removal moves the policy generation and gives its slots
-// back to JS.
+// Invariants: a table changes only under the write lock, never held across a
+// syscall; an entry out of its table is freed by its last reference
+// (fastpath_refs.c); a home's descriptor is C's own dup, closed with it; a
+// home's replacement or removal moves the policy generation and gives its
+// slots back to JS at once, and returns once no native op of it is past its
+// checks (fp_drain); a change in place returns once no op that pinned it
+// before is (fp_home_change).
 
 #include "fastpath_internal.h"
 
@@ -121,6 +124,10 @@ int fp_openat2 (int dirfd, const char *rel, uint64_t flags) {
   memset(&how, 0, sizeof(how));
   how.flags = flags;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
+#ifdef HOMESFS_TEST_HOOKS
+  int fail = __atomic_load_n(&fp_test_openat2_errno, __ATOMIC_RELAXED);
+  if (fail != 0) { errno = fail; return -1; }
+#endif
   return (int) syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
 }
 
@@ -135,39 +142,177 @@ int fp_open_parent (int home_fd, const char *rel, const char *last_slash) {
   return pfd;
 }
 
-static void fp_drop_pending (fp_home_t *e) {
-  if (e->pending_ref != NULL) napi_delete_reference(e->env, e->pending_ref);
-  e->pending_ref = NULL;
-  e->pending = NULL;
+// ---- homes ------------------------------------------------------------------------
+
+// A home for prefix[0..plen) with its own dup of fd and one reference (the
+// table's, once published); the caller fills in the rest. NULL with errno.
+fp_home_t * fp_home_new (const char *prefix, size_t plen, int fd) {
+  fp_home_t *e = calloc(1, sizeof(*e));
+  char *p = malloc(plen + 1);
+  if (e == NULL || p == NULL) { free(e); free(p); errno = ENOMEM; return NULL; }
+  e->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (e->fd < 0) { int err = errno; free(e); free(p); errno = err; return NULL; }
+  memcpy(p, prefix, plen);
+  p[plen] = 0;
+  e->prefix = p;
+  e->prefix_len = plen;
+  e->hash = fp_hash(p, plen);
+  e->refs = 1;
+  __atomic_add_fetch(&fp_homes_alive, 1, __ATOMIC_RELAXED);
+  return e;
 }
 
-static void fp_free_home (fp_home_t *e) {
-  fp_return_credits(e);
-  fp_drop_pending(e);
-  close(e->fd);
-  free(e->prefix);
-  free(e);
-}
-
-// Under the write lock: unlink and free the entry for prefix (if token matches, or any with token < 0).
-static int fp_remove_locked (const char *prefix, size_t n, double token) {
+// Under the write lock: the entry for prefix taken out of the table (if token
+// matches, or any with token < 0), its slots back to JS. NULL: none.
+static fp_home_t * fp_home_take_locked (const char *prefix, size_t n, double token) {
   uint32_t h = fp_hash(prefix, n);
   fp_home_t **pp = &fp_homes[h % FP_HOME_BUCKETS];
   for (fp_home_t *e = *pp; e != NULL; pp = &e->next, e = e->next) {
     if (e->hash == h && e->prefix_len == n && memcmp(e->prefix, prefix, n) == 0) {
-      if (token >= 0 && e->token != token) return 0;
+      if (token >= 0 && e->token != token) return NULL;
       *pp = e->next;
-      fp_policy_moved_locked();
-      fp_free_home(e);
       fp_home_count--;
-      return 1;
+      fp_policy_moved_locked();
+      fp_return_credits(e);
+      return e;
     }
   }
-  return 0;
+  return NULL;
+}
+
+// A home taken out of the table: once no native op of it is past its checks,
+// the table's reference goes (the last pin's unpin frees it otherwise).
+static void fp_home_retire (fp_home_t *e) {
+  if (e == NULL) return;
+  fp_drain(e, 3);
+  fp_home_put(e);
+}
+
+// e (from fp_home_new) published, replacing whatever its prefix had.
+void fp_home_publish (fp_home_t *e) {
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_home_t *old = fp_home_take_locked(e->prefix, e->prefix_len, -1);
+  e->next = fp_homes[e->hash % FP_HOME_BUCKETS];
+  fp_homes[e->hash % FP_HOME_BUCKETS] = e;
+  fp_home_count++;
+  pthread_rwlock_unlock(&fp_lock);
+  fp_home_retire(old);
+}
+
+int fp_home_remove (const char *prefix, size_t n, double token) {
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_home_t *e = fp_home_take_locked(prefix, n, token);
+  pthread_rwlock_unlock(&fp_lock);
+  fp_home_retire(e);
+  return e != NULL;
+}
+
+// Serialises the changes in place: each waits for the pins of the epoch
+// before its own flip, which must not be the one the next flip reuses.
+static pthread_mutex_t fp_flip_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// change(e, arg) on the home published for (prefix, token), under the write
+// lock: 1, once no native op that pinned the home before the change is past
+// its checks (they decide from their copy of the old pol); 0: no such home.
+int fp_home_change (const char *prefix, size_t n, double token, void (*change) (fp_home_t *e, void *arg), void *arg) {
+  uint32_t h = fp_hash(prefix, n);
+  pthread_mutex_lock(&fp_flip_lock);
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, n, h);
+  uint32_t before = 0;
+  if (e != NULL && e->token == token) {
+    change(e, arg);
+    before = e->epoch & 1;
+    e->epoch++;
+    fp_home_get(e);
+  } else {
+    e = NULL;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  if (e != NULL) {
+    fp_drain(e, 1u << before);
+    fp_home_put(e);
+  }
+  pthread_mutex_unlock(&fp_flip_lock);
+  return e != NULL;
+}
+
+struct fp_pending_change { fp_acct_t *now, *was; };
+
+static void fp_change_pending (fp_home_t *e, void *arg) {
+  struct fp_pending_change *c = arg;
+  // Creates need a mutable home (a rescan walks a still tree): made immutable, its create slots go back.
+  if (c->now == NULL) fp_return_create_credits(e);
+  c->was = e->pol.pending;
+  e->pol.pending = c->now;
+}
+
+// The home's pending array (a: its holder, whose reference the home takes
+// over), or NULL: C may not unlink (nor create) there. 0: no such home.
+int fp_home_set_pending (const char *prefix, size_t n, double token, fp_acct_t *a) {
+  struct fp_pending_change c = { a, NULL };
+  if (!fp_home_change(prefix, n, token, fp_change_pending, &c)) {
+    fp_acct_put(a);
+    return 0;
+  }
+  // Made immutable: every native unlink and create that saw the home mutable
+  // has finished (fp_home_change waited for their pins; a create holds its pin
+  // until its record is queued), so the caller's next settle adopts every file
+  // made in the home before now. And writes decided here that took byte credit
+  // before JS took it back (the caller did, ledger.ts reclaimBytes): once they
+  // have settled, every byte they added is in the array for the ledger's next takePending.
+  if (a == NULL && c.was != NULL && c.was->len >= HOMESFS_ACCT_LEN) fp_wl_wait_home(c.was->data);
+  fp_acct_put(c.was);
+  return 1;
+}
+
+// Every home, open inode and handle dropped (shutdown, tests). A lazily
+// unmounted mount may still serve: nothing waits for a home's pins here (the
+// last one frees it) nor for a write ticket's inode (the same); only for an
+// fgetattr using a handle's descriptor, which its owner closes after.
+void fp_clear_all (void) {
+  fp_home_t *homes = NULL;
+  fp_inode_t *inodes = NULL;
+  fp_handle_t *handles = NULL;
+  pthread_rwlock_wrlock(&fp_lock);
+  for (size_t i = 0; i < FP_HOME_BUCKETS; i++) {
+    while (fp_homes[i] != NULL) {
+      fp_home_t *e = fp_homes[i];
+      fp_homes[i] = e->next;
+      fp_return_credits(e);
+      e->next = homes;
+      homes = e;
+    }
+  }
+  if (homes != NULL) fp_policy_moved_locked();
+  for (size_t i = 0; i < FP_INODE_BUCKETS; i++) {
+    while (fp_inodes[i] != NULL) {
+      fp_inode_t *e = fp_inodes[i];
+      fp_inodes[i] = e->next;
+      e->next = inodes;
+      inodes = e;
+    }
+  }
+  for (size_t i = 0; i < FP_HANDLE_BUCKETS; i++) {
+    while (fp_handles[i] != NULL) {
+      fp_handle_t *e = fp_handles[i];
+      fp_handles[i] = e->next;
+      e->next = handles;
+      handles = e;
+    }
+  }
+  fp_home_count = 0;
+  fp_inode_count = 0;
+  fp_handle_count = 0;
+  pthread_rwlock_unlock(&fp_lock);
+  while (homes != NULL) { fp_home_t *n = homes->next; fp_home_put(homes); homes = n; }
+  while (inodes != NULL) { fp_inode_t *n = inodes->next; fp_inode_put(inodes); inodes = n; }
+  while (handles != NULL) { fp_handle_t *n = handles->next; fp_handle_retire(handles); handles = n; }
 }
 
 // fastpath_set_home(prefix, fd, dev, uid, gid, ownerFromStat, maxName, types, masks: Uint32Array(32), token)
 napi_value fp_set_home (napi_env env, napi_callback_info info) {
+  fp_reap();
   size_t argc = 10;
   napi_value argv[10];
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 10) FP_THROW("fastpath_set_home: 10 arguments");
@@ -196,20 +341,15 @@ napi_value fp_set_home (napi_env env, napi_callback_info info) {
     free(prefix);
     FP_THROW("fastpath_set_home: bad arguments");
   }
-  fp_home_t *e = calloc(1, sizeof(*e));
-  if (e == NULL) { free(prefix); napi_throw_error(env, "ENOMEM", "fastpath_set_home: out of memory"); return NULL; }
-  // C's own descriptor: closed only here, under the write lock.
-  e->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (e->fd < 0) {
+  // C's own descriptor: closed with the home, at its last reference.
+  fp_home_t *e = fp_home_new(prefix, plen, fd);
+  free(prefix);
+  if (e == NULL) {
     int err = errno;
-    free(prefix); free(e);
-    napi_throw_error(env, err == EBADF ? "EBADF" : "EMFILE", "fastpath_set_home: cannot dup the home descriptor");
+    napi_throw_error(env, err == ENOMEM ? "ENOMEM" : err == EBADF ? "EBADF" : "EMFILE", err == ENOMEM ? "fastpath_set_home: out of memory" : "fastpath_set_home: cannot dup the home descriptor");
     return NULL;
   }
   const uint32_t *m = (const uint32_t *) data;
-  e->prefix = prefix;
-  e->prefix_len = plen;
-  e->hash = fp_hash(prefix, plen);
   e->dev = dev;
   e->uid = uid;
   e->gid = gid;
@@ -218,46 +358,38 @@ napi_value fp_set_home (napi_env env, napi_callback_info info) {
   e->types = types & 0xffff;
   for (int i = 0; i < 16; i++) { e->keep[i] = m[i] & 07777; e->or[i] = m[16 + i] & 07777; }
   e->token = token;
-  pthread_rwlock_wrlock(&fp_lock);
-  if (fp_remove_locked(prefix, plen, -1) == 0) { /* new */ }
-  e->next = fp_homes[e->hash % FP_HOME_BUCKETS];
-  fp_homes[e->hash % FP_HOME_BUCKETS] = e;
-  fp_home_count++;
-  pthread_rwlock_unlock(&fp_lock);
+  fp_home_publish(e);
   return NULL;
 }
 
-// fastpath_remove_home(prefix, token) -> removed? (token < 0: whatever is published)
+// fastpath_remove_home(prefix, token) -> removed? (token < 0: whatever is
+// published). Returns once no native op of it is past its checks.
 napi_value fp_remove_home (napi_env env, napi_callback_info info) {
-  size_t argc = 2;
+  fp_reap();
   napi_value argv[2];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2) FP_THROW("fastpath_remove_home: 2 arguments");
   size_t plen = 0;
   double token = -1;
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok) { free(prefix); FP_THROW("fastpath_remove_home: bad arguments"); }
-  pthread_rwlock_wrlock(&fp_lock);
-  int removed = fp_remove_locked(prefix, plen, token);
-  pthread_rwlock_unlock(&fp_lock);
+  char *prefix = fp_prefix_token(env, info, 2, argv, &plen, &token, "fastpath_remove_home: (prefix, token)");
+  if (prefix == NULL) return NULL;
+  int removed = fp_home_remove(prefix, plen, token);
   free(prefix);
   return fp_bool(env, removed != 0);
 }
 
 // fastpath_set_mutable(prefix, token, pending: BigInt64Array(2) | null) -> set?
 // pending: C may unlink in that home and adds what leaves it there; null: C
-// may not (returns once no native unlink of that home is in flight: the write lock).
+// may not (returns once no native unlink or create of that home is in flight,
+// and no write decided here with its array).
 napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
-  size_t argc = 3;
+  fp_reap();
   napi_value argv[3];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3) FP_THROW("fastpath_set_mutable: 3 arguments");
   size_t plen = 0;
   double token = -1;
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok) { free(prefix); FP_THROW("fastpath_set_mutable: bad arguments"); }
+  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, "fastpath_set_mutable: (prefix, token, pending)");
+  if (prefix == NULL) return NULL;
   napi_valuetype t = napi_undefined;
   napi_typeof(env, argv[2], &t);
-  int64_t *data = NULL;
-  size_t data_len = 0;
+  fp_acct_t *a = NULL;
   if (t != napi_null) {
     napi_typedarray_type tt;
     size_t len = 0, off = 0;
@@ -267,45 +399,12 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
       free(prefix);
       FP_THROW("fastpath_set_mutable: pending is a BigInt64Array of 2, or null");
     }
-    data = (int64_t *) d;
-    data_len = len;
+    a = fp_acct_of_js(env, argv[2], (int64_t *) d, len);
+    if (a == NULL) { free(prefix); return NULL; }
   }
-  napi_ref ref = NULL;
-  if (data != NULL && napi_create_reference(env, argv[2], 1, &ref) != napi_ok) { free(prefix); FP_THROW("fastpath_set_mutable: cannot keep the array"); }
-  int set = 0;
-  int64_t *was = NULL;
-  size_t was_len = 0;
-  uint32_t h = fp_hash(prefix, plen);
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_home_t *e = fp_find_home(prefix, plen, h);
-  if (e != NULL && e->token == token) {
-    // Creates need a mutable home (a rescan walks a still tree): made immutable, its create slots go back.
-    if (data == NULL) fp_return_create_credits(e);
-    was = e->pending;
-    was_len = e->pending_len;
-    fp_drop_pending(e);
-    e->pending = data;
-    e->pending_len = data != NULL ? data_len : 0;
-    e->pending_ref = ref;
-    e->env = env;
-    ref = NULL;
-    set = 1;
-  }
-  pthread_rwlock_unlock(&fp_lock);
-  // Made immutable: a create that passed its check before is finishing (it
-  // needs the write lock to register): wait until it is queued for JS, so the
-  // caller's next settle adopts every file made in the home before now.
-  if (data == NULL) {
-    pthread_mutex_lock(&fp_open_lock);
-    while (fp_creates_inflight > 0) pthread_cond_wait(&fp_creates_done, &fp_open_lock);
-    pthread_mutex_unlock(&fp_open_lock);
-    // And writes decided here that took byte credit before JS took it back
-    // (the caller did, ledger.ts reclaimBytes): once they have settled, every
-    // byte they added is in the array for the ledger's next takePending.
-    if (was != NULL && was_len >= HOMESFS_ACCT_LEN) fp_wl_wait_home(was);
-  }
-  if (ref != NULL) napi_delete_reference(env, ref);
+  int set = fp_home_set_pending(prefix, plen, token, a);
   free(prefix);
+  fp_reap();
   return fp_bool(env, set != 0);
 }
 
@@ -333,8 +432,64 @@ napi_value fp_inode_size (napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// ---- inodes open in JS ----------------------------------------------------------
+
+// Under the write lock: the inode counted open once more, *fresh (calloc'ed,
+// maybe with its size and delegation set) entered for it if it had no record
+// (then *fresh is NULL: the table has it).
+void fp_inode_add_locked (uint64_t dev, uint64_t ino, fp_inode_t **fresh) {
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    e->count++;
+    return;
+  }
+  e = *fresh;
+  *fresh = NULL;
+  e->dev = dev;
+  e->ino = ino;
+  e->count = 1;
+  e->refs = 1;
+  uint32_t b = fp_inode_bucket(dev, ino);
+  e->next = fp_inodes[b];
+  fp_inodes[b] = e;
+  fp_inode_count++;
+}
+
+// Under the write lock: the inode counted open once less; its record, taken
+// out of the table, when that was the last count (for fp_inode_put after the lock).
+fp_inode_t * fp_inode_drop_locked (uint64_t dev, uint64_t ino) {
+  fp_inode_t **pp = &fp_inodes[fp_inode_bucket(dev, ino)];
+  for (fp_inode_t *e = *pp; e != NULL; pp = &e->next, e = e->next) {
+    if (e->dev != dev || e->ino != ino) continue;
+    if (--e->count > 0) return NULL;
+    *pp = e->next;
+    fp_inode_count--;
+    return e;
+  }
+  return NULL;
+}
+
+// JS's inode(+1 | -1): 0, or -ENOMEM. Counted open, the inode's native
+// unlink past its open check (if one is) is waited out: the caller's nlink
+// read (attachInode) comes after its removal, so it either saw the inode open
+// or removed the name before that read.
+int fp_inode_delta (uint64_t dev, uint64_t ino, int delta) {
+  fp_inode_t *fresh = delta > 0 ? calloc(1, sizeof(*fresh)) : NULL;
+  if (delta > 0 && fresh == NULL) return -ENOMEM;
+  fp_inode_t *gone = NULL;
+  pthread_rwlock_wrlock(&fp_lock);
+  if (delta > 0) fp_inode_add_locked(dev, ino, &fresh);
+  else gone = fp_inode_drop_locked(dev, ino);
+  pthread_rwlock_unlock(&fp_lock);
+  free(fresh);
+  fp_inode_put(gone);
+  if (delta > 0) fp_unlinking_wait(dev, ino);
+  return 0;
+}
+
 // fastpath_inode(dev, ino, delta): delta +1 when JS starts tracking an open inode, -1 when it stops.
 napi_value fp_inode (napi_env env, napi_callback_info info) {
+  fp_reap();
   size_t argc = 3;
   napi_value argv[3];
   uint64_t dev = 0, ino = 0;
@@ -344,35 +499,13 @@ napi_value fp_inode (napi_env env, napi_callback_info info) {
       napi_get_value_int32(env, argv[2], &delta) != napi_ok || (delta != 1 && delta != -1)) {
     FP_THROW("fastpath_inode: (dev, ino, +1|-1)");
   }
-  fp_inode_t *fresh = delta > 0 ? calloc(1, sizeof(*fresh)) : NULL;
-  if (delta > 0 && fresh == NULL) { napi_throw_error(env, "ENOMEM", "fastpath_inode: out of memory"); return NULL; }
-  fp_inode_t *gone = NULL;
-  uint32_t b = fp_inode_bucket(dev, ino);
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_inode_t **pp = &fp_inodes[b];
-  fp_inode_t *e = *pp;
-  for (; e != NULL; pp = &e->next, e = e->next) if (e->dev == dev && e->ino == ino) break;
-  if (delta > 0) {
-    if (e != NULL) {
-      e->count++;
-    } else {
-      fresh->dev = dev; fresh->ino = ino; fresh->count = 1;
-      fresh->next = fp_inodes[b];
-      fp_inodes[b] = fresh;
-      fp_inode_count++;
-      fresh = NULL;
-    }
-  } else if (e != NULL && --e->count == 0) {
-    *pp = e->next;
-    gone = e;
-    fp_inode_count--;
-  }
-  pthread_rwlock_unlock(&fp_lock);
-  free(fresh);
-  free(gone);
+  if (fp_inode_delta(dev, ino, delta) != 0) napi_throw_error(env, "ENOMEM", "fastpath_inode: out of memory");
   return NULL;
 }
 
+// ---- handles ------------------------------------------------------------------------
+
+// Under the write lock: the handle fh taken out of the table (for fp_handle_retire after the lock), or NULL.
 fp_handle_t * fp_unlink_handle_locked (uint64_t fh) {
   fp_handle_t **pp = &fp_handles[fh % FP_HANDLE_BUCKETS];
   for (fp_handle_t *e = *pp; e != NULL; pp = &e->next, e = e->next) {
@@ -383,6 +516,25 @@ fp_handle_t * fp_unlink_handle_locked (uint64_t fh) {
     }
   }
   return NULL;
+}
+
+// e published for fgetattr, replacing whatever fh had (retired: once no fgetattr uses it).
+void fp_handle_publish (fp_handle_t *e) {
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_handle_t *old = fp_unlink_handle_locked(e->fh);
+  e->next = fp_handles[e->fh % FP_HANDLE_BUCKETS];
+  fp_handles[e->fh % FP_HANDLE_BUCKETS] = e;
+  fp_handle_count++;
+  pthread_rwlock_unlock(&fp_lock);
+  fp_handle_retire(old);
+}
+
+// fh no longer published: on return no fgetattr uses its descriptor.
+void fp_handle_remove (uint64_t fh) {
+  pthread_rwlock_wrlock(&fp_lock);
+  fp_handle_t *old = fp_unlink_handle_locked(fh);
+  pthread_rwlock_unlock(&fp_lock);
+  fp_handle_retire(old);
 }
 
 // fastpath_set_handle(fh, fd, uid, gid, ownerFromStat, types, masks: Uint32Array(32)): publish or replace.
@@ -416,13 +568,7 @@ napi_value fp_set_handle (napi_env env, napi_callback_info info) {
   e->owner_from_stat = from_stat ? 1 : 0;
   e->types = types & 0xffff;
   for (int i = 0; i < 16; i++) { e->keep[i] = m[i] & 07777; e->or[i] = m[16 + i] & 07777; }
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_handle_t *old = fp_unlink_handle_locked(fh);
-  e->next = fp_handles[fh % FP_HANDLE_BUCKETS];
-  fp_handles[fh % FP_HANDLE_BUCKETS] = e;
-  fp_handle_count++;
-  pthread_rwlock_unlock(&fp_lock);
-  free(old);
+  fp_handle_publish(e);
   return NULL;
 }
 
@@ -434,10 +580,7 @@ napi_value fp_remove_handle (napi_env env, napi_callback_info info) {
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_uint32(env, argv[0], &fh) != napi_ok) {
     FP_THROW("fastpath_remove_handle: a handle number");
   }
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_handle_t *old = fp_unlink_handle_locked(fh);
-  pthread_rwlock_unlock(&fp_lock);
-  free(old);
+  fp_handle_remove(fh);
   return NULL;
 }
 
@@ -485,25 +628,7 @@ napi_value fp_enable (napi_env env, napi_callback_info info) {
 
 // fastpath_clear(): every home and open inode dropped (shutdown, tests).
 napi_value fp_clear (napi_env env, napi_callback_info info) {
-  pthread_rwlock_wrlock(&fp_lock);
-  for (size_t i = 0; i < FP_HOME_BUCKETS; i++) {
-    fp_home_t *e = fp_homes[i];
-    fp_homes[i] = NULL;
-    while (e != NULL) { fp_home_t *n = e->next; fp_free_home(e); e = n; }
-  }
-  for (size_t i = 0; i < FP_INODE_BUCKETS; i++) {
-    fp_inode_t *e = fp_inodes[i];
-    fp_inodes[i] = NULL;
-    while (e != NULL) { fp_inode_t *n = e->next; free(e); e = n; }
-  }
-  for (size_t i = 0; i < FP_HANDLE_BUCKETS; i++) {
-    fp_handle_t *e = fp_handles[i];
-    fp_handles[i] = NULL;
-    while (e != NULL) { fp_handle_t *n = e->next; free(e); e = n; }
-  }
-  fp_home_count = 0;
-  fp_inode_count = 0;
-  fp_handle_count = 0;
-  pthread_rwlock_unlock(&fp_lock);
+  fp_clear_all();
+  fp_reap();
   return NULL;
 }

@@ -2,10 +2,11 @@
 // charged size JS handed over, and JS's side of the hand-over
 // (fastpath_wl_delegate, _wl_revoke, _wl_size, _set_write_credit).
 // Invariants: an inode's deleg/busy/acct change under fp_wlock, taken inside
-// fp_lock's read lock so the inode is alive (wl_end excepted: the write's own
-// handle keeps its inode tracked until the kernel's RELEASE); at most one
-// write decided here is in flight per inode (busy), and JS takes an inode
-// back only once none is.
+// fp_lock's read lock so the inode is in its table (wl_end excepted: its
+// ticket holds a reference of the inode record and of the accounting array,
+// so neither is freed under it, whatever JS or fastpath_clear did meanwhile);
+// at most one write decided here is in flight per inode (busy), and JS takes
+// an inode back only once none is.
 
 #include "fastpath_internal.h"
 
@@ -44,7 +45,8 @@ int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint3
   fp_inode_t *e = fp_find_inode(dev, ino);
   if (e != NULL) {
     pthread_mutex_lock(&fp_wlock);
-    int64_t *acct = e->acct;
+    fp_acct_t *held = e->acct;
+    int64_t *acct = held != NULL ? held->data : NULL;
     if (e->deleg == 1 && !e->busy && acct != NULL && e->has_size) {
       delegated = 1;
       uint64_t before = (uint64_t) fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
@@ -66,7 +68,11 @@ int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint3
         if (growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) after), __ATOMIC_RELEASE);
         e->busy = 1;
         __atomic_add_fetch(&acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+        // The ticket's references: wl_end writes into both after the locks are gone.
+        __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
+        fp_acct_get(held);
         t->inode = e;
+        t->acct_ref = held;
         t->acct = acct;
         t->before = before;
         t->start = start;
@@ -84,8 +90,7 @@ int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint3
 
 // The pwrite of a write begun above returned n (bytes, or -errno): charge
 // what landed, as writeAt does, and give back the rest of what was taken. The
-// inode is alive: the kernel releases a handle only after its writes were
-// answered, and JS drops an inode only after its last handle's release.
+// ticket's references keep the inode record and the array alive until here.
 void homesfs_fastpath_wl_end (homesfs_wl_ticket_t *t, int64_t n) {
   fp_inode_t *e = t->inode;
   pthread_mutex_lock(&fp_wlock);
@@ -104,6 +109,8 @@ void homesfs_fastpath_wl_end (homesfs_wl_ticket_t *t, int64_t n) {
   __atomic_sub_fetch(&t->acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
   pthread_cond_broadcast(&fp_wcond);
   pthread_mutex_unlock(&fp_wlock);
+  fp_acct_put(t->acct_ref);
+  fp_inode_put(e);
   if (n == (int64_t) t->len) __atomic_add_fetch(&fp_wdecided, 1, __ATOMIC_RELAXED);
 }
 
@@ -114,12 +121,58 @@ void fp_wl_wait_home (int64_t *acct) {
   pthread_mutex_unlock(&fp_wlock);
 }
 
+// C owns the charged size of (dev, ino) from now on (starting at size), its
+// growth decided from a's credit: 1; 0 when the inode is not tracked or a
+// write decided here is still in flight on it. The inode holds a reference of
+// a from then on (the caller's stays the caller's).
+int fp_wl_delegate_to (uint64_t dev, uint64_t ino, double size, fp_acct_t *a) {
+  int kept = 0;
+  fp_acct_t *was = NULL;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    pthread_mutex_lock(&fp_wlock);
+    if (!e->busy) {
+      __atomic_store_n(&e->size_bits, fp_double_bits(size), __ATOMIC_RELEASE);
+      __atomic_store_n(&e->has_size, 1, __ATOMIC_RELEASE);
+      if (e->acct != a) {
+        was = e->acct;
+        fp_acct_get(a);
+        e->acct = a;
+      }
+      e->deleg = 1;
+      kept = 1;
+    }
+    pthread_mutex_unlock(&fp_wlock);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  fp_acct_put(was);
+  return kept;
+}
+
+// The holder of the array at data: the inode's own when it already charges
+// that array (the common case: the same home's, handed over again), else a new one.
+static fp_acct_t * fp_acct_of_inode (uint64_t dev, uint64_t ino, const int64_t *data) {
+  fp_acct_t *a = NULL;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    pthread_mutex_lock(&fp_wlock);
+    if (e->acct != NULL && e->acct->data == data) { a = e->acct; fp_acct_get(a); }
+    pthread_mutex_unlock(&fp_wlock);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  return a;
+}
+
 // fastpath_wl_delegate(dev, ino, size, acct: BigInt64Array(8)) -> kept?
 // From now on C owns the inode's charged size (starting at size) and decides
-// the growth of its writes from acct's credit. Only for an inode JS tracks
-// and has taken back (or never handed over): JS calls it at the end of its
-// own size change, so no write decided here is in flight on it.
+// the growth of its writes from acct's credit, which it keeps a reference of.
+// Only for an inode JS tracks and has taken back (or never handed over): JS
+// calls it at the end of its own size change, so no write decided here is in
+// flight on it.
 napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
+  fp_reap();
   size_t argc = 4;
   napi_value argv[4];
   uint64_t dev = 0, ino = 0;
@@ -134,34 +187,18 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
       napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < HOMESFS_ACCT_LEN) {
     FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
   }
-  int kept = 0;
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_inode_t *e = fp_find_inode(dev, ino);
-  if (e != NULL) {
-    pthread_mutex_lock(&fp_wlock);
-    if (!e->busy) {
-      __atomic_store_n(&e->size_bits, fp_double_bits(size), __ATOMIC_RELEASE);
-      __atomic_store_n(&e->has_size, 1, __ATOMIC_RELEASE);
-      e->acct = (int64_t *) d;
-      e->deleg = 1;
-      kept = 1;
-    }
-    pthread_mutex_unlock(&fp_wlock);
-  }
-  pthread_rwlock_unlock(&fp_lock);
+  fp_acct_t *a = fp_acct_of_inode(dev, ino, (int64_t *) d);
+  if (a == NULL && (a = fp_acct_of_js(env, argv[3], (int64_t *) d, len)) == NULL) return NULL;
+  int kept = fp_wl_delegate_to(dev, ino, size, a);
+  fp_acct_put(a);
+  fp_reap();
   return fp_bool(env, kept != 0);
 }
 
-// fastpath_wl_revoke(dev, ino) -> the charged size, now JS's again; -1: a
-// write decided here is still in flight (no new one starts: ask again soon);
-// -2: the inode is not tracked or was not handed over.
-napi_value fp_wl_revoke (napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  uint64_t dev = 0, ino = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 || !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino)) {
-    FP_THROW("fastpath_wl_revoke: (dev, ino)");
-  }
+// The charged size of (dev, ino), JS's again; -1: a write decided here is
+// still in flight (no new one starts: ask again soon); -2: the inode is not
+// tracked or was not handed over.
+double fp_wl_take_back (uint64_t dev, uint64_t ino) {
   double out_size = -2;
   pthread_rwlock_rdlock(&fp_lock);
   fp_inode_t *e = fp_find_inode(dev, ino);
@@ -179,8 +216,19 @@ napi_value fp_wl_revoke (napi_env env, napi_callback_info info) {
     pthread_mutex_unlock(&fp_wlock);
   }
   pthread_rwlock_unlock(&fp_lock);
+  return out_size;
+}
+
+// fastpath_wl_revoke(dev, ino) -> fp_wl_take_back's answer.
+napi_value fp_wl_revoke (napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  uint64_t dev = 0, ino = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 || !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino)) {
+    FP_THROW("fastpath_wl_revoke: (dev, ino)");
+  }
   napi_value out;
-  napi_create_double(env, out_size, &out);
+  napi_create_double(env, fp_wl_take_back(dev, ino), &out);
   return out;
 }
 
@@ -206,28 +254,26 @@ napi_value fp_wl_size (napi_env env, napi_callback_info info) {
   return out;
 }
 
+static void fp_change_write_credit (fp_home_t *e, void *arg) {
+  e->pol.wl_on = *(const int *) arg ? 1 : 0;
+}
+
+int fp_home_set_write_credit (const char *prefix, size_t n, double token, int on) {
+  return fp_home_change(prefix, n, token, fp_change_write_credit, &on);
+}
+
 // fastpath_set_write_credit(prefix, token, on) -> set? Files made here in
 // that home start handed over (their first writes decided here too).
 napi_value fp_set_write_credit (napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
   size_t plen = 0;
   double token = -1;
   bool on = false;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3) FP_THROW("fastpath_set_write_credit: 3 arguments");
-  char *prefix = fp_string(env, argv[0], &plen);
-  if (prefix == NULL || napi_get_value_double(env, argv[1], &token) != napi_ok || napi_get_value_bool(env, argv[2], &on) != napi_ok) {
-    free(prefix);
-    FP_THROW("fastpath_set_write_credit: (prefix, token, on)");
-  }
-  int set = 0;
-  pthread_rwlock_wrlock(&fp_lock);
-  fp_home_t *e = fp_find_home(prefix, plen, fp_hash(prefix, plen));
-  if (e != NULL && e->token == token) {
-    e->wl_on = on ? 1 : 0;
-    set = 1;
-  }
-  pthread_rwlock_unlock(&fp_lock);
+  const char *usage = "fastpath_set_write_credit: (prefix, token, on)";
+  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_bool(env, argv[2], &on) != napi_ok) { free(prefix); FP_THROW(usage); }
+  int set = fp_home_set_write_credit(prefix, plen, token, on);
   free(prefix);
   return fp_bool(env, set != 0);
 }

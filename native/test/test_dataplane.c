@@ -2,9 +2,20 @@
 // from C (homesfs_dp_publish_fd, as the native open does), read through
 // homesfs_dp_read from real files, unpublished while other threads read them
 // (AddressSanitizer reports an entry freed under a reader), and the deferred
-// RELEASE queue. dataplane.c is included for its statics; its Node calls
-// link to aborting stubs (stubs.c).
+// RELEASE queue. dataplane.c is included for its statics, its allocations
+// made through test_malloc (which fails on cue); its Node calls link to
+// aborting stubs (stubs.c).
+#include <stddef.h>
+void *test_malloc(size_t n);
+#define malloc test_malloc
 #include "../src/dataplane.c"
+#undef malloc
+extern void *malloc(size_t n);  // stdlib.h declared it under the other name
+static int fail_mallocs = 0;
+void *test_malloc(size_t n) {
+  if (fail_mallocs > 0) { fail_mallocs--; return NULL; }
+  return malloc(n);
+}
 #include <fcntl.h>
 #include <stdio.h>
 #include "harness.h"
@@ -169,18 +180,38 @@ TEST(unpublish_racing_reads_is_safe) {
 
 TEST(deferred_releases_queue_in_order_only_when_switched_on) {
   CHECK_EQ(homesfs_dp_release(5), 0);                 // off: JavaScript answers it
-  CHECK(dp_releases == NULL);
+  CHECK(dp_releases.head == NULL);
   __atomic_store_n(&dp_release_deferred, 1, __ATOMIC_RELEASE);
   for (uint64_t fh = 100; fh < 110; fh++) CHECK_EQ(homesfs_dp_release(fh), 1);
-  CHECK_EQ(dp_release_count, 10);
+  // No memory for the queue: JavaScript answers that one, nothing is queued.
+  fail_mallocs = 1;
+  CHECK_EQ(homesfs_dp_release(999), 0);
+  CHECK_EQ(hq_count(&dp_releases), 10);
+  // Taken whole (takeReleases), then given back (no memory for JavaScript's
+  // array) after two more came: the ten in front, in order, then the two.
+  hq_t taken = hq_take(&dp_releases);
+  CHECK_EQ(taken.n, 10);
+  CHECK_EQ(hq_count(&dp_releases), 0);
+  CHECK_EQ(homesfs_dp_release(110), 1);
+  CHECK_EQ(homesfs_dp_release(111), 1);
+  hq_put_back(&dp_releases, taken);
+  CHECK_EQ(hq_count(&dp_releases), 12);
   uint64_t want = 100;
   int in_order = 1;
-  for (dp_release_t *r = dp_releases; r != NULL; r = r->next) in_order &= r->fh == want++;
+  for (hq_link_t *l = dp_releases.head; l != NULL; l = l->next) in_order &= ((dp_release_t *) l)->fh == want++;
   CHECK(in_order);
-  CHECK_EQ(want, 110);
+  CHECK_EQ(want, 112);
+  // One pushed after the put back goes last.
+  CHECK_EQ(homesfs_dp_release(112), 1);
+  CHECK_EQ(((dp_release_t *) dp_releases.tail)->fh, 112);
   // what JavaScript's take does to the queue
-  while (dp_releases != NULL) { dp_release_t *r = dp_releases; dp_releases = r->next; free(r); }
-  dp_releases_tail = &dp_releases;
-  dp_release_count = 0;
+  taken = hq_take(&dp_releases);
+  for (hq_link_t *l = taken.head; l != NULL; ) { dp_release_t *r = (dp_release_t *) l; l = l->next; free(r); }
+  hq_put_back(&dp_releases, hq_take(&dp_releases));  // nothing taken: nothing changes
+  CHECK(dp_releases.head == NULL);
+  CHECK_EQ(homesfs_dp_release(113), 1);                // and the emptied queue takes new ones
+  CHECK_EQ(((dp_release_t *) dp_releases.head)->fh, 113);
+  taken = hq_take(&dp_releases);
+  free(taken.head);
   __atomic_store_n(&dp_release_deferred, 0, __ATOMIC_RELEASE);
 }

@@ -14,21 +14,14 @@ int homesfs_dp_unpublish_fd(uint64_t fh) { abort(); }
 
 static int64_t home_acct[HOMESFS_ACCT_LEN];
 
-// An inode of `size` bytes whose charged size C owns, charging acct.
+// An inode of `size` bytes whose charged size C owns, charging acct: counted
+// open and handed over as JS does (fastpath_inode, fastpath_wl_delegate).
 static fp_inode_t *delegated(uint64_t ino, uint64_t size) {
   pthread_once(&fp_once, fp_init_lock);
-  fp_inode_t *e = calloc(1, sizeof(*e));
-  e->dev = 1; e->ino = ino; e->count = 1;
-  e->size_bits = fp_double_bits((double) size);
-  e->has_size = 1;
-  e->deleg = 1;
-  e->acct = home_acct;
-  uint32_t b = fp_inode_bucket(1, ino);
-  pthread_rwlock_wrlock(&fp_lock);
-  e->next = fp_inodes[b];
-  fp_inodes[b] = e;
-  pthread_rwlock_unlock(&fp_lock);
-  return e;
+  fp_acct_t *a = fp_acct_wrap(home_acct, HOMESFS_ACCT_LEN, NULL, NULL);
+  if (a == NULL || fp_inode_delta(1, ino, 1) != 0 || !fp_wl_delegate_to(1, ino, (double) size, a)) abort();
+  fp_acct_put(a);
+  return fp_find_inode(1, ino);
 }
 
 static uint64_t size_of(fp_inode_t *e) { return (uint64_t) fp_bits_double(e->size_bits); }

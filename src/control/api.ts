@@ -286,8 +286,8 @@ export interface StatusReport {
     selfCheck: 'pending' | 'ok' | 'failed';
     maxWriteRequest: number | null;
     detail?: string;
-    /** the native getattr/lookup fast path (absent when fuse.nativeFastPath is off): requests answered natively and handed to JS */
-    fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number };
+    /** the native getattr/lookup fast path (absent when fuse.nativeFastPath is off): requests answered natively and handed to JS; inFlight: native operations holding a home now; retiredHomes: homes withdrawn or replaced that one still holds */
+    fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number; inFlight: number; retiredHomes: number };
     /** RELEASEs the binding answered and this daemon carried out later (absent when fuse.nativeRelease is off) */
     releasesAnswered?: number;
     /** the one claim table of removals (native/src/removals.c): inodes whose names are being removed, and removers that found the last name gone after another had given its bytes back */

@@ -1,6 +1,6 @@
 // The native layer's C unit tests (native/test: utf8.c, dirhandles.c, the
 // single-reader lead of channel.c, dataplane.c's handle table, fastpath_write.c's
-// write decision), built with AddressSanitizer and UndefinedBehaviorSanitizer,
+// write decision, the fast path's references), built with AddressSanitizer and UndefinedBehaviorSanitizer,
 // then with ThreadSanitizer, and run by one command, `npm run test:native-c`
 // (make -C native/test).
 // No mount, no Node inside.
@@ -17,7 +17,7 @@ describe('native C unit tests', () => {
     const failed = out.split('\n').filter((l) => l.startsWith('FAIL - '));
     // the whole output on failure: each failed check names its file:line
     expect({ code: r.status, failed }, out).toEqual({ code: 0, failed: [] });
-    for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c', 'test_fastpath_wl.c']) {
+    for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c', 'test_fastpath_wl.c', 'test_fastpath_refs.c']) {
       expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThan(3);
     }
     // once under ASan and UBSan, once under ThreadSanitizer

@@ -986,7 +986,7 @@ describe('homesctl status: the native counters', () => {
       fastPath: {
         answered: 1370, fallbacks: 17, negative: 12, unlinkAnswered: 5, unlinkFallbacks: 1, unlinkSlowFrees: 0, readdirAnswered: 62, readdirFallbacks: 0, fgetattrAnswered: 3, fgetattrFallbacks: 0,
         openAnswered: 31, openClosedNatively: 4, openFallbacks: 2, createAnswered: 7, createFallbacks: 1, openSlotsGranted: 0, utimensAnswered: 1, chmodAnswered: 2, chownAnswered: 0,
-        setattrFallbacks: 3, writesDecided: 40, writeDecisionFallbacks: 6, homes: 2, openInodes: 0, handles: 0,
+        setattrFallbacks: 3, writesDecided: 40, writeDecisionFallbacks: 6, homes: 2, openInodes: 0, handles: 0, inFlight: 1, retiredHomes: 1,
       },
       releasesAnswered: 25,
       noFlush: { opens: 9, flushes: 1 },
@@ -1012,6 +1012,7 @@ describe('homesctl status: the native counters', () => {
       expect(v.stdout).toMatch(/^ {2}open\s+31 answered \(4 closed before the daemon adopted them\), 2 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}setattr\s+utimens 1, chmod 2, chown 0 done; 3 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}write\s+40 decisions made, 6 to JS$/m);
+      expect(v.stdout).toMatch(/^ {2}in flight\s+1 native operation holding a home \(1 withdrawn home still held\)$/m);
       expect(v.stdout).toMatch(/^ {2}release\s+25 answered$/m);
       expect(v.stdout).toMatch(/^ {2}no FLUSH\s+9 opens without FLUSH \(1 FLUSH requests\)$/m);
       expect(v.stdout).toMatch(/^ {2}single reader\s+4 handoffs \(1 before reads from disk\), 0 taken by the watchdog$/m);

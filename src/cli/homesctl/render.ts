@@ -235,6 +235,7 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
       ['create', `${f.createAnswered} made, ${f.createFallbacks} to JS`],
       ['setattr', `utimens ${f.utimensAnswered}, chmod ${f.chmodAnswered}, chown ${f.chownAnswered} done; ${f.setattrFallbacks} to JS`],
       ['write', `${f.writesDecided ?? 0} decisions made, ${f.writeDecisionFallbacks ?? 0} to JS`],
+      ['in flight', `${f.inFlight ?? 0} native operation${f.inFlight === 1 ? '' : 's'} holding a home (${f.retiredHomes ?? 0} withdrawn home${f.retiredHomes === 1 ? '' : 's'} still held)`],
     );
   }
   if (n.releasesAnswered !== undefined) rows.push(['release', `${n.releasesAnswered} answered`]);

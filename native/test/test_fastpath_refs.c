@@ -1,0 +1,649 @@
+// References in the fast path (fastpath_refs.c; fastpath_internal.h,
+// "Lifetimes"), against a real directory tree: a pinned home outlives its
+// removal and fastpath_clear with its descriptor open; a removal or a change
+// of a home waits for the ops that pinned it before, and only for those; a
+// write ticket keeps its inode record and accounting array through a clear;
+// a native unlink and an open counted meanwhile keep JS's order (the open
+// sees the name gone or the unlink sees the inode open); openat2's ENOSYS
+// turns the fast path off; failed allocations fall back and lose nothing;
+// and every op racing republications, removals, clears and JS's adoptions
+// (ASan: nothing used after it was freed; LeakSanitizer at exit and the
+// descriptor count: no reference lost; TSan: no race).
+#include "../src/fastpath_internal.h"  // first: _GNU_SOURCE
+#include <sched.h>
+#include <time.h>
+#include "harness.h"
+
+// The fast path's test hooks (fp_hooks.c).
+extern int fp_test_openat2_errno;
+extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
+extern int fp_test_fail_allocs;
+
+// Not under test here: the data plane (no home here publishes to it).
+int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
+int homesfs_dp_unpublish_fd(uint64_t fh) { abort(); }
+
+#define P "/t/h"
+#define PLEN 4
+#define FILES 16
+static char base[] = "/tmp/homesfs-fp-refs-XXXXXX";
+static char home_path[64];
+static int home_dir = -1;        // O_PATH of the home's backing directory
+static uint64_t home_dev, home_ino;
+static double next_token = 1;    // the "JS" thread's
+static int64_t pend[HOMESFS_ACCT_LEN];
+
+static int count_fds (void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) abort();
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n;
+}
+
+static void at_exit_clean (void) {
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);
+}
+
+// base/h with f00..f15 (10 bytes each) and d/f0..f3.
+__attribute__((constructor)) static void make_tree (void) {
+  if (mkdtemp(base) == NULL) { perror("mkdtemp"); exit(2); }
+  atexit(at_exit_clean);
+  snprintf(home_path, sizeof(home_path), "%s/h", base);
+  char p[128];
+  snprintf(p, sizeof(p), "%s/d", home_path);
+  if (mkdir(home_path, 0700) != 0 || mkdir(p, 0700) != 0) { perror("mkdir"); exit(2); }
+  for (int i = 0; i < FILES + 4; i++) {
+    if (i < FILES) snprintf(p, sizeof(p), "%s/f%02d", home_path, i);
+    else snprintf(p, sizeof(p), "%s/d/f%d", home_path, i - FILES);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, "0123456789", 10) != 10) { perror(p); exit(2); }
+    close(fd);
+  }
+  home_dir = open(home_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  struct stat st;
+  if (home_dir < 0 || fstat(home_dir, &st) != 0) { perror(home_path); exit(2); }
+  home_dev = (uint64_t) st.st_dev;
+  home_ino = (uint64_t) st.st_ino;
+  pthread_once(&fp_once, fp_init_lock);
+  __atomic_store_n(&fp_enabled, 1, __ATOMIC_RELEASE);
+}
+
+// setHome as JS calls it: a new entry for P, every operation off; its token.
+static double publish (void) {
+  fp_home_t *e = fp_home_new(P, PLEN, home_dir);
+  if (e == NULL) abort();
+  e->dev = home_dev;
+  e->uid = getuid();
+  e->gid = getgid();
+  e->owner_from_stat = 1;
+  e->max_name = 255;
+  e->types = 0xffff;
+  for (int i = 0; i < 16; i++) e->keep[i] = 07777;
+  e->token = next_token++;
+  fp_home_publish(e);
+  return e->token;
+}
+
+// What JS turns on after a publication: unlinks, opens, creates, write credit, setattrs.
+static void turn_on (double token) {
+  fp_home_set_pending(P, PLEN, token, fp_acct_wrap(pend, HOMESFS_ACCT_LEN, NULL, NULL));
+  fp_home_set_open(P, PLEN, token, HOMESFS_OPEN_ON);
+  fp_home_set_create(P, PLEN, token, 1, 07777, 0, 0, 0);
+  fp_home_set_write_credit(P, PLEN, token, 1);
+  fp_home_set_attr_ops(P, PLEN, token, HOMESFS_ATTR_UTIMENS | HOMESFS_ATTR_CHMOD | HOMESFS_ATTR_CHOWN_OWNER, 07777, 07777);
+}
+
+// JS's settle: the queue taken and every record adopted and released at once
+// (the handle withdrawn before its descriptor is closed, the inode's count
+// dropped), as if the kernel's RELEASE had come. How many were opened or made.
+static int adopt_all (void) {
+  int files = 0;
+  for (hq_link_t *l = fp_opens_take().head; l != NULL; ) {
+    fp_open_rec_t *r = fp_rec(l);
+    l = l->next;
+    fp_dh_give(r);
+    if (r->kind == HOMESFS_REC_OPENED || r->kind == HOMESFS_REC_CREATED) {
+      fp_handle_remove(r->fh);
+      fp_inode_delta(r->dev, r->ino, -1);
+      close(r->fd);
+      files++;
+    }
+    free(r);
+  }
+  return files;
+}
+
+static void *remove_home (void *arg) {
+  double token = *(double *) arg;
+  fp_home_remove(P, PLEN, token);
+  return NULL;
+}
+
+// Until the thread ends, or 200 ms: whether it ended (a wait that should not end must not).
+static int ends_soon (pthread_t t) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += 200 * 1000 * 1000;
+  if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+  return pthread_timedjoin_np(t, NULL, &until) == 0;
+}
+
+TEST(a_pinned_home_outlives_clear_with_its_descriptor_open) {
+  int fds = count_fds();
+  publish();
+  fp_pin_t pin, again;
+  REQUIRE(fp_pin(P "/f00", PLEN, "f00", &pin));
+  int fd = pin.home->fd;
+  CHECK_EQ(fp_homes_alive, 1);
+  // Shutdown with a lazily unmounted mount still serving: nothing waits for the pin.
+  fp_clear_all();
+  CHECK_EQ(fp_home_count, 0);
+  CHECK_EQ(fp_homes_alive, 1);
+  CHECK(!fp_pin(P "/f00", PLEN, "f00", &again));
+  struct stat st;
+  CHECK_EQ(fstat(fd, &st), 0);
+  CHECK_EQ(st.st_ino, home_ino);
+  int f = fp_openat2(fd, "f00", O_PATH | O_CLOEXEC);
+  CHECK(f >= 0);
+  if (f >= 0) close(f);
+  // The last reference closes the dup and frees the home.
+  fp_unpin(&pin);
+  CHECK_EQ(fp_homes_alive, 0);
+  CHECK_EQ(count_fds(), fds);
+}
+
+TEST(a_removal_waits_for_the_pins_taken_before_it_and_the_descriptor_stays) {
+  int fds = count_fds();
+  double token = publish();
+  fp_pin_t pin, again;
+  REQUIRE(fp_pin(P "/f01", PLEN, "f01", &pin));
+  pthread_t t;
+  pthread_create(&t, NULL, remove_home, &token);
+  // Taken out of the table at once: no new op finds the home ...
+  while (fp_pin(P "/f01", PLEN, "f01", &again)) { fp_unpin(&again); sched_yield(); }
+  // ... but the removal returns only after the op that pinned it before (JS's barrier, native-notes 6.2).
+  CHECK(!ends_soon(t));
+  struct stat st;
+  CHECK_EQ(fstat(pin.home->fd, &st), 0);
+  CHECK_EQ(st.st_ino, home_ino);
+  CHECK_EQ(homesfs_fastpath_getattr(P "/f01", &st), HOMESFS_FASTPATH_FALLBACK);
+  fp_unpin(&pin);
+  pthread_join(t, NULL);
+  CHECK_EQ(fp_homes_alive, 0);
+  CHECK_EQ(count_fds(), fds);
+}
+
+struct change_arg { double token; uint32_t flags; };
+static void *change_attr_ops (void *arg) {
+  struct change_arg *c = arg;
+  fp_home_set_attr_ops(P, PLEN, c->token, c->flags, 07777, 07777);
+  return NULL;
+}
+
+TEST(a_change_in_place_waits_only_for_the_ops_that_saw_the_old_state) {
+  double token = publish();
+  turn_on(token);
+  fp_pin_t old, fresh;
+  REQUIRE(fp_pin(P "/f02", PLEN, "f02", &old));
+  CHECK(old.pol.attr_flags & HOMESFS_ATTR_CHMOD);
+  struct change_arg c = { token, HOMESFS_ATTR_UTIMENS };
+  pthread_t t;
+  pthread_create(&t, NULL, change_attr_ops, &c);
+  // An op that starts now decides from the new flags ...
+  for (;;) {
+    REQUIRE(fp_pin(P "/f02", PLEN, "f02", &fresh));
+    if (fresh.pol.attr_flags == HOMESFS_ATTR_UTIMENS) break;
+    fp_unpin(&fresh);
+    sched_yield();
+  }
+  struct stat st;
+  CHECK_EQ(homesfs_fastpath_chmod(P "/f02", 0600), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(homesfs_fastpath_getattr(P "/f02", &st), 0);
+  // ... and the change returns once the one that pinned the old flags is done, whatever started since.
+  CHECK(!ends_soon(t));
+  fp_unpin(&old);
+  CHECK(ends_soon(t));
+  fp_unpin(&fresh);
+  fp_clear_all();
+  CHECK_EQ(fp_homes_alive, 0);
+}
+
+static void *remove_handle (void *arg) {
+  fp_handle_remove(*(uint64_t *) arg);
+  return NULL;
+}
+
+TEST(a_handle_is_freed_and_its_descriptor_let_go_only_after_the_fgetattr_using_it) {
+  fp_handle_t *e = calloc(1, sizeof(*e));
+  REQUIRE(e != NULL);
+  uint64_t fh = 4242;
+  e->fh = fh;
+  int fd = openat(home_dir, "f07", O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  e->fd = fd;
+  e->types = 0xffff;
+  for (int i = 0; i < 16; i++) e->keep[i] = 07777;
+  fp_handle_publish(e);
+  struct stat st;
+  CHECK_EQ(homesfs_fastpath_fgetattr(fh, &st), 0);
+  // An fgetattr counted in, as homesfs_fastpath_fgetattr does under the read lock, and not done yet:
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_handle_t *using = fp_handles[fh % FP_HANDLE_BUCKETS];
+  while (using != NULL && using->fh != fh) using = using->next;
+  REQUIRE(using == e);
+  __atomic_add_fetch(&using->users, 1, __ATOMIC_ACQUIRE);
+  pthread_rwlock_unlock(&fp_lock);
+  pthread_t t;
+  pthread_create(&t, NULL, remove_handle, &fh);
+  // JS's removeHandle returns (and JS closes the descriptor) only once that fgetattr is done.
+  CHECK(!ends_soon(t));
+  CHECK_EQ(homesfs_fastpath_fgetattr(fh, &st), HOMESFS_FASTPATH_FALLBACK);  // out of the table already
+  CHECK_EQ(fstat(using->fd, &st), 0);
+  fp_handle_done(using);
+  CHECK(ends_soon(t));
+  close(fd);
+}
+
+TEST(a_write_ticket_keeps_its_inode_and_array_through_clear) {
+  int64_t acct[HOMESFS_ACCT_LEN] = { 0 };
+  acct[HOMESFS_ACCT_CREDIT] = 1000;
+  fp_acct_t *a = fp_acct_wrap(acct, HOMESFS_ACCT_LEN, NULL, NULL);
+  REQUIRE(a != NULL);
+  REQUIRE(fp_inode_delta(1, 77, 1) == 0);
+  REQUIRE(fp_wl_delegate_to(1, 77, 100, a));
+  fp_acct_put(a);  // the inode holds it now
+  homesfs_wl_ticket_t t;
+  REQUIRE(homesfs_fastpath_wl_begin(1, 77, 100, 50, 0, &t) == 0);
+  // Shutdown (or the inode's last close in JS) mid-write: the record leaves the table.
+  fp_clear_all();
+  CHECK(fp_find_inode(1, 77) == NULL);
+  homesfs_fastpath_wl_end(&t, 30);  // writes into the record and the array: both still the ticket's
+  CHECK_EQ(acct[HOMESFS_ACCT_GROWN], 30);
+  CHECK_EQ(acct[HOMESFS_ACCT_REFUND], 20);
+  CHECK_EQ(acct[HOMESFS_ACCT_INFLIGHT], 0);
+  fp_reap();
+}
+
+TEST(wl_revoke_answers_in_flight_until_the_write_settles) {
+  int64_t acct[HOMESFS_ACCT_LEN] = { 0 };
+  acct[HOMESFS_ACCT_CREDIT] = 1000;
+  fp_acct_t *a = fp_acct_wrap(acct, HOMESFS_ACCT_LEN, NULL, NULL);
+  REQUIRE(fp_inode_delta(1, 78, 1) == 0);
+  REQUIRE(fp_wl_delegate_to(1, 78, 100, a));
+  homesfs_wl_ticket_t t, t2;
+  REQUIRE(homesfs_fastpath_wl_begin(1, 78, 100, 50, 0, &t) == 0);
+  CHECK(fp_wl_take_back(1, 78) == -1);                                        // in flight: ask again
+  CHECK_EQ(homesfs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);  // no new decision meanwhile
+  CHECK(fp_wl_take_back(1, 78) == -1);
+  homesfs_fastpath_wl_end(&t, 50);
+  CHECK(fp_wl_take_back(1, 78) == 150);                                       // settled: the size is JS's
+  CHECK(fp_wl_take_back(1, 78) == -2);                                        // not handed over any more
+  CHECK_EQ(homesfs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fp_wl_delegate_to(1, 78, 150, a));                                    // handed over again
+  CHECK_EQ(homesfs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), 0);
+  homesfs_fastpath_wl_end(&t2, 10);
+  fp_acct_put(a);
+  fp_inode_delta(1, 78, -1);
+  fp_reap();
+}
+
+// The open that JS counts while a native unlink of the same inode is between its open check and its unlinkat.
+static int probe_fd = -1;
+static int probe_ended = 0;
+static nlink_t probe_nlink = 99;
+static uint64_t probe_dev, probe_ino;
+static void *count_open (void *arg) {
+  fp_inode_delta(probe_dev, probe_ino, 1);  // attachInode: counted open, then nlink read
+  struct stat st;
+  if (fstat(probe_fd, &st) == 0) __atomic_store_n(&probe_nlink, st.st_nlink, __ATOMIC_RELEASE);
+  return NULL;
+}
+static void unlink_checked (uint64_t dev, uint64_t ino) {
+  probe_dev = dev;
+  probe_ino = ino;
+  pthread_t t;
+  pthread_create(&t, NULL, count_open, NULL);
+  // The count must wait for this unlink's removal: it may not end while the unlink is held here.
+  probe_ended = ends_soon(t);
+  if (!probe_ended) pthread_detach(t);
+}
+
+TEST(an_open_counted_during_a_native_unlink_reads_nlink_after_the_removal) {
+  double token = publish();
+  turn_on(token);
+  char p[128];
+  snprintf(p, sizeof(p), "%s/gone", home_path);
+  probe_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(probe_fd >= 0);
+  int64_t inodes = pend[HOMESFS_ACCT_RELEASED_INODES];
+  fp_test_unlink_checked = unlink_checked;
+  CHECK_EQ(homesfs_fastpath_unlink(P "/gone"), 0);
+  fp_test_unlink_checked = NULL;
+  CHECK_EQ(probe_ended, 0);
+  // Once the unlink is done, the count goes on and reads nlink 0: JS's open answers ENOENT.
+  while (__atomic_load_n(&probe_nlink, __ATOMIC_ACQUIRE) == 99) sched_yield();
+  CHECK_EQ(probe_nlink, 0);
+  CHECK_EQ(pend[HOMESFS_ACCT_RELEASED_INODES], inodes + 1);
+  // And an inode counted open before the unlink's check: the unlink is JS's.
+  int fd = openat(home_dir, "f03", O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  REQUIRE(fd >= 0 && fstat(fd, &st) == 0);
+  fp_inode_delta((uint64_t) st.st_dev, (uint64_t) st.st_ino, 1);
+  CHECK_EQ(homesfs_fastpath_unlink(P "/f03"), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(fstatat(home_dir, "f03", &st, 0), 0);
+  fp_inode_delta((uint64_t) st.st_dev, (uint64_t) st.st_ino, -1);
+  close(fd);
+  close(probe_fd);
+  fp_clear_all();
+  fp_reap();
+}
+
+TEST(openat2_answering_enosys_turns_the_fast_path_off) {
+  publish();
+  struct stat st;
+  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), 0);
+  __atomic_store_n(&fp_test_openat2_errno, ENOSYS, __ATOMIC_RELAXED);
+  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 0);
+  __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
+  // Off: everything goes to JS (nothing walks), until turned on again.
+  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  __atomic_store_n(&fp_enabled, 1, __ATOMIC_RELEASE);
+  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), 0);
+  // Another errno (EXDEV, ELOOP...) is JS's to log and map: the fast path stays on.
+  __atomic_store_n(&fp_test_openat2_errno, EXDEV, __ATOMIC_RELAXED);
+  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 1);
+  __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
+  fp_clear_all();
+}
+
+static void fail_allocs (int n) { __atomic_store_n(&fp_test_fail_allocs, n, __ATOMIC_RELEASE); }
+
+TEST(failed_allocations_fall_back_and_lose_nothing) {
+  int fds = count_fds();
+  uint32_t uid = getuid();
+  // A home that cannot be made: nothing published, no descriptor left.
+  fail_allocs(1);
+  errno = 0;
+  CHECK(fp_home_new(P, PLEN, home_dir) == NULL);
+  CHECK_EQ(errno, ENOMEM);
+  double token = publish();
+  turn_on(token);
+  fail_allocs(1);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 500, uid, 0), -1);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 501, uid, 0), 1);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 502, uid, 1), 1);
+  CHECK_EQ(fp_credit_count, 2);
+  // An open or a create without memory: JS's, and the slot stays in its list.
+  uint64_t fh = 0;
+  int dio = 0;
+  fail_allocs(1);
+  CHECK_EQ(homesfs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
+  fail_allocs(1);
+  CHECK_EQ(homesfs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
+  struct stat st;
+  CHECK(fstatat(home_dir, "new", &st, 0) != 0);
+  CHECK_EQ(fp_credit_count, 2);
+  // An unlink that cannot mark its inode: JS's, and the name stays.
+  fail_allocs(1);
+  CHECK_EQ(homesfs_fastpath_unlink(P "/f06"), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(fstatat(home_dir, "f06", &st, 0), 0);
+  // An inode JS cannot count: nothing counted.
+  fail_allocs(1);
+  CHECK_EQ(fp_inode_delta(1, 79, 1), -ENOMEM);
+  CHECK(fp_find_inode(1, 79) == NULL);
+  fail_allocs(0);
+  // With memory, the slots are used.
+  CHECK_EQ(homesfs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), 0);
+  CHECK_EQ(fh, 501);
+  CHECK_EQ(homesfs_fastpath_release(fh), 1);  // closed before JS adopted it: the slot back in the list
+  CHECK_EQ(fp_credit_count, 2);
+  CHECK_EQ(homesfs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), 0);
+  CHECK_EQ(fh, 502);
+  CHECK_EQ(adopt_all(), 1);
+  unlinkat(home_dir, "new", 0);
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
+  CHECK_EQ(count_fds(), fds);
+}
+
+TEST(what_the_queue_could_not_give_js_goes_back_in_front) {
+  double token = publish();
+  turn_on(token);
+  uint32_t uid = getuid();
+  for (uint32_t fh = 600; fh < 603; fh++) CHECK_EQ(fp_slot_grant(P, PLEN, token, fh, uid, 0), 1);
+  fp_home_set_open(P, PLEN, token, 0);  // the three slots queued back, unused
+  hq_t taken = fp_opens_take();
+  CHECK_EQ(taken.n, 3);
+  // Queued while JS could not be given the three (its array could not be made):
+  fp_home_set_open(P, PLEN, token, HOMESFS_OPEN_ON);
+  for (uint32_t fh = 603; fh < 605; fh++) CHECK_EQ(fp_slot_grant(P, PLEN, token, fh, uid, 0), 1);
+  fp_home_set_open(P, PLEN, token, 0);
+  fp_opens_put_back(taken);
+  taken = fp_opens_take();
+  CHECK_EQ(taken.n, 5);
+  uint32_t fhs[5] = { 0 };
+  int i = 0;
+  for (hq_link_t *l = taken.head; l != NULL && i < 5; l = l->next) fhs[i++] = fp_rec(l)->fh;
+  CHECK_EQ(i, 5);
+  // Every slot once, the three taken first still first.
+  uint32_t seen = 0;
+  for (int k = 0; k < 5; k++) if (fhs[k] >= 600 && fhs[k] < 605) seen |= 1u << (fhs[k] - 600);
+  CHECK_EQ(seen, 31);
+  for (int k = 0; k < 3; k++) CHECK(fhs[k] < 603);
+  for (hq_link_t *l = taken.head; l != NULL; ) { fp_open_rec_t *r = fp_rec(l); l = l->next; free(r); }
+  // Given back empty, or when nothing was queued meanwhile: the queue as it was.
+  fp_opens_put_back(fp_opens_take());
+  CHECK_EQ(fp_opens_take().n, 0);
+  fp_clear_all();
+  fp_reap();
+}
+
+// ---- everything at once ----------------------------------------------------------------------
+
+// The JS thread's rounds; the native threads go on until it has done them.
+#define JS_ROUNDS 3000
+static int stop = 0;
+static int natives_left = 0;
+static int going (void) { return !__atomic_load_n(&stop, __ATOMIC_ACQUIRE); }
+static uint64_t opens_done = 0, creates_done = 0;  // rounds of those threads, atomic
+// Until the thread counting *done has done n more rounds.
+static void progress_of (uint64_t *done, uint64_t n) {
+  uint64_t until = __atomic_load_n(done, __ATOMIC_ACQUIRE) + n;
+  while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < until) sched_yield();
+}
+static uint32_t unlinked_natively = 0;
+
+static void path_of (char *out, size_t n, const char *prefix, int i) { snprintf(out, n, P "/%s%d", prefix, i); }
+static int name_ok (const unsigned char *s, size_t n) { return 1; }
+static int count_entry (void *buf, const char *name, const struct stat *st, off_t off) { (*(int *) buf)++; return 0; }
+
+static void *getattrs (void *arg) {
+  struct stat st;
+  char p[64];
+  for (int i = 0; going(); i++, sched_yield()) {
+    snprintf(p, sizeof(p), P "/f%02d", i % FILES);
+    homesfs_fastpath_getattr(p, &st);
+    snprintf(p, sizeof(p), P "/d/f%d", i % 4);
+    homesfs_fastpath_getattr(p, &st);
+    homesfs_fastpath_getattr(P "/nope/x", &st);
+    homesfs_fastpath_fgetattr(1000 + (uint64_t) (i % 64), &st);
+    if (i % 16 == 0) {
+      int n = 0;
+      homesfs_fastpath_readdir(i % 32 == 0 ? P : P "/d", &n, count_entry, 0, name_ok);
+    }
+  }
+  __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void *opens (void *arg) {
+  struct stat st;
+  char p[64];
+  for (int i = 0; going(); i++, sched_yield()) {
+    snprintf(p, sizeof(p), P "/f%02d", i % FILES);
+    uint64_t fh = 0;
+    int dio = 0;
+    if (homesfs_fastpath_open(p, O_RDONLY, getuid(), &fh, &dio) == 0) {
+      homesfs_fastpath_fgetattr(fh, &st);
+      homesfs_fastpath_release(fh);  // 0 when JS adopted it first (then JS closed it)
+    }
+    __atomic_add_fetch(&opens_done, 1, __ATOMIC_RELEASE);
+  }
+  __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void *setattrs (void *arg) {
+  char p[64];
+  for (int i = 0; going(); i++, sched_yield()) {
+    snprintf(p, sizeof(p), P "/f%02d", i % FILES);
+    homesfs_fastpath_utimens(p, NULL);
+    homesfs_fastpath_chmod(p, i % 2 ? 0600 : 0640);
+    homesfs_fastpath_chown(p, UINT32_MAX, UINT32_MAX);
+  }
+  __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+// Creates (each adopted and closed by JS later) and unlinks, natively where C may.
+static void *creates_unlinks (void *arg) {
+  char p[64], name[160];
+  for (int i = 0; going(); i++, sched_yield()) {
+    uint64_t fh = 0;
+    int dio = 0;
+    path_of(p, sizeof(p), "c", i % 8);
+    if (homesfs_fastpath_create(p, 0600, O_RDWR | O_CREAT, getuid(), getgid(), &fh, &dio) != 0) {
+      snprintf(name, sizeof(name), "%s/c%d", home_path, i % 8);
+      int fd = open(name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);  // JS's create, in effect
+      if (fd >= 0) close(fd);
+    }
+    path_of(p, sizeof(p), "c", (i + 4) % 8);
+    if (homesfs_fastpath_unlink(p) == 0) {
+      __atomic_add_fetch(&unlinked_natively, 1, __ATOMIC_RELAXED);
+    } else {
+      snprintf(name, sizeof(name), "%s/c%d", home_path, (i + 4) % 8);
+      unlink(name);  // JS's unlink, in effect
+    }
+    char full[160];
+    snprintf(full, sizeof(full), "%s/u%d", home_path, i);
+    int fd = open(full, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) close(fd);
+    path_of(p, sizeof(p), "u", i);
+    if (homesfs_fastpath_unlink(p) == 0) __atomic_add_fetch(&unlinked_natively, 1, __ATOMIC_RELAXED);
+    else unlink(full);  // JS's unlink, in effect
+    __atomic_add_fetch(&creates_done, 1, __ATOMIC_RELEASE);
+  }
+  __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+// Writes decided here on inodes JS hands over and takes back, counts and drops, and clears under them.
+#define WINODES 4
+static int64_t wacct[HOMESFS_ACCT_LEN];
+static void *writes (void *arg) {
+  for (int i = 0; going(); i++, sched_yield()) {
+    homesfs_wl_ticket_t t;
+    uint32_t len = 1 + (uint32_t) (i % 200);
+    if (homesfs_fastpath_wl_begin(99, 1 + (uint64_t) (i % WINODES), (int64_t) (i % 5000), len, i % 3 == 0, &t) == 0) {
+      homesfs_fastpath_wl_end(&t, i % 7 == 0 ? (int64_t) len / 2 : (int64_t) len);
+    }
+  }
+  __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void js_write_inodes (int on) {
+  fp_acct_t *a = fp_acct_wrap(wacct, HOMESFS_ACCT_LEN, NULL, NULL);
+  for (uint64_t ino = 1; ino <= WINODES; ino++) {
+    if (on) {
+      fp_inode_delta(99, ino, 1);
+      fp_wl_delegate_to(99, ino, 0, a);
+    } else if (fp_wl_take_back(99, ino) != -1) {
+      fp_inode_delta(99, ino, -1);
+    }
+  }
+  fp_acct_put(a);
+}
+
+// JS: publications, grants, adoptions, removals and clears, while the native threads run.
+static void js_loop (void) {
+  uint32_t uid = getuid();
+  uint32_t fh = 1000;
+  double token = publish();
+  turn_on(token);
+  js_write_inodes(1);
+  uint64_t r = 0x9E3779B97F4A7C15ULL;
+  for (int round = 0; round < JS_ROUNDS; round++) {
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    // Each change off and on again (as a rescan's gate or a policy change does), racing the ops.
+    switch (r % 10) {
+      case 0: token = publish(); turn_on(token); break;
+      case 1: fp_home_remove(P, PLEN, token); token = publish(); turn_on(token); break;
+      case 2: fp_clear_all(); token = publish(); turn_on(token); js_write_inodes(1); break;
+      case 3:
+        fp_home_set_pending(P, PLEN, token, NULL);
+        fp_home_set_pending(P, PLEN, token, fp_acct_wrap(pend, HOMESFS_ACCT_LEN, NULL, NULL));
+        fp_home_set_create(P, PLEN, token, 1, 07777, 0, 0, 0);
+        break;
+      case 4: fp_home_set_open(P, PLEN, token, 0); fp_home_set_open(P, PLEN, token, HOMESFS_OPEN_ON); break;
+      case 5:
+        fp_home_set_attr_ops(P, PLEN, token, 0, 07777, 07777);
+        fp_home_set_attr_ops(P, PLEN, token, HOMESFS_ATTR_UTIMENS | HOMESFS_ATTR_CHMOD | HOMESFS_ATTR_CHOWN_OWNER, 07777, 07777);
+        break;
+      case 6: js_write_inodes(0); js_write_inodes(1); break;
+      default:
+        // Slots, and a few opens and creates made with everything on.
+        for (int k = 0; k < 8; k++) fp_slot_grant(P, PLEN, token, fh++, uid, k & 1);
+        progress_of(&opens_done, 4);
+        if (fh % 32 == 0) progress_of(&creates_done, 1);
+        adopt_all();
+        fp_reap();
+    }
+  }
+  __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+  while (__atomic_load_n(&natives_left, __ATOMIC_ACQUIRE) > 0) adopt_all();
+  fp_home_set_open(P, PLEN, token, 0);
+  adopt_all();
+  fp_clear_all();
+  adopt_all();
+  fp_reap();
+}
+
+TEST(every_op_racing_republications_removals_clears_and_adoptions) {
+  int fds = count_fds();
+  uint32_t unlinks0 = (uint32_t) __atomic_load_n(&fp_uanswered, __ATOMIC_RELAXED);
+  int64_t released0 = pend[HOMESFS_ACCT_RELEASED_INODES];
+  uint64_t answered0 = fp_answered, opened0 = fp_oanswered, made0 = fp_canswered_create, decided0 = fp_wdecided, chmods0 = fp_canswered;
+  wacct[HOMESFS_ACCT_CREDIT] = 1LL << 40;
+  pthread_t t[5];
+  void *(*fns[5])(void *) = { getattrs, opens, setattrs, creates_unlinks, writes };
+  natives_left = 5;
+  for (int i = 0; i < 5; i++) pthread_create(&t[i], NULL, fns[i], NULL);
+  js_loop();
+  for (int i = 0; i < 5; i++) pthread_join(t[i], NULL);
+  // No reference lost or left: every home freed, every descriptor closed, nothing pinned.
+  CHECK_EQ(fp_homes_alive, 0);
+  CHECK_EQ(fp_home_count, 0);
+  CHECK_EQ(fp_pins_held(), 0);
+  CHECK_EQ(fp_credit_count, 0);
+  CHECK_EQ(count_fds(), fds);
+  // Each kind was answered here some of the time (the race ran through the native paths, not only their fallbacks).
+  CHECK(fp_answered > answered0);
+  CHECK(fp_oanswered > opened0);
+  CHECK(fp_canswered_create > made0);
+  CHECK(fp_wdecided > decided0);
+  CHECK(fp_canswered > chmods0);
+  // Every native unlink's release reached the array it was made under (one array throughout here).
+  CHECK(unlinked_natively > 0);
+  CHECK_EQ((uint32_t) __atomic_load_n(&fp_uanswered, __ATOMIC_RELAXED) - unlinks0, unlinked_natively);
+  CHECK_EQ(pend[HOMESFS_ACCT_RELEASED_INODES] - released0, (int64_t) unlinked_natively);
+  CHECK_EQ(wacct[HOMESFS_ACCT_INFLIGHT], 0);
+  CHECK_EQ(wacct[HOMESFS_ACCT_CREDIT] + wacct[HOMESFS_ACCT_GROWN] + wacct[HOMESFS_ACCT_REFUND], 1LL << 40);
+}
