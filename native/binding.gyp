@@ -1,21 +1,18 @@
-# homesfs' native addon, built from this folder by scripts/build-native.mjs.
+# homesfs' native addons, built from this folder by scripts/build-native.mjs.
 #
-# fuse.node is one translation unit per file: the binding's own fuse-native.c,
-# compiled from the installed @cocalc/fuse-native (patched only at the seam,
-# patches/), plus our C in src/. scandir.node is ours alone and has no global
-# state, so the scan's worker threads can load it.
-#
-# The binding's directory is found the way Node finds it from here, so a
-# global install (homesfs/node_modules/@cocalc/fuse-native) builds too.
+# homesfs.node: the FUSE session (src/session/) on libfuse 2.9's low-level
+# API, the fast path and data plane it answers from, and the calls Node lacks;
+# linked against the system libfuse.so.2 (pkg-config fuse). scandir.node: the
+# start-up scan's lister, apart because it has no global state and the scan's
+# worker threads load it.
 {
   "variables": {
-    "fuse_native_dir%": "<!(node -p \"require('path').relative('.', require('path').dirname(require.resolve('@cocalc/fuse-native/package.json')))\")",
     "fuse_include_dirs%": "<!(pkg-config fuse --cflags-only-I | sed s/-I//g)",
     "fuse_libraries%": "<!(pkg-config --libs-only-L --libs-only-l fuse)",
     # HOMESFS_SANITIZE=1 node scripts/build-native.mjs: AddressSanitizer and
     # UndefinedBehaviorSanitizer, built apart (native/build-sanitize) and never installed.
     "homesfs_sanitize%": "<!(node -p \"process.env.HOMESFS_SANITIZE === '1' ? 1 : 0\")",
-    "napi_macros_dir%": "<!(node -p \"require('path').dirname(require.resolve('napi-macros/package.json', { paths: [require('path').dirname(require.resolve('@cocalc/fuse-native/package.json'))] }))\")",
+    "napi_macros_dir%": "<!(node -p \"require('path').dirname(require.resolve('napi-macros/package.json'))\")",
   },
   "target_defaults": {
     "cflags!": [ "-O3" ],
@@ -30,11 +27,11 @@
     ],
   },
   "targets": [{
-    "target_name": "fuse",
+    "target_name": "homesfs",
     "include_dirs": [ "src", "<(napi_macros_dir)", "<@(fuse_include_dirs)" ],
     "link_settings": { "libraries": [ "<@(fuse_libraries)" ] },
     "sources": [
-      "<(fuse_native_dir)/fuse-native.c",
+      "src/addon.c",
       "src/calls.c",
       "src/channel.c",
       "src/dataplane.c",
@@ -50,7 +47,15 @@
       "src/fastpath_unlink.c",
       "src/fastpath_write.c",
       "src/removals.c",
-      "src/seam.c",
+      "src/session/bridge.c",
+      "src/session/marshal.c",
+      "src/session/nodes.c",
+      "src/session/ops_attr.c",
+      "src/session/ops_common.c",
+      "src/session/ops_dirs.c",
+      "src/session/ops_files.c",
+      "src/session/ops_names.c",
+      "src/session/session.c",
       "src/utf8.c",
     ],
   }, {

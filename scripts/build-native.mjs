@@ -1,11 +1,10 @@
 #!/usr/bin/env node
-// Builds homesfs' native addon from source (native/binding.gyp: the binding's
-// fuse-native.c, patched at the seam by scripts/apply-patches.mjs, with our C in
-// native/src), installs it where the binding's index.js loads it, and verifies
-// the result. Run by `postinstall` (after scripts/apply-patches.mjs) and by hand:
+// Builds homesfs' native addons from source (native/binding.gyp: our C in
+// native/src, against the system libfuse 2.9), installs them in native/addon/
+// where the daemon loads them, and verifies the result. Run by `postinstall`
+// and by hand:
 //   node scripts/build-native.mjs
 // HOMESFS_SANITIZE=1 builds a sanitized copy apart instead (see step 3).
-// npm 11 does not run dependency install scripts, so nothing else builds it.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, copyFileSync, cpSync, renameSync, rmSync } from 'node:fs';
 import path from 'node:path';
@@ -13,13 +12,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-// Resolved like the daemon resolves it: npm may hoist it when homesfs is itself a dependency.
-let pkgDir;
-try {
-  pkgDir = path.dirname(createRequire(path.join(root, 'package.json')).resolve('@cocalc/fuse-native/package.json'));
-} catch {
-  pkgDir = path.join(root, 'node_modules', '@cocalc', 'fuse-native');
-}
+const ADDONS = ['homesfs.node', 'scandir.node'];
 
 function fail(msg) {
   console.error(`\nbuild-native: ERROR: ${msg}\n`);
@@ -31,10 +24,11 @@ function log(msg) {
 }
 
 if (process.platform !== 'linux') fail(`homesfs only supports Linux (this is ${process.platform})`);
-if (!existsSync(path.join(pkgDir, 'package.json'))) {
-  fail(`${pkgDir} is missing; run npm ci first`);
+try {
+  createRequire(path.join(root, 'package.json')).resolve('napi-macros/package.json');
+} catch {
+  fail('napi-macros is not installed; run npm ci first');
 }
-if (!existsSync(path.join(pkgDir, 'fuse-native.c'))) fail(`${pkgDir}/fuse-native.c is missing`);
 const nativeDir = path.join(root, 'native');
 if (!existsSync(path.join(nativeDir, 'binding.gyp'))) fail(`${nativeDir}/binding.gyp is missing`);
 
@@ -108,9 +102,9 @@ if (process.env.HOMESFS_SANITIZE === '1') {
   const r = spawnSync(process.execPath, gypArgs, { cwd: sanDir, stdio: 'inherit', env: { ...process.env, HOMESFS_SANITIZE: '1' } });
   if (r.error || r.status !== 0) fail(`node-gyp rebuild (sanitized) failed (exit ${r.status ?? r.error})`);
   const out = path.join(sanDir, 'build', 'Release');
-  const nm = spawnSync('nm', ['-D', '--undefined-only', path.join(out, 'fuse.node')], { encoding: 'utf8' });
-  if (!/__asan_|__ubsan_/.test(nm.stdout || '')) fail(`${out}/fuse.node was not built with the sanitizers`);
-  log(`OK: sanitized fuse.node and scandir.node in ${out} (not installed)`);
+  const nm = spawnSync('nm', ['-D', '--undefined-only', path.join(out, 'homesfs.node')], { encoding: 'utf8' });
+  if (!/__asan_|__ubsan_/.test(nm.stdout || '')) fail(`${out}/homesfs.node was not built with the sanitizers`);
+  log(`OK: sanitized homesfs.node and scandir.node in ${out} (not installed)`);
   process.exit(0);
 }
 
@@ -120,60 +114,41 @@ log(`running: ${process.execPath} ${gypArgs.join(' ')}`);
   if (r.error || r.status !== 0) fail(`node-gyp rebuild failed (exit ${r.status ?? r.error})`);
 }
 
-// 3b. install both addons where index.js (node-gyp-build) and src/fs/scandir.ts
-// load them. A copy under a temporary name, then a rename: a daemon still running
-// on the old file keeps its mapping (rewriting it in place would crash it).
+// 3b. install both addons in native/addon/, where the daemon loads them. A copy
+// under a temporary name, then a rename: a daemon still running on the old
+// file keeps its mapping (rewriting it in place would crash it).
+const addonDir = path.join(nativeDir, 'addon');
 {
-  const dest = path.join(pkgDir, 'build', 'Release');
-  mkdirSync(dest, { recursive: true });
-  for (const name of ['fuse.node', 'scandir.node']) {
-    const tmp = path.join(dest, `.${name}.${process.pid}`);
+  mkdirSync(addonDir, { recursive: true });
+  for (const name of ADDONS) {
+    const tmp = path.join(addonDir, `.${name}.${process.pid}`);
     copyFileSync(path.join(nativeDir, 'build', 'Release', name), tmp);
-    renameSync(tmp, path.join(dest, name));
+    renameSync(tmp, path.join(addonDir, name));
   }
-  log(`installed fuse.node and scandir.node into ${dest}`);
+  log(`installed ${ADDONS.join(' and ')} into ${addonDir}`);
 }
 
-// 4. verify in a child node: loadable, the seam applied (an ABI), linked against system libfuse.so.2
-const check = spawnSync(
-  process.execPath,
-  [
-    '-e',
-    `const F = require(${JSON.stringify(pkgDir)});
-     process.stdout.write(JSON.stringify({ abi: F.native && F.native.ABI ? F.native.ABI.VERSION : null, path: F.BINDING_PATH }));`,
-  ],
-  { encoding: 'utf8' },
-);
+// 4. verify in a child node: loadable, with an ABI, linked against the system libfuse.so.2
+const addon = path.join(addonDir, 'homesfs.node');
+const check = spawnSync(process.execPath, ['-e', `process.stdout.write(String(require(${JSON.stringify(addon)}).ABI.VERSION))`], { encoding: 'utf8' });
 if (check.status !== 0) fail(`the built module does not load:\n${check.stderr}`);
-let info;
-try {
-  info = JSON.parse(check.stdout);
-} catch {
-  fail(`unexpected output while loading the module: ${check.stdout}`);
-}
-// The daemon compares the whole ABI (src/abi.ts); here: the seam is applied (index.js exposes the addon) and it has one.
-if (typeof info.abi !== 'number') {
-  fail(
-    'the binding does not expose homesfs\' ABI (Fuse.native.ABI): the seam patch is not applied.\n' +
-      '  Run `node scripts/apply-patches.mjs` (patches/@cocalc+fuse-native+2.4.3.patch) and build again.',
-  );
-}
-const ldd = spawnSync('ldd', [info.path], { encoding: 'utf8' });
+const abi = Number(check.stdout);
+if (!(abi > 0)) fail(`${addon} has no ABI (Fuse.native.ABI): ${check.stdout}`);
+const ldd = spawnSync('ldd', [addon], { encoding: 'utf8' });
 const fuseLine = (ldd.stdout || '').split('\n').find((l) => /libfuse\.so\.2\b/.test(l));
 if (!fuseLine || /not found/.test(fuseLine)) {
-  fail(`ldd ${info.path} does not show the system libfuse.so.2:\n${ldd.stdout}${ldd.stderr}`);
+  fail(`ldd ${addon} does not show the system libfuse.so.2:\n${ldd.stdout}${ldd.stderr}`);
 }
-log(`OK: ${info.path} (ABI ${info.abi}; ${fuseLine.trim()})`);
+log(`OK: ${addon} (ABI ${abi}; ${fuseLine.trim()})`);
 
 // 5. the scan's lister, a second addon of the same build: it must load
 // where the scan runs, in a worker thread, and list a directory there.
 {
-  const scandir = path.join(pkgDir, 'build', 'Release', 'scandir.node');
+  const scandir = path.join(addonDir, 'scandir.node');
   const inWorker =
     `const { parentPort } = require('node:worker_threads'); const fs = require('node:fs');` +
     `const s = require(${JSON.stringify(scandir)});` +
-    `const fd = fs.openSync(${JSON.stringify(pkgDir)}, fs.constants.O_DIRECTORY);` +
-    `parentPort.postMessage({ version: s.SCANDIR_VERSION, count: s.list(fd).count });`;
+    `const fd = fs.openSync(${JSON.stringify(nativeDir)}, fs.constants.O_DIRECTORY);` +    `parentPort.postMessage({ version: s.SCANDIR_VERSION, count: s.list(fd).count });`;
   const main =
     `const w = new (require('node:worker_threads').Worker)(${JSON.stringify(inWorker)}, { eval: true });` +
     `w.on('message', (m) => { process.stdout.write(JSON.stringify(m)); process.exit(0); });` +

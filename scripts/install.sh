@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything homesfs needs on a fresh Debian 12 machine, as root: libfuse 2 (runtime
 # and headers for the native build), the programs the tests drive, the npm
-# dependencies, the patched FUSE binding (npm ci's postinstall: GNU patch, then
-# node-gyp) and the build. systemd: systemd-analyze verifies the unit in the tests,
+# dependencies, the native addon (npm ci's postinstall: node-gyp against the
+# system libfuse) and the build. systemd: systemd-analyze verifies the unit in the tests,
 # systemd-notify is how the daemon tells systemd it is ready.
 # Debian's "fuse" package (fusermount) is deliberately NOT installed: it conflicts
 # with fuse3, and as root homesfs mounts and unmounts without it.
@@ -12,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 # What a node needs to build and run homesfs: README "On a node > Install" has
 # this list, no more and no less, on its apt line (test/unit/install-docs.test.ts).
 runtime=(libfuse2 util-linux libnss-systemd)
-build=(libfuse-dev pkg-config g++ make python3 patch)
+build=(libfuse-dev pkg-config g++ make python3)
 # What the tests drive besides: git, ssh, sqlite, strace, e2fsprogs, systemd
 # (systemd-analyze verifies the unit), pip and setuptools (the cache test builds
 # an sdist whose wheel lands in a home).

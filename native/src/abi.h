@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 6
+#define HOMESFS_ABI_VERSION 7
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -43,7 +43,44 @@
   X(DP_WRITE, 2) \
   /* Messages to the write handler (setWriteHandler's first argument).     */ \
   X(WRITE_DECIDE, 0)          /* (id, fh, offset, length, path, uid, gid, pid) */ \
-  X(WRITE_DONE, 1)            /* (id, result of the pwrite) */
+  X(WRITE_DONE, 1)            /* (id, result of the pwrite) */ \
+  /* The session's requests to JavaScript (its dispatch function's first   */ \
+  /* argument; session/bridge.c, src/fuse/session.ts).                     */ \
+  X(OP_INIT, 0) \
+  X(OP_GETATTR, 1)            /* (path) -> stat */ \
+  X(OP_FGETATTR, 2)           /* (path|null, fh) -> stat */ \
+  X(OP_ACCESS, 3)             /* (path, mask) */ \
+  X(OP_STATFS, 4)             /* (path) -> statvfs */ \
+  X(OP_READDIR, 5)            /* (path, offset) -> names, stats, offsets? */ \
+  X(OP_READLINK, 6)           /* (path) -> target */ \
+  X(OP_OPEN, 7)               /* (path, flags) -> fh, open options */ \
+  X(OP_CREATE, 8)             /* (path, mode, flags) -> fh, open options */ \
+  X(OP_READ, 9)               /* (path|null, fh, length, offset) -> bytes */ \
+  X(OP_WRITE, 10)             /* (path|null, fh, data, offset) -> count */ \
+  X(OP_FLUSH, 11)             /* (path|null, fh) */ \
+  X(OP_FSYNC, 12)             /* (path|null, fh, datasync) */ \
+  X(OP_FSYNCDIR, 13)          /* (path|null, datasync) */ \
+  X(OP_RELEASE, 14)           /* (path|null, fh) */ \
+  X(OP_TRUNCATE, 15)          /* (path, size) */ \
+  X(OP_FTRUNCATE, 16)         /* (path|null, fh, size) */ \
+  X(OP_FALLOCATE, 17)         /* (path|null, fh, mode, offset, length) */ \
+  X(OP_UTIMENS, 18)           /* (path, atime, mtime) */ \
+  X(OP_CHMOD, 19)             /* (path, mode) */ \
+  X(OP_CHOWN, 20)             /* (path, uid, gid) */ \
+  X(OP_MKDIR, 21)             /* (path, mode) */ \
+  X(OP_RMDIR, 22)             /* (path) */ \
+  X(OP_UNLINK, 23)            /* (path) */ \
+  X(OP_RENAME, 24)            /* (from, to) */ \
+  X(OP_LINK, 25)              /* (from, to) */ \
+  X(OP_SYMLINK, 26)           /* (target, path) */ \
+  X(OP_MKNOD, 27)             /* (path, mode, rdev) */ \
+  X(OP_COUNT, 28) \
+  /* Open options JavaScript answers an open or create with (bits).        */ \
+  X(OPEN_OPT_DIRECT_IO, 1) \
+  X(OPEN_OPT_KEEP_CACHE, 2) \
+  X(OPEN_OPT_NONSEEKABLE, 4) \
+  /* A stat as JavaScript hands it over: this many uint32 (session/marshal.c). */ \
+  X(STAT_WORDS, 22)
 
 #define HOMESFS_ABI_ENUM(name, value) HOMESFS_##name = (value),
 enum { HOMESFS_ABI_CONSTANTS(HOMESFS_ABI_ENUM) };

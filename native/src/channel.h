@@ -2,7 +2,6 @@
 // single-reader logic that ride on it (channel.c).
 #ifndef HOMESFS_CHANNEL_H
 #define HOMESFS_CHANNEL_H
-#include <fuse.h>
 #include <fuse_lowlevel.h>
 
 // 1 when this FLUSH is a no-op JS need not see (its handle's gate slot is 0).

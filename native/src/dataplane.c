@@ -51,7 +51,7 @@
 #include <unistd.h>
 
 #include <uv.h>
-#include <fuse.h>
+
 #include <napi-macros.h>
 
 #define DP_BUCKETS 4096

@@ -20,7 +20,8 @@ int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res);
 // Called first by the write op. Returns 1 when the write was answered here
 // (*res is the byte count or -errno, as JavaScript decided), 0 when it must
 // go to JavaScript with its data as before.
-int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, int *res);
+// caller: the writer's uid, gid and pid (for JavaScript's decision and its log lines).
+int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, const uint32_t caller[3], int *res);
 
 // Called first by the release op. Returns 1 when the RELEASE was answered
 // here and queued for JavaScript (deferral on), 0 when it must go to

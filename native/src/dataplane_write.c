@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include <uv.h>
-#include <fuse.h>
+
 #include <napi-macros.h>
 
 // ---- writes -----------------------------------------------------------------
@@ -189,19 +189,16 @@ static int dp_write_native(uint64_t fh, const char *buf, size_t len, off_t offse
 
 // Request r (on the caller's stack) registered and sent to JavaScript for its
 // decision: 1, or 0 (nothing registered) when it cannot be asked.
-static int dp_ask(dp_wreq_t *r, const char *path, uint64_t fh, size_t len, off_t offset) {
+static int dp_ask(dp_wreq_t *r, const char *path, uint64_t fh, size_t len, off_t offset, const uint32_t caller[3]) {
   memset(r, 0, sizeof(*r));
   r->state = DP_W_ASKED;
   r->fh = fh;
   r->offset = (int64_t) offset;
   r->len = (uint32_t) len;
   r->path = path;
-  struct fuse_context *fctx = fuse_get_context();
-  if (fctx != NULL) {
-    r->uid = (uint32_t) fctx->uid;
-    r->gid = (uint32_t) fctx->gid;
-    r->pid = (uint32_t) fctx->pid;
-  }
+  r->uid = caller[0];
+  r->gid = caller[1];
+  r->pid = caller[2];
   if (uv_sem_init(&r->sem, 0) != 0) return 0;
   pthread_mutex_lock(&dp_lock);
   if (++dp_next_id == 0) dp_next_id = 1;
@@ -243,7 +240,7 @@ static int dp_report_whole(uint32_t id, int64_t result) {
 // One request's life (native decision, ask, proceed, pwrite, report) in one
 // function, so every exit can be seen to unregister the request and destroy
 // its semaphore.
-int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, int *res) {
+int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, const uint32_t caller[3], int *res) {
   if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
   if (__atomic_load_n(&dp_tsfn, __ATOMIC_ACQUIRE) == NULL || len > INT32_MAX || offset < 0) return 0;
   int native = dp_write_native(fh, buf, len, offset, res);
@@ -257,7 +254,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   if (!published) return 0;
 
   dp_wreq_t r;
-  if (!dp_ask(&r, path, fh, len, offset)) return 0;
+  if (!dp_ask(&r, path, fh, len, offset, caller)) return 0;
   homesfs_lead_release();
   uv_sem_wait(&r.sem);
 

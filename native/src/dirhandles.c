@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fuse.h>
+
 #ifndef HOMESFS_NO_NAPI
 #include <node_api.h>
 #include <napi-macros.h>
@@ -275,22 +275,6 @@ void homesfs_dh_stats (uint64_t *open, uint64_t *refused) {
   *open = dh_open;
   pthread_mutex_unlock(&dh_lock);
   *refused = __atomic_load_n(&dh_refused, __ATOMIC_RELAXED);
-}
-
-int homesfs_dir_open (const char *path, struct fuse_file_info *info) {
-  uint32_t uid = (uint32_t) fuse_get_context()->uid;
-  uint64_t fh = 0;
-  int res = homesfs_dh_take(uid, path, &fh);
-  if (res != 0) return res;
-  info->fh = fh;
-  return 0;
-}
-
-int homesfs_dir_release (const char *path, struct fuse_file_info *info) {
-  if (info->fh == 0) return 0;
-  homesfs_dh_give(info->fh);
-  info->fh = 0;
-  return 0;
 }
 
 #ifndef HOMESFS_NO_NAPI

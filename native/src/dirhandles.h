@@ -1,13 +1,10 @@
 #ifndef HOMESFS_DIRHANDLES_H
 #define HOMESFS_DIRHANDLES_H
 #include <stdint.h>
-#include <fuse.h>
-// OPENDIR and RELEASEDIR when JS answers neither: a handle counted per caller
+// OPENDIR and RELEASEDIR (session/ops_dirs.c): a handle counted per caller
 // uid, per home and in all, as a directory handle and as an open file, EMFILE
-// (ENFILE: the daemon's files) past the caps JS set.
-int homesfs_dir_open (const char *path, struct fuse_file_info *info);
-int homesfs_dir_release (const char *path, struct fuse_file_info *info);
-// The counting behind them (no libfuse, no Node): 0 and *fh, or -EMFILE/-ENFILE/-ENOMEM.
+// (ENFILE: the daemon's files) past the caps JS set. No libfuse, no Node:
+// 0 and *fh, or -EMFILE/-ENFILE/-ENOMEM.
 int homesfs_dh_take (uint32_t uid, const char *path, uint64_t *fh);
 void homesfs_dh_give (uint64_t fh);
 // JS's open files (uid 0 and prefix NULL: none of theirs) and their caps (0: none).

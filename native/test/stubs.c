@@ -9,6 +9,5 @@
   void name(void); \
   void name(void) { fprintf(stderr, "stub %s called in a unit test\n", #name); abort(); }
 
-STUB(fuse_get_context)
 STUB(homesfs_fastpath_wl_begin)
 STUB(homesfs_fastpath_wl_end)

@@ -1,7 +1,8 @@
 // dirhandles.c: the counting of open directory handles per caller uid, per
-// home and in all, as directory handles and as open files beside JS's files, through the ops libfuse calls (homesfs_dir_open / _release) with the
-// caller's uid from a fuse_get_context of this file's. Built without Node
-// (HOMESFS_NO_NAPI) and without libfuse's library.
+// home and in all, as directory handles and as open files beside JS's files,
+// through the calls the session's OPENDIR and RELEASEDIR make (homesfs_dh_take
+// / _give, wrapped here as the ops were). Built without Node (HOMESFS_NO_NAPI)
+// and without libfuse's library.
 #define FUSE_USE_VERSION 29
 #include <errno.h>
 #include <pthread.h>
@@ -10,13 +11,19 @@
 #include "harness.h"
 #include "../src/dirhandles.h"
 
-static __thread struct fuse_context ctx;
-struct fuse_context *fuse_get_context(void) { return &ctx; }
+static int homesfs_dir_release(const char *path, struct fuse_file_info *fi) {
+  (void) path;
+  if (fi->fh != 0) homesfs_dh_give(fi->fh);
+  fi->fh = 0;
+  return 0;
+}
 
 static int open_at(uid_t uid, const char *path, struct fuse_file_info *fi) {
   memset(fi, 0, sizeof(*fi));
-  ctx.uid = uid;
-  return homesfs_dir_open(path, fi);
+  uint64_t fh = 0;
+  int res = homesfs_dh_take(uid, path, &fh);
+  if (res == 0) fi->fh = fh;
+  return res;
 }
 
 static int open_as(uid_t uid, struct fuse_file_info *fi) {

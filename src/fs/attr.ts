@@ -128,7 +128,7 @@ export async function chmod(ctx: FsContext, path: string, mode: number): Promise
     // chmod through the O_PATH descriptor's magic link acts on that inode, never on a name.
     await sys.chmod(sys.fdPath(fd), decision.mode);
   };
-  // fchmod of a file unlinked while open: libfuse asks by its hidden name.
+  // fchmod of a file unlinked while open: the session asks by its hidden name.
   if (hidden) {
     // Synchronous from picking the descriptor to using it (see hiddenFd).
     const fd = hiddenFd(hidden);

@@ -44,7 +44,7 @@ export type HomePath = { kind: 'home'; home: HomeRef; rel: readonly string[] };
  * file.ts and take this context.
  */
 export class FsContext extends NativePublication {
-  /** files unlinked while open, under the hidden name libfuse gave them (see hidden.ts) */
+  /** files unlinked while open, under the hidden name the session gave them (see hidden.ts) */
   readonly hidden = new Map<string, HiddenNode>();
   /** listings of big directories: one per home at a time, four in all (dir.ts) */
   readonly listings = new Turns(1, 4);

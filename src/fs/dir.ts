@@ -414,7 +414,7 @@ export async function mknod(ctx: FsContext, path: string, mode: number, dev: num
 
 async function mknodIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string }, mode: number, dev: number, caller: Caller): Promise<void> {
   const type = mode & S_IFMT;
-  // libfuse turns mknod(S_IFREG) into create; a regular file is still made here if one comes.
+  // The session turns mknod(S_IFREG) into create; a regular file is still made here if one comes.
   const kind = type === S_IFREG || type === 0 ? null : KIND_OF_TYPE[type];
   if (kind === undefined) throw new HomesError('INVALID_ARGUMENT', `mknod of file type ${type.toString(8)}`);
   if (kind !== null && !maySpecial(hs.profile, kind, caller.uid)) {

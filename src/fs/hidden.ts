@@ -4,17 +4,16 @@ import { inodeKey, type HomeState, type OpenInode } from './state.js';
 import type { Removing } from './inodes.js';
 
 /**
- * Files unlinked while open. libfuse 2.9 (without hard_remove) does not let
- * the name go: it renames the open file to `.fuse_hidden<16 hex digits>` in
- * the same directory, then resolves every later request on that node (fstat,
- * fchmod, fchown) by the hidden name, and unlinks the hidden name after the
- * last release. (With hard_remove it drops the name instead, and fstat answers
- * ENOENT before the daemon is even asked: native-notes/fuse-native.md.)
+ * Files unlinked while open. The session (native/src/session/ops_names.c)
+ * does not let the last name of an open file go: it renames the file to
+ * `.fuse_hidden<16 hex digits>` in the same directory, then builds the path of
+ * every later request on that node (fstat, fchmod, fchown) from the hidden
+ * name, and unlinks the hidden name after the last release.
  *
  * The daemon takes that rename as the unlink it is: the backing name goes at
  * once (nothing appears in the backing tree or in listings, the directory can
  * be removed), and the hidden name is served from the descriptor of one of the
- * inode's open handles until libfuse unlinks it.
+ * inode's open handles until the session unlinks it.
  */
 export const HIDDEN_NAME_PREFIX = '.fuse_hidden';
 export const HIDDEN_NAME = /^\.fuse_hidden[0-9a-f]{16}$/;
@@ -42,7 +41,7 @@ export interface HiddenHost {
  * between picking it and the call that uses it): a handle's descriptor leaves
  * `fds` before its close is issued, so a descriptor picked and used in one
  * synchronous step is never a closed one, or a number reused by another open.
- * Gone (every handle released, libfuse about to unlink the name): ENOENT.
+ * Gone (every handle released, the session about to unlink the name): ENOENT.
  */
 export function hiddenFd(h: HiddenNode): number {
   for (const fd of h.inode.fds) return fd;
@@ -50,9 +49,9 @@ export function hiddenFd(h: HiddenNode): number {
 }
 
 /**
- * libfuse hiding an open file (`from` → `to`, same directory)? Then unlink the
+ * The session hiding an open file (`from` → `to`, same directory)? Then unlink the
  * backing name, remember the inode under `to` and return true. Anything else
- * (the name is not of libfuse's form, the source is not an open regular file,
+ * (the name is not of the hidden form, the source is not an open regular file,
  * the target exists) is an ordinary rename: false.
  */
 export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number, name: string, to: string, hiddenName: string): Promise<boolean> {

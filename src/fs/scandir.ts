@@ -1,13 +1,14 @@
 /**
  * The scan's native directory lister, scandir.node (native/src/scandir.c, built
- * next to fuse.node by the same node-gyp rebuild): a separate addon without
- * global state, because the scan runs on worker threads and fuse.node must
+ * next to homesfs.node by the same node-gyp rebuild): a separate addon without
+ * global state, because the scan runs on worker threads and homesfs.node must
  * be loaded once per process (its module init and tables are process-wide).
  * Absent or unloadable (a binding built without it), the scan falls back to
  * the JS walk, which remains its specification.
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /** One directory, as scandir.c's list() returns it: facts only, no decision. */
 export interface Listing {
@@ -41,8 +42,7 @@ export function loadLister(): Lister | null {
   if (process.env.HOMESFS_SCAN_NATIVE === '0') return null;
   try {
     const require = createRequire(import.meta.url);
-    const pkg = path.dirname(require.resolve('@cocalc/fuse-native/package.json'));
-    const mod = require(path.join(pkg, 'build', 'Release', 'scandir.node')) as Partial<Lister> & { SCANDIR_VERSION?: number };
+    const mod = require(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../native/addon/scandir.node')) as Partial<Lister> & { SCANDIR_VERSION?: number };
     if (mod.SCANDIR_VERSION !== VERSION || typeof mod.list !== 'function') return null;
     return mod as Lister;
   } catch {

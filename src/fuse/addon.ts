@@ -1,8 +1,6 @@
 /**
- * The addon's homesfs exports (native/src), wrapped for this code and attached
- * to the binding's Fuse class. They used to be written into the binding's
- * index.js by the patch; here they are ours, and the seam in index.js is one
- * line (`Fuse.native = binding`). The raw functions validate their arguments
+ * The addon's exports besides the session (native/src), wrapped for this code
+ * and attached to the daemon's Fuse class. The raw functions validate their arguments
  * in C (a TypeError, never a crash); these wrappers coerce what JS would
  * otherwise pass loosely (uint32 counts, booleans) and give results a shape.
  *
@@ -24,8 +22,8 @@ function umountError(mnt: string, res: number): Error {
   return Object.assign(new Error(`umount2 ${mnt}: errno ${-res}`), { errno: res });
 }
 
-/** Adds the statics, Fuse.fastPath and two instance methods to the binding's class. */
-export function attachAddon(Fuse: Record<string, unknown> & { prototype: Record<string, unknown> }, raw: Raw): void {
+/** Adds the statics and Fuse.fastPath to the daemon's Fuse class. */
+export function attachAddon(Fuse: Record<string, unknown>, raw: Raw): void {
   const call = <T>(name: string, ...args: unknown[]): T => (raw[name] as (...a: unknown[]) => T)(...args);
   const cbFirst = (name: string, cb: unknown): void => {
     if (typeof cb !== 'function') throw new TypeError(`${name}: cb must be a function`);
@@ -178,15 +176,5 @@ export function attachAddon(Fuse: Record<string, unknown> & { prototype: Record<
       call('fastpath_clear');
     },
     stats: (): object => call('fastpath_stats'),
-  };
-
-  /** slot fh & 0xffff > 0 of the caller's Uint16Array(65536): FLUSH of fh goes to ops.flush; 0: answered natively */
-  Fuse.prototype.setFlushGate = function setFlushGate(gate: Uint16Array): void {
-    if (!(gate instanceof Uint16Array) || gate.length !== 65536) throw new TypeError('the flush gate is a Uint16Array(65536)');
-    call('fuse_native_set_flush_gate', Buffer.from(gate.buffer, gate.byteOffset, gate.byteLength));
-  };
-  /** 0 not started, 1 the FUSE loop runs, 2 it ended (an external umount -l) */
-  Fuse.prototype.loopState = function loopState(this: { _thread: Buffer | null }): number {
-    return this._thread ? call('fuse_native_loop_state', this._thread) : 0;
   };
 }

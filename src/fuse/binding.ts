@@ -1,6 +1,9 @@
 import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { abiMismatches } from '../abi.js';
 import { attachAddon } from './addon.js';
+import { FuseSession, type SessionOptions, type SessionRaw } from './session.js';
 import type { TimeSpec } from '../fs/native-api.js';
 import type { Caller } from '../fs/state.js';
 
@@ -8,9 +11,9 @@ type Cb = (err: number) => void;
 export type OpenOpts = { directIo?: boolean; keepCache?: boolean; nonseekable?: boolean };
 
 /**
- * The operations table of the patched binding. Every op receives the caller
- * (uid, gid, pid from fuse_get_context) after its callback; handle ops receive
- * a null path for files unlinked while open (hard_remove + nullpath_ok).
+ * The operations the session hands to JavaScript (src/fuse/session.ts). Every
+ * op receives the caller (uid, gid, pid of the request) after its callback;
+ * handle ops receive a null path for a file that has no name any more.
  */
 export interface NativeOps {
   init(cb: Cb): void;
@@ -100,7 +103,7 @@ export interface FastPathNative {
 }
 
 export interface FuseClass {
-  new (mnt: string, ops: Partial<NativeOps>, opts: Record<string, unknown>): FuseInstance;
+  new (mnt: string, ops: Partial<NativeOps>, opts: SessionOptions): FuseInstance;
   /** the addon itself: its ABI (native/src/abi.h) */
   native?: { ABI?: unknown };
   BINDING_PATH?: string;
@@ -150,26 +153,40 @@ export type WriteHandler = (kind: number, id: number, a: number, b: number, c: n
 
 export class NativeBindingError extends Error {}
 
+/** Where the addons are: native/addon/ of this package (scripts/build-native.mjs installs them there). */
+export function addonPath(name: 'homesfs.node' | 'scandir.node'): string {
+  return path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../native/addon', name);
+}
+
 /**
- * Load the patched binding and refuse an unpatched one: upstream's build would
- * mount, but with millisecond times, 4 KiB writes and crashes on unlinked files.
+ * Load our addon (native/src: the FUSE session and everything it answers
+ * from) and refuse one built from other sources than this daemon.
  */
 export function loadFuse(): FuseClass {
   const require = createRequire(import.meta.url);
-  let Fuse: FuseClass;
+  const at = addonPath('homesfs.node');
+  let raw: Record<string, unknown>;
   try {
-    Fuse = require('@cocalc/fuse-native') as FuseClass;
+    raw = require(at) as Record<string, unknown>;
   } catch (err) {
     throw new NativeBindingError(
-      `the FUSE binding cannot be loaded (${(err as Error).message}); install libfuse2 and libfuse-dev, then run "npm ci" (it patches and builds the binding)`,
+      `the native addon cannot be loaded from ${at} (${(err as Error).message}); install libfuse2 and libfuse-dev, then run "npm ci" (it builds the addon) or "node scripts/build-native.mjs"`,
     );
   }
-  const mismatches = abiMismatches(Fuse.native?.ABI);
+  const mismatches = abiMismatches(raw.ABI);
   if (mismatches.length > 0) {
     throw new NativeBindingError(
-      `the native addon at ${Fuse.BINDING_PATH ?? '@cocalc/fuse-native'} was built from other sources than this daemon (${mismatches.slice(0, 3).join('; ')}); rebuild it: node scripts/build-native.mjs (or npm ci)`,
+      `the native addon at ${at} was built from other sources than this daemon (${mismatches.slice(0, 3).join('; ')}); rebuild it: node scripts/build-native.mjs (or npm ci)`,
     );
   }
-  attachAddon(Fuse as unknown as Parameters<typeof attachAddon>[0], Fuse.native as Parameters<typeof attachAddon>[1]);
-  return Fuse;
+  const session = raw as unknown as SessionRaw;
+  const Fuse = class {
+    static native = raw;
+    static BINDING_PATH = at;
+    constructor(mnt: string, ops: Partial<NativeOps>, opts: SessionOptions) {
+      return new FuseSession(session, mnt, ops, opts, (m, cb) => (Fuse as unknown as FuseClass).unmount(m, cb));
+    }
+  };
+  attachAddon(Fuse as unknown as Parameters<typeof attachAddon>[0], raw as Parameters<typeof attachAddon>[1]);
+  return Fuse as unknown as FuseClass;
 }

@@ -75,8 +75,9 @@ async function probeMount(mnt: string, timeoutMs: number): Promise<{ ok: boolean
 
 /**
  * The mount's life: clear a stale mount, mount, know when it is really up (the
- * kernel's INIT), keep knowing (fuse-native never says that its loop ended: a
- * child process probes the mount with a deadline), and unmount on shutdown.
+ * kernel's INIT), keep knowing (the loop's end shows in loopState(), and a
+ * probe of the mount with a deadline catches a daemon that no longer answers),
+ * and unmount on shutdown.
  */
 export class MountManager {
   private fuse: FuseInstance | null = null;
@@ -121,19 +122,15 @@ export class MountManager {
     await this.clearStale();
     const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck, this.mnt, this.opMetrics);
     const f = this.config.fuse;
+    // The session presents st_ino and d_ino as the daemon answers them (the
+    // backing filesystem's: stable across restarts, one number and one kernel
+    // inode for every hard link), and keeps a file unlinked while open
+    // reachable under a hidden name, so fstat/fchmod on it reach the daemon
+    // (src/fs/hidden.ts). No op has a timer: an ETIMEDOUT answered while the
+    // backing write still runs would report a write as failed that then lands.
     this.fuse = new this.Fuse(this.mnt, ops, {
-      // Every op's timer is off: an ETIMEDOUT answered while the backing write
-      // still runs would report a write as failed that then lands.
-      timeout: false,
       allowOther: true,
       defaultPermissions: true,
-      // No hard_remove: libfuse then keeps an unlinked open file reachable under a
-      // hidden name, so fstat/fchmod on it reach the daemon (src/fs/hidden.ts);
-      // with hard_remove libfuse answers them ENOENT itself.
-      hardRemove: false,
-      // st_ino and d_ino are the backing filesystem's (stable across restarts,
-      // one number for every hard link); libfuse otherwise numbers its own nodes.
-      useIno: true,
       // Nothing created in a home may give privileges on this host.
       nosuid: true,
       nodev: true,

@@ -57,8 +57,8 @@ export function parseHomeArg(arg: string): HomeRef {
  * The life of homes: creation, resolution through the scope cascade, owners,
  * live overrides, rescans, rename and delete. The persistent part lives in the
  * state file; the live part in the fs context. Renames and deletes go through
- * the mount (a helper process, admitted by pid), so libfuse's path cache, open
- * files and working directories follow the home.
+ * the mount (a helper process, admitted by pid), so the session's node table,
+ * open files and working directories follow the home.
  */
 export class HomeManager {
   constructor(
@@ -812,7 +812,7 @@ export class HomeManager {
    * Rename a home through the mount: a child process calls rename(2) on the
    * mount, the daemon admits exactly that call (by pid and paths) and moves its
    * own state under the new name before the kernel hears success. The kernel
-   * and libfuse then move their dentries and path cache, so open files and
+   * and the session then move their dentries and node names, so open files and
    * working directories follow the home, and the old path is gone at once.
    */
   private async renameThroughMount(tenant: string, fromKey: string, toKey: string, after: () => void): Promise<void> {

@@ -32,7 +32,7 @@ export function parseVirtualPath(path: string): VirtualPath {
   checkSegment('tenant', tenant);
   if (key === undefined) return { kind: 'tenant', tenant };
   // What is left of a deleted home, reached from a working directory still
-  // inside it (libfuse keeps the trash name it was moved to): gone, not malformed.
+  // inside it (the session keeps the trash name it was moved to): gone, not malformed.
   if (key.startsWith(TRASH_PREFIX)) throw new HomesError('NOT_FOUND', 'the home was deleted');
   classifyKey(key);
   for (const c of rel) checkComponent(c);

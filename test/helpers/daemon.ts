@@ -64,21 +64,19 @@ export interface StartOptions {
 }
 
 /**
- * A daemon of its own at `root`: a copy of this worktree's dist/ and
- * package.json, its node_modules linked to this worktree's but for a copy of
- * the FUSE binding, which the caller may alter (another addon, another ABI).
- * Returns the binding copy's directory; the daemon is `<root>/dist/cli/homesfs.js`.
+ * A daemon of its own at `root`: a copy of this worktree's dist/, package.json
+ * and native addons (native/addon/), its node_modules linked to this
+ * worktree's. The caller may alter the copy (another addon, another ABI).
+ * Returns the copy's addon directory; the daemon is `<root>/dist/cli/homesfs.js`.
  */
 export function copyDaemonTree(root: string): string {
-  mkdirSync(join(root, 'node_modules', '@cocalc'), { recursive: true });
+  mkdirSync(join(root, 'node_modules'), { recursive: true });
   cpSync(join(ROOT, 'dist'), join(root, 'dist'), { recursive: true });
   cpSync(join(ROOT, 'package.json'), join(root, 'package.json'));
-  for (const entry of readdirSync(join(ROOT, 'node_modules'))) {
-    if (entry !== '@cocalc') symlinkSync(join(ROOT, 'node_modules', entry), join(root, 'node_modules', entry));
-  }
-  const pkg = join(root, 'node_modules', '@cocalc', 'fuse-native');
-  cpSync(join(ROOT, 'node_modules', '@cocalc', 'fuse-native'), pkg, { recursive: true });
-  return pkg;
+  for (const entry of readdirSync(join(ROOT, 'node_modules'))) symlinkSync(join(ROOT, 'node_modules', entry), join(root, 'node_modules', entry));
+  const addons = join(root, 'native', 'addon');
+  cpSync(join(ROOT, 'native', 'addon'), addons, { recursive: true });
+  return addons;
 }
 
 function isMounted(path: string): boolean {

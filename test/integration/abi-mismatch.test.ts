@@ -7,19 +7,22 @@ import { copyDaemonTree, runAsync } from '../helpers/daemon.js';
 /**
  * A daemon must not run on an addon built from other sources (a stale build
  * after an upgrade, or a newer one): it refuses with exit 4 and says how to
- * rebuild. The daemon here is a copy of dist/ beside a copy of the binding
- * whose index.js alters the ABI the real addon exports, as a build from
- * other sources would; nothing outside the test's temporary directory changes.
+ * rebuild. The daemon here is a copy of dist/ and the real addon whose own
+ * ABI table (dist/abi.js) differs from the addon's, as it does for a daemon
+ * upgraded without its build (or a build without its daemon); nothing outside
+ * the test's temporary directory changes.
  */
 describe('a daemon and an addon built from other sources', () => {
   let dir: string;
   const tree = (name: string, alter: string): string => {
     const root = join(dir, name);
-    const pkg = copyDaemonTree(root);
-    const index = readFileSync(join(pkg, 'index.js'), 'utf8');
-    const load = 'const binding = require(BINDING_PATH)\n';
-    expect(index).toContain(load);
-    writeFileSync(join(pkg, 'index.js'), index.replace(load, `${load}${alter}\n`));
+    copyDaemonTree(root);
+    const abiJs = join(root, 'dist', 'abi.js');
+    const src = readFileSync(abiJs, 'utf8');
+    const check = 'export function abiMismatches(native) {';
+    expect(src).toContain(check);
+    // The addon's table as the check sees it, altered as the addon of other sources would have it.
+    writeFileSync(abiJs, src.replace(check, `${check}\n    if (native) { const binding = { ABI: native }; ${alter}; native = binding.ABI; }`));
     const config = join(root, 'config.json');
     mkdirSync(join(root, 'backing'));
     mkdirSync(join(root, 'mnt'));

@@ -139,12 +139,12 @@ describe.skipIf(!canMount)('README "Install", run as written on a fresh clone', 
     expect(sim.out).toMatch(/^\d+ upgraded, 0 newly installed, 0 to remove/m);
   });
 
-  it('npm ci, npm pack and npm install -g build the patched binding and put both programs where the unit starts them', () => {
+  it('npm ci, npm pack and npm install -g build the native addon and put both programs where the unit starts them', () => {
     expect(installed.code, installed.out).toBe(0);
     // built twice: by npm ci in the clone and by the tarball's postinstall
     const ok = new RegExp(`build-native: OK: .*ABI ${ABI.VERSION}; libfuse\\.so\\.2 => `, 'g');
     expect(installed.out.match(ok), installed.out).toHaveLength(2);
-    expect(installed.out).toContain(`${prefix}/lib/node_modules/homesfs/node_modules/@cocalc/fuse-native/build/Release/fuse.node`);
+    expect(installed.out).toContain(`${prefix}/lib/node_modules/homesfs/native/addon/homesfs.node`);
     // the README's own last line printed both versions
     expect(installed.out).toContain(`homesfs ${pkg.version}\nhomesctl ${pkg.version}\n`);
 

@@ -124,7 +124,7 @@ for t in ts: t.join()
 print(json.dumps({'ops': sum(ops.values()), 'kinds': len(ops), 'errors': errs}))
 `;
 
-/** A copy of dist/ beside a copy of the binding whose build/Release holds the sanitized addons. */
+/** A copy of dist/ beside the sanitized addons. */
 function sanitizedTree(dir: string): string {
   const build = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build-native.mjs')], {
     env: { ...process.env, HOMESFS_SANITIZE: '1' },
@@ -133,9 +133,9 @@ function sanitizedTree(dir: string): string {
   });
   if (build.status !== 0) throw new Error(`the sanitized build failed:\n${build.stdout}${build.stderr}`);
   const root = join(dir, 'tree');
-  const pkg = copyDaemonTree(root);
-  for (const name of ['fuse.node', 'scandir.node']) {
-    cpSync(join(ROOT, 'native', 'build-sanitize', 'build', 'Release', name), join(pkg, 'build', 'Release', name));
+  const addons = copyDaemonTree(root);
+  for (const name of ['homesfs.node', 'scandir.node']) {
+    cpSync(join(ROOT, 'native', 'build-sanitize', 'build', 'Release', name), join(addons, name));
   }
   return root;
 }
@@ -179,10 +179,10 @@ describe.skipIf(!canMount)('the native layer under ASan and UBSan, through a rea
       },
     });
     const daemon = d;
-    // The daemon runs the sanitized addon: the ASan runtime and the tree's fuse.node are mapped.
+    // The daemon runs the sanitized addon: the ASan runtime and the tree's homesfs.node are mapped.
     const maps = readFileSync(`/proc/${daemon.proc.pid}/maps`, 'utf8');
     expect(maps).toMatch(/libasan\.so/);
-    expect(maps).toContain(join(tree, 'node_modules', '@cocalc', 'fuse-native', 'build', 'Release', 'fuse.node'));
+    expect(maps).toContain(join(tree, 'native', 'addon', 'homesfs.node'));
 
     const a = daemon.home(T, 'a');
     const b = daemon.home(T, 'b');

@@ -1,7 +1,7 @@
-// Integration tests of the patched @cocalc/fuse-native binding (patch:
-// patches/@cocalc+fuse-native+2.4.3.patch) through a tiny passthrough
-// filesystem that runs in a CHILD process (fixtures/passthrough.cjs): the
-// binding serves every op on its JS thread, so this process must never mount.
+// Integration tests of homesfs' FUSE session and native layer (native/src)
+// through a tiny passthrough filesystem that runs in a CHILD process
+// (fixtures/passthrough.cjs): the session hands ops to its JS thread, so this
+// process must never mount.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -14,6 +14,7 @@ import { promisify } from 'node:util';
 import { readdirTypesScript } from '../helpers/dirent.js';
 import { ABI, abiMismatches } from '../../src/abi.js';
 import { loadFuse } from '../../src/fuse/binding.js';
+import { sessionOptions } from '../../src/fuse/session.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const fixture = path.join(here, 'fixtures', 'passthrough.cjs');
@@ -53,7 +54,7 @@ async function py(code: string, opts: { timeout?: number } = {}) {
   return run(PY, ['-c', code], opts);
 }
 
-describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
+describe.skipIf(!!skipReason)("homesfs' FUSE session and native layer, through a passthrough fixture", () => {
   let work = '';
   let backing = '';
   let mnt = '';
@@ -136,12 +137,10 @@ describe.skipIf(!!skipReason)('patched @cocalc/fuse-native binding', () => {
     }
   });
 
-  it('passes nodev and nosuid through as mount options', () => {
-    const Fuse = loadFuse() as any;
-    const f = new Fuse('/nonexistent-homesfs-test', {}, { nodev: true, nosuid: true, useIno: true });
-    const opts: string = f._fuseOptions();
-    expect(opts.startsWith('-o')).toBe(true);
-    expect(opts.slice(2).split(',')).toEqual(expect.arrayContaining(['nodev', 'nosuid', 'use_ino']));
+  it('passes nodev and nosuid to the kernel mount, big_writes and max_write to the session', () => {
+    const o = sessionOptions({ nodev: true, nosuid: true, allowOther: true, bigWrites: true, maxWrite: 65536, fsname: 'homesfs' });
+    expect(o.mount.split(',')).toEqual(expect.arrayContaining(['nodev', 'nosuid', 'allow_other', 'fsname=homesfs']));
+    expect(o.lowlevel.split(',')).toEqual(['big_writes', 'max_write=65536']);
   });
 
   it('loads our build of the binding (its ABI is ours) in this process without mounting', () => {

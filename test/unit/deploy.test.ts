@@ -285,18 +285,18 @@ describe('deploy/kubernetes/Dockerfile', () => {
     expect(runtime.from).toBe('node:20-bookworm-slim');
   });
 
-  it('the build stage copies, before npm ci, everything the postinstall reads (the seam patch and our C), and .dockerignore lets it in', () => {
+  it('the build stage copies, before npm ci, everything the postinstall reads (our C and its build), and .dockerignore lets it in', () => {
     const ci = build.lines.findIndex((l) => /^RUN npm ci\b/.test(l));
     const copied = build.lines.slice(0, ci).filter((l) => l.startsWith('COPY ')).flatMap((l) => l.split(/\s+/).slice(1, -1));
     const ignore = readFileSync(join(DIR, '..', '..', '.dockerignore'), 'utf8').split('\n').filter((l) => l.startsWith('!')).map((l) => l.slice(1));
-    for (const need of ['patches/', 'native/binding.gyp', 'native/src/', 'scripts/apply-patches.mjs', 'scripts/build-native.mjs']) {
+    for (const need of ['native/binding.gyp', 'native/src/', 'scripts/build-native.mjs']) {
       expect(copied).toContain(need);
       expect(ignore).toContain(need);
     }
   });
 
   it('the build stage compiles against libfuse-dev and installs the packed tarball; the runtime has libfuse2 only', () => {
-    expect(aptPackages(build)).toEqual(expect.arrayContaining(['libfuse-dev', 'pkg-config', 'g++', 'make', 'python3', 'patch']));
+    expect(aptPackages(build)).toEqual(expect.arrayContaining(['libfuse-dev', 'pkg-config', 'g++', 'make', 'python3']));
     const buildRuns = build.lines.join('\n');
     expect(buildRuns).toMatch(/RUN npm ci\b/);
     expect(buildRuns).toMatch(/npm pack\b/);

@@ -1,12 +1,19 @@
-// The addon's exports that are ours, in one place (called from the binding's
-// NAPI_INIT through seam.h).
+// homesfs.node: the addon's one entry point. Every export is ours: the
+// session (session/), the native fast path and data plane it answers from,
+// the system calls Node lacks, and the ABI the daemon checks first.
 #include <napi-macros.h>
 #include "abi.h"
-#include "seam.h"
+#include "calls.h"
+#include "channel.h"
+#include "dataplane.h"
+#include "dirhandles.h"
+#include "fastpath.h"
+#include "removals.h"
+#include "session/session.h"
 
 // ABI: { VERSION, and every constant of abi.h }, for the daemon to compare
 // with its own copy before it trusts anything else of this addon.
-static void homesfs_export_abi (napi_env env, napi_value exports) {
+static void export_abi (napi_env env, napi_value exports) {
   napi_value abi, v;
   napi_create_object(env, &abi);
   napi_create_uint32(env, HOMESFS_ABI_VERSION, &v);
@@ -19,8 +26,9 @@ static void homesfs_export_abi (napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "ABI", abi);
 }
 
-void homesfs_export (napi_env env, napi_value exports) {
-  homesfs_export_abi(env, exports);
+NAPI_INIT() {
+  export_abi(env, exports);
+  hs_session_export(env, exports);
   homesfs_calls_export(env, exports);
   homesfs_channel_export(env, exports);
   homesfs_dirhandles_export(env, exports);

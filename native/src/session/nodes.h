@@ -1,0 +1,93 @@
+// The session's node table: one node per backing inode the kernel knows
+// (nodes.c). The kernel refers to files by node ID; the daemon's operations
+// take paths. This table turns one into the other, and keeps the paths of
+// requests in flight stable against renames.
+//
+// Invariants (every field below is guarded by the table's one mutex):
+// - A node is reachable by its ID while the kernel may name it (nlookup > 0)
+//   or a thread holds a reference (refs > 0); it is freed when both are 0.
+// - One node per presented inode number (`ino`, the backing st_ino): every
+//   name of a hard-linked file is an alias of the same node, so st_nlink and
+//   size seen through any name are the same kernel inode's. A node whose last
+//   name went (unlinked, renamed over) leaves the ino index: a new file that
+//   reuses the number gets a node of its own.
+// - An alias (parent, name) holds a reference on its parent, so a directory
+//   with named children is never freed while a path could pass through it.
+// - Path locks follow libfuse 2.9's tree locks: a request holds a shared lock
+//   on every node of its path until it is answered, an unlink, rmdir or
+//   rename also holds the node it removes or moves exclusively; so no rename
+//   changes a path between the moment it is built and the moment the request
+//   that uses it is answered. Only session workers ever wait for a path lock
+//   (never the JavaScript thread: requests it continues already hold theirs).
+#ifndef HOMESFS_NODES_H
+#define HOMESFS_NODES_H
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define HS_ROOT_ID 1
+
+typedef struct hs_node hs_node_t;
+
+// The nodes one request holds locked (its path, and the node it removes).
+typedef struct {
+  hs_node_t **held;
+  int n, cap;
+  hs_node_t *wnode;
+  hs_node_t *inline_held[24];
+} hs_plock_t;
+
+void hs_nodes_init (void);
+// Frees every node (after the session's last worker is gone).
+void hs_nodes_clear (void);
+
+// The node of a kernel node ID, with a reference (NULL: unknown).
+hs_node_t *hs_node_get (uint64_t nodeid);
+void hs_node_ref (hs_node_t *n);
+void hs_node_put (hs_node_t *n);
+uint64_t hs_node_id (const hs_node_t *n);
+
+// The path of dir (and `name` below it, if not NULL), locked as described
+// above until hs_path_unlock; wlock: the node named (dir, name), if the table
+// has one, is locked exclusively. Waits for conflicting requests. 0 or -errno
+// (-ENOENT: dir has no name any more). *path is malloc'd.
+int hs_path_lock (hs_node_t *dir, const char *name, int wlock, char **path, hs_plock_t *pl);
+// Two paths at once (rename: both wlock; link: neither).
+int hs_path_lock2 (hs_node_t *d1, const char *n1, hs_node_t *d2, const char *n2, int wlock, char **p1, char **p2, hs_plock_t *pl1, hs_plock_t *pl2);
+void hs_path_unlock (hs_plock_t *pl);
+// The current path of n, unlocked (for requests that carry a handle and use
+// the path only to name the file in logs), or NULL when it has no name.
+char *hs_path_peek (hs_node_t *n);
+
+// After a successful lookup (or create, mkdir, mknod, symlink, link) of
+// (parent, name) that found presented inode `ino` of type `type` (S_IFMT)
+// with `nlink` links: the node for it, its lookup count raised by one; the
+// name becomes the one its paths are built from, and the only one when the
+// inode has one link (or is a directory). 0 and *nodeid, or -ENOMEM.
+int hs_node_found (hs_node_t *parent, const char *name, uint64_t ino, uint32_t type, uint32_t nlink, uint64_t *nodeid);
+// The kernel forgets n lookups of a node.
+void hs_node_forget (uint64_t nodeid, uint64_t nlookup);
+// (parent, name) was removed.
+void hs_node_removed (hs_node_t *parent, const char *name);
+// (op, on) was renamed to (np, nn): whatever (np, nn) named loses that name. 0 or -ENOMEM.
+int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *nn);
+
+// Opens and hidden names (files unlinked while open keep a name of the form
+// .fuse_hiddenXXXXXXXXYYYYYYYY until their last release, as libfuse 2.9's
+// high-level API did: the daemon serves them from an open handle).
+void hs_node_opened (hs_node_t *n);
+// Whether the node is open and (parent, name) is its only name: removing it
+// must hide it instead.
+int hs_node_must_hide (hs_node_t *parent, const char *name);
+// A free hidden name in parent for the node named (parent, name) (buf of 64), or -ENOENT.
+int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t size);
+// After the rename to the hidden name went through.
+void hs_node_mark_hidden (hs_node_t *n);
+// A release: when it was the last of a hidden node, 1 and its path in *path
+// (malloc'd; the hidden name to unlink), else 0.
+int hs_node_released (hs_node_t *n, char **path);
+int hs_node_is_hidden (hs_node_t *n);
+
+// For status and tests: nodes in the table, of which with a lookup count.
+void hs_nodes_stats (uint64_t *nodes, uint64_t *known);
+#endif

@@ -1,0 +1,282 @@
+// OPENDIR, READDIR, RELEASEDIR, FSYNCDIR.
+//
+// An open directory is a record of ours (the kernel's fh points at it): the
+// count dirhandles.c keeps for the caller's caps, and, only for a listing
+// JavaScript answers whole, that listing. A streamed listing (the binding's
+// own, fastpath_attr.c, or JavaScript's with offsets) keeps nothing between
+// requests: each READDIR is filled from the kernel's offset into one reply.
+//
+// Lock: a record's `mu` guards its listing. A READDIR holds it while it reads
+// or fills the listing and until its reply is written (threads that share a
+// directory descriptor can send two READDIRs of one record at once), and
+// RELEASEDIR takes it before the record is freed (the kernel may send it the
+// moment a READDIR's reply is read, before the replying thread is back).
+// A READDIR that goes to JavaScript holds nothing meanwhile.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../dirhandles.h"
+#include "../fastpath.h"
+#include "../utf8.h"
+#include "ops.h"
+
+// libfuse's inode number for an entry it knows nothing of (fuse.h's FUSE_UNKNOWN_INO).
+#define UNKNOWN_INO 0xffffffffu
+
+typedef struct {
+  pthread_mutex_t mu;
+  uint64_t count_fh;     // dirhandles.c's token, 0: none
+  char *contents;        // a whole listing, as direntries
+  size_t len, size;
+  int filled;
+} hs_dh_t;
+
+static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st);
+
+// Fills one READDIR reply from an offset on (entries with their own offsets),
+// or, for entries given with offset 0 (libfuse's "the whole listing"), the
+// directory handle's listing, from which replies are then cut.
+typedef struct {
+  fuse_req_t req;
+  char *out;
+  size_t len, size;
+  hs_dh_t *dh;
+  int whole;
+} fill_t;
+
+static int fill (void *ctx, const char *name, const struct stat *st, off_t off) {
+  fill_t *f = ctx;
+  struct stat unknown;
+  if (st == NULL) {
+    memset(&unknown, 0, sizeof(unknown));
+    unknown.st_ino = UNKNOWN_INO;
+    st = &unknown;
+  }
+  if (off == 0) {
+    if (!f->whole) f->dh->len = 0;
+    f->whole = 1;
+    return append(f->dh, f->req, name, st) != 0;
+  }
+  size_t need = fuse_add_direntry(f->req, NULL, 0, name, NULL, 0);
+  if (need > f->size - f->len) return 1;
+  fuse_add_direntry(f->req, f->out + f->len, f->size - f->len, name, st, off);
+  f->len += need;
+  return 0;
+}
+
+// Appends an entry to a whole listing (its offset: where the next one starts).
+static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st) {
+  size_t need = fuse_add_direntry(req, NULL, 0, name, NULL, 0);
+  if (dh->len + need > dh->size) {
+    size_t nsize = dh->size == 0 ? 4096 : dh->size;
+    while (nsize < dh->len + need) nsize *= 2;
+    char *n = realloc(dh->contents, nsize);
+    if (n == NULL) return -ENOMEM;
+    dh->contents = n;
+    dh->size = nsize;
+  }
+  fuse_add_direntry(req, dh->contents + dh->len, need, name, st, (off_t) (dh->len + need));
+  dh->len += need;
+  return 0;
+}
+
+// Under dh->mu: the part of a whole listing from the request's offset; unlocks.
+static void reply_slice (hs_op_t *op, hs_dh_t *dh) {
+  size_t off = (size_t) op->offset, size = op->len;
+  if (off >= dh->len) size = 0;
+  else if (off + size > dh->len) size = dh->len - off;
+  fuse_reply_buf(op->req, size > 0 ? dh->contents + off : NULL, size);
+  pthread_mutex_unlock(&dh->mu);
+  op_finish(op);
+}
+
+// Under dh->mu: answers err and unlocks.
+static void reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err) {
+  pthread_mutex_unlock(&dh->mu);
+  op_reply_err(op, err);
+}
+
+// ---- OPENDIR, RELEASEDIR ----------------------------------------------------------------
+
+void hs_ll_opendir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_READDIR);
+  if (op == NULL) return;
+  if ((op->node = op_node(op, ino)) == NULL) return;
+  if (op_lock(op, op->node, NULL, 0) != 0) return;
+  hs_dh_t *dh = calloc(1, sizeof(*dh));
+  if (dh == NULL) return op_reply_err(op, -ENOMEM);
+  int err = homesfs_dh_take(op->call.uid, op->path, &dh->count_fh);
+  if (err != 0) {
+    free(dh);
+    return op_reply_err(op, err);
+  }
+  pthread_mutex_init(&dh->mu, NULL);
+  op->fi = *fi;
+  op->fi.fh = (uint64_t) (uintptr_t) dh;
+  if (fuse_reply_open(req, &op->fi) == -ENOENT) {
+    if (dh->count_fh != 0) homesfs_dh_give(dh->count_fh);
+    pthread_mutex_destroy(&dh->mu);
+    free(dh);
+  }
+  op_finish(op);
+}
+
+void hs_ll_releasedir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  (void) ino;
+  hs_dh_t *dh = (hs_dh_t *) (uintptr_t) fi->fh;
+  if (dh != NULL) {
+    // A READDIR whose reply was just read may still be writing it.
+    pthread_mutex_lock(&dh->mu);
+    pthread_mutex_unlock(&dh->mu);
+    pthread_mutex_destroy(&dh->mu);
+    if (dh->count_fh != 0) homesfs_dh_give(dh->count_fh);
+    free(dh->contents);
+    free(dh);
+  }
+  fuse_reply_err(req, 0);
+}
+
+// ---- READDIR ------------------------------------------------------------------------
+
+static size_t readdir_args (napi_env env, hs_call_t *c, napi_value *argv) {
+  hs_op_t *op = (hs_op_t *) c;
+  argv[0] = hs_js_str(env, op->path);
+  argv[1] = hs_js_num(env, (double) op->offset);
+  return 2;
+}
+
+// The i-th entry's stat as JavaScript gave it: a full stat, a mode alone (d_type), or nothing.
+static const struct stat *entry_stat (napi_env env, napi_value stats, uint32_t i, struct stat *st) {
+  napi_value v;
+  napi_valuetype t = napi_undefined;
+  if (stats == NULL || napi_get_element(env, stats, i, &v) != napi_ok || napi_typeof(env, v, &t) != napi_ok) return NULL;
+  if (t == napi_number) {
+    uint32_t mode = 0;
+    napi_get_value_uint32(env, v, &mode);
+    if (mode == 0) return NULL;
+    memset(st, 0, sizeof(*st));
+    st->st_mode = mode;
+    st->st_ino = UNKNOWN_INO;
+    return st;
+  }
+  return t == napi_object && hs_stat_from_js(env, v, st) == 0 ? st : NULL;
+}
+
+static uint32_t array_len (napi_env env, napi_value v) {
+  bool is = false;
+  uint32_t n = 0;
+  if (v != NULL && napi_is_array(env, v, &is) == napi_ok && is) napi_get_array_length(env, v, &n);
+  return n;
+}
+
+static void readdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  hs_op_t *op = (hs_op_t *) c;
+  hs_dh_t *dh = op->dh;
+  if (res < 0) return op_reply_err(op, res);
+  pthread_mutex_lock(&dh->mu);
+  napi_value names = n >= 1 ? values[0] : NULL, stats = n >= 2 ? values[1] : NULL, offs = n >= 3 ? values[2] : NULL;
+  uint32_t count = array_len(env, names);
+  if (array_len(env, stats) != count) stats = NULL;
+  bool streamed = false;
+  if (offs != NULL) napi_is_array(env, offs, &streamed);
+  uint32_t noffs = array_len(env, offs);
+  fill_t f = { op->req, op->data, 0, op->len, dh, 0 };
+  if (!streamed) {
+    dh->len = 0;
+    dh->filled = 1;
+  }
+  char name[1024];
+  for (uint32_t i = 0; i < count; i++) {
+    napi_value v;
+    size_t len = 0;
+    if (napi_get_element(env, names, i, &v) != napi_ok) break;
+    if (napi_get_value_string_utf8(env, v, name, sizeof(name), &len) != napi_ok) continue;
+    struct stat st;
+    const struct stat *stp = entry_stat(env, stats, i, &st);
+    if (streamed) {
+      int64_t off = 0;
+      // An entry without a usable offset would restart the listing: stop there.
+      if (i >= noffs || napi_get_element(env, offs, i, &v) != napi_ok || napi_get_value_int64(env, v, &off) != napi_ok || off <= 0) break;
+      if (fill(&f, name, stp, (off_t) off) != 0) break;
+    } else if (append(dh, op->req, name, stp != NULL ? stp : &(struct stat) { .st_ino = UNKNOWN_INO }) != 0) {
+      dh->filled = 0;
+      return reply_err_unlock(op, dh, -ENOMEM);
+    }
+  }
+  if (!streamed) return reply_slice(op, dh);
+  fuse_reply_buf(op->req, f.len > 0 ? f.out : NULL, f.len);
+  pthread_mutex_unlock(&dh->mu);
+  op_finish(op);
+}
+
+void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_READDIR);
+  if (op == NULL) return;
+  hs_dh_t *dh = (hs_dh_t *) (uintptr_t) fi->fh;
+  op->dh = dh;
+  op->offset = off;
+  op->len = size;
+  pthread_mutex_lock(&dh->mu);
+  // SUS: a rewound listing is read again.
+  if (off == 0) dh->filled = 0;
+  if (dh->filled) return reply_slice(op, dh);
+  if ((op->node = hs_node_get(ino)) == NULL) return reply_err_unlock(op, dh, -ESTALE);
+  int err = hs_path_lock(op->node, NULL, 0, &op->path, &op->pl);
+  if (err == 0) op->locked = 1;
+  else if (err != -ENOENT) return reply_err_unlock(op, dh, err);
+  if ((op->data = malloc(size > 0 ? size : 1)) == NULL) return reply_err_unlock(op, dh, -ENOMEM);
+  fill_t f = { req, op->data, 0, size, dh, 0 };
+  if (op->path == NULL) {
+    // A directory removed while a process still lists it: empty, as on any filesystem.
+    struct stat st = { .st_ino = UNKNOWN_INO, .st_mode = S_IFDIR };
+    if (off == 0 && fill(&f, ".", &st, 1) == 0) fill(&f, "..", &st, 2);
+    fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
+    pthread_mutex_unlock(&dh->mu);
+    return op_finish(op);
+  }
+  int fr = homesfs_fastpath_readdir(op->path, &f, fill, off, homesfs_utf8_valid_n);
+  if (fr != HOMESFS_FASTPATH_FALLBACK) {
+    if (fr < 0) return reply_err_unlock(op, dh, fr);
+    if (f.whole) {
+      dh->filled = 1;
+      return reply_slice(op, dh);
+    }
+    fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
+    pthread_mutex_unlock(&dh->mu);
+    return op_finish(op);
+  }
+  pthread_mutex_unlock(&dh->mu);
+  op_js(op, readdir_args, readdir_done);
+}
+
+// ---- FSYNCDIR ---------------------------------------------------------------------------
+
+static size_t fsyncdir_args (napi_env env, hs_call_t *c, napi_value *argv) {
+  hs_op_t *op = (hs_op_t *) c;
+  argv[0] = hs_js_str(env, op->path);
+  argv[1] = hs_js_bool(env, op->datasync);
+  return 2;
+}
+
+static void fsyncdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  (void) env; (void) values; (void) n;
+  op_reply_err((hs_op_t *) c, res > 0 ? 0 : res);
+}
+
+void hs_ll_fsyncdir (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+  (void) fi;
+  hs_op_t *op = op_new(req, HOMESFS_OP_FSYNCDIR);
+  if (op == NULL) return;
+  if ((op->node = op_node(op, ino)) == NULL) return;
+  if (op_lock_nullok(op, op->node) != 0) return;
+  // A directory removed while open has nothing left to flush.
+  if (op->path == NULL) return op_reply_err(op, 0);
+  op->datasync = datasync;
+  op_js(op, fsyncdir_args, fsyncdir_done);
+}

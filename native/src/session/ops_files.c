@@ -1,0 +1,362 @@
+// OPEN, CREATE, READ, WRITE, FLUSH, RELEASE, FSYNC, FALLOCATE.
+//
+// Opens and creates are answered natively where the fast path was granted
+// slots for them (fastpath_open.c, fastpath_create.c), reads and writes
+// where the data plane has the handle (dataplane.c), no-op flushes and
+// releases from the flush gate and the release queue; everything else is
+// JavaScript's. Handle requests name no path for their answer: the path they
+// pass is only for JavaScript's log lines (peeked, not locked), and a file
+// unlinked while open has none.
+//
+// Invariant: a node's open count (nodes.c) rises before the open's reply and
+// falls at its RELEASE, so an unlink or rename-over of a file still open
+// hides it instead of removing its last name.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../channel.h"
+#include "../dataplane.h"
+#include "../fastpath.h"
+#include "ops.h"
+
+#define STEP_MKNOD 1
+
+static size_t file_args (napi_env env, hs_call_t *c, napi_value *argv) {
+  hs_op_t *op = (hs_op_t *) c;
+  argv[0] = hs_js_str(env, op->path);
+  switch (op->call.op) {
+    case HOMESFS_OP_OPEN:
+      argv[1] = hs_js_u32(env, op->flags);
+      return 2;
+    case HOMESFS_OP_CREATE:
+      argv[1] = hs_js_u32(env, op->mode);
+      argv[2] = hs_js_u32(env, op->flags);
+      return 3;
+    case HOMESFS_OP_READ:
+      argv[1] = hs_js_num(env, (double) op->fh);
+      argv[2] = hs_js_num(env, (double) op->len);
+      argv[3] = hs_js_num(env, (double) op->offset);
+      return 4;
+    case HOMESFS_OP_WRITE: {
+      void *copy = NULL;
+      argv[1] = hs_js_num(env, (double) op->fh);
+      // JavaScript gets its own copy: it may keep it after the answer.
+      napi_create_buffer_copy(env, op->len, op->data, &copy, &argv[2]);
+      argv[3] = hs_js_num(env, (double) op->offset);
+      return 4;
+    }
+    case HOMESFS_OP_FSYNC:
+      argv[1] = hs_js_num(env, (double) op->fh);
+      argv[2] = hs_js_bool(env, op->datasync);
+      return 3;
+    case HOMESFS_OP_FALLOCATE:
+      argv[1] = hs_js_num(env, (double) op->fh);
+      argv[2] = hs_js_u32(env, op->mode);
+      argv[3] = hs_js_num(env, (double) op->offset);
+      argv[4] = hs_js_num(env, (double) op->length);
+      return 5;
+    case HOMESFS_OP_UNLINK:
+      return 1;
+    default: // FLUSH, RELEASE
+      argv[1] = hs_js_num(env, (double) op->fh);
+      return 2;
+  }
+}
+
+static void errno_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  (void) env; (void) values; (void) n;
+  op_reply_err((hs_op_t *) c, res > 0 ? 0 : res);
+}
+
+// A handle op: its node referenced and its path peeked, or answered (-1).
+static int op_handle (hs_op_t *op, fuse_ino_t ino, const struct fuse_file_info *fi) {
+  if ((op->node = op_node(op, ino)) == NULL) return -1;
+  op->fi = *fi;
+  op->has_fi = 1;
+  op->fh = fi->fh;
+  op->path = hs_path_peek(op->node);
+  return 0;
+}
+
+// ---- releasing a handle nobody else will -----------------------------------------
+
+static void released_quietly (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  (void) env; (void) res; (void) values; (void) n;
+  op_finish((hs_op_t *) c);
+}
+
+void hs_release_handle (hs_op_t *from, uint64_t fh, const char *path) {
+  if (homesfs_fastpath_release(fh) || homesfs_dp_release(fh)) return;
+  hs_op_t *op = op_new(NULL, HOMESFS_OP_RELEASE);
+  if (op == NULL) return; // the handle stays open until the daemon exits: nothing better is left
+  op->call.uid = from->call.uid;
+  op->call.gid = from->call.gid;
+  op->call.pid = from->call.pid;
+  op->fh = fh;
+  op->path = path != NULL ? strdup(path) : NULL;
+  op_js(op, file_args, released_quietly);
+}
+
+// ---- OPEN ---------------------------------------------------------------------------
+
+static void apply_open_opts (struct fuse_file_info *fi, uint32_t opts) {
+  fi->direct_io = (opts & HOMESFS_OPEN_OPT_DIRECT_IO) ? 1 : 0;
+  fi->keep_cache = (opts & HOMESFS_OPEN_OPT_KEEP_CACHE) ? 1 : 0;
+  fi->nonseekable = (opts & HOMESFS_OPEN_OPT_NONSEEKABLE) ? 1 : 0;
+}
+
+static void open_reply (hs_op_t *op) {
+  if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
+  hs_node_opened(op->node);
+  homesfs_noflush_after_open(0, &op->fi);
+  if (fuse_reply_open(op->req, &op->fi) == -ENOENT) {
+    // The open was interrupted: the kernel will never release this handle.
+    char *hidden = NULL;
+    hs_release_handle(op, op->fi.fh, op->path);
+    if (hs_node_released(op->node, &hidden)) free(hidden);
+  }
+  op_finish(op);
+}
+
+static void open_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  hs_op_t *op = (hs_op_t *) c;
+  if (res < 0) return op_reply_err(op, res);
+  uint32_t fh = hs_u32_from_js(env, values, n, 0, 0);
+  // fh 0 means "no handle": the kernel would send 0 anyway.
+  op->fi.fh = fh;
+  apply_open_opts(&op->fi, hs_u32_from_js(env, values, n, 1, 0));
+  open_reply(op);
+}
+
+void hs_ll_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_OPEN);
+  if (op == NULL) return;
+  if ((op->node = op_node(op, ino)) == NULL) return;
+  op->fi = *fi;
+  op->flags = (uint32_t) fi->flags;
+  if (op_lock(op, op->node, NULL, 0) != 0) return;
+  uint64_t fh = 0;
+  int dio = 0;
+  if (homesfs_fastpath_open(op->path, fi->flags, op->call.uid, &fh, &dio) == 0) {
+    op->fi.fh = fh;
+    op->fi.direct_io = dio ? 1 : 0;
+    op->fi.keep_cache = 0;
+    op->fi.nonseekable = 0;
+    return open_reply(op);
+  }
+  op_js(op, file_args, open_done);
+}
+
+// ---- CREATE (and MKNOD of a regular file) ---------------------------------------------
+
+static void create_then (hs_op_t *op, int res, const struct stat *st) {
+  if (res == 0 && !S_ISREG(st->st_mode)) res = -EIO;
+  if (res == 0) res = op_entry(op, op->dir, op->name, st);
+  if (res != 0) {
+    hs_release_handle(op, op->fi.fh, op->path);
+    return op_reply_err(op, res);
+  }
+  hs_node_t *n = hs_node_get(op->e.ino);
+  if (op->step == STEP_MKNOD) {
+    // mknod answers the entry; the file it made is closed again.
+    hs_release_handle(op, op->fi.fh, op->path);
+    if (fuse_reply_entry(op->req, &op->e) == -ENOENT) hs_node_forget(op->e.ino, 1);
+    hs_node_put(n);
+    return op_finish(op);
+  }
+  if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
+  if (n != NULL) hs_node_opened(n);
+  homesfs_noflush_after_open(0, &op->fi);
+  if (fuse_reply_create(op->req, &op->e, &op->fi) == -ENOENT) {
+    char *hidden = NULL;
+    hs_release_handle(op, op->fi.fh, op->path);
+    if (n != NULL && hs_node_released(n, &hidden)) free(hidden);
+    hs_node_forget(op->e.ino, 1);
+  }
+  hs_node_put(n);
+  op_finish(op);
+}
+
+static void create_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  hs_op_t *op = (hs_op_t *) c;
+  if (res < 0) return op_reply_err(op, res);
+  op->fi.fh = hs_u32_from_js(env, values, n, 0, 0);
+  apply_open_opts(&op->fi, hs_u32_from_js(env, values, n, 1, 0));
+  op_fgetattr(op, op->path, op->fi.fh, create_then);
+}
+
+static void create_go (hs_op_t *op) {
+  uint64_t fh = 0;
+  int dio = 0;
+  if (homesfs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
+    op->fi.fh = fh;
+    op->fi.direct_io = dio ? 1 : 0;
+    op->fi.keep_cache = 0;
+    op->fi.nonseekable = 0;
+    return op_fgetattr(op, op->path, fh, create_then);
+  }
+  op->call.op = HOMESFS_OP_CREATE;
+  op_js(op, file_args, create_done);
+}
+
+void hs_create_for_mknod (hs_op_t *op) {
+  op->step = STEP_MKNOD;
+  op->flags = O_CREAT | O_EXCL | O_WRONLY;
+  memset(&op->fi, 0, sizeof(op->fi));
+  op->fi.flags = (int) op->flags;
+  create_go(op);
+}
+
+void hs_ll_create (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_CREATE);
+  if (op == NULL) return;
+  if ((op->dir = op_node(op, parent)) == NULL) return;
+  if (op_name_ok(op, name) != 0) return;
+  if ((op->name = strdup(name)) == NULL) return op_reply_err(op, -ENOMEM);
+  op->fi = *fi;
+  op->mode = (uint32_t) mode;
+  op->flags = (uint32_t) fi->flags;
+  if (op_lock(op, op->dir, name, 0) != 0) return;
+  create_go(op);
+}
+
+// ---- READ, WRITE ----------------------------------------------------------------------
+
+static void read_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  hs_op_t *op = (hs_op_t *) c;
+  if (res < 0) return op_reply_err(op, res);
+  size_t got = 0;
+  const char *bytes = n >= 1 ? hs_bytes_from_js(env, values[0], &got) : NULL;
+  if ((size_t) res > op->len) return op_reply_err(op, -ERANGE);
+  if (res > 0 && (bytes == NULL || got < (size_t) res)) return op_reply_err(op, -EIO);
+  fuse_reply_buf(op->req, bytes, (size_t) res);
+  op_finish(op);
+}
+
+void hs_ll_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+  // A read the data plane serves needs no record: the buffer is this thread's.
+  static __thread char *buf;
+  static __thread size_t buf_size;
+  if (buf_size < size) {
+    char *nb = realloc(buf, size);
+    if (nb != NULL) {
+      buf = nb;
+      buf_size = size;
+    }
+  }
+  int res = 0;
+  if (buf_size >= size && homesfs_dp_read(fi->fh, buf, size, off, &res)) {
+    if (res < 0) fuse_reply_err(req, -res);
+    else fuse_reply_buf(req, buf, (size_t) res);
+    return;
+  }
+  hs_op_t *op = op_new(req, HOMESFS_OP_READ);
+  if (op == NULL) return;
+  if (op_handle(op, ino, fi) != 0) return;
+  op->len = size;
+  op->offset = off;
+  op_js(op, file_args, read_done);
+}
+
+static void write_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  (void) env; (void) values; (void) n;
+  hs_op_t *op = (hs_op_t *) c;
+  if (res < 0) return op_reply_err(op, res);
+  if ((size_t) res > op->len) return op_reply_err(op, -EIO);
+  fuse_reply_write(op->req, (size_t) res);
+  op_finish(op);
+}
+
+void hs_ll_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_WRITE);
+  if (op == NULL) return;
+  if (op_handle(op, ino, fi) != 0) return;
+  int res = 0;
+  const uint32_t caller[3] = { op->call.uid, op->call.gid, op->call.pid };
+  if (homesfs_dp_write(op->path, fi->fh, buf, size, off, caller, &res)) {
+    if (res < 0) return op_reply_err(op, res);
+    fuse_reply_write(req, (size_t) res);
+    return op_finish(op);
+  }
+  // The request's buffer is libfuse's until this returns: JavaScript's copy is made from one of our own.
+  if ((op->data = malloc(size > 0 ? size : 1)) == NULL) return op_reply_err(op, -ENOMEM);
+  memcpy(op->data, buf, size);
+  op->len = size;
+  op->offset = off;
+  op_js(op, file_args, write_done);
+}
+
+// ---- FLUSH, RELEASE, FSYNC, FALLOCATE -------------------------------------------------
+
+void hs_ll_flush (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  if (homesfs_flush_is_noop(fi)) {
+    fuse_reply_err(req, 0);
+    return;
+  }
+  hs_op_t *op = op_new(req, HOMESFS_OP_FLUSH);
+  if (op == NULL) return;
+  if (op_handle(op, ino, fi) != 0) return;
+  op_js(op, file_args, errno_done);
+}
+
+// After the handle is released: a hidden name whose last handle this was goes too.
+static void release_node (hs_op_t *op) {
+  char *hidden = NULL;
+  if (!hs_node_released(op->node, &hidden)) return op_reply_err(op, 0);
+  free(op->path);
+  op->path = hidden;
+  op->call.op = HOMESFS_OP_UNLINK;
+  op_js(op, file_args, errno_done);
+}
+
+static void release_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  (void) env; (void) res; (void) values; (void) n;
+  hs_op_t *op = (hs_op_t *) c;
+  if (op->call.op == HOMESFS_OP_FLUSH) {
+    // RELEASE with FUSE_RELEASE_FLUSH: the flush is done, now the release (the kernel ignores both answers).
+    op->call.op = HOMESFS_OP_RELEASE;
+    if (homesfs_fastpath_release(op->fh) || homesfs_dp_release(op->fh)) return release_node(op);
+    return op_js(op, file_args, release_done);
+  }
+  release_node(op);
+}
+
+void hs_ll_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_RELEASE);
+  if (op == NULL) return;
+  if ((op->node = op_node(op, ino)) == NULL) return;
+  op->fi = *fi;
+  op->fh = fi->fh;
+  if (fi->flush && !homesfs_flush_is_noop(fi)) {
+    op->path = hs_path_peek(op->node);
+    op->call.op = HOMESFS_OP_FLUSH;
+    return op_js(op, file_args, release_done);
+  }
+  if (homesfs_fastpath_release(fi->fh) || homesfs_dp_release(fi->fh)) return release_node(op);
+  op->path = hs_path_peek(op->node);
+  op_js(op, file_args, release_done);
+}
+
+void hs_ll_fsync (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_FSYNC);
+  if (op == NULL) return;
+  if (op_handle(op, ino, fi) != 0) return;
+  op->datasync = datasync;
+  op_js(op, file_args, errno_done);
+}
+
+void hs_ll_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, struct fuse_file_info *fi) {
+  hs_op_t *op = op_new(req, HOMESFS_OP_FALLOCATE);
+  if (op == NULL) return;
+  if (op_handle(op, ino, fi) != 0) return;
+  op->mode = (uint32_t) mode;
+  op->offset = offset;
+  op->length = length;
+  op_js(op, file_args, errno_done);
+}

@@ -1,0 +1,13 @@
+// The FUSE session (session.c): mount, loop, and the exports that drive it.
+#ifndef HOMESFS_SESSION_H
+#define HOMESFS_SESSION_H
+#include <stdint.h>
+#include <node_api.h>
+
+// Mounts mnt (options for the kernel mount, and for libfuse's low-level
+// session) and starts the loop: 0 or -errno.
+int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_opts);
+// 0 not started, 1 serving, 2 ended (unmounted).
+uint32_t hs_session_loop_state (void);
+void hs_session_export (napi_env env, napi_value exports);
+#endif
