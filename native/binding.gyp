@@ -48,6 +48,7 @@
       "src/fastpath_write.c",
       "src/removals.c",
       "src/session/bridge.c",
+      "src/session/inval.c",
       "src/session/marshal.c",
       "src/session/nodes.c",
       "src/session/ops_attr.c",

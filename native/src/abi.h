@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 7
+#define HOMESFS_ABI_VERSION 8
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -47,8 +47,8 @@
   /* The session's requests to JavaScript (its dispatch function's first   */ \
   /* argument; session/bridge.c, src/fuse/session.ts).                     */ \
   X(OP_INIT, 0) \
-  X(OP_GETATTR, 1)            /* (path) -> stat */ \
-  X(OP_FGETATTR, 2)           /* (path|null, fh) -> stat */ \
+  X(OP_GETATTR, 1)            /* (path) -> stat, volatile? */ \
+  X(OP_FGETATTR, 2)           /* (path|null, fh) -> stat, volatile? */ \
   X(OP_ACCESS, 3)             /* (path, mask) */ \
   X(OP_STATFS, 4)             /* (path) -> statvfs */ \
   X(OP_READDIR, 5)            /* (path, offset) -> names, stats, offsets? */ \
@@ -80,7 +80,12 @@
   X(OPEN_OPT_KEEP_CACHE, 2) \
   X(OPEN_OPT_NONSEEKABLE, 4) \
   /* A stat as JavaScript hands it over: this many uint32 (session/marshal.c). */ \
-  X(STAT_WORDS, 22)
+  X(STAT_WORDS, 22) \
+  /* What session_invalidate(kind, path) drops from the kernel's caches    */ \
+  /* (session/inval.c).                                                     */ \
+  X(INVAL_PATH, 0)            /* the name, its node's and its directory's attributes */ \
+  X(INVAL_TREE, 1)            /* the attributes of every node at or below the path */ \
+  X(INVAL_ENTRY, 2)           /* the name and its directory's attributes */
 
 #define HOMESFS_ABI_ENUM(name, value) HOMESFS_##name = (value),
 enum { HOMESFS_ABI_CONSTANTS(HOMESFS_ABI_ENUM) };

@@ -51,6 +51,8 @@ struct hs_node {
   uint32_t open_count;
   int hidden;
   int in_ino;          // in the ino index
+  uint64_t walk_gen;   // hs_nodes_below: the walk that last decided walk_below
+  int walk_below;
   hs_alias_t *aliases;
   hs_node_t *id_next, *ino_next;
 };
@@ -74,6 +76,7 @@ static size_t id_size, ino_size, alias_size;   // bucket counts (powers of two)
 static size_t id_count, ino_count, alias_count;
 static uint64_t next_id = HS_ROOT_ID + 1;
 static uint64_t hide_ctr = 0;
+static uint64_t walk_gen = 0;   // hs_nodes_below's walks
 static hs_node_t *root;
 static hs_waiter_t *waiters;
 
@@ -728,4 +731,106 @@ void hs_nodes_stats (uint64_t *nodes, uint64_t *known) {
   *nodes = id_count;
   *known = ino_count;
   pthread_mutex_unlock(&nt_mu);
+}
+
+// ---- what an invalidation names (inval.c) ----------------------------------------
+
+static hs_alias_t *alias_find_n (hs_node_t *parent, const char *name, size_t len) {
+  for (hs_alias_t *a = alias_tab[hash_name(parent->nodeid, name, len) & (alias_size - 1)]; a != NULL; a = a->hnext) {
+    if (a->parent == parent && a->len == len && memcmp(a->name, name, len) == 0) return a;
+  }
+  return NULL;
+}
+
+// Under nt_mu: the node of path's directory (NULL: unknown) and of path
+// itself (NULL: unknown), and where its last component starts. "/" has no
+// directory: the root is itself.
+static void resolve (const char *path, hs_node_t **dir, hs_node_t **node, const char **last, size_t *last_len) {
+  hs_node_t *n = root;
+  *dir = NULL;
+  *node = root;
+  *last = path;
+  *last_len = 0;
+  const char *s = path;
+  for (;;) {
+    while (*s == '/') s++;
+    if (*s == '\0') return;
+    const char *e = strchr(s, '/');
+    size_t len = e != NULL ? (size_t) (e - s) : strlen(s);
+    *dir = n;
+    *last = s;
+    *last_len = len;
+    hs_alias_t *a = n != NULL ? alias_find_n(n, s, len) : NULL;
+    n = a != NULL ? a->node : NULL;
+    *node = n;
+    s += len;
+  }
+}
+
+int hs_nodes_resolve (const char *path, uint64_t *dir, uint64_t *nodeid, const char **name, size_t *len) {
+  hs_node_t *d, *n;
+  pthread_mutex_lock(&nt_mu);
+  if (id_tab == NULL) {
+    pthread_mutex_unlock(&nt_mu);
+    return -ENOENT;
+  }
+  resolve(path, &d, &n, name, len);
+  *dir = d != NULL ? d->nodeid : 0;
+  *nodeid = n != NULL ? n->nodeid : 0;
+  pthread_mutex_unlock(&nt_mu);
+  return 0;
+}
+
+// Under nt_mu: whether n is h or lies below it by the names paths are built
+// from (each node's first alias). Every node the walk passes is marked with
+// the answer for this walk's generation, so a walk over the whole table
+// visits each node a bounded number of times whatever the depth.
+static int below (hs_node_t *n, hs_node_t *h) {
+  int ans = 0;
+  hs_node_t *x = n;
+  for (;;) {
+    if (x == h) { ans = 1; break; }
+    if (x->walk_gen == walk_gen) { ans = x->walk_below; break; }
+    if (x == root || x->aliases == NULL) break;
+    x = x->aliases->parent;
+  }
+  for (hs_node_t *y = n; y != x; y = y->aliases->parent) {
+    y->walk_gen = walk_gen;
+    y->walk_below = ans;
+  }
+  return ans;
+}
+
+int hs_nodes_below (const char *path, uint64_t **ids, size_t *count) {
+  *ids = NULL;
+  *count = 0;
+  pthread_mutex_lock(&nt_mu);
+  hs_node_t *d, *h;
+  const char *last;
+  size_t len;
+  if (id_tab == NULL) {
+    pthread_mutex_unlock(&nt_mu);
+    return 0;
+  }
+  resolve(path, &d, &h, &last, &len);
+  if (h == NULL) {
+    pthread_mutex_unlock(&nt_mu);
+    return 0;
+  }
+  uint64_t *out = malloc(id_count * sizeof(*out));
+  if (out == NULL) {
+    pthread_mutex_unlock(&nt_mu);
+    return -ENOMEM;
+  }
+  walk_gen++;
+  size_t k = 0;
+  for (size_t b = 0; b < id_size; b++) {
+    for (hs_node_t *n = id_tab[b]; n != NULL; n = n->id_next) {
+      if (below(n, h)) out[k++] = n->nodeid;
+    }
+  }
+  pthread_mutex_unlock(&nt_mu);
+  *ids = out;
+  *count = k;
+  return 0;
 }

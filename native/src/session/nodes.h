@@ -88,6 +88,18 @@ void hs_node_mark_hidden (hs_node_t *n);
 int hs_node_released (hs_node_t *n, char **path);
 int hs_node_is_hidden (hs_node_t *n);
 
+// What an invalidation of the kernel's caches names (inval.c), found through
+// the alias index under the table's mutex: for the virtual path "/t/k/a/b",
+// the node ID of "/t/k/a" in *dir and of the path itself in *nodeid (0: the
+// table has no such node, so the kernel caches nothing under that ID), and
+// its last component (*name, *len point into path). "/": no directory, the
+// root itself. 0 or -ENOENT (no table).
+int hs_nodes_resolve (const char *path, uint64_t *dir, uint64_t *nodeid, const char **name, size_t *len);
+// The IDs of every node at or below path's node, by the names paths are
+// built from (malloc'd in *ids; none when the table has no node for path).
+// 0 or -ENOMEM.
+int hs_nodes_below (const char *path, uint64_t **ids, size_t *count);
+
 // For status and tests: nodes in the table, of which with a lookup count.
 void hs_nodes_stats (uint64_t *nodes, uint64_t *known);
 #endif

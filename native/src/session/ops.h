@@ -55,6 +55,7 @@ struct hs_op {
   uint64_t fh;                 // a handle a step made or uses
   char *spath;                 // the path a JavaScript step names (a copy)
   void (*then) (hs_op_t *op, int res, const struct stat *st); // after a getattr step
+  int attr_volatile;           // JavaScript's attributes change without a request (a status file): not cached
 };
 
 hs_op_t *op_new (fuse_req_t req, uint32_t jsop);

@@ -51,8 +51,14 @@ void op_reply_err (hs_op_t *op, int err) {
   op_finish(op);
 }
 
+// How long the kernel may keep the attributes answered: none for those
+// JavaScript marked volatile (they change with no request the kernel sees).
+static double attr_timeout (const hs_op_t *op) {
+  return op->attr_volatile ? 0 : hs_conf.attr_timeout;
+}
+
 void op_reply_attr (hs_op_t *op, const struct stat *st) {
-  if (op->req != NULL) fuse_reply_attr(op->req, st, hs_conf.attr_timeout);
+  if (op->req != NULL) fuse_reply_attr(op->req, st, attr_timeout(op));
   op_finish(op);
 }
 
@@ -63,7 +69,7 @@ int op_entry (hs_op_t *op, hs_node_t *dir, const char *name, const struct stat *
   if (err != 0) return err;
   op->e.ino = nodeid;
   op->e.attr = *st;
-  op->e.attr_timeout = hs_conf.attr_timeout;
+  op->e.attr_timeout = attr_timeout(op);
   op->e.entry_timeout = hs_conf.entry_timeout;
   return 0;
 }
@@ -145,10 +151,13 @@ static size_t getattr_args (napi_env env, hs_call_t *c, napi_value *argv) {
   return 2;
 }
 
+// values: the stat, then (optional) true when its attributes are volatile.
 static void getattr_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
   hs_op_t *op = (hs_op_t *) c;
   struct stat st;
   if (res == 0) res = n >= 1 ? hs_stat_from_js(env, values[0], &st) : -EIO;
+  bool vol = false;
+  op->attr_volatile = res == 0 && n >= 2 && napi_get_value_bool(env, values[1], &vol) == napi_ok && vol;
   op->then(op, res > 0 ? -EIO : res, &st);
 }
 

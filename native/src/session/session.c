@@ -25,6 +25,7 @@
 
 #include "../channel.h"
 #include "ops.h"
+#include "inval.h"
 #include "session.h"
 
 #define LOOP_NOT_STARTED 0
@@ -139,6 +140,8 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
     return -EAGAIN;
   }
   pthread_detach(s_thread);
+  // The kernel's caches are invalidated through this channel from now on (inval.c).
+  hs_inval_start(ch);
   return 0;
 }
 
@@ -212,4 +215,5 @@ void hs_session_export (napi_env env, napi_value exports) {
   napi_create_function(env, NULL, 0, hs_session_stats_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_stats", fn);
   hs_bridge_export(env, exports);
+  hs_inval_export(env, exports);
 }
