@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 7,
+  VERSION: 8,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -64,6 +64,9 @@ export const ABI = {
   OPEN_OPT_KEEP_CACHE: 2,
   OPEN_OPT_NONSEEKABLE: 4,
   STAT_WORDS: 22,
+  INVAL_PATH: 0,
+  INVAL_TREE: 1,
+  INVAL_ENTRY: 2,
 } as const;
 
 export type AbiName = keyof typeof ABI;

@@ -15,7 +15,7 @@ import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
 import { NativeFastPath } from './fuse/fastpath.js';
 import { nativeRemovals, type NativeRemovalClaims } from './fuse/removals.js';
-import { MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
+import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
 import { renderMetrics } from './metrics/exposition.js';
 import { OpMetrics } from './metrics/ops.js';
@@ -171,6 +171,8 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   // RELEASE answered by the binding, carried out here before the next request.
   const releases = config.fuse.nativeRelease ? nativeReleases(Fuse) : null;
   if (config.fuse.nativeRelease && !releases) log.warn('fuse.nativeRelease is on but the binding cannot answer RELEASE (rebuild it: node scripts/build-native.mjs): every RELEASE goes to JS');
+  // What the daemon changes behind the kernel's back is told to its caches (entries and attributes kept for long).
+  const kernel = kernelCache(Fuse);
   const ctx = new FsContext({
     store,
     log: log.child({ component: 'fs' }),
@@ -186,6 +188,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     releases,
     removals,
     ...(fastPath ? { attrs: fastPath } : {}),
+    ...(kernel ? { kernel } : {}),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users, getentLookup());
@@ -303,6 +306,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           removals: removals.stats(),
           ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
           ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
+          ...(typeof Fuse.invalidationStats === 'function' ? { invalidations: Fuse.invalidationStats() } : {}),
         },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,
@@ -397,6 +401,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
           ...(l.allowed ? { allowed: l.allowed } : {}),
           commands,
           api,
+          ...(kernel ? { settle: () => kernel.settled() } : {}),
           log: controlLog.child({ listener: l.name }),
         }),
       );

@@ -327,13 +327,18 @@ export class BackingStore {
   }
 
   /** Create <tenant>/<key> (and the tenant directory) in the backing tree. */
-  async createHome(ref: HomeRef, owner: Owner): Promise<void> {
+  /** Make the home's directory (and its tenant's if need be): whether the tenant's was made. */
+  async createHome(ref: HomeRef, owner: Owner): Promise<{ tenantMade: boolean }> {
     checkSegment('tenant', ref.tenant);
     classifyKey(ref.key);
     // root-only: the backing homes below are owned by their owners, and only this keeps them out
-    await sys.mkdir(sys.fdPath(this.rootFd, ref.tenant), 0o700).catch((err) => {
-      if (sys.sysCode(err) !== 'EEXIST') throw err;
-    });
+    const tenantMade = await sys.mkdir(sys.fdPath(this.rootFd, ref.tenant), 0o700).then(
+      () => true,
+      (err) => {
+        if (sys.sysCode(err) !== 'EEXIST') throw err;
+        return false;
+      },
+    );
     await this.withTenant(ref.tenant, async (tfd) => {
       await sys.mkdir(sys.fdPath(tfd, ref.key), 0o700).catch((err) => {
         if (sys.sysCode(err) === 'EEXIST') throw new HomesError('EXISTS', `home ${homeId(ref)} exists`);
@@ -341,6 +346,7 @@ export class BackingStore {
       });
       await sys.lchown(sys.fdPath(tfd, ref.key), owner.uid, owner.gid);
     });
+    return { tenantMade };
   }
 
   /**

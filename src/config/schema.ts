@@ -22,9 +22,13 @@ const TenantEntry = z
 
 const FuseOptions = z
   .object({
-    /** seconds the kernel may cache attributes and names; 0 = ask every time */
-    attrTimeout: z.number().min(0).max(3600).default(1),
-    entryTimeout: z.number().min(0).max(3600).default(1),
+    /**
+     * seconds the kernel may cache attributes and names; 0 = ask every time.
+     * Long: the daemon is the only writer of the backing tree and tells the
+     * kernel what it changes behind its back (session/inval.c)
+     */
+    attrTimeout: z.number().min(0).max(3600).default(300),
+    entryTimeout: z.number().min(0).max(3600).default(300),
     negativeTimeout: z.number().min(0).max(3600).default(0),
     /** libfuse 2.9 caps requests at 128 KiB whatever is asked */
     maxWrite: byteSizeSchema(z.number().int().min(4096).max(131072)).default(131072),

@@ -296,6 +296,8 @@ export interface StatusReport {
     noFlush?: { opens: number; flushes: number };
     /** one reader of the device at a time (absent when fuse.singleReader is off): the lead handed over before a thread blocked, and taken away by the watchdog from a thread held up 4 ms by one request; readWaits: the handovers before a read the page cache could not serve */
     singleReader?: { on: boolean; handoffs: number; revocations: number; readWaits: number };
+    /** the kernel's caches told what the daemon changed behind them (native/src/session/inval.c): notifications queued, sent (the kernel dropped something), not cached (it had nothing), failed, still pending */
+    invalidations?: { queued: number; sent: number; notCached: number; failed: number; pending: number };
   };
   homes: Array<{
     tenant: string;

@@ -47,6 +47,12 @@ export interface ControlServerOptions {
   idleTimeoutMs?: number;
   /** Handler time limit; past it the client gets TIMEOUT. Default 30 s. */
   requestTimeoutMs?: number;
+  /**
+   * Awaited after each command, before its reply (success or refusal): what
+   * the command changed behind the kernel's caches has reached them, so the
+   * caller's next `stat` sees it.
+   */
+  settle?: () => Promise<unknown>;
   /** Concurrent connections; the excess get one BUSY line and are closed. Default 64. */
   maxConnections?: number;
 }
@@ -95,6 +101,7 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
     maxLineBytes,
     idleTimeoutMs,
     requestTimeoutMs,
+    settle: opts.settle,
   };
 
   server.on('connection', (sock) => {
@@ -276,6 +283,7 @@ interface ConnectionShared {
   maxLineBytes: number;
   idleTimeoutMs: number;
   requestTimeoutMs: number;
+  settle: (() => Promise<unknown>) | undefined;
 }
 
 const TIMED_OUT = Symbol('timed out');
@@ -436,7 +444,15 @@ class Connection {
     const timeout = new Promise<typeof TIMED_OUT>((resolve) => {
       timer = setTimeout(() => resolve(TIMED_OUT), this.shared.requestTimeoutMs);
     });
-    const run = (async () => handlerFor(this.shared.commands, req.cmd)(req.args, ctx))();
+    const settle = this.shared.settle;
+    const run = (async () => {
+      try {
+        return await handlerFor(this.shared.commands, req.cmd)(req.args, ctx);
+      } finally {
+        // A refused command may have changed something before it was refused.
+        if (settle) await settle();
+      }
+    })();
     try {
       const result = await Promise.race([run, timeout]);
       if (result === TIMED_OUT) {

@@ -164,8 +164,13 @@ export class FsContext extends NativePublication {
         if (sys.sysCode(err) === 'EEXIST') return;
         throw err;
       }
-      // Owned on disk by whom the profile presents: the home's owner (the daemon made it for them).
-      await sys.lchown(path, hs.backing.owner.uid, hs.backing.owner.gid);
+      try {
+        // Owned on disk by whom the profile presents: the home's owner (the daemon made it for them).
+        await sys.lchown(path, hs.backing.owner.uid, hs.backing.owner.gid);
+      } finally {
+        // The kernel knows the daemon's stand-in (another inode): it looks the name up again.
+        this.daemonNameChanged(`${hs.backing.id}/${RESERVED_DIR}`);
+      }
     });
   }
 

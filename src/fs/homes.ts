@@ -15,7 +15,7 @@ import { homeId, type HomeRef } from '../paths/parse.js';
 import { ACCT_LEN, Ledger, TenantPool, type Limits } from '../policy/ledger.js';
 import type { Profile } from '../policy/profiles.js';
 import { RefusalBook } from '../policy/refusals.js';
-import type { AttrPublisher, DataPlane, ReleaseQueue, Utimensat } from './native-api.js';
+import type { AttrPublisher, DataPlane, KernelCache, ReleaseQueue, Utimensat } from './native-api.js';
 import { scanHome } from './scan.js';
 import type { HomeState } from './state.js';
 import type { RemovalClaims } from './removals.js';
@@ -70,6 +70,8 @@ export interface FsDeps {
   releases?: ReleaseQueue | null;
   /** the claim table of removals (removals.ts): the binding's, which its unlinks use too; absent: one of JS's own */
   removals?: RemovalClaims;
+  /** the kernel's caches, told what the daemon changes behind them; absent: nothing is told (short timeouts only) */
+  kernel?: KernelCache;
 }
 
 export abstract class HomeRegistry {
@@ -205,12 +207,34 @@ export abstract class HomeRegistry {
     return this.homes.get(homeId(ref));
   }
 
+  /**
+   * The home is presented otherwise now (profile, owner, modes repaired):
+   * the kernel drops the attributes it keeps for anything in it. Called once
+   * the new presentation is what every answer gives, native ones included.
+   */
+  homePresentationChanged(ref: HomeRef): void {
+    this.deps.kernel?.tree(`/${homeId(ref)}`);
+  }
+
+  /**
+   * A name at the daemon's levels came or went behind the kernel's back (a
+   * home or tenant made, removed or found replaced by the daemon itself):
+   * the kernel drops its entry and its directory's attributes.
+   */
+  daemonNameChanged(id: string): void {
+    this.deps.kernel?.entry(`/${id}`);
+  }
+
   /** The home was deleted or replaced: drop its state and retire its descriptor. */
   forgetHome(ref: HomeRef): void {
     const p = this.homes.get(homeId(ref));
     this.refusals.forget(homeId(ref));
     this.homes.delete(homeId(ref));
     this.deps.attrs?.pathGone(homeId(ref));
+    // What the kernel keeps of the old home goes: its nodes' attributes, then
+    // the name (resolved now, while the node table still names them).
+    this.homePresentationChanged(ref);
+    this.daemonNameChanged(homeId(ref));
     void p?.then(
       (hs) => {
         this.loaded.delete(hs);

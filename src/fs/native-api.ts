@@ -76,6 +76,33 @@ export interface AttrPublisher {
   clear(): void;
 }
 
+/**
+ * The kernel's caches of names and attributes (the session's invalidation
+ * queue, native/src/session/inval.c). The daemon is the only writer of the
+ * backing tree, so the kernel keeps both for long (fuse.attrTimeout,
+ * fuse.entryTimeout); whatever the daemon changes that the kernel did not
+ * cause itself (a request it sent) is told here, as a virtual path
+ * ("/tenant/key/a"). Each call only queues: it never waits for the kernel,
+ * which may hold a directory's lock until a request the caller serves is
+ * answered.
+ */
+export interface KernelCache {
+  /** the name's entry, its node's attributes and its directory's (the node is presented otherwise now) */
+  path(path: string): void;
+  /** the attributes of every node at or below the path (a home presented otherwise: profile, owner) */
+  tree(path: string): void;
+  /** the name's entry and its directory's attributes (a name that came or went) */
+  entry(path: string): void;
+  /**
+   * Resolves once everything queued before the call has reached the kernel
+   * (or after `limitMs`, whichever is first): an admin command answers only
+   * then, so what it changed is what the next `stat` shows. Never called
+   * from a request's path (a send may wait for a directory lock that request
+   * holds); the JS thread stays free meanwhile.
+   */
+  settled(limitMs?: number): Promise<boolean>;
+}
+
 /** hs.nativeOpen: the binding answers read-only opens there; their handles are published for native reads; with direct_io. */
 export const NATIVE_OPEN_ON = ABI.OPEN_ON;
 export const NATIVE_OPEN_READ = ABI.OPEN_DP_READ;

@@ -18,6 +18,8 @@ export interface Attr {
   atimeNs: bigint;
   mtimeNs: bigint;
   ctimeNs: bigint;
+  /** the attributes change with no request the kernel sees (a status file's size): the kernel must not keep them */
+  volatile?: boolean;
 }
 
 export const S_IFMT = 0o170000;

@@ -84,6 +84,8 @@ export abstract class NativePublication extends OpenSlots {
       this.deps.attrs?.handle(h);
     }
     this.deps.attrs?.republish(hs);
+    // Last: when the kernel asks again, every answer (native ones too) is the new presentation.
+    this.homePresentationChanged(hs.backing.ref);
   }
 
   /**

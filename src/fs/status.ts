@@ -163,8 +163,14 @@ function syntheticAttr(hs: HomeState, mode: number, size: bigint, nlink: number,
   };
 }
 
+/**
+ * The status file's size is its text's at this moment, which every change in
+ * the home (and every refusal) alters without a request about the file: its
+ * attributes are volatile, never kept by the kernel. Its reads are direct
+ * (file.ts), so they never stop at a size the kernel remembers.
+ */
 export function statusAttr(ctx: { readonly statusFiles: StatusFiles }, hs: HomeState, size: number): Attr {
-  return syntheticAttr(hs, S_IFREG | 0o400, BigInt(size), 1, ctx.statusFiles.ino(hs.backing.id));
+  return { ...syntheticAttr(hs, S_IFREG | 0o400, BigInt(size), 1, ctx.statusFiles.ino(hs.backing.id)), volatile: true };
 }
 
 /** `.homesfs` when it does not exist in the backing tree: an empty owner-only directory. */

@@ -123,6 +123,18 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: Raw): void {
       const [on, handoffs, revocations, readWaits] = call<[number, number, number, number]>('fuse_native_lead_stats');
       return { on: on === 1, handoffs, revocations, readWaits };
     },
+    /**
+     * Drop what the kernel caches for a virtual path (session/inval.c; kind:
+     * ABI.INVAL_*): queued for the session's invalidation thread, never
+     * waited for. Returns the notifications queued, or -errno.
+     */
+    invalidate: (kind: number, p: string): number => call('session_invalidate', kind >>> 0, String(p)),
+    invalidationStats(): { queued: number; sent: number; notCached: number; failed: number; pending: number } {
+      const [queued, sent, notCached, failed, pending] = call<[number, number, number, number, number]>('session_inval_stats');
+      return { queued, sent, notCached, failed, pending };
+    },
+    /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
+    invalidationProgress: (): [number, number] => call<[number, number]>('session_inval_progress'),
     _isValidUtf8: (buf: Uint8Array): boolean => call('fuse_native_utf8_valid_buffer', buf),
   };
   Object.assign(Fuse, statics);

@@ -146,6 +146,12 @@ export interface FuseClass {
   /** one thread reads the device at a time, from the next mount on */
   setSingleReader?(on: boolean): void;
   leadStats?(): { on: boolean; handoffs: number; revocations: number; readWaits: number };
+  /** drop the kernel's cached entry/attributes for a virtual path (kind: ABI.INVAL_*); queued, never waited for; -> notifications queued or -errno */
+  invalidate?(kind: number, path: string): number;
+  /** notifications queued, sent (the kernel dropped something), not cached (it had nothing), failed, still pending */
+  invalidationStats?(): { queued: number; sent: number; notCached: number; failed: number; pending: number };
+  /** [entries queued, of them sent]: sent in the order queued */
+  invalidationProgress?(): [number, number];
 }
 
 /** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */

@@ -3,7 +3,7 @@ import { mkdir, readFile, statfs } from 'node:fs/promises';
 import type { Config } from '../config/schema.js';
 import { errnoName } from '../errors.js';
 import type { FsContext } from '../fs/context.js';
-import type { DataPlane, NativeWrite, ReleaseQueue, TimeSpec } from '../fs/native-api.js';
+import type { DataPlane, KernelCache, NativeWrite, ReleaseQueue, TimeSpec } from '../fs/native-api.js';
 import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
@@ -426,6 +426,33 @@ export function nativeReleases(Fuse: FuseClass): ReleaseQueue | null {
       if (timer === null) arm();
     },
     answered: () => (typeof dataPlaneStats === 'function' ? (dataPlaneStats().releases ?? 0) : 0),
+  };
+}
+
+/**
+ * The kernel's caches, through the session's invalidation queue
+ * (native/src/session/inval.c); null from an addon without it. Each call
+ * resolves the path in the node table and queues: the kernel is told by the
+ * queue's own thread, never while a request waits on this one.
+ */
+export function kernelCache(Fuse: FuseClass): KernelCache | null {
+  const invalidate = Fuse.invalidate;
+  const progress = Fuse.invalidationProgress;
+  if (typeof invalidate !== 'function' || typeof progress !== 'function') return null;
+  return {
+    path: (p) => void invalidate(ABI.INVAL_PATH, p),
+    tree: (p) => void invalidate(ABI.INVAL_TREE, p),
+    entry: (p) => void invalidate(ABI.INVAL_ENTRY, p),
+    settled: async (limitMs = 2000) => {
+      const [target] = progress();
+      // Polled: the queue's thread may be blocked in the kernel for as long as a request
+      // holds a directory, and a callback from it would need the JS thread besides.
+      for (const until = Date.now() + limitMs; progress()[1] < target; ) {
+        if (Date.now() >= until) return false;
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      return true;
+    },
   };
 }
 

@@ -20,6 +20,9 @@ export interface SessionRaw {
   session_mount(mnt: string, mountOpts: string, lowlevelOpts: string, conf: number[], dispatch: Dispatch): void;
   session_loop_state(): number;
   session_stats(): [number, number, number];
+  session_invalidate(kind: number, path: string): number;
+  session_inval_stats(): [number, number, number, number, number];
+  session_inval_progress(): [number, number];
   hs_session_reply(id: number, res: number, ...values: unknown[]): void;
   hs_session_unref(): void;
   fuse_native_set_flush_gate(gate: Buffer): void;
@@ -150,6 +153,17 @@ const P = (a: unknown): string => a as string;
 const PN = (a: unknown): string | null => a as string | null;
 const N = (a: unknown): number => a as number;
 
+/**
+ * A getattr's answer: the stat, and `true` after it when the attributes are
+ * volatile (they change with no request the kernel sees, as a status file's
+ * size does): the session then lets the kernel keep them for no time at all.
+ */
+const statReply = (reply: Reply) => (err: unknown, st?: object) => {
+  if (resultOf(err) !== 0) return reply(resultOf(err));
+  if ((st as { volatile?: boolean }).volatile === true) return reply(0, statWords(st as StatLike), true);
+  reply(0, statWords(st as StatLike));
+};
+
 /** One handler per request the session hands over, by ABI op code. */
 function handlers(onInit: () => void): Handler[] {
   const h: Handler[] = [];
@@ -158,10 +172,8 @@ function handlers(onInit: () => void): Handler[] {
     onInit();
     reply(0);
   };
-  h[ABI.OP_GETATTR] = (ops, reply, caller, [path]) =>
-    ops.getattr!(P(path), (err, st) => (resultOf(err) === 0 ? reply(0, statWords(st as StatLike)) : reply(resultOf(err))), caller);
-  h[ABI.OP_FGETATTR] = (ops, reply, caller, [path, fh]) =>
-    ops.fgetattr!(PN(path), N(fh), (err, st) => (resultOf(err) === 0 ? reply(0, statWords(st as StatLike)) : reply(resultOf(err))), caller);
+  h[ABI.OP_GETATTR] = (ops, reply, caller, [path]) => ops.getattr!(P(path), statReply(reply), caller);
+  h[ABI.OP_FGETATTR] = (ops, reply, caller, [path, fh]) => ops.fgetattr!(PN(path), N(fh), statReply(reply), caller);
   h[ABI.OP_ACCESS] = (ops, reply, caller, [path, mask]) => ops.access!(P(path), N(mask), errnoOnly(reply), caller);
   h[ABI.OP_STATFS] = (ops, reply, caller, [path]) =>
     ops.statfs!(P(path), (err, st) => (resultOf(err) === 0 ? reply(0, statfsWords(st as StatfsLike)) : reply(resultOf(err))), caller);

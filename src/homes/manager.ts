@@ -460,7 +460,14 @@ export class HomeManager {
     const decided = this.ownerChain.then(() => this.decideOwner(ref, args));
     this.ownerChain = decided.catch(() => undefined);
     const { owner, forced } = await decided;
-    await this.ctx.store.createHome(ref, owner);
+    let made = { tenantMade: false };
+    try {
+      made = await this.ctx.store.createHome(ref, owner);
+    } finally {
+      // Made behind the kernel's back: a name it may remember as missing, a directory it may know without it.
+      if (made.tenantMade) this.ctx.daemonNameChanged(ref.tenant);
+      this.ctx.daemonNameChanged(homeId(ref));
+    }
     await this.publishOwner(ref, owner);
     this.log.info({ home: id, owner, profile: args.profile, budget: args.budget, ...(forced ? { forced } : {}) }, 'home created');
     return owner;
@@ -777,6 +784,9 @@ export class HomeManager {
           ? undefined
           : await this.ctx.store.useHome(hs.backing, (fd) => repairTree(fd, { owner: hs.backing.owner, ownerBitsOnly: hs.profile.chmod !== 'allow' }));
       const changed = drift.bytes || drift.inodes || (repaired && (repaired.owners || repaired.modes));
+      // A rescan is asked when the backing tree may have changed behind the daemon (drift, repairs,
+      // an admin's hand): the kernel asks every attribute of the home again, whatever was found.
+      this.ctx.homePresentationChanged(ref);
       (changed ? this.log.warn.bind(this.log) : this.log.info.bind(this.log))({ home: homeId(ref), before, after, drift, repaired }, 'home rescanned');
       return { home: homeId(ref), before, after, drift, ...(repaired ? { repaired } : {}) };
     } finally {
@@ -930,6 +940,9 @@ export class HomeManager {
       const why = err instanceof Error ? err.message : String(err);
       leftover = `its backing tree could not be removed entirely (${why}): it is unreachable and is removed at a later start`;
       this.log.warn({ home: homeId(ref), trash, err: why }, 'could not remove a deleted home\'s backing tree; it stays (unreachable through the mount) until a later start');
+    } finally {
+      // The kernel still names the tree under its trash name (the rename through the mount moved it there).
+      this.ctx.daemonNameChanged(`${ref.tenant}/${trash}`);
     }
     await this.unpublishOwner(ref);
     const ownerProcesses = owner.uid === 0 ? [] : await processesOfUid(owner.uid);
@@ -1020,7 +1033,11 @@ export class HomeManager {
         const details: BusyDetails = { openFiles: processes.reduce((a, p) => a + p.openFiles, 0), cwdProcesses: processes.filter((p) => p.cwd).length, processes };
         throw new HomesError('BUSY', `tenant ${tenant} is in use (${processes.map((p) => `pid ${p.pid} (uid ${p.uid}, ${p.comm})`).join(', ')} in ${dir}): delete-tenant refused`, { ...details });
       }
-      await this.ctx.store.removeTenant(tenant);
+      try {
+        await this.ctx.store.removeTenant(tenant);
+      } finally {
+        this.ctx.daemonNameChanged(tenant);
+      }
     }
     await this.state.update((s) => {
       delete s.settings[tenant];

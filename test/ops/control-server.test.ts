@@ -246,6 +246,33 @@ describe('control server: requests', () => {
     });
   });
 
+  it('the reply waits for settle (what the command changed has reached the kernel\'s caches), success or refusal', async () => {
+    let release: () => void = () => {};
+    let settles = 0;
+    server = await start({
+      settle: () => {
+        settles++;
+        return new Promise<void>((r) => (release = r));
+      },
+    });
+    const c = await connect(server.address);
+    for (const m of ['ok', 'homes-error'] as const) {
+      mode = m;
+      const before = settles;
+      let answered = false;
+      const reply = c.request({ id: 1, cmd: 'status' }).then((r) => {
+        answered = true;
+        return r;
+      });
+      while (settles === before) await new Promise((r) => setTimeout(r, 5));
+      // The handler is done; the settle is not: no reply yet (a few turns of the loop to be sure).
+      for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+      expect(answered).toBe(false);
+      release();
+      expect((await reply).ok).toBe(m === 'ok');
+    }
+  });
+
   it('any other failure is INTERNAL with a generic message, logged at error with the stack', async () => {
     server = await start();
     mode = 'crash';

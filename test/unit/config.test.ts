@@ -53,8 +53,8 @@ describe('buildConfig: defaults', () => {
 
   it('fuse options get their defaults', () => {
     expect(loaded.config.fuse).toEqual({
-      attrTimeout: 1,
-      entryTimeout: 1,
+      attrTimeout: 300,
+      entryTimeout: 300,
       negativeTimeout: 0,
       maxWrite: 131072,
       kernelCache: false,
@@ -80,7 +80,7 @@ describe('buildConfig: defaults', () => {
   it('a partial fuse block is completed with defaults', () => {
     const c = buildConfig({ ...MIN, fuse: { maxWrite: 65536 } }, null).config;
     expect(c.fuse.maxWrite).toBe(65536);
-    expect(c.fuse.attrTimeout).toBe(1);
+    expect(c.fuse.attrTimeout).toBe(300);
     expect(c.fuse.kernelCache).toBe(false);
   });
 

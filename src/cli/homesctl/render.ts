@@ -243,6 +243,10 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
   if (n.singleReader !== undefined) {
     rows.push(['single reader', `${n.singleReader.handoffs} handoffs (${n.singleReader.readWaits ?? 0} before reads from disk), ${n.singleReader.revocations} taken by the watchdog`]);
   }
+  if (n.invalidations !== undefined) {
+    const i = n.invalidations;
+    rows.push(['invalidate', `${i.queued} kernel cache invalidations queued: ${i.sent} dropped something, ${i.notCached} found nothing cached, ${i.failed} failed, ${i.pending} pending`]);
+  }
   return rows;
 }
 
