@@ -88,6 +88,12 @@ void hs_node_mark_hidden (hs_node_t *n);
 int hs_node_released (hs_node_t *n, char **path);
 int hs_node_is_hidden (hs_node_t *n);
 
+// The table as bytes for a successor (*out malloc'd), taken when no request
+// is in flight; and read back into a table that has served nothing yet
+// (-EINVAL: not a table of this format, or inconsistent). 0 or -errno.
+int hs_nodes_export (char **out, size_t *len);
+int hs_nodes_import (const char *buf, size_t len);
+
 // For status and tests: nodes in the table, of which with a lookup count.
 void hs_nodes_stats (uint64_t *nodes, uint64_t *known);
 #endif
