@@ -48,6 +48,8 @@
       "src/fastpath_write.c",
       "src/removals.c",
       "src/session/bridge.c",
+      "src/session/handover.c",
+      "src/session/loop.c",
       "src/session/inval.c",
       "src/session/marshal.c",
       "src/session/nodes.c",

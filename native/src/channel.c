@@ -7,6 +7,9 @@
 //   channel's send sets the flag in exactly that reply.
 // - One reader at a time: a token (lead_cur) that one libfuse worker holds
 //   while it reads; a watchdog takes it from a leader stuck on one request.
+// - Stopping (a handover, the loop's end): while chan_stopping is set no
+//   thread starts a read, takes the lead or keeps it (a waiter that gets the
+//   semaphore posts it back), so the semaphore ends up 1 with no leader.
 //
 // Invariants: the thread-locals (noflush_pending/fh, lead_mine) are only
 // touched by their own thread; lead_cur, busy_since, last and the counters
@@ -174,9 +177,24 @@ void homesfs_lead_release_read (void) {
   homesfs_lead_release();
 }
 
-// Before the read of the next request.
-static void homesfs_lead_take (void) {
-  if (!homesfs_lead_on) return;
+// Set while the session stops reading (a handover): a thread about to read,
+// or waiting for the lead, returns -EINTR instead (the session signals the
+// ones already inside read(2), which then return EINTR too).
+static int homesfs_chan_stopping = 0; // atomic
+
+void homesfs_chan_stop (int on) {
+  __atomic_store_n(&homesfs_chan_stopping, on, __ATOMIC_SEQ_CST);
+}
+
+// Before the read of the next request: 0, or -EINTR when reading stops.
+static int homesfs_lead_take (void) {
+  if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) {
+    // A worker that stops holds no lead: the watchdog would revoke it, and
+    // whoever reads next takes it.
+    homesfs_lead_drop();
+    return -EINTR;
+  }
+  if (!homesfs_lead_on) return 0;
   uint64_t mine = homesfs_lead_mine;
   if (mine != 0) {
     if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) == mine) {
@@ -184,17 +202,25 @@ static void homesfs_lead_take (void) {
       // Still the lead after the store: read. Taken away in between (the
       // watchdog, as this thread came back from a long request): a follower,
       // never a second reader.
-      if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) == mine) return;
+      if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) == mine) return 0;
     }
     homesfs_lead_mine = 0; // taken away while this thread was busy: a follower now
     pthread_setspecific(homesfs_lead_key, NULL);
   }
-  while (sem_wait(&homesfs_lead_sem) != 0) { /* EINTR */ }
+  while (sem_wait(&homesfs_lead_sem) != 0) {
+    if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) return -EINTR;
+  }
+  if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) {
+    // Stopping: the lead goes back untaken, for whoever reads next.
+    sem_post(&homesfs_lead_sem);
+    return -EINTR;
+  }
   mine = __atomic_add_fetch(&homesfs_lead_seq, 1, __ATOMIC_SEQ_CST);
   __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&homesfs_lead_cur, mine, __ATOMIC_SEQ_CST);
   homesfs_lead_mine = mine;
   pthread_setspecific(homesfs_lead_key, (void *) 1);
+  return 0;
 }
 
 // After the read returned a request.
@@ -271,8 +297,12 @@ void homesfs_lead_start (void) {
 static int homesfs_chan_receive (struct fuse_chan **chp, char *buf, size_t size) {
   struct fuse_chan *ch = *chp;
   struct fuse_session *se = fuse_chan_session(ch);
-  homesfs_lead_take();
+  if (homesfs_lead_take() != 0) return -EINTR;
 restart:;
+  if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) {
+    homesfs_lead_drop();
+    return -EINTR;
+  }
   ssize_t res = read(fuse_chan_fd(ch), buf, size);
   int err = errno;
   if (res > 0) homesfs_lead_busy();
@@ -283,7 +313,9 @@ restart:;
       if (se != NULL) fuse_session_exit(se);
       return 0;
     }
-    if (err != EINTR && err != EAGAIN) perror("fuse: reading device");
+    // Interrupted to stop reading: the lead goes to whoever reads next.
+    if (err == EINTR) homesfs_lead_drop();
+    else if (err != EAGAIN) perror("fuse: reading device");
     return -err;
   }
   if ((size_t) res < sizeof(struct homesfs_out_header)) {
@@ -327,16 +359,22 @@ static void homesfs_chan_destroy (struct fuse_chan *ch) {
   if (fd != -1) close(fd);
 }
 
-// The kernel channel fuse_mount made, replaced by the same one with the send above (on a dup of its descriptor).
-struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch) {
-  int fd = fcntl(fuse_chan_fd(ch), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return ch;
+// Our channel on /dev/fuse descriptor fd (owned by it from now on), with
+// requests of up to bufsize bytes; NULL when it cannot be made.
+struct fuse_chan * homesfs_chan_on_fd (int fd, size_t bufsize) {
   struct fuse_chan_ops op;
   memset(&op, 0, sizeof(op));
   op.receive = homesfs_chan_receive;
   op.send = homesfs_chan_send;
   op.destroy = homesfs_chan_destroy;
-  struct fuse_chan *wrapped = fuse_chan_new(&op, fd, fuse_chan_bufsize(ch), NULL);
+  return fuse_chan_new(&op, fd, bufsize, NULL);
+}
+
+// The kernel channel fuse_mount made, replaced by the same one with the send above (on a dup of its descriptor).
+struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch) {
+  int fd = fcntl(fuse_chan_fd(ch), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return ch;
+  struct fuse_chan *wrapped = homesfs_chan_on_fd(fd, fuse_chan_bufsize(ch));
   if (wrapped == NULL) {
     close(fd);
     return ch;

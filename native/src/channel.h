@@ -11,6 +11,11 @@ int homesfs_flush_is_noop (const struct fuse_file_info *info);
 void homesfs_noflush_after_open (int res, const struct fuse_file_info *info);
 // The kernel channel fuse_mount made, replaced by ours (same descriptor, dup'd).
 struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch);
+// Our channel on an inherited /dev/fuse descriptor (a handover), or NULL.
+struct fuse_chan * homesfs_chan_on_fd (int fd, size_t bufsize);
+// 1: no thread starts reading the device any more (those inside read(2) are
+// signalled by the session); 0: reading goes on.
+void homesfs_chan_stop (int on);
 // At mount: starts the single reader (and its watchdog) if JS asked for it.
 void homesfs_lead_start (void);
 #ifndef HOMESFS_NO_NAPI

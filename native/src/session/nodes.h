@@ -88,6 +88,11 @@ void hs_node_mark_hidden (hs_node_t *n);
 int hs_node_released (hs_node_t *n, char **path);
 int hs_node_is_hidden (hs_node_t *n);
 
+// The table as bytes for a successor (*out malloc'd), taken when no request
+// is in flight; and read back into a table that has served nothing yet
+// (-EINVAL: not a table of this format, or inconsistent). 0 or -errno.
+int hs_nodes_export (char **out, size_t *len);
+int hs_nodes_import (const char *buf, size_t len);
 // What an invalidation of the kernel's caches names (inval.c), found through
 // the alias index under the table's mutex: for the virtual path "/t/k/a/b",
 // the node ID of "/t/k/a" in *dir and of the path itself in *nodeid (0: the

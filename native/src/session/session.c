@@ -7,10 +7,15 @@
 // and answered by our ops, natively or through JavaScript (bridge.c); no
 // worker ever waits for JavaScript.
 //
-// Invariants: one session per process (s_se, s_ch are set once by mount and
-// never freed: a reply JavaScript gives after the loop ended finds a closed
-// descriptor, not freed memory); s_loop_state moves 0 -> 1 -> 2 only, written
-// by the loop thread with atomic stores.
+// A session starts either by mounting, or by adopting the device of a daemon
+// that hands its session over (hs_session_adopt: the descriptor, the kernel's
+// INIT request replayed into this session's libfuse state, the node table
+// and open directories as they were). The workers (loop.c) stop at a request
+// boundary for a handover of this session, and go on if it fails.
+//
+// Invariants: one session per process (s_se, s_ch are set once and never
+// freed: a reply JavaScript gives after the loop ended finds a closed
+// descriptor, not freed memory).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -25,17 +30,14 @@
 
 #include "../channel.h"
 #include "ops.h"
+#include "handover.h"
+#include "loop.h"
 #include "inval.h"
 #include "session.h"
 
-#define LOOP_NOT_STARTED 0
-#define LOOP_RUNNING 1
-#define LOOP_ENDED 2
 
 static struct fuse_session *s_se;
 static struct fuse_chan *s_ch;
-static pthread_t s_thread;
-static uint32_t s_loop_state;
 
 // INIT reached the session: JavaScript hears that the mount answers. Nothing waits for its answer.
 static size_t no_args (napi_env env, hs_call_t *c, napi_value *argv) {
@@ -48,8 +50,11 @@ static void init_done (napi_env env, hs_call_t *c, int32_t res, napi_value *valu
   op_finish((hs_op_t *) c);
 }
 
+static int s_inited;  // atomic: ll_init ran (an adopted session's replayed INIT was accepted)
+
 static void ll_init (void *userdata, struct fuse_conn_info *conn) {
   (void) userdata; (void) conn;
+  __atomic_store_n(&s_inited, 1, __ATOMIC_SEQ_CST);
   hs_op_t *op = op_new(NULL, HOMESFS_OP_INIT);
   if (op != NULL) op_js(op, no_args, init_done);
 }
@@ -89,13 +94,6 @@ static const struct fuse_lowlevel_ops ll_ops = {
   // keeps POSIX and BSD locks itself, right while this is the backing's only mount.
 };
 
-static void *loop_main (void *arg) {
-  (void) arg;
-  __atomic_store_n(&s_loop_state, LOOP_RUNNING, __ATOMIC_SEQ_CST);
-  fuse_session_loop_mt(s_se);
-  __atomic_store_n(&s_loop_state, LOOP_ENDED, __ATOMIC_SEQ_CST);
-  return NULL;
-}
 
 // An option string "-o a,b" as libfuse arguments; "" for none.
 static int make_args (struct fuse_args *args, const char *opts) {
@@ -132,24 +130,139 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
   homesfs_lead_start();
   s_se = se;
   s_ch = ch;
-  if (pthread_create(&s_thread, NULL, loop_main, NULL) != 0) {
+  // The kernel's caches are invalidated through this channel from now on (inval.c).
+  hs_inval_start(ch);
+  int err = hs_loop_start(se, ch);
+  if (err != 0) {
     fuse_session_remove_chan(ch);
     fuse_unmount(mnt, ch);
     s_se = NULL;
     s_ch = NULL;
-    return -EAGAIN;
   }
-  pthread_detach(s_thread);
-  // The kernel's caches are invalidated through this channel from now on (inval.c).
-  hs_inval_start(ch);
+  return err;
+}
+
+// The reply to a replayed INIT went to the kernel already, from the daemon it was sent to.
+static int discard_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
+  (void) ch; (void) iov; (void) count;
   return 0;
 }
 
+// An INIT request as the kernel sent it: its header's length and opcode.
+static int is_init (const char *init, size_t len) {
+  uint32_t hlen, opcode;
+  if (len < 40) return 0;  // struct fuse_in_header
+  memcpy(&hlen, init, sizeof(hlen));
+  memcpy(&opcode, init + 4, sizeof(opcode));
+  return hlen == len && opcode == 26;  // FUSE_INIT
+}
+
+// The new session on fd (owned: closed on failure), INIT replayed into it. 0 or -errno.
+static int adopt_session (int fd, size_t bufsize, const char *init, size_t init_len, const char *ll_opts, struct fuse_session **sep, struct fuse_chan **chp) {
+  struct fuse_args largs;
+  struct fuse_chan *ch = homesfs_chan_on_fd(fd, bufsize);
+  if (ch == NULL) {
+    close(fd);
+    return -ENOMEM;
+  }
+  if (make_args(&largs, ll_opts) != 0) {
+    fuse_opt_free_args(&largs);
+    fuse_chan_destroy(ch);
+    return -ENOMEM;
+  }
+  struct fuse_session *se = fuse_lowlevel_new(&largs, &ll_ops, sizeof(ll_ops), NULL);
+  fuse_opt_free_args(&largs);
+  struct fuse_chan_ops discard = { .send = discard_send };
+  struct fuse_chan *replay = se != NULL ? fuse_chan_new(&discard, -1, bufsize, NULL) : NULL;
+  if (replay == NULL) {
+    if (se != NULL) fuse_session_destroy(se);
+    fuse_chan_destroy(ch);
+    return se == NULL ? -EINVAL : -ENOMEM;
+  }
+  fuse_session_add_chan(se, ch);
+  // libfuse refuses every request before INIT: the kernel's, replayed, sets
+  // the same negotiated state (its reply goes nowhere: the kernel had it).
+  // ll_init runs only for an INIT libfuse accepted.
+  __atomic_store_n(&s_inited, 0, __ATOMIC_SEQ_CST);
+  fuse_session_process(se, init, init_len, replay);
+  fuse_chan_destroy(replay);
+  if (!__atomic_load_n(&s_inited, __ATOMIC_SEQ_CST)) {
+    fuse_session_destroy(se);  // destroys ch, which closes fd
+    return -EPROTO;
+  }
+  *sep = se;
+  *chp = ch;
+  return 0;
+}
+
+// Before it serves: the table it imported goes, so that a retry starts fresh.
+static void adopt_undo (void) {
+  hs_dirs_clear();
+  hs_nodes_clear();
+  hs_nodes_init();
+}
+
+int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len, const char *nodes, size_t nodes_len, const char *dirs, size_t dirs_len, const char *ll_opts) {
+  int err = 0;
+  if (s_se != NULL) err = -EEXIST;
+  else if (!is_init(init, init_len)) err = -EINVAL;
+  if (err == 0) {
+    hs_nodes_init();
+    err = hs_nodes_import(nodes, nodes_len);
+    if (err == 0 && (err = hs_dirs_import(dirs, dirs_len)) != 0) adopt_undo();
+  }
+  if (err != 0) {
+    close(fd);
+    return err;
+  }
+  struct fuse_session *se = NULL;
+  struct fuse_chan *ch = NULL;
+  if ((err = adopt_session(fd, bufsize, init, init_len, ll_opts, &se, &ch)) != 0) {
+    adopt_undo();
+    return err;
+  }
+  hs_loop_keep_init(init, init_len);
+  homesfs_lead_start();
+  s_se = se;
+  s_ch = ch;
+  hs_inval_start(ch);
+  return hs_loop_start(se, ch);
+}
+
 uint32_t hs_session_loop_state (void) {
-  return __atomic_load_n(&s_loop_state, __ATOMIC_SEQ_CST);
+  return hs_loop_state();
 }
 
 // ---- exports ---------------------------------------------------------------------
+
+// The session's configuration and dispatch from JavaScript (mount and adopt share them).
+static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
+  double conf[5] = { 1, 1, 0, 0, 0 };
+  for (uint32_t i = 0; i < 5; i++) {
+    napi_value v;
+    if (napi_get_element(env, arr, i, &v) != napi_ok || napi_get_value_double(env, v, &conf[i]) != napi_ok) {
+      napi_throw_type_error(env, "EINVAL", "[attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove]");
+      return -1;
+    }
+  }
+  napi_valuetype t;
+  if (napi_typeof(env, dispatch, &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, "EINVAL", "dispatch must be a function");
+    return -1;
+  }
+  hs_conf.attr_timeout = conf[0];
+  hs_conf.entry_timeout = conf[1];
+  hs_conf.negative_timeout = conf[2];
+  hs_conf.kernel_cache = conf[3] != 0;
+  hs_conf.hard_remove = conf[4] != 0;
+  return 0;
+}
+
+static const char *buf_of (napi_env env, napi_value v, size_t *len) {
+  void *data = NULL;
+  if (napi_get_buffer_info(env, v, &data, len) != napi_ok) return NULL;
+  return data;
+}
 
 // mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove], dispatch)
 NAPI_METHOD(hs_session_mount_js) {
@@ -157,24 +270,7 @@ NAPI_METHOD(hs_session_mount_js) {
   NAPI_ARGV_UTF8(mnt, 4096, 0)
   NAPI_ARGV_UTF8(mopts, 4096, 1)
   NAPI_ARGV_UTF8(lopts, 4096, 2)
-  double conf[5] = { 1, 1, 0, 0, 0 };
-  for (uint32_t i = 0; i < 5; i++) {
-    napi_value v;
-    if (napi_get_element(env, argv[3], i, &v) != napi_ok || napi_get_value_double(env, v, &conf[i]) != napi_ok) {
-      napi_throw_type_error(env, "EINVAL", "mount: [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove]");
-      return NULL;
-    }
-  }
-  napi_valuetype t;
-  if (napi_typeof(env, argv[4], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "mount: dispatch must be a function");
-    return NULL;
-  }
-  hs_conf.attr_timeout = conf[0];
-  hs_conf.entry_timeout = conf[1];
-  hs_conf.negative_timeout = conf[2];
-  hs_conf.kernel_cache = conf[3] != 0;
-  hs_conf.hard_remove = conf[4] != 0;
+  if (conf_from_js(env, argv[3], argv[4]) != 0) return NULL;
   int err = hs_bridge_start(env, argv[4]);
   if (err == 0) err = hs_session_mount(mnt, mopts, lopts);
   if (err != 0) {
@@ -206,6 +302,78 @@ NAPI_METHOD(hs_session_stats_js) {
   return out;
 }
 
+// adopt(fd, bufsize, init, nodes, dirs, lowlevelOpts, conf, dispatch): serve a handed-over session.
+NAPI_METHOD(hs_session_adopt_js) {
+  NAPI_ARGV(8)
+  NAPI_ARGV_INT32(fd, 0)
+  NAPI_ARGV_UINT32(bufsize, 1)
+  size_t ilen = 0, nlen = 0, dlen = 0;
+  const char *init = buf_of(env, argv[2], &ilen), *nodes = buf_of(env, argv[3], &nlen), *dirs = buf_of(env, argv[4], &dlen);
+  if (init == NULL || nodes == NULL || dirs == NULL) {
+    napi_throw_type_error(env, "EINVAL", "adopt: init, nodes and dirs are buffers");
+    return NULL;
+  }
+  NAPI_ARGV_UTF8(lopts, 4096, 5)
+  if (conf_from_js(env, argv[6], argv[7]) != 0) return NULL;
+  int err = hs_bridge_start(env, argv[7]);
+  if (err == 0) err = hs_session_adopt(fd, bufsize, init, ilen, nodes, nlen, dirs, dlen, lopts);
+  napi_value out;
+  napi_create_int32(env, err, &out);
+  return out;
+}
+
+// pause(): stop reading at request boundaries (never blocks); paused() -> every worker parked
+NAPI_METHOD(hs_session_pause_js) {
+  hs_loop_pause();
+  return NULL;
+}
+
+NAPI_METHOD(hs_session_paused_js) {
+  hs_loop_kick();
+  napi_value out;
+  napi_get_boolean(env, hs_loop_paused() && hs_bridge_pending() == 0, &out);
+  return out;
+}
+
+NAPI_METHOD(hs_session_resume_js) {
+  hs_loop_resume();
+  return NULL;
+}
+
+// handed() -> { fd, bufsize, init, nodes, dirs }: what a successor needs, taken while paused.
+NAPI_METHOD(hs_session_handed_js) {
+  char *init = NULL, *nodes = NULL, *dirs = NULL;
+  size_t ilen = 0, nlen = 0, dlen = 0;
+  if (s_ch == NULL || !hs_loop_paused()) {
+    napi_throw_error(env, "EBUSY", "handed: the session is not paused");
+    return NULL;
+  }
+  int err = hs_loop_init_request(&init, &ilen);
+  if (err == 0) err = hs_nodes_export(&nodes, &nlen);
+  if (err == 0) err = hs_dirs_export(&dirs, &dlen);
+  napi_value out = NULL, v;
+  if (err == 0) {
+    void *copy;
+    napi_create_object(env, &out);
+    napi_create_int32(env, fuse_chan_fd(s_ch), &v);
+    napi_set_named_property(env, out, "fd", v);
+    napi_create_uint32(env, (uint32_t) fuse_chan_bufsize(s_ch), &v);
+    napi_set_named_property(env, out, "bufsize", v);
+    napi_create_buffer_copy(env, ilen, init, &copy, &v);
+    napi_set_named_property(env, out, "init", v);
+    napi_create_buffer_copy(env, nlen, nodes, &copy, &v);
+    napi_set_named_property(env, out, "nodes", v);
+    napi_create_buffer_copy(env, dlen, dirs, &copy, &v);
+    napi_set_named_property(env, out, "dirs", v);
+  } else {
+    napi_throw_error(env, "EIO", "handed: the session's state could not be taken");
+  }
+  free(init);
+  free(nodes);
+  free(dirs);
+  return out;
+}
+
 void hs_session_export (napi_env env, napi_value exports) {
   napi_value fn;
   napi_create_function(env, NULL, 0, hs_session_mount_js, NULL, &fn);
@@ -214,6 +382,17 @@ void hs_session_export (napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "session_loop_state", fn);
   napi_create_function(env, NULL, 0, hs_session_stats_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_stats", fn);
+  napi_create_function(env, NULL, 0, hs_session_adopt_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_adopt", fn);
+  napi_create_function(env, NULL, 0, hs_session_pause_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_pause", fn);
+  napi_create_function(env, NULL, 0, hs_session_paused_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_paused", fn);
+  napi_create_function(env, NULL, 0, hs_session_resume_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_resume", fn);
+  napi_create_function(env, NULL, 0, hs_session_handed_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_handed", fn);
   hs_bridge_export(env, exports);
+  hs_handover_export(env, exports);
   hs_inval_export(env, exports);
 }

@@ -1,12 +1,17 @@
 // The FUSE session (session.c): mount, loop, and the exports that drive it.
 #ifndef HOMESFS_SESSION_H
 #define HOMESFS_SESSION_H
+#include <stddef.h>
 #include <stdint.h>
 #include <node_api.h>
 
 // Mounts mnt (options for the kernel mount, and for libfuse's low-level
 // session) and starts the loop: 0 or -errno.
 int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_opts);
+// Serves the session a predecessor handed over: its /dev/fuse descriptor
+// (owned from now on: closed on failure) and request size, the kernel's INIT request as it read
+// it, its node table and open directories (nodes.c, ops_dirs.c). 0 or -errno.
+int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len, const char *nodes, size_t nodes_len, const char *dirs, size_t dirs_len, const char *ll_opts);
 // 0 not started, 1 serving, 2 ended (unmounted).
 uint32_t hs_session_loop_state (void);
 void hs_session_export (napi_env env, napi_value exports);

@@ -1,0 +1,29 @@
+// The handover channel between a serving daemon and its successor
+// (handover.c): messages and descriptors over a root-only SOCK_SEQPACKET socket.
+#ifndef HOMESFS_HANDOVER_H
+#define HOMESFS_HANDOVER_H
+#include <stddef.h>
+#ifndef HOMESFS_NO_NAPI
+#include <node_api.h>
+#endif
+
+// SCM_MAX_FD: the most descriptors one message carries.
+#define HS_HO_MAX_FDS 253
+// The largest message (the sender splits what is larger).
+#define HS_HO_MAX_MSG (64 * 1024)
+
+// Each returns a descriptor (or a byte count) >= 0, or -errno. accept:
+// -EAGAIN when no peer waits, -EPERM for a peer that is not root (refused);
+// connect: -EPERM when the listener is not root. send: 1..HS_HO_MAX_MSG
+// bytes and at most HS_HO_MAX_FDS descriptors (they stay open here). recv:
+// fds holds HS_HO_MAX_FDS; -EPIPE once the peer is gone.
+int hs_ho_listen (const char *path);
+int hs_ho_accept (int lfd);
+int hs_ho_connect (const char *path);
+int hs_ho_send (int fd, const void *buf, size_t len, const int *fds, int nfds, int timeout_ms);
+int hs_ho_recv (int fd, void *buf, size_t cap, int *fds, int *nfds, int timeout_ms);
+
+#ifndef HOMESFS_NO_NAPI
+void hs_handover_export (napi_env env, napi_value exports);
+#endif
+#endif
