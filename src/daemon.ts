@@ -13,7 +13,7 @@ import * as sys from './backing/sys.js';
 import { ABI } from './abi.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { applyNofile } from './fuse/limits.js';
-import { NativeFastPath } from './fuse/fastpath.js';
+import { NativeFastPath, warmProfileMasks } from './fuse/fastpath.js';
 import { nativeRemovals, type NativeRemovalClaims } from './fuse/removals.js';
 import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
 import { HomeManager } from './homes/manager.js';
@@ -29,6 +29,10 @@ import { StateError, StateStore } from './state/store.js';
 import { VERSION } from './version.js';
 import { getentLookup } from './users/hostids.js';
 import { UserDb } from './users/userdb.js';
+import { adoptFs, exportFs, HandedFs } from './fs/handover.js';
+import type { HandoverRaw } from './fuse/handover-channel.js';
+import type { HandoverListener } from './fuse/handover-channel.js';
+import { listenForSuccessors, takeOverFrom, type Received } from './takeover.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
   return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees ?? 0, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openClosedNatively: s.openClosedNatively ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight ?? 0, retiredHomes: s.retiredHomes ?? 0 };
@@ -74,7 +78,23 @@ function logConfigWarnings(log: Logger, loaded: LoadedConfig): void {
     .warn({ path: loaded.path, warnings: loaded.warnings }, `configuration warning${loaded.warnings.length > 1 ? 's' : ''}: ${loaded.warnings.map((w) => `${w.path}: ${w.message}`).join('; ')}`);
 }
 
-export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => Promise<LoadedConfig>): Promise<Daemon> {
+export interface StartOptions {
+  /** take the session of the daemon serving this configuration over (takeover.ts) instead of mounting */
+  takeover?: boolean;
+}
+
+export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => Promise<LoadedConfig>, opts: StartOptions = {}): Promise<Daemon> {
+  const taking: { received: Received | null } = { received: null };
+  try {
+    return await start(initial, log, readConfig, opts, taking);
+  } catch (err) {
+    // A successor that fails before it serves tells the serving daemon, which serves on.
+    taking.received?.abandon((err as Error).message);
+    throw err;
+  }
+}
+
+async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Promise<LoadedConfig>) | undefined, opts: StartOptions, taking: { received: Received | null }): Promise<Daemon> {
   let loaded = initial;
   const { config } = initial;
   const started = Date.now();
@@ -108,6 +128,25 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   await mkdir(config.backing, { recursive: true, mode: 0o700 }).catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
   });
+  // A successor asks the serving daemon for its session before it takes the
+  // locks: the serving daemon pauses, gives its locks up and sends its state.
+  const handover = Fuse.native as unknown as HandoverRaw;
+  let received: Received | null = null;
+  if (opts.takeover) {
+    warmProfileMasks(Object.values(loaded.profiles));
+    try {
+      received = await takeOverFrom(handover, config, log.child({ component: 'takeover' }), (v) => HandedFs.parse(v));
+      taking.received = received;
+    } catch (err) {
+      throw new DaemonError(`takeover: ${(err as Error).message}`, EXIT.TAKEOVER);
+    }
+  }
+  const takeoverFailed = (why: string): never => {
+    throw new DaemonError(`takeover: ${why}; the serving daemon serves on`, EXIT.TAKEOVER);
+  };
+  const generation = received?.generation ?? 1;
+  const startMode: 'fresh' | 'taken over' = received ? 'taken over' : 'fresh';
+  let lastHandoverPauseMs: number | null = null;
   // One daemon per backing tree and per state file: a second one refuses to
   // start before it touches either.
   const stateFile = stateFileOf(config);
@@ -117,10 +156,14 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   const releaseLocks = () => {
     for (const l of locks.splice(0)) l.release();
   };
-  try {
+  const takeLocks = () => {
     for (const f of lockFiles) locks.push(acquireLock(f));
+  };
+  try {
+    takeLocks();
   } catch (err) {
     releaseLocks();
+    if (received) takeoverFailed((err as Error).message);
     throw new DaemonError((err as Error).message, err instanceof LockHeldError ? EXIT.LOCKED : EXIT.BACKING);
   }
   let state: StateStore;
@@ -252,11 +295,24 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     }
   });
 
-  try {
-    await mount.mount();
-  } catch (err) {
-    await store.close();
-    throw new DaemonError((err as Error).message, EXIT.MOUNT);
+  if (received) {
+    // The files first: a request on one may come as soon as the session serves.
+    const r = await adoptFs(ctx, received.fs, received.fsFds).catch((err: Error) => takeoverFailed(`the open files could not be taken over: ${err.message}`));
+    try {
+      await mount.adopt(received.session);
+    } catch (err) {
+      takeoverFailed((err as Error).message);
+    }
+    lastHandoverPauseMs = Date.now() - received.pausedAt;
+    await received.ready(lastHandoverPauseMs);
+    log.info({ generation, pauseMs: lastHandoverPauseMs, files: r.adopted, refused: r.refused }, 'session taken over');
+  } else {
+    try {
+      await mount.mount();
+    } catch (err) {
+      await store.close();
+      throw new DaemonError((err as Error).message, EXIT.MOUNT);
+    }
   }
 
   const servingState = () => ({ mounted: mount.state.mounted, loop: mount.state.loop, selfCheck: mount.selfCheck.report.state });
@@ -293,6 +349,7 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
         version: VERSION,
         pid: process.pid,
         uptimeSec: Math.round((Date.now() - started) / 1000),
+        session: { generation, startMode, lastHandoverPauseMs },
         backing: store.root,
         configPath: loaded.path,
         mount: { path: config.mount, ...mount.state },
@@ -389,49 +446,95 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
     { name: 'admin', socketPath: config.socket, group: config.adminGroup },
     { name: 'platform', socketPath: config.platformSocket, group: config.platformGroup, allowed: PLATFORM_COMMANDS },
   ];
-  try {
-    const controlLog = log.child({ component: 'control' });
-    for (const l of listeners) {
-      controls.push(
-        await startControlServer({
-          socketPath: l.socketPath,
-          // With a group the socket is 0660 (its directory 0750); without, owner only.
-          socketMode: l.group === undefined ? 0o600 : 0o660,
-          ...(l.group !== undefined ? { socketGroup: l.group } : {}),
-          ...(l.allowed ? { allowed: l.allowed } : {}),
-          commands,
-          api,
-          ...(kernel ? { settle: () => kernel.settled() } : {}),
-          log: controlLog.child({ listener: l.name }),
-        }),
-      );
-    }
-  } catch (err) {
-    throw await closeFailedStart('control socket', err);
-  }
-
   let metricsServer: MetricsServer | null = null;
-  if (opMetrics !== null) {
+  /** The control sockets and the metrics endpoint: at start, and again after a handover that did not happen. */
+  const startSockets = async (): Promise<void> => {
     try {
-      metricsServer = await startMetricsServer({
-        ...(config.metrics?.socket !== undefined ? { socket: config.metrics.socket } : {}),
-        ...(config.metrics?.listen !== undefined ? { listen: config.metrics.listen } : {}),
-        ...(config.adminGroup !== undefined ? { group: config.adminGroup } : {}),
-        render: async () => {
-          ctx.settle();
-          return renderMetrics(await metricsSnapshot(ctx, opMetrics, started, notServingReasons(servingState()).length === 0));
-        },
-        health: () => notServingReasons(servingState()),
-        log: log.child({ component: 'metrics' }),
-      });
+      const controlLog = log.child({ component: 'control' });
+      for (const l of listeners) {
+        controls.push(
+          await startControlServer({
+            socketPath: l.socketPath,
+            // With a group the socket is 0660 (its directory 0750); without, owner only.
+            socketMode: l.group === undefined ? 0o600 : 0o660,
+            ...(l.group !== undefined ? { socketGroup: l.group } : {}),
+            ...(l.allowed ? { allowed: l.allowed } : {}),
+            commands,
+            api,
+            ...(kernel ? { settle: () => kernel.settled() } : {}),
+            log: controlLog.child({ listener: l.name }),
+          }),
+        );
+      }
     } catch (err) {
-      throw await closeFailedStart('metrics endpoint', err);
+      throw await closeFailedStart('control socket', err);
     }
-  }
+    if (opMetrics !== null) {
+      try {
+        metricsServer = await startMetricsServer({
+          ...(config.metrics?.socket !== undefined ? { socket: config.metrics.socket } : {}),
+          ...(config.metrics?.listen !== undefined ? { listen: config.metrics.listen } : {}),
+          ...(config.adminGroup !== undefined ? { group: config.adminGroup } : {}),
+          render: async () => {
+            ctx.settle();
+            return renderMetrics(await metricsSnapshot(ctx, opMetrics, started, notServingReasons(servingState()).length === 0));
+          },
+          health: () => notServingReasons(servingState()),
+          log: log.child({ component: 'metrics' }),
+        });
+      } catch (err) {
+        throw await closeFailedStart('metrics endpoint', err);
+      }
+    }
+  };
+  const stopSockets = async (): Promise<void> => {
+    for (const c of controls.splice(0)) await c.close().catch(() => undefined);
+    await metricsServer?.close().catch(() => undefined);
+    metricsServer = null;
+  };
+  await startSockets();
 
   await mount.runSelfCheck();
   mount.startProbing();
-  log.info({ mount: config.mount, backing: store.root, socket: config.socket, platformSocket: config.platformSocket }, 'serving');
+  log.info({ mount: config.mount, backing: store.root, socket: config.socket, platformSocket: config.platformSocket, generation, startMode }, 'serving');
+
+  // A successor (`homesfs serve --takeover`) may ask for the session from now on.
+  let successors: HandoverListener | null = null;
+  try {
+    successors = listenForSuccessors(handover, {
+      config,
+      generation,
+      log: log.child({ component: 'takeover' }),
+      quiesceControl: async () => {
+        await Promise.all(controls.map((c) => c.idle()));
+        await stopSockets();
+        return () => startSockets();
+      },
+      pause: () => mount.session.pause(),
+      paused: () => {
+        // Everything the binding queued for JavaScript is taken while the workers park.
+        ctx.settle();
+        return mount.session.paused();
+      },
+      resume: () => mount.session.resume(),
+      handed: () => mount.session.handed(),
+      exportFs: () => exportFs(ctx),
+      releaseLocks: async () => {
+        await state.flush();
+        releaseLocks();
+      },
+      retakeLocks: takeLocks,
+      handedOver: (pauseMs) => {
+        lastHandoverPauseMs = pauseMs;
+        stopping = true;
+        successors?.close();
+        mount.detach();
+        resolveDone(EXIT.OK);
+      },
+    });
+  } catch (err) {
+    log.warn({ err: (err as Error).message }, 'no takeover socket: this daemon cannot hand its session over');
+  }
 
   /** Homes with open handles (any pid namespace) or visible holders (pids from /proc). */
   async function busyHomes(): Promise<Map<string, HomeHolders & { openFiles: number }>> {
@@ -486,9 +589,9 @@ export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig
   async function shutdown(code: number): Promise<void> {
     if (stopping) return;
     stopping = true;
+    successors?.close();
     if (code === EXIT.OK) await drain().catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
-    for (const c of controls) await c.close().catch(() => undefined);
-    await metricsServer?.close().catch(() => undefined);
+    await stopSockets();
     await mount.unmount();
     await users?.removeAll().catch(() => undefined);
     await ctx.close().catch(() => undefined);

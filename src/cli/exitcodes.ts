@@ -26,6 +26,8 @@ export const EXIT = {
   LOCKED: 10,
   /** the backing root or a tenant directory is reachable by a non-root uid (see allowOpenBacking) */
   BACKING_OPEN: 11,
+  /** --takeover: no daemon serves this configuration, it refused, or the exchange failed (it serves on) */
+  TAKEOVER: 12,
 } as const;
 
 /**

@@ -10,7 +10,7 @@ import { VERSION } from '../version.js';
 import { EXIT } from './exitcodes.js';
 import { notifySystemd } from './notify.js';
 
-const USAGE = `usage: homesfs serve --config FILE [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL] [--check]
+const USAGE = `usage: homesfs serve --config FILE [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL] [--check] [--takeover]
        homesfs serve --demo [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL]
        homesfs serve --backing DIR --mount DIR [--socket PATH] [--log-level LEVEL]
        homesfs check-config FILE
@@ -18,7 +18,10 @@ const USAGE = `usage: homesfs serve --config FILE [--backing DIR] [--mount DIR] 
 
 serve runs in the foreground; flags win over the file. --check validates the
 configuration without mounting (exit 0, warnings included, or 3 with every
-problem; a missing or unreadable file is also 3).
+problem; a missing or unreadable file is also 3). --takeover takes the live
+session of the daemon serving the same configuration over (a live upgrade:
+processes in homes see a pause, not an error); exit 12 if it cannot, while
+that daemon serves on.
 --demo serves the built-in demo configuration:
   backing ${DEMO_DEFAULTS.backing}
   mount   ${DEMO_DEFAULTS.mount}
@@ -49,6 +52,7 @@ async function main(): Promise<void> {
         'log-level': { type: 'string' },
         demo: { type: 'boolean' },
         check: { type: 'boolean' },
+        takeover: { type: 'boolean' },
         version: { type: 'boolean', short: 'V' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -100,7 +104,7 @@ async function main(): Promise<void> {
 
   let daemon;
   try {
-    daemon = await startDaemon(loaded, log, readConfig);
+    daemon = await startDaemon(loaded, log, readConfig, { takeover: values.takeover === true });
   } catch (err) {
     if (err instanceof DaemonError) {
       log.fatal({ exitCode: err.exitCode }, err.message);

@@ -268,6 +268,13 @@ export interface StatusReport {
   version: string;
   pid: number;
   uptimeSec: number;
+  /**
+   * The FUSE session: its generation (1 when this daemon mounted; one more at
+   * each live upgrade), how this daemon came to serve it, and how long the
+   * last handover paused the mount (this daemon's own, or the one it took
+   * the session from; null before any).
+   */
+  session?: { generation: number; startMode: 'fresh' | 'taken over'; lastHandoverPauseMs: number | null };
   backing: string;
   configPath: string | null;
   mount: {

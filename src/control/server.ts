@@ -60,6 +60,8 @@ export interface ControlServerOptions {
 export interface ControlServer {
   /** Stops accepting, drops open connections, removes the socket file. Idempotent. */
   close(): Promise<void>;
+  /** Resolves once no command is running (a handover waits for that before it pauses the mount). */
+  idle(): Promise<void>;
   /** The socket path being served. */
   readonly address: string;
 }
@@ -102,6 +104,8 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
     idleTimeoutMs,
     requestTimeoutMs,
     settle: opts.settle,
+    running: 0,
+    idleWaiters: [],
   };
 
   server.on('connection', (sock) => {
@@ -151,6 +155,7 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
   let closing: Promise<void> | undefined;
   return {
     address: socketPath,
+    idle: () => (shared.running === 0 ? Promise.resolve() : new Promise<void>((r) => shared.idleWaiters.push(r))),
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -284,6 +289,9 @@ interface ConnectionShared {
   idleTimeoutMs: number;
   requestTimeoutMs: number;
   settle: (() => Promise<unknown>) | undefined;
+  /** commands running, and who waits for there to be none */
+  running: number;
+  idleWaiters: Array<() => void>;
 }
 
 const TIMED_OUT = Symbol('timed out');
@@ -444,13 +452,16 @@ class Connection {
     const timeout = new Promise<typeof TIMED_OUT>((resolve) => {
       timer = setTimeout(() => resolve(TIMED_OUT), this.shared.requestTimeoutMs);
     });
-    const settle = this.shared.settle;
+    const shared = this.shared;
+    const settle = shared.settle;
+    shared.running++;
     const run = (async () => {
       try {
-        return await handlerFor(this.shared.commands, req.cmd)(req.args, ctx);
+        return await handlerFor(shared.commands, req.cmd)(req.args, ctx);
       } finally {
         // A refused command may have changed something before it was refused.
         if (settle) await settle();
+        if (--shared.running === 0) for (const w of shared.idleWaiters.splice(0)) w();
       }
     })();
     try {

@@ -134,6 +134,12 @@ export abstract class HomeRegistry {
   /** The home, once its ledger has been built by the start-up scan. */
   async readyHome(ref: HomeRef): Promise<HomeState> {
     const hs = await this.home(ref);
+    await this.ledgerBuilt(hs);
+    return hs;
+  }
+
+  /** Resolves once the home's gate is open with its ledger built; throws if it could not be built. */
+  async ledgerBuilt(hs: HomeState): Promise<void> {
     // A rescan may close the gate again while we wait: wait until it stays open.
     for (let gate = hs.ready; ; gate = hs.ready) {
       await gate;
@@ -141,7 +147,6 @@ export abstract class HomeRegistry {
     }
     // Without a ledger the budget cannot be kept exact: refuse changes rather than guess.
     if (hs.scan !== 'done') throw new HomesError('IO', `the ledger of ${hs.backing.id} could not be built: ${hs.scanError ?? 'unknown'}`);
-    return hs;
   }
 
   /**

@@ -69,6 +69,27 @@ export abstract class OpenInodes extends HomeRegistry {
     return inode;
   }
 
+  /**
+   * The record of a file a live upgrade handed over open (handover.ts), or
+   * the one this daemon has of it already. A new one is told to the binding
+   * as attachInode's is; its size is what the disk holds, which the start-up
+   * scan counts. A file with no name left (`linked` false) keeps its bytes
+   * charged until its last close: a ledger built already holds them now, one
+   * being built takes them at its end (scan.ts), a failed one at the rescan
+   * that rebuilds it.
+   */
+  adoptInode(hs: HomeState, dev: bigint, ino: bigint, size: number, linked: boolean): OpenInode {
+    const known = hs.inodes.get(inodeKey(dev, ino));
+    if (known) return known;
+    this.deps.attrs?.inode(dev, ino, 1);
+    const inode = this.newInode(hs, dev, ino, size);
+    if (!linked) {
+      inode.unlinked = true;
+      if (hs.scan === 'done') hs.ledger.hold(size);
+    }
+    return inode;
+  }
+
   /** A new open-file record of hs, with its charged size published to the binding (which already counts the inode open). */
   protected newInode(hs: HomeState, dev: bigint, ino: bigint, initial: number, madeNatively = false): OpenInode {
     // Every change of the charged size reaches the binding's table too: the
@@ -112,6 +133,10 @@ export abstract class OpenInodes extends HomeRegistry {
    * and handed over again after when nothing else waits for the lock.
    */
   sizeOp<T>(hs: HomeState, inode: OpenInode, fn: () => Promise<T>): Promise<T> {
+    // Only a handle a live upgrade handed over can be open for writing before its home's ledger is
+    // built (an open that may change a size waits for it, file.ts): its size changes wait too, so
+    // they are charged to the ledger the start-up scan builds, never to the empty one before it.
+    if (hs.scan !== 'done') return this.ledgerBuilt(hs).then(() => this.sizeOp(hs, inode, fn));
     return inode.lock.run(async () => {
       if (inode.delegated) await this.takeSize(inode);
       try {

@@ -110,7 +110,12 @@ export async function scanHome(ctx: ScanHost, hs: HomeState): Promise<void> {
         },
       }),
     );
-    ctx.replaceLedger(hs, { bytes: r.bytes, inodes: r.inodes });
+    // A file unlinked while open has no name the walk could meet: its bytes stay charged until its last
+    // close (as a rescan counts them). Only a live upgrade hands such files over before the ledger is
+    // built (an unlink waits for it); read with no await before the swap, as the records stand now.
+    let unlinkedOpen = 0;
+    for (const inode of hs.inodes.values()) if (inode.unlinked) unlinkedOpen += inode.size;
+    ctx.replaceLedger(hs, { bytes: r.bytes + unlinkedOpen, inodes: r.inodes });
     hs.scan = 'done';
     log.info({ bytes: r.bytes, inodes: r.inodes, ms: Date.now() - started, profile: hs.profileName, depth: r.walk?.depth, maxOpen: r.walk?.maxOpen, scanner: r.scanner }, 'home ledger built');
   } catch (err) {

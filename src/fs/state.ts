@@ -141,13 +141,50 @@ export class HandleTable {
   private readonly byFh = new Map<number, FileHandle>();
   /** numbers handed to the binding for opens it answers itself (adopt or unreserve) */
   private readonly reserved = new Set<number>();
+  /** numbers the kernel holds with no handle behind them (a handed-over handle refused): kept out of use until their RELEASE */
+  private readonly dead = new Set<number>();
   private next = 1;
 
+  private taken(fh: number): boolean {
+    return this.byFh.has(fh) || this.reserved.has(fh) || this.dead.has(fh) || fh === 0 || fh >= RESERVED_FH_FROM;
+  }
+
   private take(): number {
-    while (this.byFh.has(this.next) || this.reserved.has(this.next) || this.next === 0 || this.next >= RESERVED_FH_FROM) this.next = (this.next + 1) >>> 0;
+    while (this.taken(this.next)) this.next = (this.next + 1) >>> 0;
     const fh = this.next;
     this.next = (this.next + 1) >>> 0;
     return fh;
+  }
+
+  /** The number the next new handle is looked for from (a live upgrade carries it over). */
+  get nextNumber(): number {
+    return this.next === 0 || this.next >= RESERVED_FH_FROM ? 1 : this.next;
+  }
+
+  /** Look for the next new handle's number from `fh` on (numbers in use are skipped as always). */
+  resumeAt(fh: number): void {
+    this.next = Number.isInteger(fh) && fh > 0 && fh < RESERVED_FH_FROM ? fh : 1;
+  }
+
+  /**
+   * A handle under a number of the caller's choice: one the kernel already
+   * holds (a live upgrade hands it over). Throws BAD_HANDLE, before `make` is
+   * called, when the number is outside the handles' range or in use.
+   */
+  claim(fh: number, make: (fh: number) => FileHandle): FileHandle {
+    if (!Number.isInteger(fh) || this.taken(fh)) throw new HomesError('BAD_HANDLE', `handle ${fh} cannot be claimed: out of range or in use`);
+    const h = make(fh);
+    this.byFh.set(fh, h);
+    return h;
+  }
+
+  /**
+   * A number the kernel holds that has no handle here (every request on it is
+   * EBADF): no new handle gets it before the kernel's RELEASE of it (remove),
+   * or that RELEASE would close the new one.
+   */
+  bury(fh: number): void {
+    if (Number.isInteger(fh) && !this.taken(fh)) this.dead.add(fh);
   }
 
   add(make: (fh: number) => FileHandle): FileHandle {
@@ -182,6 +219,7 @@ export class HandleTable {
   }
 
   remove(fh: number): FileHandle | undefined {
+    this.dead.delete(fh);
     const h = this.byFh.get(fh);
     this.byFh.delete(fh);
     return h;

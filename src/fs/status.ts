@@ -94,6 +94,7 @@ export function renderStatus(hs: HomeState, refusals: readonly Refusal[], now: D
 export class StatusFiles {
   readonly #open = new Map<number, Buffer>();
   readonly #serials = new Map<string, bigint>();
+  #lastSerial = 0n;
   #next = RESERVED_FH_FROM;
 
   owns(fh: number): boolean {
@@ -119,6 +120,20 @@ export class StatusFiles {
     this.#open.delete(fh);
   }
 
+  /** Every open status file and its text (a live upgrade hands them over: each read of an open sees one text). */
+  entries(): Array<[number, Buffer]> {
+    return [...this.#open];
+  }
+
+  /** A status file the kernel already holds, under its number, with the text it was opened with. */
+  restore(fh: number, text: Buffer): void {
+    if (!Number.isInteger(fh) || fh < RESERVED_FH_FROM || fh >= SELFCHECK_FH || this.#open.has(fh)) {
+      throw new HomesError('BAD_HANDLE', `status handle ${fh} cannot be restored: out of range or in use`);
+    }
+    if (this.#open.size >= MAX_OPEN) throw new HomesError('BUSY', 'too many status files open');
+    this.#open.set(fh, text);
+  }
+
   /** how many are open */
   get openCount(): number {
     return this.#open.size;
@@ -129,10 +144,24 @@ export class StatusFiles {
   }
 
   /** The status file's inode number for a home (stable while the daemon runs; renames keep it by id only). */
+  /** The serial of every home that has one: a successor keeps them, so the kernel's nodes keep their numbers. */
+  serials(): Array<[string, string]> {
+    return [...this.#serials].map(([id, s]) => [id, s.toString()]);
+  }
+
+  /** Before any is given out: the serials a predecessor gave. */
+  restoreSerials(list: ReadonlyArray<readonly [string, string]>): void {
+    for (const [id, s] of list) {
+      const v = BigInt(s);
+      this.#serials.set(id, v);
+      if (v > this.#lastSerial) this.#lastSerial = v;
+    }
+  }
+
   ino(id: string): bigint {
     let s = this.#serials.get(id);
     if (s === undefined) {
-      s = BigInt(this.#serials.size + 1);
+      s = ++this.#lastSerial;
       this.#serials.set(id, s);
     }
     return SYNTHETIC_INO.statusTag | (s << 1n);

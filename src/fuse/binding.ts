@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { abiMismatches } from '../abi.js';
 import { attachAddon } from './addon.js';
-import { FuseSession, type SessionOptions, type SessionRaw } from './session.js';
+import { FuseSession, type Handed, type SessionOptions, type SessionRaw } from './session.js';
 import type { TimeSpec } from '../fs/native-api.js';
 import type { Caller } from '../fs/state.js';
 
@@ -57,6 +57,12 @@ export interface NativeOps {
 
 export interface FuseInstance {
   mount(cb: (err: Error | null) => void): void;
+  /** serve a session a predecessor handed over (takeover.ts) */
+  adopt(h: Handed, cb: (err: Error | null) => void): void;
+  pause(): void;
+  paused(): boolean;
+  resume(): void;
+  handed(): Handed;
   unmount(cb: (err: Error | null) => void): void;
   loopState(): number;
   setFlushGate(gate: Uint16Array): void;

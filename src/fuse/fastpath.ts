@@ -309,3 +309,16 @@ export class NativeFastPath implements AttrPublisher {
     this.prefixOf.delete(e.hs);
   }
 }
+
+/**
+ * Work out every profile's masks now (each is a search over all 4096 modes,
+ * tens of milliseconds): a successor does it before it asks for the session,
+ * so none of it falls inside the pause its first home publication would be in.
+ */
+export function warmProfileMasks(profiles: Iterable<Profile>): void {
+  for (const p of profiles) {
+    presentationMasks(p);
+    chmodMasks(p);
+    fileModeMasks(p);
+  }
+}

@@ -9,6 +9,7 @@ import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
 import { NativeBindingError, type FuseClass, type FuseInstance, type WriteHandler } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
+import type { Handed } from './session.js';
 import { ABI } from '../abi.js';
 
 export interface ProbeState {
@@ -120,6 +121,33 @@ export class MountManager {
 
   async mount(): Promise<void> {
     await this.clearStale();
+    await this.start((fuse, cb) => fuse.mount(cb), 'mounted');
+  }
+
+  /** Serve the session a predecessor handed over (takeover.ts): the mount stays as it is. */
+  async adopt(h: Handed): Promise<void> {
+    await this.start((fuse, cb) => fuse.adopt(h, cb), 'session adopted');
+  }
+
+  /** Pause, paused, resume, handed: the session's side of a handover (takeover.ts). */
+  get session(): FuseInstance {
+    if (!this.fuse) throw new MountError('not serving');
+    return this.fuse;
+  }
+
+  /**
+   * The session went to a successor: stop probing and forget it, without
+   * unmounting (the successor serves the mount now).
+   */
+  detach(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.fuse = null;
+    this.state.mounted = false;
+    this.state.loop = 'ended';
+  }
+
+  private async start(begin: (fuse: FuseInstance, cb: (err: Error | null) => void) => void, what: string): Promise<void> {
     const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck, this.mnt, this.opMetrics);
     const f = this.config.fuse;
     // The session presents st_ino and d_ino as the daemon answers them (the
@@ -151,12 +179,12 @@ export class MountManager {
     // Read once at the mount: one reader at a time, the others wait for its lead.
     this.Fuse.setSingleReader?.(f.singleReader);
     await new Promise<void>((resolve, reject) => {
-      this.fuse!.mount((err) => (err ? reject(new MountError(`mount failed: ${err.message}`)) : resolve()));
+      begin(this.fuse!, (err) => (err ? reject(new MountError(`${what === 'mounted' ? 'mount' : 'takeover'} failed: ${err.message}`)) : resolve()));
     });
-    // The mount callback fires from the kernel's INIT: the mount answers from here on.
+    // The callback fires from the kernel's INIT (or the replayed one): the mount answers from here on.
     this.state.mounted = true;
     this.state.loop = 'running';
-    this.log.info({ mount: this.mnt }, 'mounted');
+    this.log.info({ mount: this.mnt }, what);
   }
 
   async runSelfCheck(): Promise<void> {

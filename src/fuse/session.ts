@@ -23,9 +23,26 @@ export interface SessionRaw {
   session_invalidate(kind: number, path: string): number;
   session_inval_stats(): [number, number, number, number, number];
   session_inval_progress(): [number, number];
+  session_adopt(fd: number, bufsize: number, init: Buffer, nodes: Buffer, dirs: Buffer, lowlevelOpts: string, conf: number[], dispatch: Dispatch): number;
+  session_pause(): void;
+  session_paused(): boolean;
+  session_resume(): void;
+  session_handed(): Handed;
   hs_session_reply(id: number, res: number, ...values: unknown[]): void;
   hs_session_unref(): void;
   fuse_native_set_flush_gate(gate: Buffer): void;
+}
+
+/** What a successor needs of a paused session (session.c `session_handed`). */
+export interface Handed {
+  /** the /dev/fuse descriptor (this process's; sent as a copy) */
+  fd: number;
+  bufsize: number;
+  /** the kernel's INIT request, replayed into the successor's libfuse state */
+  init: Buffer;
+  /** the node table and the open directories, serialised (nodes.c, ops_dirs.c) */
+  nodes: Buffer;
+  dirs: Buffer;
 }
 
 type Dispatch = (op: number, id: number, uid: number, gid: number, pid: number, ...args: unknown[]) => void;
@@ -271,6 +288,40 @@ export class FuseSession implements FuseInstance {
   ) {}
 
   mount(cb: (err: Error | null) => void): void {
+    this.start(cb, (o, conf, dispatch) => this.raw.session_mount(this.mnt, o.mount, o.lowlevel, conf, dispatch));
+  }
+
+  /**
+   * Serve a session a predecessor handed over (its descriptor, INIT, nodes
+   * and open directories): `cb` fires once the replayed INIT was accepted, as
+   * `mount`'s does at the kernel's.
+   */
+  adopt(h: Handed, cb: (err: Error | null) => void): void {
+    this.start(cb, (o, conf, dispatch) => {
+      const res = this.raw.session_adopt(h.fd, h.bufsize, h.init, h.nodes, h.dirs, o.lowlevel, conf, dispatch);
+      if (res !== 0) throw new Error(`adopting the session failed: errno ${-res}`);
+    });
+  }
+
+  /** Stop reading requests at request boundaries (never blocks). */
+  pause(): void {
+    this.raw.session_pause();
+  }
+
+  /** Every worker parked and no request waiting for JavaScript. */
+  paused(): boolean {
+    return this.raw.session_paused();
+  }
+
+  resume(): void {
+    this.raw.session_resume();
+  }
+
+  handed(): Handed {
+    return this.raw.session_handed();
+  }
+
+  private start(cb: (err: Error | null) => void, begin: (o: { mount: string; lowlevel: string }, conf: number[], dispatch: Dispatch) => void): void {
     const raw = this.raw;
     this.mountCb = cb;
     const table = handlers(() => {
@@ -299,7 +350,7 @@ export class FuseSession implements FuseInstance {
     const o = sessionOptions(this.opts);
     const conf = [this.opts.attrTimeout ?? 1, this.opts.entryTimeout ?? 1, this.opts.negativeTimeout ?? 0, this.opts.kernelCache ? 1 : 0, this.opts.hardRemove ? 1 : 0];
     try {
-      raw.session_mount(this.mnt, o.mount, o.lowlevel, conf, dispatch);
+      begin(o, conf, dispatch);
     } catch (err) {
       this.mountCb = null;
       process.nextTick(cb, err as Error);

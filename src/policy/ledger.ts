@@ -511,6 +511,18 @@ export class Ledger {
     this.#addBytes(-bytes);
   }
 
+  /**
+   * Bytes already on the disk that the scan could not see: a file unlinked
+   * while open (no name reaches it), handed over by a live upgrade after the
+   * ledger was built. Counted, never refused (refusing would not free them);
+   * its last close gives them back (release).
+   */
+  hold(bytes: number): void {
+    assertCount('bytes', bytes);
+    this.takePending();
+    this.#addBytes(bytes);
+  }
+
   /** Free room under each limit; null when the limit is off (for statfs/status). */
   available(): { bytes: number | null; inodes: number | null } {
     this.takePending();

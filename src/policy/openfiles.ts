@@ -39,6 +39,8 @@ export interface OpenFileCaps {
 }
 
 export interface OpenSlot {
+  /** the caller uid it counts against (0: none) */
+  readonly uid: number;
   /** give the slot back; a second call does nothing */
   release(): void;
 }
@@ -98,12 +100,28 @@ export class OpenFileAccounting {
         { limit: cap, scope: 'daemon' },
       );
     }
+    return this.#take(home, uid);
+  }
+
+  /**
+   * The slot of a handle the kernel already holds (handed over by a live
+   * upgrade): counted like any other, under no cap, since refusing it would
+   * not close it. Counts at or over a cap then refuse new opens until enough
+   * are closed.
+   */
+  adopt(home: HomeCount, uid: number): OpenSlot {
+    return this.#take(home, uid);
+  }
+
+  #take(home: HomeCount, uid: number): OpenSlot {
+    const counted = uid !== 0;
     home.openHandles++;
     this.#total++;
-    if (counted) this.#byUid.set(uid, mine + 1);
+    if (counted) this.#byUid.set(uid, this.uidCount(uid) + 1);
     this.caps.changed?.(uid, home);
     let held = true;
     return {
+      uid,
       release: () => {
         if (!held) return;
         held = false;

@@ -286,6 +286,9 @@ export function renderStatus(s: StatusReport, verbose = false): string {
     ['Native', `${s.native.selfCheck} (${nativeExtra.join(', ')})${counted}`],
     ['Uptime', formatDuration(s.uptimeSec)],
     ['Daemon', `homesfs ${s.version}, pid ${s.pid}`],
+    ...(s.session
+      ? ([['Session', `generation ${s.session.generation}, ${s.session.startMode}${s.session.lastHandoverPauseMs !== null ? `, last handover paused the mount ${s.session.lastHandoverPauseMs} ms` : ''}`]] as Array<[string, string]>)
+      : []),
     ['Backing', s.backing],
     ['Config', s.configPath ?? '(none)'],
     ...(s.limits

@@ -1,0 +1,199 @@
+/**
+ * The socket between a serving daemon and its successor (native/src/session/
+ * handover.c: a root-only SOCK_SEQPACKET socket that carries descriptors,
+ * which Node's sockets cannot). Every call here is non-blocking on the
+ * JavaScript thread: waits are polls on a timer, so the daemon that hands
+ * its session over keeps answering what JavaScript answers meanwhile.
+ *
+ * Framing: one JSON message (≤ 60 KiB) per step; a larger value goes as a
+ * header `{ blob: n }` and n raw chunks; descriptors go in batches of at most
+ * 253 (SCM_RIGHTS), each batch a message whose payload is its index.
+ */
+
+interface HandoverRaw {
+  hs_handover_listen(path: string): number;
+  hs_handover_accept(fd: number): number;
+  hs_handover_connect(path: string): number;
+  hs_handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
+  hs_handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
+  hs_handover_close(fd: number): number;
+}
+
+const CHUNK = 60 * 1024;
+const MAX_FDS = 253;
+const EAGAIN = 11;
+const ETIMEDOUT = 110;
+const POLL_MS = 2;
+
+export class HandoverError extends Error {
+  constructor(
+    message: string,
+    readonly errno?: number,
+  ) {
+    super(message);
+  }
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** One end of a handover conversation. */
+export class HandoverConn {
+  private closed = false;
+  constructor(
+    private readonly raw: HandoverRaw,
+    readonly fd: number,
+  ) {}
+
+  /** A message (and descriptors, which stay open here). */
+  async send(msg: unknown, fds: number[] = []): Promise<void> {
+    await this.sendBuf(Buffer.from(JSON.stringify(msg)), fds);
+  }
+
+  private async sendBuf(data: Buffer, fds: number[] = []): Promise<void> {
+    const res = this.raw.hs_handover_send(this.fd, data, fds, 5000);
+    if (res < 0) throw new HandoverError(`handover send failed: errno ${-res}`, -res);
+  }
+
+  /** The next message (and the descriptors it carried), or a HandoverError past `timeoutMs`. */
+  async recv(timeoutMs: number): Promise<{ msg: unknown; fds: number[] }> {
+    const r = await this.recvRaw(timeoutMs);
+    let msg: unknown;
+    try {
+      msg = JSON.parse(r.data.toString('utf8'));
+    } catch {
+      for (const fd of r.fds) this.raw.hs_handover_close(fd);
+      throw new HandoverError('handover: a message that is not JSON');
+    }
+    return { msg, fds: r.fds };
+  }
+
+  private async recvRaw(timeoutMs: number): Promise<{ data: Buffer; fds: number[] }> {
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      const r = this.raw.hs_handover_recv(this.fd, 0);
+      if (r.res >= 0 && r.data) return { data: r.data, fds: r.fds };
+      if (r.res !== -EAGAIN && r.res !== -ETIMEDOUT) throw new HandoverError(`handover receive failed: errno ${-r.res}`, -r.res);
+      if (Date.now() >= until) throw new HandoverError('handover: the other side did not answer in time', ETIMEDOUT);
+      await sleep(POLL_MS);
+    }
+  }
+
+  /** A value of any size: a header, then raw chunks. */
+  async sendBlob(b: Buffer): Promise<void> {
+    await this.send({ blob: b.length });
+    for (let at = 0; at < b.length; at += CHUNK) await this.sendBuf(b.subarray(at, at + CHUNK));
+  }
+
+  async recvBlob(timeoutMs: number): Promise<Buffer> {
+    const { msg } = await this.recv(timeoutMs);
+    const n = (msg as { blob?: unknown }).blob;
+    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0 || n > 1 << 30) throw new HandoverError('handover: a blob header was expected');
+    const parts: Buffer[] = [];
+    let got = 0;
+    while (got < n) {
+      const r = await this.recvRaw(timeoutMs);
+      if (r.fds.length > 0) {
+        for (const fd of r.fds) this.raw.hs_handover_close(fd);
+        throw new HandoverError('handover: descriptors inside a blob');
+      }
+      parts.push(r.data);
+      got += r.data.length;
+    }
+    if (got !== n) throw new HandoverError('handover: a blob longer than announced');
+    return Buffer.concat(parts);
+  }
+
+  /** Descriptors in batches; the receiver gets them back in this order. */
+  async sendFds(fds: number[]): Promise<void> {
+    await this.send({ fds: fds.length });
+    for (let at = 0, i = 0; at < fds.length; at += MAX_FDS, i++) await this.sendBuf(Buffer.from(String(i)), fds.slice(at, at + MAX_FDS));
+  }
+
+  async recvFds(timeoutMs: number): Promise<number[]> {
+    const { msg } = await this.recv(timeoutMs);
+    const n = (msg as { fds?: unknown }).fds;
+    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) throw new HandoverError('handover: a descriptor count was expected');
+    const out: number[] = [];
+    try {
+      while (out.length < n) {
+        const r = await this.recvRaw(timeoutMs);
+        out.push(...r.fds);
+        if (r.fds.length === 0) throw new HandoverError('handover: a descriptor batch without descriptors');
+      }
+    } catch (err) {
+      for (const fd of out) this.raw.hs_handover_close(fd);
+      throw err;
+    }
+    if (out.length !== n) {
+      for (const fd of out) this.raw.hs_handover_close(fd);
+      throw new HandoverError('handover: more descriptors than announced');
+    }
+    return out;
+  }
+
+  /** Resolves when the other side closed its end (its process exited). */
+  async gone(timeoutMs: number): Promise<boolean> {
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      const r = this.raw.hs_handover_recv(this.fd, 0);
+      if (r.res >= 0 || r.fds.length > 0) for (const fd of r.fds) this.raw.hs_handover_close(fd);
+      if (r.res < 0 && r.res !== -EAGAIN && r.res !== -ETIMEDOUT) return true;
+      if (r.res === 0) return true;
+      if (Date.now() >= until) return false;
+      await sleep(POLL_MS * 5);
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.raw.hs_handover_close(this.fd);
+  }
+}
+
+/** A listening handover socket: connections polled on a timer. */
+export class HandoverListener {
+  private timer: NodeJS.Timeout | null = null;
+  constructor(
+    private readonly raw: HandoverRaw,
+    private readonly fd: number,
+  ) {}
+
+  static listen(raw: HandoverRaw, path: string): HandoverListener {
+    const fd = raw.hs_handover_listen(path);
+    if (fd < 0) throw new HandoverError(`handover socket ${path}: errno ${-fd}`, -fd);
+    return new HandoverListener(raw, fd);
+  }
+
+  /** `onConn` for each root peer (others are refused by handover.c); one at a time. */
+  start(onConn: (c: HandoverConn) => Promise<void>, onRefused: (errno: number) => void): void {
+    let busy = false;
+    this.timer = setInterval(() => {
+      if (busy) return;
+      const fd = this.raw.hs_handover_accept(this.fd);
+      if (fd === -EAGAIN) return;
+      if (fd < 0) return onRefused(-fd);
+      busy = true;
+      const c = new HandoverConn(this.raw, fd);
+      void onConn(c).finally(() => {
+        c.close();
+        busy = false;
+      });
+    }, 50);
+    this.timer.unref();
+  }
+
+  close(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    this.raw.hs_handover_close(this.fd);
+  }
+}
+
+export function handoverConnect(raw: HandoverRaw, path: string): HandoverConn {
+  const fd = raw.hs_handover_connect(path);
+  if (fd < 0) throw new HandoverError(`cannot reach the serving daemon's handover socket ${path}: errno ${-fd}`, -fd);
+  return new HandoverConn(raw, fd);
+}
+
+export type { HandoverRaw };

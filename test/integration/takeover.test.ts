@@ -1,0 +1,214 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMount, copyDaemonTree, HOMESCTL, HOMESFS, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { ownerRange } from '../helpers/owner-ids.js';
+
+/**
+ * Live upgrade: `homesfs serve --takeover` takes the running daemon's session
+ * over while agents work in a home, again and again. Every agent is a real
+ * process running as the home's owner and counts its own errors and its
+ * longest wait; the old daemon must exit 0 without unmounting, and the next
+ * one must serve what the kernel already holds (open files, an open
+ * directory, a working directory, the node IDs).
+ */
+
+const OWNERS = ownerRange(import.meta.filename);
+const OWNER = { uid: OWNERS.from + 1, gid: OWNERS.from + 1 };
+const T = 'tko';
+const HOME = `${T}/work`;
+const TAKEOVERS = 10;
+/** the other build's version (a copy of this tree whose version differs: an upgrade and back) */
+const OTHER_VERSION = 'upgrade-test';
+
+if (!canMount) console.warn(`takeover integration suite skipped: ${skipReason}`);
+
+interface Successor {
+  proc: ChildProcess;
+  logs: Array<Record<string, unknown>>;
+  exited: Promise<number | null>;
+  stderr: () => string;
+}
+
+function startSuccessor(bin: string, config: string): Successor {
+  const proc = spawn(process.execPath, [bin, 'serve', '--config', config, '--takeover'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const logs: Array<Record<string, unknown>> = [];
+  let buf = '';
+  let err = '';
+  proc.stdout!.on('data', (d: Buffer) => {
+    buf += d.toString();
+    let i;
+    while ((i = buf.indexOf('\n')) !== -1) {
+      try {
+        logs.push(JSON.parse(buf.slice(0, i)) as Record<string, unknown>);
+      } catch {
+        /* not a log line */
+      }
+      buf = buf.slice(i + 1);
+    }
+  });
+  proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
+  return { proc, logs, exited, stderr: () => err };
+}
+
+async function waitFor<T>(what: string, f: () => T | undefined, ms = 30_000): Promise<T> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const v = f();
+    if (v !== undefined) return v;
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** An agent: a python script run as the home's owner until the stop file appears; prints a JSON summary. */
+function agent(tmp: string, name: string, body: string, home: string): { done: Promise<Record<string, number>> } {
+  const file = join(tmp, `${name}.py`);
+  writeFileSync(
+    file,
+    `import os, sys, time, json, errno\nhome, stop = sys.argv[1], sys.argv[2]\nerrors = 0\nlongest = 0.0\nrounds = 0\nlast_err = ''\n` +
+      `def timed(f):\n  global errors, longest, rounds, last_err\n  t = time.monotonic()\n  try:\n    f()\n  except OSError as e:\n    errors += 1\n    last_err = str(e)\n  longest = max(longest, time.monotonic() - t)\n  rounds += 1\n` +
+      body +
+      `\nprint(json.dumps({'errors': errors, 'longestMs': round(longest * 1000, 1), 'rounds': rounds, 'lastError': last_err}))\n`,
+    { mode: 0o644 },
+  );
+  const done = runAsync('setpriv', [`--reuid=${OWNER.uid}`, `--regid=${OWNER.gid}`, '--clear-groups', 'python3', file, home, join(tmp, 'stop')], {
+    env: { PATH: SYSTEM_PATH },
+    timeoutMs: 600_000,
+  }).then((r) => {
+    if (r.code !== 0) throw new Error(`agent ${name} failed: ${r.stderr}`);
+    return JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, number>;
+  });
+  return { done };
+}
+
+describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon while agents work', () => {
+  let d: RunningDaemon;
+  let tmp = '';
+  let last: Successor | null = null;
+
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-takeover-'));
+    chmodSync(tmp, 0o777);
+    // The other build: this tree copied, its version changed.
+    copyDaemonTree(join(tmp, 'other'));
+    const v = join(tmp, 'other', 'dist', 'version.js');
+    writeFileSync(v, readFileSync(v, 'utf8').replace(/export const VERSION = [^;]+;/, `export const VERSION = '${OTHER_VERSION}';`));
+    d = await startDaemon({ awaitLedgers: true, homes: { [HOME]: { owner: OWNER, profile: 'home' } }, create: [HOME], config: { owners: OWNERS } });
+  }, 60_000);
+
+  afterAll(async () => {
+    if (last && last.proc.exitCode === null) {
+      last.proc.kill('SIGTERM');
+      await Promise.race([last.exited, new Promise((r) => setTimeout(r, 15_000))]);
+    }
+    await d?.stop();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  /** this daemon's configuration with `change` applied, in a file of its own */
+  const configWith = (name: string, change: (c: Record<string, unknown>) => void): string => {
+    const c = JSON.parse(readFileSync(join(d.dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    change(c);
+    const f = join(tmp, `${name}.json`);
+    writeFileSync(f, JSON.stringify(c));
+    return f;
+  };
+  const generation = async () =>
+    (JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'])).stdout) as { session: { generation: number } }).session.generation;
+
+  it('a successor for another mount is refused; one that fails after it got the session leaves the daemon serving; with nothing to take over, exit 12', async () => {
+    const home = d.home(T, 'work');
+    const other = configWith('other-mount', (c) => (c.mount = join(tmp, 'elsewhere')));
+    let s = startSuccessor(HOMESFS, other);
+    expect(await s.exited).toBe(12);
+    expect(s.stderr()).toMatch(/refused the takeover: mount .* is not this daemon's/);
+    // One the serving daemon hands its session to, which then refuses its own configuration's owners
+    // (uid 1 is a host account): it tells the serving daemon, which takes its session back.
+    const badOwners = configWith('bad-owners', (c) => ((c.homes as Record<string, unknown>)['tko/evil'] = { owner: { uid: 1, gid: 1 } }));
+    s = startSuccessor(HOMESFS, badOwners);
+    expect(await s.exited).toBe(9);
+    expect(s.logs.some((l) => l.msg === 'session received')).toBe(true);
+    await d.waitForLog((l) => l.msg === 'handover abandoned: serving on');
+    expect(d.proc.exitCode).toBeNull();
+    expect(await generation()).toBe(1);
+    // The mount answers as before, and a control command too.
+    const r = await runAsync('setpriv', [`--reuid=${OWNER.uid}`, `--regid=${OWNER.gid}`, '--clear-groups', 'sh', '-c', `echo still > ${home}/after && cat ${home}/after`]);
+    expect(r.stdout).toBe('still\n');
+    // Nothing serves this one: exit 12 at once, nothing mounted.
+    const none = configWith('nobody', (c) => (c.socket = join(tmp, 'nobody', 'admin.sock')));
+    s = startSuccessor(HOMESFS, none);
+    expect(await s.exited).toBe(12);
+    expect(s.stderr()).toMatch(/cannot reach the serving daemon's handover socket/);
+  }, 60_000);
+
+  it(`${TAKEOVERS} takeovers in a row, between two builds: no agent sees an error, every fsynced byte is there, the ledger equals the disk`, async () => {
+    const status = async () => JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'])).stdout) as { version: string; pid: number; session: { generation: number; startMode: string; lastHandoverPauseMs: number | null } };
+    const first = await status();
+    expect(first.session).toEqual({ generation: 1, startMode: 'fresh', lastHandoverPauseMs: null });
+    expect(first.version).not.toBe(OTHER_VERSION);
+    const home = d.home(T, 'work');
+    const config = join(d.dir, 'config.json');
+    const big = join(d.backingOf(T, 'work'), 'big');
+    writeFileSync(big, Buffer.alloc(8 << 20, 7));
+    await runAsync('chown', [`${OWNER.uid}:${OWNER.gid}`, big]);
+    await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'rescan', HOME]);
+
+    const agents = {
+      // A file kept open, appended and fsynced every 10 ms.
+      writer: agent(tmp, 'writer', `fd = os.open(os.path.join(home, 'log'), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)\nn = 0\ndef w():\n  global n\n  os.write(fd, b'line %08d\\n' % n)\n  os.fsync(fd)\n  n += 1\nwhile not os.path.exists(stop):\n  timed(w)\n  time.sleep(0.01)\nos.close(fd)\nwith open(os.path.join(home, 'written'), 'w') as f: f.write(str(n))`, home),
+      // A large file streamed over and over through one descriptor.
+      reader: agent(tmp, 'reader', `fd = os.open(os.path.join(home, 'big'), os.O_RDONLY)\ndef r():\n  os.lseek(fd, 0, 0)\n  got = 0\n  while True:\n    b = os.read(fd, 1 << 16)\n    if not b: break\n    if b != bytes([7]) * len(b): raise OSError(errno.EIO, 'bad bytes')\n    got += len(b)\n  if got != 8 << 20: raise OSError(errno.EIO, 'short read %d' % got)\nwhile not os.path.exists(stop):\n  timed(r)`, home),
+      // A working directory in the home, listed and statted relative to it.
+      shell: agent(tmp, 'shell', `os.chdir(home)\ndef s():\n  os.listdir('.')\n  os.stat('big')\n  os.getcwd()\nwhile not os.path.exists(stop):\n  timed(s)\n  time.sleep(0.005)`, home),
+      // An open directory descriptor, listed again and again.
+      dirfd: agent(tmp, 'dirfd', `dfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)\ndef l():\n  if 'big' not in os.listdir(dfd): raise OSError(errno.ENOENT, 'big missing')\nwhile not os.path.exists(stop):\n  timed(l)\n  time.sleep(0.005)`, home),
+      // Files made and removed: creates, renames and unlinks across the handovers.
+      churn: agent(tmp, 'churn', `i = 0\ndef c():\n  global i\n  p = os.path.join(home, 'c%d' % (i % 7))\n  with open(p, 'w') as f: f.write('x' * 100)\n  os.rename(p, p + '.r')\n  os.unlink(p + '.r')\n  i += 1\nwhile not os.path.exists(stop):\n  timed(c)`, home),
+    };
+    // The agents are at work before the first handover.
+    await new Promise((r) => setTimeout(r, 500));
+
+    let server: { exited: Promise<number | null> } = d;
+    const pauses: number[] = [];
+    for (let i = 0; i < TAKEOVERS; i++) {
+      const bin = i % 2 === 0 ? join(tmp, 'other', 'dist', 'cli', 'homesfs.js') : HOMESFS;
+      const s = startSuccessor(bin, config);
+      const taken = await waitFor('the successor serving', () => (s.logs.find((l) => l.msg === 'serving') ? true : undefined) ?? (s.proc.exitCode !== null ? (() => { throw new Error(`successor exited ${s.proc.exitCode}: ${s.stderr()} ${JSON.stringify(s.logs.slice(-5))}`); })() : undefined));
+      expect(taken).toBe(true);
+      expect(await server.exited).toBe(0);
+      const t = s.logs.find((l) => l.msg === 'session taken over')!;
+      expect(t.generation).toBe(i + 2);
+      pauses.push(t.pauseMs as number);
+      const st = await status();
+      expect(st.pid).toBe(s.proc.pid);
+      expect(st.version === OTHER_VERSION).toBe(i % 2 === 0);
+      expect(st.session).toEqual({ generation: i + 2, startMode: 'taken over', lastHandoverPauseMs: t.pauseMs });
+      if (process.env.TAKEOVER_TRACE) console.log(s.logs.map((l) => `${l.time as number} ${l.msg as string} ${String(l.ms ?? "")}`).join("\n"));
+      last = s;
+      server = s;
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    writeFileSync(join(tmp, 'stop'), '');
+    const results = Object.fromEntries(await Promise.all(Object.entries(agents).map(async ([k, a]) => [k, await a.done] as const)));
+    console.log(`takeover pauses (ms, the daemon's): ${pauses.join(', ')}; agents: ${JSON.stringify(results)}`);
+    for (const [name, r] of Object.entries(results)) {
+      expect({ name, errors: r.errors, lastError: r.lastError }).toEqual({ name, errors: 0, lastError: '' });
+      expect(r.rounds).toBeGreaterThan(10);
+    }
+    // Every line the writer fsynced is there, once, in order.
+    const n = Number(readFileSync(join(d.backingOf(T, 'work'), 'written'), 'utf8'));
+    const lines = readFileSync(join(d.backingOf(T, 'work'), 'log'), 'utf8').split('\n').filter(Boolean);
+    expect(lines.length).toBe(n);
+    lines.forEach((l, i) => expect(l).toBe(`line ${String(i).padStart(8, '0')}`));
+    // The ledger of the last daemon is the disk's.
+    const usage = JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', HOME])).stdout) as { bytes: number; inodes: number };
+    const rescan = JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'rescan', HOME])).stdout) as { drift: { bytes: number; inodes: number } };
+    expect(rescan.drift).toEqual({ bytes: 0, inodes: 0 });
+    expect(usage.bytes).toBeGreaterThan(8 << 20);
+    expect(existsSync(join(d.mount, T))).toBe(true);
+  }, 300_000);
+});
