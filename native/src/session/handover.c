@@ -1,8 +1,8 @@
 // The handover channel: a Unix SOCK_SEQPACKET socket between a serving
 // daemon and its successor, carrying messages and descriptors (SCM_RIGHTS),
-// which Node's sockets cannot. A building block of a live takeover the
-// daemon does not use yet: the conversation would be TypeScript's; this
-// file only moves bytes and descriptors, and says who is on the other end.
+// which Node's sockets cannot. The conversation is TypeScript's
+// (src/takeover.ts, src/fuse/handover-channel.ts); this file only moves
+// bytes and descriptors, and says who is on the other end.
 //
 // Safety: the socket file is 0600 from the moment it exists (the caller
 // puts it in a directory it keeps 0700: its run directory), and both ends
