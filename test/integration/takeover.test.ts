@@ -77,7 +77,7 @@ function agent(tmp: string, name: string, body: string, home: string): { done: P
   );
   const done = runAsync('setpriv', [`--reuid=${OWNER.uid}`, `--regid=${OWNER.gid}`, '--clear-groups', 'python3', file, home, join(tmp, 'stop')], {
     env: { PATH: SYSTEM_PATH },
-    timeoutMs: 600_000,
+    timeoutMs: 300_000,
   }).then((r) => {
     if (r.code !== 0) throw new Error(`agent ${name} failed: ${r.stderr}`);
     return JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, number>;
@@ -101,6 +101,11 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
   }, 60_000);
 
   afterAll(async () => {
+    // Agents of a test that failed midway end too (they poll for this file), before their home goes.
+    if (tmp) {
+      writeFileSync(join(tmp, 'stop'), '');
+      await new Promise((r) => setTimeout(r, 4000));
+    }
     if (last && last.proc.exitCode === null) {
       last.proc.kill('SIGTERM');
       await Promise.race([last.exited, new Promise((r) => setTimeout(r, 15_000))]);
@@ -167,6 +172,10 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
       // An open directory descriptor, listed again and again.
       dirfd: agent(tmp, 'dirfd', `dfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)\ndef l():\n  if 'big' not in os.listdir(dfd): raise OSError(errno.ENOENT, 'big missing')\nwhile not os.path.exists(stop):\n  timed(l)\n  time.sleep(0.005)`, home),
       // Files made and removed: creates, renames and unlinks across the handovers.
+      // `tail -f` of the writer's file from its first byte: at the end it must have shown every byte.
+      tail: agent(tmp, 'tail', `import subprocess\nlog = os.path.join(home, 'log')\nwhile not os.path.exists(log): time.sleep(0.01)\nseen = stop + '.tail'\nout = open(seen, 'wb')\np = subprocess.Popen(['tail', '-c', '+1', '-f', log], stdout=out)\ndef alive():\n  if p.poll() is not None: raise OSError(errno.EIO, 'tail exited %d' % p.returncode)\nwhile not os.path.exists(stop):\n  timed(alive)\n  time.sleep(0.05)\ntime.sleep(3)\np.terminate(); p.wait(); out.close()\ngot, want = open(seen, 'rb').read(), open(log, 'rb').read()\nif got != want:\n  errors += 1\n  last_err = 'tail showed %d bytes of %d' % (len(got), len(want))`, home),
+      // git status in a repository in the home, again and again.
+      git: agent(tmp, 'git', `import subprocess\nrepo = os.path.join(home, 'repo')\nenv = {'HOME': home, 'PATH': '/usr/bin:/bin', 'GIT_CONFIG_NOSYSTEM': '1'}\nsubprocess.run(['git', 'init', '-q', repo], check=True, env=env)\nfor i in range(20): open(os.path.join(repo, 'f%d' % i), 'w').write('x' * i)\nsubprocess.run(['git', '-c', 'user.email=a@b', '-c', 'user.name=a', 'add', '.'], cwd=repo, check=True, env=env)\nsubprocess.run(['git', '-c', 'user.email=a@b', '-c', 'user.name=a', 'commit', '-q', '-m', 'x'], cwd=repo, check=True, env=env)\ndef g():\n  r = subprocess.run(['git', 'status', '--porcelain'], cwd=repo, env=env, capture_output=True)\n  if r.returncode != 0 or r.stdout != b'': raise OSError(errno.EIO, 'git status: %d %r %r' % (r.returncode, r.stdout[:80], r.stderr[:200]))\nwhile not os.path.exists(stop):\n  timed(g)\n  time.sleep(0.02)`, home),
       churn: agent(tmp, 'churn', `i = 0\ndef c():\n  global i\n  p = os.path.join(home, 'c%d' % (i % 7))\n  with open(p, 'w') as f: f.write('x' * 100)\n  os.rename(p, p + '.r')\n  os.unlink(p + '.r')\n  i += 1\nwhile not os.path.exists(stop):\n  timed(c)`, home),
     };
     // The agents are at work before the first handover.
