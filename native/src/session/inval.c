@@ -229,18 +229,23 @@ NAPI_METHOD(hs_inval_js) {
   return out;
 }
 
+// Counters as a JS array of numbers.
+static napi_value counts_js (napi_env env, const uint64_t *v, uint32_t n) {
+  napi_value out, x;
+  napi_create_array_with_length(env, n, &out);
+  for (uint32_t i = 0; i < n; i++) {
+    napi_create_double(env, (double) v[i], &x);
+    napi_set_element(env, out, i, x);
+  }
+  return out;
+}
+
 // -> [queued, sent, not cached, failed, pending]
 NAPI_METHOD(hs_inval_stats_js) {
   hs_inval_stats_t s;
   hs_inval_stats(&s);
   const uint64_t v[5] = { s.queued, s.sent, s.not_cached, s.failed, s.pending };
-  napi_value out, x;
-  napi_create_array_with_length(env, 5, &out);
-  for (uint32_t i = 0; i < 5; i++) {
-    napi_create_double(env, (double) v[i], &x);
-    napi_set_element(env, out, i, x);
-  }
-  return out;
+  return counts_js(env, v, 5);
 }
 
 // -> [queued, done]: entries are sent in the order queued, so everything
@@ -248,13 +253,7 @@ NAPI_METHOD(hs_inval_stats_js) {
 NAPI_METHOD(hs_inval_progress_js) {
   uint64_t v[2];
   hs_inval_progress(&v[0], &v[1]);
-  napi_value out, x;
-  napi_create_array_with_length(env, 2, &out);
-  for (uint32_t i = 0; i < 2; i++) {
-    napi_create_double(env, (double) v[i], &x);
-    napi_set_element(env, out, i, x);
-  }
-  return out;
+  return counts_js(env, v, 2);
 }
 
 void hs_inval_export (napi_env env, napi_value exports) {
