@@ -10,31 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "harness.h"
-#include "../src/session/nodes.h"
+#include "nodes_helpers.h"
 
-static hs_node_t *root (void) { return hs_node_get(HS_ROOT_ID); }
-
-static uint64_t found_n (hs_node_t *parent, const char *name, uint64_t ino, uint32_t type, uint32_t nlink) {
-  uint64_t id = 0;
-  CHECK_EQ(hs_node_found(parent, name, ino, type, nlink, &id), 0);
-  return id;
-}
-
-static char *path_of (uint64_t id) {
-  hs_node_t *n = hs_node_get(id);
-  if (n == NULL) return NULL;
-  char *p = hs_path_peek(n);
-  hs_node_put(n);
-  return p;
-}
-
-#define CHECK_PATH(id, want) do { char *p_ = path_of(id); CHECK(p_ != NULL && strcmp(p_, want) == 0); if (p_ && strcmp(p_, want)) fprintf(stderr, "  path %s\n", p_); free(p_); } while (0)
-
-static uint64_t count (void) {
-  uint64_t nodes = 0, known = 0;
-  hs_nodes_stats(&nodes, &known);
-  return nodes;
-}
 
 static void fresh (void) {
   hs_nodes_clear();
