@@ -506,8 +506,11 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       generation,
       log: log.child({ component: 'takeover' }),
       quiesceControl: async () => {
-        await Promise.all(controls.map((c) => c.idle()));
+        // Closed first, then the commands already running awaited: waiting first would let
+        // a command start between the wait and the close, and run on after the handover.
+        const running = [...controls];
         await stopSockets();
+        await Promise.all(running.map((c) => c.idle()));
         return () => startSockets();
       },
       pause: () => mount.session.pause(),
