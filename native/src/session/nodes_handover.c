@@ -1,0 +1,203 @@
+// The node table as bytes, for a successor daemon (nodes.h: hs_nodes_export,
+// hs_nodes_import). Lock: hs_nt.mu, held for the whole export or import.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "nodes_internal.h"
+
+// Written by a daemon that stopped serving (no request in flight: no
+// references, no tree locks), read by its successor before it serves. Layout
+// (host byte order: both run on one machine): "HSNT", u32 version, u64
+// next_id, u64 hide_ctr, u64 nodes; per node u64 nodeid, u64 ino, u32 type,
+// u32 open_count, u32 hidden, u32 aliases, u64 nlookup; per alias u64 parent
+// nodeid, u32 length, the name's bytes.
+
+#define NT_MAGIC 0x544e5348u  // "HSNT"
+#define NT_VERSION 1u
+
+typedef struct { char *p; size_t len, cap; } nt_buf_t;
+
+static int put (nt_buf_t *b, const void *v, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t ncap = b->cap == 0 ? 4096 : b->cap;
+    while (ncap < b->len + n) ncap *= 2;
+    char *np = realloc(b->p, ncap);
+    if (np == NULL) return -ENOMEM;
+    b->p = np;
+    b->cap = ncap;
+  }
+  memcpy(b->p + b->len, v, n);
+  b->len += n;
+  return 0;
+}
+
+#define PUT(b, v) do { __typeof__(v) put_v_ = (v); if (put((b), &put_v_, sizeof(put_v_)) != 0) goto fail; } while (0)
+
+int hs_nodes_export (char **out, size_t *len) {
+  nt_buf_t b = { NULL, 0, 0 };
+  pthread_mutex_lock(&hs_nt.mu);
+  PUT(&b, (uint32_t) NT_MAGIC);
+  PUT(&b, (uint32_t) NT_VERSION);
+  PUT(&b, (uint64_t) hs_nt.next_id);
+  PUT(&b, (uint64_t) hs_nt.hide_ctr);
+  PUT(&b, (uint64_t) (hs_nt.id_count - 1));
+  for (size_t i = 0; i < hs_nt.id_size; i++) {
+    for (hs_node_t *n = hs_nt.id_tab[i]; n != NULL; n = n->id_next) {
+      if (n == hs_nt.root) continue;
+      uint32_t na = 0;
+      for (hs_alias_t *a = n->aliases; a != NULL; a = a->next) na++;
+      PUT(&b, (uint64_t) n->nodeid);
+      PUT(&b, (uint64_t) n->ino);
+      PUT(&b, (uint32_t) n->type);
+      PUT(&b, (uint32_t) n->open_count);
+      PUT(&b, (uint32_t) n->hidden);
+      PUT(&b, na);
+      PUT(&b, (uint64_t) n->nlookup);
+      for (hs_alias_t *a = n->aliases; a != NULL; a = a->next) {
+        PUT(&b, (uint64_t) a->parent->nodeid);
+        PUT(&b, (uint32_t) a->len);
+        if (put(&b, a->name, a->len) != 0) goto fail;
+      }
+    }
+  }
+  pthread_mutex_unlock(&hs_nt.mu);
+  *out = b.p;
+  *len = b.len;
+  return 0;
+fail:
+  pthread_mutex_unlock(&hs_nt.mu);
+  free(b.p);
+  return -ENOMEM;
+}
+
+typedef struct { const char *p; size_t len, at; } nt_in_t;
+
+static int get (nt_in_t *in, void *v, size_t n) {
+  if (in->len - in->at < n) return -EINVAL;
+  memcpy(v, in->p + in->at, n);
+  in->at += n;
+  return 0;
+}
+
+#define GET(in, v) do { if (get((in), &(v), sizeof(v)) != 0) goto bad; } while (0)
+
+// Under hs_nt.mu: back to the table hs_nodes_init made (root alone, with the
+// references it had), after an import that failed part way.
+static void import_undo (uint64_t root_refs) {
+  for (size_t b = 0; b < hs_nt.alias_size; b++) {
+    hs_alias_t *a = hs_nt.alias_tab[b];
+    while (a != NULL) { hs_alias_t *next = a->hnext; free(a); a = next; }
+  }
+  for (size_t b = 0; b < hs_nt.id_size; b++) {
+    hs_node_t *n = hs_nt.id_tab[b];
+    while (n != NULL) { hs_node_t *next = n->id_next; if (n != hs_nt.root) free(n); n = next; }
+  }
+  memset(hs_nt.alias_tab, 0, hs_nt.alias_size * sizeof(*hs_nt.alias_tab));
+  memset(hs_nt.id_tab, 0, hs_nt.id_size * sizeof(*hs_nt.id_tab));
+  memset(hs_nt.ino_tab, 0, hs_nt.ino_size * sizeof(*hs_nt.ino_tab));
+  hs_nt.alias_count = hs_nt.ino_count = hs_nt.id_count = 0;
+  hs_nt.root->id_next = NULL;
+  hs_nt.root->in_ino = 0;
+  hs_nt.root->aliases = NULL;
+  hs_nt.root->refs = root_refs;
+  nt_id_add(hs_nt.root);
+  nt_ino_add(hs_nt.root);
+}
+
+// One name of a node: its parent must be a directory of the table, the name
+// a single component not yet taken there. With `link`, it is added.
+static int import_alias (nt_in_t *in, hs_node_t *n, int link) {
+  uint64_t parent;
+  uint32_t len;
+  char name[4096];
+  GET(in, parent);
+  GET(in, len);
+  if (len == 0 || len >= sizeof(name) || in->len - in->at < len) goto bad;
+  memcpy(name, in->p + in->at, len);
+  name[len] = '\0';
+  in->at += len;
+  if (memchr(name, '/', len) != NULL || memchr(name, '\0', len) != NULL) goto bad;
+  if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) goto bad;
+  if (!link) return 0;
+  hs_node_t *pn = nt_id_find(parent);
+  if (pn == NULL || pn->type != S_IFDIR || nt_alias_find(pn, name) != NULL) goto bad;
+  return nt_alias_add(pn, name, n);
+bad:
+  return -EINVAL;
+}
+
+// Reads the node records: the first pass makes the nodes, the second (`link`)
+// their names (every parent exists by then) and the inode index.
+static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link) {
+  for (uint64_t i = 0; i < count; i++) {
+    uint64_t nodeid, ino, nlookup;
+    uint32_t type, open_count, hidden, na;
+    GET(in, nodeid); GET(in, ino); GET(in, type); GET(in, open_count); GET(in, hidden); GET(in, na); GET(in, nlookup);
+    hs_node_t *n = NULL;
+    if (!link) {
+      // An ID the successor would hand out again, or one taken twice.
+      if (nodeid <= HS_ROOT_ID || nodeid >= next || nt_id_find(nodeid) != NULL) goto bad;
+      if ((n = calloc(1, sizeof(*n))) == NULL) return -ENOMEM;
+      n->nodeid = nodeid;
+      n->ino = ino;
+      n->type = type & S_IFMT;
+      n->open_count = open_count;
+      n->hidden = hidden != 0;
+      n->nlookup = nlookup;
+      nt_id_add(n);
+    } else {
+      n = nt_id_find(nodeid);
+    }
+    for (uint32_t k = 0; k < na; k++) {
+      int err = import_alias(in, n, link);
+      if (err != 0) return err;
+    }
+    if (link && n->aliases != NULL) {
+      // One node per presented inode number.
+      if (n->ino != 0 && nt_ino_find(n->ino) != NULL) goto bad;
+      nt_ino_add(n);
+    }
+  }
+  return 0;
+bad:
+  return -EINVAL;
+}
+
+int hs_nodes_import (const char *buf, size_t len) {
+  nt_in_t in = { buf, len, 0 };
+  uint32_t magic, version;
+  uint64_t nid, hctr, count;
+  int err = -EINVAL;
+  pthread_mutex_lock(&hs_nt.mu);
+  // Only into a table that has served nothing yet.
+  if (hs_nt.id_tab == NULL || hs_nt.id_count != 1 || hs_nt.alias_count != 0) goto out;
+  GET(&in, magic); GET(&in, version); GET(&in, nid); GET(&in, hctr); GET(&in, count);
+  if (magic != NT_MAGIC || version != NT_VERSION) goto out;
+  uint64_t root_refs = hs_nt.root->refs;
+  size_t at = in.at;
+  err = import_pass(&in, count, nid, 0);
+  if (err == 0) {
+    in.at = at;
+    err = import_pass(&in, count, nid, 1);
+  }
+  // Every byte is a record: a longer buffer is not this table.
+  if (err == 0 && in.at != in.len) err = -EINVAL;
+  if (err != 0) {
+    import_undo(root_refs);
+    goto out;
+  }
+  hs_nt.next_id = nid;
+  hs_nt.hide_ctr = hctr;
+out:
+  pthread_mutex_unlock(&hs_nt.mu);
+  return err;
+bad:
+  err = -EINVAL;
+  goto out;
+}
