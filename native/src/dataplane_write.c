@@ -240,6 +240,41 @@ static int dp_report_whole(uint32_t id, int64_t result) {
 // One request's life (native decision, ask, proceed, pwrite, report) in one
 // function, so every exit can be seen to unregister the request and destroy
 // its semaphore.
+// The pwrite of a write JavaScript told to proceed at `at`: bytes written or -errno.
+static ssize_t dp_pwrite (uint64_t fh, const char *buf, size_t len, int64_t at) {
+  ssize_t n;
+  dp_entry_t *w = dp_take(fh, 0);
+  if (w == NULL) return -EBADF; // released meanwhile: the kernel never does that with a write in flight
+  if (len > HOMESFS_LEAD_BIG_IO) homesfs_lead_release();
+  do n = pwrite(w->fd, buf, len, (off_t) at);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) n = -errno;
+  dp_put(w);
+  return n;
+}
+
+// Short or failed (or a write JavaScript asked to hear about): JavaScript
+// charges only what landed (or undoes the charge), then answers; the kernel
+// hears JavaScript's answer, which this returns.
+static int dp_report_and_wait (dp_wreq_t *r, ssize_t n) {
+  pthread_mutex_lock(&dp_lock);
+  r->state = DP_W_REPORTED;
+  pthread_mutex_unlock(&dp_lock);
+  dp_msg_t rep = { .kind = HOMESFS_WRITE_DONE, .on_stack = 1, .id = r->id, .req = NULL, .result = n };
+  if (!dp_send(&rep)) {
+    dp_unlink(r);
+    uv_sem_destroy(&r->sem);
+    return (int) n;
+  }
+  homesfs_lead_release();
+  uv_sem_wait(&r->sem);
+  dp_unlink(r);
+  uv_sem_destroy(&r->sem);
+  __atomic_add_fetch(&dp_writes, 1, __ATOMIC_RELAXED);
+  if (r->value > 0) __atomic_add_fetch(&dp_write_bytes, (uint64_t) r->value, __ATOMIC_RELAXED);
+  return (int) r->value;
+}
+
 int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, const uint32_t caller[3], int *res) {
   if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
   if (__atomic_load_n(&dp_tsfn, __ATOMIC_ACQUIRE) == NULL || len > INT32_MAX || offset < 0) return 0;
@@ -277,17 +312,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   }
 
   // JavaScript charged the ledger and holds the file's lock until it hears back.
-  ssize_t n;
-  dp_entry_t *w = dp_take(fh, 0);
-  if (w == NULL) {
-    n = -EBADF; // released meanwhile: the kernel never does that with a write in flight
-  } else {
-    if (len > HOMESFS_LEAD_BIG_IO) homesfs_lead_release();
-    do n = pwrite(w->fd, buf, len, (off_t) at);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) n = -errno;
-    dp_put(w);
-  }
+  ssize_t n = dp_pwrite(fh, buf, len, at);
 
   if (n == (ssize_t) len && !wait) {
     // Exactly what was charged landed: answer the kernel now; the report only
@@ -310,25 +335,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
     pthread_mutex_unlock(&dp_lock);
   }
 
-  // Short or failed: JavaScript charges only what landed (or undoes the
-  // charge), then answers; the kernel hears JavaScript's answer.
-  pthread_mutex_lock(&dp_lock);
-  r.state = DP_W_REPORTED;
-  pthread_mutex_unlock(&dp_lock);
-  dp_msg_t rep = { .kind = HOMESFS_WRITE_DONE, .on_stack = 1, .id = r.id, .req = NULL, .result = n };
-  if (!dp_send(&rep)) {
-    dp_unlink(&r);
-    uv_sem_destroy(&r.sem);
-    *res = (int) n;
-    return 1;
-  }
-  homesfs_lead_release();
-  uv_sem_wait(&r.sem);
-  dp_unlink(&r);
-  uv_sem_destroy(&r.sem);
-  *res = (int) r.value;
-  __atomic_add_fetch(&dp_writes, 1, __ATOMIC_RELAXED);
-  if (r.value > 0) __atomic_add_fetch(&dp_write_bytes, (uint64_t) r.value, __ATOMIC_RELAXED);
+  *res = dp_report_and_wait(&r, n);
   return 1;
 }
 
