@@ -2,7 +2,7 @@ import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { canMount, skipReason } from '../helpers/daemon.js';
+import { canMount, runAsync, skipReason } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerSuite } from '../helpers/owner-suite.js';
 
@@ -23,12 +23,20 @@ const HOMES = {
   [`${T}/prof`]: { owner: { uid: BASE + 1, gid: BASE + 1 }, profile: 'posix' },
   [`${T}/scan`]: { owner: { uid: BASE + 2, gid: BASE + 2 }, profile: 'posix' },
   [`${T}/stat`]: { owner: { uid: BASE + 3, gid: BASE + 3 }, profile: 'home' },
+  [`${T}/list`]: { owner: { uid: BASE + 4, gid: BASE + 4 }, profile: 'posix' },
 };
 
 if (!canMount) console.warn(`kernel-cache integration suite skipped: ${skipReason}`);
 
 /** Longer than the old default timeout (1 s): what is still cached after it was kept on purpose. */
 const pastOldTimeout = (): Promise<void> => new Promise((r) => setTimeout(r, 1500));
+
+/**
+ * A directory's names, listed twice: the kernel's first listing after a change may record the
+ * directory's mtime from before that change, and the next one refills once; from the second on,
+ * it is what the kernel keeps.
+ */
+const listing = `import os,sys\nos.listdir(sys.argv[1])\nprint(' '.join(sorted(os.listdir(sys.argv[1]))))`;
 
 const modeOf = `import os,sys\nprint(oct(os.stat(sys.argv[1]).st_mode & 0o7777))`;
 
@@ -87,5 +95,56 @@ describe.skipIf(!canMount)('long kernel caches, invalidated exactly', () => {
     const second = (await s.py(sizes, home)).split(' ');
     expect(second[0]).toBe(second[1]);
     expect(second[1]).not.toBe(first[1]);
+  }, 30_000);
+  it('the kernel keeps a listing: a name made behind the daemon is not listed until a rescan says so', async () => {
+    const home = s.d.home(T, 'list');
+    await s.py(`import os,sys\nos.mkdir(os.path.join(sys.argv[1], 'd'))\nopen(os.path.join(sys.argv[1], 'd', 'a'), 'w').close()`, home);
+    const sig = mkdtempSync(join(tmpdir(), 'homesfs-kc-'));
+    chmodSync(sig, 0o777);
+    try {
+      // The directory stays open meanwhile, so no memory pressure can evict the listing the kernel keeps.
+      const seen = s.py(
+        `import os,sys,time\nd,sig=sys.argv[1:3]\nfd=os.open(d, os.O_RDONLY)\nos.listdir(d)\na=' '.join(sorted(os.listdir(d)))\ntime.sleep(1.5)\nopen(os.path.join(sig, 'ready'), 'w').close()\nwhile not os.path.exists(os.path.join(sig, 'go')): time.sleep(0.01)\nprint(a, '|', ' '.join(sorted(os.listdir(d))))`,
+        join(home, 'd'),
+        sig,
+      );
+      while (!existsSync(join(sig, 'ready'))) await new Promise((r) => setTimeout(r, 10));
+      // Behind the daemon's back, and with the directory's mtime put back (as `rsync -t` or
+      // `tar` would): nothing tells the kernel, and the mtime it checks a listing against is
+      // the one it recorded, so only the daemon's invalidation can drop the listing.
+      const behind = await runAsync('python3', [
+        '-c',
+        `import os,sys\nd=sys.argv[1]\nst=os.stat(d)\nopen(os.path.join(d, 'b'), 'w').close()\nos.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))`,
+        join(s.d.backingOf(T, 'list'), 'd'),
+      ]);
+      expect(behind.stderr).toBe('');
+      writeFileSync(join(sig, 'go'), '');
+      expect(await seen).toBe('a | a');
+    } finally {
+      rmSync(sig, { recursive: true, force: true });
+    }
+    await s.ctl('rescan', `${T}/list`);
+    expect(await s.py(listing, join(home, 'd'))).toBe('a b');
+    // A change through the mount is seen at once by every lister (the kernel drops its listing by itself).
+    await s.py(`import os,sys\nos.unlink(os.path.join(sys.argv[1], 'a'))\nopen(os.path.join(sys.argv[1], 'c'), 'w').close()`, join(home, 'd'));
+    expect(await s.py(listing, join(home, 'd'))).toBe('b c');
+  }, 30_000);
+
+  it('a home the daemon creates or deletes is in the very next listing of its tenant, although no one ever looked its name up', async () => {
+    const tenant = join(s.d.mount, T);
+    // Any uid may list a tenant: root in a child process (never this one: it serves nothing).
+    const list = async (): Promise<string> => {
+      const r = await runAsync('python3', ['-c', listing, tenant]);
+      if (r.code !== 0) throw new Error(r.stderr);
+      return r.stdout.trim();
+    };
+    const before = await list();
+    expect(before.split(' ')).not.toContain('fresh');
+    await pastOldTimeout();
+    await s.ctl('create', `${T}/fresh`, '--owner', `${BASE + 5}:${BASE + 5}`, '--force');
+    expect((await list()).split(' ')).toContain('fresh');
+    await pastOldTimeout();
+    await s.ctl('delete-home', `${T}/fresh`, '--force');
+    expect(await list()).toBe(before);
   }, 30_000);
 });

@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <fuse_lowlevel.h>
 
 #include "../abi.h"
@@ -48,13 +49,17 @@ static void *q_ch;                  // set once by hs_inval_start (under q_mu)
 static int q_started;
 static hs_inval_stats_t q_stats;
 
-// libfuse's notifications: attributes only (offset -1) for an inode: what
+// libfuse's notifications. For a file, attributes only (offset -1): what
 // the daemon changes behind the kernel's back is presentation (modes,
-// owners, names), never a file's bytes, so the page cache stays.
+// owners, names), never a file's bytes, so the page cache stays. For a
+// directory, its pages too (offset 0): they hold the listing the kernel
+// keeps (ops_dirs.c), which a name the daemon made or removed changes; the
+// kernel fills them without waiting for the daemon under a page lock, so
+// dropping them never waits for a request.
 static int notify (void *ch, uint64_t ino, const char *name, size_t len) {
   struct fuse_chan *c = ch;
   if (name != NULL) return fuse_lowlevel_notify_inval_entry(c, ino, name, len);
-  return fuse_lowlevel_notify_inval_inode(c, ino, -1, 0);
+  return fuse_lowlevel_notify_inval_inode(c, ino, hs_node_type(ino) == S_IFDIR ? 0 : -1, 0);
 }
 
 static hs_inval_send_fn q_send = notify;

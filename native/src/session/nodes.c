@@ -411,6 +411,14 @@ int hs_node_released (hs_node_t *n, char **path) {
   return unlink_hidden;
 }
 
+uint32_t hs_node_type (uint64_t nodeid) {
+  pthread_mutex_lock(&hs_nt.mu);
+  hs_node_t *n = hs_nt.id_tab != NULL ? nt_id_find(nodeid) : NULL;
+  uint32_t type = n != NULL ? n->type : 0;
+  pthread_mutex_unlock(&hs_nt.mu);
+  return type;
+}
+
 void hs_nodes_stats (uint64_t *nodes, uint64_t *known) {
   pthread_mutex_lock(&hs_nt.mu);
   *nodes = hs_nt.id_count;

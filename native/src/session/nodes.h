@@ -105,6 +105,8 @@ int hs_nodes_resolve (const char *path, uint64_t *dir, uint64_t *nodeid, const c
 // 0 or -ENOMEM.
 int hs_nodes_below (const char *path, uint64_t **ids, size_t *count);
 
+// The file type (S_IFMT) of a node, or 0 when the table has no such node.
+uint32_t hs_node_type (uint64_t nodeid);
 // For status and tests: nodes in the table, of which with a lookup count.
 void hs_nodes_stats (uint64_t *nodes, uint64_t *known);
 #endif

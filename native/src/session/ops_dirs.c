@@ -177,6 +177,28 @@ static void dh_free (hs_dh_t *dh) {
 
 // ---- OPENDIR, RELEASEDIR ----------------------------------------------------------------
 
+// The kernel keeps a directory's listing (since Linux 4.20) when the open is
+// answered with FOPEN_CACHE_DIR; FOPEN_KEEP_CACHE keeps it across opens. It
+// drops it by itself when a change through the mount touches the directory
+// (create, unlink, rename, ...: the directory's version moves) or its mtime
+// is seen to change; the daemon's own changes drop it through inval.c (a
+// directory's invalidation takes its pages, where the listing lives). Modes
+// are the kernel's to check (default_permissions), at every opendir, so a
+// cached listing is no wider than the one it replaces. libfuse 2.9's
+// fuse_reply_open knows neither flag, so the reply is built here (the layout
+// of the kernel's fuse_open_out). Only when names may be kept at all
+// (entry_timeout > 0): a daemon asked to answer every lookup answers every
+// listing too.
+#define HS_FOPEN_KEEP_CACHE (1u << 1)
+#define HS_FOPEN_CACHE_DIR (1u << 3)
+struct hs_open_out { uint64_t fh; uint32_t open_flags; uint32_t padding; };
+
+static int reply_opendir (fuse_req_t req, const struct fuse_file_info *fi) {
+  if (hs_conf.entry_timeout <= 0 || hs_conf.attr_timeout <= 0) return fuse_reply_open(req, fi);
+  struct hs_open_out out = { .fh = fi->fh, .open_flags = HS_FOPEN_KEEP_CACHE | HS_FOPEN_CACHE_DIR, .padding = 0 };
+  return fuse_reply_buf(req, (const char *) &out, sizeof(out));
+}
+
 void hs_ll_opendir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   hs_op_t *op = op_new(req, HOMESFS_OP_READDIR);
   if (op == NULL) return;
@@ -200,7 +222,7 @@ void hs_ll_opendir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     dh_free(dh);
     return op_reply_err(op, -ENOMEM);
   }
-  if (fuse_reply_open(req, &op->fi) == -ENOENT) dh_free(dt_get(op->fi.fh, 1));
+  if (reply_opendir(req, &op->fi) == -ENOENT) dh_free(dt_get(op->fi.fh, 1));
   op_finish(op);
 }
 
