@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
@@ -103,6 +103,7 @@ describe.skipIf(!canMount)('homesctl against a real daemon: configuration, busy 
     await runAsync('mkdir', [sub]);
     // Where the pod sees its home: a directory of its own, the home bind-mounted there in a private mount namespace.
     const at = mkdtempSync(join(tmpdir(), 'homesfs-pod-'));
+    onTestFinished(() => rmSync(at, { recursive: true, force: true }));
     const pod = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', 'mount --bind "$1" "$2" && cd "$2/src" && exec sleep 600', 'sh', home, at], {
       stdio: 'ignore',
       env: { PATH: SYSTEM_PATH },
