@@ -26,6 +26,7 @@ import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
 import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
+import { BUILD } from './build-id.js';
 import { VERSION } from './version.js';
 import { getentLookup } from './users/hostids.js';
 import { UserDb } from './users/userdb.js';
@@ -347,6 +348,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       );
       return {
         version: VERSION,
+        build: BUILD,
         pid: process.pid,
         uptimeSec: Math.round((Date.now() - started) / 1000),
         session: { generation, startMode, lastHandoverPauseMs },
