@@ -61,6 +61,8 @@ export interface Daemon {
   /** re-read the configuration; an invalid one is refused and the old one stays */
   reload(): Promise<ReloadResult>;
   readonly done: Promise<number>;
+  /** the successor's pid once this daemon handed its session over (done then resolves 0), else null */
+  handedOverTo(): number | null;
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
@@ -257,6 +259,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((r) => (resolveDone = r));
   let stopping = false;
+  /** the pid of the daemon this one handed its session to, once it did */
+  let successor: number | null = null;
   let lastReload: ReloadResult | null = null;
   const hurry = new AbortController();
 
@@ -529,8 +533,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         releaseLocks();
       },
       retakeLocks: takeLocks,
-      handedOver: (pauseMs) => {
+      handedOver: (pauseMs, successorPid) => {
         lastHandoverPauseMs = pauseMs;
+        if (successorPid !== undefined && Number.isSafeInteger(successorPid) && successorPid > 0) successor = successorPid;
         stopping = true;
         successors?.close();
         mount.detach();
@@ -652,5 +657,6 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     hurry: () => hurry.abort(),
     reload,
     done,
+    handedOverTo: () => successor,
   };
 }

@@ -130,8 +130,19 @@ async function main(): Promise<void> {
   }
   // Only now, with the mount answering, the self-check done and the sockets
   // listening: what a Type=notify unit waits for before starting its dependents.
-  void notifySystemd(log, ['--ready', `--status=serving ${config.mount}`]);
+  // A successor names itself the main process too: its predecessor already did
+  // (below), unless that one was a build that did not.
+  void notifySystemd(log, ['--ready', `--status=serving ${config.mount}`, ...(values.takeover ? [`MAINPID=${process.pid}`] : [])]);
   const code = await daemon.done;
+  const successor = daemon.handedOverTo();
+  if (successor !== null) {
+    // Before this process exits: systemd must know the new main process first,
+    // or the unit counts as stopped when its main process exits and
+    // ExecStopPost= unmounts the session the successor serves. Sent from here
+    // (the main process), systemd takes it whatever NotifyAccess= is, and
+    // systemd-notify returns once systemd has processed it.
+    await notifySystemd(log, [`MAINPID=${successor}`, `--status=handed the session to pid ${successor}`]);
+  }
   log.info({ exitCode: code }, 'stopped');
   log.flush(() => process.exit(code));
 }
