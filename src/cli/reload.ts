@@ -28,7 +28,7 @@ import { EXIT } from './exitcodes.js';
  * not a killed control process; the successor's own steps are bounded well
  * within it (the serving daemon gives up on a silent successor after 30 s).
  */
-const SERVE_WAIT_MS = 80_000;
+export const SERVE_WAIT_MS = 80_000;
 const POLL_MS = 100;
 
 /** What `status` must answer for this command (it reads nothing else). */
