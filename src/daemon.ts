@@ -26,6 +26,7 @@ import type { Logger } from './log.js';
 import { homeId, type HomeRef } from './paths/parse.js';
 import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
+import { BUILD } from './build-id.js';
 import { VERSION } from './version.js';
 import { getentLookup } from './users/hostids.js';
 import { UserDb } from './users/userdb.js';
@@ -60,6 +61,8 @@ export interface Daemon {
   /** re-read the configuration; an invalid one is refused and the old one stays */
   reload(): Promise<ReloadResult>;
   readonly done: Promise<number>;
+  /** the successor's pid once this daemon handed its session over (done then resolves 0), else null */
+  handedOverTo(): number | null;
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
@@ -256,6 +259,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((r) => (resolveDone = r));
   let stopping = false;
+  /** the pid of the daemon this one handed its session to, once it did */
+  let successor: number | null = null;
   let lastReload: ReloadResult | null = null;
   const hurry = new AbortController();
 
@@ -347,6 +352,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       );
       return {
         version: VERSION,
+        build: BUILD,
         pid: process.pid,
         uptimeSec: Math.round((Date.now() - started) / 1000),
         session: { generation, startMode, lastHandoverPauseMs },
@@ -527,8 +533,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         releaseLocks();
       },
       retakeLocks: takeLocks,
-      handedOver: (pauseMs) => {
+      handedOver: (pauseMs, successorPid) => {
         lastHandoverPauseMs = pauseMs;
+        if (successorPid !== undefined && Number.isSafeInteger(successorPid) && successorPid > 0) successor = successorPid;
         stopping = true;
         successors?.close();
         mount.detach();
@@ -650,5 +657,6 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     hurry: () => hurry.abort(),
     reload,
     done,
+    handedOverTo: () => successor,
   };
 }

@@ -51,8 +51,8 @@ export interface HandingHost {
   exportFs(): { state: HandedFs; fds: number[] };
   releaseLocks(): Promise<void>;
   retakeLocks(): void;
-  /** the successor serves: leave without unmounting */
-  handedOver(pauseMs: number): void;
+  /** the successor (its pid as it said in HELLO) serves: leave without unmounting */
+  handedOver(pauseMs: number, successorPid: number | undefined): void;
 }
 
 export interface Hello {
@@ -121,7 +121,7 @@ async function handOver(c: HandoverConn, host: HandingHost): Promise<void> {
     if ((ready as { ready?: unknown }).ready !== true) return await takeBack(`the successor said ${JSON.stringify(ready).slice(0, 200)}`);
     const pauseMs = (ready as { pauseMs?: number }).pauseMs ?? Date.now() - started;
     log.info({ successor: hello.pid, pauseMs, files: fs.fds.length }, 'session handed over: exiting without unmounting');
-    host.handedOver(pauseMs);
+    host.handedOver(pauseMs, hello.pid);
   } catch (err) {
     await takeBack(err instanceof HandoverError ? err.message : String(err));
   }

@@ -9,11 +9,13 @@ import { ownerUserName } from '../users/names.js';
 import { VERSION } from '../version.js';
 import { EXIT } from './exitcodes.js';
 import { notifySystemd } from './notify.js';
+import { reloadCommand } from './reload.js';
 
 const USAGE = `usage: homesfs serve --config FILE [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL] [--check] [--takeover]
        homesfs serve --demo [--backing DIR] [--mount DIR] [--socket PATH] [--log-level LEVEL]
        homesfs serve --backing DIR --mount DIR [--socket PATH] [--log-level LEVEL]
        homesfs check-config FILE
+       homesfs reload --config FILE [--takeover]
        homesfs --version
 
 serve runs in the foreground; flags win over the file. --check validates the
@@ -22,6 +24,11 @@ problem; a missing or unreadable file is also 3). --takeover takes the live
 session of the daemon serving the same configuration over (a live upgrade:
 processes in homes see a pause, not an error); exit 12 if it cannot, while
 that daemon serves on.
+reload (systemd's ExecReload=) asks the daemon serving FILE which code it
+runs: the same build as this installed one re-reads the configuration (as
+SIGHUP); another build, or --takeover, starts serve --config FILE --takeover
+of this package and exits 0 once it serves, or with its exit code (the
+running daemon serves on).
 --demo serves the built-in demo configuration:
   backing ${DEMO_DEFAULTS.backing}
   mount   ${DEMO_DEFAULTS.mount}
@@ -72,6 +79,12 @@ async function main(): Promise<void> {
   if (positionals[0] === 'check-config') {
     if (positionals.length !== 2) fail(EXIT.USAGE, USAGE);
     return await checkConfig(positionals[1]!);
+  }
+  if (positionals[0] === 'reload') {
+    const extra = Object.keys(values).filter((k) => k !== 'config' && k !== 'takeover');
+    if (positionals.length !== 1 || values.config === undefined || extra.length > 0) fail(EXIT.USAGE, `reload takes --config FILE and --takeover only\n${USAGE}`);
+    const code = await reloadCommand(values.config, values.takeover === true);
+    process.exit(code);
   }
   if (positionals[0] !== 'serve' || positionals.length > 1) fail(EXIT.USAGE, USAGE);
   if (values.demo && values.config !== undefined) fail(EXIT.USAGE, '--demo and --config exclude each other');
@@ -130,8 +143,19 @@ async function main(): Promise<void> {
   }
   // Only now, with the mount answering, the self-check done and the sockets
   // listening: what a Type=notify unit waits for before starting its dependents.
-  void notifySystemd(log, ['--ready', `--status=serving ${config.mount}`]);
+  // A successor names itself the main process too: its predecessor already did
+  // (below), unless that one was a build that did not.
+  void notifySystemd(log, ['--ready', `--status=serving ${config.mount}`, ...(values.takeover ? [`MAINPID=${process.pid}`] : [])]);
   const code = await daemon.done;
+  const successor = daemon.handedOverTo();
+  if (successor !== null) {
+    // Before this process exits: systemd must know the new main process first,
+    // or the unit counts as stopped when its main process exits and
+    // ExecStopPost= unmounts the session the successor serves. Sent from here
+    // (the main process), systemd takes it whatever NotifyAccess= is, and
+    // systemd-notify returns once systemd has processed it.
+    await notifySystemd(log, [`MAINPID=${successor}`, `--status=handed the session to pid ${successor}`]);
+  }
   log.info({ exitCode: code }, 'stopped');
   log.flush(() => process.exit(code));
 }

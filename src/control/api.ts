@@ -266,6 +266,8 @@ export interface DeleteResult {
 
 export interface StatusReport {
   version: string;
+  /** the code this daemon loaded (src/build-id.ts): `homesfs reload` compares it with the installed code's */
+  build: string;
   pid: number;
   uptimeSec: number;
   /**

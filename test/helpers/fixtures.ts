@@ -4,6 +4,7 @@ import { HomesError, type HomesCode } from '../../src/errors.js';
 /** Canned daemon answers for tests of the control layer (no mount behind them). */
 export const STATUS: StatusReport = {
   version: '0.1.0-test',
+  build: '0123456789abcdef',
   pid: 4242,
   uptimeSec: 3723,
   backing: '/srv/homes',

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT, NO_RESTART } from '../../src/cli/exitcodes.js';
+import { SERVE_WAIT_MS } from '../../src/cli/reload.js';
 import { loadConfig, stateFileOf } from '../../src/config/load.js';
 import { ConfigSchema } from '../../src/config/schema.js';
 import { readmeText, section, shBlocks } from '../helpers/readme-install.js';
@@ -72,7 +73,10 @@ describe('systemd/homesfs.service', () => {
     expect(one('Service', 'Restart')).toBe('on-failure');
     // by an absolute path (README "Install" puts it there), never a PATH lookup through env
     expect(one('Service', 'ExecStart')).toBe('/usr/local/bin/homesfs serve --config /etc/homesfs/config.json');
-    expect(one('Service', 'ExecReload')).toMatch(/kill -HUP \$MAINPID/);
+    // the live upgrade (README "Live upgrade"): the installed program, the same config as ExecStart=
+    expect(one('Service', 'ExecReload')).toBe('/usr/local/bin/homesfs reload --config /etc/homesfs/config.json');
+    // homesfs reload's own bound stays below systemd's for the reload, so the outcome is reload's to report
+    expect(Number(one('Service', 'TimeoutStartSec')) * 1000).toBeGreaterThan(SERVE_WAIT_MS + 5_000);
     expect(Number(one('Service', 'LimitNOFILE'))).toBeGreaterThanOrEqual(65536);
     expect(Number(one('Service', 'OOMScoreAdjust'))).toBeLessThan(0);
     expect(one('Service', 'ExecStopPost')).toMatch(/^-.*umount --lazy \/homes/);
@@ -157,7 +161,7 @@ describe('systemd-analyze verify', () => {
     expect(text).toContain('ExecStart=/usr/local/bin/homesfs ');
     mkdirSync(join(dir, 'shipped'), { recursive: true });
     const unit = join(dir, 'shipped', 'homesfs.service');
-    writeFileSync(unit, text.replace('ExecStart=/usr/local/bin/homesfs ', `ExecStart=${stub()} `));
+    writeFileSync(unit, text.replace('ExecStart=/usr/local/bin/homesfs ', `ExecStart=${stub()} `).replace('ExecReload=/usr/local/bin/homesfs ', `ExecReload=${stub()} `));
     const r = verify(unit);
     expect(r.error, 'systemd-analyze is missing: apt-get install systemd').toBeUndefined();
     expect(`${r.stdout}${r.stderr}`).toBe('');
@@ -184,6 +188,8 @@ describe('systemd-analyze verify', () => {
     expect(dropin).toEqual([
       ['Service', 'ExecStart', ''],
       ['Service', 'ExecStart', `${program} serve --config /etc/homesfs/config.json`],
+      ['Service', 'ExecReload', ''],
+      ['Service', 'ExecReload', `${program} reload --config /etc/homesfs/config.json`],
     ]);
     const r = verify(join(unitDir, 'homesfs.service'));
     expect(`${r.stdout}${r.stderr}`).toBe('');

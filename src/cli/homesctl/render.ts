@@ -285,7 +285,7 @@ export function renderStatus(s: StatusReport, verbose = false): string {
     ['Last probe', probe],
     ['Native', `${s.native.selfCheck} (${nativeExtra.join(', ')})${counted}`],
     ['Uptime', formatDuration(s.uptimeSec)],
-    ['Daemon', `homesfs ${s.version}, pid ${s.pid}`],
+    ['Daemon', `homesfs ${s.version} (build ${s.build}), pid ${s.pid}`],
     ...(s.session
       ? ([['Session', `generation ${s.session.generation}, ${s.session.startMode}${s.session.lastHandoverPauseMs !== null ? `, last handover paused the mount ${s.session.lastHandoverPauseMs} ms` : ''}`]] as Array<[string, string]>)
       : []),
