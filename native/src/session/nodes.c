@@ -747,15 +747,19 @@ void hs_nodes_stats (uint64_t *nodes, uint64_t *known) {
 
 typedef struct { char *p; size_t len, cap; } nt_buf_t;
 
+static int reserve (nt_buf_t *b, size_t n) {
+  if (b->len + n <= b->cap) return 0;
+  size_t ncap = b->cap == 0 ? 4096 : b->cap;
+  while (ncap < b->len + n) ncap *= 2;
+  char *np = realloc(b->p, ncap);
+  if (np == NULL) return -ENOMEM;
+  b->p = np;
+  b->cap = ncap;
+  return 0;
+}
+
 static int put (nt_buf_t *b, const void *v, size_t n) {
-  if (b->len + n > b->cap) {
-    size_t ncap = b->cap == 0 ? 4096 : b->cap;
-    while (ncap < b->len + n) ncap *= 2;
-    char *np = realloc(b->p, ncap);
-    if (np == NULL) return -ENOMEM;
-    b->p = np;
-    b->cap = ncap;
-  }
+  if (reserve(b, n) != 0) return -ENOMEM;
   memcpy(b->p + b->len, v, n);
   b->len += n;
   return 0;
@@ -766,12 +770,16 @@ static int put (nt_buf_t *b, const void *v, size_t n) {
 int hs_nodes_export (char **out, size_t *len) {
   nt_buf_t b = { NULL, 0, 0 };
   pthread_mutex_lock(&nt_mu);
+  // Sized for every node with one short name: one allocation in the usual case.
+  if (reserve(&b, id_count * 64 + 64) != 0) goto fail;
   PUT(&b, (uint32_t) NT_MAGIC);
   PUT(&b, (uint32_t) NT_VERSION);
   PUT(&b, (uint64_t) next_id);
   PUT(&b, (uint64_t) hide_ctr);
   PUT(&b, (uint64_t) (id_count - 1));
   for (size_t i = 0; i < id_size; i++) {
+    // The nodes of buckets ahead are fetched while this one is written (the walk waits on memory).
+    if (i + 8 < id_size && id_tab[i + 8] != NULL) __builtin_prefetch(id_tab[i + 8]);
     for (hs_node_t *n = id_tab[i]; n != NULL; n = n->id_next) {
       if (n == root) continue;
       uint32_t na = 0;
@@ -857,9 +865,19 @@ bad:
   return -EINVAL;
 }
 
-// Reads the node records: the first pass makes the nodes, the second (`link`)
-// their names (every parent exists by then) and the inode index.
-static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link) {
+// Grows a chained table to at least `want` buckets before an import fills it.
+static void presize (void ***tab, size_t *size, size_t want, size_t link, size_t (*key) (void *)) {
+  while (*size < want) {
+    size_t before = *size;
+    rehash(tab, size, *size, link, key);
+    if (*size == before) return;  // no memory: longer chains, still correct
+  }
+}
+
+// Reads the node records: the first pass makes the nodes (into `made`, in
+// record order), the second (`link`) their names (every parent exists by
+// then) and the inode index.
+static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link, hs_node_t **made) {
   for (uint64_t i = 0; i < count; i++) {
     uint64_t nodeid, ino, nlookup;
     uint32_t type, open_count, hidden, na;
@@ -880,8 +898,9 @@ static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link) {
       n->id_next = id_tab[h];
       id_tab[h] = n;
       id_count++;
+      made[i] = n;
     } else {
-      n = id_find(nodeid);
+      n = made[i];
     }
     for (uint32_t k = 0; k < na; k++) {
       int err = import_alias(in, n, link);
@@ -898,22 +917,36 @@ bad:
   return -EINVAL;
 }
 
+// The smallest record: a node with no name.
+#define NT_MIN_RECORD (8 + 8 + 4 * 4 + 8)
+
 int hs_nodes_import (const char *buf, size_t len) {
   nt_in_t in = { buf, len, 0 };
   uint32_t magic, version;
   uint64_t nid, hctr, count;
+  hs_node_t **made = NULL;
   int err = -EINVAL;
   pthread_mutex_lock(&nt_mu);
   // Only into a table that has served nothing yet.
   if (id_tab == NULL || id_count != 1 || alias_count != 0) goto out;
   GET(&in, magic); GET(&in, version); GET(&in, nid); GET(&in, hctr); GET(&in, count);
   if (magic != NT_MAGIC || version != NT_VERSION) goto out;
+  // A count the buffer cannot hold is refused before anything is allocated for it.
+  if (count > (len - in.at) / NT_MIN_RECORD) goto out;
+  if ((made = malloc((count + 1) * sizeof(*made))) == NULL) {
+    err = -ENOMEM;
+    goto out;
+  }
+  // Every table at its final size first: no rehash while the records go in.
+  presize((void ***) &id_tab, &id_size, (size_t) count + 1, offsetof(hs_node_t, id_next), id_key);
+  presize((void ***) &ino_tab, &ino_size, (size_t) count + 1, offsetof(hs_node_t, ino_next), ino_key);
+  presize((void ***) &alias_tab, &alias_size, (size_t) count + 1, offsetof(hs_alias_t, hnext), alias_key);
   uint64_t root_refs = root->refs;
   size_t at = in.at;
-  err = import_pass(&in, count, nid, 0);
+  err = import_pass(&in, count, nid, 0, made);
   if (err == 0) {
     in.at = at;
-    err = import_pass(&in, count, nid, 1);
+    err = import_pass(&in, count, nid, 1, made);
   }
   // Every byte is a record: a longer buffer is not this table.
   if (err == 0 && in.at != in.len) err = -EINVAL;
@@ -925,6 +958,7 @@ int hs_nodes_import (const char *buf, size_t len) {
   hide_ctr = hctr;
 out:
   pthread_mutex_unlock(&nt_mu);
+  free(made);
   return err;
 bad:
   err = -EINVAL;
