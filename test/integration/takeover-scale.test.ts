@@ -54,11 +54,11 @@ describe.skipIf(!canMount)('live upgrade at scale: 100,000 nodes known to the ke
       '-c',
       `import os, sys\nhome = sys.argv[1]\nfor i in range(${DIRS}):\n  d = os.path.join(home, 'd%03d' % i)\n  os.mkdir(d, 0o700)\n  os.chown(d, ${OWNER.uid}, ${OWNER.gid})\n  for j in range(${PER_DIR}):\n    p = os.path.join(d, 'f%04d' % j)\n    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o600)\n    if j % 100 == 0: os.write(fd, p[len(home):].encode())\n    os.fchown(fd, ${OWNER.uid}, ${OWNER.gid})\n    os.close(fd)\n`,
       home,
-    ], { timeoutMs: 120_000 });
+    ], { timeoutMs: 240_000 });
     expect(made.code).toBe(0);
     chownSync(home, OWNER.uid, OWNER.gid);
     d = await startDaemon({ dir, fresh: true, awaitLedgers: true, homes: { [HOME]: { owner: OWNER, profile: 'home' } }, config: { owners: OWNERS } });
-  }, 180_000);
+  }, 360_000);
 
   afterAll(async () => {
     if (tmp) writeFileSync(join(tmp, 'sig', 'go'), '');
