@@ -154,7 +154,9 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     if ((ready as { ready?: unknown }).ready !== true) return await takeBack(`the successor said ${JSON.stringify(ready).slice(0, 200)}`);
     marks.mark('ready');
     const pauseMs = (ready as { pauseMs?: number }).pauseMs ?? Math.round(clock() - started);
-    log.info({ successor: hello.pid, pauseMs, files: fs.fds.length, steps: marks }, 'session handed over: exiting without unmounting');
+    // The table's node count is in its header (nodes.c: magic, version, next ID, hide counter, count), the root aside.
+    const nodes = session.nodes.length >= 32 ? Number(session.nodes.readBigUInt64LE(24)) + 1 : null;
+    log.info({ successor: hello.pid, pauseMs, files: fs.fds.length, nodes, steps: marks }, 'session handed over: exiting without unmounting');
     host.handedOver(pauseMs);
   } catch (err) {
     await takeBack(err instanceof HandoverError ? err.message : String(err));

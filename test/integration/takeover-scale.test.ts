@@ -119,9 +119,11 @@ describe.skipIf(!canMount)('live upgrade at scale: 100,000 nodes known to the ke
     if (process.env.TAKEOVER_TRACE) console.log(s.stderr(), d.stderr());
     expect(out).toMatchObject({ bad: [], nbad: 0 });
     expect(taken.files).toBe(HELD);
-    // The table came over whole: the successor knows every node the old one did (the holder's
-    // closes and the re-opens above change no count: their nodes were known already).
-    expect(after).toEqual(before);
+    // The table came over whole: the successor's, right after adoption, is the one the old daemon
+    // exported (the kernel may have forgotten part of the tree since `before`, under memory pressure).
+    console.log(`nodes: ${before.nodes} before the successor started, ${String(handed?.nodes)} handed over, ${String(taken.nodes)} adopted, ${after.nodes} after`);
+    expect(taken.nodes).toBe(handed!.nodes);
+    expect(handed!.nodes as number).toBeGreaterThan(HELD);
   }, 300_000);
 });
 
