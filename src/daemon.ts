@@ -28,12 +28,12 @@ import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
 import { BUILD } from './build-id.js';
 import { VERSION } from './version.js';
-import { getentLookup } from './users/hostids.js';
+import { getentLookup, warmedLookup } from './users/hostids.js';
 import { UserDb } from './users/userdb.js';
 import { adoptFs, exportFs, HandedFs } from './fs/handover.js';
 import type { HandoverRaw } from './fuse/handover-channel.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
-import { listenForSuccessors, takeOverFrom, type Received } from './takeover.js';
+import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Received } from './takeover.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
   return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees ?? 0, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openClosedNatively: s.openClosedNatively ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight ?? 0, retiredHomes: s.retiredHomes ?? 0 };
@@ -131,25 +131,6 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   await mkdir(config.backing, { recursive: true, mode: 0o700 }).catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
   });
-  // A successor asks the serving daemon for its session before it takes the
-  // locks: the serving daemon pauses, gives its locks up and sends its state.
-  const handover = Fuse.native as unknown as HandoverRaw;
-  let received: Received | null = null;
-  if (opts.takeover) {
-    warmProfileMasks(Object.values(loaded.profiles));
-    try {
-      received = await takeOverFrom(handover, config, log.child({ component: 'takeover' }), (v) => HandedFs.parse(v));
-      taking.received = received;
-    } catch (err) {
-      throw new DaemonError(`takeover: ${(err as Error).message}`, EXIT.TAKEOVER);
-    }
-  }
-  const takeoverFailed = (why: string): never => {
-    throw new DaemonError(`takeover: ${why}; the serving daemon serves on`, EXIT.TAKEOVER);
-  };
-  const generation = received?.generation ?? 1;
-  const startMode: 'fresh' | 'taken over' = received ? 'taken over' : 'fresh';
-  let lastHandoverPauseMs: number | null = null;
   // One daemon per backing tree and per state file: a second one refuses to
   // start before it touches either.
   const stateFile = stateFileOf(config);
@@ -159,29 +140,13 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const releaseLocks = () => {
     for (const l of locks.splice(0)) l.release();
   };
-  const takeLocks = () => {
-    for (const f of lockFiles) locks.push(acquireLock(f));
-  };
-  try {
-    takeLocks();
-  } catch (err) {
-    releaseLocks();
-    if (received) takeoverFailed((err as Error).message);
-    throw new DaemonError((err as Error).message, err instanceof LockHeldError ? EXIT.LOCKED : EXIT.BACKING);
-  }
-  let state: StateStore;
-  try {
-    state = await StateStore.load(stateFile);
-  } catch (err) {
-    releaseLocks();
-    throw new DaemonError(`state file ${stateFile}: ${(err as Error).message}`, err instanceof StateError ? EXIT.STATE : EXIT.INTERNAL);
-  }
 
   // The manager needs the fs context and the context needs the manager's policy
   // lookups: the lookups are late-bound through this holder.
   let manager: HomeManager | null = null;
   const ownerOf = (ref: HomeRef) => manager?.ownerOf(ref) ?? config.homes[homeId(ref)]?.owner;
   sys.setSyncMetadata(config.syncMetadata);
+  // Read only up to the locks (a successor does this while the serving daemon still serves).
   const store = new BackingStore(config.backing, log.child({ component: 'backing' }), ownerOf);
   await store.init().catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
@@ -198,11 +163,59 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     }
     log.warn({ openings }, 'the backing tree can be reached without the mount (allowOpenBacking is set)');
   }
-  const { purged, left } = await store.purgeTrash();
-  if (purged) log.info({ purged }, 'removed homes left half-deleted by an earlier run');
-  for (const t of left) {
-    log.warn({ tenant: t.tenant, trash: t.name, err: t.error }, 'could not remove a half-deleted home; it stays (unreachable through the mount) until a later start');
+  const hostIds = warmedLookup(getentLookup());
+
+  // A successor does everything it can before it asks for the session (the
+  // serving daemon pauses from then until the successor serves): then it
+  // asks, and receives the session, the locks (copies of the serving
+  // daemon's descriptors) and the state.
+  const handover = Fuse.native as unknown as HandoverRaw;
+  let received: Received | null = null;
+  if (opts.takeover) {
+    warmProfileMasks(Object.values(loaded.profiles));
+    await warmOwnerCheck(hostIds, config, stateFile);
+    try {
+      received = await takeOverFrom(handover, config, log.child({ component: 'takeover' }), (v) => HandedFs.parse(v));
+      taking.received = received;
+    } catch (err) {
+      await store.close();
+      throw new DaemonError(`takeover: ${(err as Error).message}`, EXIT.TAKEOVER);
+    }
   }
+  const takeoverFailed = (why: string): never => {
+    throw new DaemonError(`takeover: ${why}; the serving daemon serves on`, EXIT.TAKEOVER);
+  };
+  const generation = received?.generation ?? 1;
+  const startMode: 'fresh' | 'taken over' = received ? 'taken over' : 'fresh';
+  let lastHandoverPauseMs: number | null = null;
+  try {
+    if (received) adoptLocks(received, lockFiles, locks);
+    else for (const f of lockFiles) locks.push(acquireLock(f));
+  } catch (err) {
+    releaseLocks();
+    await store.close();
+    if (received) takeoverFailed((err as Error).message);
+    throw new DaemonError((err as Error).message, err instanceof LockHeldError ? EXIT.LOCKED : EXIT.BACKING);
+  }
+  received?.marks.mark('locksTaken');
+  let state: StateStore;
+  try {
+    state = await StateStore.load(stateFile);
+  } catch (err) {
+    releaseLocks();
+    await store.close();
+    throw new DaemonError(`state file ${stateFile}: ${(err as Error).message}`, err instanceof StateError ? EXIT.STATE : EXIT.INTERNAL);
+  }
+  received?.marks.mark('stateLoaded');
+  const purgeTrash = async () => {
+    const { purged, left } = await store.purgeTrash();
+    if (purged) log.info({ purged }, 'removed homes left half-deleted by an earlier run');
+    for (const t of left) {
+      log.warn({ tenant: t.tenant, trash: t.name, err: t.error }, 'could not remove a half-deleted home; it stays (unreachable through the mount) until a later start');
+    }
+  };
+  // Half-deleted homes are unreachable through the mount: a successor removes them once it serves.
+  if (!received) await purgeTrash();
 
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
   // Directory handles hold no descriptor (listings are streamed): the binding counts them against caps of their own
@@ -237,7 +250,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     ...(kernel ? { kernel } : {}),
   });
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
-  manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users, getentLookup());
+  manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users, hostIds.lookup);
   const homes = manager;
   await homes.pruneForwards().catch((err: Error) => log.warn({ err: err.message }, 'reserved names not checked'));
 
@@ -256,6 +269,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     );
   }
 
+  received?.marks.mark('ownersChecked');
   let resolveDone!: (code: number) => void;
   const done = new Promise<number>((r) => (resolveDone = r));
   let stopping = false;
@@ -282,7 +296,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
 
   // Ledgers of every home present at start are built in the background; other
   // homes are served meanwhile and a home's mutating ops wait for its scan.
-  const scans = store.listAllHomes().then((refs) => {
+  // A successor starts them once it serves (the homes of the files it adopts
+  // are opened before, their scans held until then).
+  const loadHomes = () => store.listAllHomes().then((refs) => {
     const loading = refs.map((ref) =>
       ctx.home(ref).then(
         (hs) => homes.ownerRecord(ref, hs.backing.owner),
@@ -300,18 +316,28 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     }
   });
 
+  let scans: Promise<void>;
   if (received) {
+    let serving!: () => void;
+    ctx.holdScans(new Promise<void>((r) => (serving = r)));
     // The files first: a request on one may come as soon as the session serves.
+    received.marks.mark('contextBuilt');
     const r = await adoptFs(ctx, received.fs, received.fsFds).catch((err: Error) => takeoverFailed(`the open files could not be taken over: ${err.message}`));
+    received.marks.mark('filesAdopted');
     try {
       await mount.adopt(received.session);
     } catch (err) {
       takeoverFailed((err as Error).message);
     }
-    lastHandoverPauseMs = Date.now() - received.pausedAt;
+    received.marks.mark('serving');
+    lastHandoverPauseMs = Math.round(clock() - received.pausedAt);
+    serving();
+    scans = loadHomes();
     await received.ready(lastHandoverPauseMs);
-    log.info({ generation, pauseMs: lastHandoverPauseMs, files: r.adopted, refused: r.refused }, 'session taken over');
+    log.info({ generation, pauseMs: lastHandoverPauseMs, files: r.adopted, refused: r.refused, nodes: Fuse.nodeStats?.().nodes, steps: received.marks }, 'session taken over');
+    void purgeTrash().catch((err: Error) => log.warn({ err: err.message }, 'half-deleted homes not removed'));
   } else {
+    scans = loadHomes();
     try {
       await mount.mount();
     } catch (err) {
@@ -370,6 +396,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
           ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
           ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
           ...(typeof Fuse.invalidationStats === 'function' ? { invalidations: Fuse.invalidationStats() } : {}),
+          ...(typeof Fuse.nodeStats === 'function' ? { nodes: Fuse.nodeStats() } : {}),
         },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,
@@ -528,14 +555,13 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       resume: () => mount.session.resume(),
       handed: () => mount.session.handed(),
       exportFs: () => exportFs(ctx),
-      releaseLocks: async () => {
-        await state.flush();
-        releaseLocks();
-      },
-      retakeLocks: takeLocks,
+      flushState: () => state.flush(),
+      locks: () => locks.map((l) => ({ file: l.file, fd: l.fd })),
       handedOver: (pauseMs, successorPid) => {
         lastHandoverPauseMs = pauseMs;
         if (successorPid !== undefined && Number.isSafeInteger(successorPid) && successorPid > 0) successor = successorPid;
+        // The successor holds the locks through its copies: ours close, the files stay as it wrote them.
+        for (const l of locks.splice(0)) l.handOff();
         stopping = true;
         successors?.close();
         mount.detach();

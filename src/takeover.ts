@@ -22,11 +22,14 @@ import path from 'node:path';
 import type { Config } from './config/schema.js';
 import { stateFileOf } from './config/load.js';
 import type { Logger } from './log.js';
+import { closeSync } from 'node:fs';
 import type { HandedFs } from './fs/handover.js';
-import { HandoverError, handoverConnect, HandoverListener, type HandoverConn, type HandoverRaw } from './fuse/handover-channel.js';
+import { adoptLock, type HeldLock } from './state/lock.js';
+import { StateStore } from './state/store.js';
+import { blobFd, HandoverError, handoverConnect, HandoverListener, readBlob, type HandoverConn, type HandoverRaw } from './fuse/handover-channel.js';
 import type { Handed } from './fuse/session.js';
 
-export const TAKEOVER_PROTOCOL = 1;
+export const TAKEOVER_PROTOCOL = 2;
 /** How long the serving daemon waits for the successor's READY before it takes its session back. */
 const READY_WAIT_MS = 30_000;
 /** How long it waits for the requests JavaScript still answers before it gives up on a handover. */
@@ -49,9 +52,11 @@ export interface HandingHost {
   resume(): void;
   handed(): Handed;
   exportFs(): { state: HandedFs; fds: number[] };
-  releaseLocks(): Promise<void>;
-  retakeLocks(): void;
-  /** the successor (its pid as it said in HELLO) serves: leave without unmounting */
+  /** the state file written whole: the successor reads it once it holds the locks */
+  flushState(): Promise<void>;
+  /** the locks on the backing tree and the state file: their descriptors go to the successor, which holds them from then on */
+  locks(): Array<{ file: string; fd: number }>;
+  /** the successor (its pid as it said in HELLO) serves: leave without unmounting (our copies of the locks closed, theirs hold) */
   handedOver(pauseMs: number, successorPid: number | undefined): void;
 }
 
@@ -65,19 +70,37 @@ export interface Hello {
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/** The wall clock with a fraction of a millisecond: both daemons' marks on one scale. */
+export const clock = (): number => performance.timeOrigin + performance.now();
+
+/**
+ * Where a handover's pause goes: each step's end in ms since the pause
+ * began, logged by both daemons (debug and the final info line).
+ */
+export class Marks {
+  private readonly at: Array<[string, number]> = [];
+  constructor(readonly origin: number) {}
+  mark(step: string): void {
+    this.at.push([step, Math.round((clock() - this.origin) * 10) / 10]);
+  }
+  toJSON(): Record<string, number> {
+    return Object.fromEntries(this.at);
+  }
+}
+
 /** The serving daemon: answers successors on its takeover socket. */
 export function listenForSuccessors(raw: HandoverRaw, host: HandingHost): HandoverListener {
   const sock = takeoverSocket(host.config);
   const l = HandoverListener.listen(raw, sock);
   l.start(
-    (c) => handOver(c, host).catch((err: Error) => host.log.error({ err: err.message }, 'handover failed; serving on')),
+    (c) => handOver(raw, c, host).catch((err: Error) => host.log.error({ err: err.message }, 'handover failed; serving on')),
     (errno) => host.log.warn({ errno }, 'takeover socket: a connection that is not root was refused'),
   );
   host.log.info({ socket: sock }, 'takeover socket listening');
   return l;
 }
 
-async function handOver(c: HandoverConn, host: HandingHost): Promise<void> {
+async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): Promise<void> {
   const log = host.log;
   const { msg } = await c.recv(5_000);
   const hello = msg as Partial<Hello>;
@@ -91,11 +114,12 @@ async function handOver(c: HandoverConn, host: HandingHost): Promise<void> {
   }
   log.info({ successor: hello.pid }, 'handing the session over');
   const restartControl = await host.quiesceControl();
-  const started = Date.now();
+  const started = clock();
+  const marks = new Marks(started);
   host.pause();
-  let locksGiven = false;
+  // The locks are never given up: the successor gets copies of their descriptors, and
+  // ours keep them until we exit, so a successor that fails leaves them with us.
   const takeBack = async (why: string) => {
-    if (locksGiven) host.retakeLocks();
     host.resume();
     await restartControl();
     log.warn({ successor: hello.pid, reason: why }, 'handover abandoned: serving on');
@@ -107,31 +131,86 @@ async function handOver(c: HandoverConn, host: HandingHost): Promise<void> {
         return await takeBack('requests in flight did not finish in time');
       }
     }
+    marks.mark('drained');
     const session = host.handed();
+    marks.mark('sessionExported');
     const fs = host.exportFs();
-    await host.releaseLocks();
-    locksGiven = true;
-    await c.send({ state: TAKEOVER_PROTOCOL, generation: host.generation + 1, pausedAt: started, bufsize: session.bufsize, files: fs.fds.length });
-    await c.sendBlob(session.init);
-    await c.sendBlob(session.nodes);
-    await c.sendBlob(session.dirs);
-    await c.sendBlob(Buffer.from(JSON.stringify(fs.state)));
-    await c.sendFds([session.fd, ...fs.fds]);
+    marks.mark('filesExported');
+    await host.flushState();
+    marks.mark('stateFlushed');
+    const locks = host.locks();
+    const blobs: number[] = [];
+    try {
+      for (const b of [session.init, session.nodes, session.dirs, Buffer.from(JSON.stringify(fs.state))]) blobs.push(blobFd(raw, b));
+      marks.mark('blobsMade');
+      await c.send({ state: TAKEOVER_PROTOCOL, generation: host.generation + 1, pausedAt: started, bufsize: session.bufsize, locks: locks.map((l) => l.file), files: fs.fds.length });
+      await c.sendFds([session.fd, ...locks.map((l) => l.fd), ...blobs, ...fs.fds]);
+    } finally {
+      for (const fd of blobs) raw.hs_handover_close(fd);
+    }
+    marks.mark('sent');
+    log.debug({ successor: hello.pid, steps: marks, nodes: session.nodes.length, files: fs.fds.length }, 'handover: sent, waiting for READY');
     const { msg: ready } = await c.recv(READY_WAIT_MS);
     if ((ready as { ready?: unknown }).ready !== true) return await takeBack(`the successor said ${JSON.stringify(ready).slice(0, 200)}`);
-    const pauseMs = (ready as { pauseMs?: number }).pauseMs ?? Date.now() - started;
-    log.info({ successor: hello.pid, pauseMs, files: fs.fds.length }, 'session handed over: exiting without unmounting');
+    marks.mark('ready');
+    const pauseMs = (ready as { pauseMs?: number }).pauseMs ?? Math.round(clock() - started);
+    // The table's node count is in its header (nodes.c: magic, version, next ID, hide counter, count), the root aside.
+    const nodes = session.nodes.length >= 32 ? Number(session.nodes.readBigUInt64LE(24)) + 1 : null;
+    log.info({ successor: hello.pid, pauseMs, files: fs.fds.length, nodes, steps: marks }, 'session handed over: exiting without unmounting');
     host.handedOver(pauseMs, hello.pid);
   } catch (err) {
     await takeBack(err instanceof HandoverError ? err.message : String(err));
   }
 }
 
+/**
+ * The successor's locks: the ones the serving daemon handed over, which must
+ * be the ones this configuration names (the same backing tree and state file
+ * were checked at HELLO). Every received lock descriptor is either adopted
+ * into `into` or closed.
+ */
+export function adoptLocks(received: Received, files: readonly string[], into: HeldLock[]): void {
+  const got = received.locks.splice(0);
+  try {
+    const want = files.map((f) => path.resolve(f));
+    if (got.length !== want.length || got.some((l, i) => path.resolve(l.file) !== want[i])) {
+      throw new Error(`the serving daemon handed over the locks ${got.map((l) => l.file).join(', ')}, not ${want.join(', ')}`);
+    }
+    while (got.length > 0) {
+      const l = got[0]!;
+      into.push(adoptLock(l.file, l.fd));
+      got.shift();
+    }
+  } finally {
+    for (const l of got) closeSync(l.fd);
+  }
+}
+
+/**
+ * Before a successor asks for the session: the owner check it runs while the
+ * mount is paused asks the host's user database (a getent(1) process) about
+ * the owners of the configuration and of the state file as it reads now; ask
+ * now instead. Any owner added meanwhile is asked about then.
+ */
+export async function warmOwnerCheck(hostIds: { warm(uids: readonly number[], gids: readonly number[]): Promise<void> }, config: Config, stateFile: string): Promise<void> {
+  const owners = Object.values(config.homes).flatMap((h) => (h.owner ? [h.owner] : []));
+  const state = await StateStore.peek(stateFile);
+  if (state) owners.push(...Object.values(state.homes).map((r) => r.owner));
+  await hostIds.warm(
+    owners.map((o) => o.uid),
+    owners.map((o) => o.gid),
+  ).catch(() => undefined);
+}
+
 /** What the successor receives. */
 export interface Received {
   generation: number;
   pausedAt: number;
+  /** the successor's steps, in ms since the serving daemon paused */
+  marks: Marks;
   session: Handed;
+  /** the serving daemon's locks (copies of its descriptors: the same flocks), to adopt */
+  locks: Array<{ file: string; fd: number }>;
   fs: HandedFs;
   fsFds: number[];
   /** tell the old daemon the session is served here; resolves once it is gone */
@@ -150,23 +229,44 @@ export async function takeOverFrom(raw: HandoverRaw, config: Config, log: Logger
     const hello: Hello = { hello: TAKEOVER_PROTOCOL, backing: path.resolve(config.backing), mount: path.resolve(config.mount), state: path.resolve(stateFileOf(config)), pid: process.pid };
     await c.send(hello);
     const { msg } = await c.recv(DRAIN_WAIT_MS + 5_000);
-    const head = msg as { refused?: string; state?: number; generation?: number; pausedAt?: number; bufsize?: number; files?: number };
+    const head = msg as { refused?: string; state?: number; generation?: number; pausedAt?: number; bufsize?: number; locks?: unknown; files?: number };
     if (head.refused !== undefined) throw new HandoverError(`the serving daemon refused the takeover: ${head.refused}`);
-    if (head.state !== TAKEOVER_PROTOCOL || typeof head.bufsize !== 'number' || typeof head.files !== 'number') throw new HandoverError('the serving daemon answered something else than its state');
-    const init = await c.recvBlob(5_000);
-    const nodes = await c.recvBlob(5_000);
-    const dirs = await c.recvBlob(5_000);
-    const fs = parseFs(JSON.parse((await c.recvBlob(5_000)).toString('utf8')));
+    const lockFiles = head.locks;
+    if (head.state !== TAKEOVER_PROTOCOL || typeof head.bufsize !== 'number' || typeof head.files !== 'number' || !Array.isArray(lockFiles) || !lockFiles.every((f) => typeof f === 'string')) {
+      throw new HandoverError('the serving daemon answered something else than its state');
+    }
+    const marks = new Marks(head.pausedAt ?? clock());
+    marks.mark('headReceived');
+    // The session's descriptor, the locks', the four values', then the open files'.
     const fds = await c.recvFds(5_000);
-    if (fds.length !== head.files + 1) throw new HandoverError('the serving daemon sent another number of descriptors than it announced');
+    const nl = lockFiles.length;
+    if (fds.length !== 1 + nl + 4 + head.files) {
+      for (const fd of fds) raw.hs_handover_close(fd);
+      throw new HandoverError('the serving daemon sent another number of descriptors than it announced');
+    }
+    marks.mark('fdsReceived');
+    const blobs = fds.slice(1 + nl, 1 + nl + 4);
+    let values: Buffer[];
+    let fs: HandedFs;
+    try {
+      values = blobs.map((fd) => readBlob(fd));
+      fs = parseFs(JSON.parse(values[3]!.toString('utf8')));
+    } catch (err) {
+      for (const fd of [fds[0]!, ...fds.slice(1, 1 + nl), ...fds.slice(1 + nl + 4)]) raw.hs_handover_close(fd);
+      throw err;
+    }
+    const [init, nodes, dirs] = values as [Buffer, Buffer, Buffer];
+    marks.mark('stateRead');
     log.info({ generation: head.generation, files: head.files }, 'session received');
     let done = false;
     return {
       generation: head.generation ?? 1,
-      pausedAt: head.pausedAt ?? Date.now(),
+      pausedAt: marks.origin,
+      marks,
       session: { fd: fds[0]!, bufsize: head.bufsize, init, nodes, dirs },
+      locks: fds.slice(1, 1 + nl).map((fd, i) => ({ file: lockFiles[i] as string, fd })),
       fs,
-      fsFds: fds.slice(1),
+      fsFds: fds.slice(1 + nl + 4),
       ready: async (pauseMs) => {
         done = true;
         await c.send({ ready: true, pauseMs });

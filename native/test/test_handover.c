@@ -5,7 +5,8 @@
 // and the safety: the socket file is 0600 from the start (a process of
 // another uid cannot connect), a peer that is not root is refused by accept
 // even when the file lets it connect, and a listener that is not root is
-// refused by connect. Children fork and setuid(65534) for the other uid.
+// refused by connect; a value handed as a sealed descriptor (hs_ho_memfd).
+// Children fork and setuid(65534) for the other uid.
 // Built without Node (HOMESFS_NO_NAPI).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -256,4 +257,30 @@ TEST(a_listener_that_is_not_root_is_refused_by_connect) {
   CHECK_EQ(hs_ho_connect(path), -EPERM);
   CHECK_EQ(exit_code(pid), 0);
   remove_dir();
+}
+
+TEST(a_value_as_a_descriptor_holds_its_bytes_and_nothing_changes_them) {
+  static char big[300 * 1024];
+  for (size_t i = 0; i < sizeof(big); i++) big[i] = (char) (i * 7);
+  int fd = hs_ho_memfd(big, sizeof(big));
+  REQUIRE(fd >= 0);
+  CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+  struct stat st;
+  REQUIRE(fstat(fd, &st) == 0);
+  CHECK_EQ((long long) st.st_size, (long long) sizeof(big));
+  static char back[sizeof(big)];
+  CHECK_EQ(pread(fd, back, sizeof(back), 0), (ssize_t) sizeof(back));
+  CHECK(memcmp(back, big, sizeof(big)) == 0);
+  // Sealed: no one writes, grows or shrinks it after it was made.
+  CHECK_EQ(pwrite(fd, "x", 1, 0), -1);
+  CHECK_EQ(errno, EPERM);
+  CHECK_EQ(ftruncate(fd, 1), -1);
+  CHECK_EQ(fcntl(fd, F_ADD_SEALS, 0), -1);
+  close(fd);
+  // An empty value is a descriptor too.
+  fd = hs_ho_memfd(NULL, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(fstat(fd, &st) == 0);
+  CHECK_EQ((long long) st.st_size, 0LL);
+  close(fd);
 }

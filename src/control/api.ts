@@ -307,6 +307,8 @@ export interface StatusReport {
     singleReader?: { on: boolean; handoffs: number; revocations: number; readWaits: number };
     /** the kernel's caches told what the daemon changed behind them (native/src/session/inval.c): notifications queued, sent (the kernel dropped something), not cached (it had nothing), failed, still pending */
     invalidations?: { queued: number; sent: number; notCached: number; failed: number; pending: number };
+    /** the session's node table (native/src/session/nodes.c): nodes the kernel may name by ID (the root included), of them reachable by inode number; a live upgrade carries them over */
+    nodes?: { nodes: number; byInode: number };
   };
   homes: Array<{
     tenant: string;

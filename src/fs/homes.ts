@@ -81,6 +81,8 @@ export abstract class HomeRegistry {
   /** home states whose opening resolved and that were not forgotten since (synchronously at hand) */
   protected readonly loaded = new Set<HomeState>();
   private readonly pools = new Map<string, TenantPool>();
+  /** start-up scans begin once this resolves (holdScans) */
+  private scansMayStart: Promise<void> = Promise.resolve();
   readonly log: Logger;
 
   constructor(readonly deps: FsDeps) {
@@ -102,6 +104,15 @@ export abstract class HomeRegistry {
    */
   get descriptorsPerHome(): number {
     return this.deps.attrs ? 2 : 1;
+  }
+
+  /**
+   * Scans of homes opened from now on begin only once `until` resolves (a
+   * live upgrade: the session is adopted first, so the mount's pause is not
+   * shared with a tree walk; a home's changes wait for its scan as ever).
+   */
+  holdScans(until: Promise<void>): void {
+    this.scansMayStart = until.catch(() => undefined);
   }
 
   get store(): BackingStore {
@@ -362,7 +373,7 @@ export abstract class HomeRegistry {
     this.watchSoft(hs);
     this.loaded.add(hs);
     this.refreshNativeOpen(hs);
-    void scanHome(this, hs).finally(() => {
+    void this.scansMayStart.then(() => scanHome(this, hs)).finally(() => {
       markReady();
       this.refreshNativeUnlink(hs);
     });

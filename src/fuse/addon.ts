@@ -133,6 +133,11 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: Raw): void {
       const [queued, sent, notCached, failed, pending] = call<[number, number, number, number, number]>('session_inval_stats');
       return { queued, sent, notCached, failed, pending };
     },
+    /** the session's node table (session/nodes.c): nodes the kernel may name, of them reachable by inode number */
+    nodeStats(): { nodes: number; byInode: number } {
+      const [nodes, byInode] = call<[number, number, number]>('session_stats');
+      return { nodes, byInode };
+    },
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => call<[number, number]>('session_inval_progress'),
     _isValidUtf8: (buf: Uint8Array): boolean => call('fuse_native_utf8_valid_buffer', buf),

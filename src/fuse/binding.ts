@@ -156,6 +156,8 @@ export interface FuseClass {
   invalidate?(kind: number, path: string): number;
   /** notifications queued, sent (the kernel dropped something), not cached (it had nothing), failed, still pending */
   invalidationStats?(): { queued: number; sent: number; notCached: number; failed: number; pending: number };
+  /** the session's node table: nodes the kernel may name, of them reachable by inode number */
+  nodeStats?(): { nodes: number; byInode: number };
   /** [entries queued, of them sent]: sent in the order queued */
   invalidationProgress?(): [number, number];
 }

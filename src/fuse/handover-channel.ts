@@ -6,9 +6,11 @@
  * its session over keeps answering what JavaScript answers meanwhile.
  *
  * Framing: one JSON message (≤ 60 KiB) per step; a larger value goes as a
- * header `{ blob: n }` and n raw chunks; descriptors go in batches of at most
- * 253 (SCM_RIGHTS), each batch a message whose payload is its index.
+ * descriptor of a sealed anonymous file (`blobFd`, `readBlob`), among the
+ * others; descriptors go in batches of at most 253 (SCM_RIGHTS), each batch a
+ * message whose payload is its index.
  */
+import { closeSync, fstatSync, readSync } from 'node:fs';
 
 interface HandoverRaw {
   hs_handover_listen(path: string): number;
@@ -17,9 +19,9 @@ interface HandoverRaw {
   hs_handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
   hs_handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
   hs_handover_close(fd: number): number;
+  hs_handover_memfd(data: Buffer): number;
 }
 
-const CHUNK = 60 * 1024;
 const MAX_FDS = 253;
 const EAGAIN = 11;
 const ETIMEDOUT = 110;
@@ -76,31 +78,6 @@ export class HandoverConn {
       if (Date.now() >= until) throw new HandoverError('handover: the other side did not answer in time', ETIMEDOUT);
       await sleep(POLL_MS);
     }
-  }
-
-  /** A value of any size: a header, then raw chunks. */
-  async sendBlob(b: Buffer): Promise<void> {
-    await this.send({ blob: b.length });
-    for (let at = 0; at < b.length; at += CHUNK) await this.sendBuf(b.subarray(at, at + CHUNK));
-  }
-
-  async recvBlob(timeoutMs: number): Promise<Buffer> {
-    const { msg } = await this.recv(timeoutMs);
-    const n = (msg as { blob?: unknown }).blob;
-    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0 || n > 1 << 30) throw new HandoverError('handover: a blob header was expected');
-    const parts: Buffer[] = [];
-    let got = 0;
-    while (got < n) {
-      const r = await this.recvRaw(timeoutMs);
-      if (r.fds.length > 0) {
-        for (const fd of r.fds) this.raw.hs_handover_close(fd);
-        throw new HandoverError('handover: descriptors inside a blob');
-      }
-      parts.push(r.data);
-      got += r.data.length;
-    }
-    if (got !== n) throw new HandoverError('handover: a blob longer than announced');
-    return Buffer.concat(parts);
   }
 
   /** Descriptors in batches; the receiver gets them back in this order. */
@@ -187,6 +164,30 @@ export class HandoverListener {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     this.raw.hs_handover_close(this.fd);
+  }
+}
+
+/** A value of any size as one descriptor to send (a sealed memfd: handover.c); the caller closes it once sent. */
+export function blobFd(raw: HandoverRaw, b: Buffer): number {
+  const fd = raw.hs_handover_memfd(b);
+  if (fd < 0) throw new HandoverError(`handover: no descriptor for a value: errno ${-fd}`, -fd);
+  return fd;
+}
+
+/** The value a received blob descriptor holds; the descriptor is closed. */
+export function readBlob(fd: number, max = 1 << 30): Buffer {
+  try {
+    const size = fstatSync(fd).size;
+    if (size > max) throw new HandoverError('handover: a value larger than expected');
+    const out = Buffer.allocUnsafe(size);
+    for (let at = 0; at < size; ) {
+      const n = readSync(fd, out, at, size - at, at);
+      if (n === 0) throw new HandoverError('handover: a value shorter than its file');
+      at += n;
+    }
+    return out;
+  } finally {
+    closeSync(fd);
   }
 }
 

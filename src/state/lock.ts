@@ -16,7 +16,11 @@ export class LockHeldError extends Error {
 
 export interface HeldLock {
   readonly file: string;
+  /** the descriptor whose open file description holds the flock (a live upgrade hands it on) */
+  readonly fd: number;
   release(): void;
+  /** close our descriptor and leave the file as it is: a successor holds the lock through its copy */
+  handOff(): void;
 }
 
 /**
@@ -55,20 +59,49 @@ export function acquireLock(file: string): HeldLock {
     }
     if (r.status !== 0) throw new Error(`flock ${file} failed (exit ${r.status}): ${String(r.stderr).trim()}`);
     ftruncateSync(fd, 0);
-    writeSync(fd, `pid ${process.pid} on ${hostname()} since ${new Date().toISOString()}\n`, 0);
+    writeHolder(fd);
   } catch (err) {
     closeSync(fd);
     throw err;
   }
+  return held(file, fd);
+}
+
+/**
+ * The lock a serving daemon handed over with its session (`fd`: a copy of
+ * its descriptor, received by SCM_RIGHTS, so the same open file description
+ * and the same flock; no moment without it, no flock(1) to run). Refused
+ * unless `fd` is the regular file at `file`.
+ */
+export function adoptLock(file: string, fd: number): HeldLock {
+  const st = fstatSync(fd);
+  const at = lstatSync(file);
+  if (!st.isFile() || !at.isFile() || st.dev !== at.dev || st.ino !== at.ino) throw new Error(`the lock handed over is not ${file}`);
+  ftruncateSync(fd, 0);
+  writeHolder(fd);
+  return held(file, fd);
+}
+
+function writeHolder(fd: number): void {
+  writeSync(fd, `pid ${process.pid} on ${hostname()} since ${new Date().toISOString()}\n`, 0);
+}
+
+function held(file: string, fd: number): HeldLock {
   let open = true;
   return {
     file,
+    fd,
     release() {
       if (!open) return;
       open = false;
       // Leave the file: removing it would let a starter lock a fresh inode
       // while another still waits on the old one.
       ftruncateSync(fd, 0);
+      closeSync(fd);
+    },
+    handOff() {
+      if (!open) return;
+      open = false;
       closeSync(fd);
     },
   };

@@ -129,6 +129,19 @@ export class StateStore {
     return new StateStore(abs, parseStateText(abs, text));
   }
 
+  /**
+   * The state file as it is now, read only (no leftovers removed, nothing
+   * written: another daemon may hold the file); null if it cannot be read or
+   * parsed. For guesses made ahead of `load`, never instead of it.
+   */
+  static async peek(file: string): Promise<State | null> {
+    try {
+      return parseStateText(path.resolve(file), await readStateFile(path.resolve(file)));
+    } catch {
+      return null;
+    }
+  }
+
   /** The current state, deeply frozen: change it through `update` only. */
   get state(): Readonly<State> {
     return this.#state;

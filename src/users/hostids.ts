@@ -45,6 +45,30 @@ function getent(bin: string, db: 'passwd' | 'group', ids: readonly number[], tim
   });
 }
 
+/**
+ * A lookup that can be asked ahead: `warm` asks `inner` for these ids now,
+ * and the next lookup whose ids were all warmed is answered from that answer
+ * (once; any other, and every later one, asks `inner`). A live upgrade warms
+ * it before it pauses the mount, so the owner check that runs while the
+ * mount is paused starts no getent(1) process. The answer is as old as the
+ * pause is long: the same as a check run just before the pause.
+ */
+export function warmedLookup(inner: HostIdLookup): { lookup: HostIdLookup; warm(uids: readonly number[], gids: readonly number[]): Promise<void> } {
+  let warmed: { uids: Set<number>; gids: Set<number>; ids: HostIds } | null = null;
+  return {
+    async warm(uids, gids) {
+      warmed = { uids: new Set(uids), gids: new Set(gids), ids: await inner(uids, gids) };
+    },
+    lookup: async (uids, gids) => {
+      const w = warmed;
+      warmed = null;
+      if (!w || !uids.every((u) => w.uids.has(u)) || !gids.every((g) => w.gids.has(g))) return inner(uids, gids);
+      const pick = (m: Map<number, string>, ids: readonly number[]) => new Map(ids.filter((i) => m.has(i)).map((i) => [i, m.get(i)!] as const));
+      return { users: pick(w.ids.users, uids), groups: pick(w.ids.groups, gids) };
+    },
+  };
+}
+
 /** The host's view through getent(1) (libc-bin: on every Debian). Failing to ask is an error, never "unknown". */
 export function getentLookup(opts: { bin?: string; timeoutMs?: number } = {}): HostIdLookup {
   const bin = opts.bin ?? 'getent';

@@ -1,10 +1,10 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, copyDaemonTree, HOMESCTL, HOMESFS, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
+import { serving, startSuccessor, type Successor } from '../helpers/takeover.js';
 
 /**
  * Live upgrade: `homesfs serve --takeover` takes the running daemon's session
@@ -24,45 +24,6 @@ const TAKEOVERS = 10;
 const OTHER_VERSION = 'upgrade-test';
 
 if (!canMount) console.warn(`takeover integration suite skipped: ${skipReason}`);
-
-interface Successor {
-  proc: ChildProcess;
-  logs: Array<Record<string, unknown>>;
-  exited: Promise<number | null>;
-  stderr: () => string;
-}
-
-function startSuccessor(bin: string, config: string): Successor {
-  const proc = spawn(process.execPath, [bin, 'serve', '--config', config, '--takeover'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const logs: Array<Record<string, unknown>> = [];
-  let buf = '';
-  let err = '';
-  proc.stdout!.on('data', (d: Buffer) => {
-    buf += d.toString();
-    let i;
-    while ((i = buf.indexOf('\n')) !== -1) {
-      try {
-        logs.push(JSON.parse(buf.slice(0, i)) as Record<string, unknown>);
-      } catch {
-        /* not a log line */
-      }
-      buf = buf.slice(i + 1);
-    }
-  });
-  proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const exited = new Promise<number | null>((r) => proc.on('exit', (c) => r(c)));
-  return { proc, logs, exited, stderr: () => err };
-}
-
-async function waitFor<T>(what: string, f: () => T | undefined, ms = 30_000): Promise<T> {
-  const until = Date.now() + ms;
-  for (;;) {
-    const v = f();
-    if (v !== undefined) return v;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** An agent: a python script run as the home's owner until the stop file appears; prints a JSON summary. */
 function agent(tmp: string, name: string, body: string, home: string): { done: Promise<Record<string, number>> } {
@@ -186,12 +147,12 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
     for (let i = 0; i < TAKEOVERS; i++) {
       const bin = i % 2 === 0 ? join(tmp, 'other', 'dist', 'cli', 'homesfs.js') : HOMESFS;
       const s = startSuccessor(bin, config);
-      const taken = await waitFor('the successor serving', () => (s.logs.find((l) => l.msg === 'serving') ? true : undefined) ?? (s.proc.exitCode !== null ? (() => { throw new Error(`successor exited ${s.proc.exitCode}: ${s.stderr()} ${JSON.stringify(s.logs.slice(-5))}`); })() : undefined));
-      expect(taken).toBe(true);
+      expect(await serving(s)).toBe(true);
       expect(await server.exited).toBe(0);
       const t = s.logs.find((l) => l.msg === 'session taken over')!;
       expect(t.generation).toBe(i + 2);
       pauses.push(t.pauseMs as number);
+      console.log(`takeover ${i + 1}: pause ${String(t.pauseMs)} ms, successor's steps ${JSON.stringify(t.steps)}`);
       const st = await status();
       expect(st.pid).toBe(s.proc.pid);
       expect(st.version === OTHER_VERSION).toBe(i % 2 === 0);

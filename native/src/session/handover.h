@@ -22,6 +22,7 @@ int hs_ho_accept (int lfd);
 int hs_ho_connect (const char *path);
 int hs_ho_send (int fd, const void *buf, size_t len, const int *fds, int nfds, int timeout_ms);
 int hs_ho_recv (int fd, void *buf, size_t cap, int *fds, int *nfds, int timeout_ms);
+int hs_ho_memfd (const void *buf, size_t len);
 
 #ifndef HOMESFS_NO_NAPI
 void hs_handover_export (napi_env env, napi_value exports);

@@ -64,6 +64,21 @@ static size_t alias_key (void *e) {
   return hash_name(a->parent->nodeid, a->name, a->len);
 }
 
+// Grows a chained table to at least `want` buckets.
+static void presize (void ***tab, size_t *size, size_t want, size_t link, size_t (*key) (void *)) {
+  while (*size < want) {
+    size_t before = *size;
+    rehash(tab, size, *size, link, key);
+    if (*size == before) return;  // no memory: longer chains, still correct
+  }
+}
+
+void nt_presize (size_t count) {
+  presize((void ***) &hs_nt.id_tab, &hs_nt.id_size, count, offsetof(hs_node_t, id_next), id_key);
+  presize((void ***) &hs_nt.ino_tab, &hs_nt.ino_size, count, offsetof(hs_node_t, ino_next), ino_key);
+  presize((void ***) &hs_nt.alias_tab, &hs_nt.alias_size, count, offsetof(hs_alias_t, hnext), alias_key);
+}
+
 hs_node_t *nt_id_find (uint64_t nodeid) {
   for (hs_node_t *n = hs_nt.id_tab[hash64(nodeid) & (hs_nt.id_size - 1)]; n != NULL; n = n->id_next) {
     if (n->nodeid == nodeid) return n;

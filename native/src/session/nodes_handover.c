@@ -23,15 +23,19 @@
 
 typedef struct { char *p; size_t len, cap; } nt_buf_t;
 
+static int reserve (nt_buf_t *b, size_t n) {
+  if (b->len + n <= b->cap) return 0;
+  size_t ncap = b->cap == 0 ? 4096 : b->cap;
+  while (ncap < b->len + n) ncap *= 2;
+  char *np = realloc(b->p, ncap);
+  if (np == NULL) return -ENOMEM;
+  b->p = np;
+  b->cap = ncap;
+  return 0;
+}
+
 static int put (nt_buf_t *b, const void *v, size_t n) {
-  if (b->len + n > b->cap) {
-    size_t ncap = b->cap == 0 ? 4096 : b->cap;
-    while (ncap < b->len + n) ncap *= 2;
-    char *np = realloc(b->p, ncap);
-    if (np == NULL) return -ENOMEM;
-    b->p = np;
-    b->cap = ncap;
-  }
+  if (reserve(b, n) != 0) return -ENOMEM;
   memcpy(b->p + b->len, v, n);
   b->len += n;
   return 0;
@@ -42,12 +46,16 @@ static int put (nt_buf_t *b, const void *v, size_t n) {
 int hs_nodes_export (char **out, size_t *len) {
   nt_buf_t b = { NULL, 0, 0 };
   pthread_mutex_lock(&hs_nt.mu);
+  // Sized for every node with one short name: one allocation in the usual case.
+  if (reserve(&b, hs_nt.id_count * 64 + 64) != 0) goto fail;
   PUT(&b, (uint32_t) NT_MAGIC);
   PUT(&b, (uint32_t) NT_VERSION);
   PUT(&b, (uint64_t) hs_nt.next_id);
   PUT(&b, (uint64_t) hs_nt.hide_ctr);
   PUT(&b, (uint64_t) (hs_nt.id_count - 1));
   for (size_t i = 0; i < hs_nt.id_size; i++) {
+    // The nodes of buckets ahead are fetched while this one is written (the walk waits on memory).
+    if (i + 8 < hs_nt.id_size && hs_nt.id_tab[i + 8] != NULL) __builtin_prefetch(hs_nt.id_tab[i + 8]);
     for (hs_node_t *n = hs_nt.id_tab[i]; n != NULL; n = n->id_next) {
       if (n == hs_nt.root) continue;
       uint32_t na = 0;
@@ -132,9 +140,10 @@ bad:
   return -EINVAL;
 }
 
-// Reads the node records: the first pass makes the nodes, the second (`link`)
-// their names (every parent exists by then) and the inode index.
-static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link) {
+// Reads the node records: the first pass makes the nodes (into `made`, in
+// record order), the second (`link`) their names (every parent exists by
+// then) and the inode index.
+static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link, hs_node_t **made) {
   for (uint64_t i = 0; i < count; i++) {
     uint64_t nodeid, ino, nlookup;
     uint32_t type, open_count, hidden, na;
@@ -151,8 +160,9 @@ static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link) {
       n->hidden = hidden != 0;
       n->nlookup = nlookup;
       nt_id_add(n);
+      made[i] = n;
     } else {
-      n = nt_id_find(nodeid);
+      n = made[i];
     }
     for (uint32_t k = 0; k < na; k++) {
       int err = import_alias(in, n, link);
@@ -169,22 +179,34 @@ bad:
   return -EINVAL;
 }
 
+// The smallest record: a node with no name.
+#define NT_MIN_RECORD (8 + 8 + 4 * 4 + 8)
+
 int hs_nodes_import (const char *buf, size_t len) {
   nt_in_t in = { buf, len, 0 };
   uint32_t magic, version;
   uint64_t nid, hctr, count;
+  hs_node_t **made = NULL;
   int err = -EINVAL;
   pthread_mutex_lock(&hs_nt.mu);
   // Only into a table that has served nothing yet.
   if (hs_nt.id_tab == NULL || hs_nt.id_count != 1 || hs_nt.alias_count != 0) goto out;
   GET(&in, magic); GET(&in, version); GET(&in, nid); GET(&in, hctr); GET(&in, count);
   if (magic != NT_MAGIC || version != NT_VERSION) goto out;
+  // A count the buffer cannot hold is refused before anything is allocated for it.
+  if (count > (len - in.at) / NT_MIN_RECORD) goto out;
+  if ((made = malloc((count + 1) * sizeof(*made))) == NULL) {
+    err = -ENOMEM;
+    goto out;
+  }
+  // Every index at its final size first: no rehash while the records go in.
+  nt_presize((size_t) count + 1);
   uint64_t root_refs = hs_nt.root->refs;
   size_t at = in.at;
-  err = import_pass(&in, count, nid, 0);
+  err = import_pass(&in, count, nid, 0, made);
   if (err == 0) {
     in.at = at;
-    err = import_pass(&in, count, nid, 1);
+    err = import_pass(&in, count, nid, 1, made);
   }
   // Every byte is a record: a longer buffer is not this table.
   if (err == 0 && in.at != in.len) err = -EINVAL;
@@ -196,6 +218,7 @@ int hs_nodes_import (const char *buf, size_t len) {
   hs_nt.hide_ctr = hctr;
 out:
   pthread_mutex_unlock(&hs_nt.mu);
+  free(made);
   return err;
 bad:
   err = -EINVAL;

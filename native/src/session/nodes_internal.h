@@ -59,6 +59,8 @@ extern hs_nt_t hs_nt;
 hs_node_t *nt_id_find (uint64_t nodeid);
 // Enters a node whose nodeid is set into the ID index.
 void nt_id_add (hs_node_t *n);
+// Grows every index to at least `count` buckets (before an import fills them).
+void nt_presize (size_t count);
 void nt_ino_add (hs_node_t *n);
 void nt_ino_del (hs_node_t *n);
 hs_node_t *nt_ino_find (uint64_t ino);
