@@ -45,6 +45,7 @@
       "src/fastpath_setattr.c",
       "src/fastpath_state.c",
       "src/fastpath_unlink.c",
+      "src/fastpath_walk.c",
       "src/fastpath_write.c",
       "src/removals.c",
       "src/session/bridge.c",

@@ -1,9 +1,9 @@
 // The fast path's tables and their lock (fastpath_internal.h has the lock
 // map): the homes, the inodes open in JS, the handles JS published for
-// fgetattr and the reserved names; their lookups, the confined walk's
-// helpers every op shares, the policy generation, and JS's publication into
+// fgetattr; their lookups, the policy generation, and JS's publication into
 // them (fastpath_set_home, _remove_home, _set_mutable, _inode, _inode_size,
-// _set_handle, _remove_handle, _set_reserved, _enable, _clear).
+// _set_handle, _remove_handle, _enable, _clear). The reserved names and the
+// confined walk every op shares are fastpath_walk.c.
 // Invariants: a table changes only under the write lock, never held across a
 // syscall; an entry out of its table is freed by its last reference
 // (fastpath_refs.c); a home's descriptor is C's own dup, closed with it; a
@@ -21,8 +21,6 @@ fp_inode_t *fp_inodes[FP_INODE_BUCKETS];
 
 fp_handle_t *fp_handles[FP_HANDLE_BUCKETS];
 uint32_t fp_handle_count = 0;
-static fp_reserved_t fp_reserved[FP_MAX_RESERVED];
-static size_t fp_reserved_n = 0;
 uint32_t fp_home_count = 0;
 uint32_t fp_inode_count = 0;
 int fp_enabled = 0;          // atomic
@@ -77,69 +75,6 @@ fp_inode_t * fp_find_inode (uint64_t dev, uint64_t ino) {
 
 int fp_inode_open (uint64_t dev, uint64_t ino) {
   return fp_find_inode(dev, ino) != NULL;
-}
-
-static int fp_reserved_name (const char *c, size_t n) {
-  for (size_t i = 0; i < fp_reserved_n; i++) {
-    const fp_reserved_t *r = &fp_reserved[i];
-    if (r->prefix ? (n >= r->len && memcmp(c, r->name, r->len) == 0) : (n == r->len && memcmp(c, r->name, n) == 0)) return 1;
-  }
-  return 0;
-}
-
-// Every component below the home: non-empty, not "." or "..", not reserved,
-// not longer than the home's limit. Under the read lock.
-int fp_components_ok (const char *rel, uint32_t max_name) {
-  const char *c = rel;
-  for (;;) {
-    const char *slash = strchr(c, '/');
-    size_t n = slash ? (size_t) (slash - c) : strlen(c);
-    if (n == 0 || n > max_name) return 0;
-    if (c[0] == '.' && (n == 1 || (n == 2 && c[1] == '.'))) return 0;
-    if (fp_reserved_name(c, n)) return 0;
-    if (!slash) return 1;
-    c = slash + 1;
-  }
-}
-
-// A path below a home, "/<tenant>/<key>/<rel>": 0 with the home's prefix
-// length (its key in fp_homes) and rel (never empty); -1 for anything else
-// (the root, a tenant, a home itself: JS's).
-int fp_split_path (const char *path, size_t *plen, const char **rel) {
-  if (path == NULL || path[0] != '/') return -1;
-  const char *t_end = strchr(path + 1, '/');
-  if (t_end == NULL) return -1;
-  const char *k_end = strchr(t_end + 1, '/');
-  if (k_end == NULL || k_end[1] == 0) return -1;
-  *plen = (size_t) (k_end - path);
-  *rel = k_end + 1;
-  return 0;
-}
-
-// The confined walk: openat2 of rel below dirfd (a home's descriptor) with
-// flags, refusing ".." out of it, any symlink, mount crossing or magic link
-// on the way. A descriptor, or -1 with errno set.
-int fp_openat2 (int dirfd, const char *rel, uint64_t flags) {
-  struct open_how how;
-  memset(&how, 0, sizeof(how));
-  how.flags = flags;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS;
-#ifdef HOMESFS_TEST_HOOKS
-  int fail = __atomic_load_n(&fp_test_openat2_errno, __ATOMIC_RELAXED);
-  if (fail != 0) { errno = fail; return -1; }
-#endif
-  return (int) syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
-}
-
-// The directory holding rel's last component (last_slash: its last '/', or
-// NULL): home_fd itself, or its own O_PATH descriptor by the confined walk;
-// -1 when there is none.
-int fp_open_parent (int home_fd, const char *rel, const char *last_slash) {
-  if (last_slash == NULL) return home_fd;
-  char *prel = strndup(rel, (size_t) (last_slash - rel));
-  int pfd = prel == NULL ? -1 : fp_openat2(home_fd, prel, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  free(prel);
-  return pfd;
 }
 
 // ---- homes ------------------------------------------------------------------------
@@ -581,36 +516,6 @@ napi_value fp_remove_handle (napi_env env, napi_callback_info info) {
     FP_THROW("fastpath_remove_handle: a handle number");
   }
   fp_handle_remove(fh);
-  return NULL;
-}
-
-// fastpath_set_reserved(names: string[]): components only JS answers; "x*" = every name beginning with x.
-napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  bool is_array = false;
-  uint32_t n = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array ||
-      napi_get_array_length(env, argv[0], &n) != napi_ok || n > FP_MAX_RESERVED) {
-    FP_THROW("fastpath_set_reserved: an array of at most 32 names");
-  }
-  fp_reserved_t next[FP_MAX_RESERVED];
-  for (uint32_t i = 0; i < n; i++) {
-    napi_value v;
-    size_t len = 0;
-    napi_get_element(env, argv[0], i, &v);
-    if (napi_get_value_string_utf8(env, v, next[i].name, FP_RESERVED_LEN, &len) != napi_ok || len == 0 || len >= FP_RESERVED_LEN - 1) {
-      FP_THROW("fastpath_set_reserved: names are non-empty strings shorter than 62 bytes");
-    }
-    next[i].prefix = next[i].name[len - 1] == '*';
-    if (next[i].prefix) next[i].name[--len] = 0;
-    next[i].len = len;
-  }
-  pthread_rwlock_wrlock(&fp_lock);
-  memcpy(fp_reserved, next, sizeof(fp_reserved_t) * n);
-  fp_reserved_n = n;
-  pthread_rwlock_unlock(&fp_lock);
   return NULL;
 }
 
