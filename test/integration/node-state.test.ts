@@ -107,7 +107,8 @@ describe.skipIf(!canMount)('state with its backing tree, locked', () => {
     const d = await startDaemon({ create: ['t/h'], config: { stateFile } });
     const other = mkdtempSync(join(tmpdir(), 'homesfs-second-'));
     try {
-      mkdirSync(join(other, 'backing'));
+      // A backing tree the daemon accepts (owner-only): the shared state file is its one fault.
+      mkdirSync(join(other, 'backing'), { mode: 0o700 });
       const cfg = join(other, 'config.json');
       writeFileSync(
         cfg,
