@@ -175,7 +175,12 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     warmProfileMasks(Object.values(loaded.profiles));
     await warmOwnerCheck(hostIds, config, stateFile);
     try {
-      received = await takeOverFrom(handover, config, log.child({ component: 'takeover' }), (v) => HandedFs.parse(v));
+      const tlog = log.child({ component: 'takeover' });
+      received = await takeOverFrom(handover, config, tlog, (v) => HandedFs.parse(v), (nodes) => {
+        // On failure the session's adopt imports the table itself.
+        const res = Fuse.preimportNodes?.(nodes) ?? 0;
+        if (res !== 0) tlog.warn({ errno: -res }, 'the node table could not be imported early: imported when the session is adopted');
+      });
       taking.received = received;
     } catch (err) {
       await store.close();

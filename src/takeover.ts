@@ -223,7 +223,14 @@ export interface Received {
  * The successor's side, before it takes the locks. Throws (with the old
  * daemon serving on) when there is none, it refuses, or the exchange fails.
  */
-export async function takeOverFrom(raw: HandoverRaw, config: Config, log: Logger, parseFs: (v: unknown) => HandedFs): Promise<Received> {
+export async function takeOverFrom(
+  raw: HandoverRaw,
+  config: Config,
+  log: Logger,
+  parseFs: (v: unknown) => HandedFs,
+  /** the node table as soon as it is read (its import may start while the rest is parsed and adopted) */
+  nodesRead?: (nodes: Buffer) => void,
+): Promise<Received> {
   const c = handoverConnect(raw, takeoverSocket(config));
   try {
     const hello: Hello = { hello: TAKEOVER_PROTOCOL, backing: path.resolve(config.backing), mount: path.resolve(config.mount), state: path.resolve(stateFileOf(config)), pid: process.pid };
@@ -250,6 +257,7 @@ export async function takeOverFrom(raw: HandoverRaw, config: Config, log: Logger
     let fs: HandedFs;
     try {
       values = blobs.map((fd) => readBlob(fd));
+      nodesRead?.(values[1]!);
       fs = parseFs(JSON.parse(values[3]!.toString('utf8')));
     } catch (err) {
       for (const fd of [fds[0]!, ...fds.slice(1, 1 + nl), ...fds.slice(1 + nl + 4)]) raw.hs_handover_close(fd);

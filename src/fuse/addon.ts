@@ -138,6 +138,12 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: Raw): void {
       const [nodes, byInode] = call<[number, number, number]>('session_stats');
       return { nodes, byInode };
     },
+    /**
+     * A successor's head start: import the node table handed over on a
+     * thread of its own while JavaScript adopts the rest (session.c,
+     * hs_session_preimport); the session's adopt waits for it. 0 or -errno.
+     */
+    preimportNodes: (nodes: Buffer): number => call('session_preimport', nodes),
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => call<[number, number]>('session_inval_progress'),
     _isValidUtf8: (buf: Uint8Array): boolean => call('fuse_native_utf8_valid_buffer', buf),

@@ -160,6 +160,8 @@ export interface FuseClass {
   nodeStats?(): { nodes: number; byInode: number };
   /** [entries queued, of them sent]: sent in the order queued */
   invalidationProgress?(): [number, number];
+  /** start importing a handed-over node table before the session is adopted; 0 or -errno */
+  preimportNodes?(nodes: Buffer): number;
 }
 
 /** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */

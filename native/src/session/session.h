@@ -11,6 +11,9 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
 // Serves the session a predecessor handed over: its /dev/fuse descriptor
 // (owned from now on: closed on failure) and request size, the kernel's INIT request as it read
 // it, its node table and open directories (nodes.c, ops_dirs.c). 0 or -errno.
+// Starts importing a handed-over node table on a thread of its own, for
+// hs_session_adopt to wait for (a copy of the bytes is kept). 0 or -errno.
+int hs_session_preimport (const char *nodes, size_t len);
 int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len, const char *nodes, size_t nodes_len, const char *dirs, size_t dirs_len, const char *ll_opts);
 // 0 not started, 1 serving, 2 ended (unmounted).
 uint32_t hs_session_loop_state (void);
