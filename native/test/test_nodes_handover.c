@@ -211,3 +211,58 @@ TEST(inconsistent_tables_are_refused_with_nothing_imported) {
   CHECK_EQ(count(), 2);
   free(buf);
 }
+
+// The import started early, on a thread of its own (hs_nodes_import_start),
+// and finished by the adopt (hs_nodes_import_finish): the table is the one
+// the finish is given, whatever the early import was given or answered.
+TEST(an_import_started_early_is_finished_with_the_bytes_the_adopt_has) {
+  table_t t;
+  build(&t);
+  uint64_t before = count();
+  size_t len = 0;
+  char *a = export(&len);
+  REQUIRE(a != NULL);
+  // Another table: the root and one file.
+  fresh();
+  hs_node_t *r = root();
+  uint64_t only = found_n(r, "only", 500, S_IFREG, 1);
+  hs_node_put(r);
+  size_t blen = 0;
+  char *b = export(&blen);
+  REQUIRE(b != NULL);
+
+  // Started with these bytes, finished with them: the early import's table.
+  fresh();
+  CHECK_EQ(hs_nodes_import_start(a, len), 0);
+  CHECK_EQ(hs_nodes_import_start(a, len), -EEXIST);
+  CHECK_EQ(hs_nodes_import_finish(a, len), 0);
+  CHECK_EQ(count(), before);
+  CHECK_PATH(t.f, "/d/f");
+
+  // Started with other bytes: the finish's table, nothing of the early one.
+  fresh();
+  CHECK_EQ(hs_nodes_import_start(a, len), 0);
+  CHECK_EQ(hs_nodes_import_finish(b, blen), 0);
+  CHECK_EQ(count(), 2);
+  CHECK_PATH(only, "/only");
+  CHECK(path_of(t.f) == NULL);
+
+  // Refused early, refused at the finish: the fresh table, untouched.
+  fresh();
+  CHECK_EQ(hs_nodes_import_start(a, len - 1), 0);
+  CHECK_EQ(hs_nodes_import_finish(a, len - 1), -EINVAL);
+  CHECK_EQ(count(), 1);
+
+  // Refused early, other bytes at the finish: they import.
+  fresh();
+  CHECK_EQ(hs_nodes_import_start(a, len - 1), 0);
+  CHECK_EQ(hs_nodes_import_finish(a, len), 0);
+  CHECK_EQ(count(), before);
+
+  // None started: the finish imports.
+  fresh();
+  CHECK_EQ(hs_nodes_import_finish(b, blen), 0);
+  CHECK_PATH(only, "/only");
+  free(a);
+  free(b);
+}

@@ -93,6 +93,13 @@ int hs_node_is_hidden (hs_node_t *n);
 // (-EINVAL: not a table of this format, or inconsistent). 0 or -errno.
 int hs_nodes_export (char **out, size_t *len);
 int hs_nodes_import (const char *buf, size_t len);
+// The same import started early on a thread of its own (a copy of the bytes
+// is kept), for a successor with other work to do before it serves; and its
+// end: the early import's result when it was given these very bytes, else
+// (none started, or other bytes: the table starts over) the import done here.
+// Nothing else may use the table between the two. 0 or -errno.
+int hs_nodes_import_start (const char *buf, size_t len);
+int hs_nodes_import_finish (const char *buf, size_t len);
 // What an invalidation of the kernel's caches names (inval.c), found through
 // the alias index under the table's mutex: for the virtual path "/t/k/a/b",
 // the node ID of "/t/k/a" in *dir and of the path itself in *nodeid (0: the

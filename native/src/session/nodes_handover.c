@@ -1,5 +1,6 @@
 // The node table as bytes, for a successor daemon (nodes.h: hs_nodes_export,
-// hs_nodes_import). Lock: hs_nt.mu, held for the whole export or import.
+// hs_nodes_import, and the import started early). Lock: hs_nt.mu, held for
+// the whole export or import; pre_mu guards the early import's thread state.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -223,4 +224,64 @@ out:
 bad:
   err = -EINVAL;
   goto out;
+}
+
+// ---- the import, started early --------------------------------------------------
+//
+// A successor receives the table while the serving daemon is paused, and has
+// JavaScript's work to do before it can serve (its state read, the open files
+// adopted). The import is C's own work on a table nothing else uses yet, so it
+// runs meanwhile on a thread of its own; the adopt joins it. A status call in
+// between waits on the table's mutex, never the reverse.
+
+static pthread_mutex_t pre_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t pre_thread;
+static int pre_started;   // a thread imports (or imported) pre_buf
+static int pre_err;       // its result, read after the join
+static char *pre_buf;     // its copy of the bytes
+static size_t pre_len;
+
+static void *pre_import (void *arg) {
+  (void) arg;
+  pre_err = hs_nodes_import(pre_buf, pre_len);
+  return NULL;
+}
+
+int hs_nodes_import_start (const char *buf, size_t len) {
+  int err = 0;
+  pthread_mutex_lock(&pre_mu);
+  if (pre_started) err = -EEXIST;
+  else if ((pre_buf = malloc(len > 0 ? len : 1)) == NULL) err = -ENOMEM;
+  if (err == 0) {
+    memcpy(pre_buf, buf, len);
+    pre_len = len;
+    if ((err = -pthread_create(&pre_thread, NULL, pre_import, NULL)) == 0) pre_started = 1;
+    else {
+      free(pre_buf);
+      pre_buf = NULL;
+    }
+  }
+  pthread_mutex_unlock(&pre_mu);
+  return err;
+}
+
+int hs_nodes_import_finish (const char *buf, size_t len) {
+  pthread_mutex_lock(&pre_mu);
+  int started = pre_started;
+  if (started) {
+    pthread_join(pre_thread, NULL);
+    pre_started = 0;
+  }
+  int same = started && pre_len == len && memcmp(pre_buf, buf, len) == 0;
+  int err = pre_err;
+  free(pre_buf);
+  pre_buf = NULL;
+  pthread_mutex_unlock(&pre_mu);
+  if (same) return err;
+  if (started) {
+    // Imported from other bytes: the table starts over from these.
+    hs_nodes_clear();
+    hs_nodes_init();
+  }
+  return hs_nodes_import(buf, len);
 }

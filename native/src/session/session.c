@@ -202,67 +202,13 @@ static void adopt_undo (void) {
   hs_nodes_init();
 }
 
-// ---- the node table's import, started early -----------------------------------
-//
-// A successor receives the node table while the serving daemon is paused, and
-// then has JavaScript work to do before it can serve (reading its state,
-// adopting the open files). Importing a large table is C's own work on a
-// table nothing else uses yet, so it runs on a thread of its own meanwhile
-// (hs_session_preimport) and hs_session_adopt waits for it. Lock: pre_mu
-// guards the thread's state; the table itself is the import's until the join
-// (a status call in between waits on the table's mutex, never the reverse).
-
-static pthread_mutex_t pre_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_t pre_thread;
-static int pre_started;      // a thread is importing (or has imported) pre_buf
-static int pre_err;          // its result, read after the join
-static char *pre_buf;        // its copy of the table's bytes
-static size_t pre_len;
-
-static void *preimport (void *arg) {
-  (void) arg;
-  pre_err = hs_nodes_import(pre_buf, pre_len);
-  return NULL;
-}
-
+// A successor imports the node table early (hs_session_preimport: on a thread
+// of its own while JavaScript adopts the rest; nodes_handover.c), and the
+// adopt finishes that import.
 int hs_session_preimport (const char *nodes, size_t len) {
-  int err = 0;
-  pthread_mutex_lock(&pre_mu);
-  if (s_se != NULL || pre_started) err = -EEXIST;
-  else if ((pre_buf = malloc(len > 0 ? len : 1)) == NULL) err = -ENOMEM;
-  if (err == 0) {
-    memcpy(pre_buf, nodes, len);
-    pre_len = len;
-    hs_nodes_init();
-    if ((err = -pthread_create(&pre_thread, NULL, preimport, NULL)) == 0) pre_started = 1;
-    else {
-      free(pre_buf);
-      pre_buf = NULL;
-    }
-  }
-  pthread_mutex_unlock(&pre_mu);
-  return err;
-}
-
-// The table's import: the early one's result when it was started with these
-// very bytes, else done here. 0 or -errno.
-static int import_nodes (const char *nodes, size_t len) {
-  pthread_mutex_lock(&pre_mu);
-  int started = pre_started;
-  if (started) {
-    pthread_join(pre_thread, NULL);
-    pre_started = 0;
-  }
-  int same = started && pre_len == len && memcmp(pre_buf, nodes, len) == 0;
-  int err = pre_err;
-  free(pre_buf);
-  pre_buf = NULL;
-  pthread_mutex_unlock(&pre_mu);
-  if (same) return err;
-  // Not started, or with other bytes: the table starts over from these.
-  if (started) adopt_undo();
+  if (s_se != NULL) return -EEXIST;
   hs_nodes_init();
-  return hs_nodes_import(nodes, len);
+  return hs_nodes_import_start(nodes, len);
 }
 
 int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len, const char *nodes, size_t nodes_len, const char *dirs, size_t dirs_len, const char *ll_opts) {
@@ -270,7 +216,8 @@ int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len,
   if (s_se != NULL) err = -EEXIST;
   else if (!is_init(init, init_len)) err = -EINVAL;
   if (err == 0) {
-    err = import_nodes(nodes, nodes_len);
+    hs_nodes_init();
+    err = hs_nodes_import_finish(nodes, nodes_len);
     if (err != 0) adopt_undo();
     else if ((err = hs_dirs_import(dirs, dirs_len)) != 0) adopt_undo();
   }
