@@ -143,7 +143,7 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     try {
       for (const b of [session.init, session.nodes, session.dirs, Buffer.from(JSON.stringify(fs.state))]) blobs.push(blobFd(raw, b));
       marks.mark('blobsMade');
-      await c.send({ state: TAKEOVER_PROTOCOL, generation: host.generation + 1, pausedAt: started, bufsize: session.bufsize, locks: locks.map((l) => l.file), files: fs.fds.length });
+      await c.send({ state: TAKEOVER_PROTOCOL, generation: host.generation + 1, pausedAt: started, bufsize: session.bufsize, epoch: session.epoch ?? 0, locks: locks.map((l) => l.file), files: fs.fds.length });
       await c.sendFds([session.fd, ...locks.map((l) => l.fd), ...blobs, ...fs.fds]);
     } finally {
       for (const fd of blobs) raw.hs_handover_close(fd);
@@ -236,7 +236,7 @@ export async function takeOverFrom(
     const hello: Hello = { hello: TAKEOVER_PROTOCOL, backing: path.resolve(config.backing), mount: path.resolve(config.mount), state: path.resolve(stateFileOf(config)), pid: process.pid };
     await c.send(hello);
     const { msg } = await c.recv(DRAIN_WAIT_MS + 5_000);
-    const head = msg as { refused?: string; state?: number; generation?: number; pausedAt?: number; bufsize?: number; locks?: unknown; files?: number };
+    const head = msg as { refused?: string; state?: number; generation?: number; pausedAt?: number; bufsize?: number; epoch?: number; locks?: unknown; files?: number };
     if (head.refused !== undefined) throw new HandoverError(`the serving daemon refused the takeover: ${head.refused}`);
     const lockFiles = head.locks;
     if (head.state !== TAKEOVER_PROTOCOL || typeof head.bufsize !== 'number' || typeof head.files !== 'number' || !Array.isArray(lockFiles) || !lockFiles.every((f) => typeof f === 'string')) {
@@ -271,7 +271,7 @@ export async function takeOverFrom(
       generation: head.generation ?? 1,
       pausedAt: marks.origin,
       marks,
-      session: { fd: fds[0]!, bufsize: head.bufsize, init, nodes, dirs },
+      session: { fd: fds[0]!, bufsize: head.bufsize, init, nodes, dirs, epoch: typeof head.epoch === 'number' ? head.epoch : 0 },
       locks: fds.slice(1, 1 + nl).map((fd, i) => ({ file: lockFiles[i] as string, fd })),
       fs,
       fsFds: fds.slice(1 + nl + 4),

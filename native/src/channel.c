@@ -38,6 +38,7 @@
 
 #include "channel.h"
 #include "lead.h"
+#include "session/handles.h"
 
 // The flush gate: a table of 65536 counters that JS owns and writes (see
 // Fuse.prototype.setFlushGate). Slot fh & 0xffff counts the open handles in
@@ -91,7 +92,7 @@ static void homesfs_mark_noflush (const struct fuse_file_info *info) {
   if ((info->flags & O_ACCMODE) != O_RDONLY) return;
   uint16_t *gate = __atomic_load_n(&flush_gate, __ATOMIC_ACQUIRE);
   if (gate == NULL || __atomic_load_n(&gate[info->fh & 0xffff], __ATOMIC_ACQUIRE) != 0) return;
-  homesfs_noflush_fh = info->fh;
+  homesfs_noflush_fh = hs_fh_out(info->fh);  // as the reply carries it
   homesfs_noflush_pending = 1;
 }
 

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { abiMismatches } from '../abi.js';
 import { attachAddon } from './addon.js';
-import { FuseSession, type Handed, type SessionOptions, type SessionRaw } from './session.js';
+import { FuseSession, type Handed, type Kept, type SessionOptions, type SessionRaw } from './session.js';
 import type { TimeSpec } from '../fs/native-api.js';
 import type { Caller } from '../fs/state.js';
 
@@ -59,6 +59,9 @@ export interface FuseInstance {
   mount(cb: (err: Error | null) => void): void;
   /** serve a session a predecessor handed over (takeover.ts) */
   adopt(h: Handed, cb: (err: Error | null) => void): void;
+  /** serve a session whose daemon died, kept by a holder (its node table recovered first) */
+  revive(k: Kept, cb: (err: Error | null) => void): void;
+  handleStats(): { resent: number; refused: number; reopened: number; epoch: number };
   pause(): void;
   paused(): boolean;
   resume(): void;

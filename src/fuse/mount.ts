@@ -9,7 +9,7 @@ import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
 import { NativeBindingError, type FuseClass, type FuseInstance, type WriteHandler } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
-import type { Handed } from './session.js';
+import type { Handed, Kept } from './session.js';
 import { ABI } from '../abi.js';
 
 export interface ProbeState {
@@ -127,6 +127,11 @@ export class MountManager {
   /** Serve the session a predecessor handed over (takeover.ts): the mount stays as it is. */
   async adopt(h: Handed): Promise<void> {
     await this.start((fuse, cb) => fuse.adopt(h, cb), 'session adopted');
+  }
+
+  /** Serve the session of a daemon that died, kept by a holder (the node table recovered first). */
+  async revive(k: Kept): Promise<void> {
+    await this.start((fuse, cb) => fuse.revive(k, cb), 'session revived');
   }
 
   /** Pause, paused, resume, handed: the session's side of a handover (takeover.ts). */

@@ -24,6 +24,9 @@ export interface SessionRaw {
   session_inval_stats(): [number, number, number, number, number];
   session_inval_progress(): [number, number];
   session_adopt(fd: number, bufsize: number, init: Buffer, nodes: Buffer, dirs: Buffer, lowlevelOpts: string, conf: number[], dispatch: Dispatch): number;
+  session_revive(fd: number, bufsize: number, init: Buffer, epoch: number, lowlevelOpts: string, conf: number[], dispatch: Dispatch): [number, number];
+  session_fh_epoch(set?: number): number;
+  session_handle_stats(): [number, number, number];
   session_pause(): void;
   session_paused(): boolean;
   session_resume(): void;
@@ -43,6 +46,23 @@ export interface Handed {
   /** the node table and the open directories, serialised (nodes.c, ops_dirs.c) */
   nodes: Buffer;
   dirs: Buffer;
+  /** the epoch in the handles the kernel holds (handles.h); absent from a predecessor that had none: 0 */
+  epoch?: number;
+}
+
+/** What a holder kept of a session whose daemon died: enough to serve it again. */
+export interface Kept {
+  fd: number;
+  bufsize: number;
+  init: Buffer;
+  /** the epoch of the dead daemon's handles: the reviver's is the next one */
+  epoch: number;
+}
+
+/** Handle epochs are 16 bits and never 0 once a daemon revived a session (0: a predecessor without epochs). */
+export function nextEpoch(epoch: number): number {
+  const n = (epoch + 1) & 0xffff;
+  return n === 0 ? 1 : n;
 }
 
 type Dispatch = (op: number, id: number, uid: number, gid: number, pid: number, ...args: unknown[]) => void;
@@ -298,9 +318,34 @@ export class FuseSession implements FuseInstance {
    */
   adopt(h: Handed, cb: (err: Error | null) => void): void {
     this.start(cb, (o, conf, dispatch) => {
+      this.raw.session_fh_epoch(h.epoch ?? 0);
       const res = this.raw.session_adopt(h.fd, h.bufsize, h.init, h.nodes, h.dirs, o.lowlevel, conf, dispatch);
       if (res !== 0) throw new Error(`adopting the session failed: errno ${-res}`);
     });
+  }
+
+  /**
+   * Serve a session whose daemon died (kept by a holder), on the node table
+   * recovered from its journal before this: the kernel sends again what the
+   * dead daemon read and never answered. `cb` fires once the replayed INIT
+   * was accepted. Returns nothing; a resend the kernel refused is logged by
+   * the caller from `resendResult`.
+   */
+  revive(k: Kept, cb: (err: Error | null) => void): void {
+    this.start(cb, (o, conf, dispatch) => {
+      const [res, resend] = this.raw.session_revive(k.fd, k.bufsize, k.init, nextEpoch(k.epoch), o.lowlevel, conf, dispatch);
+      if (res !== 0) throw new Error(`reviving the session failed: errno ${-res}`);
+      this.resendResult = resend;
+    });
+  }
+
+  /** The result of the resend notification of the last revive (0, or -errno: a kernel without FUSE_NOTIFY_RESEND). */
+  resendResult: number | undefined;
+
+  /** Requests sent again, of them answered EIO, dead handles reopened (handles.c). */
+  handleStats(): { resent: number; refused: number; reopened: number; epoch: number } {
+    const [resent, refused, reopened] = this.raw.session_handle_stats();
+    return { resent, refused, reopened, epoch: this.raw.session_fh_epoch() };
   }
 
   /** Stop reading requests at request boundaries (never blocks). */

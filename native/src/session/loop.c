@@ -42,6 +42,7 @@
 
 #include "../channel.h"
 #include "../lead.h"
+#include "handles.h"
 #include "loop.h"
 
 #define HS_MAX_WORKERS 64
@@ -197,7 +198,7 @@ static void *worker_main (void *arg) {
     if (w_idle == 0 && w_total < HS_MAX_WORKERS) spawn();
     pthread_mutex_unlock(&w_mu);
     keep_init(buf, (size_t) res);
-    fuse_session_process(w_se, buf, (size_t) res, w_ch);
+    if (!hs_handles_filter(buf, (size_t) res, w_ch)) fuse_session_process(w_se, buf, (size_t) res, w_ch);
     pthread_mutex_lock(&w_mu);
     w_idle++;
   }

@@ -28,6 +28,7 @@
 #include "../dirhandles.h"
 #include "../fastpath.h"
 #include "../utf8.h"
+#include "handles.h"
 #include "ops.h"
 
 // libfuse's inode number for an entry it knows nothing of (fuse.h's FUSE_UNKNOWN_INO).
@@ -194,8 +195,12 @@ static void dh_free (hs_dh_t *dh) {
 struct hs_open_out { uint64_t fh; uint32_t open_flags; uint32_t padding; };
 
 static int reply_opendir (fuse_req_t req, const struct fuse_file_info *fi) {
-  if (hs_conf.entry_timeout <= 0 || hs_conf.attr_timeout <= 0) return fuse_reply_open(req, fi);
-  struct hs_open_out out = { .fh = fi->fh, .open_flags = HS_FOPEN_KEEP_CACHE | HS_FOPEN_CACHE_DIR, .padding = 0 };
+  if (hs_conf.entry_timeout <= 0 || hs_conf.attr_timeout <= 0) {
+    struct fuse_file_info kfi = *fi;
+    kfi.fh = hs_fh_out(fi->fh);
+    return fuse_reply_open(req, &kfi);
+  }
+  struct hs_open_out out = { .fh = hs_fh_out(fi->fh), .open_flags = HS_FOPEN_KEEP_CACHE | HS_FOPEN_CACHE_DIR, .padding = 0 };
   return fuse_reply_buf(req, (const char *) &out, sizeof(out));
 }
 
@@ -528,4 +533,40 @@ void hs_dirs_clear (void) {
     if (tab[i] != NULL) dh_free(tab[i]);
   }
   free(tab);
+}
+
+// ---- reopening a dead daemon's directory handle (handles.c) --------------------------
+
+// An open as OPENDIR makes it, with no reply: the caller's descriptor count
+// taken as at any open (so a dead daemon's directories count again).
+int hs_reopen_dir (uint64_t nodeid, uint32_t uid, uint64_t *inner) {
+  hs_node_t *n = hs_node_get(nodeid);
+  if (n == NULL) return -ESTALE;
+  char *path = NULL;
+  hs_plock_t pl;
+  int err = hs_path_lock(n, NULL, 0, &path, &pl);
+  hs_dh_t *dh = NULL;
+  if (err == 0 && ((dh = calloc(1, sizeof(*dh))) == NULL || (dh->path = strdup(path)) == NULL)) err = -ENOMEM;
+  if (err == 0) {
+    dh->uid = uid;
+    err = homesfs_dh_take(uid, path, &dh->count_fh);
+  }
+  if (err == 0) {
+    pthread_mutex_init(&dh->mu, NULL);
+    if ((*inner = dt_put(dh, 0)) == 0) {
+      dh_free(dh);
+      err = -ENOMEM;
+    }
+    dh = NULL;
+  }
+  if (dh != NULL) {
+    free(dh->path);
+    free(dh);
+  }
+  if (path != NULL) {
+    hs_path_unlock(&pl);
+    free(path);
+  }
+  hs_node_put(n);
+  return err;
 }

@@ -16,6 +16,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include "../channel.h"
 #include "../dataplane.h"
 #include "../fastpath.h"
+#include "handles.h"
 #include "ops.h"
 
 #define STEP_MKNOD 1
@@ -115,7 +117,9 @@ static void open_reply (hs_op_t *op) {
   if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
   hs_node_opened(op->node);
   homesfs_noflush_after_open(0, &op->fi);
-  if (fuse_reply_open(op->req, &op->fi) == -ENOENT) {
+  struct fuse_file_info out = op->fi;
+  out.fh = hs_fh_out(op->fi.fh);
+  if (fuse_reply_open(op->req, &out) == -ENOENT) {
     // The open was interrupted: the kernel will never release this handle.
     char *hidden = NULL;
     hs_release_handle(op, op->fi.fh, op->path);
@@ -173,7 +177,9 @@ static void create_then (hs_op_t *op, int res, const struct stat *st) {
   if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
   if (n != NULL) hs_node_opened(n);
   homesfs_noflush_after_open(0, &op->fi);
-  if (fuse_reply_create(op->req, &op->e, &op->fi) == -ENOENT) {
+  struct fuse_file_info out = op->fi;
+  out.fh = hs_fh_out(op->fi.fh);
+  if (fuse_reply_create(op->req, &op->e, &out) == -ENOENT) {
     char *hidden = NULL;
     hs_release_handle(op, op->fi.fh, op->path);
     if (n != NULL && hs_node_released(n, &hidden)) free(hidden);
@@ -333,6 +339,8 @@ void hs_ll_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   if ((op->node = op_node(op, ino)) == NULL) return;
   op->fi = *fi;
   op->fh = fi->fh;
+  // No handle: a dead daemon's that was never reopened; only the node's open count goes.
+  if (fi->fh == 0) return release_node(op);
   if (fi->flush && !homesfs_flush_is_noop(fi)) {
     op->path = hs_path_peek(op->node);
     op->call.op = HOMESFS_OP_FLUSH;
@@ -359,4 +367,73 @@ void hs_ll_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, of
   op->offset = offset;
   op->length = length;
   op_js(op, file_args, errno_done);
+}
+
+// ---- reopening a dead daemon's handle (handles.c) ------------------------------------
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  int done, res;
+  uint64_t fh;
+} reopen_wait_t;
+
+static void reopen_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  hs_op_t *op = (hs_op_t *) c;
+  reopen_wait_t *w = op->dh;
+  uint64_t fh = res < 0 ? 0 : hs_u32_from_js(env, values, n, 0, 0);
+  op_finish(op);
+  pthread_mutex_lock(&w->mu);
+  w->res = res < 0 ? res : 0;
+  w->fh = fh;
+  w->done = 1;
+  pthread_cond_signal(&w->cond);
+  pthread_mutex_unlock(&w->mu);
+}
+
+// An open as OPEN does it (the fast path's, else JavaScript's), on this
+// worker, waiting for JavaScript: no reply, no open count (the node's count
+// still holds the dead daemon's open, which the handle's RELEASE takes back).
+int hs_reopen_file (uint64_t nodeid, int flags, uint32_t uid, uint32_t gid, uint32_t pid, uint64_t *inner) {
+  hs_node_t *n = hs_node_get(nodeid);
+  if (n == NULL) return -ESTALE;
+  char *path = NULL;
+  hs_plock_t pl;
+  int err = hs_path_lock(n, NULL, 0, &path, &pl);
+  if (err != 0) {
+    hs_node_put(n);
+    return err;
+  }
+  uint64_t fh = 0;
+  int dio = 0;
+  if (homesfs_fastpath_open(path, flags, uid, &fh, &dio) != 0) {
+    reopen_wait_t w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
+    hs_op_t *op = op_new(NULL, HOMESFS_OP_OPEN);
+    if (op == NULL) err = -ENOMEM;
+    else {
+      op->call.uid = uid;
+      op->call.gid = gid;
+      op->call.pid = pid;
+      op->flags = (uint32_t) flags;
+      op->dh = &w;
+      if ((op->path = strdup(path)) == NULL) {
+        op_finish(op);
+        err = -ENOMEM;
+      } else {
+        op_js(op, file_args, reopen_done);
+        pthread_mutex_lock(&w.mu);
+        while (!w.done) pthread_cond_wait(&w.cond, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        err = w.res;
+        fh = w.fh;
+      }
+    }
+  }
+  hs_path_unlock(&pl);
+  free(path);
+  hs_node_put(n);
+  // A handle JavaScript answers "no handle" (0) for cannot stand for the dead one.
+  if (err == 0 && fh == 0) err = -EIO;
+  if (err == 0) *inner = fh;
+  return err;
 }

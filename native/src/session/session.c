@@ -26,9 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/uio.h>
 #include <napi-macros.h>
 
 #include "../channel.h"
+#include "handles.h"
 #include "ops.h"
 #include "handover.h"
 #include "loop.h"
@@ -106,6 +108,8 @@ static int make_args (struct fuse_args *args, const char *opts) {
 int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_opts) {
   if (s_se != NULL) return -EEXIST;
   hs_nodes_init();
+  // A new connection: no handle of another daemon's to tell apart.
+  hs_fh_set_epoch(1);
   struct fuse_args margs, largs;
   if (make_args(&margs, mount_opts) != 0 || make_args(&largs, ll_opts) != 0) return -ENOMEM;
   struct fuse_chan *ch = fuse_mount(mnt, &margs);
@@ -239,6 +243,39 @@ int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len,
   return hs_loop_start(se, ch);
 }
 
+// The kernel sends again every request the connection's daemons read but
+// never answered (Linux 6.9+, FUSE_NOTIFY_RESEND; their uniques marked with
+// bit 63). Written before the first read, so none is read twice.
+#define HS_NOTIFY_RESEND 7
+static int notify_resend (struct fuse_chan *ch) {
+  struct { uint32_t len; int32_t error; uint64_t unique; } out = { 16, HS_NOTIFY_RESEND, 0 };
+  struct iovec iov = { &out, sizeof(out) };
+  return fuse_chan_send(ch, &iov, 1);
+}
+
+int hs_session_revive (int fd, size_t bufsize, const char *init, size_t init_len, uint32_t epoch, const char *ll_opts, int *resent) {
+  if (s_se != NULL) {
+    close(fd);
+    return -EEXIST;
+  }
+  if (!is_init(init, init_len)) {
+    close(fd);
+    return -EINVAL;
+  }
+  struct fuse_session *se = NULL;
+  struct fuse_chan *ch = NULL;
+  int err = adopt_session(fd, bufsize, init, init_len, ll_opts, &se, &ch);
+  if (err != 0) return err;
+  hs_fh_set_epoch(epoch);
+  hs_loop_keep_init(init, init_len);
+  *resent = notify_resend(ch);
+  homesfs_lead_start();
+  s_se = se;
+  s_ch = ch;
+  hs_inval_start(ch);
+  return hs_loop_start(se, ch);
+}
+
 uint32_t hs_session_loop_state (void) {
   return hs_loop_state();
 }
@@ -332,6 +369,64 @@ NAPI_METHOD(hs_session_adopt_js) {
   return out;
 }
 
+// revive(fd, bufsize, init, epoch, lowlevelOpts, conf, dispatch): serve the
+// session of a daemon that died (its descriptor and INIT kept by a holder),
+// on the node table recovered before this (the journal's) -> [0 or -errno,
+// the resend notification's result].
+NAPI_METHOD(hs_session_revive_js) {
+  NAPI_ARGV(7)
+  NAPI_ARGV_INT32(fd, 0)
+  NAPI_ARGV_UINT32(bufsize, 1)
+  size_t ilen = 0;
+  const char *init = buf_of(env, argv[2], &ilen);
+  if (init == NULL) {
+    napi_throw_type_error(env, "EINVAL", "revive: init is a buffer");
+    return NULL;
+  }
+  NAPI_ARGV_UINT32(epoch, 3)
+  NAPI_ARGV_UTF8(lopts, 4096, 4)
+  if (conf_from_js(env, argv[5], argv[6]) != 0) return NULL;
+  int resent = 0;
+  int err = hs_bridge_start(env, argv[6]);
+  if (err == 0) err = hs_session_revive(fd, bufsize, init, ilen, epoch, lopts, &resent);
+  napi_value out, v;
+  napi_create_array_with_length(env, 2, &out);
+  napi_create_int32(env, err, &v);
+  napi_set_element(env, out, 0, v);
+  napi_create_int32(env, resent, &v);
+  napi_set_element(env, out, 1, v);
+  return out;
+}
+
+// fhEpoch(set?) -> the epoch this daemon's handles carry (handles.h).
+NAPI_METHOD(hs_session_fh_epoch_js) {
+  NAPI_ARGV(1)
+  napi_valuetype t = napi_undefined;
+  if (argc >= 1) napi_typeof(env, argv[0], &t);
+  if (t == napi_number) {
+    uint32_t e = 0;
+    napi_get_value_uint32(env, argv[0], &e);
+    hs_fh_set_epoch(e);
+  }
+  napi_value out;
+  napi_create_uint32(env, hs_fh_epoch(), &out);
+  return out;
+}
+
+// -> [requests sent again, of them answered EIO, dead handles reopened]
+NAPI_METHOD(hs_session_handle_stats_js) {
+  uint64_t a = 0, b = 0, c = 0;
+  hs_handles_stats(&a, &b, &c);
+  napi_value out, v;
+  napi_create_array_with_length(env, 3, &out);
+  uint64_t all[3] = { a, b, c };
+  for (uint32_t i = 0; i < 3; i++) {
+    napi_create_double(env, (double) all[i], &v);
+    napi_set_element(env, out, i, v);
+  }
+  return out;
+}
+
 // preimport(nodes): start importing a handed-over node table (see above) -> 0 or -errno.
 NAPI_METHOD(hs_session_preimport_js) {
   NAPI_ARGV(1)
@@ -389,6 +484,8 @@ NAPI_METHOD(hs_session_handed_js) {
     napi_set_named_property(env, out, "nodes", v);
     napi_create_buffer_copy(env, dlen, dirs, &copy, &v);
     napi_set_named_property(env, out, "dirs", v);
+    napi_create_uint32(env, hs_fh_epoch(), &v);
+    napi_set_named_property(env, out, "epoch", v);
   } else {
     napi_throw_error(env, "EIO", "handed: the session's state could not be taken");
   }
@@ -408,6 +505,12 @@ void hs_session_export (napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "session_stats", fn);
   napi_create_function(env, NULL, 0, hs_session_adopt_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_adopt", fn);
+  napi_create_function(env, NULL, 0, hs_session_revive_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_revive", fn);
+  napi_create_function(env, NULL, 0, hs_session_fh_epoch_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_fh_epoch", fn);
+  napi_create_function(env, NULL, 0, hs_session_handle_stats_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_handle_stats", fn);
   napi_create_function(env, NULL, 0, hs_session_preimport_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_preimport", fn);
   napi_create_function(env, NULL, 0, hs_session_pause_js, NULL, &fn);

@@ -15,6 +15,11 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
 // hs_session_adopt to wait for (a copy of the bytes is kept). 0 or -errno.
 int hs_session_preimport (const char *nodes, size_t len);
 int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len, const char *nodes, size_t nodes_len, const char *dirs, size_t dirs_len, const char *ll_opts);
+// Serves the session of a daemon that died: its descriptor (owned) and INIT
+// as a holder kept them, on the node table recovered before (the journal's),
+// handles of epoch `epoch`; the kernel is asked to send again what the dead
+// daemon read but never answered (*resent: that notification's result).
+int hs_session_revive (int fd, size_t bufsize, const char *init, size_t init_len, uint32_t epoch, const char *ll_opts, int *resent);
 // 0 not started, 1 serving, 2 ended (unmounted).
 uint32_t hs_session_loop_state (void);
 void hs_session_export (napi_env env, napi_value exports);
