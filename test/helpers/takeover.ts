@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 
-/** A `homesfs serve --takeover` child: its JSON log lines as they come. */
+/** A `homesfs serve --takeover` child (or, with `takeover` false, a plain `homesfs serve`): its JSON log lines as they come. */
 export interface Successor {
   proc: ChildProcess;
   logs: Array<Record<string, unknown>>;
@@ -8,8 +8,8 @@ export interface Successor {
   stderr: () => string;
 }
 
-export function startSuccessor(bin: string, config: string): Successor {
-  const proc = spawn(process.execPath, [bin, 'serve', '--config', config, '--takeover'], { stdio: ['ignore', 'pipe', 'pipe'] });
+export function startSuccessor(bin: string, config: string, takeover = true): Successor {
+  const proc = spawn(process.execPath, [bin, 'serve', '--config', config, ...(takeover ? ['--takeover'] : [])], { stdio: ['ignore', 'pipe', 'pipe'] });
   const logs: Array<Record<string, unknown>> = [];
   let buf = '';
   let err = '';

@@ -142,6 +142,7 @@ static int dead_find (uint64_t kfh, int take, uint64_t *inner) {
 
 // ---- the filter ----------------------------------------------------------------------
 
+// err: a positive errno (0: success).
 static void answer (struct fuse_chan *ch, uint64_t unique, int err) {
   struct fuse_out_header out = { .len = sizeof(out), .error = -err, .unique = unique };
   struct iovec iov = { &out, sizeof(out) };
@@ -149,8 +150,9 @@ static void answer (struct fuse_chan *ch, uint64_t unique, int err) {
 }
 
 // A request the kernel sent again whose first run may have changed the tree:
-// doing it twice could fail where once succeeded (EEXIST, ENOENT) or change
-// more (a second append).
+// doing it twice could fail where once succeeded (EEXIST, ENOENT). A WRITE
+// is not one: it names a dead daemon's handle, reopened without O_APPEND
+// (reopen_flags), so it lands where the kernel says, once or twice alike.
 static int not_idempotent (const struct fuse_in_header *h, const char *arg, size_t alen) {
   switch (h->opcode) {
     case FUSE_SYMLINK: case FUSE_MKNOD: case FUSE_MKDIR: case FUSE_UNLINK: case FUSE_RMDIR:
@@ -161,12 +163,6 @@ static int not_idempotent (const struct fuse_in_header *h, const char *arg, size
       if (alen < sizeof(in.flags)) return 1;
       memcpy(&in.flags, arg, sizeof(in.flags));
       return (in.flags & O_EXCL) != 0;
-    }
-    case FUSE_WRITE: {
-      struct fuse_write_in in;
-      if (alen < sizeof(in)) return 1;
-      memcpy(&in, arg, sizeof(in));
-      return (in.flags & O_APPEND) != 0;
     }
     default:
       return 0;
@@ -201,7 +197,10 @@ static long fh_offset (const struct fuse_in_header *h, const char *arg, size_t a
 }
 
 // The open flags a dead handle is reopened with: what READ and WRITE say the
-// file was opened with; for the rest, what they need.
+// file was opened with; for the rest, what they need. Never O_APPEND: the
+// kernel already puts an append at its size of the file (generic_write_checks,
+// the size every write through the mount updates), so writing at the
+// request's offset is the same append, and the same bytes if it comes again.
 static int reopen_flags (const struct fuse_in_header *h, const char *arg, size_t alen) {
   uint32_t flags = 0;
   if ((h->opcode == FUSE_READ || h->opcode == FUSE_WRITE) && alen >= sizeof(struct fuse_read_in)) {
@@ -212,7 +211,7 @@ static int reopen_flags (const struct fuse_in_header *h, const char *arg, size_t
   } else {
     flags = O_RDONLY;
   }
-  return (int) (flags & ~(uint32_t) (O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY));
+  return (int) (flags & ~(uint32_t) (O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_APPEND));
 }
 
 // A dead daemon's handle in a request: replaced by ours (reopened if need
@@ -242,7 +241,7 @@ static int redirect (char *fhp, uint64_t kfh, int dir, const struct fuse_in_head
     default: {
       int err = dead_map(kfh, dir, h->nodeid, reopen_flags(h, arg, alen), h, &inner);
       if (err != 0) {
-        answer(ch, h->unique, err);
+        answer(ch, h->unique, -err);
         return 1;
       }
     }
