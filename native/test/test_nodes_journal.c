@@ -19,6 +19,7 @@
 #include "harness.h"
 #include "nodes_helpers.h"
 #include "../src/session/nodes_journal.h"
+#include "../src/session/nodes_journal_internal.h"
 
 static void fresh (void) {
   hs_nodes_clear();
@@ -461,6 +462,61 @@ TEST(garbage_is_refused_and_the_table_left_fresh) {
   CHECK_EQ(count(), 2);
   CHECK_EQ(hs_journal_where(&active, &pos, &gen), -ENOENT);
   for (int i = 0; i < 2; i++) { close(g[i]); close(c[i]); close(t[i]); close(fds[i]); }
+}
+
+// Killed after a compaction committed the new snapshot and before the old
+// memfd was punched: both headers are valid, the newer one wins.
+TEST(the_newest_generation_wins_when_both_are_valid) {
+  fresh();
+  model_t m = { .seed = 31 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  for (int i = 0; i < 300; i++) step(&m, 0);
+  int active;
+  uint64_t pos, gen;
+  REQUIRE(hs_journal_where(&active, &pos, &gen) == 0);
+  int old = copy_upto(fds[active], (size_t) pos);
+  for (int i = 0; i < 300; i++) step(&m, 0);
+  drop_held(&m);
+  REQUIRE(hs_journal_compact() == 0);
+  int now;
+  REQUIRE(hs_journal_where(&now, &pos, &gen) == 0);
+  CHECK(now != active);
+  int both[2];
+  both[active] = old;
+  both[now] = copy_upto(fds[now], (size_t) pos);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(both, want, wlen);
+  free(want);
+  hs_journal_close();
+  close(both[0]);
+  close(both[1]);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// A journal whose lookups do not give the node IDs the kernel was given
+// (here: its snapshot's ID counter moved, checksum and all) is refused.
+TEST(a_replay_that_gives_other_ids_is_refused) {
+  fresh();
+  model_t m = { .seed = 41 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  lookup(&m, HS_ROOT_ID, "first", 50, S_IFREG, 1);
+  hs_journal_close();
+  char *map = mmap(NULL, 2 * JR_HDR, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  REQUIRE(map != MAP_FAILED);
+  jr_hdr_t *h = (jr_hdr_t *) map;
+  uint64_t next_id;
+  memcpy(&next_id, map + JR_HDR + 8, 8);
+  next_id += 5;
+  memcpy(map + JR_HDR + 8, &next_id, 8);
+  h->snap_sum = jr_sum(h->gen, map + JR_HDR, h->snap_len);
+  munmap(map, 2 * JR_HDR);
+  check_refused(fds[0], fds[1], -EINVAL);
+  close(fds[0]);
+  close(fds[1]);
 }
 
 // ---- threads -------------------------------------------------------------------------
