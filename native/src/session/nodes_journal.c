@@ -259,9 +259,9 @@ int hs_journal_open (int fds[2]) {
   struct nt_journal j;
   if (err == 0) err = jr_map(&j, mfd[0], mfd[1]);
   if (err == 0) {
+    hs_nodes_init();  // before a mount, the table the session will use (idempotent)
     pthread_mutex_lock(&hs_nt.mu);
     if (hs_nt.journal != NULL) err = -EBUSY;
-    else if (hs_nt.id_tab == NULL) err = -EINVAL;
     else if ((err = jr_snapshot(&j, 0, 1, 0)) == 0) {
       jr = j;
       hs_nt.journal = &jr;

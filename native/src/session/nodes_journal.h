@@ -8,10 +8,11 @@
 #include <stdint.h>
 
 // Two new memfds (fds[0], fds[1]; close-on-exec, the caller's to keep and
-// pass on), a snapshot of the current table in the first, and every later
-// mutation journaled. 0 or -errno (-EBUSY: a journal is on).
+// pass on), a snapshot of the current table in the first (the table is
+// initialised if it was not), and every later mutation journaled. 0 or -errno (-EBUSY: a journal is on).
 int hs_journal_open (int fds[2]);
-// A resuming daemon, its table fresh (hs_nodes_init, nothing served): the
+// A resuming daemon, its table fresh (nothing served; initialised here if
+// hs_nodes_init was not called yet): the
 // table the journal in fd0/fd1 holds (the newest valid snapshot and the
 // complete records after it), and journaling goes on into the same memfds.
 // 0, -EINVAL (not a journal, or one that does not replay: the table is left

@@ -197,6 +197,7 @@ static int jr_load (struct nt_journal *j, int at, uint64_t gen, size_t *pos) {
 }
 
 int hs_journal_recover (int fd0, int fd1) {
+  hs_nodes_init();  // before the session starts, the table it will use (idempotent)
   if (!jr_table_free(1)) return -EBUSY;
   struct nt_journal j;
   int err = jr_map(&j, fd0, fd1);
