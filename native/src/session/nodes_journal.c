@@ -50,6 +50,10 @@
 
 #include "nodes_internal.h"
 #include "nodes_journal.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 #include "nodes_journal_internal.h"
 
 struct nt_journal jr;
@@ -81,6 +85,9 @@ static int jr_room (struct nt_journal *j, int at, size_t *reserved, size_t end) 
   size_t to = (end + JR_CHUNK - 1) / JR_CHUNK * JR_CHUNK;
   if (to > j->size[at]) to = j->size[at];
   if (fallocate(j->fd[at], 0, (off_t) *reserved, (off_t) (to - *reserved)) != 0) return -errno;
+  // Mapped ahead too: one call instead of a page fault per page under the
+  // mutex (a kernel without it faults them in as before).
+  (void) madvise(j->map[at] + *reserved, to - *reserved, MADV_POPULATE_WRITE);
   *reserved = to;
   return 0;
 }
