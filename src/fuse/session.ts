@@ -31,6 +31,17 @@ export interface SessionRaw {
   session_paused(): boolean;
   session_resume(): void;
   session_handed(): Handed;
+  /**
+   * The node table's crash journal (native/src/session/nodes_journal.h):
+   * two memfds for the holder to keep ([fd0, fd1], or -errno); a recovery
+   * into a fresh table from them (the stored epoch, or -errno); a rebase
+   * after a live handover's import (0 or -errno); the stored epoch, set
+   * first when given (the epoch, or -ENOENT: no journal).
+   */
+  session_journal_open(): [number, number] | number;
+  session_journal_recover(fd0: number, fd1: number): number;
+  session_journal_rebase(fd0: number, fd1: number): number;
+  session_journal_epoch(set?: number): number;
   hs_session_reply(id: number, res: number, ...values: unknown[]): void;
   hs_session_unref(): void;
   fuse_native_set_flush_gate(gate: Buffer): void;

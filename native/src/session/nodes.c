@@ -223,6 +223,8 @@ void hs_nodes_clear (void) {
   hs_nt.id_tab = NULL; hs_nt.ino_tab = NULL; hs_nt.alias_tab = NULL; hs_nt.root = NULL;
   hs_nt.id_count = hs_nt.ino_count = hs_nt.alias_count = 0;
   hs_nt.next_id = HS_ROOT_ID + 1;
+  hs_nt.hide_ctr = 0;
+  nt_jr_detach();
   pthread_mutex_unlock(&hs_nt.mu);
 }
 
@@ -274,8 +276,18 @@ static void alias_prefer (hs_alias_t *a, uint32_t nlink) {
   n->aliases = a;
 }
 
+// Under hs_nt.mu: a found that failed part way still used a node ID (the
+// journal keeps the counter; the stale names it dropped are the next
+// lookup's to drop again).
+static int found_failed (uint64_t next_id) {
+  if (hs_nt.journal != NULL && hs_nt.next_id != next_id) nt_jr_value(HS_JR_NEXT_ID, hs_nt.next_id);
+  pthread_mutex_unlock(&hs_nt.mu);
+  return -ENOMEM;
+}
+
 int hs_node_found (hs_node_t *parent, const char *name, uint64_t ino, uint32_t type, uint32_t nlink, uint64_t *nodeid) {
   pthread_mutex_lock(&hs_nt.mu);
+  uint64_t next_id = hs_nt.next_id;
   type &= S_IFMT;
   hs_node_t *n = NULL;
   hs_alias_t *a = nt_alias_find(parent, name);
@@ -296,15 +308,11 @@ int hs_node_found (hs_node_t *parent, const char *name, uint64_t ino, uint32_t t
   }
   if (n == NULL) {
     n = node_new(ino, type);
-    if (n == NULL) {
-      pthread_mutex_unlock(&hs_nt.mu);
-      return -ENOMEM;
-    }
+    if (n == NULL) return found_failed(next_id);
   }
   if (nt_alias_add(parent, name, n) != 0) {
     nt_node_free_if_unused(n);
-    pthread_mutex_unlock(&hs_nt.mu);
-    return -ENOMEM;
+    return found_failed(next_id);
   }
   nt_ino_add(n);
   a = nt_alias_find(parent, name);
@@ -312,6 +320,7 @@ found:
   alias_prefer(a, nlink);
   n->nlookup++;
   *nodeid = n->nodeid;
+  if (hs_nt.journal != NULL) nt_jr_found(parent->nodeid, name, ino, type, nlink, n->nodeid);
   pthread_mutex_unlock(&hs_nt.mu);
   return 0;
 }
@@ -329,6 +338,7 @@ void hs_node_forget (uint64_t nodeid, uint64_t nlookup) {
       nt_node_free_if_unused(n);
     }
   }
+  if (hs_nt.journal != NULL) nt_jr_forget(nodeid, nlookup);
   pthread_mutex_unlock(&hs_nt.mu);
 }
 
@@ -342,6 +352,7 @@ void hs_node_removed (hs_node_t *parent, const char *name) {
     n->refs--;
     nt_node_free_if_unused(n);
   }
+  if (hs_nt.journal != NULL) nt_jr_removed(parent->nodeid, name);
   pthread_mutex_unlock(&hs_nt.mu);
 }
 
@@ -366,6 +377,7 @@ int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *n
     n->refs--;
     nt_node_free_if_unused(n);
   }
+  if (hs_nt.journal != NULL) nt_jr_renamed(op->nodeid, on, np->nodeid, nn);
   pthread_mutex_unlock(&hs_nt.mu);
   return err;
 }
@@ -375,6 +387,7 @@ int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *n
 void hs_node_opened (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   n->open_count++;
+  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_OPENED, n->nodeid);
   pthread_mutex_unlock(&hs_nt.mu);
 }
 
@@ -396,6 +409,7 @@ int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t 
       snprintf(buf, size, ".fuse_hidden%08x%08x", (unsigned int) a->node->nodeid, (unsigned int) hs_nt.hide_ctr);
     } while (nt_alias_find(parent, buf) != NULL);
     err = 0;
+    if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDE_CTR, hs_nt.hide_ctr);
   }
   pthread_mutex_unlock(&hs_nt.mu);
   return err;
@@ -404,6 +418,7 @@ int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t 
 void hs_node_mark_hidden (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   n->hidden = 1;
+  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDDEN, n->nodeid);
   pthread_mutex_unlock(&hs_nt.mu);
 }
 
@@ -422,6 +437,7 @@ int hs_node_released (hs_node_t *n, char **path) {
     n->hidden = 0;
     if (nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) unlink_hidden = 1;
   }
+  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_RELEASED, n->nodeid);
   pthread_mutex_unlock(&hs_nt.mu);
   return unlink_hidden;
 }

@@ -22,10 +22,9 @@
 #define NT_MAGIC 0x544e5348u  // "HSNT"
 #define NT_VERSION 1u
 
-typedef struct { char *p; size_t len, cap; } nt_buf_t;
-
 static int reserve (nt_buf_t *b, size_t n) {
   if (b->len + n <= b->cap) return 0;
+  if (b->grow != NULL) return b->grow(b, b->len + n);
   size_t ncap = b->cap == 0 ? 4096 : b->cap;
   while (ncap < b->len + n) ncap *= 2;
   char *np = realloc(b->p, ncap);
@@ -36,24 +35,24 @@ static int reserve (nt_buf_t *b, size_t n) {
 }
 
 static int put (nt_buf_t *b, const void *v, size_t n) {
-  if (reserve(b, n) != 0) return -ENOMEM;
+  int err = reserve(b, n);
+  if (err != 0) return err;
   memcpy(b->p + b->len, v, n);
   b->len += n;
   return 0;
 }
 
-#define PUT(b, v) do { __typeof__(v) put_v_ = (v); if (put((b), &put_v_, sizeof(put_v_)) != 0) goto fail; } while (0)
+#define PUT(b, v) do { __typeof__(v) put_v_ = (v); if ((err = put((b), &put_v_, sizeof(put_v_))) != 0) goto fail; } while (0)
 
-int hs_nodes_export (char **out, size_t *len) {
-  nt_buf_t b = { NULL, 0, 0 };
-  pthread_mutex_lock(&hs_nt.mu);
+int nt_export_locked (nt_buf_t *b) {
+  int err = -ENOMEM;
   // Sized for every node with one short name: one allocation in the usual case.
-  if (reserve(&b, hs_nt.id_count * 64 + 64) != 0) goto fail;
-  PUT(&b, (uint32_t) NT_MAGIC);
-  PUT(&b, (uint32_t) NT_VERSION);
-  PUT(&b, (uint64_t) hs_nt.next_id);
-  PUT(&b, (uint64_t) hs_nt.hide_ctr);
-  PUT(&b, (uint64_t) (hs_nt.id_count - 1));
+  if ((err = reserve(b, hs_nt.id_count * 64 + 64)) != 0) return err;
+  PUT(b, (uint32_t) NT_MAGIC);
+  PUT(b, (uint32_t) NT_VERSION);
+  PUT(b, (uint64_t) hs_nt.next_id);
+  PUT(b, (uint64_t) hs_nt.hide_ctr);
+  PUT(b, (uint64_t) (hs_nt.id_count - 1));
   for (size_t i = 0; i < hs_nt.id_size; i++) {
     // The nodes of buckets ahead are fetched while this one is written (the walk waits on memory).
     if (i + 8 < hs_nt.id_size && hs_nt.id_tab[i + 8] != NULL) __builtin_prefetch(hs_nt.id_tab[i + 8]);
@@ -61,28 +60,37 @@ int hs_nodes_export (char **out, size_t *len) {
       if (n == hs_nt.root) continue;
       uint32_t na = 0;
       for (hs_alias_t *a = n->aliases; a != NULL; a = a->next) na++;
-      PUT(&b, (uint64_t) n->nodeid);
-      PUT(&b, (uint64_t) n->ino);
-      PUT(&b, (uint32_t) n->type);
-      PUT(&b, (uint32_t) n->open_count);
-      PUT(&b, (uint32_t) n->hidden);
-      PUT(&b, na);
-      PUT(&b, (uint64_t) n->nlookup);
+      PUT(b, (uint64_t) n->nodeid);
+      PUT(b, (uint64_t) n->ino);
+      PUT(b, (uint32_t) n->type);
+      PUT(b, (uint32_t) n->open_count);
+      PUT(b, (uint32_t) n->hidden);
+      PUT(b, na);
+      PUT(b, (uint64_t) n->nlookup);
       for (hs_alias_t *a = n->aliases; a != NULL; a = a->next) {
-        PUT(&b, (uint64_t) a->parent->nodeid);
-        PUT(&b, (uint32_t) a->len);
-        if (put(&b, a->name, a->len) != 0) goto fail;
+        PUT(b, (uint64_t) a->parent->nodeid);
+        PUT(b, (uint32_t) a->len);
+        if ((err = put(b, a->name, a->len)) != 0) return err;
       }
     }
   }
+  return 0;
+fail:
+  return err;
+}
+
+int hs_nodes_export (char **out, size_t *len) {
+  nt_buf_t b = { NULL, 0, 0, NULL, NULL };
+  pthread_mutex_lock(&hs_nt.mu);
+  int err = nt_export_locked(&b);
   pthread_mutex_unlock(&hs_nt.mu);
+  if (err != 0) {
+    free(b.p);
+    return err;
+  }
   *out = b.p;
   *len = b.len;
   return 0;
-fail:
-  pthread_mutex_unlock(&hs_nt.mu);
-  free(b.p);
-  return -ENOMEM;
 }
 
 typedef struct { const char *p; size_t len, at; } nt_in_t;
@@ -190,8 +198,13 @@ int hs_nodes_import (const char *buf, size_t len) {
   hs_node_t **made = NULL;
   int err = -EINVAL;
   pthread_mutex_lock(&hs_nt.mu);
-  // Only into a table that has served nothing yet.
+  // Only into a table that has served nothing yet (and journals nothing: the
+  // journal would miss what the import adds; hs_journal_rebase follows it).
   if (hs_nt.id_tab == NULL || hs_nt.id_count != 1 || hs_nt.alias_count != 0) goto out;
+  if (hs_nt.journal != NULL) {
+    err = -EBUSY;
+    goto out;
+  }
   GET(&in, magic); GET(&in, version); GET(&in, nid); GET(&in, hctr); GET(&in, count);
   if (magic != NT_MAGIC || version != NT_VERSION) goto out;
   // A count the buffer cannot hold is refused before anything is allocated for it.

@@ -51,6 +51,7 @@ typedef struct {
   uint64_t next_id;
   uint64_t hide_ctr;
   hs_node_t *root;
+  struct nt_journal *journal;   // NULL: mutations are not journaled (nodes_journal.c)
 } hs_nt_t;
 
 extern hs_nt_t hs_nt;
@@ -73,6 +74,25 @@ void nt_alias_del (hs_alias_t *a);
 // Frees n once nothing holds it: no lookup the kernel still counts, no
 // reference. Its names go with it.
 void nt_node_free_if_unused (hs_node_t *n);
+
+// The table as bytes (nodes_handover.c's format), under hs_nt.mu, into b:
+// a malloc'd buffer that grows, or with `grow`, memory the caller provides
+// (grow makes room for `need` bytes in all or fails). 0 or -errno.
+typedef struct nt_buf { char *p; size_t len, cap; int (*grow) (struct nt_buf *b, size_t need); void *ctx; } nt_buf_t;
+int nt_export_locked (nt_buf_t *b);
+
+// The journal's records (nodes_journal.c), under hs_nt.mu, after the
+// mutation they name was made: each public mutation of nodes.c calls its
+// one when hs_nt.journal is set (never otherwise: no cost when off).
+void nt_jr_found (uint64_t parent, const char *name, uint64_t ino, uint32_t type, uint32_t nlink, uint64_t nodeid);
+void nt_jr_forget (uint64_t nodeid, uint64_t nlookup);
+void nt_jr_removed (uint64_t parent, const char *name);
+void nt_jr_renamed (uint64_t op, const char *on, uint64_t np, const char *nn);
+// HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED (a node), HS_JR_HIDE_CTR, HS_JR_NEXT_ID (a value).
+enum { HS_JR_FOUND = 1, HS_JR_FORGET, HS_JR_REMOVED, HS_JR_RENAMED, HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED, HS_JR_HIDE_CTR, HS_JR_NEXT_ID };
+void nt_jr_value (uint32_t kind, uint64_t v);
+// hs_nodes_clear: journaling stops (the memfds are the caller's; only unmapped).
+void nt_jr_detach (void);
 
 // Builds (and with `lock`, locks) the path of (dir, name) (nodes_paths.c).
 // -EAGAIN: a conflicting lock, nothing held.

@@ -524,4 +524,5 @@ void hs_session_export (napi_env env, napi_value exports) {
   hs_bridge_export(env, exports);
   hs_handover_export(env, exports);
   hs_inval_export(env, exports);
+  hs_journal_export(env, exports);
 }

@@ -23,4 +23,6 @@ int hs_session_revive (int fd, size_t bufsize, const char *init, size_t init_len
 // 0 not started, 1 serving, 2 ended (unmounted).
 uint32_t hs_session_loop_state (void);
 void hs_session_export (napi_env env, napi_value exports);
+// The node journal's exports (journal_js.c).
+void hs_journal_export (napi_env env, napi_value exports);
 #endif

@@ -1,0 +1,39 @@
+// A crash-safe journal of the node table (nodes_journal.c): two memfds that
+// another process (the holder) keeps open, so that a daemon started after
+// this one died at any instruction rebuilds the table the kernel still
+// refers to. Off (no cost) until opened, recovered or rebased.
+#ifndef HOMESFS_NODES_JOURNAL_H
+#define HOMESFS_NODES_JOURNAL_H
+#include <stddef.h>
+#include <stdint.h>
+
+// Two new memfds (fds[0], fds[1]; close-on-exec, the caller's to keep and
+// pass on), a snapshot of the current table in the first (the table is
+// initialised if it was not), and every later mutation journaled. 0 or -errno (-EBUSY: a journal is on).
+int hs_journal_open (int fds[2]);
+// A resuming daemon, its table fresh (nothing served; initialised here if
+// hs_nodes_init was not called yet): the
+// table the journal in fd0/fd1 holds (the newest valid snapshot and the
+// complete records after it), and journaling goes on into the same memfds.
+// 0, -EINVAL (not a journal, or one that does not replay: the table is left
+// fresh), -EBUSY (a journal is on, or the table is not fresh) or -errno.
+int hs_journal_recover (int fd0, int fd1);
+// A successor that imported the table from a live handover's bytes: a
+// snapshot of the current table as a new generation in fd0/fd1, then
+// journaling there (the stored epoch is kept). 0 or -errno.
+int hs_journal_rebase (int fd0, int fd1);
+// The epoch stored in the journal's header (the session's own file handles
+// are told from a dead daemon's by it). 0 or -ENOENT (no journal).
+int hs_journal_epoch_get (uint64_t *epoch);
+int hs_journal_epoch_set (uint64_t epoch);
+// Journaling stops; the memfds stay the caller's (they are only unmapped).
+void hs_journal_close (void);
+
+// For tests and measurements: a compaction now (0 or -errno), the log size
+// past which one happens by itself (0: the default, max(64 MiB, 4 x the
+// snapshot)), and where the next record goes (the memfd, 0 or 1; the byte
+// offset in it; its generation).
+int hs_journal_compact (void);
+void hs_journal_set_limit (size_t bytes);
+int hs_journal_where (int *active, uint64_t *pos, uint64_t *gen);
+#endif

@@ -1,0 +1,579 @@
+// session/nodes_journal.c: the node table journaled into two memfds, and
+// recovered from them by a fresh table as if the daemon had been killed. A
+// recovered table must be the original's (its export, with the nodes in ID
+// order: the export walks hash buckets, whose order is not the table's
+// content), including after a torn last record, compactions, a second
+// crash, a live-handover rebase and threads racing compactions; and garbage
+// must be refused with the table left fresh. Plain C, no libfuse, no Node;
+// run under ASan/UBSan and TSan.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "harness.h"
+#include "nodes_helpers.h"
+#include "../src/session/nodes_journal.h"
+#include "../src/session/nodes_journal_internal.h"
+
+static void fresh (void) {
+  hs_nodes_clear();
+  hs_nodes_init();
+}
+
+// ---- the table as comparable bytes -------------------------------------------------
+
+typedef struct { uint64_t id; const char *p; size_t len; } rec_t;
+
+static int rec_cmp (const void *a, const void *b) {
+  uint64_t x = ((const rec_t *) a)->id, y = ((const rec_t *) b)->id;
+  return x < y ? -1 : x > y;
+}
+
+// The export's header then its node records in ID order (malloc'd, *len).
+static char *canon (size_t *len) {
+  char *buf = NULL;
+  size_t n = 0;
+  if (hs_nodes_export(&buf, &n) != 0) return NULL;
+  uint64_t count;
+  memcpy(&count, buf + 24, 8);
+  rec_t *recs = calloc(count + 1, sizeof(*recs));
+  size_t at = 32;
+  for (uint64_t i = 0; i < count; i++) {
+    size_t start = at;
+    uint32_t na;
+    memcpy(&recs[i].id, buf + at, 8);
+    memcpy(&na, buf + at + 28, 4);
+    at += 40;
+    for (uint32_t k = 0; k < na; k++) {
+      uint32_t l;
+      memcpy(&l, buf + at + 8, 4);
+      at += 12 + l;
+    }
+    recs[i].p = buf + start;
+    recs[i].len = at - start;
+  }
+  qsort(recs, count, sizeof(*recs), rec_cmp);
+  char *out = malloc(n);
+  memcpy(out, buf, 32);
+  size_t o = 32;
+  for (uint64_t i = 0; i < count; i++) { memcpy(out + o, recs[i].p, recs[i].len); o += recs[i].len; }
+  free(recs);
+  free(buf);
+  *len = o;
+  return out;
+}
+
+#define CHECK_SAME(a, alen, b, blen) do { \
+    CHECK_EQ((alen), (blen)); \
+    CHECK((alen) == (blen) && memcmp((a), (b), (alen)) == 0); \
+  } while (0)
+
+// The current table as recovered by a "new daemon" from fds: equal to want.
+static void check_recovers (int fds[2], const char *want, size_t wlen) {
+  fresh();
+  CHECK_EQ(hs_journal_recover(fds[0], fds[1]), 0);
+  size_t len = 0;
+  char *got = canon(&len);
+  REQUIRE(got != NULL);
+  CHECK_SAME(got, len, want, wlen);
+  free(got);
+}
+
+// ---- a random kernel ------------------------------------------------------------------
+
+typedef struct { uint64_t id, lookups, dir; uint32_t type, opens; char name[8]; } known_t;
+typedef struct {
+  unsigned seed;
+  known_t kn[512];
+  int nk;
+  hs_node_t *held[8];   // references of requests "in flight"
+  int nheld;
+} model_t;
+
+static unsigned rnd (model_t *m, unsigned n) {
+  m->seed = m->seed * 1103515245u + 12345u;
+  return (m->seed >> 8) % n;
+}
+
+static known_t *known_of (model_t *m, uint64_t id) {
+  for (int i = 0; i < m->nk; i++) if (m->kn[i].id == id) return &m->kn[i];
+  return NULL;
+}
+
+// A directory the kernel knows (the root included).
+static uint64_t some_dir (model_t *m) {
+  int n = 0;
+  uint64_t pick = HS_ROOT_ID;
+  for (int i = 0; i < m->nk; i++) if (m->kn[i].type == S_IFDIR && rnd(m, (unsigned) ++n + 1) == 0) pick = m->kn[i].id;
+  return pick;
+}
+
+static uint64_t lookup (model_t *m, uint64_t dir, const char *name, uint64_t ino, uint32_t type, uint32_t nlink) {
+  hs_node_t *d = hs_node_get(dir);
+  if (d == NULL) return 0;
+  uint64_t id = found_n(d, name, ino, type, nlink);
+  hs_node_put(d);
+  known_t *k = known_of(m, id);
+  if (k == NULL && m->nk < 512) {
+    k = &m->kn[m->nk++];
+    memset(k, 0, sizeof(*k));
+    k->id = id;
+    k->type = type;
+  }
+  if (k != NULL) {
+    k->lookups++;
+    k->dir = dir;
+    snprintf(k->name, sizeof(k->name), "%s", name);
+  }
+  return id;
+}
+
+static void forget_some (model_t *m) {
+  if (m->nk == 0) return;
+  int i = (int) rnd(m, (unsigned) m->nk);
+  known_t *k = &m->kn[i];
+  if (k->opens > 0) return;  // the kernel does not forget an open file
+  uint64_t n = 1 + rnd(m, (unsigned) k->lookups);
+  hs_node_forget(k->id, n);
+  k->lookups -= n;
+  if (k->lookups == 0) m->kn[i] = m->kn[--m->nk];
+}
+
+static void with_node (uint64_t id, void (*fn) (hs_node_t *)) {
+  hs_node_t *n = hs_node_get(id);
+  if (n != NULL) fn(n);
+  hs_node_put(n);
+}
+
+static void release (hs_node_t *n) {
+  char *p = NULL;
+  hs_node_released(n, &p);
+  free(p);
+}
+
+// An open file unlinked: hidden, as the session does it.
+static void hide (model_t *m, known_t *k) {
+  hs_node_t *d = hs_node_get(k->dir);
+  if (d == NULL) return;
+  char hidden[64];
+  if (hs_node_must_hide(d, k->name) && hs_node_hidden_name(d, k->name, hidden, sizeof(hidden)) == 0) {
+    CHECK_EQ(hs_node_renamed(d, k->name, d, hidden), 0);
+    with_node(k->id, hs_node_mark_hidden);
+  }
+  hs_node_put(d);
+}
+
+static void hold_or_drop (model_t *m) {
+  if (m->nheld > 0 && rnd(m, 2) == 0) hs_node_put(m->held[--m->nheld]);
+  else if (m->nheld < 8 && m->nk > 0) {
+    hs_node_t *n = hs_node_get(m->kn[rnd(m, (unsigned) m->nk)].id);
+    if (n != NULL) m->held[m->nheld++] = n;
+  }
+}
+
+static const char *NAMES[] = { "a", "b", "c", "d", "e", "f" };
+
+// One random call of the table's mutations (and, with `compact`, now and
+// then a compaction).
+static void step (model_t *m, int compact) {
+  const char *name = NAMES[rnd(m, 6)];
+  uint64_t ino = 10 + rnd(m, 60);
+  uint32_t type = ino % 4 == 0 ? S_IFDIR : S_IFREG;
+  known_t *k = m->nk > 0 ? &m->kn[rnd(m, (unsigned) m->nk)] : NULL;
+  switch (rnd(m, 12)) {
+  case 0: case 1: case 2: lookup(m, some_dir(m), name, ino, type, ino % 5 == 0 ? 2 : 1); break;
+  case 3: case 4: forget_some(m); break;
+  case 5: { hs_node_t *d = hs_node_get(some_dir(m)); if (d) hs_node_removed(d, name); hs_node_put(d); break; }
+  case 6: {
+    hs_node_t *d1 = hs_node_get(some_dir(m)), *d2 = hs_node_get(some_dir(m));
+    if (d1 && d2) CHECK_EQ(hs_node_renamed(d1, name, d2, NAMES[rnd(m, 6)]), 0);
+    hs_node_put(d1); hs_node_put(d2);
+    break;
+  }
+  case 7: if (k && k->type == S_IFREG) { with_node(k->id, hs_node_opened); k->opens++; } break;
+  case 8: if (k && k->opens > 0) hide(m, k); break;
+  case 9: if (k && k->opens > 0) { with_node(k->id, release); k->opens--; } break;
+  case 10: hold_or_drop(m); break;
+  case 11: if (compact && rnd(m, 20) == 0) CHECK_EQ(hs_journal_compact(), 0); break;
+  }
+}
+
+static void drop_held (model_t *m) {
+  while (m->nheld > 0) hs_node_put(m->held[--m->nheld]);
+}
+
+static void close_fds (int fds[2]) {
+  hs_journal_close();
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// ---- recovery ------------------------------------------------------------------------
+
+TEST(random_sequences_recover_the_same_table) {
+  for (unsigned seed = 1; seed <= 12; seed++) {
+    model_t m = { .seed = seed };
+    fresh();
+    int fds[2];
+    REQUIRE(hs_journal_open(fds) == 0);
+    for (int i = 0; i < 3000; i++) step(&m, seed % 2);
+    drop_held(&m);
+    size_t wlen = 0;
+    char *want = canon(&wlen);
+    REQUIRE(want != NULL);
+    check_recovers(fds, want, wlen);
+    free(want);
+    close_fds(fds);
+  }
+}
+
+// A node held only by a request when the snapshot was taken (forgotten, its
+// name gone) and freed when the request ends: not in the recovered table.
+// And a forget whose node a request still holds replays as a free.
+TEST(nodes_held_only_by_requests_are_not_recovered) {
+  fresh();
+  model_t m = { .seed = 7 };
+  uint64_t d = lookup(&m, HS_ROOT_ID, "d", 8, S_IFDIR, 2);
+  uint64_t f = lookup(&m, d, "f", 9, S_IFREG, 1);
+  uint64_t g = lookup(&m, d, "g", 11, S_IFREG, 1);
+  hs_node_t *hf = hs_node_get(f), *hg = hs_node_get(g);
+  hs_node_forget(f, 1);
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);   // its snapshot holds f, held only by hf
+  hs_node_forget(g, 1);                 // journaled while hg holds g
+  hs_node_put(hf);
+  hs_node_put(hg);
+  CHECK(path_of(f) == NULL);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(fds, want, wlen);
+  CHECK_EQ(count(), 2);
+  CHECK_PATH(d, "/d");
+  free(want);
+  close_fds(fds);
+}
+
+// A copy of memfd src: its first `upto` bytes, zeros after (the same size).
+static int copy_upto (int src, size_t upto) {
+  struct stat st;
+  if (fstat(src, &st) != 0) return -1;
+  int fd = memfd_create("test-journal", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, st.st_size) != 0) return -1;
+  if (upto > 0) {
+    char *m = mmap(NULL, upto, PROT_READ, MAP_SHARED, src, 0);
+    if (m == MAP_FAILED || pwrite(fd, m, upto, 0) != (ssize_t) upto) return -1;
+    munmap(m, upto);
+  }
+  return fd;
+}
+
+// Killed in the middle of a record, at any byte of it: the table as of the
+// last record complete.
+TEST(a_torn_record_recovers_the_table_before_it) {
+  enum { LAST = 6 };
+  fresh();
+  model_t m = { .seed = 99 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  for (int i = 0; i < 400; i++) step(&m, 0);
+  drop_held(&m);
+  char *want[LAST + 1];
+  size_t wlen[LAST + 1];
+  uint64_t pos[LAST + 1], gen;
+  int active;
+  // The last calls: a lookup, a rename, an open, a hidden-name counter, a removal, a forget.
+  uint64_t d = some_dir(&m), id = 0;
+  for (int i = 0; i <= LAST; i++) {
+    hs_node_t *dn = hs_node_get(d);
+    char hidden[64];
+    if (i == 1) id = lookup(&m, d, "new-name", 500, S_IFREG, 1);
+    if (i == 2) CHECK_EQ(hs_node_renamed(dn, "new-name", dn, "moved"), 0);
+    if (i == 3) with_node(d, hs_node_opened);
+    if (i == 4) CHECK_EQ(hs_node_hidden_name(dn, "moved", hidden, sizeof(hidden)), 0);
+    if (i == 5) hs_node_removed(dn, "moved");
+    if (i == 6) hs_node_forget(id, 1);
+    hs_node_put(dn);
+    want[i] = canon(&wlen[i]);
+    REQUIRE(hs_journal_where(&active, &pos[i], &gen) == 0);
+    if (i > 0) CHECK(pos[i] > pos[i - 1]);   // each call wrote one record
+  }
+  CHECK_EQ(active, 0);
+  // A record is complete once its last byte that is not zero is written
+  // (the bytes after it are zero anyway).
+  uint64_t last[LAST + 1];
+  char *map = mmap(NULL, (size_t) pos[LAST], PROT_READ, MAP_SHARED, fds[0], 0);
+  REQUIRE(map != MAP_FAILED);
+  last[0] = 0;
+  for (int i = 1; i <= LAST; i++) {
+    last[i] = pos[i] - 1;
+    while (map[last[i]] == 0) last[i]--;
+    CHECK(last[i] >= pos[i - 1] + 8);   // the body has bytes that are not zero
+  }
+  munmap(map, (size_t) pos[LAST]);
+  for (uint64_t cut = pos[0]; cut <= pos[LAST]; cut++) {
+    int cfd[2] = { copy_upto(fds[0], (size_t) cut), copy_upto(fds[1], 0) };
+    REQUIRE(cfd[0] >= 0 && cfd[1] >= 0);
+    int i = LAST;
+    while (i > 0 && last[i] >= cut) i--;
+    check_recovers(cfd, want[i], wlen[i]);
+    hs_journal_close();
+    close(cfd[0]);
+    close(cfd[1]);
+  }
+  for (int i = 0; i <= LAST; i++) free(want[i]);
+  close_fds(fds);
+}
+
+TEST(compactions_switch_memfds_and_recover) {
+  fresh();
+  hs_journal_set_limit(4096);
+  model_t m = { .seed = 5 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  uint64_t d = lookup(&m, HS_ROOT_ID, "many", 4, S_IFDIR, 2);
+  char name[32];
+  for (int i = 0; i < 3000; i++) {
+    snprintf(name, sizeof(name), "file-%d", i);
+    lookup(&m, d, name, 1000 + (uint64_t) i, S_IFREG, 1);
+    if (i % 3 == 0) step(&m, 0);
+  }
+  drop_held(&m);
+  int active;
+  uint64_t pos, gen;
+  REQUIRE(hs_journal_where(&active, &pos, &gen) == 0);
+  CHECK(gen > 3);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(fds, want, wlen);
+  free(want);
+  hs_journal_set_limit(0);
+  close_fds(fds);
+}
+
+// Crashed, recovered, crashed again: the journal went on in the same memfds
+// (and the epoch the resumer set is the one the next one reads).
+TEST(a_second_crash_recovers_from_the_same_memfds) {
+  fresh();
+  model_t m = { .seed = 11 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  uint64_t epoch = 99;
+  CHECK_EQ(hs_journal_epoch_get(&epoch), 0);
+  CHECK_EQ(epoch, 0);
+  for (int i = 0; i < 800; i++) step(&m, 1);
+  drop_held(&m);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(fds, want, wlen);
+  free(want);
+  CHECK_EQ(hs_journal_epoch_get(&epoch), 0);
+  CHECK_EQ(hs_journal_epoch_set(epoch + 1), 0);
+  for (int i = 0; i < 800; i++) step(&m, 1);
+  drop_held(&m);
+  want = canon(&wlen);
+  check_recovers(fds, want, wlen);
+  CHECK_EQ(hs_journal_epoch_get(&epoch), 0);
+  CHECK_EQ(epoch, 1);
+  free(want);
+  close_fds(fds);
+}
+
+// A live handover's successor imports the bytes, then journals into the
+// memfds it was handed: a crash after that recovers its table.
+TEST(a_rebase_after_an_import_journals_on) {
+  fresh();
+  model_t m = { .seed = 21 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  CHECK_EQ(hs_journal_epoch_set(41), 0);
+  for (int i = 0; i < 500; i++) step(&m, 0);
+  drop_held(&m);
+  char *bytes = NULL;
+  size_t blen = 0;
+  REQUIRE(hs_nodes_export(&bytes, &blen) == 0);
+  fresh();
+  CHECK_EQ(hs_nodes_import(bytes, blen), 0);
+  CHECK_EQ(hs_journal_rebase(fds[0], fds[1]), 0);
+  uint64_t epoch = 0;
+  CHECK_EQ(hs_journal_epoch_get(&epoch), 0);
+  CHECK_EQ(epoch, 41);
+  for (int i = 0; i < 500; i++) step(&m, 0);
+  drop_held(&m);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(fds, want, wlen);
+  free(want);
+  free(bytes);
+  close_fds(fds);
+}
+
+static void check_refused (int fd0, int fd1, int want) {
+  fresh();
+  CHECK_EQ(hs_journal_recover(fd0, fd1), want);
+  CHECK_EQ(count(), 1);
+  uint64_t e;
+  CHECK_EQ(hs_journal_epoch_get(&e), -ENOENT);   // journaling did not start
+  hs_node_t *r = root();
+  CHECK(r != NULL && hs_node_id(r) == HS_ROOT_ID);
+  hs_node_put(r);
+}
+
+TEST(garbage_is_refused_and_the_table_left_fresh) {
+  int g[2];
+  model_t m = { .seed = 3 };
+  for (int i = 0; i < 2; i++) {
+    g[i] = memfd_create("garbage", MFD_CLOEXEC);
+    char buf[65536];
+    for (size_t k = 0; k < sizeof(buf); k++) buf[k] = (char) rnd(&m, 256);
+    REQUIRE(pwrite(g[i], buf, sizeof(buf), 0) == (ssize_t) sizeof(buf));
+  }
+  check_refused(g[0], g[1], -EINVAL);
+  // Too small to be a journal.
+  CHECK_EQ(ftruncate(g[1], 100), 0);
+  check_refused(g[0], g[1], -EINVAL);
+  // A real journal whose snapshot lost a byte, or whose header is cut.
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  for (int i = 0; i < 300; i++) step(&m, 0);
+  drop_held(&m);
+  REQUIRE(hs_journal_compact() == 0);
+  for (int i = 0; i < 300; i++) step(&m, 0);
+  drop_held(&m);
+  hs_journal_close();
+  int active;
+  uint64_t pos, gen;
+  int c[2] = { copy_upto(fds[0], 8192), copy_upto(fds[1], 8192) };
+  char z = 0x5a;
+  for (int i = 0; i < 2; i++) CHECK_EQ(pwrite(c[i], &z, 1, 4096 + 20), 1);
+  check_refused(c[0], c[1], -EINVAL);
+  int t[2] = { copy_upto(fds[0], 12), copy_upto(fds[1], 12) };
+  check_refused(t[0], t[1], -EINVAL);
+  // Not into a table that served: refused, and the table kept.
+  fresh();
+  lookup(&m, HS_ROOT_ID, "served", 5, S_IFREG, 1);
+  CHECK_EQ(hs_journal_recover(fds[0], fds[1]), -EBUSY);
+  CHECK_EQ(count(), 2);
+  CHECK_EQ(hs_journal_where(&active, &pos, &gen), -ENOENT);
+  for (int i = 0; i < 2; i++) { close(g[i]); close(c[i]); close(t[i]); close(fds[i]); }
+}
+
+// Killed after a compaction committed the new snapshot and before the old
+// memfd was punched: both headers are valid, the newer one wins.
+TEST(the_newest_generation_wins_when_both_are_valid) {
+  fresh();
+  model_t m = { .seed = 31 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  for (int i = 0; i < 300; i++) step(&m, 0);
+  int active;
+  uint64_t pos, gen;
+  REQUIRE(hs_journal_where(&active, &pos, &gen) == 0);
+  int old = copy_upto(fds[active], (size_t) pos);
+  for (int i = 0; i < 300; i++) step(&m, 0);
+  drop_held(&m);
+  REQUIRE(hs_journal_compact() == 0);
+  int now;
+  REQUIRE(hs_journal_where(&now, &pos, &gen) == 0);
+  CHECK(now != active);
+  int both[2];
+  both[active] = old;
+  both[now] = copy_upto(fds[now], (size_t) pos);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(both, want, wlen);
+  free(want);
+  hs_journal_close();
+  close(both[0]);
+  close(both[1]);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// A journal whose lookups do not give the node IDs the kernel was given
+// (here: its snapshot's ID counter moved, checksum and all) is refused.
+TEST(a_replay_that_gives_other_ids_is_refused) {
+  fresh();
+  model_t m = { .seed = 41 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  lookup(&m, HS_ROOT_ID, "first", 50, S_IFREG, 1);
+  hs_journal_close();
+  char *map = mmap(NULL, 2 * JR_HDR, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  REQUIRE(map != MAP_FAILED);
+  jr_hdr_t *h = (jr_hdr_t *) map;
+  uint64_t next_id;
+  memcpy(&next_id, map + JR_HDR + 8, 8);
+  next_id += 5;
+  memcpy(map + JR_HDR + 8, &next_id, 8);
+  h->snap_sum = jr_sum(h->gen, map + JR_HDR, h->snap_len);
+  munmap(map, 2 * JR_HDR);
+  check_refused(fds[0], fds[1], -EINVAL);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// ---- threads -------------------------------------------------------------------------
+
+typedef struct { model_t m; uint64_t dir; int steps; } worker_t;
+static volatile int compacting;
+
+static void *worker (void *arg) {
+  worker_t *w = arg;
+  char name[32];
+  for (int i = 0; i < w->steps; i++) {
+    snprintf(name, sizeof(name), "n%u", rnd(&w->m, 40));
+    uint64_t ino = (w->dir << 16) + rnd(&w->m, 40);
+    hs_node_t *d = hs_node_get(w->dir);
+    uint64_t id = 0;
+    switch (rnd(&w->m, 4)) {
+    case 0: case 1: CHECK_EQ(hs_node_found(d, name, ino, S_IFREG, 1, &id), 0); hs_node_forget(id, rnd(&w->m, 2)); break;
+    case 2: hs_node_removed(d, name); break;
+    case 3: CHECK_EQ(hs_node_renamed(d, name, d, "r"), 0); break;
+    }
+    hs_node_put(d);
+  }
+  return NULL;
+}
+
+static void *compactor (void *arg) {
+  (void) arg;
+  while (__atomic_load_n(&compacting, __ATOMIC_ACQUIRE)) CHECK_EQ(hs_journal_compact(), 0);
+  return NULL;
+}
+
+TEST(threads_mutate_while_compactions_run) {
+  fresh();
+  model_t m = { .seed = 1 };
+  worker_t w[3];
+  for (int i = 0; i < 3; i++) {
+    char dn[16];
+    snprintf(dn, sizeof(dn), "w%d", i);
+    w[i] = (worker_t) { .m = { .seed = (unsigned) i + 100 }, .steps = 3000 };
+    w[i].dir = lookup(&m, HS_ROOT_ID, dn, 2 + (uint64_t) i, S_IFDIR, 2);
+  }
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  pthread_t t[4];
+  __atomic_store_n(&compacting, 1, __ATOMIC_RELEASE);
+  pthread_create(&t[3], NULL, compactor, NULL);
+  for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, worker, &w[i]);
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  __atomic_store_n(&compacting, 0, __ATOMIC_RELEASE);
+  pthread_join(t[3], NULL);
+  int active;
+  uint64_t pos, gen;
+  REQUIRE(hs_journal_where(&active, &pos, &gen) == 0);
+  CHECK(gen > 1);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(fds, want, wlen);
+  free(want);
+  close_fds(fds);
+}
