@@ -50,6 +50,7 @@
       "src/removals.c",
       "src/session/bridge.c",
       "src/session/handover.c",
+      "src/session/holder.c",
       "src/session/loop.c",
       "src/session/inval.c",
       "src/session/marshal.c",

@@ -17,5 +17,8 @@ int hs_session_preimport (const char *nodes, size_t len);
 int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len, const char *nodes, size_t nodes_len, const char *dirs, size_t dirs_len, const char *ll_opts);
 // 0 not started, 1 serving, 2 ended (unmounted).
 uint32_t hs_session_loop_state (void);
+// The session's /dev/fuse descriptor (still this process's) and request
+// size: 0, or -ENOENT before the session started.
+int hs_session_chan_fd (int *fd, size_t *bufsize);
 void hs_session_export (napi_env env, napi_value exports);
 #endif
