@@ -107,7 +107,7 @@ describe.skipIf(!canMount)('session holder', () => {
       expect(stat.exitCode, err).toBeNull();
 
       // The next start finds the kept session and, with no resume built, refuses rather than mount over it.
-      const again = await runAsync(process.execPath, [HOMESFS, 'serve', '--config', join(d.dir, 'config.json')], { timeoutMs: 60_000 });
+      const again = await runAsync(process.execPath, [HOMESFS, 'serve', '--config', join(d.dir, 'config.json')], { timeoutMs: 30_000 });
       expect(again.code, again.stderr).toBe(13);
       expect(again.stderr).toContain(`session holder (pid ${holder}) keeps the session`);
       expect(again.stderr).toContain('resume not built');
@@ -127,7 +127,7 @@ describe.skipIf(!canMount)('session holder', () => {
       if (stat?.exitCode === null) stat.kill('SIGKILL');
       await d.stop();
     }
-  });
+  }, 90_000);
 
   it('a plain stop (SIGTERM) releases the holder: no holder process and no socket are left', async () => {
     const { d, holder, run } = await serving();
