@@ -3,6 +3,7 @@ import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { canMount, HOMESFS, ROOT, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { serving as successorServes, startSuccessor } from '../helpers/takeover.js';
 
 /**
  * Crash survival: the holder (src/holder/) keeps a copy of the session's
@@ -140,6 +141,29 @@ describe.skipIf(!canMount)('session holder', () => {
       expect(holderLog(run)).toMatch(/released by the daemon/);
       expect(d.logs.some((l) => /holder could not be released/.test(l.msg))).toBe(false);
     } finally {
+      if (alive(holder)) process.kill(holder, 'SIGKILL');
+      await d.stop();
+    }
+  });
+
+  it('a live upgrade does not release the holder: the successor registers with the same one', async () => {
+    const { d, holder, run } = await serving();
+    const s = startSuccessor(HOMESFS, join(d.dir, 'config.json'));
+    try {
+      await successorServes(s);
+      await until('the successor to register', () => s.logs.some((l) => l.msg === 'session registered with the holder'));
+      expect(await d.exited).toBe(0);
+      expect(alive(holder)).toBe(true);
+      expect(await probe(d, 'status')).toMatchObject({ holder, registered: true, daemonPid: s.proc.pid, daemonAlive: true, generation: 2 });
+      expect(holderLog(run)).not.toMatch(/released by the daemon/);
+      // The successor's plain stop releases it.
+      s.proc.kill('SIGTERM');
+      expect(await s.exited).toBe(0);
+      await until('the holder to exit', () => !alive(holder));
+      expect(holderLog(run)).toMatch(new RegExp(`released by the daemon \\(pid ${s.proc.pid}\\)`));
+    } finally {
+      if (s.proc.exitCode === null) s.proc.kill('SIGTERM');
+      await s.exited;
       if (alive(holder)) process.kill(holder, 'SIGKILL');
       await d.stop();
     }
