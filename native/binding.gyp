@@ -51,6 +51,7 @@
       "src/session/bridge.c",
       "src/session/handover.c",
       "src/session/handles.c",
+      "src/session/holder.c",
       "src/session/loop.c",
       "src/session/inval.c",
       "src/session/marshal.c",

@@ -34,6 +34,11 @@ import { adoptFs, exportFs, HandedFs } from './fs/handover.js';
 import type { HandoverRaw } from './fuse/handover-channel.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
 import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Received } from './takeover.js';
+import { claim, holderStatus, register, release, type Kept } from './holder/client.js';
+import type { HolderRaw } from './holder/holder.js';
+import { holderSocket } from './holder/protocol.js';
+import { journalEpoch, journalFds } from './journal-fds.js';
+import { resumeSession } from './resume.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
   return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees ?? 0, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openClosedNatively: s.openClosedNatively ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight ?? 0, retiredHomes: s.retiredHomes ?? 0 };
@@ -66,7 +71,7 @@ export interface Daemon {
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
-const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb', 'limits'] as const;
+const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb', 'limits', 'crashSurvival'] as const;
 
 /**
  * Composition root: config → state → backing store → fs context → homes →
@@ -165,11 +170,29 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   }
   const hostIds = warmedLookup(getentLookup());
 
+  const handover = Fuse.native as unknown as HandoverRaw & HolderRaw;
+  // A session a holder kept through the crash of the daemon that served it
+  // is resumed, never mounted over (its processes wait in the mount; a stat
+  // of the mount point would wait with them). Asked even when crashSurvival
+  // is off: an earlier run's holder may keep one. A successor takes the live
+  // session instead.
+  let kept: Kept | null = null;
+  if (!opts.takeover) {
+    const held = await claim(handover, config).catch((err: Error) => ({ kind: 'refused' as const, reason: err.message, holderPid: null }));
+    if (held.kind === 'refused') {
+      await store.close();
+      throw new DaemonError(`the session holder at ${holderSocket(config)} refused this daemon: ${held.reason}`, EXIT.HELD);
+    }
+    if (held.kind === 'kept') {
+      kept = held.kept;
+      log.warn({ holder: kept.holderPid, generation: kept.generation, build: kept.build, journal: kept.journalFds.length }, 'a holder kept the session of a daemon that died: resuming it');
+    }
+  }
+
   // A successor does everything it can before it asks for the session (the
   // serving daemon pauses from then until the successor serves): then it
   // asks, and receives the session, the locks (copies of the serving
   // daemon's descriptors) and the state.
-  const handover = Fuse.native as unknown as HandoverRaw;
   let received: Received | null = null;
   if (opts.takeover) {
     warmProfileMasks(Object.values(loaded.profiles));
@@ -190,8 +213,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const takeoverFailed = (why: string): never => {
     throw new DaemonError(`takeover: ${why}; the serving daemon serves on`, EXIT.TAKEOVER);
   };
-  const generation = received?.generation ?? 1;
-  const startMode: 'fresh' | 'taken over' = received ? 'taken over' : 'fresh';
+  const generation = received?.generation ?? (kept ? kept.generation + 1 : 1);
+  const startMode: 'fresh' | 'taken over' | 'resumed' = received ? 'taken over' : kept ? 'resumed' : 'fresh';
   let lastHandoverPauseMs: number | null = null;
   try {
     if (received) adoptLocks(received, lockFiles, locks);
@@ -341,6 +364,21 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     await received.ready(lastHandoverPauseMs);
     log.info({ generation, pauseMs: lastHandoverPauseMs, files: r.adopted, refused: r.refused, nodes: Fuse.nodeStats?.().nodes, steps: received.marks }, 'session taken over');
     void purgeTrash().catch((err: Error) => log.warn({ err: err.message }, 'half-deleted homes not removed'));
+  } else if (kept) {
+    const k = kept;
+    scans = loadHomes();
+    try {
+      await resumeSession(k, mount);
+    } catch (err) {
+      await scans.catch(() => undefined);
+      await ctx.close().catch(() => undefined);
+      await store.close();
+      throw new DaemonError(
+        `a session holder (pid ${k.holderPid}) keeps the session of a daemon that died at ${config.mount} (generation ${k.generation}), and this daemon cannot resume it: ${(err as Error).message}. ` +
+          `It will not mount over it: processes in the mount wait for that session. To start afresh, stop the holder (kill ${k.holderPid}; those processes then get ENOTCONN) and start again`,
+        EXIT.HELD,
+      );
+    }
   } else {
     scans = loadHomes();
     try {
@@ -387,6 +425,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         pid: process.pid,
         uptimeSec: Math.round((Date.now() - started) / 1000),
         session: { generation, startMode, lastHandoverPauseMs },
+        holder: await holderReport(),
         backing: store.root,
         configPath: loaded.path,
         mount: { path: config.mount, ...mount.state },
@@ -536,6 +575,22 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   mount.startProbing();
   log.info({ mount: config.mount, backing: store.root, socket: config.socket, platformSocket: config.platformSocket, generation, startMode }, 'serving');
 
+  // Crash survival: the holder keeps a copy of the session from now on (and
+  // drops the copies of the registration before, a predecessor's included).
+  let registered = false;
+  if (config.crashSurvival) {
+    const hlog = log.child({ component: 'holder' });
+    const session = handover.hs_holder_session();
+    try {
+      if (session === null) throw new Error('the session has no descriptor or INIT to hand over');
+      await register(handover, config, { configPath: loaded.path, generation, epoch: journalEpoch(), build: BUILD, session, journalFds: journalFds() }, hlog);
+      registered = true;
+      hlog.info({ socket: holderSocket(config), generation }, 'session registered with the holder');
+    } catch (err) {
+      hlog.error({ err: (err as Error).message }, 'the session is not registered with a holder: a crash of this daemon ends it');
+    }
+  }
+
   // A successor (`homesfs serve --takeover`) may ask for the session from now on.
   let successors: HandoverListener | null = null;
   try {
@@ -575,6 +630,12 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     });
   } catch (err) {
     log.warn({ err: (err as Error).message }, 'no takeover socket: this daemon cannot hand its session over');
+  }
+
+  /** The holder of this configuration's session, if one answers. */
+  async function holderReport(): Promise<NonNullable<StatusReport['holder']>> {
+    const h = await holderStatus(handover, config).catch(() => null);
+    return { crashSurvival: config.crashSurvival, pid: h?.holder ?? null, registered: h !== null && h.registered && h.daemonPid === process.pid };
   }
 
   /** Homes with open handles (any pid namespace) or visible holders (pids from /proc). */
@@ -633,6 +694,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     successors?.close();
     if (code === EXIT.OK) await drain().catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
     await stopSockets();
+    // A plain stop leaves no holder behind (a handover never comes here: its successor registers instead).
+    if (registered) await release(handover, config).catch((err: Error) => log.warn({ err: err.message }, 'the session holder could not be released'));
     await mount.unmount();
     await users?.removeAll().catch(() => undefined);
     await ctx.close().catch(() => undefined);

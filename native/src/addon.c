@@ -9,6 +9,7 @@
 #include "dirhandles.h"
 #include "fastpath.h"
 #include "removals.h"
+#include "session/holder.h"
 #include "session/session.h"
 
 // ABI: { VERSION, and every constant of abi.h }, for the daemon to compare
@@ -29,6 +30,7 @@ static void export_abi (napi_env env, napi_value exports) {
 NAPI_INIT() {
   export_abi(env, exports);
   hs_session_export(env, exports);
+  hs_holder_export(env, exports);
   homesfs_calls_export(env, exports);
   homesfs_channel_export(env, exports);
   homesfs_dirhandles_export(env, exports);

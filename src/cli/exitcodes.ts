@@ -28,6 +28,8 @@ export const EXIT = {
   BACKING_OPEN: 11,
   /** --takeover: no daemon serves this configuration, it refused, or the exchange failed (it serves on) */
   TAKEOVER: 12,
+  /** a holder keeps the session of a daemon that died, and this build cannot resume it (or the holder refused the claim): stop the holder, or the daemon it names */
+  HELD: 13,
 } as const;
 
 /**

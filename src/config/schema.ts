@@ -134,6 +134,12 @@ export const ConfigSchema = z
     syncMetadata: z.boolean().default(true),
     /** on SIGTERM, how long to wait for homes in use (open files, working directories) before unmounting */
     shutdownGraceMs: z.number().int().min(0).max(600_000).default(10_000),
+    /**
+     * Keep the FUSE session alive through a crash of the daemon (src/holder/):
+     * a holder process keeps a copy of its descriptor, and the next start
+     * resumes it. Restart only.
+     */
+    crashSurvival: z.boolean().default(false),
     /** Prometheus text endpoint, off unless one of these is set */
     metrics: z
       .object({

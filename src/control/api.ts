@@ -276,7 +276,13 @@ export interface StatusReport {
    * last handover paused the mount (this daemon's own, or the one it took
    * the session from; null before any).
    */
-  session?: { generation: number; startMode: 'fresh' | 'taken over'; lastHandoverPauseMs: number | null };
+  session?: { generation: number; startMode: 'fresh' | 'taken over' | 'resumed'; lastHandoverPauseMs: number | null };
+  /**
+   * Crash survival (src/holder/): whether the configuration asks for it, the
+   * pid of the holder answering on this configuration's holder socket (null:
+   * none), and whether this daemon's session is the one it holds.
+   */
+  holder?: { crashSurvival: boolean; pid: number | null; registered: boolean };
   backing: string;
   configPath: string | null;
   mount: {

@@ -280,6 +280,13 @@ uint32_t hs_session_loop_state (void) {
   return hs_loop_state();
 }
 
+int hs_session_chan_fd (int *fd, size_t *bufsize) {
+  if (s_ch == NULL) return -ENOENT;
+  *fd = fuse_chan_fd(s_ch);
+  *bufsize = fuse_chan_bufsize(s_ch);
+  return 0;
+}
+
 // ---- exports ---------------------------------------------------------------------
 
 // The session's configuration and dispatch from JavaScript (mount and adopt share them).

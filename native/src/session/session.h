@@ -22,6 +22,9 @@ int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len,
 int hs_session_revive (int fd, size_t bufsize, const char *init, size_t init_len, uint32_t epoch, const char *ll_opts, int *resent);
 // 0 not started, 1 serving, 2 ended (unmounted).
 uint32_t hs_session_loop_state (void);
+// The session's /dev/fuse descriptor (still this process's) and request
+// size: 0, or -ENOENT before the session started.
+int hs_session_chan_fd (int *fd, size_t *bufsize);
 void hs_session_export (napi_env env, napi_value exports);
 // The node journal's exports (journal_js.c).
 void hs_journal_export (napi_env env, napi_value exports);

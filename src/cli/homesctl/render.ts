@@ -289,6 +289,9 @@ export function renderStatus(s: StatusReport, verbose = false): string {
     ...(s.session
       ? ([['Session', `generation ${s.session.generation}, ${s.session.startMode}${s.session.lastHandoverPauseMs !== null ? `, last handover paused the mount ${s.session.lastHandoverPauseMs} ms` : ''}`]] as Array<[string, string]>)
       : []),
+    ...(s.holder
+      ? ([['Holder', holderLine(s.holder)]] as Array<[string, string]>)
+      : []),
     ['Backing', s.backing],
     ['Config', s.configPath ?? '(none)'],
     ...(s.limits
@@ -338,4 +341,10 @@ export function sortHomes(homes: HomeInfo[], sort: (typeof SORTS)[number], rates
       byName(a, b),
   };
   return [...homes].sort(cmp[sort]);
+}
+
+/** Crash survival: who keeps a copy of the session, and whether it is this daemon's. */
+function holderLine(h: NonNullable<StatusReport['holder']>): string {
+  const who = h.pid === null ? 'no holder runs' : `pid ${h.pid}, ${h.registered ? 'this session registered' : 'this session NOT registered'}`;
+  return `${who}${h.crashSurvival ? '' : ' (crashSurvival off)'}`;
 }

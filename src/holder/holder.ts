@@ -1,0 +1,226 @@
+/**
+ * The holder: a small root-only process that keeps a FUSE session alive
+ * through a crash of the daemon serving it (kill -9, OOM), by holding a copy
+ * of the session's /dev/fuse descriptor, and hands it to the next daemon
+ * that claims it (protocol.ts). While it holds the descriptor the kernel
+ * keeps the connection: processes in the mount wait instead of failing with
+ * ENOTCONN. It closes it when the session is released (a plain stop), when
+ * it is signalled, or when the connection is gone anyway (unmounted,
+ * aborted): then processes in the mount get ENOTCONN.
+ *
+ * Invariants:
+ * - The holder never reads the /dev/fuse descriptor (a request read here is a
+ *   request no daemon answers); it only polls it with no events, which
+ *   returns once the connection is gone (native/src/session/holder.c).
+ * - It holds at most one registration, the latest: a new one's descriptors
+ *   are in before the previous one's close, so the session is never unheld.
+ * - A claim hands out copies and keeps the holder's own until the claimer
+ *   registers: a claimer that dies before it serves loses nothing.
+ * - The registered daemon's liveness (a pidfd) decides only whether a claim
+ *   is refused (a live daemon is taken over, not claimed) and what is logged.
+ * - A bad message gets an ERROR reply on its connection; the holder serves on.
+ */
+import { closeSync, readSync, statSync, unlinkSync } from 'node:fs';
+import type { Logger } from '../log.js';
+import { HandoverError, HandoverListener, type HandoverConn, type HandoverRaw } from '../fuse/handover-channel.js';
+import { fdCount, HOLDER_PROTOCOL, parseRequest, sameTree, type HolderStatus, type Registration, type Request } from './protocol.js';
+
+export interface HolderRaw extends HandoverRaw {
+  hs_holder_poll(fd: number, events: number): number;
+  hs_holder_pidfd(pid: number): number;
+  /** the serving session's descriptor (this process's) and INIT; null before the session started */
+  hs_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
+}
+
+const POLLIN = 0x1;
+const POLLERR = 0x8;
+const POLLHUP = 0x10;
+const POLLNVAL = 0x20;
+/** How often the session and the daemon are looked at. */
+const WATCH_MS = 200;
+/** A holder nobody registered with (its spawner died first) leaves after this. */
+const IDLE_EXIT_MS = 60_000;
+
+interface Held {
+  reg: Registration;
+  fuseFd: number;
+  initFd: number;
+  journalFds: number[];
+  pidfd: number | null;
+  daemonAlive: boolean;
+}
+
+export class Holder {
+  private held: Held | null = null;
+  private listener: HandoverListener | null = null;
+  private watch: NodeJS.Timeout | null = null;
+  private socketIno: number | null = null;
+  private readonly started = Date.now();
+
+  constructor(
+    private readonly raw: HolderRaw,
+    private readonly socket: string,
+    private readonly log: Logger,
+    /** the process leaves with this code (main.ts: process.exit once the log is flushed) */
+    private readonly exit: (code: number) => void,
+  ) {}
+
+  /** Listen (the socket is 0600, root peers only: handover.c) and watch. */
+  start(): void {
+    this.listener = HandoverListener.listen(this.raw, this.socket);
+    this.socketIno = statSync(this.socket).ino;
+    this.listener.start(
+      (c) => this.serve(c),
+      (errno) => this.log.warn({ errno }, 'a connection that is not root was refused'),
+    );
+    this.watch = setInterval(() => this.look(), WATCH_MS);
+    this.log.info({ socket: this.socket }, 'holder listening');
+  }
+
+  /** Close everything and leave (the session's copy closes with it). */
+  stop(code: number, why: string): void {
+    this.listener?.close();
+    this.listener = null;
+    if (this.watch) clearInterval(this.watch);
+    this.watch = null;
+    // Only our own socket file: a holder started after us may have replaced it.
+    try {
+      if (this.socketIno !== null && statSync(this.socket).ino === this.socketIno) unlinkSync(this.socket);
+    } catch {
+      // already gone
+    }
+    if (this.held) this.closeHeld(this.held);
+    this.held = null;
+    this.log.info({ reason: why }, 'holder exiting');
+    this.exit(code);
+  }
+
+  status(): HolderStatus {
+    const h = this.held;
+    return { holder: process.pid, registered: h !== null, daemonPid: h?.reg.pid ?? null, daemonAlive: h ? h.daemonAlive : null, generation: h?.reg.generation ?? null, mount: h?.reg.mount ?? null };
+  }
+
+  private look(): void {
+    const h = this.held;
+    if (!h) {
+      if (Date.now() - this.started > IDLE_EXIT_MS) this.stop(0, 'nothing was registered');
+      return;
+    }
+    const r = this.raw.hs_holder_poll(h.fuseFd, 0);
+    if (r < 0 || (r & (POLLERR | POLLHUP | POLLNVAL)) !== 0) return this.stop(0, 'the session is gone (unmounted or aborted)');
+    if (h.daemonAlive && h.pidfd !== null && (this.raw.hs_holder_poll(h.pidfd, POLLIN) & POLLIN) !== 0) {
+      h.daemonAlive = false;
+      this.log.warn({ daemon: h.reg.pid, mount: h.reg.mount, generation: h.reg.generation }, 'the daemon died: its session is kept for the next serve --config of this configuration');
+    }
+  }
+
+  private async serve(c: HandoverConn): Promise<void> {
+    let msg: unknown;
+    let fds: number[];
+    try {
+      ({ msg, fds } = await c.recv(5_000));
+    } catch (err) {
+      // Garbage (not JSON), a cut message, a silent peer: told, if it still listens.
+      await c.send({ error: err instanceof HandoverError ? err.message : String(err) }).catch(() => undefined);
+      return;
+    }
+    const req = parseRequest(msg);
+    if ('error' in req) {
+      this.closeAll(fds);
+      this.log.warn({ error: req.error }, 'a bad request was refused');
+      return void (await c.send({ error: req.error }).catch(() => undefined));
+    }
+    if (req.op !== 'register' && fds.length > 0) {
+      this.closeAll(fds);
+      return void (await c.send({ error: `${req.op} carries no descriptors` }).catch(() => undefined));
+    }
+    try {
+      await this.answer(c, req, fds);
+    } catch (err) {
+      this.log.warn({ op: req.op, err: (err as Error).message }, 'a request failed');
+    }
+  }
+
+  private async answer(c: HandoverConn, req: Request, fds: number[]): Promise<void> {
+    switch (req.op) {
+      case 'status':
+        return c.send({ protocol: HOLDER_PROTOCOL, ...this.status() });
+      case 'register':
+        return c.send(this.register(req.reg, req.journal, fds));
+      case 'claim':
+        return this.claim(c, req);
+      case 'release': {
+        const h = this.held;
+        const why = h === null ? null : (sameTree(req, h.reg) ?? (req.pid !== h.reg.pid ? `pid ${req.pid} is not the registered daemon (${h.reg.pid})` : null));
+        if (why !== null) return c.send({ refused: why });
+        await c.send({ ok: true });
+        return this.stop(0, `released by the daemon (pid ${req.pid}) at its stop`);
+      }
+    }
+  }
+
+  private register(reg: Registration, journal: number, fds: number[]): object {
+    if (fds.length !== fdCount(journal)) {
+      this.closeAll(fds);
+      return { error: `a registration carries ${fdCount(journal)} descriptors (the session's, INIT's, ${journal} of the journal), not ${fds.length}` };
+    }
+    const prev = this.held;
+    if (prev !== null && sameTree(reg, prev.reg) !== null) {
+      this.closeAll(fds);
+      return { refused: `this holder keeps the session of another tree: ${sameTree(reg, prev.reg)}` };
+    }
+    const pidfd = this.raw.hs_holder_pidfd(reg.pid);
+    if (pidfd < 0) this.log.warn({ daemon: reg.pid, errno: -pidfd }, 'no pidfd for the registered daemon: its death will not be noticed');
+    const [fuseFd, initFd, ...journalFds] = fds as [number, number, ...number[]];
+    // The new descriptors are in before the old ones close: the session is held throughout.
+    this.held = { reg, fuseFd, initFd, journalFds, pidfd: pidfd >= 0 ? pidfd : null, daemonAlive: true };
+    if (prev) this.closeHeld(prev);
+    this.log.info({ daemon: reg.pid, mount: reg.mount, generation: reg.generation, epoch: reg.epoch, journal: journalFds.length, initBytes: this.initSize(initFd) }, 'session registered');
+    return { ok: true };
+  }
+
+  private async claim(c: HandoverConn, req: Extract<Request, { op: 'claim' }>): Promise<void> {
+    const h = this.held;
+    if (h === null) return c.send({ none: true });
+    const other = sameTree(req, h.reg);
+    if (other !== null) {
+      this.log.warn({ claimer: req.pid, reason: other }, 'claim refused');
+      return c.send({ refused: other });
+    }
+    if (h.daemonAlive) {
+      this.look();
+      if (h.daemonAlive) {
+        const why = `the daemon serving this session (pid ${h.reg.pid}) still runs: stop it, or take its session over with serve --takeover`;
+        this.log.warn({ claimer: req.pid, daemon: h.reg.pid }, 'claim refused: the registered daemon runs');
+        return c.send({ refused: why });
+      }
+    }
+    // Copies go (SCM_RIGHTS); ours stay until the claimer registers.
+    await c.send({ kept: h.reg, journal: h.journalFds.length, holder: process.pid }, [h.fuseFd, h.initFd, ...h.journalFds]);
+    this.log.info({ claimer: req.pid, generation: h.reg.generation }, 'session handed to a claimer (kept here until it registers)');
+  }
+
+  /** INIT's size, for the log; read with pread (the claimer shares the file offset). */
+  private initSize(fd: number): number {
+    try {
+      const b = Buffer.alloc(8);
+      return readSync(fd, b, 0, 8, 0) >= 4 ? b.readUInt32LE(0) : 0;
+    } catch {
+      return -1;
+    }
+  }
+
+  private closeHeld(h: Held): void {
+    this.closeAll([h.fuseFd, h.initFd, ...h.journalFds, ...(h.pidfd !== null ? [h.pidfd] : [])]);
+  }
+
+  private closeAll(fds: number[]): void {
+    for (const fd of fds) {
+      try {
+        closeSync(fd);
+      } catch {
+        // not ours any more
+      }
+    }
+  }
+}
