@@ -37,7 +37,7 @@ import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, t
 import { claim, holderStatus, register, release, type Kept } from './holder/client.js';
 import type { HolderRaw } from './holder/holder.js';
 import { holderSocket } from './holder/protocol.js';
-import { journalEpoch, journalFds } from './journal-fds.js';
+import { journalEpoch, journalFds, openJournal, type JournalRaw } from './journal-fds.js';
 import { resumeSession } from './resume.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
@@ -171,6 +171,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const hostIds = warmedLookup(getentLookup());
 
   const handover = Fuse.native as unknown as HandoverRaw & HolderRaw;
+  const journalRaw = Fuse.native as unknown as JournalRaw;
   // A session a holder kept through the crash of the daemon that served it
   // is resumed, never mounted over (its processes wait in the mount; a stat
   // of the mount point would wait with them). Asked even when crashSurvival
@@ -368,7 +369,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     const k = kept;
     scans = loadHomes();
     try {
-      await resumeSession(k, mount);
+      const r = await resumeSession(k, mount, journalRaw);
+      if (r.resend !== 0) log.warn({ errno: r.resend === undefined ? null : -r.resend }, 'the kernel refused FUSE_NOTIFY_RESEND (before Linux 6.9): requests the dead daemon had read wait until their callers are interrupted');
+      log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats?.().nodes, holder: k.holderPid }, 'session resumed after a crash');
     } catch (err) {
       await scans.catch(() => undefined);
       await ctx.close().catch(() => undefined);
@@ -571,25 +574,31 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   };
   await startSockets();
 
-  await mount.runSelfCheck();
-  mount.startProbing();
-  log.info({ mount: config.mount, backing: store.root, socket: config.socket, platformSocket: config.platformSocket, generation, startMode }, 'serving');
-
-  // Crash survival: the holder keeps a copy of the session from now on (and
-  // drops the copies of the registration before, a predecessor's included).
+  // Crash survival: the node table is journaled (a resumed session journals
+  // on where its predecessor did) and the holder keeps a copy of the session
+  // from now on, dropping its copies of the registration before (a
+  // predecessor's included). As soon as the session serves and the socket
+  // directory exists: a crash before the registration ends the session as
+  // before crash survival.
   let registered = false;
   if (config.crashSurvival) {
     const hlog = log.child({ component: 'holder' });
     const session = handover.hs_holder_session();
     try {
       if (session === null) throw new Error('the session has no descriptor or INIT to hand over');
-      await register(handover, config, { configPath: loaded.path, generation, epoch: journalEpoch(), build: BUILD, session, journalFds: journalFds() }, hlog);
+      if (!kept) openJournal(journalRaw);
+      await register(handover, config, { configPath: loaded.path, generation, epoch: journalEpoch(journalRaw), build: BUILD, session, journalFds: journalFds() }, hlog);
       registered = true;
       hlog.info({ socket: holderSocket(config), generation }, 'session registered with the holder');
     } catch (err) {
       hlog.error({ err: (err as Error).message }, 'the session is not registered with a holder: a crash of this daemon ends it');
     }
   }
+
+  await mount.runSelfCheck();
+  mount.startProbing();
+  log.info({ mount: config.mount, backing: store.root, socket: config.socket, platformSocket: config.platformSocket, generation, startMode }, 'serving');
+
 
   // A successor (`homesfs serve --takeover`) may ask for the session from now on.
   let successors: HandoverListener | null = null;

@@ -1,16 +1,46 @@
 /**
- * The journal's side of the holder's registration (src/holder/client.ts):
- * its descriptors (memfds the holder keeps, opaque to it) and its epoch.
- * None yet: the journal is not built; a registration then carries the
- * session's descriptor and INIT only.
+ * The node table's journal (native/src/session/nodes_journal.c) as the
+ * daemon holds it: two memfds the session appends every change of its node
+ * table to, which the holder keeps beside the /dev/fuse descriptor, so that
+ * a daemon started after this one died rebuilds the table the kernel still
+ * refers to (src/resume.ts). Opened only with crash survival on: without a
+ * holder nobody would read it.
  */
 
-/** The journal's memfds to hand the holder (this process's: copies go). */
-export function journalFds(): number[] {
-  return [];
+/** The addon's journal and handle-epoch exports. */
+export interface JournalRaw {
+  session_journal_open(): [number, number] | number;
+  session_journal_recover(fd0: number, fd1: number): number;
+  session_fh_epoch(set?: number): number;
 }
 
-/** The journal's epoch, told to the holder with each registration. */
-export function journalEpoch(): number {
-  return 0;
+let fds: number[] = [];
+
+/** Starts journaling into two new memfds (a snapshot of the table as it is, then every change). */
+export function openJournal(raw: JournalRaw): void {
+  const r = raw.session_journal_open();
+  if (typeof r === 'number') throw new Error(`the node table's journal could not be opened: errno ${-r}`);
+  fds = [...r];
+}
+
+/**
+ * Rebuilds the node table from a dead daemon's journal (the table must be
+ * fresh: nothing served yet) and journals on into the same memfds, which
+ * are this process's from now on.
+ */
+export function recoverJournal(raw: JournalRaw, kept: number[]): void {
+  if (kept.length !== 2) throw new Error(`the holder kept ${kept.length} journal descriptors, not 2: the node table cannot be rebuilt`);
+  const r = raw.session_journal_recover(kept[0]!, kept[1]!);
+  if (r < 0) throw new Error(`the node table's journal could not be replayed: errno ${-r}`);
+  fds = [...kept];
+}
+
+/** The journal's memfds to hand the holder (this process's: copies go); none when not journaling. */
+export function journalFds(): number[] {
+  return fds;
+}
+
+/** The epoch this daemon's file handles carry (session/handles.h), told to the holder with each registration. */
+export function journalEpoch(raw: JournalRaw): number {
+  return raw.session_fh_epoch();
 }

@@ -1,15 +1,21 @@
 /**
- * Resuming a session a holder kept through a crash (src/holder/): the native
- * session adopts the kept /dev/fuse descriptor and INIT, recovers its node
- * table from the journal's descriptors, and asks the kernel to resend the
- * requests the dead daemon had read but not answered (FUSE_NOTIFY_RESEND).
+ * Resuming a session a holder kept through a crash (src/holder/): the node
+ * table is rebuilt from the journal the dead daemon kept in the holder's
+ * memfds (so every node ID the kernel holds names the same file), then the
+ * native session serves the kept /dev/fuse descriptor with the kernel's INIT
+ * replayed into it, tells its own file handles from the dead daemon's by a
+ * new epoch (a dead handle is reopened on first use, session/handles.c), and
+ * asks the kernel to send again what the dead daemon read and never answered
+ * (FUSE_NOTIFY_RESEND). What is not in the journal is rebuilt as at any
+ * start: ledgers by the scan, the fast path's publications, owner names.
  *
- * Not built yet: resumeSession throws, and the daemon then refuses to start
- * (exit HELD) rather than mount a second time over the kept session, whose
- * processes wait in the mount until the holder is stopped.
+ * A resume that fails costs nothing: the holder keeps its own copies until
+ * a daemon registers, and the daemon refuses to start (exit HELD) rather
+ * than mount a second time over the kept session.
  */
 import type { MountManager } from './fuse/mount.js';
 import { dropKept, type Kept } from './holder/client.js';
+import { recoverJournal, type JournalRaw } from './journal-fds.js';
 
 export type { Kept } from './holder/client.js';
 
@@ -18,8 +24,13 @@ export type { Kept } from './holder/client.js';
  * mount). Owns `kept`'s descriptors from the call on, closing them on
  * failure. Resolves once the session serves, as mount.mount() does.
  */
-export async function resumeSession(kept: Kept, mount: MountManager): Promise<void> {
-  void mount;
-  dropKept(kept);
-  throw new Error('resume not built');
+export async function resumeSession(kept: Kept, mount: MountManager, raw: JournalRaw): Promise<{ resend: number | undefined }> {
+  try {
+    recoverJournal(raw, kept.journalFds);
+  } catch (err) {
+    dropKept(kept);
+    throw err;
+  }
+  // From here the session owns the /dev/fuse copy (closed by a revive that fails) and the journal its memfds.
+  return mount.revive({ fd: kept.fuseFd, bufsize: kept.bufsize, init: kept.init, epoch: kept.epoch });
 }

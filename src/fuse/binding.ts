@@ -62,6 +62,8 @@ export interface FuseInstance {
   /** serve a session whose daemon died, kept by a holder (its node table recovered first) */
   revive(k: Kept, cb: (err: Error | null) => void): void;
   handleStats(): { resent: number; refused: number; reopened: number; epoch: number };
+  /** the resend notification's result after a revive: 0, or -errno (a kernel without FUSE_NOTIFY_RESEND) */
+  readonly resendResult: number | undefined;
   pause(): void;
   paused(): boolean;
   resume(): void;

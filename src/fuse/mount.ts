@@ -130,8 +130,9 @@ export class MountManager {
   }
 
   /** Serve the session of a daemon that died, kept by a holder (the node table recovered first). */
-  async revive(k: Kept): Promise<void> {
+  async revive(k: Kept): Promise<{ resend: number | undefined }> {
     await this.start((fuse, cb) => fuse.revive(k, cb), 'session revived');
+    return { resend: this.session.resendResult };
   }
 
   /** Pause, paused, resume, handed: the session's side of a handover (takeover.ts). */

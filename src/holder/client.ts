@@ -8,7 +8,7 @@
  * on, is no holder.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync } from 'node:fs';
+import { closeSync, existsSync, openSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Config } from '../config/schema.js';
@@ -153,13 +153,16 @@ function connectable(raw: HandoverRaw, socket: string): boolean {
 async function spawnHolder(raw: HandoverRaw, config: Config, log: Logger): Promise<void> {
   const main = fileURLToPath(new URL('./main.js', import.meta.url));
   const socket = holderSocket(config);
+  // Its stderr goes to its log too: a holder that fails before its logger exists says why there.
+  const errFd = openSync(holderLog(config), 'a', 0o600);
   const child = spawn(process.execPath, [main, '--socket', socket, '--log', holderLog(config)], {
     detached: true,
-    stdio: 'ignore',
+    stdio: ['ignore', 'ignore', errFd],
     cwd: '/',
     // Not NOTIFY_SOCKET: the holder is no service's main process.
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
   });
+  closeSync(errFd);
   child.unref();
   let exited: number | null = null;
   child.once('exit', (code) => (exited = code ?? -1));

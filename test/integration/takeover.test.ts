@@ -52,6 +52,7 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
   let d: RunningDaemon;
   let tmp = '';
   let last: Successor | null = null;
+  let holderPid: number | null = null;
 
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'homesfs-takeover-'));
@@ -60,7 +61,7 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
     copyDaemonTree(join(tmp, 'other'));
     const v = join(tmp, 'other', 'dist', 'version.js');
     writeFileSync(v, readFileSync(v, 'utf8').replace(/export const VERSION = [^;]+;/, `export const VERSION = '${OTHER_VERSION}';`));
-    d = await startDaemon({ awaitLedgers: true, homes: { [HOME]: { owner: OWNER, profile: 'home' } }, create: [HOME], config: { owners: OWNERS } });
+    d = await startDaemon({ awaitLedgers: true, homes: { [HOME]: { owner: OWNER, profile: 'home' } }, create: [HOME], config: { owners: OWNERS, crashSurvival: true } });
   }, 60_000);
 
   afterAll(async () => {
@@ -69,9 +70,17 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
       writeFileSync(join(tmp, 'stop'), '');
       await new Promise((r) => setTimeout(r, 4000));
     }
-    if (last && last.proc.exitCode === null) {
+    if (last && last.proc.exitCode === null && last.proc.signalCode === null) {
       last.proc.kill('SIGTERM');
       await Promise.race([last.exited, new Promise((r) => setTimeout(r, 15_000))]);
+    }
+    // A test that failed after a kill leaves the session with its holder: it goes too.
+    if (holderPid !== null) {
+      try {
+        process.kill(holderPid, 'SIGKILL');
+      } catch {
+        /* gone already */
+      }
     }
     await d?.stop();
     if (tmp) rmSync(tmp, { recursive: true, force: true });
@@ -114,8 +123,10 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
   }, 60_000);
 
   it(`${TAKEOVERS} takeovers in a row between two builds, then ${CRASHES} kills with SIGKILL, each resumed: no agent sees an error, every fsynced byte is there, the ledger equals the disk`, async () => {
-    const status = async () => JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'])).stdout) as { version: string; pid: number; session: { generation: number; startMode: string; lastHandoverPauseMs: number | null } };
+    const status = async () => JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'])).stdout) as { version: string; pid: number; session: { generation: number; startMode: string; lastHandoverPauseMs: number | null }; holder: { pid: number | null; registered: boolean } };
     const first = await status();
+    expect(first.holder.registered).toBe(true);
+    holderPid = first.holder.pid;
     expect(first.session).toEqual({ generation: 1, startMode: 'fresh', lastHandoverPauseMs: null });
     expect(first.version).not.toBe(OTHER_VERSION);
     const home = d.home(T, 'work');
@@ -177,11 +188,13 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
       const s = startSuccessor(k % 2 === 0 ? join(tmp, 'other', 'dist', 'cli', 'homesfs.js') : HOMESFS, config, false);
       expect(await serving(s)).toBe(true);
       crashPauses.push(Date.now() - killedAt);
-      const revived = s.logs.find((l) => l.msg === 'session revived')!;
+      const revived = s.logs.find((l) => l.msg === 'session resumed after a crash')!;
       expect(revived).toBeDefined();
       const st = await status();
       expect(st.pid).toBe(s.proc.pid);
-      expect(st.session).toMatchObject({ generation: TAKEOVERS + 2 + k, startMode: 'resumed after a crash' });
+      expect(st.session).toMatchObject({ generation: TAKEOVERS + 2 + k, startMode: 'resumed' });
+      // The same holder, the session registered again by its new daemon.
+      expect(st.holder).toMatchObject({ pid: holderPid, registered: true });
       console.log(`crash ${k + 1}: serving again ${crashPauses[k]!} ms after the kill; ${JSON.stringify(revived)}`);
       last = s;
       server = s;
