@@ -444,6 +444,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
           ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
           ...(typeof Fuse.invalidationStats === 'function' ? { invalidations: Fuse.invalidationStats() } : {}),
           ...(typeof Fuse.nodeStats === 'function' ? { nodes: Fuse.nodeStats() } : {}),
+          ...(typeof Fuse.handleStats === 'function' ? { handles: Fuse.handleStats() } : {}),
         },
         homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
         lastReload,

@@ -136,10 +136,10 @@ export const ConfigSchema = z
     shutdownGraceMs: z.number().int().min(0).max(600_000).default(10_000),
     /**
      * Keep the FUSE session alive through a crash of the daemon (src/holder/):
-     * a holder process keeps a copy of its descriptor, and the next start
-     * resumes it. Restart only.
+     * a holder process keeps a copy of its descriptor and the node table's
+     * journal, and the next start resumes it (src/resume.ts). Restart only.
      */
-    crashSurvival: z.boolean().default(false),
+    crashSurvival: z.boolean().default(true),
     /** Prometheus text endpoint, off unless one of these is set */
     metrics: z
       .object({

@@ -315,6 +315,8 @@ export interface StatusReport {
     invalidations?: { queued: number; sent: number; notCached: number; failed: number; pending: number };
     /** the session's node table (native/src/session/nodes.c): nodes the kernel may name by ID (the root included), of them reachable by inode number; a live upgrade carries them over */
     nodes?: { nodes: number; byInode: number };
+    /** file handles across daemons (native/src/session/handles.c): the epoch this daemon's handles carry; since it started, requests the kernel sent again after a crash (FUSE_NOTIFY_RESEND), of them answered EIO (their effect could not be known), and a dead daemon's handles reopened on first use */
+    handles?: { epoch: number; resent: number; refused: number; reopened: number };
   };
   homes: Array<{
     tenant: string;

@@ -144,6 +144,10 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: Raw): void {
      * hs_session_preimport); the session's adopt waits for it. 0 or -errno.
      */
     preimportNodes: (nodes: Buffer): number => call('session_preimport', nodes),
+    handleStats(): { epoch: number; resent: number; refused: number; reopened: number } {
+      const [resent, refused, reopened] = call<[number, number, number]>('session_handle_stats');
+      return { epoch: call<number>('session_fh_epoch'), resent, refused, reopened };
+    },
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => call<[number, number]>('session_inval_progress'),
     _isValidUtf8: (buf: Uint8Array): boolean => call('fuse_native_utf8_valid_buffer', buf),

@@ -163,6 +163,8 @@ export interface FuseClass {
   invalidationStats?(): { queued: number; sent: number; notCached: number; failed: number; pending: number };
   /** the session's node table: nodes the kernel may name, of them reachable by inode number */
   nodeStats?(): { nodes: number; byInode: number };
+  /** handles across daemons (session/handles.c): this daemon's epoch, requests resent after a crash, of them answered EIO, dead handles reopened */
+  handleStats?(): { epoch: number; resent: number; refused: number; reopened: number };
   /** [entries queued, of them sent]: sent in the order queued */
   invalidationProgress?(): [number, number];
   /** start importing a handed-over node table before the session is adopted; 0 or -errno */

@@ -119,6 +119,9 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
         userdb: { dir: join(dir, 'userdb') },
         // Owners from the calling test file's own ids (another file's leftovers never look like ours).
         ...(testPath ? { owners: ownerRange(testPath) } : {}),
+        // No holder unless a suite asks: the suites that kill the daemon test a start with nothing
+        // kept, and a holder would keep a failed test's mount alive (its processes waiting) after it.
+        crashSurvival: false,
         ...opts.config,
       }),
     );

@@ -89,7 +89,7 @@ console.log(JSON.stringify(out));
 const holderLog = (run: string) => (existsSync(join(run, 'holder.log')) ? readFileSync(join(run, 'holder.log'), 'utf8') : '');
 
 describe.skipIf(!canMount)('session holder', () => {
-  it('kill -9 of the daemon: a stat in the mount waits while the holder lives, a new start refuses to mount over the kept session, and the stat gets ENOTCONN once the holder is gone', async () => {
+  it('kill -9 of the daemon: a stat in the mount waits while the holder lives, and gets ENOTCONN once the holder is gone too', async () => {
     const { d, holder, run } = await serving();
     let stat: ReturnType<typeof spawn> | null = null;
     try {
@@ -107,12 +107,7 @@ describe.skipIf(!canMount)('session holder', () => {
       await sleep(1000);
       expect(stat.exitCode, err).toBeNull();
 
-      // The next start finds the kept session and, with no resume built, refuses rather than mount over it.
-      const again = await runAsync(process.execPath, [HOMESFS, 'serve', '--config', join(d.dir, 'config.json')], { timeoutMs: 30_000 });
-      expect(again.code, again.stderr).toBe(13);
-      expect(again.stderr).toContain(`session holder (pid ${holder}) keeps the session`);
-      expect(again.stderr).toContain('resume not built');
-      expect(stat.exitCode).toBeNull();
+      // (a start now would resume it: takeover.test.ts; here nobody does, and the holder goes)
       expect(alive(holder)).toBe(true);
 
       process.kill(holder, 'SIGTERM');

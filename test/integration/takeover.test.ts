@@ -123,7 +123,7 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
   }, 60_000);
 
   it(`${TAKEOVERS} takeovers in a row between two builds, then ${CRASHES} kills with SIGKILL, each resumed: no agent sees an error, every fsynced byte is there, the ledger equals the disk`, async () => {
-    const status = async () => JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'])).stdout) as { version: string; pid: number; session: { generation: number; startMode: string; lastHandoverPauseMs: number | null }; holder: { pid: number | null; registered: boolean } };
+    const status = async () => JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'])).stdout) as { version: string; pid: number; session: { generation: number; startMode: string; lastHandoverPauseMs: number | null }; holder: { pid: number | null; registered: boolean }; native: { handles: { epoch: number; resent: number; refused: number; reopened: number } } };
     const first = await status();
     expect(first.holder.registered).toBe(true);
     holderPid = first.holder.pid;
@@ -179,6 +179,7 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
     writeFileSync(join(tmp, 'stop.churn'), '');
     const churned = await agents.churn.done;
     const crashPauses: number[] = [];
+    const handleStats: unknown[] = [];
     for (let k = 0; k < CRASHES; k++) {
       const victim = last!;
       const killedAt = Date.now();
@@ -195,6 +196,16 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
       expect(st.session).toMatchObject({ generation: TAKEOVERS + 2 + k, startMode: 'resumed' });
       // The same holder, the session registered again by its new daemon.
       expect(st.holder).toMatchObject({ pid: holderPid, registered: true });
+      // Handles of its own epoch; the agents' files and directory, opened by a dead daemon, reopened on their next use.
+      expect(st.native.handles.epoch).toBe(Number(revived.epoch));
+      // (the writer's file, the reader's, the listed directory: each agent uses its own within a second)
+      let handles = st.native.handles;
+      for (let t = 0; t < 50 && handles.reopened < 3; t++) {
+        await new Promise((r) => setTimeout(r, 100));
+        handles = (await status()).native.handles;
+      }
+      expect(handles.reopened).toBeGreaterThanOrEqual(3);
+      handleStats.push(handles);
       console.log(`crash ${k + 1}: serving again ${crashPauses[k]!} ms after the kill; ${JSON.stringify(revived)}`);
       last = s;
       server = s;
@@ -202,7 +213,7 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
     }
     writeFileSync(join(tmp, 'stop'), '');
     const results = Object.fromEntries(await Promise.all(Object.entries(agents).map(async ([k, a]) => [k, k === 'churn' ? churned : await a.done] as const)));
-    console.log(`takeover pauses (ms, the daemon's): ${pauses.join(', ')}; from a kill to serving again (ms): ${crashPauses.join(', ')}; agents (longestMs: the longest wait each saw): ${JSON.stringify(results)}`);
+    console.log(`takeover pauses (ms, the daemon's): ${pauses.join(', ')}; from a kill to serving again (ms): ${crashPauses.join(', ')}; handles after each resume: ${JSON.stringify(handleStats)}; agents (longestMs: the longest wait each saw): ${JSON.stringify(results)}`);
     for (const [name, r] of Object.entries(results)) {
       expect({ name, errors: r.errors, lastError: r.lastError }).toEqual({ name, errors: 0, lastError: '' });
       expect(r.rounds).toBeGreaterThan(10);
