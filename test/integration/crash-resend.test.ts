@@ -39,13 +39,25 @@ describe.skipIf(!canMount || !hasTools)('a crash with requests in flight: the ke
     frozen = flag === '-f';
   };
   let next: Successor | null = null;
+  const callers: ChildProcess[] = [];
+  let holderPid: number | null = null;
   const s = ext4Suite({
     size: '64M',
     homes: HOMES,
     config: { crashSurvival: true },
     beforeStop: () => {
       if (frozen) fsfreeze('-u');
-      if (next && next.proc.exitCode === null) next.proc.kill('SIGTERM');
+      // A test that failed midway: its callers, the daemon that resumed, and the holder go (the
+      // holder last: until then the mount keeps the callers waiting instead of failing).
+      for (const c of callers) if (c.exitCode === null) c.kill('SIGKILL');
+      if (next && next.proc.exitCode === null) next.proc.kill('SIGKILL');
+      if (holderPid !== null) {
+        try {
+          process.kill(holderPid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
+      }
     },
   });
 
@@ -55,6 +67,7 @@ describe.skipIf(!canMount || !hasTools)('a crash with requests in flight: the ke
       env: { PATH: SYSTEM_PATH },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    callers.push(proc);
     let out = '';
     let err = '';
     proc.stdout!.on('data', (b: Buffer) => (out += b.toString()));
@@ -77,6 +90,9 @@ describe.skipIf(!canMount || !hasTools)('a crash with requests in flight: the ke
     const backing = d.backingOf(T, 'w');
     await pyAs(s.tmp, OWNER, `import os,sys\nopen(os.path.join(sys.argv[1], 'log'), 'w').write('a\\n')\nos.mkdir(os.path.join(sys.argv[1], 'sub'))`, home);
     // The writer's file is open before the freeze (an open writes nothing).
+    const first = JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status'])).stdout) as { holder: { pid: number | null } };
+    holderPid = first.holder.pid;
+    expect(holderPid).not.toBeNull();
     const go = join(s.tmp, 'go');
     const writer = caller(`fd = os.open(os.path.join(home, 'log'), os.O_WRONLY | os.O_APPEND)\nprint('open', flush=True)\nimport time\nwhile not os.path.exists(${JSON.stringify(go)}): time.sleep(0.01)\nos.write(fd, b'b\\n')\nos.fsync(fd)\nprint('done', flush=True)`);
     for (let i = 0; i < 400 && !writer.out().includes('open'); i++) await new Promise((r) => setTimeout(r, 25));

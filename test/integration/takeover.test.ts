@@ -196,15 +196,16 @@ describe.skipIf(!canMount)('live upgrade: the session handed to the next daemon 
       expect(st.session).toMatchObject({ generation: TAKEOVERS + 2 + k, startMode: 'resumed' });
       // The same holder, the session registered again by its new daemon.
       expect(st.holder).toMatchObject({ pid: holderPid, registered: true });
-      // Handles of its own epoch; the agents' files and directory, opened by a dead daemon, reopened on their next use.
+      // Handles of its own epoch; the agents' files, opened by a dead daemon, reopened on their next use
+      // (the writer's and the reader's, each used within a second; the listed directory only when the
+      // kernel's kept listing does not answer it).
       expect(st.native.handles.epoch).toBe(Number(revived.epoch));
-      // (the writer's file, the reader's, the listed directory: each agent uses its own within a second)
       let handles = st.native.handles;
-      for (let t = 0; t < 50 && handles.reopened < 3; t++) {
+      for (let t = 0; t < 50 && handles.reopened < 2; t++) {
         await new Promise((r) => setTimeout(r, 100));
         handles = (await status()).native.handles;
       }
-      expect(handles.reopened).toBeGreaterThanOrEqual(3);
+      expect(handles.reopened).toBeGreaterThanOrEqual(2);
       handleStats.push(handles);
       console.log(`crash ${k + 1}: serving again ${crashPauses[k]!} ms after the kill; ${JSON.stringify(revived)}`);
       last = s;
