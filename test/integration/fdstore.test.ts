@@ -4,8 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { canMount, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESFS, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
+import { serving, startSuccessor, type Successor } from '../helpers/takeover.js';
 
 /**
  * Crash survival under systemd: the daemon keeps its session in systemd's
@@ -50,6 +51,7 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
   let tmp = '';
   let d: RunningDaemon | null = null;
   let next: RunningDaemon | null = null;
+  let successor: Successor | null = null;
   let store: ChildProcess | null = null;
   const notes: Note[] = [];
   const notifySock = () => join(tmp, 'notify.sock');
@@ -73,6 +75,7 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
   afterAll(async () => {
     if (tmp) writeFileSync(join(tmp, 'stop'), '');
     await next?.stopKeep();
+    if (successor && successor.proc.exitCode === null && successor.proc.signalCode === null) successor.proc.kill('SIGKILL');
     // The store's copies keep a killed daemon's mount waiting: they go with it.
     store?.kill('SIGKILL');
     await d?.stop();
@@ -115,15 +118,33 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
     const writer = runAsync('setpriv', [`--reuid=${OWNER.uid}`, `--regid=${OWNER.gid}`, '--clear-groups', 'python3', script, home, join(tmp, 'stop')], { env: { PATH: SYSTEM_PATH }, timeoutMs: 120_000 });
     await until('the writer wrote', () => existsSync(join(first.backingOf(T, 'work'), 'log')) && readFileSync(join(first.backingOf(T, 'work'), 'log'), 'utf8').length > 100);
 
-    first.proc.kill('SIGKILL');
-    expect(await first.exited).toBeNull();
+    // A live upgrade under systemd: the successor replaces the stored entries with its own
+    // (removed first, by its pid); the old daemon exits 0 and leaves them (no removal at a handover).
+    let before = notes.length;
+    successor = startSuccessor(HOMESFS, join(first.dir, 'config.json'), true, { NOTIFY_SOCKET: notifySock() });
+    expect(await serving(successor)).toBe(true);
+    expect(await first.exited).toBe(0);
+    await until('the successor stored its session', () => notes.slice(before).some((n) => n.msg === 'FDSTORE=1\nFDNAME=homesfs-fuse'));
+    const theirs = notes.slice(before);
+    expect(theirs.findIndex((n) => n.msg === 'FDSTOREREMOVE=1\nFDNAME=homesfs-fuse')).toBeLessThan(theirs.findIndex((n) => n.msg === 'FDSTORE=1\nFDNAME=homesfs-fuse'));
+    for (const n of theirs.filter((n) => n.msg.startsWith('FDSTORE'))) expect(n.pid).toBe(successor.proc.pid);
+    expect(last()).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1 });
+
+    successor.proc.kill('SIGKILL');
+    expect(await successor.exited).toBeNull();
+    // A daemon of another mount is passed the stored session: it refuses (exit 13), never mounts over it.
+    const other = join(tmp, 'other-mount.json');
+    writeFileSync(other, JSON.stringify({ ...(JSON.parse(readFileSync(join(first.dir, 'config.json'), 'utf8')) as object), mount: join(tmp, 'elsewhere') }));
+    const refused = await runAsync('python3', [FIXTURE, 'launch', ctlSock(), process.execPath, HOMESFS, 'serve', '--config', other], { env: { ...process.env, NOTIFY_SOCKET: notifySock() }, timeoutMs: 60_000 });
+    expect(refused.code).toBe(13);
+    expect(refused.stderr).toMatch(/fd store keeps a session this daemon refuses: mount .* is not the held session's/);
     // systemd's restart: the next daemon gets the stored descriptors at 3.. (the launcher execs it: its pid is LISTEN_PID).
-    const before = notes.length;
+    before = notes.length;
     next = await startDaemon({ dir: first.dir, fresh: false, wrap: ['python3', FIXTURE, 'launch', ctlSock()], env: { NOTIFY_SOCKET: notifySock() } });
     const resumed = next.logs.find((l) => l.msg === 'session resumed after a crash');
     expect(resumed).toMatchObject({ keeper: 'systemd' });
     const st = await next.status();
-    expect(st.session).toMatchObject({ generation: 2, startMode: 'resumed' });
+    expect(st.session).toMatchObject({ generation: 3, startMode: 'resumed' });
     expect(st.holder).toMatchObject({ keeper: 'systemd', registered: true });
     // It replaced the dead daemon's entries with its own (removed first), by its own pid.
     await until('the resumed daemon stored its session', () => notes.slice(before).some((n) => n.msg === 'FDSTORE=1\nFDNAME=homesfs-fuse'));
