@@ -158,8 +158,8 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
     const r = await writer;
     expect(r.code).toBe(0);
     const result = JSON.parse(r.stdout.trim().split('\n').pop()!) as { errors: number; lastError: string; written: number };
-    expect({ errors: result.errors, lastError: result.lastError }).toEqual({ errors: 0, lastError: '' });
     console.log(`writer: ${JSON.stringify(result)}; resumed: ${JSON.stringify(resumed)}`);
+    expect({ errors: result.errors, lastError: result.lastError }).toEqual({ errors: 0, lastError: '' });
     const lines = readFileSync(join(first.backingOf(T, 'work'), 'log'), 'utf8').split('\n').filter(Boolean);
     expect(lines.length).toBe(result.written);
     lines.forEach((l, i) => expect(l).toBe(`line ${String(i).padStart(8, '0')}`));
