@@ -599,9 +599,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   await startSockets();
 
   // Crash survival: the node table is journaled (a resumed session journals
-  // on where its predecessor did) and the holder keeps a copy of the session
-  // from now on, dropping its copies of the registration before (a
-  // predecessor's included). As soon as the session serves and the socket
+  // on where its predecessor did) and the holder (under systemd: its fd
+  // store) keeps a copy of the session from now on, dropping its copies of
+  // the registration before (a predecessor's included). As soon as the session serves and the socket
   // directory exists: a crash before the registration ends the session as
   // before crash survival.
   let registered: 'holder' | 'systemd' | false = false;
@@ -674,7 +674,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
 
   /** The holder of this configuration's session, if one answers. */
   async function holderReport(): Promise<NonNullable<StatusReport['holder']>> {
-    if (registered === 'systemd') return { crashSurvival: config.crashSurvival, keeper: 'systemd', pid: null, registered: true };
+    // systemd cannot be asked what it stores: what this daemon stored is what it holds.
+    if (sdNotify !== null) return { crashSurvival: config.crashSurvival, keeper: 'systemd', pid: null, registered: registered === 'systemd' };
     const h = await holderStatus(handover, config).catch(() => null);
     return { crashSurvival: config.crashSurvival, keeper: 'holder', pid: h?.holder ?? null, registered: h !== null && h.registered && h.daemonPid === process.pid };
   }
