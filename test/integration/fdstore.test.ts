@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { canMount, HOMESFS, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESCTL, HOMESFS, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 import { serving, startSuccessor, type Successor } from '../helpers/takeover.js';
 
@@ -95,6 +95,7 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
     for (const n of notes.filter((n) => n.msg.startsWith('FDSTORE=1'))) expect(n).toMatchObject({ pid: first.proc.pid, fds: 1, truncated: false });
     expect(holders()).toEqual([]);
     expect((await first.status()).holder).toMatchObject({ crashSurvival: true, keeper: 'systemd', pid: null, registered: true });
+    expect((await runAsync(process.execPath, [HOMESCTL, '--socket', first.socket, 'status'])).stdout).toMatch(/Holder: +systemd's fd store, this session stored/);
     // The stored descriptor is the session's own /dev/fuse.
     const fuse = readdirSync(`/proc/${store!.pid}/fd`).filter((f) => {
       try {
