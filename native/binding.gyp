@@ -67,6 +67,7 @@
       "src/session/ops_dirs.c",
       "src/session/ops_files.c",
       "src/session/ops_names.c",
+      "src/session/sdstore.c",
       "src/session/session.c",
       "src/utf8.c",
     ],

@@ -34,7 +34,8 @@ import { adoptFs, exportFs, HandedFs } from './fs/handover.js';
 import type { HandoverRaw } from './fuse/handover-channel.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
 import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Received } from './takeover.js';
-import { claim, holderStatus, register, release, type Kept } from './holder/client.js';
+import { claim, dropKept, holderStatus, register, release, type ClaimResult, type Kept } from './holder/client.js';
+import { notifySocket, removeStored, storeRegistration, takeStored, type SdStoreRaw } from './holder/fdstore.js';
 import type { HolderRaw } from './holder/holder.js';
 import { holderSocket } from './holder/protocol.js';
 import { journalEpoch, journalFds, openJournal, type JournalRaw } from './journal-fds.js';
@@ -121,6 +122,19 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     throw new DaemonError((err as Error).message, err instanceof NativeBindingError ? EXIT.NATIVE : EXIT.INTERNAL);
   }
 
+  // What systemd passed back from its fd store (a session kept through a
+  // crash): taken before anything spawns a child, which would inherit the
+  // descriptors and LISTEN_*. A successor takes the live session instead.
+  let stored: ClaimResult;
+  try {
+    stored = takeStored(Fuse.native as unknown as SdStoreRaw, config);
+  } catch (err) {
+    stored = { kind: 'refused', reason: (err as Error).message, holderPid: null };
+  }
+  if (opts.takeover && stored.kind === 'kept') dropKept(stored.kept);
+  // Under systemd its fd store keeps the session; a holder process would die with the unit's cgroup.
+  const sdNotify = notifySocket();
+
   // Our descriptors are one table for every home, the sockets and our own
   // work: set its size first, and keep a reserve no home's open files reach.
   const nofile = applyNofile(Fuse, config.limits.nofile, config.limits.reserveFiles);
@@ -170,7 +184,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   }
   const hostIds = warmedLookup(getentLookup());
 
-  const handover = Fuse.native as unknown as HandoverRaw & HolderRaw;
+  const handover = Fuse.native as unknown as HandoverRaw & HolderRaw & SdStoreRaw;
   const journalRaw = Fuse.native as unknown as JournalRaw;
   // A session a holder kept through the crash of the daemon that served it
   // is resumed, never mounted over (its processes wait in the mount; a stat
@@ -179,14 +193,21 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   // session instead.
   let kept: Kept | null = null;
   if (!opts.takeover) {
-    const held = await claim(handover, config).catch((err: Error) => ({ kind: 'refused' as const, reason: err.message, holderPid: null }));
+    if (stored.kind === 'refused') {
+      await store.close();
+      throw new DaemonError(
+        `systemd's fd store keeps a session this daemon refuses: ${stored.reason}. It will not mount over it; \`systemctl stop\` the unit to drop the stored session (processes in the mount then get ENOTCONN) and start again`,
+        EXIT.HELD,
+      );
+    }
+    const held = stored.kind === 'kept' ? stored : await claim(handover, config).catch((err: Error) => ({ kind: 'refused' as const, reason: err.message, holderPid: null }));
     if (held.kind === 'refused') {
       await store.close();
       throw new DaemonError(`the session holder at ${holderSocket(config)} refused this daemon: ${held.reason}`, EXIT.HELD);
     }
     if (held.kind === 'kept') {
       kept = held.kept;
-      log.warn({ holder: kept.holderPid, generation: kept.generation, build: kept.build, journal: kept.journalFds.length }, 'a holder kept the session of a daemon that died: resuming it');
+      log.warn({ keeper: kept.keeper, holder: kept.holderPid || undefined, generation: kept.generation, build: kept.build, journal: kept.journalFds.length }, 'the session of a daemon that died was kept: resuming it');
     }
   }
 
@@ -371,14 +392,16 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     try {
       const r = await resumeSession(k, mount, journalRaw);
       if (r.resend !== 0) log.warn({ errno: r.resend === undefined ? null : -r.resend }, 'the kernel refused FUSE_NOTIFY_RESEND (before Linux 6.9): requests the dead daemon had read wait until their callers are interrupted');
-      log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats?.().nodes, holder: k.holderPid }, 'session resumed after a crash');
+      log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats?.().nodes, keeper: k.keeper, holder: k.holderPid || undefined }, 'session resumed after a crash');
     } catch (err) {
       await scans.catch(() => undefined);
       await ctx.close().catch(() => undefined);
       await store.close();
+      const keeper = k.keeper === 'systemd' ? "systemd's fd store" : `a session holder (pid ${k.holderPid})`;
+      const afresh = k.keeper === 'systemd' ? '`systemctl stop` the unit (systemd drops the stored session' : `stop the holder (kill ${k.holderPid}`;
       throw new DaemonError(
-        `a session holder (pid ${k.holderPid}) keeps the session of a daemon that died at ${config.mount} (generation ${k.generation}), and this daemon cannot resume it: ${(err as Error).message}. ` +
-          `It will not mount over it: processes in the mount wait for that session. To start afresh, stop the holder (kill ${k.holderPid}; those processes then get ENOTCONN) and start again`,
+        `${keeper} keeps the session of a daemon that died at ${config.mount} (generation ${k.generation}), and this daemon cannot resume it: ${(err as Error).message}. ` +
+          `It will not mount over it: processes in the mount wait for that session. To start afresh, ${afresh}; those processes then get ENOTCONN) and start again`,
         EXIT.HELD,
       );
     }
@@ -576,23 +599,30 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   await startSockets();
 
   // Crash survival: the node table is journaled (a resumed session journals
-  // on where its predecessor did) and the holder keeps a copy of the session
-  // from now on, dropping its copies of the registration before (a
-  // predecessor's included). As soon as the session serves and the socket
+  // on where its predecessor did) and the holder (under systemd: its fd
+  // store) keeps a copy of the session from now on, dropping its copies of
+  // the registration before (a predecessor's included). As soon as the session serves and the socket
   // directory exists: a crash before the registration ends the session as
   // before crash survival.
-  let registered = false;
+  let registered: 'holder' | 'systemd' | false = false;
   if (config.crashSurvival) {
     const hlog = log.child({ component: 'holder' });
     const session = handover.hs_holder_session();
     try {
       if (session === null) throw new Error('the session has no descriptor or INIT to hand over');
       if (!kept) openJournal(journalRaw);
-      await register(handover, config, { configPath: loaded.path, generation, epoch: journalEpoch(journalRaw), build: BUILD, session, journalFds: journalFds() }, hlog);
-      registered = true;
-      hlog.info({ socket: holderSocket(config), generation }, 'session registered with the holder');
+      const args = { configPath: loaded.path, generation, epoch: journalEpoch(journalRaw), build: BUILD, session, journalFds: journalFds() };
+      if (sdNotify !== null) {
+        storeRegistration(handover, sdNotify, config, args);
+        registered = 'systemd';
+        hlog.info({ notifySocket: sdNotify, generation }, "session stored in systemd's fd store");
+      } else {
+        await register(handover, config, args, hlog);
+        registered = 'holder';
+        hlog.info({ socket: holderSocket(config), generation }, 'session registered with the holder');
+      }
     } catch (err) {
-      hlog.error({ err: (err as Error).message }, 'the session is not registered with a holder: a crash of this daemon ends it');
+      hlog.error({ err: (err as Error).message }, 'the session is not registered with a holder or systemd\'s fd store: a crash of this daemon ends it');
     }
   }
 
@@ -644,8 +674,10 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
 
   /** The holder of this configuration's session, if one answers. */
   async function holderReport(): Promise<NonNullable<StatusReport['holder']>> {
+    // systemd cannot be asked what it stores: what this daemon stored is what it holds.
+    if (sdNotify !== null) return { crashSurvival: config.crashSurvival, keeper: 'systemd', pid: null, registered: registered === 'systemd' };
     const h = await holderStatus(handover, config).catch(() => null);
-    return { crashSurvival: config.crashSurvival, pid: h?.holder ?? null, registered: h !== null && h.registered && h.daemonPid === process.pid };
+    return { crashSurvival: config.crashSurvival, keeper: 'holder', pid: h?.holder ?? null, registered: h !== null && h.registered && h.daemonPid === process.pid };
   }
 
   /** Homes with open handles (any pid namespace) or visible holders (pids from /proc). */
@@ -705,7 +737,14 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     if (code === EXIT.OK) await drain().catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
     await stopSockets();
     // A plain stop leaves no holder behind (a handover never comes here: its successor registers instead).
-    if (registered) await release(handover, config).catch((err: Error) => log.warn({ err: err.message }, 'the session holder could not be released'));
+    if (registered === 'holder') await release(handover, config).catch((err: Error) => log.warn({ err: err.message }, 'the session holder could not be released'));
+    if (registered === 'systemd' && sdNotify !== null) {
+      try {
+        removeStored(handover, sdNotify);
+      } catch (err) {
+        log.warn({ err: (err as Error).message }, "the session could not be removed from systemd's fd store");
+      }
+    }
     await mount.unmount();
     await users?.removeAll().catch(() => undefined);
     await ctx.close().catch(() => undefined);

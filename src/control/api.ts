@@ -278,11 +278,13 @@ export interface StatusReport {
    */
   session?: { generation: number; startMode: 'fresh' | 'taken over' | 'resumed'; lastHandoverPauseMs: number | null };
   /**
-   * Crash survival (src/holder/): whether the configuration asks for it, the
-   * pid of the holder answering on this configuration's holder socket (null:
-   * none), and whether this daemon's session is the one it holds.
+   * Crash survival (src/holder/): whether the configuration asks for it, who
+   * keeps the session (systemd's fd store under a Type=notify unit, else the
+   * holder process), the pid of the holder answering on this configuration's
+   * holder socket (null: none, always so with systemd), and whether this
+   * daemon's session is the one kept.
    */
-  holder?: { crashSurvival: boolean; pid: number | null; registered: boolean };
+  holder?: { crashSurvival: boolean; keeper?: 'holder' | 'systemd'; pid: number | null; registered: boolean };
   backing: string;
   configPath: string | null;
   mount: {

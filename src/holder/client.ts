@@ -37,8 +37,10 @@ export interface Kept {
   mount: string;
   /** the build of the daemon that registered it (src/build-id.ts) */
   build: string;
-  /** the holder's pid, for messages */
+  /** the holder's pid, for messages (0: systemd's fd store kept it) */
   holderPid: number;
+  /** who kept it: the holder process (client.ts) or systemd's fd store (fdstore.ts) */
+  keeper: 'holder' | 'systemd';
 }
 
 export type ClaimResult = { kind: 'none' } | { kind: 'kept'; kept: Kept } | { kind: 'refused'; reason: string; holderPid: number | null };
@@ -102,7 +104,7 @@ export async function claim(raw: HandoverRaw, config: Config): Promise<ClaimResu
     throw err;
   }
   const r = reg.data;
-  return { kind: 'kept', kept: { fuseFd, init, bufsize: r.bufsize, journalFds, epoch: r.epoch, generation: r.generation, backing: r.backing, mount: r.mount, build: r.build, holderPid: typeof reply.holder === 'number' ? reply.holder : 0 } };
+  return { kind: 'kept', kept: { fuseFd, init, bufsize: r.bufsize, journalFds, epoch: r.epoch, generation: r.generation, backing: r.backing, mount: r.mount, build: r.build, holderPid: typeof reply.holder === 'number' ? reply.holder : 0, keeper: 'holder' } };
 }
 
 function closing<T>(fds: number[], out: T): T {

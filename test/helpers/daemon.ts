@@ -57,6 +57,8 @@ export interface StartOptions {
   fresh?: boolean;
   /** start the daemon with this RLIMIT_NOFILE (soft and hard), through prlimit(1), which execs it: same pid */
   nofile?: number;
+  /** run the daemon through this command, which must exec it (same pid), as prlimit does for `nofile` */
+  wrap?: string[];
   /** run this homesfs.js instead of the worktree's dist/ (a copied tree, e.g. with another addon) */
   bin?: string;
   /** resolve only once every home of `homes` has its ledger built (its first scan done) */
@@ -129,6 +131,7 @@ export async function startDaemon(opts: StartOptions = {}): Promise<RunningDaemo
   const userdb = (JSON.parse(readFileSync(configPath, 'utf8')) as { userdb?: { dir?: string } }).userdb?.dir ?? '/run/userdb';
   const argv = [process.execPath, bin, 'serve', '--config', configPath];
   if (opts.nofile !== undefined) argv.unshift('prlimit', `--nofile=${opts.nofile}:${opts.nofile}`, '--');
+  if (opts.wrap !== undefined) argv.unshift(...opts.wrap);
   const proc = spawn(argv[0]!, argv.slice(1), {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...opts.env },

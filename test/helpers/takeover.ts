@@ -8,8 +8,8 @@ export interface Successor {
   stderr: () => string;
 }
 
-export function startSuccessor(bin: string, config: string, takeover = true): Successor {
-  const proc = spawn(process.execPath, [bin, 'serve', '--config', config, ...(takeover ? ['--takeover'] : [])], { stdio: ['ignore', 'pipe', 'pipe'] });
+export function startSuccessor(bin: string, config: string, takeover = true, env: NodeJS.ProcessEnv = {}): Successor {
+  const proc = spawn(process.execPath, [bin, 'serve', '--config', config, ...(takeover ? ['--takeover'] : [])], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   const logs: Array<Record<string, unknown>> = [];
   let buf = '';
   let err = '';

@@ -345,6 +345,11 @@ export function sortHomes(homes: HomeInfo[], sort: (typeof SORTS)[number], rates
 
 /** Crash survival: who keeps a copy of the session, and whether it is this daemon's. */
 function holderLine(h: NonNullable<StatusReport['holder']>): string {
-  const who = h.pid === null ? 'no holder runs' : `pid ${h.pid}, ${h.registered ? 'this session registered' : 'this session NOT registered'}`;
+  const who =
+    h.keeper === 'systemd'
+      ? `systemd's fd store, ${h.registered ? 'this session stored' : 'this session NOT stored'}`
+      : h.pid === null
+        ? 'no holder runs'
+        : `pid ${h.pid}, ${h.registered ? 'this session registered' : 'this session NOT registered'}`;
   return `${who}${h.crashSurvival ? '' : ' (crashSurvival off)'}`;
 }
