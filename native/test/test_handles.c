@@ -26,6 +26,7 @@
 // ---- what the filter calls -------------------------------------------------------------
 
 static int reopens, dir_reopens, last_flags, reopen_err;
+static int denied_mode = -1;  // an access mode the caller may not open with (EACCES)
 static uint32_t last_uid;
 static uint64_t next_inner = 100;
 static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -37,7 +38,7 @@ int hs_reopen_file (uint64_t nodeid, int flags, uint32_t uid, uint32_t gid, uint
   reopens++;
   last_flags = flags;
   last_uid = uid;
-  int err = reopen_err;
+  int err = (flags & O_ACCMODE) == denied_mode ? -EACCES : reopen_err;
   if (err == 0) *inner = next_inner++;
   pthread_mutex_unlock(&rec_mu);
   return err;
@@ -70,6 +71,7 @@ int fuse_chan_send (struct fuse_chan *ch, const struct iovec iov[], size_t count
 static void reset (void) {
   hs_handles_clear();
   reopens = dir_reopens = answers = last_flags = reopen_err = 0;
+  denied_mode = -1;
   last_error = 0;
   hs_fh_set_epoch(2);
 }
@@ -252,4 +254,25 @@ TEST(threads_racing_on_one_dead_handle_get_one_reopen) {
   CHECK_EQ(reopens, 1);
   for (int i = 1; i < 8; i++) CHECK_EQ(r[i].got, r[0].got);
   CHECK(r[0].got >= 100);
+}
+
+TEST(a_handle_first_used_by_fsync_is_reopened_for_as_much_as_the_caller_may) {
+  reset();
+  req_t q;
+  // FSYNC says nothing of the open: read-write first, so a WRITE after it is not refused.
+  size_t len = make(&q, FUSE_FSYNC, 60, fh_at(1, 8), 0);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(last_flags, O_RDWR);
+  uint64_t mapped = fh_of(&q);
+  len = make(&q, FUSE_WRITE, 61, fh_at(1, 8), O_WRONLY | O_APPEND);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(fh_of(&q), mapped);
+  CHECK_EQ(reopens, 1);
+  // A caller who may not read: write-only after read-write was refused.
+  reset();
+  denied_mode = O_RDWR;
+  len = make(&q, FUSE_FSYNC, 62, fh_at(1, 9), 0);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(last_flags, O_WRONLY);
+  CHECK_EQ(reopens, 2);
 }

@@ -80,6 +80,9 @@ void hs_handles_clear (void) {
   pthread_mutex_unlock(&d_mu);
 }
 
+#define HS_FLAGS_UNKNOWN (-1)
+static int reopen_widest (uint64_t nodeid, const struct fuse_in_header *h, uint64_t *inner);
+
 // Our handle for a dead one: the existing mapping, or a reopen (once, others
 // wait). `dir`: a directory handle. 0 and *inner, or -errno (nothing kept:
 // the next request tries again).
@@ -103,7 +106,9 @@ static int dead_map (uint64_t kfh, int dir, uint64_t nodeid, int flags, const st
   d->kfh = kfh;
   *pp = d;
   pthread_mutex_unlock(&d_mu);
-  int err = dir ? hs_reopen_dir(nodeid, h->uid, inner) : hs_reopen_file(nodeid, flags, h->uid, h->gid, h->pid, inner);
+  int err = dir ? hs_reopen_dir(nodeid, h->uid, inner)
+              : flags == HS_FLAGS_UNKNOWN ? reopen_widest(nodeid, h, inner)
+              : hs_reopen_file(nodeid, flags, h->uid, h->gid, h->pid, inner);
   pthread_mutex_lock(&d_mu);
   pp = d_slot(kfh);
   if (err == 0) {
@@ -197,21 +202,34 @@ static long fh_offset (const struct fuse_in_header *h, const char *arg, size_t a
 }
 
 // The open flags a dead handle is reopened with: what READ and WRITE say the
-// file was opened with; for the rest, what they need. Never O_APPEND: the
-// kernel already puts an append at its size of the file (generic_write_checks,
-// the size every write through the mount updates), so writing at the
-// request's offset is the same append, and the same bytes if it comes again.
+// file was opened with (f_flags, its access mode included), or
+// HS_FLAGS_UNKNOWN for the rest (FSYNC, FALLOCATE, locks carry none). Never
+// O_APPEND: the kernel already puts an append at its size of the file
+// (generic_write_checks, the size every write through the mount updates), so
+// writing at the request's offset is the same append, and the same bytes if
+// it comes again.
 static int reopen_flags (const struct fuse_in_header *h, const char *arg, size_t alen) {
   uint32_t flags = 0;
-  if ((h->opcode == FUSE_READ || h->opcode == FUSE_WRITE) && alen >= sizeof(struct fuse_read_in)) {
-    memcpy(&flags, arg + offsetof(struct fuse_read_in, flags), sizeof(flags));
-    if (h->opcode == FUSE_WRITE) memcpy(&flags, arg + offsetof(struct fuse_write_in, flags), sizeof(flags));
-  } else if (h->opcode == FUSE_FALLOCATE || h->opcode == FUSE_SETLK || h->opcode == FUSE_SETLKW) {
-    flags = O_RDWR;
-  } else {
-    flags = O_RDONLY;
-  }
+  if ((h->opcode != FUSE_READ && h->opcode != FUSE_WRITE) || alen < sizeof(struct fuse_write_in)) return HS_FLAGS_UNKNOWN;
+  memcpy(&flags, arg + offsetof(struct fuse_read_in, flags), sizeof(flags));
+  if (h->opcode == FUSE_WRITE) memcpy(&flags, arg + offsetof(struct fuse_write_in, flags), sizeof(flags));
   return (int) (flags & ~(uint32_t) (O_CREAT | O_EXCL | O_TRUNC | O_NOCTTY | O_APPEND));
+}
+
+// A reopen for a request that does not say how the file was opened (an
+// FSYNC before any READ or WRITE since the crash): the mapping serves every
+// later request of the handle, a WRITE included, so it is opened for as much
+// as the caller may: read-write, else write-only, else read-only. No wider
+// than the caller's own descriptor in effect: the kernel checks that
+// descriptor's mode before it sends a READ or a WRITE.
+static int reopen_widest (uint64_t nodeid, const struct fuse_in_header *h, uint64_t *inner) {
+  static const int modes[] = { O_RDWR, O_WRONLY, O_RDONLY };
+  int err = -EACCES;
+  for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+    err = hs_reopen_file(nodeid, modes[i], h->uid, h->gid, h->pid, inner);
+    if (err != -EACCES && err != -EPERM && err != -EROFS && err != -ETXTBSY) return err;
+  }
+  return err;
 }
 
 // A dead daemon's handle in a request: replaced by ours (reopened if need
