@@ -72,6 +72,13 @@ export interface Limits {
 
 export type SoftWhat = 'bytes' | 'inodes';
 
+/** What a listener hears when a count is clamped at 0: the count before, and the change that would have taken it below. */
+export interface Underflow {
+  what: 'bytes' | 'inodes';
+  count: number;
+  delta: number;
+}
+
 /** What a listener hears when usage crosses a soft limit upward. */
 export interface SoftCrossing {
   what: SoftWhat;
@@ -223,6 +230,12 @@ export class Ledger {
   #overSoftInodes = false;
   /** Told once per upward crossing of a soft limit (see the file comment); it must not throw. */
   onSoftCrossed: ((e: SoftCrossing) => void) | null = null;
+  /**
+   * Told each time a count would have gone below 0 and was clamped there: the
+   * ledger missed a charge (a bug), and now counts less than the disk holds
+   * until a rescan. It must not throw.
+   */
+  onUnderflow: ((e: Underflow) => void) | null = null;
 
   /** `pending`: [bytes, inodes] that removals outside JavaScript took out of the home (see the file comment). */
   constructor(limits: Limits, initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 }, pool: TenantPool | null = null, pending: BigInt64Array | null = null) {
@@ -282,18 +295,26 @@ export class Ledger {
     const p = this.#pending;
     if (p === null) return;
     // Most calls find nothing: a plain read first (a release that lands meanwhile is taken next time).
+    let released = 0;
+    let inodes = 0;
     if (p[0] !== 0n || p[1] !== 0n) {
-      const bytes = Atomics.exchange(p, ACCT_RELEASED_BYTES, 0n);
-      const inodes = Atomics.exchange(p, ACCT_RELEASED_INODES, 0n);
-      if (bytes !== 0n) this.#addBytes(-Number(bytes));
-      if (inodes !== 0n) this.#addInodes(-Number(inodes));
+      released = Number(Atomics.exchange(p, ACCT_RELEASED_BYTES, 0n));
+      inodes = Number(Atomics.exchange(p, ACCT_RELEASED_INODES, 0n));
     }
+    // Growth is read after the releases and applied with them as one change.
+    // The binding removes a file only once no handle has it open, so its writes
+    // were added to GROWN before its size was added to RELEASED: read in this
+    // order, the growth covers every byte the releases give back. Applied
+    // releases first, a file written, closed and unlinked all in the binding
+    // took the count below 0 (clamped there) and its growth stayed charged.
+    let grown = 0;
     if (p.length >= ACCT_LEN && (p[ACCT_GROWN] !== 0n || p[ACCT_REFUND] !== 0n)) {
-      const grown = Number(Atomics.exchange(p, ACCT_GROWN, 0n));
+      grown = Number(Atomics.exchange(p, ACCT_GROWN, 0n));
       const refund = Number(Atomics.exchange(p, ACCT_REFUND, 0n));
       this.#reservedBytes = Math.max(0, this.#reservedBytes - grown - refund);
-      if (grown !== 0) this.#addBytes(grown);
     }
+    if (grown !== released) this.#addBytes(grown - released);
+    if (inodes !== 0) this.#addInodes(-inodes);
   }
 
   /**
@@ -558,6 +579,7 @@ export class Ledger {
     let applied = delta;
     if (next < 0) {
       this.#underflows += 1;
+      this.onUnderflow?.({ what: 'bytes', count: this.#bytes, delta });
       applied = -this.#bytes;
       this.#bytes = 0;
     } else {
@@ -572,6 +594,7 @@ export class Ledger {
     const next = this.#inodes + delta;
     if (next < 0) {
       this.#underflows += 1;
+      this.onUnderflow?.({ what: 'inodes', count: this.#inodes, delta });
       this.#inodes = 0;
     } else {
       this.#inodes = next;

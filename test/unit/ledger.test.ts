@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { HomesError } from '../../src/errors.js';
-import { ACCT_CREDIT, ACCT_GROWN, ACCT_LEN, ACCT_MAXFILE, ACCT_REFUND, ACCT_RELEASED_BYTES, effectiveSoft, Ledger, TenantPool, type Limits, type SoftCrossing, type Undo } from '../../src/policy/ledger.js';
+import { ACCT_CREDIT, ACCT_GROWN, ACCT_LEN, ACCT_MAXFILE, ACCT_REFUND, ACCT_RELEASED_BYTES, ACCT_RELEASED_INODES, effectiveSoft, Ledger, TenantPool, type Limits, type SoftCrossing, type Undo } from '../../src/policy/ledger.js';
 
 const OFF: Limits = { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0 };
 
@@ -552,6 +552,17 @@ describe('Ledger: byte credit for writes decided outside JavaScript (the native 
     l.release(500);
     l.removeInode();
     expect([l.bytes, l.inodes, l.underflows]).toEqual([0, 0, 0]);
+  });
+
+  it('a file grown, closed and removed all in the binding before JS looks: its growth and release net out, nothing stays charged', () => {
+    const p = new BigInt64Array(ACCT_LEN);
+    const l = new Ledger(limits, { bytes: 100, inodes: 2 }, null, p);
+    l.reserveBytes(400);
+    // a native write grows an empty file by 400, then a native unlink of its last name gives the 400 back
+    nativeGrow(p, 400);
+    Atomics.add(p, ACCT_RELEASED_BYTES, 400n);
+    Atomics.add(p, ACCT_RELEASED_INODES, 1n);
+    expect([l.bytes, l.inodes, l.reservedBytes, l.underflows]).toEqual([100, 1, 0, 0]);
   });
 
   it('a growth the unused credit stands in the way of passes: the credit is taken back first; a refusal changes nothing', () => {
