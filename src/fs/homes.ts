@@ -80,6 +80,7 @@ export abstract class HomeRegistry {
   protected readonly homes = new Map<string, Promise<HomeState>>();
   /** home states whose opening resolved and that were not forgotten since (synchronously at hand) */
   protected readonly loaded = new Set<HomeState>();
+  #ledgerUnderflows = 0;
   private readonly pools = new Map<string, TenantPool>();
   /** start-up scans begin once this resolves (holdScans) */
   private scansMayStart: Promise<void> = Promise.resolve();
@@ -299,6 +300,11 @@ export abstract class HomeRegistry {
     this.pools.delete(tenant);
   }
 
+  /** Counts clamped at 0 by any home's ledger since start (each one logged; see watchSoft). */
+  get ledgerUnderflows(): number {
+    return this.#ledgerUnderflows;
+  }
+
   /** Every tenant pool in use. */
   knownPools(): TenantPool[] {
     return [...this.pools.values()];
@@ -322,6 +328,13 @@ export abstract class HomeRegistry {
    * growth the binding charged, at the ledger's next answer).
    */
   private watchSoft(hs: HomeState): void {
+    // A clamped count means the ledger missed a charge: the home now counts
+    // less than its disk holds, until `homesctl rescan`. Rare, and a bug.
+    const ledger = hs.ledger;
+    ledger.onUnderflow = (e) => {
+      this.#ledgerUnderflows += 1;
+      this.log.error({ home: hs.backing.id, what: e.what, count: e.count, delta: e.delta }, `ledger underflow: a ${e.what} count was clamped at 0 (homesctl rescan repairs it)`);
+    };
     hs.ledger.onSoftCrossed = (e) => {
       this.log.warn(
         { home: hs.backing.id, what: e.what, used: e.used, soft: e.soft, hard: e.hard, profile: hs.profileName },

@@ -34,6 +34,8 @@ export interface MetricsSnapshot {
   mountUp?: boolean;
   /** open files of all homes against their shared cap (limits.nofile − limits.reserveFiles − the loaded homes' descriptors) */
   openFiles?: { total: number; cap: number };
+  /** counts any home's ledger clamped at 0 since start (each a missed charge, logged); absent: not reported */
+  ledgerUnderflows?: number;
 }
 
 /** The binding's data-plane counters, as FsContext reports them. */
@@ -82,6 +84,14 @@ export function renderMetrics(s: MetricsSnapshot): string {
   }
   family('homesfs_tenant_bytes', 'gauge', "Bytes of all the tenant's homes.", s.tenants.map((t) => [{ tenant: t.tenant }, t.bytes]));
   family('homesfs_tenant_budget_bytes', 'gauge', "The tenant's total budget across its homes (0 = off).", s.tenants.map((t) => [{ tenant: t.tenant }, t.budget]));
+  if (s.ledgerUnderflows !== undefined) {
+    family(
+      'homesfs_ledger_underflows_total',
+      'counter',
+      "Counts a home's ledger clamped at 0 since start: each a charge the ledger missed, logged as \"ledger underflow\"; the home counts less than its disk until homesctl rescan. Alert above 0.",
+      [[{}, s.ledgerUnderflows]],
+    );
+  }
   family(
     'homesfs_refusals_total',
     'counter',

@@ -36,5 +36,6 @@ export async function metricsSnapshot(ctx: FsContext, ops: OpMetrics, startedMs:
     uptimeSeconds: Math.round((Date.now() - startedMs) / 1000),
     ...(mountUp !== undefined ? { mountUp } : {}),
     openFiles: { total: ctx.openFilesTotal, cap: ctx.openFiles.cap },
+    ledgerUnderflows: ctx.ledgerUnderflows,
   };
 }

@@ -40,8 +40,12 @@ const capped = { ...BUILTIN_PROFILES.home, maxHomeBytes: 256 * KiB, maxFileBytes
 const race = { ...BUILTIN_PROFILES.home, maxHomeBytes: RACE_CHUNKS * CHUNK, maxFileBytes: 0 };
 const roomy = { ...BUILTIN_PROFILES.home, maxHomeBytes: 64 * 1024 * KiB, maxFileBytes: 0 };
 /** each home's owner, BASE + 47 and up (an owner belongs to one home; both daemons serve the same homes) */
-const U = ownersFrom(BASE + 47, ['race', 'inv', ...SEEDS.map((s) => `s${s}`)]);
-const HOMES: Record<string, { owner: Owner; profile: string }> = { [`${T}/race`]: { owner: U.race!, profile: 'race' }, [`${T}/inv`]: { owner: U.inv!, profile: 'roomy' } };
+const U = ownersFrom(BASE + 47, ['race', 'inv', ...SEEDS.map((s) => `s${s}`), 'churn']);
+const HOMES: Record<string, { owner: Owner; profile: string }> = {
+  [`${T}/race`]: { owner: U.race!, profile: 'race' },
+  [`${T}/inv`]: { owner: U.inv!, profile: 'roomy' },
+  [`${T}/churn`]: { owner: U.churn!, profile: 'roomy' },
+};
 for (const s of SEEDS) HOMES[`${T}/s${s}`] = { owner: U[`s${s}`]!, profile: 'capped' };
 
 /** mulberry32: the same sequence on every run and both daemons. */
@@ -248,6 +252,37 @@ describe.skipIf(!canMount)('the write decision in the binding against the TypeSc
     expect(b.usage.bytes).toBe(regularBytes(native.backingOf(T, 'race')));
   });
 
+  it('files written, closed and removed at once, all in the binding: the ledger equals the disk, and no count is clamped', async () => {
+    // Each round's growth and release can both wait in the home's accounting
+    // array when the ledger next looks; taken releases first, the release took
+    // the count below 0 (clamped) and the growth stayed charged.
+    const rounds = 2000;
+    const root = native.home(T, 'churn');
+    const before = await decisions();
+    await py(
+      'churn',
+      `import os, sys
+root = sys.argv[1]
+for i in range(${rounds}):
+    p = os.path.join(root, 'c%d' % (i % 7))
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b'c' * 1000)
+    os.close(fd)
+    os.unlink(p)
+fd = os.open(os.path.join(root, 'keep'), os.O_WRONLY | os.O_CREAT, 0o600)
+os.write(fd, b'k' * 777)
+os.close(fd)
+`,
+      root,
+    );
+    // The binding decided these writes (the race needs growth it charged).
+    expect((await decisions()).decided - before.decided).toBeGreaterThanOrEqual(rounds / 2);
+    expect(await usage(native, `${T}/churn`)).toMatchObject({ bytes: 777, inodes: 1 });
+    expect(regularBytes(native.backingOf(T, 'churn'))).toBe(777);
+    expect(native.logs.filter((l) => l.msg.startsWith('ledger underflow'))).toEqual([]);
+    expect(await scrapeMetrics(metricsSocket)).toContain('\nhomesfs_ledger_underflows_total 0\n');
+  });
+
   it('a budget, per-file limit or tenant budget changed while a file is open and written natively holds from its next write', async () => {
     // One writer holding its file open across the changes, driven line by line: "offset length" -> bytes written or the errno.
     const script = join(tmp, 'inv.py');
@@ -292,7 +327,7 @@ for line in sys.stdin:
       // A tenant budget: the home's writes are checked against the tenant total from the next one.
       await ctl('set-limits', `${T}/inv`, '--file-size', 'default');
       const tenant = (await usage(native, `${T}/race`)).bytes + (await usage(native, `${T}/inv`)).bytes;
-      const others = SEEDS.reduce(async (acc, s) => (await acc) + (await usage(native, `${T}/s${s}`)).bytes, Promise.resolve(0));
+      const others = [...SEEDS.map((s) => `s${s}`), 'churn'].reduce(async (acc, k) => (await acc) + (await usage(native, `${T}/${k}`)).bytes, Promise.resolve(0));
       await ctl('set-tenant-budget', T, String(tenant + (await others) + 8 * KiB));
       expect(await write(600 * KiB, 8 * KiB)).toBe(String(8 * KiB));
       expect(await write(608 * KiB, 1)).toBe('EDQUOT');

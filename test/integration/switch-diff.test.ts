@@ -478,6 +478,10 @@ describe.skipIf(!canMount)('every native switch off on its own answers as the re
         expect(la?.bytes, `${where}: the reference's ledger against its disk`).toBe(disk[0]);
         expect(lb?.bytes, `${where}: the ledger against the disk`).toBe(disk[1]);
       }
+      // No count was clamped at 0 on either: a clamp hides a missed charge that a later release can cancel out.
+      for (const [side, d] of [['reference', ref], ['switched off', off]] as const) {
+        expect(d.logs.filter((l) => l.msg.startsWith('ledger underflow')), `${v.name}: the ${side} daemon's ledger underflows (seed ${SEED})`).toEqual([]);
+      }
       // And the comparison was between the native path and JavaScript's.
       expect(v.native(after) - v.native(before), `${v.name}: the reference served natively (seed ${SEED})`).toBeGreaterThan(0);
       expect(v.native(mine), `${v.name}: the daemon with it off served nothing natively (seed ${SEED})`).toBe(0);

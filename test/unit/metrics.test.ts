@@ -45,6 +45,13 @@ describe('metrics: per-op histograms', () => {
     expect(text).toContain('# TYPE homesfs_open_files gauge\nhomesfs_open_files 12\n');
     expect(text).toContain('homesfs_open_files_cap 63000\n');
   });
+
+  it('counts ledger underflows as a counter, and leaves the family out where the snapshot does not say', () => {
+    const base = { homes: [], tenants: [], refusals: [], ops: [], uptimeSeconds: 1 };
+    expect(renderMetrics({ ...base, ledgerUnderflows: 3 })).toContain('# TYPE homesfs_ledger_underflows_total counter\nhomesfs_ledger_underflows_total 3\n');
+    expect(renderMetrics({ ...base, ledgerUnderflows: 0 })).toContain('homesfs_ledger_underflows_total 0\n');
+    expect(renderMetrics(base)).not.toContain('homesfs_ledger_underflows_total');
+  });
 });
 
 describe('metrics: homesfs_mount_up', () => {
