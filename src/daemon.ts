@@ -30,7 +30,7 @@ import { BUILD } from './build-id.js';
 import { VERSION } from './version.js';
 import { getentLookup, warmedLookup } from './users/hostids.js';
 import { UserDb } from './users/userdb.js';
-import { adoptFs, exportFs, HandedFs } from './fs/handover.js';
+import { adoptFs, exportFs, HandedFs, warmHandedFs } from './fs/handover.js';
 import type { HandoverRaw } from './fuse/handover-channel.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
 import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Received } from './takeover.js';
@@ -218,6 +218,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   let received: Received | null = null;
   if (opts.takeover) {
     warmProfileMasks(Object.values(loaded.profiles));
+    warmHandedFs();
     await warmOwnerCheck(hostIds, config, stateFile);
     try {
       const tlog = log.child({ component: 'takeover' });

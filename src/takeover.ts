@@ -233,6 +233,10 @@ export async function takeOverFrom(
 ): Promise<Received> {
   const c = handoverConnect(raw, takeoverSocket(config));
   try {
+    // The descriptors come inside the pause; a table grown for them then waits
+    // out an RCU grace period at each doubling (handover.c hs_ho_reserve_fds).
+    const table = raw.hs_handover_reserve_fds(c.fd);
+    if (table < 0) log.debug({ errno: -table }, "descriptor table not grown to the serving daemon's: grown as the descriptors come");
     const hello: Hello = { hello: TAKEOVER_PROTOCOL, backing: path.resolve(config.backing), mount: path.resolve(config.mount), state: path.resolve(stateFileOf(config)), pid: process.pid };
     await c.send(hello);
     const { msg } = await c.recv(DRAIN_WAIT_MS + 5_000);

@@ -6,7 +6,8 @@
 // another uid cannot connect), a peer that is not root is refused by accept
 // even when the file lets it connect, and a listener that is not root is
 // refused by connect; a value handed as a sealed descriptor (hs_ho_memfd).
-// Children fork and setuid(65534) for the other uid.
+// A successor grows its descriptor table to the serving daemon's before the
+// pause (hs_ho_reserve_fds). Children fork and setuid(65534) for the other uid.
 // Built without Node (HOMESFS_NO_NAPI).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -283,4 +284,66 @@ TEST(a_value_as_a_descriptor_holds_its_bytes_and_nothing_changes_them) {
   REQUIRE(fstat(fd, &st) == 0);
   CHECK_EQ((long long) st.st_size, 0LL);
   close(fd);
+}
+
+// This process's descriptor table size (FDSize in /proc/self/status).
+static long fd_table_size (void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  long size = -1;
+  while (fgets(line, sizeof(line), f) != NULL)
+    if (strncmp(line, "FDSize:", 7) == 0) size = strtol(line + 7, NULL, 10);
+  fclose(f);
+  return size;
+}
+
+TEST(the_successor_grows_its_descriptor_table_to_the_serving_daemons_at_once) {
+  temp_dir();
+  char path[128];
+  sock_path(path, sizeof(path), "ho.sock");
+  int ready[2], done[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(done) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    close(done[1]);
+    // The serving daemon's table, grown by its open files: 4096 slots.
+    int top = fcntl(0, F_DUPFD_CLOEXEC, 3000);
+    if (top < 0) _exit(2);
+    int lfd = hs_ho_listen(path);
+    if (lfd < 0) _exit(3);
+    char c = 'r';
+    if (write(ready[1], &c, 1) != 1) _exit(4);
+    int a = accept_one(lfd);
+    if (read(done[0], &c, 1) != 1) _exit(5);
+    _exit(a >= 0 ? 0 : 6);
+  }
+  close(ready[1]);
+  close(done[0]);
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  close(ready[0]);
+  long before = fd_table_size();
+  REQUIRE(before > 0 && before < 4096);
+  int fd = hs_ho_connect(path);
+  REQUIRE(fd >= 0);
+  CHECK_EQ(hs_ho_reserve_fds(fd), 4096);
+  CHECK_EQ(fd_table_size(), 4096L);
+  // Nothing is left open at the top: the slot was only for the growth.
+  CHECK_EQ(fcntl(4095, F_GETFD), -1);
+  CHECK_EQ(errno, EBADF);
+  // Past RLIMIT_NOFILE it stops there (a lower limit: the table stays as it is).
+  struct rlimit old, low = { 1024, 0 };
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+  low.rlim_max = old.rlim_max;
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  CHECK_EQ(hs_ho_reserve_fds(fd), 1024);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
+  REQUIRE(write(done[1], "d", 1) == 1);
+  close(done[1]);
+  close(fd);
+  CHECK_EQ(exit_code(pid), 0);
+  remove_dir();
 }

@@ -45,6 +45,27 @@ export const HandedFs = z
 export type HandedFs = z.infer<typeof HandedFs>;
 
 /**
+ * The successor parses the handed-over state inside the pause, and zod's
+ * first parses of a schema run cold: 22 ms for 1,000 files, 4-8 ms once
+ * warm (the 2-core test machine). Warmed here, before the pause, on a
+ * made-up state of the same shape.
+ */
+export function warmHandedFs(): void {
+  const files = Array.from({ length: 200 }, (_, i) => ({
+    fh: i + 1,
+    home: 'warm/up',
+    writable: i % 2 === 0,
+    append: i % 3 === 0,
+    uid: i,
+    rel: ['d', `f${i}`],
+    linked: i % 5 !== 0,
+    incompleteTail: false,
+    leftIncompleteTail: false,
+  }));
+  for (let i = 0; i < 5; i++) HandedFs.parse({ files, status: [[1, 'eA==']], serials: [['warm/up', '1']], hidden: [['/warm/up/.f', 1]], nextFh: 201 });
+}
+
+/**
  * The fs context's part of a handover, and the descriptors of its files (in
  * the order of `files`; they stay open here). Called with the session
  * paused: no request is in flight, and everything the binding queued for

@@ -20,6 +20,7 @@ interface HandoverRaw {
   hs_handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
   hs_handover_close(fd: number): number;
   hs_handover_memfd(data: Buffer): number;
+  hs_handover_reserve_fds(fd: number): number;
 }
 
 const MAX_FDS = 253;

@@ -19,10 +19,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -198,6 +200,38 @@ int hs_ho_recv (int fd, void *buf, size_t cap, int *fds, int *nfds, int timeout_
   return res;
 }
 
+// The successor's descriptor table grown, before the pause, to the size of
+// the serving daemon's (its FDSize in /proc; the peer's pid from
+// SO_PEERCRED). In a process with threads (Node's), each doubling of the
+// table waits for an RCU grace period (the kernel's expand_fdtable): the
+// ~1,000 descriptors of a handover, taken into a table at its start size,
+// paid 3-4 of them, 30-37 ms, inside the pause. One descriptor put at the
+// top and closed again grows it once, now. -> the size reached or -errno.
+int hs_ho_reserve_fds (int fd) {
+  struct ucred cred;
+  socklen_t clen = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) return -errno;
+  if (clen != sizeof(cred) || cred.pid <= 0) return -ESRCH;
+  char path[64], buf[4096];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int) cred.pid);
+  int sfd = open(path, O_RDONLY | O_CLOEXEC);
+  if (sfd < 0) return -errno;
+  ssize_t n = read(sfd, buf, sizeof(buf) - 1);
+  int err = n < 0 ? -errno : 0;
+  close(sfd);
+  if (err != 0) return err;
+  buf[n] = '\0';
+  const char *at = strstr(buf, "\nFDSize:");
+  long size = at != NULL ? strtol(at + 8, NULL, 10) : 0;
+  if (size <= 0) return -ENOENT;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (rlim_t) size > rl.rlim_cur) size = (long) rl.rlim_cur;
+  int top = fcntl(fd, F_DUPFD_CLOEXEC, (int) size - 1);
+  if (top < 0) return -errno;
+  close(top);
+  return (int) size;
+}
+
 // A value of any size as one descriptor: an anonymous file holding `len`
 // bytes of `buf`, sealed (no write, growth or shrink from anyone), read from
 // offset 0. It goes in one SCM_RIGHTS slot instead of many 64 KiB messages,
@@ -317,6 +351,13 @@ NAPI_METHOD(hs_handover_memfd) {
   return num(env, hs_ho_memfd(data, len));
 }
 
+// reserve_fds(fd) -> the descriptor table's size now (that of the peer on fd), or -errno
+NAPI_METHOD(hs_handover_reserve_fds) {
+  NAPI_ARGV(1)
+  NAPI_ARGV_INT32(fd, 0)
+  return num(env, hs_ho_reserve_fds(fd));
+}
+
 // close(fd): a descriptor the handover made or received and will not use.
 NAPI_METHOD(hs_handover_close) {
   NAPI_ARGV(1)
@@ -332,5 +373,6 @@ void hs_handover_export (napi_env env, napi_value exports) {
   NAPI_EXPORT_FUNCTION(hs_handover_recv)
   NAPI_EXPORT_FUNCTION(hs_handover_close)
   NAPI_EXPORT_FUNCTION(hs_handover_memfd)
+  NAPI_EXPORT_FUNCTION(hs_handover_reserve_fds)
 }
 #endif

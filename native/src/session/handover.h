@@ -23,6 +23,9 @@ int hs_ho_connect (const char *path);
 int hs_ho_send (int fd, const void *buf, size_t len, const int *fds, int nfds, int timeout_ms);
 int hs_ho_recv (int fd, void *buf, size_t cap, int *fds, int *nfds, int timeout_ms);
 int hs_ho_memfd (const void *buf, size_t len);
+// Grow this process's descriptor table to the size of the peer's on `fd`
+// (a connected handover socket): the size, or -errno (nothing changed).
+int hs_ho_reserve_fds (int fd);
 
 #ifndef HOMESFS_NO_NAPI
 void hs_handover_export (napi_env env, napi_value exports);
