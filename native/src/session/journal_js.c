@@ -68,8 +68,44 @@ NAPI_METHOD(hs_journal_epoch_js) {
   return num(env, err != 0 ? err : (double) epoch);
 }
 
+// journal_follow(fd0, fd1) -> the generation followed (>= 1), or -errno
+NAPI_METHOD(hs_journal_follow_js) {
+  NAPI_ARGV(2)
+  NAPI_ARGV_INT32(fd0, 0)
+  NAPI_ARGV_INT32(fd1, 1)
+  uint64_t gen = 0;
+  int err = hs_journal_follow(fd0, fd1, &gen);
+  return num(env, err != 0 ? err : (double) gen);
+}
+
+// journal_follow_finish() -> 0 or -errno (-ESTALE: compacted since)
+NAPI_METHOD(hs_journal_follow_finish_js) {
+  return num(env, hs_journal_follow_finish());
+}
+
+NAPI_METHOD(hs_journal_follow_drop_js) {
+  hs_journal_follow_drop();
+  return NULL;
+}
+
+// journal_gen() -> the generation records go to now, or -ENOENT (no journal)
+NAPI_METHOD(hs_journal_gen_js) {
+  int active = 0;
+  uint64_t pos = 0, gen = 0;
+  int err = hs_journal_where(&active, &pos, &gen);
+  return num(env, err != 0 ? err : (double) gen);
+}
+
 void hs_journal_export (napi_env env, napi_value exports) {
   napi_value fn;
+  napi_create_function(env, NULL, 0, hs_journal_follow_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_journal_follow", fn);
+  napi_create_function(env, NULL, 0, hs_journal_follow_finish_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_journal_follow_finish", fn);
+  napi_create_function(env, NULL, 0, hs_journal_follow_drop_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_journal_follow_drop", fn);
+  napi_create_function(env, NULL, 0, hs_journal_gen_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_journal_gen", fn);
   napi_create_function(env, NULL, 0, hs_journal_open_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_journal_open", fn);
   napi_create_function(env, NULL, 0, hs_journal_recover_js, NULL, &fn);

@@ -239,8 +239,9 @@ void nt_jr_detach (void) {
 
 // ---- opening ------------------------------------------------------------------------
 
-// Maps fd0 and fd1 whole into j (MAP_SHARED: the holder's memfds). 0 or -errno.
-int jr_map (struct nt_journal *j, int fd0, int fd1) {
+// Maps fd0 and fd1 whole into j (MAP_SHARED: the holder's memfds), read-only
+// unless `writable` (a follower never writes another daemon's journal). 0 or -errno.
+int jr_map (struct nt_journal *j, int fd0, int fd1, int writable) {
   memset(j, 0, sizeof(*j));
   j->fd[0] = fd0;
   j->fd[1] = fd1;
@@ -249,7 +250,7 @@ int jr_map (struct nt_journal *j, int fd0, int fd1) {
     if (fstat(j->fd[i], &st) != 0) { jr_unmap(j); return -errno; }
     if (!S_ISREG(st.st_mode) || st.st_size < (off_t) (2 * JR_HDR) || (uint64_t) st.st_size > JR_MAX_SIZE) { jr_unmap(j); return -EINVAL; }
     j->size[i] = (size_t) st.st_size;
-    void *m = mmap(NULL, j->size[i], PROT_READ | PROT_WRITE, MAP_SHARED, j->fd[i], 0);
+    void *m = mmap(NULL, j->size[i], writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, j->fd[i], 0);
     if (m == MAP_FAILED) { int err = -errno; jr_unmap(j); return err; }
     j->map[i] = m;
   }
@@ -264,7 +265,7 @@ int hs_journal_open (int fds[2]) {
     if (mfd[i] < 0 || ftruncate(mfd[i], (off_t) JR_SIZE) != 0) err = -errno;
   }
   struct nt_journal j;
-  if (err == 0) err = jr_map(&j, mfd[0], mfd[1]);
+  if (err == 0) err = jr_map(&j, mfd[0], mfd[1], 1);
   if (err == 0) {
     hs_nodes_init();  // before a mount, the table the session will use (idempotent)
     pthread_mutex_lock(&hs_nt.mu);

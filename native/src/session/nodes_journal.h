@@ -22,6 +22,21 @@ int hs_journal_recover (int fd0, int fd1);
 // snapshot of the current table as a new generation in fd0/fd1, then
 // journaling there (the stored epoch is kept). 0 or -errno.
 int hs_journal_rebase (int fd0, int fd1);
+// A successor of a live handover (nodes_journal_replay.c, "following"):
+// before the pause, the fresh table loaded from the serving daemon's journal
+// as far as it is written (fd0/fd1 mapped read-only; the caller may close
+// them); *gen, the generation followed, for the serving daemon to compare
+// with its own. 0, -EBUSY (not fresh, or already following), -EINVAL (no
+// journal that replays) or -errno. In the pause, _finish applies what was
+// appended since: 0, or -ESTALE (compacted meanwhile) / -errno with the
+// table fresh again. _followed: whether a finished follow loaded the table
+// (asked once, by the adopt, which then imports none). _drop: a takeover
+// that does not go on, or that was handed the table after all (the table
+// fresh again).
+int hs_journal_follow (int fd0, int fd1, uint64_t *gen);
+int hs_journal_follow_finish (void);
+int hs_journal_followed (void);
+void hs_journal_follow_drop (void);
 // The epoch stored in the journal's header (the session's own file handles
 // are told from a dead daemon's by it). 0 or -ENOENT (no journal).
 int hs_journal_epoch_get (uint64_t *epoch);

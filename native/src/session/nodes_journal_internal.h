@@ -56,7 +56,7 @@ uint64_t jr_sum (uint64_t seed, const void *p, size_t len);
 static inline uint64_t jr_seed (uint64_t gen, size_t pos) {
   return gen * 0x9e3779b97f4a7c15ULL ^ (uint64_t) pos;
 }
-int jr_map (struct nt_journal *j, int fd0, int fd1);
+int jr_map (struct nt_journal *j, int fd0, int fd1, int writable);
 void jr_unmap (struct nt_journal *j);
 int jr_snapshot (struct nt_journal *j, int to, uint64_t gen, uint64_t epoch);
 void jr_punch (struct nt_journal *j, int at);

@@ -1,6 +1,7 @@
 // The journal read back (nodes_journal.h: hs_journal_recover, and
-// hs_journal_rebase for a successor of a live handover). Layout and
-// invariants: nodes_journal.c.
+// hs_journal_rebase for a successor of a live handover), and followed while
+// the serving daemon still writes it (hs_journal_follow, at the end). Layout
+// and invariants: nodes_journal.c.
 //
 // A recovery imports the newest valid snapshot, frees the nodes it caught
 // held only by requests in flight (forgotten and nameless: the kernel does
@@ -179,15 +180,16 @@ static int jr_table_free (int fresh) {
   return ok;
 }
 
-// The table, the journal in j (memfd `at`, generation gen) loaded into it. 0 or -errno.
-static int jr_load (struct nt_journal *j, int at, uint64_t gen, size_t *pos) {
-  const jr_hdr_t *h = (const jr_hdr_t *) j->map[at];
-  int err = hs_nodes_import(j->map[at] + JR_HDR, h->snap_len);
+// The table, the journal in j (memfd `at`, generation gen: its snapshot
+// `snap` of `len` bytes, in place or a copy, and the records from log_start)
+// loaded into it. 0 or -errno.
+static int jr_load (struct nt_journal *j, int at, uint64_t gen, const char *snap, size_t len, size_t log_start, size_t *pos) {
+  int err = hs_nodes_import(snap, len);
   if (err != 0) return err == -ENOMEM ? err : -EINVAL;
   pthread_mutex_lock(&hs_nt.mu);
   jr_sweep();
   pthread_mutex_unlock(&hs_nt.mu);
-  *pos = h->log_start;
+  *pos = log_start;
   err = jr_replay(j, at, gen, pos);
   if (err != 0) {
     hs_nodes_clear();
@@ -200,15 +202,16 @@ int hs_journal_recover (int fd0, int fd1) {
   hs_nodes_init();  // before the session starts, the table it will use (idempotent)
   if (!jr_table_free(1)) return -EBUSY;
   struct nt_journal j;
-  int err = jr_map(&j, fd0, fd1);
+  int err = jr_map(&j, fd0, fd1, 1);
   if (err != 0) return err;
   int at = jr_newest(&j);
   uint64_t gen = 0;
   size_t pos = 0;
   if (at < 0) err = -EINVAL;
   else {
-    gen = ((const jr_hdr_t *) j.map[at])->gen;
-    err = jr_load(&j, at, gen, &pos);
+    const jr_hdr_t *h = (const jr_hdr_t *) j.map[at];
+    gen = h->gen;
+    err = jr_load(&j, at, gen, j.map[at] + JR_HDR, h->snap_len, h->log_start, &pos);
   }
   if (err != 0) {
     jr_unmap(&j);
@@ -242,7 +245,7 @@ int hs_journal_recover (int fd0, int fd1) {
 int hs_journal_rebase (int fd0, int fd1) {
   if (!jr_table_free(0)) return -EBUSY;
   struct nt_journal j;
-  int err = jr_map(&j, fd0, fd1);
+  int err = jr_map(&j, fd0, fd1, 1);
   if (err != 0) return err;
   int at = jr_newest(&j);
   uint64_t gen = 0, epoch = 0;
@@ -262,4 +265,121 @@ int hs_journal_rebase (int fd0, int fd1) {
   pthread_mutex_unlock(&hs_nt.mu);
   if (err != 0) jr_unmap(&j);
   return err;
+}
+
+// ---- following a live journal ----------------------------------------------------
+//
+// A successor of a live handover loads the serving daemon's table from its
+// journal before the pause (the memfds, mapped read-only: it never writes
+// them), and in the pause only applies the records appended since. The
+// serving daemon then exports no table and the successor imports none: at
+// 100,000 nodes that was most of the pause.
+//
+// The writer goes on meanwhile. Records are safe to read as it appends (each
+// committed by its word, stored last). What can change under the reader is a
+// compaction: a snapshot into the other memfd, then this one punched. So the
+// snapshot is copied out and checked (its checksum, then the header's
+// generation read again after the copy: a punch zeroes it, a new snapshot
+// raises it), and a record read half punched fails its checksum and ends the
+// log there. In the pause nothing is written: if the header still holds the
+// generation followed, the memfd was neither punched nor rewritten, and the
+// records from where the reader stopped to the end are the rest of the table.
+// Otherwise -ESTALE: the table goes back to fresh and the handed-over export
+// is used. The serving daemon makes the same comparison (hs_journal_where's
+// generation against the one the successor says it followed) to decide
+// whether to export, so both ends agree.
+//
+// Lock: the reader's state is the caller's thread's alone (the successor's
+// JavaScript thread, before it serves); the table's functions lock themselves.
+
+static struct {
+  struct nt_journal j;
+  int at;
+  uint64_t gen;
+  size_t pos;
+  int state;  // 0 none, 1 following (mapped), 2 finished (the table is loaded)
+} fl;
+
+// The newest valid snapshot, copied out of a journal another process writes.
+// 0, -EAGAIN (it changed under the copy), -EINVAL (none) or -ENOMEM.
+static int jr_copy_snapshot (const struct nt_journal *j, int *at, uint64_t *gen, char **snap, size_t *len, size_t *log_start) {
+  int a = jr_newest(j);
+  if (a < 0) return -EINVAL;
+  const jr_hdr_t *h = (const jr_hdr_t *) j->map[a];
+  uint64_t g = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE);
+  size_t n = h->snap_len, ls = h->log_start;
+  uint64_t sum = h->snap_sum;
+  if (g == 0 || n > j->size[a] - JR_HDR - 8 || ls != JR_HDR + (n + 7) / 8 * 8) return -EAGAIN;
+  char *b = malloc(n > 0 ? n : 1);
+  if (b == NULL) return -ENOMEM;
+  memcpy(b, j->map[a] + JR_HDR, n);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&h->gen, __ATOMIC_RELAXED) != g || jr_sum(g, b, n) != sum) {
+    free(b);
+    return -EAGAIN;
+  }
+  *at = a;
+  *gen = g;
+  *snap = b;
+  *len = n;
+  *log_start = ls;
+  return 0;
+}
+
+static void jr_follow_reset (void) {
+  if (fl.state == 1) jr_unmap(&fl.j);
+  fl.state = 0;
+}
+
+int hs_journal_follow (int fd0, int fd1, uint64_t *gen) {
+  hs_nodes_init();
+  if (fl.state != 0 || !jr_table_free(1)) return -EBUSY;
+  int err = jr_map(&fl.j, fd0, fd1, 0);
+  if (err != 0) return err;
+  char *snap = NULL;
+  size_t len = 0, log_start = 0;
+  // A compaction under the copy: again (each is a whole snapshot of the writer's, milliseconds apart at worst).
+  for (int tries = 0; tries < 8; tries++)
+    if ((err = jr_copy_snapshot(&fl.j, &fl.at, &fl.gen, &snap, &len, &log_start)) != -EAGAIN) break;
+  if (err == 0) {
+    err = jr_load(&fl.j, fl.at, fl.gen, snap, len, log_start, &fl.pos);
+    free(snap);
+  }
+  if (err != 0) {
+    jr_unmap(&fl.j);
+    return err;
+  }
+  fl.state = 1;
+  *gen = fl.gen;
+  return 0;
+}
+
+int hs_journal_follow_finish (void) {
+  if (fl.state != 1) return -EINVAL;
+  const jr_hdr_t *h = (const jr_hdr_t *) fl.j.map[fl.at];
+  int err = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE) == fl.gen ? jr_replay(&fl.j, fl.at, fl.gen, &fl.pos) : -ESTALE;
+  jr_unmap(&fl.j);
+  if (err != 0) {
+    fl.state = 0;
+    hs_nodes_clear();
+    hs_nodes_init();
+    return err;
+  }
+  fl.state = 2;
+  return 0;
+}
+
+int hs_journal_followed (void) {
+  int done = fl.state == 2;
+  if (done) fl.state = 0;
+  return done;
+}
+
+void hs_journal_follow_drop (void) {
+  int had = fl.state != 0;
+  jr_follow_reset();
+  if (had) {
+    hs_nodes_clear();
+    hs_nodes_init();
+  }
 }
