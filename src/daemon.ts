@@ -33,12 +33,12 @@ import { UserDb } from './users/userdb.js';
 import { adoptFs, exportFs, HandedFs, warmHandedFs } from './fs/handover.js';
 import type { HandoverRaw } from './fuse/handover-channel.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
-import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Received } from './takeover.js';
+import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Follower, type Received } from './takeover.js';
 import { claim, dropKept, holderStatus, register, release, type ClaimResult, type Kept } from './holder/client.js';
 import { notifySocket, removeStored, storeRegistration, takeStored, type SdStoreRaw } from './holder/fdstore.js';
 import type { HolderRaw } from './holder/holder.js';
 import { holderSocket } from './holder/protocol.js';
-import { journalEpoch, journalFds, openJournal, type JournalRaw } from './journal-fds.js';
+import { followJournal, journalEpoch, journalFds, journalGen, openJournal, type JournalRaw } from './journal-fds.js';
 import { resumeSession } from './resume.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
@@ -222,11 +222,31 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     await warmOwnerCheck(hostIds, config, stateFile);
     try {
       const tlog = log.child({ component: 'takeover' });
-      received = await takeOverFrom(handover, config, tlog, (v) => HandedFs.parse(v), (nodes) => {
-        // On failure the session's adopt imports the table itself.
-        const res = Fuse.preimportNodes?.(nodes) ?? 0;
-        if (res !== 0) tlog.warn({ errno: -res }, 'the node table could not be imported early: imported when the session is adopted');
-      });
+      const follower: Follower = {
+        start: (fds) => {
+          const r = followJournal(journalRaw, fds);
+          if ('gen' in r) return r.gen;
+          tlog.warn({ errno: r.errno }, "the serving daemon's journal could not be followed: its node table is handed over");
+          return null;
+        },
+        finish: () => {
+          const r = journalRaw.session_journal_follow_finish();
+          return r === 0 ? null : `errno ${-r}`;
+        },
+        drop: () => journalRaw.session_journal_follow_drop(),
+      };
+      received = await takeOverFrom(
+        handover,
+        config,
+        tlog,
+        (v) => HandedFs.parse(v),
+        (nodes) => {
+          // On failure the session's adopt imports the table itself.
+          const res = Fuse.preimportNodes?.(nodes) ?? 0;
+          if (res !== 0) tlog.warn({ errno: -res }, 'the node table could not be imported early: imported when the session is adopted');
+        },
+        follower,
+      );
       taking.received = received;
     } catch (err) {
       await store.close();
@@ -654,7 +674,10 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         return mount.session.paused();
       },
       resume: () => mount.session.resume(),
-      handed: () => mount.session.handed(),
+      handed: (withNodes) => mount.session.handed(withNodes),
+      journalFds: () => journalFds(),
+      journalGen: () => journalGen(journalRaw),
+      nodeCount: () => Fuse.nodeStats?.().nodes ?? null,
       exportFs: () => exportFs(ctx),
       flushState: () => state.flush(),
       locks: () => locks.map((l) => ({ file: l.file, fd: l.fd })),

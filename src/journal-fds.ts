@@ -7,10 +7,16 @@
  * holder nobody would read it.
  */
 
+import { closeSync } from 'node:fs';
+
 /** The addon's journal and handle-epoch exports. */
 export interface JournalRaw {
   session_journal_open(): [number, number] | number;
   session_journal_recover(fd0: number, fd1: number): number;
+  session_journal_follow(fd0: number, fd1: number): number;
+  session_journal_follow_finish(): number;
+  session_journal_follow_drop(): void;
+  session_journal_gen(): number;
   session_fh_epoch(set?: number): number;
 }
 
@@ -38,6 +44,29 @@ export function recoverJournal(raw: JournalRaw, kept: number[]): void {
 /** The journal's memfds to hand the holder (this process's: copies go); none when not journaling. */
 export function journalFds(): number[] {
   return fds;
+}
+
+/**
+ * A live upgrade's successor, before it asks for the pause: the serving
+ * daemon's table loaded from its journal (the memfds it sent, closed here:
+ * the addon keeps them mapped). -> the generation followed, for the serving
+ * daemon to compare with its own, or the errno (the table is then handed
+ * over as before).
+ */
+export function followJournal(raw: JournalRaw, fds: readonly number[]): { gen: number } | { errno: number } {
+  try {
+    if (fds.length !== 2) return { errno: 22 };
+    const r = raw.session_journal_follow(fds[0]!, fds[1]!);
+    return r < 0 ? { errno: -r } : { gen: r };
+  } finally {
+    for (const fd of fds) closeSync(fd);
+  }
+}
+
+/** The generation this daemon's journal writes now, or null (no journal). */
+export function journalGen(raw: JournalRaw): number | null {
+  const g = raw.session_journal_gen();
+  return g > 0 ? g : null;
 }
 
 /** The epoch this daemon's file handles carry (session/handles.h), told to the holder with each registration. */

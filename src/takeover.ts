@@ -8,11 +8,17 @@
  *
  *   successor                      serving daemon
  *   HELLO {backing, mount, state} ─▶ checks they are its own, else REFUSED
+ *                 ◀─ JOURNAL + the node table's journal (its memfds), if it keeps one
+ *   loads the table from it (the serving daemon serves on meanwhile)
+ *   GO {followed: its generation} ──▶
  *                                   waits for control commands in flight, closes its sockets
  *                                   pauses the session at a request boundary, waits until
  *                                   no request is left with JavaScript
  *                                   flushes its state file, releases its locks
+ *                                   exports its node table unless its journal is still
+ *                                   at the generation followed (no compaction since)
  *                 ◀─ STATE {generation, session, fs} + blobs + descriptors
+ *   catches the table up with the records since it followed (or imports the export)
  *   takes the locks, builds its context, adopts the files, then the session
  *   READY ──────────────────────────▶ exits 0 without unmounting
  *   (a successor that fails or is silent for 30 s before READY: the serving
@@ -29,7 +35,11 @@ import { StateStore } from './state/store.js';
 import { blobFd, HandoverError, handoverConnect, HandoverListener, readBlob, type HandoverConn, type HandoverRaw } from './fuse/handover-channel.js';
 import type { Handed } from './fuse/session.js';
 
-export const TAKEOVER_PROTOCOL = 2;
+export const TAKEOVER_PROTOCOL = 3;
+/** A successor of protocol 2 (no journal step) is still served, and served by. */
+const PROTOCOL_NO_JOURNAL = 2;
+/** How long the serving daemon waits for GO while the successor loads the table from its journal. */
+const FOLLOW_WAIT_MS = 30_000;
 /** How long the serving daemon waits for the successor's READY before it takes its session back. */
 const READY_WAIT_MS = 30_000;
 /** How long it waits for the requests JavaScript still answers before it gives up on a handover. */
@@ -50,8 +60,15 @@ export interface HandingHost {
   /** no worker reads and no request waits for JavaScript */
   paused(): boolean;
   resume(): void;
-  handed(): Handed;
+  /** `withNodes` false: the successor followed the journal, no node table goes */
+  handed(withNodes: boolean): Handed;
   exportFs(): { state: HandedFs; fds: number[] };
+  /** the node table journal's memfds (copies go), none when there is no journal */
+  journalFds(): number[];
+  /** the generation the journal writes now, null when there is none */
+  journalGen(): number | null;
+  /** the node table's size (as the successor's status counts it), null when unknown */
+  nodeCount(): number | null;
   /** the state file written whole: the successor reads it once it holds the locks */
   flushState(): Promise<void>;
   /** the locks on the backing tree and the state file: their descriptors go to the successor, which holds them from then on */
@@ -66,6 +83,8 @@ export interface Hello {
   mount: string;
   state: string;
   pid: number;
+  /** protocol 3: the successor follows the node table's journal if there is one */
+  journal?: boolean;
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -105,14 +124,28 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
   const { msg } = await c.recv(5_000);
   const hello = msg as Partial<Hello>;
   const own = { backing: path.resolve(host.config.backing), mount: path.resolve(host.config.mount), state: path.resolve(stateFileOf(host.config)) };
-  if (hello.hello !== TAKEOVER_PROTOCOL) return c.send({ refused: `protocol ${String(hello.hello)} is not ${TAKEOVER_PROTOCOL}` });
+  if (hello.hello !== TAKEOVER_PROTOCOL && hello.hello !== PROTOCOL_NO_JOURNAL) return c.send({ refused: `protocol ${String(hello.hello)} is not ${TAKEOVER_PROTOCOL}` });
   for (const k of ['backing', 'mount', 'state'] as const) {
     if (typeof hello[k] !== 'string' || path.resolve(hello[k]) !== own[k]) {
       log.warn({ successor: hello.pid, [k]: hello[k], ours: own[k] }, 'takeover refused: the successor serves another tree');
       return c.send({ refused: `${k} ${String(hello[k])} is not this daemon's (${own[k]})` });
     }
   }
-  log.info({ successor: hello.pid }, 'handing the session over');
+  // The successor loads the node table from the journal while this daemon serves on:
+  // then the pause exports none and the successor imports none.
+  let followed: number | null = null;
+  if (hello.hello === TAKEOVER_PROTOCOL && hello.journal === true) {
+    const fds = host.journalFds();
+    await c.send({ journal: fds.length === 2 }, fds.length === 2 ? fds : []);
+    const { msg } = await c.recv(FOLLOW_WAIT_MS);
+    const go = msg as { go?: unknown; followed?: unknown };
+    if (go.go !== true) {
+      log.warn({ successor: hello.pid, said: JSON.stringify(msg).slice(0, 200) }, 'takeover: the successor did not go on; serving on');
+      return;
+    }
+    if (typeof go.followed === 'number' && Number.isSafeInteger(go.followed) && go.followed > 0) followed = go.followed;
+  }
+  log.info({ successor: hello.pid, followed }, 'handing the session over');
   const restartControl = await host.quiesceControl();
   const started = clock();
   const marks = new Marks(started);
@@ -132,7 +165,11 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
       }
     }
     marks.mark('drained');
-    const session = host.handed();
+    // Paused, the journal gets no record: at the generation followed, the successor's
+    // table plus the records it has yet to read is this one (nodes_journal_replay.c).
+    const fromJournal = followed !== null && host.journalGen() === followed;
+    const session = host.handed(!fromJournal);
+    const nodesHanded = host.nodeCount();
     marks.mark('sessionExported');
     const fs = host.exportFs();
     marks.mark('filesExported');
@@ -143,7 +180,16 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     try {
       for (const b of [session.init, session.nodes, session.dirs, Buffer.from(JSON.stringify(fs.state))]) blobs.push(blobFd(raw, b));
       marks.mark('blobsMade');
-      await c.send({ state: TAKEOVER_PROTOCOL, generation: host.generation + 1, pausedAt: started, bufsize: session.bufsize, epoch: session.epoch ?? 0, locks: locks.map((l) => l.file), files: fs.fds.length });
+      await c.send({
+        state: hello.hello,
+        generation: host.generation + 1,
+        pausedAt: started,
+        bufsize: session.bufsize,
+        epoch: session.epoch ?? 0,
+        locks: locks.map((l) => l.file),
+        files: fs.fds.length,
+        nodes: fromJournal ? 'journal' : 'handed',
+      });
       await c.sendFds([session.fd, ...locks.map((l) => l.fd), ...blobs, ...fs.fds]);
     } finally {
       for (const fd of blobs) raw.hs_handover_close(fd);
@@ -154,9 +200,9 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     if ((ready as { ready?: unknown }).ready !== true) return await takeBack(`the successor said ${JSON.stringify(ready).slice(0, 200)}`);
     marks.mark('ready');
     const pauseMs = (ready as { pauseMs?: number }).pauseMs ?? Math.round(clock() - started);
-    // The table's node count is in its header (nodes.c: magic, version, next ID, hide counter, count), the root aside.
-    const nodes = session.nodes.length >= 32 ? Number(session.nodes.readBigUInt64LE(24)) + 1 : null;
-    log.info({ successor: hello.pid, pauseMs, files: fs.fds.length, nodes, steps: marks }, 'session handed over: exiting without unmounting');
+    // Counted while paused: the table the successor has now, exported or followed.
+    const nodes = nodesHanded;
+    log.info({ successor: hello.pid, pauseMs, files: fs.fds.length, nodes, nodesFrom: fromJournal ? 'journal' : 'handed', steps: marks }, 'session handed over: exiting without unmounting');
     host.handedOver(pauseMs, hello.pid);
   } catch (err) {
     await takeBack(err instanceof HandoverError ? err.message : String(err));
@@ -223,6 +269,19 @@ export interface Received {
  * The successor's side, before it takes the locks. Throws (with the old
  * daemon serving on) when there is none, it refuses, or the exchange fails.
  */
+/** The successor's node table loaded from the serving daemon's journal (journal-fds.ts followJournal). */
+export interface Follower {
+  /** load the table from the journal's memfds (they are closed): the generation followed, or null */
+  start(fds: number[]): number | null;
+  /** in the pause: the records since applied; null, or why not */
+  finish(): string | null;
+  /** the table was handed over after all: back to fresh */
+  drop(): void;
+}
+
+/** A serving daemon of protocol 2 refuses 3: asked again without the journal step. */
+class ProtocolRefused extends HandoverError {}
+
 export async function takeOverFrom(
   raw: HandoverRaw,
   config: Config,
@@ -230,24 +289,67 @@ export async function takeOverFrom(
   parseFs: (v: unknown) => HandedFs,
   /** the node table as soon as it is read (its import may start while the rest is parsed and adopted) */
   nodesRead?: (nodes: Buffer) => void,
+  follow?: Follower,
+): Promise<Received> {
+  try {
+    return await takeOverWith(TAKEOVER_PROTOCOL, raw, config, log, parseFs, nodesRead, follow);
+  } catch (err) {
+    if (!(err instanceof ProtocolRefused)) throw err;
+    log.info({ refused: err.message }, 'the serving daemon speaks protocol 2: the node table is handed over');
+    return await takeOverWith(PROTOCOL_NO_JOURNAL, raw, config, log, parseFs, nodesRead);
+  }
+}
+
+async function takeOverWith(
+  version: number,
+  raw: HandoverRaw,
+  config: Config,
+  log: Logger,
+  parseFs: (v: unknown) => HandedFs,
+  nodesRead?: (nodes: Buffer) => void,
+  follow?: Follower,
 ): Promise<Received> {
   const c = handoverConnect(raw, takeoverSocket(config));
+  let followed: number | null = null;
   try {
     // The descriptors come inside the pause; a table grown for them then waits
     // out an RCU grace period at each doubling (handover.c hs_ho_reserve_fds).
     const table = raw.hs_handover_reserve_fds(c.fd);
     if (table < 0) log.debug({ errno: -table }, "descriptor table not grown to the serving daemon's: grown as the descriptors come");
-    const hello: Hello = { hello: TAKEOVER_PROTOCOL, backing: path.resolve(config.backing), mount: path.resolve(config.mount), state: path.resolve(stateFileOf(config)), pid: process.pid };
+    const hello: Hello = { hello: version, backing: path.resolve(config.backing), mount: path.resolve(config.mount), state: path.resolve(stateFileOf(config)), pid: process.pid };
+    if (version === TAKEOVER_PROTOCOL) hello.journal = follow !== undefined;
     await c.send(hello);
-    const { msg } = await c.recv(DRAIN_WAIT_MS + 5_000);
-    const head = msg as { refused?: string; state?: number; generation?: number; pausedAt?: number; bufsize?: number; epoch?: number; locks?: unknown; files?: number };
-    if (head.refused !== undefined) throw new HandoverError(`the serving daemon refused the takeover: ${head.refused}`);
+    let { msg, fds: sent } = await c.recv(DRAIN_WAIT_MS + 5_000);
+    const offer = msg as { journal?: unknown; refused?: unknown };
+    if (offer.journal !== undefined) {
+      // Before the pause: the serving daemon serves on while the table is loaded.
+      const t0 = clock();
+      if (offer.journal === true && follow !== undefined && sent.length === 2) followed = follow.start(sent);
+      else for (const fd of sent) raw.hs_handover_close(fd);
+      log.info({ followed, ms: Math.round(clock() - t0) }, followed !== null ? "node table loaded from the serving daemon's journal" : 'node table to be handed over');
+      await c.send({ go: true, followed });
+      ({ msg } = await c.recv(DRAIN_WAIT_MS + 5_000));
+    } else {
+      for (const fd of sent) raw.hs_handover_close(fd);
+    }
+    const head = msg as { refused?: string; state?: number; generation?: number; pausedAt?: number; bufsize?: number; epoch?: number; locks?: unknown; files?: number; nodes?: unknown };
+    if (head.refused !== undefined) {
+      if (version !== PROTOCOL_NO_JOURNAL && String(head.refused).startsWith(`protocol ${version} `)) throw new ProtocolRefused(head.refused);
+      throw new HandoverError(`the serving daemon refused the takeover: ${head.refused}`);
+    }
     const lockFiles = head.locks;
-    if (head.state !== TAKEOVER_PROTOCOL || typeof head.bufsize !== 'number' || typeof head.files !== 'number' || !Array.isArray(lockFiles) || !lockFiles.every((f) => typeof f === 'string')) {
+    if (head.state !== version || typeof head.bufsize !== 'number' || typeof head.files !== 'number' || !Array.isArray(lockFiles) || !lockFiles.every((f) => typeof f === 'string')) {
       throw new HandoverError('the serving daemon answered something else than its state');
     }
     const marks = new Marks(head.pausedAt ?? clock());
     marks.mark('headReceived');
+    const fromJournal = head.nodes === 'journal';
+    if (fromJournal && followed === null) throw new HandoverError('the serving daemon sent no node table, and none was loaded from its journal');
+    if (!fromJournal && followed !== null) {
+      // Compacted since it was followed: the export that came instead is imported.
+      follow!.drop();
+      followed = null;
+    }
     // The session's descriptor, the locks', the four values', then the open files'.
     const fds = await c.recvFds(5_000);
     const nl = lockFiles.length;
@@ -256,12 +358,21 @@ export async function takeOverFrom(
       throw new HandoverError('the serving daemon sent another number of descriptors than it announced');
     }
     marks.mark('fdsReceived');
+    if (fromJournal) {
+      const why = follow!.finish();
+      followed = null;
+      if (why !== null) {
+        for (const fd of fds) raw.hs_handover_close(fd);
+        throw new HandoverError(`the node table could not be caught up from the journal: ${why}`);
+      }
+      marks.mark('nodesCaughtUp');
+    }
     const blobs = fds.slice(1 + nl, 1 + nl + 4);
     let values: Buffer[];
     let fs: HandedFs;
     try {
       values = blobs.map((fd) => readBlob(fd));
-      nodesRead?.(values[1]!);
+      if (!fromJournal) nodesRead?.(values[1]!);
       fs = parseFs(JSON.parse(values[3]!.toString('utf8')));
     } catch (err) {
       for (const fd of [fds[0]!, ...fds.slice(1, 1 + nl), ...fds.slice(1 + nl + 4)]) raw.hs_handover_close(fd);
@@ -269,7 +380,7 @@ export async function takeOverFrom(
     }
     const [init, nodes, dirs] = values as [Buffer, Buffer, Buffer];
     marks.mark('stateRead');
-    log.info({ generation: head.generation, files: head.files }, 'session received');
+    log.info({ generation: head.generation, files: head.files, nodesFrom: fromJournal ? 'journal' : 'handed' }, 'session received');
     let done = false;
     return {
       generation: head.generation ?? 1,
@@ -293,6 +404,7 @@ export async function takeOverFrom(
       },
     };
   } catch (err) {
+    if (followed !== null) follow?.drop();
     c.close();
     throw err;
   }

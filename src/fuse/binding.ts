@@ -67,7 +67,7 @@ export interface FuseInstance {
   pause(): void;
   paused(): boolean;
   resume(): void;
-  handed(): Handed;
+  handed(withNodes?: boolean): Handed;
   unmount(cb: (err: Error | null) => void): void;
   loopState(): number;
   setFlushGate(gate: Uint16Array): void;

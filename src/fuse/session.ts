@@ -30,7 +30,7 @@ export interface SessionRaw {
   session_pause(): void;
   session_paused(): boolean;
   session_resume(): void;
-  session_handed(): Handed;
+  session_handed(withNodes?: boolean): Handed;
   /**
    * The node table's crash journal (native/src/session/nodes_journal.h):
    * two memfds for the holder to keep ([fd0, fd1], or -errno); a recovery
@@ -373,8 +373,9 @@ export class FuseSession implements FuseInstance {
     this.raw.session_resume();
   }
 
-  handed(): Handed {
-    return this.raw.session_handed();
+  /** `withNodes` false: no node table (a successor that followed the journal has it); `nodes` is empty. */
+  handed(withNodes = true): Handed {
+    return this.raw.session_handed(withNodes);
   }
 
   private start(cb: (err: Error | null) => void, begin: (o: { mount: string; lowlevel: string }, conf: number[], dispatch: Dispatch) => void): void {

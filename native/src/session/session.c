@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 #include "handover.h"
 #include "loop.h"
 #include "inval.h"
+#include "nodes_journal.h"
 #include "session.h"
 
 
@@ -221,7 +223,9 @@ int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len,
   else if (!is_init(init, init_len)) err = -EINVAL;
   if (err == 0) {
     hs_nodes_init();
-    err = hs_nodes_import_finish(nodes, nodes_len);
+    // No table handed over: this successor loaded it by following the journal (nodes_journal.h).
+    if (nodes_len == 0) err = hs_journal_followed() ? 0 : -EINVAL;
+    else err = hs_nodes_import_finish(nodes, nodes_len);
     if (err != 0) adopt_undo();
     else if ((err = hs_dirs_import(dirs, dirs_len)) != 0) adopt_undo();
   }
@@ -312,10 +316,13 @@ static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
   return 0;
 }
 
+// A buffer's bytes (NULL: not a buffer). An empty buffer may have no data
+// pointer: it reads as "" (the adopt's nodes are empty when the successor
+// followed the journal).
 static const char *buf_of (napi_env env, napi_value v, size_t *len) {
   void *data = NULL;
   if (napi_get_buffer_info(env, v, &data, len) != napi_ok) return NULL;
-  return data;
+  return data != NULL ? data : "";
 }
 
 // mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove], dispatch)
@@ -466,8 +473,15 @@ NAPI_METHOD(hs_session_resume_js) {
   return NULL;
 }
 
-// handed() -> { fd, bufsize, init, nodes, dirs }: what a successor needs, taken while paused.
+// handed(withNodes = true) -> { fd, bufsize, init, nodes, dirs }: what a
+// successor needs, taken while paused; nodes empty when not asked for (a
+// successor that followed the journal has the table).
 NAPI_METHOD(hs_session_handed_js) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  bool with_nodes = true;
+  if (argc >= 1) napi_get_value_bool(env, argv[0], &with_nodes);
   char *init = NULL, *nodes = NULL, *dirs = NULL;
   size_t ilen = 0, nlen = 0, dlen = 0;
   if (s_ch == NULL || !hs_loop_paused()) {
@@ -475,7 +489,7 @@ NAPI_METHOD(hs_session_handed_js) {
     return NULL;
   }
   int err = hs_loop_init_request(&init, &ilen);
-  if (err == 0) err = hs_nodes_export(&nodes, &nlen);
+  if (err == 0 && with_nodes) err = hs_nodes_export(&nodes, &nlen);
   if (err == 0) err = hs_dirs_export(&dirs, &dlen);
   napi_value out = NULL, v;
   if (err == 0) {
