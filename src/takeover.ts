@@ -282,33 +282,28 @@ export interface Follower {
 /** A serving daemon of protocol 2 refuses 3: asked again without the journal step. */
 class ProtocolRefused extends HandoverError {}
 
-export async function takeOverFrom(
+type TakeoverArgs = [
   raw: HandoverRaw,
   config: Config,
   log: Logger,
   parseFs: (v: unknown) => HandedFs,
   /** the node table as soon as it is read (its import may start while the rest is parsed and adopted) */
   nodesRead?: (nodes: Buffer) => void,
+  /** loads the node table from the serving daemon's journal before the pause, when it keeps one */
   follow?: Follower,
-): Promise<Received> {
+];
+
+export async function takeOverFrom(...args: TakeoverArgs): Promise<Received> {
   try {
-    return await takeOverWith(TAKEOVER_PROTOCOL, raw, config, log, parseFs, nodesRead, follow);
+    return await takeOverWith(TAKEOVER_PROTOCOL, ...args);
   } catch (err) {
     if (!(err instanceof ProtocolRefused)) throw err;
-    log.info({ refused: err.message }, 'the serving daemon speaks protocol 2: the node table is handed over');
-    return await takeOverWith(PROTOCOL_NO_JOURNAL, raw, config, log, parseFs, nodesRead);
+    args[2].info({ refused: err.message }, 'the serving daemon speaks protocol 2: the node table is handed over');
+    return await takeOverWith(PROTOCOL_NO_JOURNAL, ...args.slice(0, 5) as TakeoverArgs);
   }
 }
 
-async function takeOverWith(
-  version: number,
-  raw: HandoverRaw,
-  config: Config,
-  log: Logger,
-  parseFs: (v: unknown) => HandedFs,
-  nodesRead?: (nodes: Buffer) => void,
-  follow?: Follower,
-): Promise<Received> {
+async function takeOverWith(version: number, ...[raw, config, log, parseFs, nodesRead, follow]: TakeoverArgs): Promise<Received> {
   const c = handoverConnect(raw, takeoverSocket(config));
   let followed: number | null = null;
   try {
