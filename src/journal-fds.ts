@@ -18,6 +18,7 @@ export interface JournalRaw {
   session_journal_follow_drop(): void;
   session_journal_gen(): number;
   session_fh_epoch(set?: number): number;
+  session_journal_epoch(set?: number): number;
 }
 
 let fds: number[] = [];
@@ -27,18 +28,35 @@ export function openJournal(raw: JournalRaw): void {
   const r = raw.session_journal_open();
   if (typeof r === 'number') throw new Error(`the node table's journal could not be opened: errno ${-r}`);
   fds = [...r];
+  // From its first record on, the journal names the epoch this daemon's handles carry.
+  storeEpoch(raw, raw.session_fh_epoch());
+}
+
+/**
+ * Handle epochs have one owner: the journal's header, in the memfds the
+ * keeper holds. Every daemon that serves a session with a new epoch stores
+ * it there before the session reads its first request (resume.ts), and a
+ * daemon that opens a journal stores its own at once; the keeper's
+ * registration comes later (after the sockets), so a daemon that dies
+ * before registering still leaves its epoch where the next one looks.
+ */
+export function storeEpoch(raw: JournalRaw, epoch: number): void {
+  const r = raw.session_journal_epoch(epoch);
+  if (r !== epoch) throw new Error(`the epoch could not be stored in the node table's journal: ${r < 0 ? `errno ${-r}` : `it holds ${r}`}`);
 }
 
 /**
  * Rebuilds the node table from a dead daemon's journal (the table must be
  * fresh: nothing served yet) and journals on into the same memfds, which
- * are this process's from now on.
+ * are this process's from now on. -> the epoch its header holds (0: a
+ * journal written before the header held one).
  */
-export function recoverJournal(raw: JournalRaw, kept: number[]): void {
+export function recoverJournal(raw: JournalRaw, kept: number[]): number {
   if (kept.length !== 2) throw new Error(`the holder kept ${kept.length} journal descriptors, not 2: the node table cannot be rebuilt`);
   const r = raw.session_journal_recover(kept[0]!, kept[1]!);
   if (r < 0) throw new Error(`the node table's journal could not be replayed: errno ${-r}`);
   fds = [...kept];
+  return r;
 }
 
 /** The journal's memfds to hand the holder (this process's: copies go); none when not journaling. */

@@ -15,7 +15,8 @@
  */
 import type { MountManager } from './fuse/mount.js';
 import { dropKept, type Kept } from './holder/client.js';
-import { recoverJournal, type JournalRaw } from './journal-fds.js';
+import { nextEpoch } from './fuse/session.js';
+import { recoverJournal, storeEpoch, type JournalRaw } from './journal-fds.js';
 
 export type { Kept } from './holder/client.js';
 
@@ -25,12 +26,24 @@ export type { Kept } from './holder/client.js';
  * failure. Resolves once the session serves, as mount.mount() does.
  */
 export async function resumeSession(kept: Kept, mount: MountManager, raw: JournalRaw): Promise<{ resend: number | undefined }> {
+  let epoch: number;
   try {
-    recoverJournal(raw, kept.journalFds);
+    // The journal's header names the last epoch any daemon of this session
+    // served with, a resumed one that died before it registered included;
+    // the registration's may be older. Ours is the next, stored before the
+    // session reads a request: no two daemons of one session share an epoch,
+    // whichever of them is killed when.
+    epoch = resumeEpoch(recoverJournal(raw, kept.journalFds), kept.epoch);
+    storeEpoch(raw, epoch);
   } catch (err) {
     dropKept(kept);
     throw err;
   }
   // From here the session owns the /dev/fuse copy (closed by a revive that fails) and the journal its memfds.
-  return mount.revive({ fd: kept.fuseFd, bufsize: kept.bufsize, init: kept.init, epoch: kept.epoch });
+  return mount.revive({ fd: kept.fuseFd, bufsize: kept.bufsize, init: kept.init, epoch });
+}
+
+/** The epoch a resumed daemon serves with: the one after the journal's (the registration's when the journal predates epochs in its header). */
+export function resumeEpoch(journal: number, registered: number): number {
+  return nextEpoch(journal !== 0 ? journal : registered);
 }

@@ -66,7 +66,7 @@ export interface Kept {
   fd: number;
   bufsize: number;
   init: Buffer;
-  /** the epoch of the dead daemon's handles: the reviver's is the next one */
+  /** the epoch the reviver's handles carry (resume.ts chose it and stored it in the journal) */
   epoch: number;
 }
 
@@ -238,8 +238,8 @@ function handlers(onInit: () => void): Handler[] {
       N(offset),
     );
   h[ABI.OP_READLINK] = (ops, reply, caller, [path]) => ops.readlink!(P(path), (err, target) => (resultOf(err) === 0 ? reply(0, target ?? '') : reply(resultOf(err))), caller);
-  h[ABI.OP_OPEN] = (ops, reply, caller, [path, flags]) =>
-    ops.open!(P(path), N(flags), (err, fh, o) => (resultOf(err) === 0 ? reply(0, fh ?? 0, openBits(o)) : reply(resultOf(err))), caller);
+  h[ABI.OP_OPEN] = (ops, reply, caller, [path, flags, reopen]) =>
+    ops.open!(P(path), N(flags), (err, fh, o) => (resultOf(err) === 0 ? reply(0, fh ?? 0, openBits(o)) : reply(resultOf(err))), caller, typeof reopen === 'bigint' ? reopen : 0n);
   h[ABI.OP_CREATE] = (ops, reply, caller, [path, mode, flags]) =>
     ops.create!(P(path), N(mode), N(flags), (err, fh, o) => (resultOf(err) === 0 ? reply(0, fh ?? 0, openBits(o)) : reply(resultOf(err))), caller);
   h[ABI.OP_READ] = (ops, reply, caller, [path, fh, len, pos]) => {
@@ -344,7 +344,7 @@ export class FuseSession implements FuseInstance {
    */
   revive(k: Kept, cb: (err: Error | null) => void): void {
     this.start(cb, (o, conf, dispatch) => {
-      const [res, resend] = this.raw.session_revive(k.fd, k.bufsize, k.init, nextEpoch(k.epoch), o.lowlevel, conf, dispatch);
+      const [res, resend] = this.raw.session_revive(k.fd, k.bufsize, k.init, k.epoch, o.lowlevel, conf, dispatch);
       if (res !== 0) throw new Error(`reviving the session failed: errno ${-res}`);
       this.resendResult = resend;
     });
