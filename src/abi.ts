@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 10,
+  VERSION: 11,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -67,6 +67,7 @@ export const ABI = {
   INVAL_PATH: 0,
   INVAL_TREE: 1,
   INVAL_ENTRY: 2,
+  HIDDEN_DIGITS: 16,
 } as const;
 
 export type AbiName = keyof typeof ABI;

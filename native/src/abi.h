@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 10
+#define HOMESFS_ABI_VERSION 11
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -53,7 +53,7 @@
   X(OP_STATFS, 4)             /* (path) -> statvfs */ \
   X(OP_READDIR, 5)            /* (path, offset) -> names, stats, offsets? */ \
   X(OP_READLINK, 6)           /* (path) -> target */ \
-  X(OP_OPEN, 7)               /* (path, flags) -> fh, open options */ \
+  X(OP_OPEN, 7)               /* (path, flags, reopen: the inode a dead handle's reopen must reach, 0n for an open) -> fh, open options */ \
   X(OP_CREATE, 8)             /* (path, mode, flags) -> fh, open options */ \
   X(OP_READ, 9)               /* (path|null, fh, length, offset) -> bytes */ \
   X(OP_WRITE, 10)             /* (path|null, fh, data, offset) -> count */ \
@@ -85,7 +85,15 @@
   /* (session/inval.c).                                                     */ \
   X(INVAL_PATH, 0)            /* the name, its node's and its directory's attributes */ \
   X(INVAL_TREE, 1)            /* the attributes of every node at or below the path */ \
-  X(INVAL_ENTRY, 2)           /* the name and its directory's attributes */
+  X(INVAL_ENTRY, 2)           /* the name and its directory's attributes */ \
+  /* Hidden names: HOMESFS_HIDDEN_PREFIX, then this many lowercase hex     */ \
+  /* digits (session/nodes.c makes them, src/fs/hidden.ts knows them).     */ \
+  X(HIDDEN_DIGITS, 16)
+
+// The prefix of the names a file unlinked while open is hidden under (the
+// string half of HIDDEN_DIGITS; test/unit/abi.test.ts holds src/fs/hidden.ts
+// to it).
+#define HOMESFS_HIDDEN_PREFIX ".fuse_hidden"
 
 #define HOMESFS_ABI_ENUM(name, value) HOMESFS_##name = (value),
 enum { HOMESFS_ABI_CONSTANTS(HOMESFS_ABI_ENUM) };

@@ -140,6 +140,61 @@ TEST(hidden_names_and_opens) {
   hs_node_put(r);
 }
 
+// A file unlinked while open (hidden) in one home; its inode dies (after a
+// crash, with the dead daemon's descriptors) and the backing filesystem gives
+// its number to a new file in another home. That file is a new node: never
+// the hidden one, whose dead handle would be reopened by the new file's path,
+// and whose last release would unlink it.
+TEST(a_hidden_node_never_becomes_another_file_with_its_number) {
+  hs_nodes_clear();
+  hs_nodes_init();
+  hs_node_t *r = root();
+  hs_node_t *a = hs_node_get(found(r, "a", 10, S_IFDIR));
+  hs_node_t *b = hs_node_get(found(r, "b", 20, S_IFDIR));
+  uint64_t f = found(a, "f", 77, S_IFREG);
+  hs_node_t *fn = hs_node_get(f);
+  hs_node_opened(fn);
+  char hidden[64];
+  CHECK_EQ(hs_node_hidden_name(a, "f", hidden, sizeof(hidden)), 0);
+  CHECK_EQ(hs_node_renamed(a, "f", a, hidden), 0);
+  hs_node_mark_hidden(fn);
+  uint64_t v = found(b, "victim", 77, S_IFREG);
+  CHECK(v != f);
+  CHECK_PATH(v, "/b/victim");
+  char *p = path_of(f);
+  CHECK(p != NULL && strncmp(p, "/a/.fuse_hidden", 15) == 0);
+  free(p);
+  // Its last release unlinks its own hidden name, nothing else.
+  char *path = NULL;
+  CHECK_EQ(hs_node_released(fn, &path), 1);
+  CHECK(path != NULL && strncmp(path, "/a/.fuse_hidden", 15) == 0);
+  free(path);
+  hs_node_put(fn);
+  hs_node_put(b);
+  hs_node_put(a);
+  hs_node_put(r);
+}
+
+// A hidden node whose name is not a hidden name any more (a table an older
+// build left, which joined it to another file): its release unlinks nothing.
+TEST(a_release_unlinks_only_a_hidden_name) {
+  hs_nodes_clear();
+  hs_nodes_init();
+  hs_node_t *r = root();
+  hs_node_t *a = hs_node_get(found(r, "a", 10, S_IFDIR));
+  uint64_t f = found(a, "f", 78, S_IFREG);
+  hs_node_t *fn = hs_node_get(f);
+  hs_node_opened(fn);
+  hs_node_mark_hidden(fn);
+  char *path = NULL;
+  CHECK_EQ(hs_node_released(fn, &path), 0);
+  CHECK(path == NULL);
+  CHECK(!hs_node_is_hidden(fn));
+  hs_node_put(fn);
+  hs_node_put(a);
+  hs_node_put(r);
+}
+
 // ---- tree locks --------------------------------------------------------------------
 
 static hs_node_t *lock_dir;

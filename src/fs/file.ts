@@ -5,9 +5,11 @@ import { HomesError } from '../errors.js';
 import { isStatusPath } from '../paths/reserved.js';
 import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, planFallocate } from '../policy/fallocate.js';
 import { effectiveFileMode } from '../policy/profiles.js';
+import { reopenRefusal } from '../policy/reopen.js';
 import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BYTES } from '../policy/utf8.js';
 import type { OpenSlot } from '../policy/openfiles.js';
 import type { FsContext } from './context.js';
+import { homeNodeAttr } from './present.js';
 import type { Caller, FileHandle, HomeState, OpenInode } from './state.js';
 import { statusText } from './status.js';
 
@@ -138,7 +140,8 @@ async function truncateInode(ctx: FsContext, hs: HomeState, inode: OpenInode, fd
 /** Root's opens are not counted against a uid (the home's and the daemon's caps still apply). */
 const NO_CALLER: Caller = { uid: 0, gid: 0, pid: 0 };
 
-export async function open(ctx: FsContext, path: string, flags: number, caller: Caller = NO_CALLER): Promise<OpenResult> {
+/** `reopen`: the session reopens a dead daemon's handle (after a crash), which must reach that inode (policy/reopen.ts). */
+export async function open(ctx: FsContext, path: string, flags: number, caller: Caller = NO_CALLER, reopen?: { ino: bigint }): Promise<OpenResult> {
   const vp = ctx.parseInHome(path, 'open');
   if (isStatusPath(vp.rel)) {
     // Mode 0400 keeps the owner's writers out in the kernel; this keeps root's out too.
@@ -150,15 +153,15 @@ export async function open(ctx: FsContext, path: string, flags: number, caller: 
   // O_TRUNC truncates even with O_RDONLY on Linux: it changes the size, so it waits for the ledger.
   if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) {
     const hs = await ctx.home(vp.home);
-    const r = await openIn(ctx, hs, vp, flags, caller);
+    const r = await openIn(ctx, hs, vp, flags, caller, reopen);
     // This caller's next read-only opens in the home may be answered by the binding (fuse.nativeOpen).
     ctx.wantCredits(hs, caller.uid);
     return r;
   }
-  return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags, caller));
+  return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags, caller, reopen));
 }
 
-async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number, caller: Caller): Promise<OpenResult> {
+async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number, caller: Caller, reopen?: { ino: bigint }): Promise<OpenResult> {
   // Counted before the await that takes a descriptor: every open in flight holds its slot.
   const slot = await ctx.openSlot(hs, caller);
   let fd: number;
@@ -172,6 +175,7 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
   try {
     const st = await sys.fstat(fd);
     refuseNonRegular(st);
+    if (reopen) refuseReopen(hs, st, flags, caller, reopen.ino);
     if (hs.profile.content === 'utf8' && (flags & ACCMODE) !== C.O_WRONLY && !(flags & C.O_TRUNC)) {
       const open = hs.inodes.get(`${st.dev}:${st.ino}`);
       const text = await checkTextFile(fd, open ? open.size : Number(st.size));
@@ -190,6 +194,22 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
     });
   }
   return res;
+}
+
+function refuseReopen(hs: HomeState, st: BigIntStats, flags: number, caller: Caller, expectedIno: bigint): void {
+  const shown = homeNodeAttr(hs.profile, hs.backing.owner, st, false);
+  const refusal = reopenRefusal({
+    callerUid: caller.uid,
+    callerGid: caller.gid,
+    homeOwnerUid: hs.backing.owner.uid,
+    expectedIno,
+    ino: st.ino,
+    uid: shown.uid,
+    gid: shown.gid,
+    mode: shown.mode,
+    accMode: flags & ACCMODE,
+  });
+  if (refusal) throw new HomesError(refusal.code, `a dead handle is not reopened: ${refusal.reason}`);
 }
 
 export async function create(ctx: FsContext, path: string, mode: number, flags: number, caller: Caller): Promise<OpenResult> {

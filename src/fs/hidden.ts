@@ -1,3 +1,4 @@
+import { ABI } from '../abi.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
 import { inodeKey, type HomeState, type OpenInode } from './state.js';
@@ -15,8 +16,9 @@ import type { Removing } from './inodes.js';
  * be removed), and the hidden name is served from the descriptor of one of the
  * inode's open handles until the session unlinks it.
  */
+/** native/src/abi.h HOMESFS_HIDDEN_PREFIX (test/unit/abi.test.ts) */
 export const HIDDEN_NAME_PREFIX = '.fuse_hidden';
-export const HIDDEN_NAME = /^\.fuse_hidden[0-9a-f]{16}$/;
+export const HIDDEN_NAME = new RegExp(`^\\${HIDDEN_NAME_PREFIX}[0-9a-f]{${ABI.HIDDEN_DIGITS}}$`);
 
 export interface HiddenNode {
   /** the open-file record of the unlinked inode: its handles' descriptors reach it */

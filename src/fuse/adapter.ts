@@ -214,10 +214,10 @@ export function createNativeOps(ctx: FsContext, log: Logger, selfCheck: SelfChec
       });
     },
     readlink: (path, cb, caller) => run('readlink', path, caller, cb, async () => [await attr.readlink(ctx, path)]),
-    open: (path, flags, cb, caller) => {
-      if (selfCheck.owns(path)) return cb(0, selfCheck.open(), { directIo: true });
-      run('open', path, caller, cb, async () => {
-        const r = await file.open(ctx, path, flags, caller);
+    open: (path, flags, cb, caller, reopen = 0n) => {
+      if (selfCheck.owns(path)) return reopen !== 0n ? cb(-osConstants.errno.EIO) : cb(0, selfCheck.open(), { directIo: true });
+      run(reopen !== 0n ? 'reopen' : 'open', path, caller, cb, async () => {
+        const r = await file.open(ctx, path, flags, caller, reopen !== 0n ? { ino: reopen } : undefined);
         return [r.fh, openOpts(r)] as [number, OpenOpts];
       });
     },

@@ -28,7 +28,8 @@ export interface NativeOps {
    */
   readdir(path: string | null, cb: (err: number, names?: string[], stats?: object[], offsets?: number[]) => void, caller: Caller, offset?: number): void;
   readlink(path: string, cb: (err: number, target?: string) => void, caller: Caller): void;
-  open(path: string, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
+  /** reopen: the session reopens a dead daemon's handle, which must reach this inode (session/handles.c); absent or 0n for an open */
+  open(path: string, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller, reopen?: bigint): void;
   create(path: string, mode: number, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
   read(path: string | null, fh: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void, caller: Caller): void;
   write(path: string | null, fh: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void, caller: Caller): void;

@@ -2,6 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ABI, abiMismatches } from '../../src/abi.js';
+import { HIDDEN_NAME, HIDDEN_NAME_PREFIX } from '../../src/fs/hidden.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -21,6 +22,14 @@ describe('the native ABI', () => {
     const header = parseAbiHeader();
     expect(Object.keys(header).length).toBeGreaterThan(20);
     expect(header).toEqual({ ...ABI });
+  });
+
+  it('the hidden names are the ones the session makes: abi.h prefix and digit count', () => {
+    const text = readFileSync(join(ROOT, 'native/src/abi.h'), 'utf8');
+    expect(/#define HOMESFS_HIDDEN_PREFIX "([^"]*)"/.exec(text)?.[1]).toBe(HIDDEN_NAME_PREFIX);
+    expect(HIDDEN_NAME.test(`${HIDDEN_NAME_PREFIX}${'0a'.repeat(ABI.HIDDEN_DIGITS / 2)}`)).toBe(true);
+    expect(HIDDEN_NAME.test(`${HIDDEN_NAME_PREFIX}${'0a'.repeat(ABI.HIDDEN_DIGITS / 2)}0`)).toBe(false);
+    expect(HIDDEN_NAME.test(`${HIDDEN_NAME_PREFIX}${'0A'.repeat(ABI.HIDDEN_DIGITS / 2)}`)).toBe(false);
   });
 
   it('an addon whose ABI differs in its version, a value, a missing or an extra name is named, not trusted', () => {

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../abi.h"
 #include "nodes_internal.h"
 
 hs_nt_t hs_nt = { .mu = PTHREAD_MUTEX_INITIALIZER, .next_id = HS_ROOT_ID + 1 };
@@ -94,8 +95,14 @@ void nt_id_add (hs_node_t *n) {
   hs_nt.id_count++;
 }
 
+// A node named by a hidden name never joins the index: its inode has no name
+// left (JavaScript unlinked it), so its number is the backing filesystem's to
+// give again once the last descriptor closes, a dead daemon's included; a new
+// file with that number, in any home, must never become this node. (Decided
+// by the name, not the hidden flag, so that a table rebuilt from a snapshot
+// and the live one agree.)
 void nt_ino_add (hs_node_t *n) {
-  if (n->in_ino || n->ino == 0) return;
+  if (n->in_ino || n->ino == 0 || nt_hidden_named(n)) return;
   rehash((void ***) &hs_nt.ino_tab, &hs_nt.ino_size, hs_nt.ino_count, offsetof(hs_node_t, ino_next), ino_key);
   size_t h = hash64(n->ino) & (hs_nt.ino_size - 1);
   n->ino_next = hs_nt.ino_tab[h];
@@ -254,6 +261,13 @@ uint64_t hs_node_id (const hs_node_t *n) {
   return n->nodeid;
 }
 
+uint64_t hs_node_ino (hs_node_t *n) {
+  pthread_mutex_lock(&hs_nt.mu);
+  uint64_t ino = n->ino;
+  pthread_mutex_unlock(&hs_nt.mu);
+  return ino;
+}
+
 // ---- the kernel's names ----------------------------------------------------------
 
 // Under hs_nt.mu: the alias moves to the front of its node's names (paths are
@@ -399,6 +413,19 @@ int hs_node_must_hide (hs_node_t *parent, const char *name) {
   return hide;
 }
 
+int nt_hidden_named (const hs_node_t *n) {
+  return n->aliases != NULL && nt_is_hidden_name(n->aliases->name, n->aliases->len);
+}
+
+int nt_is_hidden_name (const char *name, size_t len) {
+  size_t plen = sizeof(HOMESFS_HIDDEN_PREFIX) - 1;
+  if (len != plen + HOMESFS_HIDDEN_DIGITS || memcmp(name, HOMESFS_HIDDEN_PREFIX, plen) != 0) return 0;
+  for (size_t i = plen; i < len; i++) {
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return 0;
+  }
+  return 1;
+}
+
 int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t size) {
   int err = -ENOENT;
   pthread_mutex_lock(&hs_nt.mu);
@@ -406,7 +433,7 @@ int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t 
   if (a != NULL) {
     do {
       hs_nt.hide_ctr++;
-      snprintf(buf, size, ".fuse_hidden%08x%08x", (unsigned int) a->node->nodeid, (unsigned int) hs_nt.hide_ctr);
+      snprintf(buf, size, HOMESFS_HIDDEN_PREFIX "%08x%08x", (unsigned int) a->node->nodeid, (unsigned int) hs_nt.hide_ctr);
     } while (nt_alias_find(parent, buf) != NULL);
     err = 0;
     if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDE_CTR, hs_nt.hide_ctr);
@@ -435,7 +462,9 @@ int hs_node_released (hs_node_t *n, char **path) {
   if (n->open_count > 0) n->open_count--;
   if (n->hidden && n->open_count == 0) {
     n->hidden = 0;
-    if (nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) unlink_hidden = 1;
+    // Only the hidden name this table made is unlinked, never a name the node
+    // came to have otherwise.
+    if (nt_hidden_named(n) && nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) unlink_hidden = 1;
   }
   if (hs_nt.journal != NULL) nt_jr_value(HS_JR_RELEASED, n->nodeid);
   pthread_mutex_unlock(&hs_nt.mu);

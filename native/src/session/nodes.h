@@ -46,6 +46,8 @@ hs_node_t *hs_node_get (uint64_t nodeid);
 void hs_node_ref (hs_node_t *n);
 void hs_node_put (hs_node_t *n);
 uint64_t hs_node_id (const hs_node_t *n);
+// The presented inode number the node was found with (0: not known).
+uint64_t hs_node_ino (hs_node_t *n);
 
 // The path of dir (and `name` below it, if not NULL), locked as described
 // above until hs_path_unlock; wlock: the node named (dir, name), if the table

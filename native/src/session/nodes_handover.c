@@ -177,8 +177,8 @@ static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link, hs
       int err = import_alias(in, n, link);
       if (err != 0) return err;
     }
-    if (link && n->aliases != NULL) {
-      // One node per presented inode number.
+    if (link && n->aliases != NULL && !nt_hidden_named(n)) {
+      // One node per presented inode number (a node named by a hidden name is never in the index: nodes.c).
       if (n->ino != 0 && nt_ino_find(n->ino) != NULL) goto bad;
       nt_ino_add(n);
     }

@@ -35,7 +35,8 @@ static size_t file_args (napi_env env, hs_call_t *c, napi_value *argv) {
   switch (op->call.op) {
     case HOMESFS_OP_OPEN:
       argv[1] = hs_js_u32(env, op->flags);
-      return 2;
+      napi_create_bigint_uint64(env, op->reopen_ino, &argv[2]);
+      return 3;
     case HOMESFS_OP_CREATE:
       argv[1] = hs_js_u32(env, op->mode);
       argv[2] = hs_js_u32(env, op->flags);
@@ -391,9 +392,13 @@ static void reopen_done (napi_env env, hs_call_t *c, int32_t res, napi_value *va
   pthread_mutex_unlock(&w->mu);
 }
 
-// An open as OPEN does it (the fast path's, else JavaScript's), on this
-// worker, waiting for JavaScript: no reply, no open count (the node's count
-// still holds the dead daemon's open, which the handle's RELEASE takes back).
+// An open as JavaScript's OPEN does it, told it reopens a dead handle (the
+// node's inode number: JavaScript refuses a file that is not that inode, or
+// that the caller could not open), on this worker, waiting for JavaScript:
+// no reply, no open count (the node's count still holds the dead daemon's
+// open, which the handle's RELEASE takes back). Never the fast path's open,
+// which knows neither check. The wait is bounded by JavaScript's open; it
+// happens once per dead handle, after a crash only (native-notes).
 int hs_reopen_file (uint64_t nodeid, int flags, uint32_t uid, uint32_t gid, uint32_t pid, uint64_t *inner) {
   hs_node_t *n = hs_node_get(nodeid);
   if (n == NULL) return -ESTALE;
@@ -405,8 +410,9 @@ int hs_reopen_file (uint64_t nodeid, int flags, uint32_t uid, uint32_t gid, uint
     return err;
   }
   uint64_t fh = 0;
-  int dio = 0;
-  if (homesfs_fastpath_open(path, flags, uid, &fh, &dio) != 0) {
+  uint64_t ino = hs_node_ino(n);
+  if (ino == 0) err = -EIO;  // no inode to hold the reopen to
+  else {
     reopen_wait_t w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
     hs_op_t *op = op_new(NULL, HOMESFS_OP_OPEN);
     if (op == NULL) err = -ENOMEM;
@@ -415,6 +421,7 @@ int hs_reopen_file (uint64_t nodeid, int flags, uint32_t uid, uint32_t gid, uint
       op->call.gid = gid;
       op->call.pid = pid;
       op->flags = (uint32_t) flags;
+      op->reopen_ino = ino;
       op->dh = &w;
       if ((op->path = strdup(path)) == NULL) {
         op_finish(op);
