@@ -39,7 +39,7 @@ import { notifySocket, removeStored, storeRegistration, takeStored, type SdStore
 import type { HolderRaw } from './holder/holder.js';
 import { holderSocket } from './holder/protocol.js';
 import { followJournal, journalEpoch, journalFds, journalGen, openJournal, type JournalRaw } from './journal-fds.js';
-import { resumeSession } from './resume.js';
+import { exportDeadHandles, importDeadHandles, resumeSession, type DeadHandlesRaw } from './resume.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
   return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees ?? 0, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openClosedNatively: s.openClosedNatively ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight ?? 0, retiredHomes: s.retiredHomes ?? 0 };
@@ -396,6 +396,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     const r = await adoptFs(ctx, received.fs, received.fsFds).catch((err: Error) => takeoverFailed(`the open files could not be taken over: ${err.message}`));
     received.marks.mark('filesAdopted');
     try {
+      if (received.fs.deadHandles !== undefined) importDeadHandles(Fuse.native as unknown as DeadHandlesRaw, received.fs.deadHandles);
       await mount.adopt(received.session);
     } catch (err) {
       takeoverFailed((err as Error).message);
@@ -678,7 +679,11 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       journalFds: () => journalFds(),
       journalGen: () => journalGen(journalRaw),
       nodeCount: () => Fuse.nodeStats?.().nodes ?? null,
-      exportFs: () => exportFs(ctx),
+      exportFs: () => {
+        const r = exportFs(ctx);
+        const dead = exportDeadHandles(Fuse.native as unknown as DeadHandlesRaw);
+        return dead === undefined ? r : { ...r, state: { ...r.state, deadHandles: dead } };
+      },
       flushState: () => state.flush(),
       locks: () => locks.map((l) => ({ file: l.file, fd: l.fd })),
       handedOver: (pauseMs, successorPid) => {

@@ -43,6 +43,34 @@ export async function resumeSession(kept: Kept, mount: MountManager, raw: Journa
   return mount.revive({ fd: kept.fuseFd, bufsize: kept.bufsize, init: kept.init, epoch });
 }
 
+/** The session's map of dead handles (session/handles.h). */
+export interface DeadHandlesRaw {
+  session_dead_handles(): Buffer | number;
+  session_dead_handles_import(pairs: Buffer): number;
+}
+
+/**
+ * A live handover after a crash: the dead handles this daemon reopened, as
+ * the handed-over state carries them (base64), or undefined when there are
+ * none (a state without them is what every earlier build sends and takes).
+ */
+export function exportDeadHandles(raw: DeadHandlesRaw): string | undefined {
+  const b = raw.session_dead_handles();
+  if (typeof b === 'number') throw new Error(`the dead handles' map could not be exported: errno ${-b}`);
+  return b.length > 0 ? b.toString('base64') : undefined;
+}
+
+/**
+ * The successor, after it adopted the predecessor's files (the handles the
+ * map names) and before its session serves: a dead handle then goes on
+ * meaning the handle reopened for it, which is neither reopened again nor
+ * left open after the dead handle's RELEASE.
+ */
+export function importDeadHandles(raw: DeadHandlesRaw, b64: string): void {
+  const r = raw.session_dead_handles_import(Buffer.from(b64, 'base64'));
+  if (r !== 0) throw new Error(`the dead handles' map could not be taken over: errno ${-r}`);
+}
+
 /** The epoch a resumed daemon serves with: the one after the journal's (the registration's when the journal predates epochs in its header). */
 export function resumeEpoch(journal: number, registered: number): number {
   return nextEpoch(journal !== 0 ? journal : registered);

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -275,4 +276,39 @@ TEST(a_handle_first_used_by_fsync_is_reopened_for_as_much_as_the_caller_may) {
   CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
   CHECK_EQ(last_flags, O_WRONLY);
   CHECK_EQ(reopens, 2);
+}
+
+// A live upgrade after a crash: the predecessor's mappings go to the
+// successor (same epoch), which then neither reopens a dead handle again nor
+// loses the handle it maps to; the RELEASE still ends the mapping there.
+TEST(dead_handle_mappings_go_with_a_live_handover) {
+  reset();
+  req_t q;
+  size_t len = make(&q, FUSE_READ, 1, fh_at(1, 7), O_RDONLY);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  uint64_t mapped = fh_of(&q);
+  len = make(&q, FUSE_WRITE, 2, fh_at(1, 8), O_WRONLY);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(reopens, 2);
+  uint64_t *pairs = NULL;
+  size_t n = 0;
+  CHECK_EQ(hs_handles_export(&pairs, &n), 0);
+  CHECK_EQ(n, 2);
+  // The successor: nothing mapped yet, the same epoch.
+  hs_handles_clear();
+  reopens = 0;
+  CHECK_EQ(hs_handles_import(pairs, n), 0);
+  len = make(&q, FUSE_READ, 3, fh_at(1, 7), O_RDONLY);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(fh_of(&q), mapped);
+  CHECK_EQ(reopens, 0);
+  len = make(&q, FUSE_RELEASE, 4, fh_at(1, 7), 0);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(fh_of(&q), mapped);
+  // Importing over a mapping that is there refuses all of it.
+  CHECK_EQ(hs_handles_import(pairs, n), -EEXIST);
+  len = make(&q, FUSE_READ, 5, fh_at(1, 7), O_RDONLY);
+  CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(reopens, 1);
+  free(pairs);
 }

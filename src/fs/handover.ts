@@ -40,6 +40,12 @@ export const HandedFs = z
     /** hidden name (virtual path) -> the handle number of one of its inode's handles */
     hidden: z.array(z.tuple([z.string(), z.number().int().positive()])),
     nextFh: z.number().int().min(0),
+    /**
+     * The session's map of a dead daemon's handles to ours (base64 of its
+     * u64 pairs, src/resume.ts), present only after a crash's reopens: the
+     * successor maps them to the handles it adopts here.
+     */
+    deadHandles: z.string().base64().optional(),
   })
   .strict();
 export type HandedFs = z.infer<typeof HandedFs>;

@@ -80,6 +80,67 @@ void hs_handles_clear (void) {
   pthread_mutex_unlock(&d_mu);
 }
 
+int hs_handles_export (uint64_t **pairs, size_t *count) {
+  pthread_mutex_lock(&d_mu);
+  size_t n = 0;
+  for (size_t b = 0; b < D_BUCKETS; b++)
+    for (dead_t *d = d_tab[b]; d != NULL; d = d->next) n += d->state == 1;
+  uint64_t *out = malloc((n > 0 ? n : 1) * 2 * sizeof(uint64_t));
+  if (out == NULL) {
+    pthread_mutex_unlock(&d_mu);
+    return -ENOMEM;
+  }
+  size_t i = 0;
+  for (size_t b = 0; b < D_BUCKETS; b++)
+    for (dead_t *d = d_tab[b]; d != NULL; d = d->next) {
+      if (d->state != 1) continue;
+      out[2 * i] = d->kfh;
+      out[2 * i + 1] = d->inner;
+      i++;
+    }
+  pthread_mutex_unlock(&d_mu);
+  *pairs = out;
+  *count = n;
+  return 0;
+}
+
+int hs_handles_import (const uint64_t *pairs, size_t count) {
+  dead_t **made = calloc(count > 0 ? count : 1, sizeof(*made));
+  if (made == NULL) return -ENOMEM;
+  for (size_t i = 0; i < count; i++) {
+    if ((made[i] = calloc(1, sizeof(dead_t))) == NULL) {
+      for (size_t k = 0; k < i; k++) free(made[k]);
+      free(made);
+      return -ENOMEM;
+    }
+    made[i]->kfh = pairs[2 * i];
+    made[i]->inner = pairs[2 * i + 1];
+    made[i]->state = 1;
+  }
+  int err = 0;
+  size_t in = 0;
+  pthread_mutex_lock(&d_mu);
+  for (; in < count; in++) {
+    dead_t **pp = d_slot(made[in]->kfh);
+    if (*pp != NULL) {
+      err = -EEXIST;
+      break;
+    }
+    *pp = made[in];
+  }
+  // All or nothing: the ones put in go again.
+  if (err != 0) {
+    for (size_t k = 0; k < in; k++) {
+      dead_t **pp = d_slot(made[k]->kfh);
+      *pp = (*pp)->next;
+    }
+  }
+  pthread_mutex_unlock(&d_mu);
+  if (err != 0) for (size_t i = 0; i < count; i++) free(made[i]);
+  free(made);
+  return err;
+}
+
 #define HS_FLAGS_UNKNOWN (-1)
 static int reopen_widest (uint64_t nodeid, const struct fuse_in_header *h, uint64_t *inner);
 

@@ -38,6 +38,15 @@ int hs_handles_filter (char *buf, size_t len, struct fuse_chan *ch);
 void hs_handles_stats (uint64_t *resent, uint64_t *refused, uint64_t *reopened);
 // Forgets every dead handle's mapping (a session that ends).
 void hs_handles_clear (void);
+// A live handover of a session that survived a crash: the dead handles'
+// mappings go with it, so that the successor, which adopts our handles
+// under the same numbers, neither reopens them again nor leaves ours open.
+// Export: a malloc'd array of *count (dead handle, ours) pairs, every
+// mapping that is ready (the session is paused: none is being reopened).
+// Import, before the successor serves: the predecessor's pairs. 0 or -errno
+// (-EEXIST: a mapping of that dead handle there already; nothing imported).
+int hs_handles_export (uint64_t **pairs, size_t *count);
+int hs_handles_import (const uint64_t *pairs, size_t count);
 
 // The reopen steps the ops provide (ops_files.c, ops_dirs.c): a handle of the
 // daemon's own for node `nodeid`, as caller uid/gid/pid. 0 and *inner, or -errno.

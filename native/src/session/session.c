@@ -441,6 +441,43 @@ NAPI_METHOD(hs_session_handle_stats_js) {
   return out;
 }
 
+// deadHandles() -> a Buffer of (dead handle, ours) u64 pairs, host order (handles.h), or -errno
+NAPI_METHOD(hs_session_dead_export_js) {
+  uint64_t *pairs = NULL;
+  size_t n = 0;
+  int err = hs_handles_export(&pairs, &n);
+  napi_value out;
+  if (err != 0) napi_create_int32(env, err, &out);
+  else {
+    void *copy = NULL;
+    napi_create_buffer_copy(env, n * 2 * sizeof(uint64_t), pairs, &copy, &out);
+  }
+  free(pairs);
+  return out;
+}
+
+// deadHandlesImport(buffer) -> 0 or -errno (-EINVAL: not whole pairs)
+NAPI_METHOD(hs_session_dead_import_js) {
+  NAPI_ARGV(1)
+  size_t len = 0;
+  const char *b = buf_of(env, argv[0], &len);
+  napi_value out;
+  if (b == NULL || len % (2 * sizeof(uint64_t)) != 0) {
+    napi_create_int32(env, -EINVAL, &out);
+    return out;
+  }
+  size_t n = len / (2 * sizeof(uint64_t));
+  uint64_t *pairs = malloc(len > 0 ? len : 1);
+  int err = pairs == NULL ? -ENOMEM : 0;
+  if (err == 0) {
+    memcpy(pairs, b, len);
+    err = hs_handles_import(pairs, n);
+  }
+  free(pairs);
+  napi_create_int32(env, err, &out);
+  return out;
+}
+
 // preimport(nodes): start importing a handed-over node table (see above) -> 0 or -errno.
 NAPI_METHOD(hs_session_preimport_js) {
   NAPI_ARGV(1)
@@ -532,6 +569,10 @@ void hs_session_export (napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "session_fh_epoch", fn);
   napi_create_function(env, NULL, 0, hs_session_handle_stats_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_handle_stats", fn);
+  napi_create_function(env, NULL, 0, hs_session_dead_export_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_dead_handles", fn);
+  napi_create_function(env, NULL, 0, hs_session_dead_import_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_dead_handles_import", fn);
   napi_create_function(env, NULL, 0, hs_session_preimport_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_preimport", fn);
   napi_create_function(env, NULL, 0, hs_session_pause_js, NULL, &fn);
