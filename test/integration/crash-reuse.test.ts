@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
@@ -97,7 +97,6 @@ describe.skipIf(!canMount || !hasTools)("a crash never turns one home's descript
     expect(holderPid).not.toBeNull();
 
     const script = join(s.tmp, 'attacker.py');
-    const { writeFileSync } = await import('node:fs');
     writeFileSync(script, AGENT, { mode: 0o644 });
     agent = spawn('setpriv', [`--reuid=${ATTACKER.uid}`, `--regid=${ATTACKER.gid}`, '--clear-groups', 'python3', script], { env: { PATH: SYSTEM_PATH }, stdio: ['pipe', 'pipe', 'inherit'] });
     const answers = createInterface({ input: agent.stdout! });
