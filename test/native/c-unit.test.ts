@@ -24,7 +24,7 @@ describe('native C unit tests', () => {
     for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c', 'test_fastpath_wl.c', 'test_fastpath_refs.c']) {
       expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThan(3);
     }
-    for (const file of ['test_nodes.c', 'test_nodes_handover.c', 'test_dirs_handover.c', 'test_handover.c']) {
+    for (const file of ['test_nodes.c', 'test_nodes_handover.c', 'test_dirs_handover.c', 'test_handover.c', 'test_sdstore.c']) {
       expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThanOrEqual(3);
     }
     // once under ASan and UBSan, once under ThreadSanitizer
