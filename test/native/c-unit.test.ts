@@ -2,7 +2,8 @@
 // single-reader lead of channel.c, dataplane.c's handle table, fastpath_write.c's
 // write decision, the fast path's references, the session's node table and
 // the handover primitives: the node table's and open directories' export and
-// import, the root-only handover socket), built with AddressSanitizer and UndefinedBehaviorSanitizer,
+// import, the root-only handover socket; the filter of resent requests and
+// dead handles, handles.c; the fd store's notifications, sdstore.c), built with AddressSanitizer and UndefinedBehaviorSanitizer,
 // then with ThreadSanitizer, and run by one command, `npm run test:native-c`
 // (make -C native/test).
 // No mount, no Node inside.
