@@ -107,7 +107,8 @@ const state = (pid: number) => /^State:\s+(\S)/m.exec(readFileSync(`/proc/${pid}
 async function stopped(pid: number): Promise<void> {
   process.kill(pid, 'SIGSTOP');
   // SIGSTOP is queued, not yet acted on, when kill returns: the kernel's own account says when it is.
-  for (let i = 0; i < 1000 && state(pid) !== 'T'; i++) await new Promise((r) => setImmediate(r));
+  // (A bound, not a measure: a loaded machine may take a while to run the holder into its stop.)
+  for (const end = Date.now() + 10_000; state(pid) !== 'T' && Date.now() < end; ) await new Promise((r) => setTimeout(r, 5));
   expect(state(pid)).toBe('T');
 }
 
