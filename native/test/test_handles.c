@@ -6,7 +6,8 @@
 // even when its number is; threads racing on one dead handle get one reopen;
 // a RELEASE ends the mapping; a FLUSH of a never-reopened handle is answered
 // here; GETATTR and SETATTR through a dead handle go by path; resent requests
-// that cannot be done twice are answered EIO, the others go on. The reopen
+// that cannot be done twice (RENAME2 and the xattr changes among them) are
+// answered EIO, the others go on. The reopen
 // steps and the channel's send are this file's (they record what they get).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -237,6 +238,49 @@ TEST(resent_requests_that_cannot_run_twice_answer_eio) {
 }
 
 typedef struct { uint64_t got; } racer_t;
+// RENAME2 (a RENAME_EXCHANGE run twice swaps back: the caller's success
+// undone), SETXATTR and REMOVEXATTR (a replace-only set or a remove run twice
+// fails with ENODATA where once it succeeded), laid out as the kernel sends
+// them: the fixed argument, then the names (and the value). Resent: EIO,
+// answered here; not resent: on to be run.
+TEST(resent_rename2_and_xattr_changes_answer_eio) {
+  reset();
+  struct { struct fuse_in_header h; char a[128]; } q;
+  for (int k = 0; k < 3; k++) {
+    memset(&q, 0, sizeof(q));
+    size_t alen;
+    if (k == 0) {
+      struct fuse_rename2_in rn = { .newdir = 7, .flags = 2 /* RENAME_EXCHANGE */ };
+      q.h.opcode = FUSE_RENAME2;
+      memcpy(q.a, &rn, sizeof(rn));
+      memcpy(q.a + sizeof(rn), "a\0b", 4);
+      alen = sizeof(rn) + 4;
+    } else if (k == 1) {
+      struct fuse_setxattr_in sx = { .size = 1, .flags = 2 /* XATTR_REPLACE */ };
+      q.h.opcode = FUSE_SETXATTR;
+      memcpy(q.a, &sx, sizeof(sx));
+      memcpy(q.a + sizeof(sx), "user.k\0v", 8);
+      alen = sizeof(sx) + 8;
+    } else {
+      q.h.opcode = FUSE_REMOVEXATTR;
+      memcpy(q.a, "user.k", 7);
+      alen = 7;
+    }
+    q.h.nodeid = 42;
+    q.h.uid = 1234;
+    q.h.len = (uint32_t) (sizeof(q.h) + alen);
+    int before = answers;
+    q.h.unique = RESEND | (60 + k);
+    CHECK_EQ(hs_handles_filter((char *) &q, sizeof(q.h) + alen, NULL), 1);
+    CHECK_EQ(answers, before + 1);
+    CHECK_EQ(last_error, -EIO);
+    CHECK_EQ(last_unique, RESEND | (60 + k));  // echoed unchanged
+    q.h.unique = 70 + k;
+    CHECK_EQ(hs_handles_filter((char *) &q, sizeof(q.h) + alen, NULL), 0);
+    CHECK_EQ(answers, before + 1);
+  }
+}
+
 static void *racer (void *arg) {
   racer_t *r = arg;
   req_t q;

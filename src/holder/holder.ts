@@ -16,8 +16,12 @@
  *   are in before the previous one's close, so the session is never unheld.
  * - A claim hands out copies and keeps the holder's own until the claimer
  *   registers: a claimer that dies before it serves loses nothing.
- * - The registered daemon's liveness (a pidfd) decides only whether a claim
- *   is refused (a live daemon is taken over, not claimed) and what is logged.
+ * - The registered daemon's liveness decides only whether a claim is refused
+ *   (a live daemon is taken over, not claimed) and what is logged. It is that
+ *   of the process at the other end of the registration's connection (a
+ *   pidfd from the socket, holder.c), never of whatever process has the pid
+ *   the message names: a registration names its sender or is refused, and a
+ *   sender already gone is stored as dead, so the next start resumes.
  * - A bad message gets an ERROR reply on its connection; the holder serves on.
  */
 import { closeSync, readSync, statSync, unlinkSync } from 'node:fs';
@@ -27,7 +31,8 @@ import { fdCount, HOLDER_PROTOCOL, parseRequest, sameTree, type HolderStatus, ty
 
 export interface HolderRaw extends HandoverRaw {
   hs_holder_poll(fd: number, events: number): number;
-  hs_holder_pidfd(pid: number): number;
+  /** the process at the other end of a connection: its pid and a pidfd of it (-errno: none; -ESRCH: it is gone), or -errno */
+  hs_holder_peer(fd: number): { pid: number; pidfd: number } | number;
   /** the serving session's descriptor (this process's) and INIT; null before the session started */
   hs_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
 }
@@ -36,6 +41,7 @@ const POLLIN = 0x1;
 const POLLERR = 0x8;
 const POLLHUP = 0x10;
 const POLLNVAL = 0x20;
+const ESRCH = 3;
 /** How often the session and the daemon are looked at. */
 const WATCH_MS = 200;
 /** A holder nobody registered with (its spawner died first) leaves after this. */
@@ -146,7 +152,7 @@ export class Holder {
       case 'status':
         return c.send({ protocol: HOLDER_PROTOCOL, ...this.status() });
       case 'register':
-        return c.send(this.register(req.reg, req.journal, fds));
+        return c.send(this.register(c.fd, req.reg, req.journal, fds));
       case 'claim':
         return this.claim(c, req);
       case 'release': {
@@ -159,7 +165,7 @@ export class Holder {
     }
   }
 
-  private register(reg: Registration, journal: number, fds: number[]): object {
+  private register(conn: number, reg: Registration, journal: number, fds: number[]): object {
     if (fds.length !== fdCount(journal)) {
       this.closeAll(fds);
       return { error: `a registration carries ${fdCount(journal)} descriptors (the session's, INIT's, ${journal} of the journal), not ${fds.length}` };
@@ -169,13 +175,32 @@ export class Holder {
       this.closeAll(fds);
       return { refused: `this holder keeps the session of another tree: ${sameTree(reg, prev.reg)}` };
     }
-    const pidfd = this.raw.hs_holder_pidfd(reg.pid);
-    if (pidfd < 0) this.log.warn({ daemon: reg.pid, errno: -pidfd }, 'no pidfd for the registered daemon: its death will not be noticed');
+    const peer = this.raw.hs_holder_peer(conn);
+    if (typeof peer === 'number') {
+      this.closeAll(fds);
+      return { error: `the registering process cannot be identified: errno ${-peer}` };
+    }
+    if (peer.pid !== reg.pid) {
+      this.closeAll(peer.pidfd >= 0 ? [...fds, peer.pidfd] : fds);
+      this.log.warn({ named: reg.pid, sender: peer.pid }, 'a registration for another process was refused');
+      return { refused: `the registration names pid ${reg.pid} but comes from pid ${peer.pid}: a daemon registers itself` };
+    }
+    // Gone already (killed between its send and now): kept for the next start to resume, not
+    // taken for a daemon that runs (which would refuse every start until the holder is killed).
+    const gone = peer.pidfd === -ESRCH || (peer.pidfd >= 0 && (this.raw.hs_holder_poll(peer.pidfd, POLLIN) & POLLIN) !== 0);
+    let pidfd: number | null = peer.pidfd >= 0 ? peer.pidfd : null;
+    if (gone && pidfd !== null) {
+      this.closeAll([pidfd]);
+      pidfd = null;
+    }
+    // Not known (no descriptor left?): taken for alive, as two daemons reading one session is the worse error.
+    if (!gone && pidfd === null) this.log.warn({ daemon: reg.pid, errno: -peer.pidfd }, 'no pidfd for the registered daemon: its death will not be noticed');
     const [fuseFd, initFd, ...journalFds] = fds as [number, number, ...number[]];
     // The new descriptors are in before the old ones close: the session is held throughout.
-    this.held = { reg, fuseFd, initFd, journalFds, pidfd: pidfd >= 0 ? pidfd : null, daemonAlive: true };
+    this.held = { reg, fuseFd, initFd, journalFds, pidfd, daemonAlive: !gone };
     if (prev) this.closeHeld(prev);
     this.log.info({ daemon: reg.pid, mount: reg.mount, generation: reg.generation, epoch: reg.epoch, journal: journalFds.length, initBytes: this.initSize(initFd) }, 'session registered');
+    if (gone) this.log.warn({ daemon: reg.pid, mount: reg.mount, generation: reg.generation }, 'the registering daemon is already gone: its session is kept for the next serve --config of this configuration');
     return { ok: true };
   }
 

@@ -2,7 +2,8 @@
 // single-reader lead of channel.c, dataplane.c's handle table, fastpath_write.c's
 // write decision, the fast path's references, the session's node table and
 // the handover primitives: the node table's and open directories' export and
-// import, the root-only handover socket), built with AddressSanitizer and UndefinedBehaviorSanitizer,
+// import, the root-only handover socket; the filter of resent requests and
+// dead handles, handles.c; the fd store's notifications, sdstore.c), built with AddressSanitizer and UndefinedBehaviorSanitizer,
 // then with ThreadSanitizer, and run by one command, `npm run test:native-c`
 // (make -C native/test).
 // No mount, no Node inside.
@@ -24,7 +25,7 @@ describe('native C unit tests', () => {
     for (const file of ['test_utf8.c', 'test_dirhandles.c', 'test_lead.c', 'test_dataplane.c', 'test_fastpath_wl.c', 'test_fastpath_refs.c']) {
       expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThan(3);
     }
-    for (const file of ['test_nodes.c', 'test_nodes_handover.c', 'test_dirs_handover.c', 'test_handover.c']) {
+    for (const file of ['test_nodes.c', 'test_nodes_handover.c', 'test_dirs_handover.c', 'test_handover.c', 'test_sdstore.c']) {
       expect(ok.filter((l) => l.includes(`${file}:`)).length, `${file} ran no test:\n${out}`).toBeGreaterThanOrEqual(3);
     }
     // once under ASan and UBSan, once under ThreadSanitizer

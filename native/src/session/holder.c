@@ -1,6 +1,10 @@
 // What the holder (src/holder/) needs that Node lacks, and what a serving
-// daemon hands it: a non-blocking poll of one descriptor, a pidfd, and the
+// daemon hands it: a non-blocking poll of one descriptor, the identity of
+// the process that registers (its pid and a pidfd, from the socket), and the
 // session's /dev/fuse descriptor with the kernel's INIT request.
+//
+// Runs on the JavaScript thread of the holder (poll, peer) and of the daemon
+// (session), nothing else.
 //
 // Invariants: nothing here reads or writes a descriptor it is given: the
 // holder keeps a session alive by holding its /dev/fuse descriptor and must
@@ -15,6 +19,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <napi-macros.h>
@@ -26,6 +31,9 @@
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
+#endif
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
 #endif
 
 int hs_holder_poll (int fd, short events) {
@@ -44,6 +52,32 @@ int hs_holder_pidfd (int pid) {
   return fd < 0 ? -errno : (int) fd;
 }
 
+int hs_holder_peer (int sock, int *pid, int *pidfd) {
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -errno;
+  if (len != sizeof(cred) || cred.pid <= 0) return -ESRCH;
+  *pid = cred.pid;
+  // The pidfd of the very process that connected (the socket holds its struct
+  // pid), not of whatever process has that number now: a dead peer's pid
+  // reused by another process cannot look alive. Since Linux 6.16 a reaped
+  // peer still gets one (it polls readable); before, ESRCH.
+  int fd = -1;
+  len = sizeof(fd);
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && len == sizeof(fd) && fd >= 0) {
+    *pidfd = fd;
+    return 0;
+  }
+  if (errno == ESRCH) {
+    *pidfd = -ESRCH;
+    return 0;
+  }
+  // Before Linux 6.5 (ENOPROTOOPT): by number, which a pid reused since the
+  // peer's death would pass for it (the window between its exit and here).
+  *pidfd = hs_holder_pidfd(cred.pid);
+  return 0;
+}
+
 // ---- exports ---------------------------------------------------------------------
 
 static napi_value num (napi_env env, double v) {
@@ -60,11 +94,19 @@ NAPI_METHOD(hs_holder_poll_js) {
   return num(env, hs_holder_poll(fd, (short) events));
 }
 
-// pidfd(pid) -> fd (close-on-exec; POLLIN once the process exited) or -errno
-NAPI_METHOD(hs_holder_pidfd_js) {
+// peer(socketFd) -> { pid, pidfd } of the process at the other end (pidfd:
+// close-on-exec, POLLIN once it exited; or -errno, -ESRCH: it is gone), or -errno
+NAPI_METHOD(hs_holder_peer_js) {
   NAPI_ARGV(1)
-  NAPI_ARGV_INT32(pid, 0)
-  return num(env, hs_holder_pidfd(pid));
+  NAPI_ARGV_INT32(sock, 0)
+  int pid = 0, pidfd = -1;
+  int r = hs_holder_peer(sock, &pid, &pidfd);
+  if (r < 0) return num(env, r);
+  napi_value out;
+  napi_create_object(env, &out);
+  napi_set_named_property(env, out, "pid", num(env, pid));
+  napi_set_named_property(env, out, "pidfd", num(env, pidfd));
+  return out;
 }
 
 // held() -> { fd, bufsize, init } of the serving session (this process's
@@ -94,8 +136,8 @@ void hs_holder_export (napi_env env, napi_value exports) {
   napi_value fn;
   napi_create_function(env, NULL, 0, hs_holder_poll_js, NULL, &fn);
   napi_set_named_property(env, exports, "hs_holder_poll", fn);
-  napi_create_function(env, NULL, 0, hs_holder_pidfd_js, NULL, &fn);
-  napi_set_named_property(env, exports, "hs_holder_pidfd", fn);
+  napi_create_function(env, NULL, 0, hs_holder_peer_js, NULL, &fn);
+  napi_set_named_property(env, exports, "hs_holder_peer", fn);
   napi_create_function(env, NULL, 0, hs_holder_session_js, NULL, &fn);
   napi_set_named_property(env, exports, "hs_holder_session", fn);
 }

@@ -7,5 +7,10 @@
 int hs_holder_poll (int fd, short events);
 // pidfd_open(2): a descriptor that polls readable once pid exited, or -errno.
 int hs_holder_pidfd (int pid);
+// The process at the other end of the connected unix socket `sock`, as the
+// kernel recorded it at connect(): *pid (SO_PEERCRED) and *pidfd, a pidfd of
+// that process (SO_PEERPIDFD; by number before Linux 6.5) or -errno (-ESRCH:
+// it is gone). 0, or -errno when the socket has no peer credentials.
+int hs_holder_peer (int sock, int *pid, int *pidfd);
 void hs_holder_export (napi_env env, napi_value exports);
 #endif

@@ -9,7 +9,9 @@
 // message (and the descriptors it stores) to the sender's pid, and must see
 // the main pid for FDSTORE=1 to be accepted. A socket path starting with '@'
 // is in the abstract namespace (the '@' becomes a NUL byte), as sd_notify
-// reads it. No global state; no locks.
+// reads it. No global state; no locks. Runs on the daemon's JavaScript
+// thread (and in native/test/test_sdstore.c, built without Node:
+// HOMESFS_NO_NAPI).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -20,7 +22,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#ifndef HOMESFS_NO_NAPI
 #include <napi-macros.h>
+#endif
 
 #include "sdstore.h"
 
@@ -88,6 +92,7 @@ int hs_sd_cloexec (int fd) {
   return fcntl(fd, F_SETFD, f | FD_CLOEXEC) == 0 ? 0 : -errno;
 }
 
+#ifndef HOMESFS_NO_NAPI
 // ---- exports ---------------------------------------------------------------------
 
 static napi_value num (napi_env env, double v) {
@@ -150,3 +155,4 @@ void hs_sdstore_export (napi_env env, napi_value exports) {
   napi_create_function(env, NULL, 0, hs_sd_cloexec_js, NULL, &fn);
   napi_set_named_property(env, exports, "hs_sd_cloexec", fn);
 }
+#endif
