@@ -287,6 +287,12 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   };
   // Half-deleted homes are unreachable through the mount: a successor removes them once it serves.
   if (!received) await purgeTrash();
+  // Files unlinked while open that a session of an earlier run kept: nothing will release them now.
+  if (!received && !kept) {
+    const { purged, left } = await store.purgeOrphans();
+    if (purged) log.info({ purged }, 'removed the orphans of files an earlier session had unlinked while open');
+    for (const o of left) log.warn({ home: o.home, orphan: o.name, err: o.error }, 'could not remove an orphan; it stays (unlisted, charged to its home) until a later start');
+  }
 
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
   // Directory handles hold no descriptor (listings are streamed): the binding counts them against caps of their own

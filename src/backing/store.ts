@@ -2,6 +2,7 @@ import { realpath } from 'node:fs/promises';
 import { HomesError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkSegment, classifyKey, DAEMON_DIR, decodeBackingName, TRASH_PREFIX } from '../paths/names.js';
+import { isOrphanName } from '../paths/hidden-names.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
 import { DirCache } from './dircache.js';
 import * as sys from './sys.js';
@@ -257,6 +258,36 @@ export class BackingStore {
     return { purged, left };
   }
 
+  /**
+   * Orphans (files unlinked while open, kept at their home's root under a
+   * name no path reaches: fs/hidden.ts) that no session will release: at a start
+   * that neither resumes nor takes over a session, every one of them. A
+   * failure is reported, never fatal (the orphan stays, unlisted, counted in
+   * its home's ledger, until a later start).
+   */
+  async purgeOrphans(): Promise<{ purged: number; left: { home: string; name: string; error: string }[] }> {
+    let purged = 0;
+    const left: { home: string; name: string; error: string }[] = [];
+    for (const ref of await this.listAllHomes()) {
+      const fd = await this.withTenant(ref.tenant, (tfd) => sys.open(sys.fdPath(tfd, ref.key), DIR_FLAGS)).catch(() => -1);
+      if (fd < 0) continue;
+      try {
+        for (const e of await sys.readdirRaw(sys.fdPath(fd))) {
+          if (!isOrphanName(e.name) || !e.isFile()) continue;
+          try {
+            await sys.unlink(sys.fdPathRaw(fd, e.name));
+            purged++;
+          } catch (err) {
+            left.push({ home: homeId(ref), name: e.name.subarray(1).toString('latin1'), error: err instanceof Error ? err.message : String(err) });
+          }
+        }
+      } finally {
+        await sys.close(fd);
+      }
+    }
+    return { purged, left };
+  }
+
   /** Every home currently present in the backing tree. */
   async listAllHomes(): Promise<HomeRef[]> {
     const out: HomeRef[] = [];
@@ -447,6 +478,11 @@ export class BackingStore {
   /** An O_PATH descriptor of the node itself (not followed if it is a symlink). */
   openNode(dirFd: number, name: string): Promise<number> {
     return sys.open(sys.fdPath(dirFd, name), NODE_FLAGS);
+  }
+
+  /** openNode of an entry's path below a descriptor (an fdPath or fdPathRaw). */
+  openNodeAt(entry: string | Buffer): Promise<number> {
+    return sys.open(entry, NODE_FLAGS);
   }
 }
 

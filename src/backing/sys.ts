@@ -120,6 +120,11 @@ export function fdPath(fd: number, name?: string): string {
   return name === undefined ? `/proc/self/fd/${fd}` : `/proc/self/fd/${fd}/${name}`;
 }
 
+/** fdPath for a raw backing name (one that need not be UTF-8: an orphan's, paths/hidden-names.ts). */
+export function fdPathRaw(fd: number, name: Buffer): Buffer {
+  return Buffer.concat([Buffer.from(`/proc/self/fd/${fd}/`), name]);
+}
+
 export function sysCode(err: unknown): string | undefined {
   return typeof err === 'object' && err !== null && 'code' in err ? String((err as { code: unknown }).code) : undefined;
 }

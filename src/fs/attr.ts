@@ -6,7 +6,7 @@ import { isReservedDir, isStatusPath } from '../paths/reserved.js';
 import { chmodDecision } from '../policy/profiles.js';
 import type { FsContext } from './context.js';
 import type { TimeSpec } from './native-api.js';
-import { hiddenFd } from './hidden.js';
+import { hiddenFd, withEntry } from './hidden.js';
 import { statusAttr, statusText, virtualDirAttr } from './status.js';
 import { daemonDirAttr, homeNodeAttr, type Attr } from './present.js';
 import { inodeKey, type HomeState } from './state.js';
@@ -28,7 +28,7 @@ async function hiddenAttr(ctx: FsContext, path: string): Promise<Attr | null> {
   const attr = homeNodeAttr(h.home.profile, h.home.backing.owner, st, false);
   const open = h.home.inodes.get(inodeKey(st.dev, st.ino));
   if (open) attr.size = BigInt(Math.max(open.size, Number(st.size)));
-  return attr;
+  return orphanLinkHidden(attr, h.inode.orphaned);
 }
 
 export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
@@ -64,8 +64,9 @@ export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
   }
   if (isStatusPath(vp.rel)) return statusAttr(ctx, hs, statusText(ctx, hs).length);
   let st: BigIntStats;
+  let orphan = false;
   try {
-    st = await ctx.store.withDir(hs.backing, vp.rel.slice(0, -1), (dirFd) => sys.lstat(sys.fdPath(dirFd, last)));
+    st = await withEntry(ctx, hs, vp.rel.slice(0, -1), last, (_dirFd, entry) => ((orphan = typeof entry !== 'string'), sys.lstat(entry)));
   } catch (err) {
     // `.homesfs` is always there: without a backing directory it is an empty one of the daemon's.
     if (isReservedDir(vp.rel) && sys.sysCode(err) === 'ENOENT') return virtualDirAttr(ctx, hs);
@@ -76,6 +77,12 @@ export async function getattr(ctx: FsContext, path: string): Promise<Attr> {
   // While a file is open its charged size is the truth (writes in flight are already in it).
   const open = st.isFile() ? hs.inodes.get(inodeKey(st.dev, st.ino)) : undefined;
   if (open) attr.size = BigInt(Math.max(open.size, Number(st.size)));
+  return orphanLinkHidden(attr, orphan);
+}
+
+/** An orphaned file's attributes: the orphan is a link nobody sees (hidden.ts). */
+function orphanLinkHidden(attr: Attr, orphaned: boolean): Attr {
+  if (orphaned && attr.nlink > 0) attr.nlink -= 1;
   return attr;
 }
 
@@ -86,7 +93,7 @@ export async function fgetattr(ctx: FsContext, fh: number, path: string | null):
   }
   const h = ctx.handles.get(fh);
   const st = await sys.fstat(h.fd);
-  return homeNodeAttr(h.home.profile, h.home.backing.owner, st, false);
+  return orphanLinkHidden(homeNodeAttr(h.home.profile, h.home.backing.owner, st, false), h.inode.orphaned);
 }
 
 /** Run `fn` with an O_PATH descriptor of the node at `path`, refusing symlinks where asked. */

@@ -10,7 +10,7 @@ import { isReservedDir, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import type { FsContext } from './context.js';
 import type { Removing } from './inodes.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
-import { forgetHidden, hideOpenFile, HIDDEN_NAME } from './hidden.js';
+import { forgetHidden, hideOpenFile, HIDDEN_NAME, withEntry } from './hidden.js';
 import type { Caller, HomeState } from './state.js';
 
 /** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
@@ -228,10 +228,11 @@ export async function rmdir(ctx: FsContext, path: string): Promise<void> {
 
 export async function unlink(ctx: FsContext, path: string): Promise<void> {
   const vp = ctx.parseInHome(path, 'unlink');
-  if (await forgetHidden(ctx, path)) return;
+  // The session's unlink of a hidden name after the last release: the inode is forgotten, its orphan unlinked below.
+  await forgetHidden(ctx, path);
   await ctx.changing(vp.home, async (hs) => {
-    await ctx.store.withDir(hs.backing, vp.dir, async (dirFd) => {
-      const node = await ctx.store.openNode(dirFd, vp.name);
+    await withEntry(ctx, hs, vp.dir, vp.name, async (_dirFd, entry) => {
+      const node = await ctx.store.openNodeAt(entry);
       let release: (() => void) | null = null;
       let slow = false;
       let removing: Removing | null = null;
@@ -239,7 +240,7 @@ export async function unlink(ctx: FsContext, path: string): Promise<void> {
         const st = await sys.fstat(node);
         slow = slowToFree(st);
         removing = ctx.enterRemoval(st);
-        await sys.unlink(sys.fdPath(dirFd, vp.name));
+        await sys.unlink(entry);
         // read after the unlink: nlink tells whether this was the last name.
         release = ctx.removal(hs, node, removing);
       } finally {

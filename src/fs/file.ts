@@ -10,6 +10,8 @@ import { endsWithIncompleteChar, utf8Check, Utf8StreamValidator, UTF8_CONTEXT_BY
 import type { OpenSlot } from '../policy/openfiles.js';
 import type { FsContext } from './context.js';
 import { homeNodeAttr } from './present.js';
+import { withEntry } from './hidden.js';
+import { isHiddenName } from '../paths/hidden-names.js';
 import type { Caller, FileHandle, HomeState, OpenInode } from './state.js';
 import { statusText } from './status.js';
 
@@ -153,20 +155,21 @@ export async function open(ctx: FsContext, path: string, flags: number, caller: 
   // O_TRUNC truncates even with O_RDONLY on Linux: it changes the size, so it waits for the ledger.
   if ((flags & ACCMODE) === C.O_RDONLY && !(flags & C.O_TRUNC)) {
     const hs = await ctx.home(vp.home);
-    const r = await openIn(ctx, hs, vp, flags, caller, reopen);
+    const r = await openIn(ctx, hs, vp, flags, caller, reopen && { ...reopen, path });
     // This caller's next read-only opens in the home may be answered by the binding (fuse.nativeOpen).
     ctx.wantCredits(hs, caller.uid);
     return r;
   }
-  return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags, caller, reopen));
+  return ctx.changing(vp.home, (hs) => openIn(ctx, hs, vp, flags, caller, reopen && { ...reopen, path }));
 }
 
-async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number, caller: Caller, reopen?: { ino: bigint }): Promise<OpenResult> {
+async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[]; name: string; rel: readonly string[] }, flags: number, caller: Caller, reopen?: { ino: bigint; path: string }): Promise<OpenResult> {
   // Counted before the await that takes a descriptor: every open in flight holds its slot.
   const slot = await ctx.openSlot(hs, caller);
   let fd: number;
+  let orphan = false;
   try {
-    fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), backingFlags(flags)));
+    fd = await withEntry(ctx, hs, vp.dir, vp.name, (_dirFd, entry) => ((orphan = typeof entry !== 'string'), sys.open(entry, backingFlags(flags))));
   } catch (err) {
     slot.release();
     throw err;
@@ -181,7 +184,11 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
       const text = await checkTextFile(fd, open ? open.size : Number(st.size));
       if (text.incompleteTail) throw new HomesError('NOT_UTF8', 'file ends inside a multi-byte character');
     }
+    // An orphan reached by its hidden name (after a crash): its nlink counts a link nobody sees (hidden.ts).
+    if (orphan) ctx.attachInode(hs, fd, st.dev, st.ino).orphaned = true;
     res = attach(ctx, hs, fd, st, flags, vp.rel, slot);
+    // A hidden node reopened after a crash: its later requests by path (fstat, fchmod) are answered from its handles again.
+    if (reopen && isHiddenName(vp.name) && !ctx.hidden.has(reopen.path)) ctx.hidden.set(reopen.path, { inode: ctx.handles.get(res.fh).inode, home: hs });
   } catch (err) {
     await sys.close(fd).catch(() => undefined);
     slot.release();

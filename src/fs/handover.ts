@@ -1,7 +1,7 @@
 import { fstatSync, closeSync } from 'node:fs';
 import { z } from 'zod';
 import type { FsContext } from './context.js';
-import type { FileHandle } from './state.js';
+import type { FileHandle, OpenInode } from './state.js';
 
 /**
  * What of the fs context a live upgrade carries to the successor, beside the
@@ -137,10 +137,16 @@ export async function adoptFs(ctx: FsContext, s: HandedFs, fds: readonly number[
       ctx.handles.bury(f.fh);
     }
   }
+  const orphaned = new Set<OpenInode>();
   for (const [path, fh] of s.hidden) {
     const h = byFh.get(fh);
-    if (h) ctx.hidden.set(path, { inode: h.inode, home: h.home });
+    if (!h) continue;
+    ctx.hidden.set(path, { inode: h.inode, home: h.home });
+    // A hidden file's extra link is its orphan (hidden.ts): its handles' fgetattr is JavaScript's.
+    h.inode.orphaned = true;
+    orphaned.add(h.inode);
   }
+  if (orphaned.size > 0) for (const h of byFh.values()) if (orphaned.has(h.inode)) ctx.deps.attrs?.handle(h);
   ctx.handles.resumeAt(s.nextFh);
   return { adopted: byFh.size, refused };
 }

@@ -1,24 +1,31 @@
-import { ABI } from '../abi.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
-import { inodeKey, type HomeState, type OpenInode } from './state.js';
-import type { Removing } from './inodes.js';
+import type { AttrPublisher } from './native-api.js';
+import { inodeKey, type FileHandle, type HomeState, type OpenInode } from './state.js';
+import type { BackingStore } from '../backing/store.js';
 
 /**
  * Files unlinked while open. The session (native/src/session/ops_names.c)
  * does not let the last name of an open file go: it renames the file to
  * `.fuse_hidden<16 hex digits>` in the same directory, then builds the path of
- * every later request on that node (fstat, fchmod, fchown) from the hidden
- * name, and unlinks the hidden name after the last release.
+ * every later request on that node (fstat, fchmod, fchown, and after a crash
+ * the reopen of a dead handle) from the hidden name, and unlinks the hidden
+ * name after the last release.
  *
- * The daemon takes that rename as the unlink it is: the backing name goes at
- * once (nothing appears in the backing tree or in listings, the directory can
- * be removed), and the hidden name is served from the descriptor of one of the
- * inode's open handles until the session unlinks it.
+ * The daemon takes that rename as the unlink it is for everyone but the
+ * session: the name leaves its directory at once (nothing in listings, the
+ * directory can be removed), and the file becomes its home's orphan, a
+ * backing name at the home's root that no path reaches (paths/hidden-names.ts).
+ * The orphan is a name like any other for the ledger and the scan: the file
+ * keeps its inode and bytes charged until the session's unlink after the
+ * last release, as an unlinked inode does on a filesystem with quotas. And
+ * it survives a crash of the daemon: a resumed daemon reopens the dead
+ * handles on it (the very inode they were open on), and a path of the home
+ * that ends in its hidden name, where no such backing name exists, means it.
+ * A start that resumes nothing removes every orphan (BackingStore.purgeOrphans).
  */
-/** native/src/abi.h HOMESFS_HIDDEN_PREFIX (test/unit/abi.test.ts) */
-export const HIDDEN_NAME_PREFIX = '.fuse_hidden';
-export const HIDDEN_NAME = new RegExp(`^\\${HIDDEN_NAME_PREFIX}[0-9a-f]{${ABI.HIDDEN_DIGITS}}$`);
+export { HIDDEN_NAME, HIDDEN_NAME_PREFIX } from '../paths/hidden-names.js';
+import { HIDDEN_NAME, isHiddenName, orphanName } from '../paths/hidden-names.js';
 
 export interface HiddenNode {
   /** the open-file record of the unlinked inode: its handles' descriptors reach it */
@@ -30,10 +37,10 @@ export interface HiddenNode {
 export interface HiddenHost {
   /** hidden names (their full virtual paths) and the inodes they stand for */
   readonly hidden: Map<string, HiddenNode>;
+  readonly store: Pick<BackingStore, 'withDir'>;
+  readonly handles: { values(): IterableIterator<FileHandle> };
+  readonly deps: { readonly attrs?: Pick<AttrPublisher, 'handle'> };
   probeNode(dirFd: number, name: string): Promise<number | null>;
-  enterRemoval(st: { dev: bigint; ino: bigint }): Removing;
-  leaveRemoval(r: Removing, gone?: boolean): boolean;
-  settleRemoved(hs: HomeState, nodeFd: number, r: Removing): void;
 }
 
 /**
@@ -51,38 +58,54 @@ export function hiddenFd(h: HiddenNode): number {
 }
 
 /**
- * The session hiding an open file (`from` → `to`, same directory)? Then unlink the
- * backing name, remember the inode under `to` and return true. Anything else
- * (the name is not of the hidden form, the source is not an open regular file,
- * the target exists) is an ordinary rename: false.
+ * The session hiding an open file (`from` → `to`, same directory)? Then the
+ * file becomes the orphan at the home's root, the inode is remembered under
+ * `to` and true is returned; the ledger does not change (a rename). Anything
+ * else (the name is not of the hidden form, the source is not an open regular
+ * file, the orphan exists) is not a hiding: false.
  */
 export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number, name: string, to: string, hiddenName: string): Promise<boolean> {
   if (!HIDDEN_NAME.test(hiddenName)) return false;
-  if ((await ctx.probeNode(dirFd, hiddenName).then(async (fd) => (fd === null ? false : (await sys.close(fd), true))))) return false;
-  const node = await ctx.probeNode(dirFd, name);
-  if (node === null) return false;
-  try {
-    const st = await sys.fstat(node);
-    const key = inodeKey(st.dev, st.ino);
-    if (!st.isFile() || !hs.inodes.has(key)) return false;
-    const removing = ctx.enterRemoval(st);
+  return ctx.store.withDir(hs.backing, [], async (rootFd) => {
+    const orphan = sys.fdPathRaw(rootFd, orphanName(hiddenName));
+    if (await sys.lstat(orphan).then(() => true, (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err)))) return false;
+    const node = await ctx.probeNode(dirFd, name);
+    if (node === null) return false;
     try {
-      await sys.unlink(sys.fdPath(dirFd, name));
-    } catch (err) {
-      ctx.leaveRemoval(removing);
-      throw err;
+      const st = await sys.fstat(node);
+      const key = inodeKey(st.dev, st.ino);
+      if (!st.isFile() || !hs.inodes.has(key)) return false;
+      await sys.rename(sys.fdPath(dirFd, name), orphan);
+      // In the same synchronous step as the rename came back: the record, if any handle still has it.
+      const inode = hs.inodes.get(key);
+      if (inode) {
+        inode.orphaned = true;
+        ctx.hidden.set(to, { inode, home: hs });
+        for (const h of ctx.handles.values()) if (h.inode === inode) ctx.deps.attrs?.handle(h);
+      }
+    } finally {
+      await sys.close(node);
     }
-    ctx.settleRemoved(hs, node, removing);
-    // In the same synchronous step as the removal was settled: the record, if any handle still has it.
-    const inode = hs.inodes.get(key);
-    if (inode) ctx.hidden.set(to, { inode, home: hs });
-  } finally {
-    await sys.close(node);
-  }
-  return true;
+    return true;
+  });
 }
 
-/** libfuse unlinks the hidden name after the last release: forget the inode. */
+/**
+ * Where a path of the home whose last component is `name` lies: the
+ * directory's own entry, or, for a hidden name that the directory does not
+ * have, the home's orphan of that name (after a crash, the session's requests
+ * on a hidden node come by path: the dead daemon's map of them is gone).
+ * `fn` gets the directory's descriptor and the entry's path below it.
+ */
+export async function withEntry<T>(ctx: HiddenHost, hs: HomeState, dir: readonly string[], name: string, fn: (dirFd: number, entry: string | Buffer) => Promise<T>): Promise<T> {
+  if (isHiddenName(name)) {
+    const here = await ctx.store.withDir(hs.backing, dir, (dirFd) => sys.lstat(sys.fdPath(dirFd, name)).then(() => true, (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err))));
+    if (!here) return ctx.store.withDir(hs.backing, [], (rootFd) => fn(rootFd, sys.fdPathRaw(rootFd, orphanName(name))));
+  }
+  return ctx.store.withDir(hs.backing, dir, (dirFd) => fn(dirFd, sys.fdPath(dirFd, name)));
+}
+
+/** The session unlinks the hidden name after the last release: the inode is forgotten here (the orphan is unlinked as any file: dir.ts). */
 export async function forgetHidden(ctx: Pick<HiddenHost, 'hidden'>, path: string): Promise<boolean> {
   const h = ctx.hidden.get(path);
   if (!h) return false;

@@ -118,6 +118,7 @@ export abstract class OpenInodes extends HomeRegistry {
       handles: 0,
       writers: 0,
       unlinked: false,
+      orphaned: false,
       incompleteTail: false,
       lock: new Mutex(),
       fds: new Set(),

@@ -54,6 +54,13 @@ export interface OpenInode {
   writers: number;
   /** unlinked while open: its bytes stay charged until the last close */
   unlinked: boolean;
+  /**
+   * Hidden by the session: one of its links is its orphan at the home's root
+   * (hidden.ts), never a name anyone sees. Its nlink is presented one less,
+   * and its handles' fgetattr is JavaScript's (the binding's would count the
+   * orphan).
+   */
+  orphaned: boolean;
   /** text homes: the file currently ends inside a multi-byte character */
   incompleteTail: boolean;
   readonly lock: Mutex;

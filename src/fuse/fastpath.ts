@@ -281,6 +281,8 @@ export class NativeFastPath implements AttrPublisher {
   }
 
   handle(h: FileHandle): void {
+    // An orphaned inode's nlink counts a link nobody sees: its fgetattr is JavaScript's (fs/attr.ts).
+    if (h.inode.orphaned) return this.native.removeHandle(h.fh);
     const { types, masks } = presentationMasks(h.home.profile);
     const owner = h.home.backing.owner;
     this.native.setHandle(h.fh, h.fd, owner.uid, owner.gid, h.home.profile.chown === 'allow', types, masks);

@@ -5,11 +5,17 @@ import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
 import { startDaemon, SYSTEM_PATH, type RunningDaemon, type StartOptions } from './daemon.js';
 
+/** A directory's entries by raw name (a file unlinked while open keeps an orphan whose name is not UTF-8: fs/hidden.ts). */
+function rawEntries(dir: string | Buffer): Array<{ path: Buffer; isDirectory(): boolean; isFile(): boolean }> {
+  const base = Buffer.isBuffer(dir) ? dir : Buffer.from(dir);
+  return readdirSync(base, { withFileTypes: true, encoding: 'buffer' }).map((e) => Object.assign(e, { path: Buffer.concat([base, Buffer.from('/'), e.name]) }));
+}
+
 /** Sum of the logical sizes of the regular files below dir, each inode once (what the ledger counts; a local git clone hard-links). */
-export function regularBytes(dir: string, seen = new Set<number>()): number {
+export function regularBytes(dir: string | Buffer, seen = new Set<number>()): number {
   let total = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
+  for (const e of rawEntries(dir)) {
+    const p = e.path;
     if (e.isDirectory()) total += regularBytes(p, seen);
     else if (e.isFile()) {
       const st = lstatSync(p);
@@ -22,11 +28,11 @@ export function regularBytes(dir: string, seen = new Set<number>()): number {
 }
 
 /** Every name below dir, as the ledger counts inodes (a hard link is one more). */
-export function namesBelow(dir: string): number {
+export function namesBelow(dir: string | Buffer): number {
   let n = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
+  for (const e of rawEntries(dir)) {
     n++;
-    if (e.isDirectory()) n += namesBelow(join(dir, e.name));
+    if (e.isDirectory()) n += namesBelow(e.path);
   }
   return n;
 }

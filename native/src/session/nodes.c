@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 
 #include "../abi.h"
+#include "../hidden_name.h"
 #include "nodes_internal.h"
 
 hs_nt_t hs_nt = { .mu = PTHREAD_MUTEX_INITIALIZER, .next_id = HS_ROOT_ID + 1 };
@@ -414,16 +415,7 @@ int hs_node_must_hide (hs_node_t *parent, const char *name) {
 }
 
 int nt_hidden_named (const hs_node_t *n) {
-  return n->aliases != NULL && nt_is_hidden_name(n->aliases->name, n->aliases->len);
-}
-
-int nt_is_hidden_name (const char *name, size_t len) {
-  size_t plen = sizeof(HOMESFS_HIDDEN_PREFIX) - 1;
-  if (len != plen + HOMESFS_HIDDEN_DIGITS || memcmp(name, HOMESFS_HIDDEN_PREFIX, plen) != 0) return 0;
-  for (size_t i = plen; i < len; i++) {
-    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return 0;
-  }
-  return 1;
+  return n->aliases != NULL && hs_is_hidden_name(n->aliases->name, n->aliases->len);
 }
 
 int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t size) {

@@ -94,8 +94,6 @@ void nt_jr_value (uint32_t kind, uint64_t v);
 // hs_nodes_clear: journaling stops (the memfds are the caller's; only unmapped).
 void nt_jr_detach (void);
 
-// The names hs_node_hidden_name makes: the prefix and 16 hex digits (nodes.c).
-int nt_is_hidden_name (const char *name, size_t len);
 // Whether the node's name (the first) is a hidden name: such a node is never
 // in the inode-number index (nodes.c).
 int nt_hidden_named (const hs_node_t *n);
