@@ -111,8 +111,10 @@ await agentsGoOn('started');
   check(procs.length > 0, "the unit's cgroup", { cg });
   // systemd-notify sends as from its parent: this shell, moved into the unit's cgroup(s) first.
   const r = sh('sh', ['-c', `for p in ${procs.join(' ')}; do echo $$ > $p; done; cat /proc/$$/cgroup | grep homesfs >&2; export NOTIFY_SOCKET=/run/systemd/notify; systemd-notify FDSTOREREMOVE=1 FDNAME=homesfs-fuse; systemd-notify FDSTOREREMOVE=1 FDNAME=homesfs-registration; echo $$`]);
-  await sleep(500);
-  const refused = journal('homesfs').split('\n').filter((l) => l.includes('reception only permitted for main PID'));
+  // the journal may lag behind systemd's refusal
+  const refusedLines = () => journal('homesfs').split('\n').filter((l) => l.includes('reception only permitted for main PID'));
+  await until('the refusals are logged', () => refusedLines().length >= 2, 10_000).catch(() => undefined);
+  const refused = refusedLines();
   say('intruder', { pid: r.out.split('\n').pop(), cgroup: r.err, refused: refused.length, nFdStore: storeCount() });
   check(refused.length >= 2 && storeCount() === '4', 'systemd refused the intruder, the store is whole (NotifyAccess=exec)');
 }
