@@ -11,7 +11,8 @@
  * waits for an admin). This is the only place that unmounts a mount the
  * daemon did not make; nothing in the unit unmounts (systemd/homesfs.service).
  */
-import { readFile, statfs } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 
 /** statfs(2)'s f_type of every FUSE mount. */
 export const FUSE_SUPER_MAGIC = 0x65735546;
@@ -52,21 +53,21 @@ export function topMountType(mountinfo: string, mnt: string): string | null {
   return found;
 }
 
-/** statfs(2) of the mount point on the threadpool, with a deadline (a kept session makes it wait). */
-export async function probeStatfs(mnt: string, timeoutMs: number): Promise<Probe> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<Probe>((resolve) => (timer = setTimeout(() => resolve({ ok: false, timedOut: true }), timeoutMs)));
-  try {
-    return await Promise.race([
-      statfs(mnt).then(
-        (st): Probe => ({ ok: true, fType: st.type }),
-        (err: NodeJS.ErrnoException): Probe => ({ ok: false, code: err.code ?? 'error' }),
-      ),
-      deadline,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+/**
+ * statfs(2) of the mount point in a child (`stat -f`), killed at the deadline.
+ * Not on the threadpool: a kept session makes the call wait until its keeper
+ * lets go, and a threadpool thread stuck in it would keep this process from
+ * exiting (libuv joins its threads at exit).
+ */
+export function probeStatfs(mnt: string, timeoutMs: number): Promise<Probe> {
+  return new Promise((resolve) => {
+    execFile('stat', ['-f', '-c', '%t', mnt], { timeout: timeoutMs, killSignal: 'SIGKILL', env: { ...process.env, LC_ALL: 'C' } }, (err, stdout, stderr) => {
+      if (!err) return resolve({ ok: true, fType: parseInt(String(stdout).trim(), 16) });
+      if ((err as { killed?: boolean }).killed) return resolve({ ok: false, timedOut: true });
+      const text = String(stderr);
+      resolve({ ok: false, code: /Transport endpoint is not connected/.test(text) ? 'ENOTCONN' : text.trim() || err.message });
+    });
+  });
 }
 
 /** Looks at the mount point: what is there and what a fresh start may do about it. */

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
-import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type LogLine, type RunningDaemon } from '../helpers/daemon.js';
+import { HOMESCTL, HOMESFS, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type LogLine, type RunningDaemon } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`node lifecycle integration suite skipped: ${skipReason}`);
@@ -252,6 +252,40 @@ while True:
       expect(await next.exited).toBe(6);
       // the disk under the mount point got nothing: no 1 MiB 0666 file, nothing at all
       expect(readdirSync(d.mount)).toEqual([]);
+    } finally {
+      inside.kill('SIGKILL');
+      if (holderPid > 0) {
+        try {
+          process.kill(holderPid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      }
+      await d.stop();
+    }
+  });
+
+  it('a start that finds a homesfs mount that does not answer (a session something else keeps) refuses with exit 5 and never clears it', async () => {
+    // A holder keeps the killed daemon's session; a start configured with another socket directory does not find it.
+    const d = await startDaemon({ create: ['t/h'], config: { crashSurvival: true, probe: { intervalMs: 1000, timeoutMs: 1500 } } });
+    const inside = spawn('sleep', ['300'], { cwd: d.mount, stdio: 'ignore' });
+    let holderPid = 0;
+    try {
+      await d.waitForLog((l) => l.msg === 'session registered with the holder');
+      holderPid = Number(d.logs.find((l) => l.msg === 'holder started')?.holder ?? 0);
+      expect(holderPid).toBeGreaterThan(0);
+      d.proc.kill('SIGKILL');
+      await d.exited;
+      rewriteConfig(d, (c) => {
+        c.socket = join(d.dir, 'run2', 'admin.sock');
+        c.platformSocket = join(d.dir, 'platform2', 'platform.sock');
+      });
+      const r = await runAsync(process.execPath, [HOMESFS, 'serve', '--config', join(d.dir, 'config.json')], { timeoutMs: 30_000 });
+      expect(r.code, r.stderr).toBe(5);
+      expect(r.stderr).toMatch(/does not answer/);
+      // still there, still kept: the process inside waits for the session instead of getting ENOTCONN
+      expect(mounted(d.mount)).toBe(true);
+      expect(readlinkCwd(inside.pid!)).toBe(d.mount);
     } finally {
       inside.kill('SIGKILL');
       if (holderPid > 0) {
