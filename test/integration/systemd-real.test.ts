@@ -12,7 +12,9 @@ import { canMount, skipReason } from '../helpers/daemon.js';
  * refused, kill -9 of the main process resumed by Restart= from the fd store,
  * a live upgrade by systemctl reload, kill -9 again (the successor's stored
  * session, not its predecessor's), a writer and a reader in the home through
- * all of it, stop, restart, and a start on a non-empty mount point. Each step
+ * all of it, stop, restart, a crash whose restart exits 3 (no loop, the store
+ * dropped, the dead mount cleared by the next start), and a start on a
+ * non-empty mount point (exit 5, no loop). Each step
  * prints one JSON line; the scenario checks each itself and exits 1 on the
  * first that fails. Here: the steps, and what they measured.
  */
@@ -51,6 +53,8 @@ describe.skipIf(!canMount)('under a real systemd (PID 1 in a container)', () => 
     expect(at('stopped')).toMatchObject({ mounted: false, nFdStore: '0', result: 'success' });
     expect(at('started again')).toMatchObject({ startMode: 'fresh', generation: 1 });
     expect((at('restart') as unknown as { reader: { lastError: string } }).reader.lastError).toMatch(/ENOTCONN|ECONNABORTED/);
+    expect(at('crash, then exit 3')).toMatchObject({ active: 'failed', status: '3', restarts: 1, nFdStore: '0' });
+    expect(at('dead mount cleared by the start')).toMatchObject({ startMode: 'fresh' });
     expect(at('not empty')).toMatchObject({ active: 'failed', status: '5', restarts: 0 });
     expect(at('passed')).toBeDefined();
   }, 600_000);

@@ -197,6 +197,27 @@ must('systemctl', ['stop', 'agent-reader2']);
 say('restart', { reader: afterRestart, active: prop('homesfs', 'ActiveState'), startMode: status()?.session.startMode });
 check(/ENOTCONN|ECONNABORTED/.test(afterRestart.lastError), 'a restart ends the session: ENOTCONN');
 
+// --- a crash whose restart exits with a code no restart can fix (3: the configuration broke meanwhile):
+// no restart loop; the unit fails, which drops the fd store, and the dead mount waits for the next start ---
+{
+  const good = readFileSync('/etc/homesfs/config.json');
+  writeFileSync('/etc/homesfs/config.json', '{');
+  const restarts = Number(prop('homesfs', 'NRestarts'));
+  must('systemctl', ['kill', '-s', 'KILL', '--kill-who=main', 'homesfs']);
+  await until('the restart fails', () => prop('homesfs', 'ActiveState') === 'failed', 30_000);
+  await sleep(3000);
+  const dead = sh('stat', ['-f', '/homes']);
+  say('crash, then exit 3', { active: prop('homesfs', 'ActiveState'), status: prop('homesfs', 'ExecMainStatus'), restarts: Number(prop('homesfs', 'NRestarts')) - restarts, nFdStore: storeCount(), statfs: dead.err });
+  check(prop('homesfs', 'ExecMainStatus') === '3' && Number(prop('homesfs', 'NRestarts')) === restarts + 1, 'one restart, exit 3, no more');
+  check(storeCount() === '0' && /not connected/.test(dead.err), 'the failed unit dropped the store: the mount is dead');
+  writeFileSync('/etc/homesfs/config.json', good);
+  sh('systemctl', ['reset-failed', 'homesfs']);
+  must('systemctl', ['start', 'homesfs'], { timeout: 100_000 });
+  const st = await until('status answers', status, 30_000);
+  check(st.session.startMode === 'fresh' && journal('homesfs').includes('clearing a stale FUSE mount'), 'the next start cleared the dead mount and mounted afresh');
+  say('dead mount cleared by the start', { startMode: st.session.startMode });
+}
+
 // --- exit 5 (mount point not empty) does not loop ---
 must('systemctl', ['stop', 'homesfs'], { timeout: 60_000 });
 writeFileSync('/homes/stray', 'x');
