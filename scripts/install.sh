@@ -16,7 +16,11 @@ build=(libfuse-dev pkg-config g++ make python3)
 # What the tests drive besides: git, ssh, sqlite, strace, e2fsprogs, systemd
 # (systemd-analyze verifies the unit), pip and setuptools (the cache test builds
 # an sdist whose wheel lands in a home).
-tests=(python3-venv openssh-client git tar diffutils e2fsprogs sqlite3 procps strace systemd python3-pip python3-setuptools)
+# podman and debootstrap: test/integration/systemd-real.test.ts runs homesfs under
+# Debian's systemd as PID 1 in a container (scripts/test-systemd.sh; podman 4.3
+# with runc, as test/systemd/containers.sh configures it).
+tests=(python3-venv openssh-client git tar diffutils e2fsprogs sqlite3 procps strace systemd python3-pip python3-setuptools
+  podman buildah runc catatonit netavark aardvark-dns iptables debootstrap)
 need=()
 for pkg in "${runtime[@]}" "${build[@]}" "${tests[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
@@ -35,3 +39,13 @@ for db in passwd group; do
 done
 npm ci --no-audit --no-fund
 npm run build
+# The systemd test's base image (debootstrap of Debian 12 with its systemd, from
+# the mirror apt uses; about 100 s once, then kept by name).
+(
+  # shellcheck source=../test/systemd/containers.sh
+  source test/systemd/containers.sh
+  conf="$(mktemp -d)"
+  trap 'rm -rf "$conf"' EXIT
+  containers_conf "$conf"
+  systemd_image
+)

@@ -12,7 +12,7 @@ export const EXIT = {
   CONFIG: 3,
   /** the FUSE binding is missing, or its native addon was built from other sources (another ABI) */
   NATIVE: 4,
-  /** mounting failed (mount point busy, /dev/fuse missing, not root…) */
+  /** mounting failed (mount point not empty or busy with another mount, /dev/fuse missing, not root…) */
   MOUNT: 5,
   /** the mount went away while serving (unmounted behind the daemon, FUSE loop ended) */
   MOUNT_LOST: 6,
@@ -36,9 +36,23 @@ export const EXIT = {
  * The exit codes a restart cannot heal: each waits for an admin (an edit, a
  * reinstall, a chmod, the other daemon stopped), so systemd's Restart= would
  * only retry them every RestartSec forever. The unit's RestartPreventExitStatus
- * lists exactly these (test/unit/systemd.test.ts). The others may pass by
- * themselves: a bug's race (1), a mount point still busy or /dev/fuse not yet
- * there (5), a lost mount (6), a socket or port a dying predecessor still holds
- * (7), a backing disk that was full or erring (8).
+ * lists exactly these (test/unit/systemd.test.ts), each for its reason:
+ *   USAGE, CONFIG      the command line or the file is wrong: an edit
+ *   NATIVE             the binding is missing or another build's: a reinstall
+ *   MOUNT              the mount point is not empty, holds another filesystem's
+ *                      mount, a live daemon's, or a homesfs mount that does not
+ *                      answer (something keeps its session: never cleared), or
+ *                      mounting is not allowed: the same on every retry (a
+ *                      restart loop every 2 s was seen on "mountpoint is not empty")
+ *   STATE              the state file is invalid or names refused owners: an edit
+ *   LOCKED             another daemon holds the tree: it must stop first
+ *   BACKING_OPEN       the backing tree is open to other uids: a chmod
+ *   HELD               a kept session this daemon refuses (another tree's, one it
+ *                      cannot resume): every restart gets the same one back; under
+ *                      systemd the unit then fails, which drops its fd store
+ * The others may pass by themselves: a bug's race (1), a lost mount (6: the
+ * next start mounts afresh), a socket or port a dying predecessor still holds
+ * (7), a backing disk that was full or erring (8). TAKEOVER (12) comes only
+ * from `serve --takeover`, which no restart runs.
  */
-export const NO_RESTART: readonly number[] = [EXIT.USAGE, EXIT.CONFIG, EXIT.NATIVE, EXIT.STATE, EXIT.LOCKED, EXIT.BACKING_OPEN];
+export const NO_RESTART: readonly number[] = [EXIT.USAGE, EXIT.CONFIG, EXIT.NATIVE, EXIT.MOUNT, EXIT.STATE, EXIT.LOCKED, EXIT.BACKING_OPEN, EXIT.HELD];

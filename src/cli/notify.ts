@@ -4,8 +4,10 @@ import type { Logger } from '../log.js';
 /**
  * Tell systemd about our state (sd_notify) when it asked for it (Type=notify
  * sets NOTIFY_SOCKET). Node cannot send a datagram on a Unix socket, so the
- * message goes through `systemd-notify`, run as our direct child; the unit has
- * NotifyAccess=all because the sender is that child, not the main pid.
+ * message goes through `systemd-notify`, run as our direct child. It sends the
+ * message as from its parent (root may name the pid in SCM_CREDENTIALS), so
+ * systemd takes it as the main process's: the unit's NotifyAccess=exec accepts
+ * it (and nothing from other processes in the unit's cgroup).
  * systemd-notify waits until systemd has processed the message (a barrier), so
  * the message is never lost to the race of a sender that exited first.
  * Resolves whether or not it worked: a failure is logged, never fatal.

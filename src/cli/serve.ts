@@ -150,10 +150,11 @@ async function main(): Promise<void> {
   const successor = daemon.handedOverTo();
   if (successor !== null) {
     // Before this process exits: systemd must know the new main process first,
-    // or the unit counts as stopped when its main process exits and
-    // ExecStopPost= unmounts the session the successor serves. Sent from here
-    // (the main process), systemd takes it whatever NotifyAccess= is, and
-    // systemd-notify returns once systemd has processed it.
+    // or the unit counts as stopped when its main process exits, and the
+    // successor's notifications (READY=1, its fd store entries, sent only once
+    // this process is gone) would be refused (NotifyAccess=exec). Sent from
+    // here (the main process), and systemd-notify returns once systemd has
+    // processed it.
     await notifySystemd(log, [`MAINPID=${successor}`, `--status=handed the session to pid ${successor}`]);
   }
   log.info({ exitCode: code }, 'stopped');

@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import { mkdir, readFile, statfs } from 'node:fs/promises';
 import type { Config } from '../config/schema.js';
 import { errnoName } from '../errors.js';
@@ -9,6 +8,7 @@ import type { OpMetrics } from '../metrics/ops.js';
 import { createNativeOps } from './adapter.js';
 import { NativeBindingError, type FuseClass, type FuseInstance, type WriteHandler } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
+import { inspectMountPoint } from './dead-mount.js';
 import type { Handed, Kept } from './session.js';
 import { ABI } from '../abi.js';
 
@@ -18,14 +18,6 @@ export interface ProbeState {
   lastProbeAt: string | null;
   lastProbeOk: boolean | null;
   lastProbeError?: string;
-}
-
-function run(cmd: string, args: string[], timeoutMs: number): Promise<{ ok: boolean; stderr: string; timedOut: boolean }> {
-  return new Promise((resolve) => {
-    execFile(cmd, args, { timeout: timeoutMs }, (err, _stdout, stderr) => {
-      resolve({ ok: !err, stderr: String(stderr), timedOut: Boolean(err && (err as { killed?: boolean }).killed) });
-    });
-  });
 }
 
 /** Mount points listed in /proc/self/mountinfo (octal escapes decoded). */
@@ -103,18 +95,21 @@ export class MountManager {
     return this.config.mount;
   }
 
-  /** A mount left by a crashed daemon answers ENOTCONN; it is lazily unmounted before we mount again. */
+  /**
+   * A mount left by a crashed daemon whose session nothing keeps answers
+   * ENOTCONN; it is lazily unmounted before we mount again (dead-mount.ts says
+   * what else may be there, and refuses it). Only a fresh start comes here: a
+   * kept session is resumed, never mounted over.
+   */
   async clearStale(): Promise<void> {
     await mkdir(this.mnt, { recursive: true, mode: 0o755 }).catch((err: NodeJS.ErrnoException) => {
       // EEXIST-like failures on a dead FUSE mount point: stat says ENOTCONN
       if (err.code !== 'ENOTCONN' && err.code !== 'EEXIST') throw err;
     });
-    const fstype = await mountedAt(this.mnt);
-    if (fstype === null) return;
-    if (!fstype.startsWith('fuse')) throw new MountError(`${this.mnt} already has a ${fstype} mount on it`);
-    const probe = await run('stat', ['-f', '-c', '%T', this.mnt], this.config.probe.timeoutMs);
-    if (probe.ok) throw new MountError(`${this.mnt} is already served by a live FUSE daemon`);
-    this.log.warn({ mount: this.mnt, reason: probe.timedOut ? 'probe timed out' : probe.stderr.trim() }, 'clearing a stale FUSE mount');
+    const verdict = await inspectMountPoint(this.mnt, this.config.probe.timeoutMs);
+    if (verdict.action === 'none') return;
+    if (verdict.action === 'refuse') throw new MountError(verdict.reason);
+    this.log.warn({ mount: this.mnt, reason: verdict.reason }, 'clearing a stale FUSE mount');
     const res = await this.umount2(MNT_DETACH);
     if (res !== 0) throw new MountError(`cannot clear the stale mount at ${this.mnt}: ${errnoName(-res)}`);
   }

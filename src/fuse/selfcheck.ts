@@ -20,7 +20,11 @@ export interface SelfCheckReport {
  * Proves at start-up that large writes reach the daemon as 128 KiB requests
  * (big_writes took effect): a child process writes 1 MiB in one write(2) to a
  * hidden root-only file at the mount root that keeps nothing, and the request
- * sizes the daemon saw are compared with what libfuse 2.9 can deliver.
+ * sizes the daemon saw are compared with what libfuse 2.9 can deliver. The
+ * writer checks that the file it opened is that synthetic file on the live
+ * homesfs mount at the mount point before it writes a byte
+ * (cli/selfcheck-writer.ts): a detached or dead mount fails the check, never
+ * a file on the disk under the mount point.
  */
 export class SelfCheck {
   private sizes: number[] = [];
@@ -69,13 +73,14 @@ export class SelfCheck {
 
   run(mountPoint: string, timeoutMs: number): Promise<SelfCheckReport> {
     return new Promise((resolve) => {
-      execFile(process.execPath, [WRITER, `${mountPoint}/${SELFCHECK_NAME}`, String(TOTAL)], { timeout: timeoutMs }, (err) => {
+      execFile(process.execPath, [WRITER, `${mountPoint}/${SELFCHECK_NAME}`, String(TOTAL), String(SYNTHETIC_INO.selfCheck)], { timeout: timeoutMs }, (err, _out, stderr) => {
         const max = this.sizes.length ? Math.max(...this.sizes) : null;
         this.report.maxWriteRequest = max;
         this.report.requests = this.sizes.length;
         if (err) {
           this.report.state = 'failed';
-          this.report.detail = `self-check writer failed: ${err.message}`;
+          // Exit 4: the mount point is not this daemon's live mount (the writer wrote nothing).
+          this.report.detail = `self-check writer failed: ${String(stderr).trim() || err.message}`;
         } else if (max !== EXPECTED_REQUEST) {
           this.report.state = 'failed';
           this.report.detail = `1 MiB arrived in ${this.sizes.length} requests of at most ${String(max)} bytes (expected ${EXPECTED_REQUEST})`;

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
-import { HOMESCTL, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type LogLine, type RunningDaemon } from '../helpers/daemon.js';
+import { HOMESCTL, HOMESFS, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type LogLine, type RunningDaemon } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`node lifecycle integration suite skipped: ${skipReason}`);
@@ -208,22 +208,93 @@ while True:
     }
   });
 
-  it("the unit's ExecStopPost clears the dead mount a killed daemon leaves, and is quiet when there is none", async () => {
+  it('nothing in the unit unmounts (a session systemd keeps survives its stop-post); after a kill with nothing kept the next start clears the dead mount itself', async () => {
+    // systemd runs ExecStopPost= after a crash and before Restart=: an unmount there cuts the session its fd store keeps.
     const unit = readFileSync(join(import.meta.dirname, '../../systemd/homesfs.service'), 'utf8');
-    const cmd = /^ExecStopPost=-\/bin\/sh -c '(.*)'$/m.exec(unit)![1]!;
+    const execs = unit.split('\n').filter((l) => /^Exec[A-Za-z]*=/.test(l));
+    expect(execs.filter((l) => l.startsWith('ExecStopPost=') || /umount|fusermount/.test(l))).toEqual([]);
     const d = await startDaemon({ create: ['t/h'] });
     try {
-      const run = () => runAsync('/bin/sh', ['-c', cmd.replaceAll('/homes', d.mount)]);
       d.proc.kill('SIGKILL');
       await d.exited;
-      expect(mounted(d.mount)).toBe(true);
-      const r = await run();
-      expect(r.code, r.stderr).toBe(0);
-      expect(mounted(d.mount)).toBe(false);
-      const again = await run();
-      expect(again.code).toBe(0);
-      expect(again.stderr).toBe('');
+      expect(mounted(d.mount)).toBe(true); // dead: ENOTCONN, nothing keeps it (crashSurvival off)
+      const next = await startDaemon({ dir: d.dir });
+      try {
+        await next.waitForLog((l) => l.msg === 'clearing a stale FUSE mount');
+        expect(next.logs.find((l) => l.msg === 'write-size self-check')?.selfCheck).toMatchObject({ state: 'ok' });
+      } finally {
+        await next.stopKeep();
+      }
     } finally {
+      await d.stop();
+    }
+  });
+
+  it('a resumed session whose mount was detached under it (umount -l after the kill): the self-check writes nothing under the mount point, and the daemon exits 6', async () => {
+    // What the old unit's ExecStopPost did between a crash and the restart: the kept session lives on, detached.
+    const d = await startDaemon({ create: ['t/h'], config: { crashSurvival: true } });
+    let holderPid = 0;
+    // A process with its working directory in the mount keeps the detached session alive (an agent would).
+    const inside = spawn('sleep', ['300'], { cwd: d.mount, stdio: 'ignore' });
+    try {
+      await d.waitForLog((l) => l.msg === 'session registered with the holder');
+      d.proc.kill('SIGKILL');
+      await d.exited;
+      const um = await runAsync('umount', ['--lazy', d.mount]);
+      expect(um.code, um.stderr).toBe(0);
+      expect(mounted(d.mount)).toBe(false);
+      const next = await startDaemon({ dir: d.dir });
+      holderPid = Number(next.logs.find((l) => l.msg === 'the session of a daemon that died was kept: resuming it')?.holder ?? 0);
+      expect(holderPid).toBeGreaterThan(0);
+      const sc = next.logs.find((l) => l.msg === 'write-size self-check')?.selfCheck as { state: string; detail: string } | undefined;
+      expect(sc?.state).toBe('failed');
+      expect(sc?.detail).toMatch(/nothing written/);
+      expect(await next.exited).toBe(6);
+      // the disk under the mount point got nothing: no 1 MiB 0666 file, nothing at all
+      expect(readdirSync(d.mount)).toEqual([]);
+    } finally {
+      inside.kill('SIGKILL');
+      if (holderPid > 0) {
+        try {
+          process.kill(holderPid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      }
+      await d.stop();
+    }
+  });
+
+  it('a start that finds a homesfs mount that does not answer (a session something else keeps) refuses with exit 5 and never clears it', async () => {
+    // A holder keeps the killed daemon's session; a start configured with another socket directory does not find it.
+    const d = await startDaemon({ create: ['t/h'], config: { crashSurvival: true, probe: { intervalMs: 1000, timeoutMs: 1500 } } });
+    const inside = spawn('sleep', ['300'], { cwd: d.mount, stdio: 'ignore' });
+    let holderPid = 0;
+    try {
+      await d.waitForLog((l) => l.msg === 'session registered with the holder');
+      holderPid = Number(d.logs.find((l) => l.msg === 'holder started')?.holder ?? 0);
+      expect(holderPid).toBeGreaterThan(0);
+      d.proc.kill('SIGKILL');
+      await d.exited;
+      rewriteConfig(d, (c) => {
+        c.socket = join(d.dir, 'run2', 'admin.sock');
+        c.platformSocket = join(d.dir, 'platform2', 'platform.sock');
+      });
+      const r = await runAsync(process.execPath, [HOMESFS, 'serve', '--config', join(d.dir, 'config.json')], { timeoutMs: 30_000 });
+      expect(r.code, r.stderr).toBe(5);
+      expect(r.stderr).toMatch(/does not answer/);
+      // still there, still kept: the process inside waits for the session instead of getting ENOTCONN
+      expect(mounted(d.mount)).toBe(true);
+      expect(readlinkCwd(inside.pid!)).toBe(d.mount);
+    } finally {
+      inside.kill('SIGKILL');
+      if (holderPid > 0) {
+        try {
+          process.kill(holderPid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      }
       await d.stop();
     }
   });
