@@ -18,8 +18,9 @@
  * them before it unmounts, so the store never outlives the mount.
  *
  * The daemon only sends; systemd attributes a message by the sender's pid
- * (SCM_CREDENTIALS, sdstore.c), which NotifyAccess=all accepts from any
- * process of the unit (a successor's included).
+ * (SCM_CREDENTIALS, sdstore.c). The unit's NotifyAccess=exec accepts it from
+ * the main process only (a live upgrade's successor once the old daemon named
+ * it MAINPID), so no other process of the unit can replace what is stored.
  */
 import { closeSync } from 'node:fs';
 import path from 'node:path';
