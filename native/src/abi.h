@@ -69,8 +69,8 @@
   X(OP_CHOWN, 20)             /* (path, uid, gid) */ \
   X(OP_MKDIR, 21)             /* (path, mode) */ \
   X(OP_RMDIR, 22)             /* (path) */ \
-  X(OP_UNLINK, 23)            /* (path) */ \
-  X(OP_RENAME, 24)            /* (from, to) */ \
+  X(OP_UNLINK, 23)            /* (path, hidden: 1 for the session's unlink of a hidden name at its last release) */ \
+  X(OP_RENAME, 24)            /* (from, to, hide: 1 for the session's hiding of an open file, `to` at its home's root) */ \
   X(OP_LINK, 25)              /* (from, to) */ \
   X(OP_SYMLINK, 26)           /* (target, path) */ \
   X(OP_MKNOD, 27)             /* (path, mode, rdev) */ \

@@ -126,7 +126,7 @@ TEST(hidden_names_and_opens) {
   CHECK(!hs_node_must_hide(d, "f"));
   hs_node_removed(d, "g");
   char hidden[64];
-  CHECK_EQ(hs_node_hidden_name(d, "f", hidden, sizeof(hidden)), 0);
+  CHECK_EQ(hs_node_hidden_name(d, "f", d, hidden, sizeof(hidden)), 0);
   CHECK(strncmp(hidden, ".fuse_hidden", 12) == 0 && strlen(hidden) == 28);
   CHECK_EQ(hs_node_renamed(d, "f", d, hidden), 0);
   hs_node_mark_hidden(fn);
@@ -155,7 +155,7 @@ TEST(a_hidden_node_never_becomes_another_file_with_its_number) {
   hs_node_t *fn = hs_node_get(f);
   hs_node_opened(fn);
   char hidden[64];
-  CHECK_EQ(hs_node_hidden_name(a, "f", hidden, sizeof(hidden)), 0);
+  CHECK_EQ(hs_node_hidden_name(a, "f", a, hidden, sizeof(hidden)), 0);
   CHECK_EQ(hs_node_renamed(a, "f", a, hidden), 0);
   hs_node_mark_hidden(fn);
   uint64_t v = found(b, "victim", 77, S_IFREG);

@@ -34,7 +34,7 @@ static void build (table_t *t) {
   t->h = found_n(d, "gone", 103, S_IFREG, 1);
   hs_node_t *hn = hs_node_get(t->h);
   hs_node_opened(hn);
-  CHECK_EQ(hs_node_hidden_name(d, "gone", t->hidden, sizeof(t->hidden)), 0);
+  CHECK_EQ(hs_node_hidden_name(d, "gone", d, t->hidden, sizeof(t->hidden)), 0);
   CHECK_EQ(hs_node_renamed(d, "gone", d, t->hidden), 0);
   hs_node_mark_hidden(hn);
   hs_node_put(hn);

@@ -164,7 +164,7 @@ static void hide (model_t *m, known_t *k) {
   hs_node_t *d = hs_node_get(k->dir);
   if (d == NULL) return;
   char hidden[64];
-  if (hs_node_must_hide(d, k->name) && hs_node_hidden_name(d, k->name, hidden, sizeof(hidden)) == 0) {
+  if (hs_node_must_hide(d, k->name) && hs_node_hidden_name(d, k->name, d, hidden, sizeof(hidden)) == 0) {
     CHECK_EQ(hs_node_renamed(d, k->name, d, hidden), 0);
     with_node(k->id, hs_node_mark_hidden);
   }
@@ -297,7 +297,7 @@ TEST(a_torn_record_recovers_the_table_before_it) {
     if (i == 1) id = lookup(&m, d, "new-name", 500, S_IFREG, 1);
     if (i == 2) CHECK_EQ(hs_node_renamed(dn, "new-name", dn, "moved"), 0);
     if (i == 3) with_node(d, hs_node_opened);
-    if (i == 4) CHECK_EQ(hs_node_hidden_name(dn, "moved", hidden, sizeof(hidden)), 0);
+    if (i == 4) CHECK_EQ(hs_node_hidden_name(dn, "moved", dn, hidden, sizeof(hidden)), 0);
     if (i == 5) hs_node_removed(dn, "moved");
     if (i == 6) hs_node_forget(id, 1);
     hs_node_put(dn);

@@ -104,8 +104,9 @@ async function withNode<T>(
   name: string,
   fn: (nodeFd: number, st: BigIntStats, dirFd: number) => Promise<T>,
 ): Promise<T> {
-  return ctx.store.withDir(hs.backing, dir, async (dirFd) => {
-    const fd = await ctx.store.openNode(dirFd, name);
+  // A hidden name the directory lacks is the home's orphan (after a crash: hidden.ts).
+  return withEntry(ctx, hs, dir, name, async (dirFd, entry) => {
+    const fd = await ctx.store.openNodeAt(entry);
     try {
       const st = await sys.fstat(fd);
       foreignDevice(hs, st);
@@ -162,7 +163,7 @@ export async function chown(ctx: FsContext, path: string, uid: number, gid: numb
   }
   if (hs.profile.chown === 'allow' && vp.rel.length > 0) {
     const { dir, name } = { dir: vp.rel.slice(0, -1), name: vp.rel[vp.rel.length - 1]! };
-    await ctx.store.withDir(hs.backing, dir, (dirFd) => sys.lchown(sys.fdPath(dirFd, name), keepUid ? -1 : uid, keepGid ? -1 : gid));
+    await withEntry(ctx, hs, dir, name, (_dirFd, entry) => sys.lchown(entry, keepUid ? -1 : uid, keepGid ? -1 : gid));
     return;
   }
   const owner = hs.backing.owner;

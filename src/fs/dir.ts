@@ -10,7 +10,7 @@ import { isReservedDir, RESERVED_DIR, STATUS_NAME } from '../paths/reserved.js';
 import type { FsContext } from './context.js';
 import type { Removing } from './inodes.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
-import { forgetHidden, hideOpenFile, HIDDEN_NAME, withEntry } from './hidden.js';
+import { forgetHidden, hideOpenFile, HIDDEN_NAME, withEntryOnly, withOrphan } from './hidden.js';
 import type { Caller, HomeState } from './state.js';
 
 /** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
@@ -226,12 +226,12 @@ export async function rmdir(ctx: FsContext, path: string): Promise<void> {
   });
 }
 
-export async function unlink(ctx: FsContext, path: string): Promise<void> {
+/** `hidden`: the session's unlink of a hidden name at its node's last release, which means the home's orphan (hidden.ts). */
+export async function unlink(ctx: FsContext, path: string, hidden = false): Promise<void> {
   const vp = ctx.parseInHome(path, 'unlink');
-  // The session's unlink of a hidden name after the last release: the inode is forgotten, its orphan unlinked below.
-  await forgetHidden(ctx, path);
+  if (hidden) forgetHidden(ctx, path);
   await ctx.changing(vp.home, async (hs) => {
-    await withEntry(ctx, hs, vp.dir, vp.name, async (_dirFd, entry) => {
+    await (hidden ? withOrphan : withEntryOnly)(ctx, hs, vp.dir, vp.name, async (_dirFd, entry) => {
       const node = await ctx.store.openNodeAt(entry);
       let release: (() => void) | null = null;
       let slow = false;
@@ -277,15 +277,16 @@ async function admittedHomeRename(ctx: FsContext, from: string, to: string, call
   return true;
 }
 
-export async function rename(ctx: FsContext, from: string, to: string, caller: Caller): Promise<void> {
+/** `hide`: the session hides an open file whose last name goes (`to`, a hidden name at its home's root: hidden.ts). */
+export async function rename(ctx: FsContext, from: string, to: string, caller: Caller, hide = false): Promise<void> {
   if (await admittedHomeRename(ctx, from, to, caller)) return;
   const src = ctx.parseInHome(from, 'rename');
   const dst = ctx.parseInHome(to, 'rename');
   // Between homes: EXDEV, so mv(1) copies and deletes, and the target's budget applies.
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'rename between two homes');
-  if (HIDDEN_NAME.test(dst.name) && src.dir.join('/') === dst.dir.join('/')) {
-    const hidden = await ctx.changing(src.home, (hs) => ctx.store.withDir(hs.backing, src.dir, (dirFd) => hideOpenFile(ctx, hs, dirFd, src.name, to, dst.name)));
-    if (hidden) return;
+  if (hide) {
+    if (dst.dir.length !== 0 || !HIDDEN_NAME.test(dst.name)) throw new HomesError('IO', `a hiding names ${to}, not a hidden name at its home's root`);
+    return ctx.changing(src.home, (hs) => ctx.store.withDir(hs.backing, src.dir, (dirFd) => hideOpenFile(ctx, hs, dirFd, src.name, to, dst.name)));
   }
   await ctx.changing(src.home, async (hs) => {
     if (dst.dir.length === 0 && dst.name === RESERVED_DIR) {

@@ -396,7 +396,7 @@ export async function truncate(ctx: FsContext, path: string, size: number): Prom
   const vp = ctx.parseInHome(path, 'truncate');
   await ctx.changing(vp.home, async (hs) => {
     // Read-write: a text home reads the bytes around the cut (a write-only descriptor answered EBADF).
-    const fd = await ctx.store.withDir(hs.backing, vp.dir, (dirFd) => sys.open(sys.fdPath(dirFd, vp.name), C.O_RDWR | SAFE));
+    const fd = await withEntry(ctx, hs, vp.dir, vp.name, (_dirFd, entry) => sys.open(entry, C.O_RDWR | SAFE));
     try {
       const st = await sys.fstat(fd);
       refuseNonRegular(st);

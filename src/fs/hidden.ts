@@ -58,23 +58,26 @@ export function hiddenFd(h: HiddenNode): number {
 }
 
 /**
- * The session hiding an open file (`from` → `to`, same directory)? Then the
- * file becomes the orphan at the home's root, the inode is remembered under
- * `to` and true is returned; the ledger does not change (a rename). Anything
- * else (the name is not of the hidden form, the source is not an open regular
- * file, the orphan exists) is not a hiding: false.
+ * The session hides an open file whose last name goes (`name` in `dirFd` to
+ * `to`, the hidden name `hiddenName` at the home's root): the file becomes
+ * the home's orphan, and its inode, if JavaScript has it open, is
+ * remembered under `to`. The ledger does not change (a rename). The session
+ * decided the file is open (its handles may all be a dead daemon's, which
+ * JavaScript never saw): a regular file whatever JavaScript knows.
  */
-export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number, name: string, to: string, hiddenName: string): Promise<boolean> {
-  if (!HIDDEN_NAME.test(hiddenName)) return false;
+export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number, name: string, to: string, hiddenName: string): Promise<void> {
+  if (!HIDDEN_NAME.test(hiddenName)) throw new HomesError('IO', `${hiddenName} is not a hidden name`);
   return ctx.store.withDir(hs.backing, [], async (rootFd) => {
     const orphan = sys.fdPathRaw(rootFd, orphanName(hiddenName));
-    if (await sys.lstat(orphan).then(() => true, (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err)))) return false;
+    if (await sys.lstat(orphan).then(() => true, (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err)))) {
+      throw new HomesError('IO', `the orphan of ${hiddenName} exists already`);
+    }
     const node = await ctx.probeNode(dirFd, name);
-    if (node === null) return false;
+    if (node === null) throw new HomesError('NOT_FOUND', `${name}: no such file to hide`);
     try {
       const st = await sys.fstat(node);
       const key = inodeKey(st.dev, st.ino);
-      if (!st.isFile() || !hs.inodes.has(key)) return false;
+      if (!st.isFile()) throw new HomesError('IO', `${name}: only a regular file is hidden`);
       await sys.rename(sys.fdPath(dirFd, name), orphan);
       // In the same synchronous step as the rename came back: the record, if any handle still has it.
       const inode = hs.inodes.get(key);
@@ -86,7 +89,6 @@ export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number
     } finally {
       await sys.close(node);
     }
-    return true;
   });
 }
 
@@ -102,13 +104,21 @@ export async function withEntry<T>(ctx: HiddenHost, hs: HomeState, dir: readonly
     const here = await ctx.store.withDir(hs.backing, dir, (dirFd) => sys.lstat(sys.fdPath(dirFd, name)).then(() => true, (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err))));
     if (!here) return ctx.store.withDir(hs.backing, [], (rootFd) => fn(rootFd, sys.fdPathRaw(rootFd, orphanName(name))));
   }
+  return withEntryOnly(ctx, hs, dir, name, fn);
+}
+
+/** The directory's own entry, never an orphan (a user's unlink). */
+export function withEntryOnly<T>(ctx: HiddenHost, hs: HomeState, dir: readonly string[], name: string, fn: (dirFd: number, entry: string | Buffer) => Promise<T>): Promise<T> {
   return ctx.store.withDir(hs.backing, dir, (dirFd) => fn(dirFd, sys.fdPath(dirFd, name)));
 }
 
+/** The home's orphan of hidden name `name` (the session's unlink at the last release: `dir` is the home's root). */
+export function withOrphan<T>(ctx: HiddenHost, hs: HomeState, _dir: readonly string[], name: string, fn: (dirFd: number, entry: string | Buffer) => Promise<T>): Promise<T> {
+  if (!isHiddenName(name)) return Promise.reject(new HomesError('IO', `${name} is not a hidden name`));
+  return ctx.store.withDir(hs.backing, [], (rootFd) => fn(rootFd, sys.fdPathRaw(rootFd, orphanName(name))));
+}
+
 /** The session unlinks the hidden name after the last release: the inode is forgotten here (the orphan is unlinked as any file: dir.ts). */
-export async function forgetHidden(ctx: Pick<HiddenHost, 'hidden'>, path: string): Promise<boolean> {
-  const h = ctx.hidden.get(path);
-  if (!h) return false;
+export function forgetHidden(ctx: Pick<HiddenHost, 'hidden'>, path: string): void {
   ctx.hidden.delete(path);
-  return true;
 }

@@ -45,8 +45,10 @@ export interface NativeOps {
   chown(path: string, uid: number, gid: number, cb: Cb, caller: Caller): void;
   mkdir(path: string, mode: number, cb: Cb, caller: Caller): void;
   rmdir(path: string, cb: Cb, caller: Caller): void;
-  unlink(path: string, cb: Cb, caller: Caller): void;
-  rename(src: string, dest: string, cb: Cb, caller: Caller): void;
+  /** hidden: the session's unlink of a hidden name at the node's last release (fs/hidden.ts) */
+  unlink(path: string, cb: Cb, caller: Caller, hidden?: boolean): void;
+  /** hide: the session hides an open file whose last name goes (`dest` a hidden name at its home's root: fs/hidden.ts) */
+  rename(src: string, dest: string, cb: Cb, caller: Caller, hide?: boolean): void;
   link(src: string, dest: string, cb: Cb, caller: Caller): void;
   symlink(target: string, path: string, cb: Cb, caller: Caller): void;
   mknod(path: string, mode: number, dev: number, cb: Cb, caller: Caller): void;

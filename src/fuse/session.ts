@@ -263,8 +263,8 @@ function handlers(onInit: () => void): Handler[] {
   h[ABI.OP_CHOWN] = (ops, reply, caller, [path, uid, gid]) => ops.chown!(P(path), N(uid), N(gid), errnoOnly(reply), caller);
   h[ABI.OP_MKDIR] = (ops, reply, caller, [path, mode]) => ops.mkdir!(P(path), N(mode), errnoOnly(reply), caller);
   h[ABI.OP_RMDIR] = (ops, reply, caller, [path]) => ops.rmdir!(P(path), errnoOnly(reply), caller);
-  h[ABI.OP_UNLINK] = (ops, reply, caller, [path]) => ops.unlink!(P(path), errnoOnly(reply), caller);
-  h[ABI.OP_RENAME] = (ops, reply, caller, [from, to]) => ops.rename!(P(from), P(to), errnoOnly(reply), caller);
+  h[ABI.OP_UNLINK] = (ops, reply, caller, [path, hidden]) => ops.unlink!(P(path), errnoOnly(reply), caller, hidden === 1);
+  h[ABI.OP_RENAME] = (ops, reply, caller, [from, to, hide]) => ops.rename!(P(from), P(to), errnoOnly(reply), caller, hide === 1);
   h[ABI.OP_LINK] = (ops, reply, caller, [from, to]) => ops.link!(P(from), P(to), errnoOnly(reply), caller);
   h[ABI.OP_SYMLINK] = (ops, reply, caller, [target, path]) => ops.symlink!(P(target), P(path), errnoOnly(reply), caller);
   h[ABI.OP_MKNOD] = (ops, reply, caller, [path, mode, rdev]) => ops.mknod!(P(path), N(mode), N(rdev), errnoOnly(reply), caller);

@@ -262,6 +262,22 @@ uint64_t hs_node_id (const hs_node_t *n) {
   return n->nodeid;
 }
 
+hs_node_t *hs_node_home (hs_node_t *n) {
+  pthread_mutex_lock(&hs_nt.mu);
+  hs_node_t *home = NULL;
+  // The chain from n up: the home is the node whose parent's parent is the root.
+  for (hs_node_t *at = n; at != NULL && at != hs_nt.root && at->aliases != NULL; at = at->aliases->parent) {
+    hs_node_t *up = at->aliases->parent;
+    if (up != hs_nt.root && up->aliases != NULL && up->aliases->parent == hs_nt.root) {
+      home = at;
+      break;
+    }
+  }
+  if (home != NULL) home->refs++;
+  pthread_mutex_unlock(&hs_nt.mu);
+  return home;
+}
+
 uint64_t hs_node_ino (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   uint64_t ino = n->ino;
@@ -418,7 +434,7 @@ int nt_hidden_named (const hs_node_t *n) {
   return n->aliases != NULL && hs_is_hidden_name(n->aliases->name, n->aliases->len);
 }
 
-int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t size) {
+int hs_node_hidden_name (hs_node_t *parent, const char *name, hs_node_t *in, char *buf, size_t size) {
   int err = -ENOENT;
   pthread_mutex_lock(&hs_nt.mu);
   hs_alias_t *a = nt_alias_find(parent, name);
@@ -426,7 +442,7 @@ int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t 
     do {
       hs_nt.hide_ctr++;
       snprintf(buf, size, HOMESFS_HIDDEN_PREFIX "%08x%08x", (unsigned int) a->node->nodeid, (unsigned int) hs_nt.hide_ctr);
-    } while (nt_alias_find(parent, buf) != NULL);
+    } while (nt_alias_find(in, buf) != NULL);
     err = 0;
     if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDE_CTR, hs_nt.hide_ctr);
   }

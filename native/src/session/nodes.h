@@ -48,6 +48,10 @@ void hs_node_put (hs_node_t *n);
 uint64_t hs_node_id (const hs_node_t *n);
 // The presented inode number the node was found with (0: not known).
 uint64_t hs_node_ino (hs_node_t *n);
+// The home directory's node (two levels below the root) that n is in or is,
+// by its first names: referenced, or NULL (n is the root or a tenant, or a
+// name on the way is gone).
+hs_node_t *hs_node_home (hs_node_t *n);
 
 // The path of dir (and `name` below it, if not NULL), locked as described
 // above until hs_path_unlock; wlock: the node named (dir, name), if the table
@@ -81,8 +85,9 @@ void hs_node_opened (hs_node_t *n);
 // Whether the node is open and (parent, name) is its only name: removing it
 // must hide it instead.
 int hs_node_must_hide (hs_node_t *parent, const char *name);
-// A free hidden name in parent for the node named (parent, name) (buf of 64), or -ENOENT.
-int hs_node_hidden_name (hs_node_t *parent, const char *name, char *buf, size_t size);
+// A hidden name for the node named (parent, name), free in directory `in`
+// (where it goes: its home's root) (buf of 64), or -ENOENT.
+int hs_node_hidden_name (hs_node_t *parent, const char *name, hs_node_t *in, char *buf, size_t size);
 // After the rename to the hidden name went through.
 void hs_node_mark_hidden (hs_node_t *n);
 // A release: when it was the last of a hidden node, 1 and its path in *path

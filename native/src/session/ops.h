@@ -35,6 +35,7 @@ struct hs_op {
   fuse_req_t req;
   hs_node_t *node;             // the inode the request is about (referenced)
   hs_node_t *dir, *dir2;       // the directories of names (referenced)
+  hs_node_t *home;             // a hiding's home directory, where the hidden name goes (referenced)
   char *name, *name2;          // copies of the request's names
   char *path, *path2;          // their paths while locked (or peeked)
   hs_plock_t pl, pl2;

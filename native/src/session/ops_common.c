@@ -37,6 +37,7 @@ void op_finish (hs_op_t *op) {
   hs_node_put(op->node);
   hs_node_put(op->dir);
   hs_node_put(op->dir2);
+  hs_node_put(op->home);
   free(op->name);
   free(op->name2);
   free(op->path);

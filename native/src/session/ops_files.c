@@ -65,7 +65,9 @@ static size_t file_args (napi_env env, hs_call_t *c, napi_value *argv) {
       argv[4] = hs_js_num(env, (double) op->length);
       return 5;
     case HOMESFS_OP_UNLINK:
-      return 1;
+      // Only the release's: the hidden name of a node whose last handle went (src/fs/hidden.ts).
+      argv[1] = hs_js_u32(env, 1);
+      return 2;
     default: // FLUSH, RELEASE
       argv[1] = hs_js_num(env, (double) op->fh);
       return 2;

@@ -131,8 +131,8 @@ static void hidden_done (napi_env env, hs_call_t *c, int32_t res, napi_value *va
   hs_node_t *victim = op->step == 0 ? op->pl.wnode : op->pl2.wnode;
   hs_node_t *dir = op->step == 0 ? op->dir : op->dir2;
   const char *name = op->step == 0 ? op->name : op->name2;
-  // op->data holds the hidden name; for a rename, path2 was the target's path and stays so.
-  if (hs_node_renamed(dir, name, dir, op->data) != 0) return op_reply_err(op, -ENOMEM);
+  // op->data holds the hidden name, which goes to the home's root; for a rename, path2 was the target's path and stays so.
+  if (hs_node_renamed(dir, name, op->home, op->data) != 0) return op_reply_err(op, -ENOMEM);
   if (victim != NULL) hs_node_mark_hidden(victim);
   if (op->call.op == HOMESFS_OP_RENAME && op->step == 1) {
     // The target is out of the way: now the rename itself.
@@ -148,15 +148,30 @@ static size_t hide_args (napi_env env, hs_call_t *c, napi_value *argv) {
   hs_op_t *op = (hs_op_t *) c;
   argv[0] = hs_js_str(env, op->step == 0 ? op->path : op->path2);
   argv[1] = hs_js_str(env, op->spath);
-  return 2;
+  argv[2] = hs_js_u32(env, 1);  // a hiding: JavaScript takes it as the unlink it is (src/fs/hidden.ts)
+  return 3;
 }
 
-// Renames (dir, name), at `path`, to a free hidden name in dir (JavaScript's rename, which takes it as the unlink it is).
+// The length of the home's part of `path` ("/tenant/key"), or 0.
+static size_t home_prefix (const char *path) {
+  int slashes = 0;
+  for (size_t i = 0; path[i] != 0; i++) {
+    if (path[i] == '/' && ++slashes == 3) return i;
+  }
+  return 0;
+}
+
+// Renames (dir, name), at `path`, to a free hidden name at its home's root
+// (JavaScript's rename, told it is a hiding, which takes it as the unlink it
+// is). At the home's root the hidden name's path can always be built, whatever
+// becomes of the directory the file was in (removed, renamed) before the last
+// release, which unlinks the hidden name.
 static void hide (hs_op_t *op, hs_node_t *dir, const char *name, const char *path) {
   char hidden[64];
-  if (hs_node_hidden_name(dir, name, hidden, sizeof(hidden)) != 0) return op_reply_err(op, -EBUSY);
-  const char *slash = strrchr(path, '/');
-  size_t dlen = (size_t) (slash - path);
+  size_t dlen = home_prefix(path);
+  hs_node_put(op->home);
+  if (dlen == 0 || (op->home = hs_node_home(dir)) == NULL) return op_reply_err(op, -EIO);
+  if (hs_node_hidden_name(dir, name, op->home, hidden, sizeof(hidden)) != 0) return op_reply_err(op, -EBUSY);
   free(op->data);
   free(op->spath);
   op->data = strdup(hidden);
