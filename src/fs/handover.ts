@@ -46,6 +46,10 @@ export const HandedFs = z
      * successor maps them to the handles it adopts here.
      */
     deadHandles: z.string().base64().optional(),
+    /** every loaded home's ledger, exact at the pause (homes.ts adoptLedgers): the successor scans none of them */
+    ledgers: z
+      .array(z.object({ home: z.string(), ino: z.string().regex(/^\d+$/), bytes: z.number().int().min(0), inodes: z.number().int().min(0) }).strict())
+      .optional(),
   })
   .strict();
 export type HandedFs = z.infer<typeof HandedFs>;
@@ -68,7 +72,8 @@ export function warmHandedFs(): void {
     incompleteTail: false,
     leftIncompleteTail: false,
   }));
-  for (let i = 0; i < 5; i++) HandedFs.parse({ files, status: [[1, 'eA==']], serials: [['warm/up', '1']], hidden: [['/warm/up/.f', 1]], nextFh: 201 });
+  const ledgers = Array.from({ length: 200 }, (_, i) => ({ home: `warm/h${i}`, ino: String(1000 + i), bytes: i * 4096, inodes: i }));
+  for (let i = 0; i < 5; i++) HandedFs.parse({ files, status: [[1, 'eA==']], serials: [['warm/up', '1']], hidden: [['/warm/up/.f', 1]], nextFh: 201, ledgers });
 }
 
 /**
@@ -109,6 +114,7 @@ export function exportFs(ctx: FsContext): { state: HandedFs; fds: number[] } {
       serials: ctx.statusFiles.serials(),
       hidden,
       nextFh: ctx.handles.nextNumber,
+      ledgers: ctx.handLedgers(),
     },
     fds,
   };
@@ -121,6 +127,8 @@ export function exportFs(ctx: FsContext): { state: HandedFs; fds: number[] } {
  * RELEASE of it (every request on it is EBADF). -> files adopted, refused.
  */
 export async function adoptFs(ctx: FsContext, s: HandedFs, fds: readonly number[]): Promise<{ adopted: number; refused: number }> {
+  // Before any home is opened here (the files' homes are): each takes its ledger instead of a scan.
+  if (s.ledgers) ctx.adoptLedgers(s.ledgers);
   ctx.statusFiles.restoreSerials(s.serials);
   for (const [fh, text] of s.status) ctx.statusFiles.restore(fh, Buffer.from(text, 'base64'));
   const byFh = new Map<number, FileHandle>();

@@ -17,6 +17,15 @@ import type { Profile } from '../policy/profiles.js';
 import { RefusalBook } from '../policy/refusals.js';
 import type { AttrPublisher, DataPlane, KernelCache, ReleaseQueue, Utimensat } from './native-api.js';
 import { scanHome } from './scan.js';
+
+/** A home's ledger as a live upgrade hands it over (fs/handover.ts). */
+export interface HandedLedger {
+  home: string;
+  /** the home's backing directory's inode when it was counted */
+  ino: string;
+  bytes: number;
+  inodes: number;
+}
 import type { HomeState } from './state.js';
 import type { RemovalClaims } from './removals.js';
 
@@ -80,6 +89,11 @@ export abstract class HomeRegistry {
   protected readonly homes = new Map<string, Promise<HomeState>>();
   /** home states whose opening resolved and that were not forgotten since (synchronously at hand) */
   protected readonly loaded = new Set<HomeState>();
+  /**
+   * Ledgers a live upgrade's predecessor handed over, by home: taken by the
+   * home's first open here instead of a start-up scan (adoptLedgers).
+   */
+  private readonly handedLedgers = new Map<string, HandedLedger>();
   #ledgerUnderflows = 0;
   private readonly pools = new Map<string, TenantPool>();
   /** start-up scans begin once this resolves (holdScans) */
@@ -114,6 +128,28 @@ export abstract class HomeRegistry {
    */
   holdScans(until: Promise<void>): void {
     this.scansMayStart = until.catch(() => undefined);
+  }
+
+  /**
+   * The ledgers of a live upgrade's predecessor (exact: taken in its pause,
+   * with everything the binding queued settled). A home opened from now on
+   * whose backing directory is still the one they were counted for (its
+   * inode) starts with its ledger instead of a scan, so no write waits for
+   * a tree walk after an upgrade; any other home is scanned as at any start.
+   */
+  adoptLedgers(ledgers: readonly HandedLedger[]): void {
+    for (const l of ledgers) this.handedLedgers.set(l.home, l);
+  }
+
+  /** The ledgers to hand a successor: every loaded home whose ledger is built (call in the pause, settled). */
+  handLedgers(): HandedLedger[] {
+    const out: HandedLedger[] = [];
+    for (const hs of this.loaded) {
+      if (hs.scan !== 'done') continue;
+      const { bytes, inodes } = hs.ledger.snapshot();
+      out.push({ home: hs.backing.id, ino: String(hs.backing.ino), bytes, inodes });
+    }
+    return out;
   }
 
   get store(): BackingStore {
@@ -386,6 +422,18 @@ export abstract class HomeRegistry {
     this.watchSoft(hs);
     this.loaded.add(hs);
     this.refreshNativeOpen(hs);
+    const handed = this.handedLedgers.get(backing.id);
+    this.handedLedgers.delete(backing.id);
+    if (handed !== undefined && handed.ino === String(backing.ino)) {
+      // The predecessor's exact ledger: no scan, the home is ready now.
+      this.replaceLedger(hs, { bytes: handed.bytes, inodes: handed.inodes });
+      hs.scan = 'done';
+      hs.ledgerHanded = true;
+      this.log.info({ home: backing.id, bytes: handed.bytes, inodes: handed.inodes }, 'home ledger handed over');
+      markReady();
+      this.refreshNativeUnlink(hs);
+      return hs;
+    }
     void this.scansMayStart.then(() => scanHome(this, hs)).finally(() => {
       markReady();
       this.refreshNativeUnlink(hs);

@@ -85,7 +85,8 @@ export abstract class OpenInodes extends HomeRegistry {
     const inode = this.newInode(hs, dev, ino, size);
     if (!linked) {
       inode.unlinked = true;
-      if (hs.scan === 'done') hs.ledger.hold(size);
+      // A handed-over ledger counts it already (the predecessor's).
+      if (hs.scan === 'done' && !hs.ledgerHanded) hs.ledger.hold(size);
     }
     return inode;
   }

@@ -82,6 +82,8 @@ export interface HomeState {
   /** replaced once by the start-up scan, before `ready` resolves */
   ledger: Ledger;
   scan: ScanState;
+  /** the ledger came with a live upgrade (the predecessor's, exact at its pause): no start-up scan */
+  ledgerHanded?: true;
   scanError?: string;
   /** counts so far while the start-up scan runs */
   scanProgress?: { bytes: number; inodes: number };
