@@ -229,9 +229,25 @@ export async function rmdir(ctx: FsContext, path: string): Promise<void> {
 /** `hidden`: the session's unlink of a hidden name at its node's last release, which means the home's orphan (hidden.ts). */
 export async function unlink(ctx: FsContext, path: string, hidden = false): Promise<void> {
   const vp = ctx.parseInHome(path, 'unlink');
-  if (hidden) forgetHidden(ctx, path);
+  if (hidden) {
+    forgetHidden(ctx, path);
+    // The orphan is no name: its name's inode went at the hiding, its bytes at the last close (hidden.ts).
+    return ctx.changing(vp.home, (hs) =>
+      withOrphan(ctx, hs, vp.dir, vp.name, async (_dirFd, entry) => {
+        const node = await ctx.store.openNodeAt(entry);
+        let slow = false;
+        try {
+          slow = slowToFree(await sys.fstat(node));
+          await sys.unlink(entry);
+        } finally {
+          // The node holds the file: its close, not the unlink, frees the blocks.
+          await ctx.closeRemoved(hs, node, slow, null);
+        }
+      }),
+    );
+  }
   await ctx.changing(vp.home, async (hs) => {
-    await (hidden ? withOrphan : withEntryOnly)(ctx, hs, vp.dir, vp.name, async (_dirFd, entry) => {
+    await withEntryOnly(ctx, hs, vp.dir, vp.name, async (_dirFd, entry) => {
       const node = await ctx.store.openNodeAt(entry);
       let release: (() => void) | null = null;
       let slow = false;

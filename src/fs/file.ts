@@ -184,8 +184,17 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
       const text = await checkTextFile(fd, open ? open.size : Number(st.size));
       if (text.incompleteTail) throw new HomesError('NOT_UTF8', 'file ends inside a multi-byte character');
     }
-    // An orphan reached by its hidden name (after a crash): its nlink counts a link nobody sees (hidden.ts).
-    if (orphan) ctx.attachInode(hs, fd, st.dev, st.ino).orphaned = true;
+    // An orphan reached by its hidden name (after a crash): its nlink counts a link nobody sees, and
+    // its bytes are charged while it is open, as any file unlinked while open (hidden.ts; the scan
+    // passes orphans over).
+    if (orphan) {
+      const inode = ctx.attachInode(hs, fd, st.dev, st.ino);
+      inode.orphaned = true;
+      if (!inode.unlinked) {
+        inode.unlinked = true;
+        if (hs.scan === 'done') hs.ledger.hold(inode.size);
+      }
+    }
     res = attach(ctx, hs, fd, st, flags, vp.rel, slot);
     // A hidden node reopened after a crash: its later requests by path (fstat, fchmod) are answered from its handles again.
     if (reopen && isHiddenName(vp.name) && !ctx.hidden.has(reopen.path)) ctx.hidden.set(reopen.path, { inode: ctx.handles.get(res.fh).inode, home: hs });

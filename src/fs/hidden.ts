@@ -3,6 +3,7 @@ import { HomesError } from '../errors.js';
 import type { AttrPublisher } from './native-api.js';
 import { inodeKey, type FileHandle, type HomeState, type OpenInode } from './state.js';
 import type { BackingStore } from '../backing/store.js';
+import type { Removing } from './inodes.js';
 
 /**
  * Files unlinked while open. The session (native/src/session/ops_names.c)
@@ -16,10 +17,11 @@ import type { BackingStore } from '../backing/store.js';
  * session: the name leaves its directory at once (nothing in listings, the
  * directory can be removed), and the file becomes its home's orphan, a
  * backing name at the home's root that no path reaches (paths/hidden-names.ts).
- * The orphan is a name like any other for the ledger and the scan: the file
- * keeps its inode and bytes charged until the session's unlink after the
- * last release, as an unlinked inode does on a filesystem with quotas. And
- * it survives a crash of the daemon: a resumed daemon reopens the dead
+ * The orphan is no name for the ledger and the scan (which passes it over):
+ * the hiding gives the name's inode back and the bytes stay charged until
+ * the last close, as for any file unlinked while open; the session's unlink
+ * after the last release removes the orphan and changes no count. And it
+ * survives a crash of the daemon: a resumed daemon reopens the dead
  * handles on it (the very inode they were open on), and a path of the home
  * that ends in its hidden name, where no such backing name exists, means it.
  * A start that resumes nothing removes every orphan (BackingStore.purgeOrphans).
@@ -38,6 +40,9 @@ export interface HiddenHost {
   /** hidden names (their full virtual paths) and the inodes they stand for */
   readonly hidden: Map<string, HiddenNode>;
   readonly store: Pick<BackingStore, 'withDir'>;
+  enterRemoval(st: { dev: bigint; ino: bigint }): Removing;
+  leaveRemoval(r: Removing, gone?: boolean): boolean;
+  settleRemoved(hs: HomeState, nodeFd: number, r: Removing, unseenLinks?: number): void;
   readonly handles: { values(): IterableIterator<FileHandle> };
   readonly deps: { readonly attrs?: Pick<AttrPublisher, 'handle'> };
   probeNode(dirFd: number, name: string): Promise<number | null>;
@@ -78,8 +83,16 @@ export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number
       const st = await sys.fstat(node);
       const key = inodeKey(st.dev, st.ino);
       if (!st.isFile()) throw new HomesError('IO', `${name}: only a regular file is hidden`);
-      await sys.rename(sys.fdPath(dirFd, name), orphan);
-      // In the same synchronous step as the rename came back: the record, if any handle still has it.
+      const removing = ctx.enterRemoval(st);
+      try {
+        await sys.rename(sys.fdPath(dirFd, name), orphan);
+      } catch (err) {
+        ctx.leaveRemoval(removing);
+        throw err;
+      }
+      // Settled as the unlink it is, the orphan being no name: the name's inode now, the bytes with
+      // the last name or at the last close (inodes.ts removal, in the same synchronous step).
+      ctx.settleRemoved(hs, node, removing, 1);
       const inode = hs.inodes.get(key);
       if (inode) {
         inode.orphaned = true;

@@ -239,8 +239,8 @@ export abstract class OpenInodes extends HomeRegistry {
    * one inode can go at once: `r` (enterRemoval, before the removal) makes one
    * of the removers that see nlink 0 settle the bytes.
    */
-  settleRemoved(hs: HomeState, nodeFd: number, r: Removing): void {
-    this.removal(hs, nodeFd, r)();
+  settleRemoved(hs: HomeState, nodeFd: number, r: Removing, unseenLinks = 0): void {
+    this.removal(hs, nodeFd, r, unseenLinks)();
   }
 
   /**
@@ -248,7 +248,7 @@ export abstract class OpenInodes extends HomeRegistry {
    * than applied: for a caller whose descriptor is the file's last reference,
    * which frees the blocks when it closes (closeRemoved).
    */
-  removal(hs: HomeState, nodeFd: number, r: Removing): () => void {
+  removal(hs: HomeState, nodeFd: number, r: Removing, unseenLinks = 0): () => void {
     let st;
     try {
       st = fstatSync(nodeFd, { bigint: true });
@@ -257,7 +257,8 @@ export abstract class OpenInodes extends HomeRegistry {
       this.leaveRemoval(r);
       throw err;
     }
-    const settles = this.leaveRemoval(r, st.nlink === 0n);
+    // `unseenLinks`: links that are no name (a hiding's orphan, hidden.ts).
+    const settles = this.leaveRemoval(r, st.nlink === BigInt(unseenLinks));
     // Every name counts as an inode (a hard link is one more, see scan-walk.ts): the
     // one that went is given back whatever remains. The bytes go with the last name,
     // or with the last close of a file still open: once, however many names went at the same time.

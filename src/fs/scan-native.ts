@@ -1,6 +1,7 @@
 import type fsType from 'node:fs';
 import { runWalkSync, syncIo, walkSteps, type WalkOptions } from '../backing/walk.js';
 import { PROGRESS_EVERY, type ScanResult } from './scan-walk.js';
+import { isOrphanName } from '../paths/hidden-names.js';
 import { nameAt, S_DIR, S_REG, type Lister } from './scandir.js';
 
 /**
@@ -32,6 +33,8 @@ export function walkTreeNative(
     for (let i = 0; i < l.count; i++) {
       const t = type[i]!;
       if (t === 0) continue; // vanished while scanning
+      // An orphan is no name (fs/hidden.ts): its bytes are its open inode's, counted from its record.
+      if (t === S_REG && l.names[i === 0 ? 0 : l.nameEnd[i - 1]! + 1] === 0xff && isOrphanName(nameAt(l, i))) continue;
       if (++sinceReport >= PROGRESS_EVERY) {
         sinceReport = 0;
         onProgress({ bytes: result.bytes, inodes: result.inodes });

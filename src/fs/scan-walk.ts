@@ -1,3 +1,4 @@
+import { isOrphanName } from '../paths/hidden-names.js';
 import type fsType from 'node:fs';
 import { entryPath, runWalkSync, syncIo, walkSteps, type WalkOptions, type WalkStats } from '../backing/walk.js';
 
@@ -46,6 +47,8 @@ export function walkTree(
   const result: ScanResult = { bytes: 0, inodes: 0, excluded: [] };
   let sinceReport = 0;
   const visit = (dirFd: number, e: fsType.Dirent<Buffer>): boolean => {
+    // An orphan is no name (fs/hidden.ts): its bytes are its open inode's, counted from its record.
+    if (isOrphanName(e.name)) return false;
     let st: fsType.BigIntStats | undefined;
     try {
       // Buffer paths: names that are not UTF-8 are still measured, byte for byte.

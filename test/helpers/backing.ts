@@ -3,12 +3,19 @@ import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
+import { isOrphanName } from '../../src/paths/hidden-names.js';
 import { startDaemon, SYSTEM_PATH, type RunningDaemon, type StartOptions } from './daemon.js';
 
-/** A directory's entries by raw name (a file unlinked while open keeps an orphan whose name is not UTF-8: fs/hidden.ts). */
+/**
+ * A directory's entries by raw name, orphans left out: a file unlinked while
+ * open keeps an orphan (a name that is not UTF-8, fs/hidden.ts) which the
+ * ledger counts as no name, its bytes charged while it is open.
+ */
 function rawEntries(dir: string | Buffer): Array<{ path: Buffer; isDirectory(): boolean; isFile(): boolean }> {
   const base = Buffer.isBuffer(dir) ? dir : Buffer.from(dir);
-  return readdirSync(base, { withFileTypes: true, encoding: 'buffer' }).map((e) => Object.assign(e, { path: Buffer.concat([base, Buffer.from('/'), e.name]) }));
+  return readdirSync(base, { withFileTypes: true, encoding: 'buffer' })
+    .filter((e) => !isOrphanName(e.name))
+    .map((e) => Object.assign(e, { path: Buffer.concat([base, Buffer.from('/'), e.name]) }));
 }
 
 /** Sum of the logical sizes of the regular files below dir, each inode once (what the ledger counts; a local git clone hard-links). */
