@@ -78,8 +78,11 @@ static char *canon (size_t *len) {
 
 // The current table as recovered by a "new daemon" from fds: equal to want.
 static void check_recovers (int fds[2], const char *want, size_t wlen) {
+  // The requests whose answers are in doubt come back too (nodes_requests.c).
+  uint64_t pending = hs_nodes_pending();
   fresh();
   CHECK_EQ(hs_journal_recover(fds[0], fds[1]), 0);
+  CHECK_EQ(hs_nodes_pending(), pending);
   size_t len = 0;
   char *got = canon(&len);
   REQUIRE(got != NULL);
@@ -96,6 +99,9 @@ typedef struct {
   int nk;
   hs_node_t *held[8];   // references of requests "in flight"
   int nheld;
+  uint64_t unique;      // the kernel's last request number
+  uint64_t unanswered[8];  // opens and releases made, not answered yet
+  int nun;
 } model_t;
 
 static unsigned rnd (model_t *m, unsigned n) {
@@ -159,6 +165,25 @@ static void release (hs_node_t *n) {
   free(p);
 }
 
+// An OPEN or RELEASE as the session makes it, under a request's unique,
+// answered at once or left in flight (a crash finds it unanswered).
+static void open_or_release (model_t *m, known_t *k, int open) {
+  hs_node_t *n = hs_node_get(k->id);
+  if (n == NULL) return;
+  uint64_t u = ++m->unique;
+  char *p = NULL;
+  if (open) hs_node_opened_by(n, u);
+  else hs_node_released_by(n, &p, u);
+  free(p);
+  hs_node_put(n);
+  if (m->nun < 8 && rnd(m, 2) == 0) m->unanswered[m->nun++] = u;
+  else hs_node_answered(u);
+}
+
+static void answer_one (model_t *m) {
+  if (m->nun > 0) hs_node_answered(m->unanswered[--m->nun]);
+}
+
 // An open file unlinked: hidden, as the session does it.
 static void hide (model_t *m, known_t *k) {
   hs_node_t *d = hs_node_get(k->dir);
@@ -198,10 +223,22 @@ static void step (model_t *m, int compact) {
     hs_node_put(d1); hs_node_put(d2);
     break;
   }
-  case 7: if (k && k->type == S_IFREG) { with_node(k->id, hs_node_opened); k->opens++; } break;
+  case 7:
+    if (k && k->type == S_IFREG) {
+      if (rnd(m, 2) == 0) with_node(k->id, hs_node_opened);
+      else open_or_release(m, k, 1);
+      k->opens++;
+    }
+    break;
   case 8: if (k && k->opens > 0) hide(m, k); break;
-  case 9: if (k && k->opens > 0) { with_node(k->id, release); k->opens--; } break;
-  case 10: hold_or_drop(m); break;
+  case 9:
+    if (k && k->opens > 0) {
+      if (rnd(m, 2) == 0) with_node(k->id, release);
+      else open_or_release(m, k, 0);
+      k->opens--;
+    }
+    break;
+  case 10: if (rnd(m, 3) == 0) answer_one(m); else hold_or_drop(m); break;
   case 11: if (compact && rnd(m, 20) == 0) CHECK_EQ(hs_journal_compact(), 0); break;
   }
 }
@@ -383,6 +420,194 @@ TEST(a_second_crash_recovers_from_the_same_memfds) {
   CHECK_EQ(hs_journal_epoch_get(&epoch), 0);
   CHECK_EQ(epoch, 1);
   free(want);
+  close_fds(fds);
+}
+
+// ---- requests resent after a crash (nodes_requests.c) ---------------------------------
+//
+// The session journals an open's or a release's change of the open count
+// before its answer; a kill in between makes the kernel resend the request
+// (same unique, bit 63) to the next daemon, which runs it again. Each test
+// journals a change, "kills" (a recovery by a fresh table), and resends.
+
+#define RESEND HS_UNIQUE_RESEND
+
+static void crash (int fds[2]) {
+  fresh();
+  CHECK_EQ(hs_journal_recover(fds[0], fds[1]), 0);
+}
+
+// Whether the file named (dir, name) is open (an unlink of its one name must hide it).
+static int is_open (uint64_t dir, const char *name) {
+  hs_node_t *d = hs_node_get(dir);
+  int open = d != NULL && hs_node_must_hide(d, name);
+  hs_node_put(d);
+  return open;
+}
+
+static int released (uint64_t id, uint64_t unique, char **path) {
+  hs_node_t *n = hs_node_get(id);
+  int last = hs_node_released_by(n, path, unique);
+  hs_node_put(n);
+  return last;
+}
+
+static void opened (uint64_t id, uint64_t unique) {
+  hs_node_t *n = hs_node_get(id);
+  hs_node_opened_by(n, unique);
+  hs_node_put(n);
+}
+
+// An OPEN counted and journaled, the daemon killed before its answer: the
+// resent OPEN (twice: a second kill before its answer too) counts it once,
+// so the file's one RELEASE leaves it closed (before: open for ever, and its
+// unlink kept a hidden name that no release would ever remove).
+TEST(a_resent_open_is_counted_once) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  hs_node_put(r);
+  opened(f, 7);
+  crash(fds);
+  CHECK_EQ(hs_nodes_pending(), 1);
+  opened(f, RESEND | 7);
+  crash(fds);  // killed again before the answer
+  opened(f, RESEND | 7);
+  hs_node_answered(RESEND | 7);
+  CHECK_EQ(hs_nodes_pending(), 0);
+  CHECK(is_open(HS_ROOT_ID, "f"));
+  char *p = NULL;
+  CHECK_EQ(released(f, 8, &p), 0);
+  hs_node_answered(8);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  // And so after one more crash (the journal agrees).
+  crash(fds);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  CHECK_EQ(hs_nodes_pending(), 0);
+  close_fds(fds);
+}
+
+// Two handles on a file unlinked while open (hidden); one RELEASE journaled,
+// the daemon killed before its answer: the resent RELEASE takes nothing more
+// off (before: the count fell to 0 and the hidden name was unlinked while the
+// other handle still used it), and the other handle's release unlinks it.
+TEST(a_resent_release_takes_one_release_off) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  opened(f, 1);
+  hs_node_answered(1);
+  opened(f, 2);
+  hs_node_answered(2);
+  char hidden[64];
+  REQUIRE(hs_node_must_hide(r, "f") && hs_node_hidden_name(r, "f", r, hidden, sizeof(hidden)) == 0);
+  CHECK_EQ(hs_node_renamed(r, "f", r, hidden), 0);
+  with_node(f, hs_node_mark_hidden);
+  hs_node_put(r);
+  char *p = NULL;
+  CHECK_EQ(released(f, 3, &p), 0);
+  crash(fds);
+  CHECK_EQ(released(f, RESEND | 3, &p), 0);
+  CHECK(p == NULL);
+  hs_node_answered(RESEND | 3);
+  CHECK(is_open(HS_ROOT_ID, hidden));
+  crash(fds);
+  CHECK(is_open(HS_ROOT_ID, hidden));
+  CHECK_EQ(released(f, 4, &p), 1);
+  CHECK(p != NULL && strncmp(p, "/.fuse_hidden", 13) == 0);
+  free(p);
+  close_fds(fds);
+}
+
+// The last RELEASE of a hidden file journaled, the daemon killed before the
+// hidden name was unlinked: the resent RELEASE still names it for the unlink
+// (before: the replay had left it unopened and unmarked, and it stayed).
+TEST(a_resent_last_release_still_unlinks_the_hidden_name) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  opened(f, 1);
+  hs_node_answered(1);
+  char hidden[64];
+  REQUIRE(hs_node_must_hide(r, "f") && hs_node_hidden_name(r, "f", r, hidden, sizeof(hidden)) == 0);
+  CHECK_EQ(hs_node_renamed(r, "f", r, hidden), 0);
+  with_node(f, hs_node_mark_hidden);
+  hs_node_put(r);
+  char *p = NULL;
+  CHECK_EQ(released(f, 2, &p), 1);
+  free(p);
+  p = NULL;
+  crash(fds);
+  CHECK_EQ(released(f, RESEND | 2, &p), 1);
+  CHECK(p != NULL && strcmp(p + 1, hidden) == 0);
+  free(p);
+  close_fds(fds);
+}
+
+// A request's change made before a compaction, the daemon killed after it
+// and before the answer: the snapshot carries it (a PENDING record), through
+// a second compaction and crash as well; answered ones are not carried.
+TEST(changes_in_doubt_survive_compactions) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  uint64_t g = found_n(r, "g", 101, S_IFREG, 1);
+  hs_node_put(r);
+  opened(f, 7);        // in flight at the kill
+  opened(g, 9);
+  hs_node_answered(9); // answered: never resent
+  CHECK_EQ(hs_journal_compact(), 0);
+  crash(fds);
+  CHECK_EQ(hs_nodes_pending(), 1);
+  opened(f, RESEND | 7);
+  CHECK_EQ(hs_journal_compact(), 0);
+  crash(fds);
+  opened(f, RESEND | 7);
+  hs_node_answered(RESEND | 7);
+  char *p = NULL;
+  CHECK_EQ(released(f, 10, &p), 0);
+  hs_node_answered(10);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  CHECK(is_open(HS_ROOT_ID, "g"));
+  CHECK_EQ(hs_journal_compact(), 0);
+  crash(fds);
+  CHECK_EQ(hs_nodes_pending(), 0);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  close_fds(fds);
+}
+
+// A CREATE with O_EXCL counted its open, the daemon killed before the answer:
+// the resend is answered EIO without running (handles.c), so the kernel holds
+// no handle: the open is taken back, and stays so after another crash.
+TEST(a_refused_resent_create_takes_its_open_back) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  hs_node_put(r);
+  opened(f, 5);
+  crash(fds);
+  CHECK(is_open(HS_ROOT_ID, "f"));
+  hs_node_refused(RESEND | 5);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  hs_node_refused(RESEND | 5);  // refused again (killed before the EIO went out): nothing more
+  crash(fds);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  CHECK_EQ(hs_nodes_pending(), 0);
+  // A request that is not a resend of one kept takes nothing back.
+  opened(f, 6);
+  hs_node_answered(6);
+  hs_node_refused(RESEND | 6);
+  CHECK(is_open(HS_ROOT_ID, "f"));
   close_fds(fds);
 }
 

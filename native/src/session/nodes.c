@@ -232,6 +232,7 @@ void hs_nodes_clear (void) {
   hs_nt.id_count = hs_nt.ino_count = hs_nt.alias_count = 0;
   hs_nt.next_id = HS_ROOT_ID + 1;
   hs_nt.hide_ctr = 0;
+  nt_eff_clear();
   nt_jr_detach();
   pthread_mutex_unlock(&hs_nt.mu);
 }
@@ -415,10 +416,27 @@ int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *n
 
 // ---- opens and hidden names ------------------------------------------------------
 
+// Under hs_nt.mu: whether `unique` is a resent request whose first run's
+// change (kind, on n) is in the table already.
+static int already_done (uint64_t unique, uint32_t kind, const hs_node_t *n) {
+  if (!(unique & HS_UNIQUE_RESEND)) return 0;
+  const nt_eff_t *e = nt_eff_find(unique & ~HS_UNIQUE_RESEND);
+  return e != NULL && e->kind == kind && e->nodeid == n->nodeid;
+}
+
 void hs_node_opened (hs_node_t *n) {
+  hs_node_opened_by(n, 0);
+}
+
+void hs_node_opened_by (hs_node_t *n, uint64_t unique) {
+  uint64_t u = unique & ~HS_UNIQUE_RESEND;
   pthread_mutex_lock(&hs_nt.mu);
-  n->open_count++;
-  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_OPENED, n->nodeid);
+  // Resent: its first run counted this open, and the kernel got no answer to it.
+  if (!already_done(unique, HS_JR_OPENED, n)) {
+    n->open_count++;
+    if (u != 0) nt_eff_put(u, HS_JR_OPENED, n->nodeid);
+    if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_OPENED, n->nodeid, u);
+  }
   pthread_mutex_unlock(&hs_nt.mu);
 }
 
@@ -465,8 +483,21 @@ int hs_node_is_hidden (hs_node_t *n) {
 }
 
 int hs_node_released (hs_node_t *n, char **path) {
+  return hs_node_released_by(n, path, 0);
+}
+
+int hs_node_released_by (hs_node_t *n, char **path, uint64_t unique) {
+  uint64_t u = unique & ~HS_UNIQUE_RESEND;
   int unlink_hidden = 0;
   pthread_mutex_lock(&hs_nt.mu);
+  if (already_done(unique, HS_JR_RELEASED, n)) {
+    // Its first run took this release off the count already (journaled), and
+    // may have died before the hidden name it left unopened was unlinked:
+    // that unlink is this one's to do (a second one finds no name: ENOENT).
+    if (n->open_count == 0 && !n->hidden && nt_hidden_named(n) && nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) unlink_hidden = 1;
+    pthread_mutex_unlock(&hs_nt.mu);
+    return unlink_hidden;
+  }
   if (n->open_count > 0) n->open_count--;
   if (n->hidden && n->open_count == 0) {
     n->hidden = 0;
@@ -474,7 +505,8 @@ int hs_node_released (hs_node_t *n, char **path) {
     // came to have otherwise.
     if (nt_hidden_named(n) && nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) unlink_hidden = 1;
   }
-  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_RELEASED, n->nodeid);
+  if (u != 0) nt_eff_put(u, HS_JR_RELEASED, n->nodeid);
+  if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_RELEASED, n->nodeid, u);
   pthread_mutex_unlock(&hs_nt.mu);
   return unlink_hidden;
 }

@@ -102,6 +102,36 @@ static int jr_grow (nt_buf_t *b, size_t need) {
   return err;
 }
 
+// ---- records ----------------------------------------------------------------------
+
+// One record written at pos of memfd `at` (generation gen) and committed by
+// its word, stored last; room is made for it and the zero word after it.
+// Its length, or 0 (no room).
+static size_t jr_put (struct nt_journal *j, int at, uint64_t gen, size_t pos, size_t *reserved, const jr_body_t *b, const char *n1, const char *n2) {
+  size_t body = sizeof(*b) + b->len1 + b->len2;
+  size_t total = (8 + body + 7) / 8 * 8;
+  if (jr_room(j, at, reserved, pos + total + 8) != 0) return 0;
+  char *r = j->map[at] + pos;
+  memcpy(r + 8, b, sizeof(*b));
+  memcpy(r + 8 + sizeof(*b), n1, b->len1);
+  memcpy(r + 8 + sizeof(*b) + b->len1, n2, b->len2);
+  uint64_t sum = jr_sum(jr_seed(gen, pos), r + 8, body);
+  __atomic_store_n((uint64_t *) r, ((uint64_t) total << 32) | (uint32_t) sum, __ATOMIC_RELEASE);
+  return total;
+}
+
+typedef struct { struct nt_journal *j; int at; uint64_t gen; size_t pos, reserved; } jr_pend_t;
+
+// A request's kept change (nodes_requests.c) as a PENDING record after a snapshot.
+static int jr_pending (const nt_eff_t *e, void *ctx) {
+  jr_pend_t *p = ctx;
+  jr_body_t b = { .kind = HS_JR_PENDING, .a = e->unique, .b = e->nodeid, .c = e->kind };
+  size_t total = jr_put(p->j, p->at, p->gen, p->pos, &p->reserved, &b, "", "");
+  if (total == 0) return -ENOSPC;
+  p->pos += total;
+  return 0;
+}
+
 // ---- snapshots ------------------------------------------------------------------
 
 // Under hs_nt.mu: a snapshot of the table into memfd `to` as generation
@@ -117,6 +147,15 @@ int jr_snapshot (struct nt_journal *j, int to, uint64_t gen, uint64_t epoch) {
   size_t log_start = JR_HDR + (b.len + 7) / 8 * 8;
   // Room for the header page, the snapshot and the first commit word.
   if (err == 0) err = jr_room(j, to, &g.reserved, log_start + 8);
+  // The requests whose change the snapshot holds but whose answer may not
+  // have reached the kernel, as records right after it, before the header
+  // commits: whoever reads this snapshot reads them.
+  jr_pend_t p = { j, to, gen, log_start, 0 };
+  if (err == 0) {
+    p.reserved = g.reserved;
+    err = nt_eff_each(jr_pending, &p);
+    g.reserved = p.reserved;
+  }
   if (err != 0) return err;
   jr_hdr_t *h = (jr_hdr_t *) m;
   h->magic = JR_MAGIC;
@@ -128,7 +167,8 @@ int jr_snapshot (struct nt_journal *j, int to, uint64_t gen, uint64_t epoch) {
   __atomic_store_n(&h->gen, gen, __ATOMIC_RELEASE);
   j->active = to;
   j->gen = gen;
-  j->pos = j->log_start = log_start;
+  j->log_start = log_start;
+  j->pos = p.pos;
   j->reserved = g.reserved;
   j->snap_len = b.len;
   return 0;
@@ -177,27 +217,18 @@ static size_t jr_limit (const struct nt_journal *j) {
   return four > JR_MIN_LIMIT ? four : JR_MIN_LIMIT;
 }
 
-// ---- records ----------------------------------------------------------------------
+// ---- appending ----------------------------------------------------------------------
 
 // Under hs_nt.mu, after the mutation it names: one record appended and committed.
 static void jr_append (const jr_body_t *b, const char *n1, const char *n2) {
   struct nt_journal *j = &jr;
-  size_t body = sizeof(*b) + b->len1 + b->len2;
-  size_t total = (8 + body + 7) / 8 * 8;
-  char *m = j->map[j->active];
-  // Room for the record and the zero word after it.
-  if (jr_room(j, j->active, &j->reserved, j->pos + total + 8) != 0) {
+  size_t total = jr_put(j, j->active, j->gen, j->pos, &j->reserved, b, n1, n2);
+  if (total == 0) {
     // The snapshot a compaction writes holds this mutation already.
     int err = jr_compact(j);
     if (err != 0) jr_break(j, err);
     return;
   }
-  char *at = m + j->pos;
-  memcpy(at + 8, b, sizeof(*b));
-  memcpy(at + 8 + sizeof(*b), n1, b->len1);
-  memcpy(at + 8 + sizeof(*b) + b->len1, n2, b->len2);
-  uint64_t sum = jr_sum(jr_seed(j->gen, j->pos), at + 8, body);
-  __atomic_store_n((uint64_t *) at, ((uint64_t) total << 32) | (uint32_t) sum, __ATOMIC_RELEASE);
   j->pos += total;
   if (j->pos - j->log_start > jr_limit(j)) {
     int err = jr_compact(j);
@@ -229,6 +260,11 @@ void nt_jr_renamed (uint64_t op, const char *on, uint64_t np, const char *nn) {
 void nt_jr_value (uint32_t kind, uint64_t v) {
   jr_body_t b = { .kind = kind, .a = v };
   jr_append(&b, "", "");
+}
+
+void nt_jr_value2 (uint32_t kind, uint64_t a, uint64_t b) {
+  jr_body_t body = { .kind = kind, .a = a, .b = b };
+  jr_append(&body, "", "");
 }
 
 void nt_jr_detach (void) {

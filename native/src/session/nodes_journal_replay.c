@@ -122,14 +122,24 @@ static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
   case HS_JR_RELEASED:
     // A node the replay does not know was forgotten, held by a request only.
     if ((n = hs_node_get(b->a)) == NULL) return 0;
-    if (b->kind == HS_JR_OPENED) hs_node_opened(n);
+    // b: the unique of the request (0 in records written before uniques were
+    // kept); never with the resend bit, so the change is made again here.
+    if (b->kind == HS_JR_OPENED) hs_node_opened_by(n, b->b & ~HS_UNIQUE_RESEND);
     else if (b->kind == HS_JR_HIDDEN) hs_node_mark_hidden(n);
     else {
       char *path = NULL;
-      hs_node_released(n, &path);
+      hs_node_released_by(n, &path, b->b & ~HS_UNIQUE_RESEND);
       free(path);
     }
     break;
+  case HS_JR_ANSWERED: hs_node_answered(b->a); return 0;
+  case HS_JR_REFUSED: hs_node_refused(b->a); return 0;
+  case HS_JR_PENDING:
+    if (b->c != HS_JR_OPENED && b->c != HS_JR_RELEASED) return -EINVAL;
+    pthread_mutex_lock(&hs_nt.mu);
+    nt_eff_put(b->a & ~HS_UNIQUE_RESEND, (uint32_t) b->c, b->b);
+    pthread_mutex_unlock(&hs_nt.mu);
+    return 0;
   case HS_JR_HIDE_CTR: set_value(&hs_nt.hide_ctr, b->a); return 0;
   case HS_JR_NEXT_ID: set_value(&hs_nt.next_id, b->a); return 0;
   default: return -EINVAL;
