@@ -112,6 +112,16 @@ int nt_eff_each (int (*fn) (const nt_eff_t *e, void *ctx), void *ctx);
 // hs_nodes_clear: journaling stops (the memfds are the caller's; only unmapped).
 void nt_jr_detach (void);
 
+// A compaction leaves the old memfd's pages to be punched by the thread that
+// made it once it has dropped hs_nt.mu (nodes_journal.c): every function that
+// may journal unlocks the table with nt_unlock, never pthread_mutex_unlock.
+extern __thread int nt_punch_owed;
+void nt_jr_punch_owed (void);
+static inline void nt_unlock (void) {
+  pthread_mutex_unlock(&hs_nt.mu);
+  if (__builtin_expect(nt_punch_owed, 0)) nt_jr_punch_owed();
+}
+
 // Whether the node's name (the first) is a hidden name: such a node is never
 // in the inode-number index (nodes.c).
 int nt_hidden_named (const hs_node_t *n);

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nodes_internal.h"
@@ -58,6 +59,8 @@
 
 struct nt_journal jr;
 static size_t jr_limit_override;
+static pthread_mutex_t jr_punch_mu;
+static uint64_t jr_seq;
 
 uint64_t jr_sum (uint64_t seed, const void *p, size_t len) {
   const unsigned char *s = p;
@@ -138,9 +141,20 @@ static int jr_pending (const nt_eff_t *e, void *ctx) {
 // `gen`, which becomes the active one. The other is left as it was. 0 or -errno.
 int jr_snapshot (struct nt_journal *j, int to, uint64_t gen, uint64_t epoch) {
   char *m = j->map[to];
-  // Zero: no header until the new one commits, no earlier record after the snapshot.
-  if (fallocate(j->fd[to], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) j->size[to]) != 0) return -errno;
-  jr_grow_t g = { j, to, 0 };
+  // Zero: no header until the new one commits, no earlier record after the
+  // snapshot. Punched already, off the mutex, by the thread of the compaction
+  // that left it (nt_jr_punch_owed), unless that was not done yet or failed:
+  // then here. From now on no punch owed of it may run (jr_seq).
+  pthread_mutex_lock(&jr_punch_mu);
+  int clean = j->clean[to];
+  size_t pre = clean ? j->pre[to] : 0;
+  j->clean[to] = 0;
+  j->pre[to] = 0;
+  jr_seq++;
+  pthread_mutex_unlock(&jr_punch_mu);
+  if (!clean && fallocate(j->fd[to], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) j->size[to]) != 0) return -errno;
+  // Pages allocated and mapped ahead (with the punch) need no system call here.
+  jr_grow_t g = { j, to, pre };
   int err = jr_room(j, to, &g.reserved, JR_HDR);
   nt_buf_t b = { m + JR_HDR, 0, 0, jr_grow, &g };
   if (err == 0) err = nt_export_locked(&b);
@@ -174,12 +188,88 @@ int jr_snapshot (struct nt_journal *j, int to, uint64_t gen, uint64_t epoch) {
   return 0;
 }
 
-// Under hs_nt.mu: the pages of memfd `at` go (and with them its header).
+// The pages of memfd `at` go (and with them its header); clean when they did.
 void jr_punch (struct nt_journal *j, int at) {
   if (fallocate(j->fd[at], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) j->size[at]) != 0) {
     // Its generation is lower than the active one's: left as it is, it is never chosen.
     fprintf(stderr, "homesfs: node journal: the old log's pages stay (%s)\n", strerror(errno));
+    return;
   }
+  pthread_mutex_lock(&jr_punch_mu);
+  j->clean[at] = 1;
+  j->pre[at] = 0;
+  pthread_mutex_unlock(&jr_punch_mu);
+}
+
+static uint64_t mono_ns (void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec;
+}
+
+// ---- the old log's punch, off the table's mutex -------------------------------------
+//
+// A compaction writes the snapshot under hs_nt.mu (it must see the table
+// whole), but the old memfd's pages (the whole old log: up to 64 MiB and
+// more) are punched after, by the same thread once it has dropped the mutex
+// (nt_unlock), so no other request waits for that. In between the old
+// memfd's header is already invalid (its generation zeroed under the mutex,
+// right after the new header committed), so a recovery or a follower treats
+// it as punched; its records never check out against another generation.
+//
+// Lock: jr_punch_mu guards jr_seq and jr.clean; lock order hs_nt.mu, then
+// jr_punch_mu (the punch owed holds only jr_punch_mu). jr_seq moves whenever
+// a memfd starts taking a snapshot or the journal is attached or detached,
+// so an owed punch that finds it moved does nothing: it never punches a
+// memfd written again meanwhile, nor one the journal no longer has.
+
+static pthread_mutex_t jr_punch_mu = PTHREAD_MUTEX_INITIALIZER;
+__thread int nt_punch_owed;
+static __thread int owed_at;
+static __thread uint64_t owed_seq;
+static __thread size_t owed_snap;
+
+// And the pages the next snapshot there will need (this one's size and a
+// quarter more) allocated and mapped ahead, so that the next compaction
+// makes no system call for them under the mutex either.
+void (*hs_journal_before_punch) (void);
+
+void nt_jr_punch_owed (void) {
+  nt_punch_owed = 0;
+  if (hs_journal_before_punch != NULL) hs_journal_before_punch();
+  pthread_mutex_lock(&jr_punch_mu);
+  if (jr_seq == owed_seq) {
+    int at = owed_at;
+    if (fallocate(jr.fd[at], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) jr.size[at]) == 0) {
+      jr.clean[at] = 1;
+      jr.pre[at] = 0;
+      size_t want = (JR_HDR + owed_snap + owed_snap / 4 + JR_CHUNK) / JR_CHUNK * JR_CHUNK;
+      if (want > jr.size[at]) want = jr.size[at];
+      if (fallocate(jr.fd[at], 0, 0, (off_t) want) == 0) {
+        (void) madvise(jr.map[at], want, MADV_POPULATE_WRITE);
+        jr.pre[at] = want;
+      }
+    }
+    // Else the next compaction into it punches it first (under the mutex).
+    else fprintf(stderr, "homesfs: node journal: the old log's pages stay until the next compaction (%s)\n", strerror(errno));
+  }
+  pthread_mutex_unlock(&jr_punch_mu);
+}
+
+void jr_attach (const struct nt_journal *j) {
+  pthread_mutex_lock(&jr_punch_mu);
+  jr = *j;
+  jr_seq++;
+  pthread_mutex_unlock(&jr_punch_mu);
+  hs_nt.journal = &jr;
+}
+
+void jr_detach (void) {
+  pthread_mutex_lock(&jr_punch_mu);
+  jr_seq++;
+  jr_unmap(&jr);
+  pthread_mutex_unlock(&jr_punch_mu);
+  hs_nt.journal = NULL;
 }
 
 void jr_unmap (struct nt_journal *j) {
@@ -194,20 +284,55 @@ void jr_unmap (struct nt_journal *j) {
 static void jr_break (struct nt_journal *j, int err) {
   fprintf(stderr, "homesfs: node journal stopped: %s\n", strerror(-err));
   for (int i = 0; i < 2; i++) __atomic_store_n(&((jr_hdr_t *) j->map[i])->gen, 0, __ATOMIC_RELEASE);
-  jr_unmap(j);
-  hs_nt.journal = NULL;
+  jr_detach();
 }
+
+// What the last compaction held the mutex for (hs_journal_held): wall and this thread's CPU time.
+static uint64_t jr_held_ns, jr_held_cpu_ns;
+
+static uint64_t cpu_ns (void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec;
+}
+
+static uint64_t wall_ns (void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec;
+}
+
+static int jr_compact_locked (struct nt_journal *j);
 
 // Under hs_nt.mu: the active log starts over from a snapshot in the other memfd.
 static int jr_compact (struct nt_journal *j) {
+  uint64_t w0 = wall_ns(), c0 = cpu_ns();
+  int err = jr_compact_locked(j);
+  jr_held_cpu_ns = cpu_ns() - c0;
+  jr_held_ns = wall_ns() - w0;
+  return err;
+}
+
+static int jr_compact_locked (struct nt_journal *j) {
   int from = j->active;
   uint64_t epoch = __atomic_load_n(&((jr_hdr_t *) j->map[from])->epoch, __ATOMIC_RELAXED);
   int err = jr_snapshot(j, 1 - from, j->gen + 1, epoch);
+  j->last_compact_ns = mono_ns();
   if (err != 0) {
     // The active log is intact: the records go on there while it has room.
     return err;
   }
-  jr_punch(j, from);
+  // The new header is committed: the old one goes now (one store), its pages
+  // once this thread has dropped the mutex (nt_unlock).
+  __atomic_store_n(&((jr_hdr_t *) j->map[from])->gen, 0, __ATOMIC_RELEASE);
+  if (j == &jr) {
+    pthread_mutex_lock(&jr_punch_mu);
+    owed_seq = jr_seq;
+    pthread_mutex_unlock(&jr_punch_mu);
+    owed_at = from;
+    owed_snap = j->snap_len;
+    nt_punch_owed = 1;
+  } else jr_punch(j, from);
   return 0;
 }
 
@@ -230,7 +355,12 @@ static void jr_append (const jr_body_t *b, const char *n1, const char *n2) {
     return;
   }
   j->pos += total;
-  if (j->pos - j->log_start > jr_limit(j)) {
+  // Past the limit, and not sooner than JR_MIN_INTERVAL_NS after the last
+  // compaction unless the log is long (each one holds the mutex for the
+  // table's export: however many lookups an owner makes, other homes wait for
+  // one at most every 5 s). Tests that set a limit get every one.
+  if (j->pos - j->log_start > jr_limit(j) &&
+      (jr_limit_override != 0 || j->pos > JR_FULL || mono_ns() - j->last_compact_ns >= JR_MIN_INTERVAL_NS)) {
     int err = jr_compact(j);
     // Not compacted: the log goes on while the memfd has room.
     if (err != 0) fprintf(stderr, "homesfs: node journal: compaction failed: %s\n", strerror(-err));
@@ -269,8 +399,7 @@ void nt_jr_value2 (uint32_t kind, uint64_t a, uint64_t b) {
 
 void nt_jr_detach (void) {
   if (hs_nt.journal == NULL) return;
-  jr_unmap(&jr);
-  hs_nt.journal = NULL;
+  jr_detach();
 }
 
 // ---- opening ------------------------------------------------------------------------
@@ -306,11 +435,11 @@ int hs_journal_open (int fds[2]) {
     hs_nodes_init();  // before a mount, the table the session will use (idempotent)
     pthread_mutex_lock(&hs_nt.mu);
     if (hs_nt.journal != NULL) err = -EBUSY;
-    else if ((err = jr_snapshot(&j, 0, 1, 0)) == 0) {
-      jr = j;
-      hs_nt.journal = &jr;
+    else {
+      j.clean[0] = j.clean[1] = 1;  // new memfds: no pages
+      if ((err = jr_snapshot(&j, 0, 1, 0)) == 0) jr_attach(&j);
     }
-    pthread_mutex_unlock(&hs_nt.mu);
+    nt_unlock();
     if (err != 0) jr_unmap(&j);
   }
   if (err != 0) {
@@ -325,7 +454,7 @@ int hs_journal_open (int fds[2]) {
 void hs_journal_close (void) {
   pthread_mutex_lock(&hs_nt.mu);
   nt_jr_detach();
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 // ---- the epoch, and what tests and measurements ask ------------------------------
@@ -337,7 +466,7 @@ int hs_journal_epoch_get (uint64_t *epoch) {
     *epoch = __atomic_load_n(&((jr_hdr_t *) jr.map[jr.active])->epoch, __ATOMIC_RELAXED);
     err = 0;
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
@@ -348,7 +477,7 @@ int hs_journal_epoch_set (uint64_t epoch) {
     __atomic_store_n(&((jr_hdr_t *) jr.map[jr.active])->epoch, epoch, __ATOMIC_RELEASE);
     err = 0;
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
@@ -356,14 +485,21 @@ int hs_journal_compact (void) {
   int err = -ENOENT;
   pthread_mutex_lock(&hs_nt.mu);
   if (hs_nt.journal != NULL) err = jr_compact(&jr);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
 void hs_journal_set_limit (size_t bytes) {
   pthread_mutex_lock(&hs_nt.mu);
   jr_limit_override = bytes;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
+}
+
+void hs_journal_held (uint64_t *wall, uint64_t *cpu) {
+  pthread_mutex_lock(&hs_nt.mu);
+  *wall = jr_held_ns;
+  *cpu = jr_held_cpu_ns;
+  nt_unlock();
 }
 
 int hs_journal_where (int *active, uint64_t *pos, uint64_t *gen) {
@@ -375,6 +511,6 @@ int hs_journal_where (int *active, uint64_t *pos, uint64_t *gen) {
     *gen = jr.gen;
     err = 0;
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }

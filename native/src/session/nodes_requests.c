@@ -90,7 +90,7 @@ void hs_node_answered (uint64_t unique) {
   if (u == 0) return;
   pthread_mutex_lock(&hs_nt.mu);
   if (nt_eff_del(u) && hs_nt.journal != NULL) nt_jr_value(HS_JR_ANSWERED, u);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 // The open taken back leaves no hidden name behind: the node a CREATE made
@@ -110,12 +110,12 @@ void hs_node_refused (uint64_t unique) {
     nt_eff_del(u);
     if (hs_nt.journal != NULL) nt_jr_value(HS_JR_REFUSED, u);
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 uint64_t hs_nodes_pending (void) {
   pthread_mutex_lock(&hs_nt.mu);
   uint64_t n = eff_count;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return n;
 }
