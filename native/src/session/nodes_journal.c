@@ -10,7 +10,10 @@
 //   [log_start, ...)   records, each a commit word (length << 32 | checksum
 //                      of its body, seeded with the generation and offset)
 //                      then its body: what a public mutation was called
-//                      with, and for a lookup the node ID it gave
+//                      with, and for a lookup the node ID it gave; first
+//                      the PENDING records of the requests whose change the
+//                      snapshot holds but whose answer was not written yet
+//                      (nodes_requests.c), written before the header commits
 //
 // Invariants:
 // - Lock: hs_nt.mu guards everything here (the journal state, both
@@ -25,7 +28,14 @@
 //   the snapshot and the other fields; the valid header with the highest
 //   generation is the journal. A compaction writes a snapshot of the table
 //   (which includes every record so far) into the other memfd with the next
-//   generation, switches to it, and only then punches the old one.
+//   generation, switches to it, and only then zeroes the old header's
+//   generation (under the mutex) and punches the old memfd (after the
+//   mutex, by the same thread: nt_jr_punch_owed). A memfd takes a snapshot
+//   only once punched (by that owed punch, or first thing under the mutex
+//   when it did not happen): jr_punch_mu and jr_seq order the two.
+// - Automatic compactions are at least JR_MIN_INTERVAL_NS apart unless the
+//   log reaches JR_FULL: the export holds the mutex, and an owner's lookups
+//   must not make every home wait often.
 // - Pages are allocated ahead with fallocate (JR_CHUNK at a time), so a full
 //   tmpfs is an error here, never a SIGBUS in a mapping. A journal that
 //   cannot go on (no room even after a compaction) invalidates its headers
