@@ -112,9 +112,10 @@ int hs_node_released_by (hs_node_t *n, char **path, uint64_t unique);
 // After the answer to `unique` was written (or it needs none): its change is
 // certain, no resend will come. Journaled when a change was kept.
 void hs_node_answered (uint64_t unique);
-// A resent request answered EIO without running (handles.c: a CREATE with
-// O_EXCL): the open its first run counted is taken back (the kernel got no
-// handle), journaled.
+// A resent request answered with an error (handles.c: a CREATE with O_EXCL,
+// answered EIO unrun; op_finish: an OPEN or CREATE that failed this time):
+// the open its first run counted is taken back (the kernel got no handle),
+// journaled.
 void hs_node_refused (uint64_t unique);
 // For tests and status: how many requests' changes are kept.
 uint64_t hs_nodes_pending (void);

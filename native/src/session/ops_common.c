@@ -37,6 +37,9 @@ hs_op_t *op_new (fuse_req_t req, uint32_t jsop) {
 void op_finish (hs_op_t *op) {
   // Answered (every op_finish follows the reply): no resend of it will come.
   if (op->kept) hs_node_answered(op->unique);
+  // A resent OPEN or CREATE that failed this time (the kernel holds no handle):
+  // the open its first run counted is taken back.
+  else if (op->unique & HS_UNIQUE_RESEND) hs_node_refused(op->unique);
   if (op->locked) hs_path_unlock(&op->pl);
   if (op->locked2) hs_path_unlock(&op->pl2);
   hs_node_put(op->node);
