@@ -59,6 +59,7 @@
       "src/session/nodes_handover.c",
       "src/session/nodes_journal.c",
       "src/session/nodes_journal_replay.c",
+      "src/session/nodes_requests.c",
       "src/session/journal_js.c",
       "src/session/nodes_paths.c",
       "src/session/nodes_resolve.c",

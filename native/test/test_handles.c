@@ -56,6 +56,16 @@ int hs_reopen_dir (uint64_t nodeid, uint32_t uid, uint64_t *inner) {
   return 0;
 }
 
+// The node table's part (nodes_requests.c): what a refused resend takes back.
+static int refusals;
+static uint64_t last_refused;
+void hs_node_refused (uint64_t unique) {
+  pthread_mutex_lock(&rec_mu);
+  refusals++;
+  last_refused = unique;
+  pthread_mutex_unlock(&rec_mu);
+}
+
 static int answers, last_error;
 static uint64_t last_unique;
 int fuse_chan_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
@@ -221,7 +231,12 @@ TEST(resent_requests_that_cannot_run_twice_answer_eio) {
     CHECK_EQ(last_unique, RESEND | (20 + i));  // echoed unchanged
   }
   size_t len = make(&q, FUSE_CREATE, RESEND | 40, 0, O_CREAT | O_EXCL | O_WRONLY);
+  int took = refusals;
   CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 1);
+  // The open its first run may have counted is taken back (the kernel gets no handle).
+  CHECK_EQ(refusals, took + 1);
+  CHECK_EQ(last_refused, RESEND | 40);
+  CHECK_EQ(hs_req_unique, RESEND | 40);
   int before = answers;
   // A create without O_EXCL opens what the first run made: it goes on; so do lookups, reads, writes.
   len = make(&q, FUSE_CREATE, RESEND | 41, 0, O_CREAT | O_WRONLY);
@@ -232,9 +247,12 @@ TEST(resent_requests_that_cannot_run_twice_answer_eio) {
   CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
   CHECK_EQ(last_flags, O_WRONLY);
   CHECK_EQ(answers, before);
-  // The same opcodes not resent go on.
+  // Only refused ones take anything back.
+  CHECK_EQ(refusals, took + 1);
+  // The same opcodes not resent go on, their unique recorded for the op that decodes them.
   len = make(&q, FUSE_MKDIR, 44, 0, 0);
   CHECK_EQ(hs_handles_filter((char *) &q, len, NULL), 0);
+  CHECK_EQ(hs_req_unique, 44);
 }
 
 typedef struct { uint64_t got; } racer_t;

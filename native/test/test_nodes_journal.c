@@ -77,14 +77,20 @@ static char *canon (size_t *len) {
   } while (0)
 
 // The current table as recovered by a "new daemon" from fds: equal to want.
-static void check_recovers (int fds[2], const char *want, size_t wlen) {
+static void check_recovers_p (int fds[2], const char *want, size_t wlen, uint64_t pending) {
   fresh();
   CHECK_EQ(hs_journal_recover(fds[0], fds[1]), 0);
+  CHECK_EQ(hs_nodes_pending(), pending);
   size_t len = 0;
   char *got = canon(&len);
   REQUIRE(got != NULL);
   CHECK_SAME(got, len, want, wlen);
   free(got);
+}
+
+// The same, and the requests whose answers are in doubt come back too (nodes_requests.c).
+static void check_recovers (int fds[2], const char *want, size_t wlen) {
+  check_recovers_p(fds, want, wlen, hs_nodes_pending());
 }
 
 // ---- a random kernel ------------------------------------------------------------------
@@ -96,6 +102,9 @@ typedef struct {
   int nk;
   hs_node_t *held[8];   // references of requests "in flight"
   int nheld;
+  uint64_t unique;      // the kernel's last request number
+  uint64_t unanswered[8];  // opens and releases made, not answered yet
+  int nun;
 } model_t;
 
 static unsigned rnd (model_t *m, unsigned n) {
@@ -159,6 +168,25 @@ static void release (hs_node_t *n) {
   free(p);
 }
 
+// An OPEN or RELEASE as the session makes it, under a request's unique,
+// answered at once or left in flight (a crash finds it unanswered).
+static void open_or_release (model_t *m, known_t *k, int open) {
+  hs_node_t *n = hs_node_get(k->id);
+  if (n == NULL) return;
+  uint64_t u = ++m->unique;
+  char *p = NULL;
+  if (open) hs_node_opened_by(n, u);
+  else hs_node_released_by(n, &p, u);
+  free(p);
+  hs_node_put(n);
+  if (m->nun < 8 && rnd(m, 2) == 0) m->unanswered[m->nun++] = u;
+  else hs_node_answered(u);
+}
+
+static void answer_one (model_t *m) {
+  if (m->nun > 0) hs_node_answered(m->unanswered[--m->nun]);
+}
+
 // An open file unlinked: hidden, as the session does it.
 static void hide (model_t *m, known_t *k) {
   hs_node_t *d = hs_node_get(k->dir);
@@ -198,10 +226,22 @@ static void step (model_t *m, int compact) {
     hs_node_put(d1); hs_node_put(d2);
     break;
   }
-  case 7: if (k && k->type == S_IFREG) { with_node(k->id, hs_node_opened); k->opens++; } break;
+  case 7:
+    if (k && k->type == S_IFREG) {
+      if (rnd(m, 2) == 0) with_node(k->id, hs_node_opened);
+      else open_or_release(m, k, 1);
+      k->opens++;
+    }
+    break;
   case 8: if (k && k->opens > 0) hide(m, k); break;
-  case 9: if (k && k->opens > 0) { with_node(k->id, release); k->opens--; } break;
-  case 10: hold_or_drop(m); break;
+  case 9:
+    if (k && k->opens > 0) {
+      if (rnd(m, 2) == 0) with_node(k->id, release);
+      else open_or_release(m, k, 0);
+      k->opens--;
+    }
+    break;
+  case 10: if (rnd(m, 3) == 0) answer_one(m); else hold_or_drop(m); break;
   case 11: if (compact && rnd(m, 20) == 0) CHECK_EQ(hs_journal_compact(), 0); break;
   }
 }
@@ -214,6 +254,35 @@ static void close_fds (int fds[2]) {
   hs_journal_close();
   close(fds[0]);
   close(fds[1]);
+}
+
+// Requests as the session makes them: under the kernel's unique, resent with bit 63.
+#define RESEND HS_UNIQUE_RESEND
+
+static void crash (int fds[2]) {
+  fresh();
+  CHECK_EQ(hs_journal_recover(fds[0], fds[1]), 0);
+}
+
+// Whether the file named (dir, name) is open (an unlink of its one name must hide it).
+static int is_open (uint64_t dir, const char *name) {
+  hs_node_t *d = hs_node_get(dir);
+  int open = d != NULL && hs_node_must_hide(d, name);
+  hs_node_put(d);
+  return open;
+}
+
+static int released (uint64_t id, uint64_t unique, char **path) {
+  hs_node_t *n = hs_node_get(id);
+  int last = hs_node_released_by(n, path, unique);
+  hs_node_put(n);
+  return last;
+}
+
+static void opened (uint64_t id, uint64_t unique) {
+  hs_node_t *n = hs_node_get(id);
+  hs_node_opened_by(n, unique);
+  hs_node_put(n);
 }
 
 // ---- recovery ------------------------------------------------------------------------
@@ -278,7 +347,7 @@ static int copy_upto (int src, size_t upto) {
 // Killed in the middle of a record, at any byte of it: the table as of the
 // last record complete.
 TEST(a_torn_record_recovers_the_table_before_it) {
-  enum { LAST = 6 };
+  enum { LAST = 10 };
   fresh();
   model_t m = { .seed = 99 };
   int fds[2];
@@ -287,9 +356,11 @@ TEST(a_torn_record_recovers_the_table_before_it) {
   drop_held(&m);
   char *want[LAST + 1];
   size_t wlen[LAST + 1];
-  uint64_t pos[LAST + 1], gen;
+  uint64_t pos[LAST + 1], gen, pending[LAST + 1];
   int active;
-  // The last calls: a lookup, a rename, an open, a hidden-name counter, a removal, a forget.
+  // The last calls: a lookup, a rename, an open, a hidden-name counter, a
+  // removal, a forget, an open under a request's unique, its answer, a
+  // resent create's refusal.
   uint64_t d = some_dir(&m), id = 0;
   for (int i = 0; i <= LAST; i++) {
     hs_node_t *dn = hs_node_get(d);
@@ -300,8 +371,13 @@ TEST(a_torn_record_recovers_the_table_before_it) {
     if (i == 4) CHECK_EQ(hs_node_hidden_name(dn, "moved", dn, hidden, sizeof(hidden)), 0);
     if (i == 5) hs_node_removed(dn, "moved");
     if (i == 6) hs_node_forget(id, 1);
+    if (i == 7) opened(d, 777);
+    if (i == 8) opened(d, 778);
+    if (i == 9) hs_node_answered(777);
+    if (i == 10) hs_node_refused(RESEND | 778);
     hs_node_put(dn);
     want[i] = canon(&wlen[i]);
+    pending[i] = hs_nodes_pending();
     REQUIRE(hs_journal_where(&active, &pos[i], &gen) == 0);
     if (i > 0) CHECK(pos[i] > pos[i - 1]);   // each call wrote one record
   }
@@ -323,12 +399,104 @@ TEST(a_torn_record_recovers_the_table_before_it) {
     REQUIRE(cfd[0] >= 0 && cfd[1] >= 0);
     int i = LAST;
     while (i > 0 && last[i] >= cut) i--;
-    check_recovers(cfd, want[i], wlen[i]);
+    check_recovers_p(cfd, want[i], wlen[i], pending[i]);
     hs_journal_close();
     close(cfd[0]);
     close(cfd[1]);
   }
   for (int i = 0; i <= LAST; i++) free(want[i]);
+  close_fds(fds);
+}
+
+// A compaction writes the snapshot under the table's mutex but punches the
+// old log's pages only after dropping it (the same thread, before
+// hs_journal_compact returns); the old header is invalid from the switch on,
+// and the pages the next snapshot there needs are allocated ahead, so the
+// next compaction makes no system call for them under the mutex either.
+static int *at_punch_fds, at_punch[2] = { -1, -1 };
+static char *at_punch_want;
+static size_t at_punch_wlen;
+
+// hs_journal_before_punch: copies of both memfds as a kill then would leave them.
+static void copy_at_punch (void) {
+  struct stat st;
+  // (Their first 8 MiB: the test's snapshots and logs are smaller.)
+  for (int i = 0; i < 2; i++) at_punch[i] = fstat(at_punch_fds[i], &st) == 0 ? copy_upto(at_punch_fds[i], 8u << 20) : -1;
+}
+
+TEST(a_compaction_punches_the_old_log_off_the_mutex) {
+  fresh();
+  model_t m = { .seed = 3 };
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  uint64_t d = lookup(&m, HS_ROOT_ID, "many", 4, S_IFDIR, 2);
+  char name[32];
+  for (int i = 0; i < 20000; i++) {
+    snprintf(name, sizeof(name), "file-%d", i % 2000);
+    lookup(&m, d, name, 1000 + (uint64_t) (i % 2000), S_IFREG, 1);
+  }
+  int active;
+  uint64_t pos, gen;
+  REQUIRE(hs_journal_where(&active, &pos, &gen) == 0);
+  CHECK_EQ(active, 0);
+  struct stat st;
+  REQUIRE(fstat(fds[0], &st) == 0);
+  CHECK(pos > (1u << 20) && (uint64_t) st.st_blocks * 512 >= pos);
+  CHECK_EQ(hs_journal_compact(), 0);
+  REQUIRE(hs_journal_where(&active, &pos, &gen) == 0);
+  CHECK_EQ(active, 1);
+  jr_hdr_t h0, h1;
+  REQUIRE(pread(fds[0], &h0, sizeof(h0), 0) == (ssize_t) sizeof(h0) && pread(fds[1], &h1, sizeof(h1), 0) == (ssize_t) sizeof(h1));
+  CHECK_EQ(h0.gen, 0);
+  CHECK_EQ(h1.gen, gen);
+  // What is left of memfd 0: the pages allocated ahead for a snapshot of this size, zero.
+  size_t ahead = (JR_HDR + h1.snap_len + h1.snap_len / 4 + JR_CHUNK) / JR_CHUNK * JR_CHUNK;
+  REQUIRE(fstat(fds[0], &st) == 0);
+  CHECK((uint64_t) st.st_blocks * 512 <= ahead);
+  CHECK((uint64_t) st.st_blocks * 512 >= h1.snap_len);
+  uint64_t wall = 0, cpu = 0;
+  hs_journal_held(&wall, &cpu);
+  CHECK(wall > 0 && cpu > 0);
+  // The next compaction goes back there, and the journal recovers the table.
+  for (int i = 0; i < 200; i++) step(&m, 0);
+  CHECK_EQ(hs_journal_compact(), 0);
+  REQUIRE(hs_journal_where(&active, &pos, &gen) == 0);
+  CHECK_EQ(active, 0);
+  for (int i = 0; i < 200; i++) step(&m, 0);
+  drop_held(&m);
+  size_t wlen = 0;
+  char *want = canon(&wlen);
+  check_recovers(fds, want, wlen);
+  free(want);
+  // Killed after the mutex was dropped and before the punch: the memfds as
+  // they are then recover the table (the old header no longer counts).
+  at_punch_fds = fds;
+  hs_journal_before_punch = copy_at_punch;
+  for (int i = 0; i < 50; i++) step(&m, 0);
+  drop_held(&m);
+  at_punch_want = canon(&at_punch_wlen);
+  CHECK_EQ(hs_journal_compact(), 0);
+  hs_journal_before_punch = NULL;
+  REQUIRE(at_punch[0] >= 0 && at_punch[1] >= 0);
+  jr_hdr_t c0;
+  REQUIRE(pread(at_punch[0], &c0, sizeof(c0), 0) == (ssize_t) sizeof(c0));
+  CHECK_EQ(c0.gen, 0);  // memfd 0's old header, its pages not yet punched
+  size_t before_len = 0;
+  char *before = canon(&before_len);
+  int copies[2] = { at_punch[0], at_punch[1] };
+  check_recovers(copies, at_punch_want, at_punch_wlen);
+  hs_journal_close();
+  close(copies[0]);
+  close(copies[1]);
+  free(at_punch_want);
+  // Back to the live journal (the recovery above replaced the table).
+  fresh();
+  REQUIRE(hs_journal_recover(fds[0], fds[1]) == 0);
+  size_t again_len = 0;
+  char *again = canon(&again_len);
+  CHECK_SAME(again, again_len, before, before_len);
+  free(again);
+  free(before);
   close_fds(fds);
 }
 
@@ -383,6 +551,166 @@ TEST(a_second_crash_recovers_from_the_same_memfds) {
   CHECK_EQ(hs_journal_epoch_get(&epoch), 0);
   CHECK_EQ(epoch, 1);
   free(want);
+  close_fds(fds);
+}
+
+// ---- requests resent after a crash (nodes_requests.c) ---------------------------------
+//
+// The session journals an open's or a release's change of the open count
+// before its answer; a kill in between makes the kernel resend the request
+// (same unique, bit 63) to the next daemon, which runs it again. Each test
+// journals a change, "kills" (a recovery by a fresh table), and resends.
+
+// An OPEN counted and journaled, the daemon killed before its answer: the
+// resent OPEN (twice: a second kill before its answer too) counts it once,
+// so the file's one RELEASE leaves it closed (before: open for ever, and its
+// unlink kept a hidden name that no release would ever remove).
+TEST(a_resent_open_is_counted_once) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  hs_node_put(r);
+  opened(f, 7);
+  crash(fds);
+  CHECK_EQ(hs_nodes_pending(), 1);
+  opened(f, RESEND | 7);
+  crash(fds);  // killed again before the answer
+  opened(f, RESEND | 7);
+  hs_node_answered(RESEND | 7);
+  CHECK_EQ(hs_nodes_pending(), 0);
+  CHECK(is_open(HS_ROOT_ID, "f"));
+  char *p = NULL;
+  CHECK_EQ(released(f, 8, &p), 0);
+  hs_node_answered(8);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  // And so after one more crash (the journal agrees).
+  crash(fds);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  CHECK_EQ(hs_nodes_pending(), 0);
+  close_fds(fds);
+}
+
+// Two handles on a file unlinked while open (hidden); one RELEASE journaled,
+// the daemon killed before its answer: the resent RELEASE takes nothing more
+// off (before: the count fell to 0 and the hidden name was unlinked while the
+// other handle still used it), and the other handle's release unlinks it.
+TEST(a_resent_release_takes_one_release_off) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  opened(f, 1);
+  hs_node_answered(1);
+  opened(f, 2);
+  hs_node_answered(2);
+  char hidden[64];
+  REQUIRE(hs_node_must_hide(r, "f") && hs_node_hidden_name(r, "f", r, hidden, sizeof(hidden)) == 0);
+  CHECK_EQ(hs_node_renamed(r, "f", r, hidden), 0);
+  with_node(f, hs_node_mark_hidden);
+  hs_node_put(r);
+  char *p = NULL;
+  CHECK_EQ(released(f, 3, &p), 0);
+  crash(fds);
+  CHECK_EQ(released(f, RESEND | 3, &p), 0);
+  CHECK(p == NULL);
+  hs_node_answered(RESEND | 3);
+  CHECK(is_open(HS_ROOT_ID, hidden));
+  crash(fds);
+  CHECK(is_open(HS_ROOT_ID, hidden));
+  CHECK_EQ(released(f, 4, &p), 1);
+  CHECK(p != NULL && strncmp(p, "/.fuse_hidden", 13) == 0);
+  free(p);
+  close_fds(fds);
+}
+
+// The last RELEASE of a hidden file journaled, the daemon killed before the
+// hidden name was unlinked: the resent RELEASE still names it for the unlink
+// (before: the replay had left it unopened and unmarked, and it stayed).
+TEST(a_resent_last_release_still_unlinks_the_hidden_name) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  opened(f, 1);
+  hs_node_answered(1);
+  char hidden[64];
+  REQUIRE(hs_node_must_hide(r, "f") && hs_node_hidden_name(r, "f", r, hidden, sizeof(hidden)) == 0);
+  CHECK_EQ(hs_node_renamed(r, "f", r, hidden), 0);
+  with_node(f, hs_node_mark_hidden);
+  hs_node_put(r);
+  char *p = NULL;
+  CHECK_EQ(released(f, 2, &p), 1);
+  free(p);
+  p = NULL;
+  crash(fds);
+  CHECK_EQ(released(f, RESEND | 2, &p), 1);
+  CHECK(p != NULL && strcmp(p + 1, hidden) == 0);
+  free(p);
+  close_fds(fds);
+}
+
+// A request's change made before a compaction, the daemon killed after it
+// and before the answer: the snapshot carries it (a PENDING record), through
+// a second compaction and crash as well; answered ones are not carried.
+TEST(changes_in_doubt_survive_compactions) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  uint64_t g = found_n(r, "g", 101, S_IFREG, 1);
+  hs_node_put(r);
+  opened(f, 7);        // in flight at the kill
+  opened(g, 9);
+  hs_node_answered(9); // answered: never resent
+  CHECK_EQ(hs_journal_compact(), 0);
+  crash(fds);
+  CHECK_EQ(hs_nodes_pending(), 1);
+  opened(f, RESEND | 7);
+  CHECK_EQ(hs_journal_compact(), 0);
+  crash(fds);
+  opened(f, RESEND | 7);
+  hs_node_answered(RESEND | 7);
+  char *p = NULL;
+  CHECK_EQ(released(f, 10, &p), 0);
+  hs_node_answered(10);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  CHECK(is_open(HS_ROOT_ID, "g"));
+  CHECK_EQ(hs_journal_compact(), 0);
+  crash(fds);
+  CHECK_EQ(hs_nodes_pending(), 0);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  close_fds(fds);
+}
+
+// A CREATE with O_EXCL counted its open, the daemon killed before the answer:
+// the resend is answered EIO without running (handles.c), so the kernel holds
+// no handle: the open is taken back, and stays so after another crash.
+TEST(a_refused_resent_create_takes_its_open_back) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  hs_node_put(r);
+  opened(f, 5);
+  crash(fds);
+  CHECK(is_open(HS_ROOT_ID, "f"));
+  hs_node_refused(RESEND | 5);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  hs_node_refused(RESEND | 5);  // refused again (killed before the EIO went out): nothing more
+  crash(fds);
+  CHECK(!is_open(HS_ROOT_ID, "f"));
+  CHECK_EQ(hs_nodes_pending(), 0);
+  // A request that is not a resend of one kept takes nothing back.
+  opened(f, 6);
+  hs_node_answered(6);
+  hs_node_refused(RESEND | 6);
+  CHECK(is_open(HS_ROOT_ID, "f"));
   close_fds(fds);
 }
 

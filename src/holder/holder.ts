@@ -22,6 +22,8 @@
  *   pidfd from the socket, holder.c), never of whatever process has the pid
  *   the message names: a registration names its sender or is refused, and a
  *   sender already gone is stored as dead, so the next start resumes.
+ * - Only the registered daemon itself ends a kept session (RELEASE): the sender
+ *   is the socket's peer (holder.c), never the pid the message names.
  * - A bad message gets an ERROR reply on its connection; the holder serves on.
  */
 import { closeSync, readSync, statSync, unlinkSync } from 'node:fs';
@@ -157,12 +159,32 @@ export class Holder {
         return this.claim(c, req);
       case 'release': {
         const h = this.held;
-        const why = h === null ? null : (sameTree(req, h.reg) ?? (req.pid !== h.reg.pid ? `pid ${req.pid} is not the registered daemon (${h.reg.pid})` : null));
-        if (why !== null) return c.send({ refused: why });
+        const why = h === null ? null : (sameTree(req, h.reg) ?? this.notTheDaemon(c.fd, h));
+        if (why !== null) {
+          this.log.warn({ named: req.pid, daemon: h?.reg.pid, reason: why }, 'a release was refused');
+          return c.send({ refused: why });
+        }
         await c.send({ ok: true });
-        return this.stop(0, `released by the daemon (pid ${req.pid}) at its stop`);
+        return this.stop(0, `released by the daemon (pid ${h?.reg.pid ?? req.pid}) at its stop`);
       }
     }
+  }
+
+  /**
+   * Why the process at the other end of `conn` is not the registered daemon (null: it is).
+   * Decided by the socket's peer, never by the pid the message names (any root process can
+   * name one): its pid as the kernel recorded it at connect(), and the registered daemon
+   * alive now (its pidfd not readable), so that pid was never freed in between and the peer
+   * is that very process. A dead daemon releases nothing: its session is kept for the next start.
+   */
+  private notTheDaemon(conn: number, h: Held): string | null {
+    const peer = this.raw.hs_holder_peer(conn);
+    if (typeof peer === 'number') return `the releasing process cannot be identified: errno ${-peer}`;
+    if (peer.pidfd >= 0) this.closeAll([peer.pidfd]);
+    if (h.pidfd !== null && (this.raw.hs_holder_poll(h.pidfd, POLLIN) & POLLIN) !== 0) h.daemonAlive = false;
+    if (!h.daemonAlive) return `the registered daemon (pid ${h.reg.pid}) is gone: its session is kept for the next start`;
+    if (peer.pid !== h.reg.pid) return `pid ${peer.pid} is not the registered daemon (${h.reg.pid})`;
+    return null;
   }
 
   private register(conn: number, reg: Registration, journal: number, fds: number[]): object {

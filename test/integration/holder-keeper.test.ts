@@ -20,6 +20,8 @@ import { ROOT, runAsync } from '../helpers/daemon.js';
  *   a dead one whose number may be reused) cannot make a session look alive.
  * - A registration for another backing tree or mount never replaces the
  *   session held; one for the same tree (a successor, a resumed daemon) does.
+ * - A release ends the session only from the registered daemon itself (the
+ *   socket's peer), whatever pid the message names.
  */
 
 const asRoot = process.getuid?.() === 0;
@@ -36,6 +38,14 @@ else if (op === 'claim') {
   const r = await client.claim(raw, config);
   if (r.kind === 'kept') client.dropKept(r.kept);
   out.claim = r.kind === 'kept' ? { kind: 'kept', generation: r.kept.generation, backing: r.kept.backing } : r;
+} else if (op === 'release') {
+  // A release as any root process can send one: naming a pid, from a connection of its own.
+  const fd = raw.hs_handover_connect(dir + '/holder.sock');
+  if (fd < 0) throw new Error('connect: errno ' + -fd);
+  const sent = raw.hs_handover_send(fd, Buffer.from(JSON.stringify({ op: 'release', protocol: 1, backing, mount, pid: Number(namedPid) })), [], 5000);
+  if (sent < 0) throw new Error('send: errno ' + -sent);
+  const r = raw.hs_handover_recv(fd, 5000);
+  out.reply = r.res >= 0 ? JSON.parse(r.data.toString()) : { errno: -r.res };
 } else {
   // As client.register sends it: the session's descriptor, INIT's, the journal's two.
   const fds = ['session', 'INIT', 'journal0', 'journal1'].map((s) => raw.hs_handover_memfd(Buffer.from(s)));
@@ -45,12 +55,20 @@ else if (op === 'claim') {
   if (fd < 0) throw new Error('connect: errno ' + -fd);
   const sent = raw.hs_handover_send(fd, Buffer.from(JSON.stringify({ op: 'register', protocol: 1, reg, journal: 2 })), fds, 5000);
   if (sent < 0) throw new Error('send: errno ' + -sent);
-  if (wait === 'wait') {
+  if (wait === 'wait' || wait === 'stay') {
     const r = raw.hs_handover_recv(fd, 5000);
     out.reply = r.res >= 0 ? JSON.parse(r.data.toString()) : { errno: -r.res };
   }
 }
 console.log(JSON.stringify(out));
+if (wait === 'stay') {
+  // A daemon that goes on serving: at a line on stdin it releases, as its stop does (client.release).
+  for await (const line of (await import('node:readline')).createInterface({ input: process.stdin })) {
+    const res = await client.release(raw, config).then(() => 'released', (e) => e.message);
+    console.log(JSON.stringify({ release: res }));
+    break;
+  }
+}
 `;
 
 interface Keeper {
@@ -142,6 +160,29 @@ describe.skipIf(!asRoot)('the holder as a keeper: the living from the dead, and 
     // Its own pid: kept, and alive while the sender lives (it waits for the reply, so it did when read).
     const own = await probe(k, 'register', {}, 'self');
     expect(own.reply).toEqual({ ok: true });
+  });
+
+  it('a release is the registered daemon\'s own: another process naming its pid ends nothing, the daemon itself does', async () => {
+    const k = await keeper();
+    const script = join(k.dir, 'probe.mjs');
+    const daemon = spawn(process.execPath, [script, 'register', k.dir, join(k.dir, 'backing'), join(k.dir, 'mount'), 'self', 'stay'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    try {
+      const lines = createInterface({ input: daemon.stdout! })[Symbol.asyncIterator]();
+      const reg = JSON.parse((await lines.next()).value as string) as ProbeOut;
+      expect(reg.reply).toEqual({ ok: true });
+      // Another root process names the registered (living) daemon's pid.
+      const forged = await probe(k, 'release', {}, String(reg.pid));
+      expect(forged.reply).toEqual({ refused: `pid ${forged.pid} is not the registered daemon (${reg.pid})` });
+      expect(k.holder.exitCode).toBeNull();
+      expect((await probe(k, 'status')).status).toMatchObject({ registered: true, daemonPid: reg.pid, daemonAlive: true });
+      // The daemon itself, as its stop does: the holder leaves.
+      daemon.stdin!.write('release\n');
+      expect(JSON.parse((await lines.next()).value as string)).toEqual({ release: 'released' });
+      await k.exited;
+      expect(k.log.some((l) => l.includes(`released by the daemon (pid ${reg.pid})`))).toBe(true);
+    } finally {
+      daemon.kill();
+    }
   });
 
   it('a registration for another backing tree or mount never replaces the session held; one for the same tree does', async () => {

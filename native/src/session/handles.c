@@ -26,11 +26,13 @@
 #include <sys/uio.h>
 
 #include "handles.h"
+#include "nodes.h"
 
 #ifndef FUSE_UNIQUE_RESEND
 #define FUSE_UNIQUE_RESEND (1ULL << 63)
 #endif
 
+__thread uint64_t hs_req_unique;
 static uint32_t h_epoch;  // atomic
 static uint64_t h_resent, h_refused, h_reopened;  // atomics
 
@@ -330,15 +332,19 @@ static int redirect (char *fhp, uint64_t kfh, int dir, const struct fuse_in_head
 }
 
 int hs_handles_filter (char *buf, size_t len, struct fuse_chan *ch) {
+  hs_req_unique = 0;
   if (len < sizeof(struct fuse_in_header)) return 0;
   struct fuse_in_header h;
   memcpy(&h, buf, sizeof(h));
+  hs_req_unique = h.unique;
   char *arg = buf + sizeof(h);
   size_t alen = len - sizeof(h);
   if (h.unique & FUSE_UNIQUE_RESEND) {
     __atomic_add_fetch(&h_resent, 1, __ATOMIC_RELAXED);
     if (not_idempotent(&h, arg, alen)) {
       __atomic_add_fetch(&h_refused, 1, __ATOMIC_RELAXED);
+      // The kernel gets no handle: an open the first run counted (a CREATE's) is taken back, before the answer.
+      hs_node_refused(h.unique);
       answer(ch, h.unique, EIO);
       return 1;
     }

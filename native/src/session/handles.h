@@ -29,9 +29,14 @@ static inline uint64_t hs_fh_out (uint64_t inner) {
 // other: the same policy). After a resume, a request the dead daemon had read
 // but not answered comes again (the kernel's FUSE_NOTIFY_RESEND); one whose
 // effect cannot be known (a create with O_EXCL, mkdir, unlink, rename, ...)
-// is answered EIO instead of done twice. Returns 1 when the request was
+// is answered EIO instead of done twice (and the open its first run counted,
+// if any, taken back: hs_node_refused). Returns 1 when the request was
 // answered here, 0 when it goes on to libfuse (buf possibly rewritten).
 int hs_handles_filter (char *buf, size_t len, struct fuse_chan *ch);
+// The unique of the request this thread last passed through the filter, as
+// the kernel sent it (a resent one with bit 63): the request libfuse then
+// decodes on this thread, whose op records it (op_new).
+extern __thread uint64_t hs_req_unique;
 
 // How many requests came again, of which answered EIO, and how many dead
 // handles were reopened (for status).

@@ -214,7 +214,7 @@ void hs_nodes_init (void) {
     hs_nt.root->nlookup = 1;
     nt_id_add(hs_nt.root);
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 void hs_nodes_clear (void) {
@@ -232,22 +232,23 @@ void hs_nodes_clear (void) {
   hs_nt.id_count = hs_nt.ino_count = hs_nt.alias_count = 0;
   hs_nt.next_id = HS_ROOT_ID + 1;
   hs_nt.hide_ctr = 0;
+  nt_eff_clear();
   nt_jr_detach();
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 hs_node_t *hs_node_get (uint64_t nodeid) {
   pthread_mutex_lock(&hs_nt.mu);
   hs_node_t *n = hs_nt.id_tab != NULL ? nt_id_find(nodeid) : NULL;
   if (n != NULL) n->refs++;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return n;
 }
 
 void hs_node_ref (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   n->refs++;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 void hs_node_put (hs_node_t *n) {
@@ -255,7 +256,7 @@ void hs_node_put (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   n->refs--;
   nt_node_free_if_unused(n);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 uint64_t hs_node_id (const hs_node_t *n) {
@@ -274,14 +275,14 @@ hs_node_t *hs_node_home (hs_node_t *n) {
     }
   }
   if (home != NULL) home->refs++;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return home;
 }
 
 uint64_t hs_node_ino (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   uint64_t ino = n->ino;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return ino;
 }
 
@@ -312,7 +313,7 @@ static void alias_prefer (hs_alias_t *a, uint32_t nlink) {
 // lookup's to drop again).
 static int found_failed (uint64_t next_id) {
   if (hs_nt.journal != NULL && hs_nt.next_id != next_id) nt_jr_value(HS_JR_NEXT_ID, hs_nt.next_id);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return -ENOMEM;
 }
 
@@ -352,7 +353,7 @@ found:
   n->nlookup++;
   *nodeid = n->nodeid;
   if (hs_nt.journal != NULL) nt_jr_found(parent->nodeid, name, ino, type, nlink, n->nodeid);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return 0;
 }
 
@@ -370,7 +371,7 @@ void hs_node_forget (uint64_t nodeid, uint64_t nlookup) {
     }
   }
   if (hs_nt.journal != NULL) nt_jr_forget(nodeid, nlookup);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 void hs_node_removed (hs_node_t *parent, const char *name) {
@@ -384,7 +385,7 @@ void hs_node_removed (hs_node_t *parent, const char *name) {
     nt_node_free_if_unused(n);
   }
   if (hs_nt.journal != NULL) nt_jr_removed(parent->nodeid, name);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *nn) {
@@ -409,24 +410,41 @@ int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *n
     nt_node_free_if_unused(n);
   }
   if (hs_nt.journal != NULL) nt_jr_renamed(op->nodeid, on, np->nodeid, nn);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
 // ---- opens and hidden names ------------------------------------------------------
 
+// Under hs_nt.mu: whether `unique` is a resent request whose first run's
+// change (kind, on n) is in the table already.
+static int already_done (uint64_t unique, uint32_t kind, const hs_node_t *n) {
+  if (!(unique & HS_UNIQUE_RESEND)) return 0;
+  const nt_eff_t *e = nt_eff_find(unique & ~HS_UNIQUE_RESEND);
+  return e != NULL && e->kind == kind && e->nodeid == n->nodeid;
+}
+
 void hs_node_opened (hs_node_t *n) {
+  hs_node_opened_by(n, 0);
+}
+
+void hs_node_opened_by (hs_node_t *n, uint64_t unique) {
+  uint64_t u = unique & ~HS_UNIQUE_RESEND;
   pthread_mutex_lock(&hs_nt.mu);
-  n->open_count++;
-  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_OPENED, n->nodeid);
-  pthread_mutex_unlock(&hs_nt.mu);
+  // Resent: its first run counted this open, and the kernel got no answer to it.
+  if (!already_done(unique, HS_JR_OPENED, n)) {
+    n->open_count++;
+    if (u != 0) nt_eff_put(u, HS_JR_OPENED, n->nodeid);
+    if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_OPENED, n->nodeid, u);
+  }
+  nt_unlock();
 }
 
 int hs_node_must_hide (hs_node_t *parent, const char *name) {
   pthread_mutex_lock(&hs_nt.mu);
   hs_alias_t *a = nt_alias_find(parent, name);
   int hide = a != NULL && a->node->open_count > 0 && a->node->aliases == a && a->next == NULL;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return hide;
 }
 
@@ -446,7 +464,7 @@ int hs_node_hidden_name (hs_node_t *parent, const char *name, hs_node_t *in, cha
     err = 0;
     if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDE_CTR, hs_nt.hide_ctr);
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
@@ -454,19 +472,32 @@ void hs_node_mark_hidden (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   n->hidden = 1;
   if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDDEN, n->nodeid);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 int hs_node_is_hidden (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   int h = n->hidden;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return h;
 }
 
 int hs_node_released (hs_node_t *n, char **path) {
+  return hs_node_released_by(n, path, 0);
+}
+
+int hs_node_released_by (hs_node_t *n, char **path, uint64_t unique) {
+  uint64_t u = unique & ~HS_UNIQUE_RESEND;
   int unlink_hidden = 0;
   pthread_mutex_lock(&hs_nt.mu);
+  if (already_done(unique, HS_JR_RELEASED, n)) {
+    // Its first run took this release off the count already (journaled), and
+    // may have died before the hidden name it left unopened was unlinked:
+    // that unlink is this one's to do (a second one finds no name: ENOENT).
+    if (n->open_count == 0 && !n->hidden && nt_hidden_named(n) && nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) unlink_hidden = 1;
+    nt_unlock();
+    return unlink_hidden;
+  }
   if (n->open_count > 0) n->open_count--;
   if (n->hidden && n->open_count == 0) {
     n->hidden = 0;
@@ -474,8 +505,9 @@ int hs_node_released (hs_node_t *n, char **path) {
     // came to have otherwise.
     if (nt_hidden_named(n) && nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) unlink_hidden = 1;
   }
-  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_RELEASED, n->nodeid);
-  pthread_mutex_unlock(&hs_nt.mu);
+  if (u != 0) nt_eff_put(u, HS_JR_RELEASED, n->nodeid);
+  if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_RELEASED, n->nodeid, u);
+  nt_unlock();
   return unlink_hidden;
 }
 
@@ -483,7 +515,7 @@ uint32_t hs_node_type (uint64_t nodeid) {
   pthread_mutex_lock(&hs_nt.mu);
   hs_node_t *n = hs_nt.id_tab != NULL ? nt_id_find(nodeid) : NULL;
   uint32_t type = n != NULL ? n->type : 0;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return type;
 }
 
@@ -491,5 +523,5 @@ void hs_nodes_stats (uint64_t *nodes, uint64_t *known) {
   pthread_mutex_lock(&hs_nt.mu);
   *nodes = hs_nt.id_count;
   *known = hs_nt.ino_count;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }

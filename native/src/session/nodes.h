@@ -95,6 +95,31 @@ void hs_node_mark_hidden (hs_node_t *n);
 int hs_node_released (hs_node_t *n, char **path);
 int hs_node_is_hidden (hs_node_t *n);
 
+// Requests the kernel may send again (FUSE_NOTIFY_RESEND after a crash: the
+// same unique with bit 63 set, only when no answer reached the kernel). An
+// open's and a release's change of the open count is journaled before the
+// answer, so the resent request must not make it twice. `unique` is the
+// request's as the kernel sent it (0: no request, a replay): the change is
+// kept under it (the resend bit cleared) until hs_node_answered; a resent
+// request whose first run's change is kept (same kind, same node) makes none
+// (a resent release still returns the hidden name to unlink when that
+// change left it at no open). The open's and release's uniques go into the
+// journal with their records, and the changes still kept go into each
+// snapshot, so a second crash finds them too.
+#define HS_UNIQUE_RESEND (1ULL << 63)
+void hs_node_opened_by (hs_node_t *n, uint64_t unique);
+int hs_node_released_by (hs_node_t *n, char **path, uint64_t unique);
+// After the answer to `unique` was written (or it needs none): its change is
+// certain, no resend will come. Journaled when a change was kept.
+void hs_node_answered (uint64_t unique);
+// A resent request answered with an error (handles.c: a CREATE with O_EXCL,
+// answered EIO unrun; op_finish: an OPEN or CREATE that failed this time):
+// the open its first run counted is taken back (the kernel got no handle),
+// journaled.
+void hs_node_refused (uint64_t unique);
+// For tests and status: how many requests' changes are kept.
+uint64_t hs_nodes_pending (void);
+
 // The table as bytes for a successor (*out malloc'd), taken when no request
 // is in flight; and read back into a table that has served nothing yet
 // (-EINVAL: not a table of this format, or inconsistent). 0 or -errno.

@@ -54,8 +54,10 @@ int nt_export_locked (nt_buf_t *b) {
   PUT(b, (uint64_t) hs_nt.hide_ctr);
   PUT(b, (uint64_t) (hs_nt.id_count - 1));
   for (size_t i = 0; i < hs_nt.id_size; i++) {
-    // The nodes of buckets ahead are fetched while this one is written (the walk waits on memory).
-    if (i + 8 < hs_nt.id_size && hs_nt.id_tab[i + 8] != NULL) __builtin_prefetch(hs_nt.id_tab[i + 8]);
+    // The nodes of buckets ahead are fetched while this one is written (the
+    // walk waits on memory), and the names of nodes fetched earlier.
+    if (i + 16 < hs_nt.id_size && hs_nt.id_tab[i + 16] != NULL) __builtin_prefetch(hs_nt.id_tab[i + 16]);
+    if (i + 8 < hs_nt.id_size && hs_nt.id_tab[i + 8] != NULL && hs_nt.id_tab[i + 8]->aliases != NULL) __builtin_prefetch(hs_nt.id_tab[i + 8]->aliases);
     for (hs_node_t *n = hs_nt.id_tab[i]; n != NULL; n = n->id_next) {
       if (n == hs_nt.root) continue;
       uint32_t na = 0;
@@ -83,7 +85,7 @@ int hs_nodes_export (char **out, size_t *len) {
   nt_buf_t b = { NULL, 0, 0, NULL, NULL };
   pthread_mutex_lock(&hs_nt.mu);
   int err = nt_export_locked(&b);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   if (err != 0) {
     free(b.p);
     return err;
@@ -231,7 +233,7 @@ int hs_nodes_import (const char *buf, size_t len) {
   hs_nt.next_id = nid;
   hs_nt.hide_ctr = hctr;
 out:
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   free(made);
   return err;
 bad:

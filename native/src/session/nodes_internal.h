@@ -89,10 +89,38 @@ void nt_jr_forget (uint64_t nodeid, uint64_t nlookup);
 void nt_jr_removed (uint64_t parent, const char *name);
 void nt_jr_renamed (uint64_t op, const char *on, uint64_t np, const char *nn);
 // HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED (a node), HS_JR_HIDE_CTR, HS_JR_NEXT_ID (a value).
-enum { HS_JR_FOUND = 1, HS_JR_FORGET, HS_JR_REMOVED, HS_JR_RENAMED, HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED, HS_JR_HIDE_CTR, HS_JR_NEXT_ID };
+// HS_JR_ANSWERED, HS_JR_REFUSED (a request's unique: nodes_requests.c);
+// HS_JR_PENDING (written after a snapshot only: a unique, a node, a kind).
+enum { HS_JR_FOUND = 1, HS_JR_FORGET, HS_JR_REMOVED, HS_JR_RENAMED, HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED, HS_JR_HIDE_CTR, HS_JR_NEXT_ID,
+       HS_JR_ANSWERED, HS_JR_REFUSED, HS_JR_PENDING };
 void nt_jr_value (uint32_t kind, uint64_t v);
+// OPENED and RELEASED with the unique of the request they answer (b; 0: none).
+void nt_jr_value2 (uint32_t kind, uint64_t a, uint64_t b);
+
+// Requests whose effect is in the table (and journaled) but whose answer may
+// not have reached the kernel (nodes_requests.c): a unique (the resend bit
+// cleared) -> the one effect it had (HS_JR_OPENED or HS_JR_RELEASED, a node).
+typedef struct nt_eff { uint64_t unique, nodeid; uint32_t kind; struct nt_eff *next; } nt_eff_t;
+nt_eff_t *nt_eff_find (uint64_t unique);
+// Inserted or replaced; without memory the request is not tracked (a resend
+// of it then does its effect again, as before uniques were kept).
+void nt_eff_put (uint64_t unique, uint32_t kind, uint64_t nodeid);
+int nt_eff_del (uint64_t unique);
+void nt_eff_clear (void);
+// Each entry (a snapshot writes them after itself): 0, or the first error fn returns.
+int nt_eff_each (int (*fn) (const nt_eff_t *e, void *ctx), void *ctx);
 // hs_nodes_clear: journaling stops (the memfds are the caller's; only unmapped).
 void nt_jr_detach (void);
+
+// A compaction leaves the old memfd's pages to be punched by the thread that
+// made it once it has dropped hs_nt.mu (nodes_journal.c): every function that
+// may journal unlocks the table with nt_unlock, never pthread_mutex_unlock.
+extern __thread int nt_punch_owed;
+void nt_jr_punch_owed (void);
+static inline void nt_unlock (void) {
+  pthread_mutex_unlock(&hs_nt.mu);
+  if (__builtin_expect(nt_punch_owed, 0)) nt_jr_punch_owed();
+}
 
 // Whether the node's name (the first) is a hidden name: such a node is never
 // in the inode-number index (nodes.c).

@@ -10,7 +10,10 @@
 //   [log_start, ...)   records, each a commit word (length << 32 | checksum
 //                      of its body, seeded with the generation and offset)
 //                      then its body: what a public mutation was called
-//                      with, and for a lookup the node ID it gave
+//                      with, and for a lookup the node ID it gave; first
+//                      the PENDING records of the requests whose change the
+//                      snapshot holds but whose answer was not written yet
+//                      (nodes_requests.c), written before the header commits
 //
 // Invariants:
 // - Lock: hs_nt.mu guards everything here (the journal state, both
@@ -25,7 +28,14 @@
 //   the snapshot and the other fields; the valid header with the highest
 //   generation is the journal. A compaction writes a snapshot of the table
 //   (which includes every record so far) into the other memfd with the next
-//   generation, switches to it, and only then punches the old one.
+//   generation, switches to it, and only then zeroes the old header's
+//   generation (under the mutex) and punches the old memfd (after the
+//   mutex, by the same thread: nt_jr_punch_owed). A memfd takes a snapshot
+//   only once punched (by that owed punch, or first thing under the mutex
+//   when it did not happen): jr_punch_mu and jr_seq order the two.
+// - Automatic compactions are at least JR_MIN_INTERVAL_NS apart unless the
+//   log reaches JR_FULL: the export holds the mutex, and an owner's lookups
+//   must not make every home wait often.
 // - Pages are allocated ahead with fallocate (JR_CHUNK at a time), so a full
 //   tmpfs is an error here, never a SIGBUS in a mapping. A journal that
 //   cannot go on (no room even after a compaction) invalidates its headers
@@ -46,6 +56,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nodes_internal.h"
@@ -58,6 +69,8 @@
 
 struct nt_journal jr;
 static size_t jr_limit_override;
+static pthread_mutex_t jr_punch_mu;
+static uint64_t jr_seq;
 
 uint64_t jr_sum (uint64_t seed, const void *p, size_t len) {
   const unsigned char *s = p;
@@ -102,21 +115,71 @@ static int jr_grow (nt_buf_t *b, size_t need) {
   return err;
 }
 
+// ---- records ----------------------------------------------------------------------
+
+// One record written at pos of memfd `at` (generation gen) and committed by
+// its word, stored last; room is made for it and the zero word after it.
+// Its length, or 0 (no room).
+static size_t jr_put (struct nt_journal *j, int at, uint64_t gen, size_t pos, size_t *reserved, const jr_body_t *b, const char *n1, const char *n2) {
+  size_t body = sizeof(*b) + b->len1 + b->len2;
+  size_t total = (8 + body + 7) / 8 * 8;
+  if (jr_room(j, at, reserved, pos + total + 8) != 0) return 0;
+  char *r = j->map[at] + pos;
+  memcpy(r + 8, b, sizeof(*b));
+  memcpy(r + 8 + sizeof(*b), n1, b->len1);
+  memcpy(r + 8 + sizeof(*b) + b->len1, n2, b->len2);
+  uint64_t sum = jr_sum(jr_seed(gen, pos), r + 8, body);
+  __atomic_store_n((uint64_t *) r, ((uint64_t) total << 32) | (uint32_t) sum, __ATOMIC_RELEASE);
+  return total;
+}
+
+typedef struct { struct nt_journal *j; int at; uint64_t gen; size_t pos, reserved; } jr_pend_t;
+
+// A request's kept change (nodes_requests.c) as a PENDING record after a snapshot.
+static int jr_pending (const nt_eff_t *e, void *ctx) {
+  jr_pend_t *p = ctx;
+  jr_body_t b = { .kind = HS_JR_PENDING, .a = e->unique, .b = e->nodeid, .c = e->kind };
+  size_t total = jr_put(p->j, p->at, p->gen, p->pos, &p->reserved, &b, "", "");
+  if (total == 0) return -ENOSPC;
+  p->pos += total;
+  return 0;
+}
+
 // ---- snapshots ------------------------------------------------------------------
 
 // Under hs_nt.mu: a snapshot of the table into memfd `to` as generation
 // `gen`, which becomes the active one. The other is left as it was. 0 or -errno.
 int jr_snapshot (struct nt_journal *j, int to, uint64_t gen, uint64_t epoch) {
   char *m = j->map[to];
-  // Zero: no header until the new one commits, no earlier record after the snapshot.
-  if (fallocate(j->fd[to], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) j->size[to]) != 0) return -errno;
-  jr_grow_t g = { j, to, 0 };
+  // Zero: no header until the new one commits, no earlier record after the
+  // snapshot. Punched already, off the mutex, by the thread of the compaction
+  // that left it (nt_jr_punch_owed), unless that was not done yet or failed:
+  // then here. From now on no punch owed of it may run (jr_seq).
+  pthread_mutex_lock(&jr_punch_mu);
+  int clean = j->clean[to];
+  size_t pre = clean ? j->pre[to] : 0;
+  j->clean[to] = 0;
+  j->pre[to] = 0;
+  jr_seq++;
+  pthread_mutex_unlock(&jr_punch_mu);
+  if (!clean && fallocate(j->fd[to], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) j->size[to]) != 0) return -errno;
+  // Pages allocated and mapped ahead (with the punch) need no system call here.
+  jr_grow_t g = { j, to, pre };
   int err = jr_room(j, to, &g.reserved, JR_HDR);
   nt_buf_t b = { m + JR_HDR, 0, 0, jr_grow, &g };
   if (err == 0) err = nt_export_locked(&b);
   size_t log_start = JR_HDR + (b.len + 7) / 8 * 8;
   // Room for the header page, the snapshot and the first commit word.
   if (err == 0) err = jr_room(j, to, &g.reserved, log_start + 8);
+  // The requests whose change the snapshot holds but whose answer may not
+  // have reached the kernel, as records right after it, before the header
+  // commits: whoever reads this snapshot reads them.
+  jr_pend_t p = { j, to, gen, log_start, 0 };
+  if (err == 0) {
+    p.reserved = g.reserved;
+    err = nt_eff_each(jr_pending, &p);
+    g.reserved = p.reserved;
+  }
   if (err != 0) return err;
   jr_hdr_t *h = (jr_hdr_t *) m;
   h->magic = JR_MAGIC;
@@ -128,18 +191,95 @@ int jr_snapshot (struct nt_journal *j, int to, uint64_t gen, uint64_t epoch) {
   __atomic_store_n(&h->gen, gen, __ATOMIC_RELEASE);
   j->active = to;
   j->gen = gen;
-  j->pos = j->log_start = log_start;
+  j->log_start = log_start;
+  j->pos = p.pos;
   j->reserved = g.reserved;
   j->snap_len = b.len;
   return 0;
 }
 
-// Under hs_nt.mu: the pages of memfd `at` go (and with them its header).
+// The pages of memfd `at` go (and with them its header); clean when they did.
 void jr_punch (struct nt_journal *j, int at) {
   if (fallocate(j->fd[at], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) j->size[at]) != 0) {
     // Its generation is lower than the active one's: left as it is, it is never chosen.
     fprintf(stderr, "homesfs: node journal: the old log's pages stay (%s)\n", strerror(errno));
+    return;
   }
+  pthread_mutex_lock(&jr_punch_mu);
+  j->clean[at] = 1;
+  j->pre[at] = 0;
+  pthread_mutex_unlock(&jr_punch_mu);
+}
+
+static uint64_t mono_ns (void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec;
+}
+
+// ---- the old log's punch, off the table's mutex -------------------------------------
+//
+// A compaction writes the snapshot under hs_nt.mu (it must see the table
+// whole), but the old memfd's pages (the whole old log: up to 64 MiB and
+// more) are punched after, by the same thread once it has dropped the mutex
+// (nt_unlock), so no other request waits for that. In between the old
+// memfd's header is already invalid (its generation zeroed under the mutex,
+// right after the new header committed), so a recovery or a follower treats
+// it as punched; its records never check out against another generation.
+//
+// Lock: jr_punch_mu guards jr_seq and jr.clean; lock order hs_nt.mu, then
+// jr_punch_mu (the punch owed holds only jr_punch_mu). jr_seq moves whenever
+// a memfd starts taking a snapshot or the journal is attached or detached,
+// so an owed punch that finds it moved does nothing: it never punches a
+// memfd written again meanwhile, nor one the journal no longer has.
+
+static pthread_mutex_t jr_punch_mu = PTHREAD_MUTEX_INITIALIZER;
+__thread int nt_punch_owed;
+static __thread int owed_at;
+static __thread uint64_t owed_seq;
+static __thread size_t owed_snap;
+
+// And the pages the next snapshot there will need (this one's size and a
+// quarter more) allocated and mapped ahead, so that the next compaction
+// makes no system call for them under the mutex either.
+void (*hs_journal_before_punch) (void);
+
+void nt_jr_punch_owed (void) {
+  nt_punch_owed = 0;
+  if (hs_journal_before_punch != NULL) hs_journal_before_punch();
+  pthread_mutex_lock(&jr_punch_mu);
+  if (jr_seq == owed_seq) {
+    int at = owed_at;
+    if (fallocate(jr.fd[at], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) jr.size[at]) == 0) {
+      jr.clean[at] = 1;
+      jr.pre[at] = 0;
+      size_t want = (JR_HDR + owed_snap + owed_snap / 4 + JR_CHUNK) / JR_CHUNK * JR_CHUNK;
+      if (want > jr.size[at]) want = jr.size[at];
+      if (fallocate(jr.fd[at], 0, 0, (off_t) want) == 0) {
+        (void) madvise(jr.map[at], want, MADV_POPULATE_WRITE);
+        jr.pre[at] = want;
+      }
+    }
+    // Else the next compaction into it punches it first (under the mutex).
+    else fprintf(stderr, "homesfs: node journal: the old log's pages stay until the next compaction (%s)\n", strerror(errno));
+  }
+  pthread_mutex_unlock(&jr_punch_mu);
+}
+
+void jr_attach (const struct nt_journal *j) {
+  pthread_mutex_lock(&jr_punch_mu);
+  jr = *j;
+  jr_seq++;
+  pthread_mutex_unlock(&jr_punch_mu);
+  hs_nt.journal = &jr;
+}
+
+void jr_detach (void) {
+  pthread_mutex_lock(&jr_punch_mu);
+  jr_seq++;
+  jr_unmap(&jr);
+  pthread_mutex_unlock(&jr_punch_mu);
+  hs_nt.journal = NULL;
 }
 
 void jr_unmap (struct nt_journal *j) {
@@ -154,20 +294,55 @@ void jr_unmap (struct nt_journal *j) {
 static void jr_break (struct nt_journal *j, int err) {
   fprintf(stderr, "homesfs: node journal stopped: %s\n", strerror(-err));
   for (int i = 0; i < 2; i++) __atomic_store_n(&((jr_hdr_t *) j->map[i])->gen, 0, __ATOMIC_RELEASE);
-  jr_unmap(j);
-  hs_nt.journal = NULL;
+  jr_detach();
 }
+
+// What the last compaction held the mutex for (hs_journal_held): wall and this thread's CPU time.
+static uint64_t jr_held_ns, jr_held_cpu_ns;
+
+static uint64_t cpu_ns (void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec;
+}
+
+static uint64_t wall_ns (void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec;
+}
+
+static int jr_compact_locked (struct nt_journal *j);
 
 // Under hs_nt.mu: the active log starts over from a snapshot in the other memfd.
 static int jr_compact (struct nt_journal *j) {
+  uint64_t w0 = wall_ns(), c0 = cpu_ns();
+  int err = jr_compact_locked(j);
+  jr_held_cpu_ns = cpu_ns() - c0;
+  jr_held_ns = wall_ns() - w0;
+  return err;
+}
+
+static int jr_compact_locked (struct nt_journal *j) {
   int from = j->active;
   uint64_t epoch = __atomic_load_n(&((jr_hdr_t *) j->map[from])->epoch, __ATOMIC_RELAXED);
   int err = jr_snapshot(j, 1 - from, j->gen + 1, epoch);
+  j->last_compact_ns = mono_ns();
   if (err != 0) {
     // The active log is intact: the records go on there while it has room.
     return err;
   }
-  jr_punch(j, from);
+  // The new header is committed: the old one goes now (one store), its pages
+  // once this thread has dropped the mutex (nt_unlock).
+  __atomic_store_n(&((jr_hdr_t *) j->map[from])->gen, 0, __ATOMIC_RELEASE);
+  if (j == &jr) {
+    pthread_mutex_lock(&jr_punch_mu);
+    owed_seq = jr_seq;
+    pthread_mutex_unlock(&jr_punch_mu);
+    owed_at = from;
+    owed_snap = j->snap_len;
+    nt_punch_owed = 1;
+  } else jr_punch(j, from);
   return 0;
 }
 
@@ -177,29 +352,25 @@ static size_t jr_limit (const struct nt_journal *j) {
   return four > JR_MIN_LIMIT ? four : JR_MIN_LIMIT;
 }
 
-// ---- records ----------------------------------------------------------------------
+// ---- appending ----------------------------------------------------------------------
 
 // Under hs_nt.mu, after the mutation it names: one record appended and committed.
 static void jr_append (const jr_body_t *b, const char *n1, const char *n2) {
   struct nt_journal *j = &jr;
-  size_t body = sizeof(*b) + b->len1 + b->len2;
-  size_t total = (8 + body + 7) / 8 * 8;
-  char *m = j->map[j->active];
-  // Room for the record and the zero word after it.
-  if (jr_room(j, j->active, &j->reserved, j->pos + total + 8) != 0) {
+  size_t total = jr_put(j, j->active, j->gen, j->pos, &j->reserved, b, n1, n2);
+  if (total == 0) {
     // The snapshot a compaction writes holds this mutation already.
     int err = jr_compact(j);
     if (err != 0) jr_break(j, err);
     return;
   }
-  char *at = m + j->pos;
-  memcpy(at + 8, b, sizeof(*b));
-  memcpy(at + 8 + sizeof(*b), n1, b->len1);
-  memcpy(at + 8 + sizeof(*b) + b->len1, n2, b->len2);
-  uint64_t sum = jr_sum(jr_seed(j->gen, j->pos), at + 8, body);
-  __atomic_store_n((uint64_t *) at, ((uint64_t) total << 32) | (uint32_t) sum, __ATOMIC_RELEASE);
   j->pos += total;
-  if (j->pos - j->log_start > jr_limit(j)) {
+  // Past the limit, and not sooner than JR_MIN_INTERVAL_NS after the last
+  // compaction unless the log is long (each one holds the mutex for the
+  // table's export: however many lookups an owner makes, other homes wait for
+  // one at most every 5 s). Tests that set a limit get every one.
+  if (j->pos - j->log_start > jr_limit(j) &&
+      (jr_limit_override != 0 || j->pos > JR_FULL || mono_ns() - j->last_compact_ns >= JR_MIN_INTERVAL_NS)) {
     int err = jr_compact(j);
     // Not compacted: the log goes on while the memfd has room.
     if (err != 0) fprintf(stderr, "homesfs: node journal: compaction failed: %s\n", strerror(-err));
@@ -231,10 +402,14 @@ void nt_jr_value (uint32_t kind, uint64_t v) {
   jr_append(&b, "", "");
 }
 
+void nt_jr_value2 (uint32_t kind, uint64_t a, uint64_t b) {
+  jr_body_t body = { .kind = kind, .a = a, .b = b };
+  jr_append(&body, "", "");
+}
+
 void nt_jr_detach (void) {
   if (hs_nt.journal == NULL) return;
-  jr_unmap(&jr);
-  hs_nt.journal = NULL;
+  jr_detach();
 }
 
 // ---- opening ------------------------------------------------------------------------
@@ -270,11 +445,11 @@ int hs_journal_open (int fds[2]) {
     hs_nodes_init();  // before a mount, the table the session will use (idempotent)
     pthread_mutex_lock(&hs_nt.mu);
     if (hs_nt.journal != NULL) err = -EBUSY;
-    else if ((err = jr_snapshot(&j, 0, 1, 0)) == 0) {
-      jr = j;
-      hs_nt.journal = &jr;
+    else {
+      j.clean[0] = j.clean[1] = 1;  // new memfds: no pages
+      if ((err = jr_snapshot(&j, 0, 1, 0)) == 0) jr_attach(&j);
     }
-    pthread_mutex_unlock(&hs_nt.mu);
+    nt_unlock();
     if (err != 0) jr_unmap(&j);
   }
   if (err != 0) {
@@ -289,7 +464,7 @@ int hs_journal_open (int fds[2]) {
 void hs_journal_close (void) {
   pthread_mutex_lock(&hs_nt.mu);
   nt_jr_detach();
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 // ---- the epoch, and what tests and measurements ask ------------------------------
@@ -301,7 +476,7 @@ int hs_journal_epoch_get (uint64_t *epoch) {
     *epoch = __atomic_load_n(&((jr_hdr_t *) jr.map[jr.active])->epoch, __ATOMIC_RELAXED);
     err = 0;
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
@@ -312,7 +487,7 @@ int hs_journal_epoch_set (uint64_t epoch) {
     __atomic_store_n(&((jr_hdr_t *) jr.map[jr.active])->epoch, epoch, __ATOMIC_RELEASE);
     err = 0;
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
@@ -320,14 +495,21 @@ int hs_journal_compact (void) {
   int err = -ENOENT;
   pthread_mutex_lock(&hs_nt.mu);
   if (hs_nt.journal != NULL) err = jr_compact(&jr);
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }
 
 void hs_journal_set_limit (size_t bytes) {
   pthread_mutex_lock(&hs_nt.mu);
   jr_limit_override = bytes;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
+}
+
+void hs_journal_held (uint64_t *wall, uint64_t *cpu) {
+  pthread_mutex_lock(&hs_nt.mu);
+  *wall = jr_held_ns;
+  *cpu = jr_held_cpu_ns;
+  nt_unlock();
 }
 
 int hs_journal_where (int *active, uint64_t *pos, uint64_t *gen) {
@@ -339,6 +521,6 @@ int hs_journal_where (int *active, uint64_t *pos, uint64_t *gen) {
     *gen = jr.gen;
     err = 0;
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return err;
 }

@@ -51,4 +51,10 @@ void hs_journal_close (void);
 int hs_journal_compact (void);
 void hs_journal_set_limit (size_t bytes);
 int hs_journal_where (int *active, uint64_t *pos, uint64_t *gen);
+// How long the last compaction held the table's mutex: wall time, and the
+// compacting thread's CPU time (what a loaded machine does not inflate).
+void hs_journal_held (uint64_t *wall, uint64_t *cpu);
+// Tests: called by a thread that compacted, after it dropped the table's
+// mutex and before it punches the old log (NULL: nothing).
+extern void (*hs_journal_before_punch) (void);
 #endif

@@ -16,6 +16,8 @@
 #define JR_MAX_SIZE (1ULL << 36)   // a recovered memfd larger than this is not ours
 #define JR_CHUNK (1u << 16)        // pages allocated ahead at a time
 #define JR_MIN_LIMIT (64u << 20)   // the log compacts past max(this, 4 x the snapshot)
+#define JR_MIN_INTERVAL_NS 5000000000ULL  // and not sooner than this after the last compaction,
+#define JR_FULL (JR_SIZE / 4)            // unless the log reaches this far into its memfd
 
 typedef struct {
   uint32_t magic, version;
@@ -29,7 +31,10 @@ typedef struct {
 // A record's body (after its commit word), then len1 + len2 bytes of names.
 // FOUND: a parent, b ino, c the node ID given, type, nlink, name1.
 // FORGET: a node, b count. REMOVED: a parent, name1. RENAMED: a old parent,
-// b new parent, name1 old, name2 new. The others (nt_jr_value): a.
+// b new parent, name1 old, name2 new. OPENED, RELEASED: a node, b the
+// unique of the request (0: none). ANSWERED, REFUSED: a a unique. PENDING
+// (only after a snapshot): a a unique, b its node, c OPENED or RELEASED.
+// The others (nt_jr_value): a.
 typedef struct {
   uint32_t kind, len1, len2, type;
   uint32_t nlink, pad;
@@ -46,9 +51,18 @@ struct nt_journal {
   size_t log_start;
   size_t reserved;      // bytes of the active memfd allocated from 0
   size_t snap_len;
+  int clean[2];         // the memfd has no pages (a snapshot needs no punch first): under jr_punch_mu
+  size_t pre[2];        // of a clean memfd, the bytes from 0 allocated and mapped ahead: under jr_punch_mu
+  uint64_t last_compact_ns;  // CLOCK_MONOTONIC of the last compaction (JR_MIN_INTERVAL_NS)
 };
 
 extern struct nt_journal jr;
+
+// The journal made the one this process writes (jr = *j), and undone: under
+// hs_nt.mu, and they take jr_punch_mu (a punch of another thread that was
+// owed one of these memfds no longer happens).
+void jr_attach (const struct nt_journal *j);
+void jr_detach (void);
 
 uint64_t jr_sum (uint64_t seed, const void *p, size_t len);
 // A record's checksum seed: its generation and offset (a stale record of

@@ -84,7 +84,7 @@ static char *jr_name (char **buf, size_t *cap, const char *p, size_t len) {
 static void set_value (uint64_t *field, uint64_t v) {
   pthread_mutex_lock(&hs_nt.mu);
   *field = v;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
 }
 
 // A renamed record: through the table's function when both directories are
@@ -122,14 +122,24 @@ static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
   case HS_JR_RELEASED:
     // A node the replay does not know was forgotten, held by a request only.
     if ((n = hs_node_get(b->a)) == NULL) return 0;
-    if (b->kind == HS_JR_OPENED) hs_node_opened(n);
+    // b: the unique of the request (0 in records written before uniques were
+    // kept); never with the resend bit, so the change is made again here.
+    if (b->kind == HS_JR_OPENED) hs_node_opened_by(n, b->b & ~HS_UNIQUE_RESEND);
     else if (b->kind == HS_JR_HIDDEN) hs_node_mark_hidden(n);
     else {
       char *path = NULL;
-      hs_node_released(n, &path);
+      hs_node_released_by(n, &path, b->b & ~HS_UNIQUE_RESEND);
       free(path);
     }
     break;
+  case HS_JR_ANSWERED: hs_node_answered(b->a); return 0;
+  case HS_JR_REFUSED: hs_node_refused(b->a); return 0;
+  case HS_JR_PENDING:
+    if (b->c != HS_JR_OPENED && b->c != HS_JR_RELEASED) return -EINVAL;
+    pthread_mutex_lock(&hs_nt.mu);
+    nt_eff_put(b->a & ~HS_UNIQUE_RESEND, (uint32_t) b->c, b->b);
+    nt_unlock();
+    return 0;
   case HS_JR_HIDE_CTR: set_value(&hs_nt.hide_ctr, b->a); return 0;
   case HS_JR_NEXT_ID: set_value(&hs_nt.next_id, b->a); return 0;
   default: return -EINVAL;
@@ -176,7 +186,7 @@ static void jr_sweep (void) {
 static int jr_table_free (int fresh) {
   pthread_mutex_lock(&hs_nt.mu);
   int ok = hs_nt.journal == NULL && hs_nt.id_tab != NULL && (!fresh || (hs_nt.id_count == 1 && hs_nt.alias_count == 0));
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return ok;
 }
 
@@ -188,7 +198,7 @@ static int jr_load (struct nt_journal *j, int at, uint64_t gen, const char *snap
   if (err != 0) return err == -ENOMEM ? err : -EINVAL;
   pthread_mutex_lock(&hs_nt.mu);
   jr_sweep();
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   *pos = log_start;
   err = jr_replay(j, at, gen, pos);
   if (err != 0) {
@@ -235,10 +245,15 @@ int hs_journal_recover (int fd0, int fd1) {
   j.log_start = h->log_start;
   j.reserved = page_end;
   j.snap_len = h->snap_len;
+  // The other memfd (an older generation, or a snapshot the crash cut short)
+  // is never read again: punched now, so the first compaction needs no punch
+  // under the mutex. Nothing else uses the table during a recovery.
+  int other = 1 - at;
+  j.clean[at] = 0;
+  j.clean[other] = fallocate(j.fd[other], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t) j.size[other]) == 0;
   pthread_mutex_lock(&hs_nt.mu);
-  jr = j;
-  hs_nt.journal = &jr;
-  pthread_mutex_unlock(&hs_nt.mu);
+  jr_attach(&j);
+  nt_unlock();
   return 0;
 }
 
@@ -259,10 +274,9 @@ int hs_journal_rebase (int fd0, int fd1) {
   if (hs_nt.journal != NULL) err = -EBUSY;
   else if ((err = jr_snapshot(&j, to, gen + 1, epoch)) == 0) {
     jr_punch(&j, 1 - to);
-    jr = j;
-    hs_nt.journal = &jr;
+    jr_attach(&j);
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   if (err != 0) jr_unmap(&j);
   return err;
 }

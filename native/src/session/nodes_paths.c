@@ -250,7 +250,7 @@ static int lock_paths (hs_waiter_t *w) {
   } else if (err != 0) {
     waiter_fail(w, err);
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   if (err != 0) {
     plock_free(w->pl1);
     if (w->pl2 != NULL) plock_free(w->pl2);
@@ -285,7 +285,7 @@ void hs_path_unlock (hs_plock_t *pl) {
   pthread_mutex_lock(&hs_nt.mu);
   unlock_held(pl);
   if (waiters != NULL) wake_waiters();
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   plock_free(pl);
 }
 
@@ -293,6 +293,6 @@ char *hs_path_peek (hs_node_t *n) {
   char *path = NULL;
   pthread_mutex_lock(&hs_nt.mu);
   if (nt_try_path(n, NULL, 0, &path, NULL, 0, NULL) != 0) path = NULL;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return path;
 }

@@ -43,13 +43,13 @@ int hs_nodes_resolve (const char *path, uint64_t *dir, uint64_t *nodeid, const c
   hs_node_t *d, *n;
   pthread_mutex_lock(&hs_nt.mu);
   if (hs_nt.id_tab == NULL) {
-    pthread_mutex_unlock(&hs_nt.mu);
+    nt_unlock();
     return -ENOENT;
   }
   resolve(path, &d, &n, name, len);
   *dir = d != NULL ? d->nodeid : 0;
   *nodeid = n != NULL ? n->nodeid : 0;
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   return 0;
 }
 
@@ -81,17 +81,17 @@ int hs_nodes_below (const char *path, uint64_t **ids, size_t *count) {
   const char *last;
   size_t len;
   if (hs_nt.id_tab == NULL) {
-    pthread_mutex_unlock(&hs_nt.mu);
+    nt_unlock();
     return 0;
   }
   resolve(path, &d, &h, &last, &len);
   if (h == NULL) {
-    pthread_mutex_unlock(&hs_nt.mu);
+    nt_unlock();
     return 0;
   }
   uint64_t *out = malloc(hs_nt.id_count * sizeof(*out));
   if (out == NULL) {
-    pthread_mutex_unlock(&hs_nt.mu);
+    nt_unlock();
     return -ENOMEM;
   }
   walk_gen++;
@@ -101,7 +101,7 @@ int hs_nodes_below (const char *path, uint64_t **ids, size_t *count) {
       if (below(n, h)) out[k++] = n->nodeid;
     }
   }
-  pthread_mutex_unlock(&hs_nt.mu);
+  nt_unlock();
   *ids = out;
   *count = k;
   return 0;

@@ -54,6 +54,8 @@ struct hs_op {
   void *dh;                    // the directory handle (ops_dirs.c)
   struct fuse_entry_param e;
   uint64_t fh;                 // a handle a step made or uses
+  uint64_t unique;              // the kernel's unique of req (a resent request's with bit 63), 0 without one
+  int kept;                    // an open count change kept under unique until the answer (nodes.h hs_node_opened_by)
   uint64_t reopen_ino;         // an OPEN that reopens a dead handle: the inode it must reach (0: an ordinary open)
   char *spath;                 // the path a JavaScript step names (a copy)
   void (*then) (hs_op_t *op, int res, const struct stat *st); // after a getattr step

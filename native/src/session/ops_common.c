@@ -10,6 +10,7 @@
 
 #include "../fastpath.h"
 #include "../utf8.h"
+#include "handles.h"
 #include "ops.h"
 
 hs_conf_t hs_conf = { 1.0, 1.0, 0.0, 0, 0 };
@@ -27,11 +28,18 @@ hs_op_t *op_new (fuse_req_t req, uint32_t jsop) {
     op->call.uid = (uint32_t) cx->uid;
     op->call.gid = (uint32_t) cx->gid;
     op->call.pid = (uint32_t) cx->pid;
+    // Called on the worker that passed the request through the filter, while libfuse decodes it.
+    op->unique = hs_req_unique;
   }
   return op;
 }
 
 void op_finish (hs_op_t *op) {
+  // Answered (every op_finish follows the reply): no resend of it will come.
+  if (op->kept) hs_node_answered(op->unique);
+  // A resent OPEN or CREATE that failed this time (the kernel holds no handle):
+  // the open its first run counted is taken back.
+  else if (op->unique & HS_UNIQUE_RESEND) hs_node_refused(op->unique);
   if (op->locked) hs_path_unlock(&op->pl);
   if (op->locked2) hs_path_unlock(&op->pl2);
   hs_node_put(op->node);

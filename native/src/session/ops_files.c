@@ -10,7 +10,10 @@
 //
 // Invariant: a node's open count (nodes.c) rises before the open's reply and
 // falls at its RELEASE, so an unlink or rename-over of a file still open
-// hides it instead of removing its last name.
+// hides it instead of removing its last name. Each change is made under the
+// request's unique and kept until the answer (op_finish), so that the same
+// request resent after a crash (its answer never reached the kernel) does not
+// make it twice (nodes.h, hs_node_opened_by).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -118,7 +121,9 @@ static void apply_open_opts (struct fuse_file_info *fi, uint32_t opts) {
 
 static void open_reply (hs_op_t *op) {
   if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
-  hs_node_opened(op->node);
+  // Under the request's unique: a resent OPEN whose first run counted this open does not again.
+  hs_node_opened_by(op->node, op->unique);
+  op->kept = 1;
   homesfs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
@@ -178,7 +183,10 @@ static void create_then (hs_op_t *op, int res, const struct stat *st) {
     return op_finish(op);
   }
   if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
-  if (n != NULL) hs_node_opened(n);
+  if (n != NULL) {
+    hs_node_opened_by(n, op->unique);
+    op->kept = 1;
+  }
   homesfs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
@@ -317,7 +325,10 @@ void hs_ll_flush (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
 // After the handle is released: a hidden name whose last handle this was goes too.
 static void release_node (hs_op_t *op) {
   char *hidden = NULL;
-  if (!hs_node_released(op->node, &hidden)) return op_reply_err(op, 0);
+  // Under the request's unique: a resent RELEASE whose first run took this release off does not again.
+  int last = hs_node_released_by(op->node, &hidden, op->unique);
+  op->kept = 1;
+  if (!last) return op_reply_err(op, 0);
   free(op->path);
   op->path = hidden;
   op->call.op = HOMESFS_OP_UNLINK;
