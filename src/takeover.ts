@@ -303,8 +303,28 @@ export async function takeOverFrom(...args: TakeoverArgs): Promise<Received> {
   }
 }
 
+const ENOENT = 2;
+const ECONNREFUSED = 111;
+
+/**
+ * The serving daemon's takeover socket, or a HandoverError that says no
+ * daemon serves: no socket there (a clean stop removes it), or a file nobody
+ * listens on (a daemon that was killed left it).
+ */
+export function connectToServing(raw: HandoverRaw, config: Config): HandoverConn {
+  const sock = takeoverSocket(config);
+  try {
+    return handoverConnect(raw, sock);
+  } catch (err) {
+    const errno = err instanceof HandoverError ? err.errno : undefined;
+    if (errno !== ENOENT && errno !== ECONNREFUSED) throw err;
+    const what = errno === ENOENT ? `no socket at ${sock}` : `nothing listens on ${sock}`;
+    throw new HandoverError(`no daemon serves ${path.resolve(config.mount)} (${what}): start it with \`homesfs serve\``, errno);
+  }
+}
+
 async function takeOverWith(version: number, ...[raw, config, log, parseFs, nodesRead, follow]: TakeoverArgs): Promise<Received> {
-  const c = handoverConnect(raw, takeoverSocket(config));
+  const c = connectToServing(raw, config);
   let followed: number | null = null;
   try {
     // The descriptors come inside the pause; a table grown for them then waits
