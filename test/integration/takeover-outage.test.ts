@@ -1,8 +1,9 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { canMount, HOMESFS, runAsync, skipReason, startDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESFS, runAsync, skipReason, startDaemon, type LogLine } from '../helpers/daemon.js';
+import { waitFor } from '../helpers/takeover.js';
 
 /**
  * The edges of live upgrade and crash survival an admin meets in a shell
@@ -14,12 +15,62 @@ import { canMount, HOMESFS, runAsync, skipReason, startDaemon } from '../helpers
 
 if (!canMount) console.warn(`takeover outage integration suite skipped: ${skipReason}`);
 
+const alive = (pid: number) => existsSync(`/proc/${pid}`) && !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
 const mounted = (p: string) =>
   readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .some((l) => l.split(' ')[4] === p);
 
 describe.skipIf(!canMount)('live upgrade and crash survival from a shell', () => {
+  it("a successor started by `homesfs reload` from a shell logs where the daemon logs, after that shell is gone; the old daemon leaves the successor's takeover socket, whose clean stop removes it", async () => {
+    const d = await startDaemon({ create: ['t/h'] });
+    const config = join(d.dir, 'config.json');
+    const sock = join(d.dir, 'run', 'takeover.sock');
+    let successor = 0;
+    try {
+      expect(existsSync(sock)).toBe(true);
+      // The "shell": pipes this test reads until reload exits, then closes (a terminal gone, `| head`).
+      const reload = spawn(process.execPath, [HOMESFS, 'reload', '--config', config, '--takeover'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      reload.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      reload.stderr!.on('data', (b: Buffer) => (out += b.toString()));
+      const code = await new Promise<number | null>((r) => reload.on('exit', (c) => r(c)));
+      reload.stdout!.destroy();
+      reload.stderr!.destroy();
+      expect(code, out).toBe(0);
+      expect(out).toMatch(new RegExp(`the successor logs where pid ${d.proc.pid} logs: (?:pipe|socket):\\[\\d+\\] \\(the daemon's own descriptors\\)`));
+      const m = /pid (\d+) \(.*\) serves the session now/.exec(out);
+      expect(m, out).not.toBeNull();
+      successor = Number(m![1]);
+      expect(await d.exited).toBe(0);
+
+      // The successor's lines come on the daemon's stdout (this test's pipe of the first daemon).
+      const mine = (pred: (l: LogLine) => boolean) => d.logs.find((l) => l.pid === successor && pred(l));
+      await waitFor('the successor to log that it serves', () => mine((l) => l.msg === 'serving'));
+      expect(mine((l) => l.msg === 'session taken over')).toBeDefined();
+      // Its takeover socket replaced the old daemon's, which did not remove it on its way out.
+      await waitFor('the successor to listen for successors', () => mine((l) => l.msg === 'takeover socket listening'));
+      expect(existsSync(sock)).toBe(true);
+      // Logging after the shell is gone: a reload of the configuration, logged there too; the successor lives on.
+      process.kill(successor, 'SIGHUP');
+      await waitFor('the successor to log the reload', () => mine((l) => l.msg === 'configuration reloaded'));
+      expect(alive(successor)).toBe(true);
+      const st = await d.status();
+      expect(st).toMatchObject({ pid: successor, session: { startMode: 'taken over' } });
+
+      // A clean stop removes the takeover socket with the mount.
+      process.kill(successor, 'SIGTERM');
+      await waitFor('the successor to stop', () => mine((l) => l.msg === 'stopped'));
+      await waitFor('the successor to exit', () => (alive(successor) ? undefined : true));
+      expect(mounted(d.mount)).toBe(false);
+      expect(existsSync(sock)).toBe(false);
+    } finally {
+      if (successor > 0 && alive(successor)) process.kill(successor, 'SIGTERM');
+      await waitFor('the successor to exit', () => (successor > 0 && alive(successor) ? undefined : true), 20_000).catch(() => undefined);
+      await d.stop();
+    }
+  }, 120_000);
+
   it('a clean stop leaves no takeover.sock; --takeover with no daemon, or only a stale socket, says no daemon serves the mount (exit 12)', async () => {
     const d = await startDaemon({ create: ['t/h'] });
     const config = join(d.dir, 'config.json');
