@@ -2,7 +2,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { canMount, HOMESFS, runAsync, skipReason, startDaemon, type LogLine } from '../helpers/daemon.js';
+import { canMount, HOMESCTL, HOMESFS, runAsync, skipReason, startDaemon, type LogLine } from '../helpers/daemon.js';
 import { waitFor } from '../helpers/takeover.js';
 
 /**
@@ -95,4 +95,47 @@ describe.skipIf(!canMount)('live upgrade and crash survival from a shell', () =>
       await d.stop();
     }
   }, 60_000);
+
+  it('homesctl status during the outage after a kill: the daemon is not running, its session is kept by the holder (exit 5); the next serve resumes it', async () => {
+    const d = await startDaemon({ create: ['t/h'], config: { crashSurvival: true } });
+    const run = join(d.dir, 'run');
+    let holder = 0;
+    let next: Awaited<ReturnType<typeof startDaemon>> | null = null;
+    try {
+      await d.waitForLog((l) => l.msg === 'session registered with the holder');
+      holder = ((await d.status()) as { holder: { pid: number } }).holder.pid;
+      d.proc.kill('SIGKILL');
+      await d.exited;
+      await waitFor('the holder to see the daemon die', () => (readFileSync(join(run, 'holder.log'), 'utf8').includes('the daemon died') ? true : undefined));
+
+      const human = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'status']);
+      expect(human.code, human.stderr).toBe(5);
+      expect(human.stdout).toBe(`the daemon is not running; its session is kept by the holder (pid ${holder}), generation 1: start \`homesfs serve\` to resume it\n`);
+      expect(human.stderr).toContain(`cannot connect to ${d.socket}: ECONNREFUSED`);
+      const json = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'status']);
+      expect(json.code).toBe(5);
+      expect(JSON.parse(json.stdout)).toEqual({
+        ok: false,
+        code: 'SESSION_KEPT',
+        socket: d.socket,
+        message: expect.stringContaining('its session is kept by the holder'),
+        state: 'kept',
+        keeper: 'holder',
+        holder,
+        generation: 1,
+        mount: d.mount,
+        daemonPid: d.proc.pid,
+        unreachable: expect.stringContaining('ECONNREFUSED'),
+      });
+
+      // What it said: a plain serve resumes the session.
+      next = await startDaemon({ dir: d.dir });
+      expect(await next.status()).toMatchObject({ session: { generation: 2, startMode: 'resumed' } });
+      expect((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, 'status'])).code).toBe(0);
+    } finally {
+      if (next) await next.stopKeep();
+      if (holder > 0 && alive(holder)) process.kill(holder, 'SIGKILL');
+      await d.stop();
+    }
+  }, 120_000);
 });
