@@ -129,10 +129,11 @@ function describeFd(fd: number): string {
  * that logs into it loses every line, and dies of the first EPIPE). Asked of
  * the daemon itself (its own descriptors over the takeover socket: the same
  * open files); a daemon that predates that is read through /proc (the same
- * pipe, tty or file, opened again: a file in append mode); the journal's
- * socket cannot be opened so, and then (only) this command's output is used.
+ * pipe, tty or file, opened again: a file in append mode); a socket (the
+ * journal's) cannot be opened so, and for such a descriptor (only) this
+ * command's own is used.
  */
-async function daemonOutput(config: Config, daemonPid: number): Promise<{ fds: [number, number]; how: string } | null> {
+async function daemonOutput(config: Config, daemonPid: number): Promise<{ fds: [number | 'inherit', number | 'inherit']; how: string }> {
   let asked: { stdout: number; stderr: number } | null = null;
   let why = '';
   try {
@@ -142,15 +143,16 @@ async function daemonOutput(config: Config, daemonPid: number): Promise<{ fds: [
     why = (err as Error).message;
   }
   if (asked !== null) return { fds: [asked.stdout, asked.stderr], how: "the daemon's own descriptors" };
-  const opened: number[] = [];
-  try {
-    for (const n of [1, 2]) opened.push(openSync(`/proc/${daemonPid}/fd/${n}`, 'a'));
-    return { fds: [opened[0]!, opened[1]!], how: `reopened through /proc/${daemonPid}/fd (${why})` };
-  } catch (err) {
-    for (const fd of opened) closeSync(fd);
-    complain(`cannot reach pid ${daemonPid}'s stdout and stderr (${why}; /proc: ${(err as Error).message}): the successor writes to this command's output`);
-    return null;
-  }
+  // Each on its own: a daemon started with `> file` keeps a terminal's stderr, say.
+  const fds = [1, 2].map((n): number | 'inherit' => {
+    try {
+      return openSync(`/proc/${daemonPid}/fd/${n}`, 'a');
+    } catch (err) {
+      complain(`cannot reopen pid ${daemonPid}'s ${n === 1 ? 'stdout' : 'stderr'} (${why}; /proc: ${(err as Error).message}): the successor's goes to this command's`);
+      return 'inherit';
+    }
+  }) as [number | 'inherit', number | 'inherit'];
+  return { fds, how: `reopened through /proc/${daemonPid}/fd (${why})` };
 }
 
 async function takeOver(configFile: string, config: Config, running: RunningStatus, why: string): Promise<number> {
@@ -158,15 +160,16 @@ async function takeOver(configFile: string, config: Config, running: RunningStat
   const entry = fileURLToPath(new URL('./homesfs.js', import.meta.url));
   say(`${why}: starting ${VERSION} (build ${BUILD}) to take the session of pid ${running.pid} over`);
   const out = await daemonOutput(config, running.pid);
-  if (out !== null) say(`the successor logs where pid ${running.pid} logs: ${describeFd(out.fds[0])} (${out.how})`);
+  const stdout = out.fds[0];
+  if (stdout !== 'inherit') say(`the successor logs where pid ${running.pid} logs: ${describeFd(stdout)} (${out.how})`);
   // Its own session (setsid): it outlives this command, and a signal to this
   // command's process group is not for it.
   let child;
   try {
-    child = spawn(process.execPath, [entry, 'serve', '--config', configFile, '--takeover'], { detached: true, stdio: ['ignore', out?.fds[0] ?? 'inherit', out?.fds[1] ?? 'inherit'] });
+    child = spawn(process.execPath, [entry, 'serve', '--config', configFile, '--takeover'], { detached: true, stdio: ['ignore', ...out.fds] });
   } finally {
     // the child has its copies
-    for (const fd of out?.fds ?? []) closeSync(fd);
+    for (const fd of out.fds) if (fd !== 'inherit') closeSync(fd);
   }
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => resolve({ code, signal }));
@@ -183,7 +186,7 @@ async function takeOver(configFile: string, config: Config, running: RunningStat
       const g: { code: number | null; signal: NodeJS.Signals | null } = gone;
       const code = g.code ?? EXIT.INTERNAL;
       complain(
-        `the successor (pid ${child.pid ?? '?'}) ${g.signal ? `was killed by ${g.signal}` : `exited ${code}`} before it served (its reason is ${out !== null ? `in pid ${running.pid}'s log` : 'above'}); pid ${running.pid} (${running.version}) serves on`,
+        `the successor (pid ${child.pid ?? '?'}) ${g.signal ? `was killed by ${g.signal}` : `exited ${code}`} before it served (its reason is ${out.fds[1] !== 'inherit' ? `in pid ${running.pid}'s log` : 'above'}); pid ${running.pid} (${running.version}) serves on`,
       );
       return code === 0 ? EXIT.INTERNAL : code;
     }

@@ -1,8 +1,9 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { canMount, HOMESCTL, HOMESFS, runAsync, skipReason, startDaemon, type LogLine } from '../helpers/daemon.js';
+import { canMount, copyDaemonTree, HOMESCTL, HOMESFS, runAsync, skipReason, startDaemon, type LogLine } from '../helpers/daemon.js';
 import { waitFor } from '../helpers/takeover.js';
 
 /**
@@ -68,6 +69,54 @@ describe.skipIf(!canMount)('live upgrade and crash survival from a shell', () =>
       if (successor > 0 && alive(successor)) process.kill(successor, 'SIGTERM');
       await waitFor('the successor to exit', () => (successor > 0 && alive(successor) ? undefined : true), 20_000).catch(() => undefined);
       await d.stop();
+    }
+  }, 120_000);
+
+  it("a daemon of a build that predates the logs request: reload reopens its stdout through /proc (a pipe here), and the successor logs there; a stderr /proc cannot open is said", async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'homesfs-oldlogs-'));
+    // The old build: this one without the daemon's side of the request (it refuses it as a HELLO of no protocol).
+    copyDaemonTree(join(tmp, 'old'));
+    const js = join(tmp, 'old', 'dist', 'takeover.js');
+    const src = readFileSync(js, 'utf8');
+    expect(src).toContain('if (msg.logs === true) {');
+    writeFileSync(js, src.replace('if (msg.logs === true) {', 'if (false) {'));
+    // Its stdout a real pipe (Node's own child pipes are socket pairs, which /proc cannot open):
+    // this wrapper execs the daemon (same pid) with a pipe whose reader copies to the test.
+    const wrap = join(tmp, 'pipe.py');
+    writeFileSync(
+      wrap,
+      'import os, sys\nr, w = os.pipe()\nif os.fork() == 0:\n  os.close(w)\n  while True:\n    b = os.read(r, 65536)\n    if not b: break\n    os.write(1, b)\n  os._exit(0)\nos.close(r)\nos.dup2(w, 1)\nos.close(w)\nos.execv(sys.argv[1], sys.argv[1:])\n',
+    );
+    const d = await startDaemon({ create: ['t/h'], bin: join(tmp, 'old', 'dist', 'cli', 'homesfs.js'), wrap: ['python3', wrap] });
+    let successor = 0;
+    try {
+      expect(readFileSync(`/proc/${d.proc.pid}/cmdline`, 'utf8')).toContain('homesfs.js');
+      const reload = spawn(process.execPath, [HOMESFS, 'reload', '--config', join(d.dir, 'config.json'), '--takeover'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      reload.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+      reload.stderr!.on('data', (b: Buffer) => (out += b.toString()));
+      const code = await new Promise<number | null>((r) => reload.on('exit', (c) => r(c)));
+      reload.stdout!.destroy();
+      reload.stderr!.destroy();
+      expect(code, out).toBe(0);
+      expect(out).toMatch(new RegExp(`the successor logs where pid ${d.proc.pid} logs: pipe:\\[\\d+\\] \\(reopened through /proc/${d.proc.pid}/fd \\(the daemon does not hand its descriptors \\(an older build\\)\\)\\)`));
+      // Its stderr is still this test's socket pair, which /proc cannot open: that one is reload's own, and said so.
+      expect(out).toContain(`cannot reopen pid ${d.proc.pid}'s stderr`);
+      expect(out).not.toContain(`cannot reopen pid ${d.proc.pid}'s stdout`);
+      successor = Number(/pid (\d+) \(.*\) serves the session now/.exec(out)?.[1] ?? 0);
+      expect(successor, out).toBeGreaterThan(0);
+      expect(await d.exited).toBe(0);
+      const mine = (pred: (l: LogLine) => boolean) => d.logs.find((l) => l.pid === successor && pred(l));
+      await waitFor('the successor to log that it serves', () => mine((l) => l.msg === 'serving'));
+      process.kill(successor, 'SIGHUP');
+      await waitFor('the successor to log the reload', () => mine((l) => l.msg === 'configuration reloaded'));
+      process.kill(successor, 'SIGTERM');
+      await waitFor('the successor to stop', () => mine((l) => l.msg === 'stopped'));
+    } finally {
+      if (successor > 0 && alive(successor)) process.kill(successor, 'SIGTERM');
+      await waitFor('the successor to exit', () => (successor > 0 && alive(successor) ? undefined : true), 20_000).catch(() => undefined);
+      await d.stop();
+      rmSync(tmp, { recursive: true, force: true });
     }
   }, 120_000);
 
