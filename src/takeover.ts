@@ -6,6 +6,9 @@
  * each step is safe, is in native-notes/fuse-native.md ("Handing the session
  * over").
  *
+ *   homesfs reload, before it starts the successor:
+ *   LOGS {logs: true} ──────────────▶ ◀─ {logs: true} + its stdout and stderr (then closed)
+ *
  *   successor                      serving daemon
  *   HELLO {backing, mount, state} ─▶ checks they are its own, else REFUSED
  *                 ◀─ JOURNAL + the node table's journal (its memfds), if it keeps one
@@ -23,6 +26,9 @@
  *   READY ──────────────────────────▶ exits 0 without unmounting
  *   (a successor that fails or is silent for 30 s before READY: the serving
  *    daemon takes its locks back and resumes, as if nothing had happened)
+ *
+ * The socket file is removed when its listener closes (a clean stop, a
+ * handover), if it is still the one that listener made.
  */
 import path from 'node:path';
 import type { Config } from './config/schema.js';
