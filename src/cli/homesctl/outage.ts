@@ -14,6 +14,7 @@
  * Nothing here changes anything: the holder's STATUS and `systemctl show`.
  */
 import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import type { Config } from '../../config/schema.js';
 import type { HolderStatus } from '../../holder/protocol.js';
 
@@ -27,6 +28,8 @@ export type Outage =
   | { kind: 'alive'; keeper: 'holder'; holder: number; daemonPid: number | null; message: string }
   /** systemd will start the daemon again: whatever it stored in the unit's fd store is resumed then */
   | { kind: 'restarting'; keeper: 'systemd'; unit: string; activeState: string; subState: string; message: string }
+  /** systemd starts the unit, not after a crash: nothing was kept, the daemon is on its way */
+  | { kind: 'starting'; keeper: 'systemd'; unit: string; activeState: string; subState: string; message: string }
   /** systemd knows the unit and will not start it by itself: no session is kept there */
   | { kind: 'stopped'; keeper: 'systemd'; unit: string; activeState: string; subState: string; message: string };
 
@@ -44,12 +47,25 @@ async function askHolder(socket: string): Promise<HolderStatus | null> {
   }
 }
 
+/**
+ * The holder learns that its daemon died on its next look (a poll of the
+ * daemon's pidfd); a pid that no longer runs (or is a zombie) is dead now.
+ */
+function gone(pid: number | null): boolean {
+  if (pid === null) return false;
+  try {
+    return /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  } catch {
+    return true;
+  }
+}
+
 /** `systemctl show` of the unit, or null when systemd cannot be asked or does not know the unit. */
-function askSystemd(env: NodeJS.ProcessEnv): Promise<{ activeState: string; subState: string } | null> {
+function askSystemd(env: NodeJS.ProcessEnv): Promise<{ activeState: string; subState: string; restarts: number } | null> {
   return new Promise((resolve) => {
     execFile(
       'systemctl',
-      ['show', UNIT, '--property=LoadState,ActiveState,SubState'],
+      ['show', UNIT, '--property=LoadState,ActiveState,SubState,NRestarts'],
       { timeout: 3_000, env: { PATH: env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin', LANG: 'C' } },
       (err, stdout) => {
         if (err) return resolve(null);
@@ -59,7 +75,7 @@ function askSystemd(env: NodeJS.ProcessEnv): Promise<{ activeState: string; subS
             .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
         ) as Record<string, string | undefined>;
         if (p.LoadState !== 'loaded' || !p.ActiveState || !p.SubState) return resolve(null);
-        resolve({ activeState: p.ActiveState, subState: p.SubState });
+        resolve({ activeState: p.ActiveState, subState: p.SubState, restarts: Number(p.NRestarts ?? 0) || 0 });
       },
     );
   });
@@ -72,7 +88,7 @@ function askSystemd(env: NodeJS.ProcessEnv): Promise<{ activeState: string; subS
 export async function explainOutage(socket: string, env: NodeJS.ProcessEnv): Promise<Outage | null> {
   const h = await askHolder(socket);
   if (h !== null && h.registered) {
-    if (h.daemonAlive === false) {
+    if (h.daemonAlive === false || gone(h.daemonPid)) {
       return {
         kind: 'kept',
         keeper: 'holder',
@@ -91,16 +107,29 @@ export async function explainOutage(socket: string, env: NodeJS.ProcessEnv): Pro
       message: `the daemon (pid ${h.daemonPid ?? '?'}) runs and its session is registered with the holder (pid ${h.holder}), but its control socket does not answer: a live upgrade closes it during its pause; try again, or see its log`,
     };
   }
-  const unit = await askSystemd(env);
-  if (unit === null) return null;
+  const found = await askSystemd(env);
+  if (found === null) return null;
+  const { restarts, ...unit } = found;
   const state = `${unit.activeState} (${unit.subState})`;
-  if (unit.activeState === 'activating' || unit.subState === 'auto-restart') {
+  // Waiting to restart after the daemon died, or starting again after that (NRestarts counts
+  // the restarts Restart= made): what the fd store kept comes back. A start that is no
+  // restart has no earlier session to keep (systemd drops the store of a unit that is down).
+  if (unit.subState === 'auto-restart' || (unit.activeState === 'activating' && restarts > 0)) {
     return {
       kind: 'restarting',
       keeper: 'systemd',
       unit: UNIT,
       ...unit,
       message: `the daemon is not running; systemd is starting it again (${UNIT}: ${state}): a session it stored in the unit's fd store is resumed then (systemd cannot be asked whether one is stored)`,
+    };
+  }
+  if (unit.activeState === 'activating') {
+    return {
+      kind: 'starting',
+      keeper: 'systemd',
+      unit: UNIT,
+      ...unit,
+      message: `the daemon is not serving yet: systemd is starting it (${UNIT}: ${state}); its control socket opens once it serves`,
     };
   }
   if (unit.activeState === 'failed' || unit.activeState === 'inactive') {
