@@ -6,6 +6,9 @@
  * each step is safe, is in native-notes/fuse-native.md ("Handing the session
  * over").
  *
+ *   homesfs reload, before it starts the successor:
+ *   LOGS {logs: true} ──────────────▶ ◀─ {logs: true} + its stdout and stderr (then closed)
+ *
  *   successor                      serving daemon
  *   HELLO {backing, mount, state} ─▶ checks they are its own, else REFUSED
  *                 ◀─ JOURNAL + the node table's journal (its memfds), if it keeps one
@@ -23,6 +26,9 @@
  *   READY ──────────────────────────▶ exits 0 without unmounting
  *   (a successor that fails or is silent for 30 s before READY: the serving
  *    daemon takes its locks back and resumes, as if nothing had happened)
+ *
+ * The socket file is removed when its listener closes (a clean stop, a
+ * handover), if it is still the one that listener made.
  */
 import path from 'node:path';
 import type { Config } from './config/schema.js';
@@ -87,6 +93,34 @@ export interface Hello {
   journal?: boolean;
 }
 
+/**
+ * Before `homesfs reload` starts a successor: the serving daemon's stdout and
+ * stderr (descriptors 1 and 2) come back with the reply `{logs: true}`. A
+ * daemon that predates it refuses it as a HELLO of no protocol.
+ */
+export interface LogsRequest {
+  logs: true;
+  pid: number;
+}
+
+/**
+ * The serving daemon's stdout and stderr, or null when it does not hand them
+ * (it predates the request) or no daemon listens; the caller closes them.
+ */
+export async function askForLogs(raw: HandoverRaw, config: Config): Promise<{ stdout: number; stderr: number } | null> {
+  const c = connectToServing(raw, config);
+  try {
+    const req: LogsRequest = { logs: true, pid: process.pid };
+    await c.send(req);
+    const { msg, fds } = await c.recv(5_000);
+    if ((msg as { logs?: unknown }).logs === true && fds.length === 2) return { stdout: fds[0]!, stderr: fds[1]! };
+    for (const fd of fds) raw.hs_handover_close(fd);
+    return null;
+  } finally {
+    c.close();
+  }
+}
+
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The wall clock with a fraction of a millisecond: both daemons' marks on one scale. */
@@ -121,7 +155,15 @@ export function listenForSuccessors(raw: HandoverRaw, host: HandingHost): Handov
 
 async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): Promise<void> {
   const log = host.log;
-  const { msg } = await c.recv(5_000);
+  const { msg, fds: stray } = await c.recv(5_000);
+  for (const fd of stray) raw.hs_handover_close(fd);
+  if ((msg as Partial<LogsRequest>).logs === true) {
+    // `homesfs reload` starts the successor with these as its stdout and stderr: it
+    // then logs where this daemon logs (the same open files: a pipe, the journal's
+    // socket, a file at the same offset), not to the shell that ran the reload.
+    log.info({ asker: (msg as Partial<LogsRequest>).pid }, 'takeover: handing my stdout and stderr to the successor about to start');
+    return c.send({ logs: true }, [1, 2]);
+  }
   const hello = msg as Partial<Hello>;
   const own = { backing: path.resolve(host.config.backing), mount: path.resolve(host.config.mount), state: path.resolve(stateFileOf(host.config)) };
   if (hello.hello !== TAKEOVER_PROTOCOL && hello.hello !== PROTOCOL_NO_JOURNAL) return c.send({ refused: `protocol ${String(hello.hello)} is not ${TAKEOVER_PROTOCOL}` });
@@ -303,8 +345,28 @@ export async function takeOverFrom(...args: TakeoverArgs): Promise<Received> {
   }
 }
 
+const ENOENT = 2;
+const ECONNREFUSED = 111;
+
+/**
+ * The serving daemon's takeover socket, or a HandoverError that says no
+ * daemon serves: no socket there (a clean stop removes it), or a file nobody
+ * listens on (a daemon that was killed left it).
+ */
+export function connectToServing(raw: HandoverRaw, config: Config): HandoverConn {
+  const sock = takeoverSocket(config);
+  try {
+    return handoverConnect(raw, sock);
+  } catch (err) {
+    const errno = err instanceof HandoverError ? err.errno : undefined;
+    if (errno !== ENOENT && errno !== ECONNREFUSED) throw err;
+    const what = errno === ENOENT ? `no socket at ${sock}` : `nothing listens on ${sock}`;
+    throw new HandoverError(`no daemon serves ${path.resolve(config.mount)} (${what}): start it with \`homesfs serve\``, errno);
+  }
+}
+
 async function takeOverWith(version: number, ...[raw, config, log, parseFs, nodesRead, follow]: TakeoverArgs): Promise<Received> {
-  const c = handoverConnect(raw, takeoverSocket(config));
+  const c = connectToServing(raw, config);
   let followed: number | null = null;
   try {
     // The descriptors come inside the pause; a table grown for them then waits

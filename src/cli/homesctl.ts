@@ -7,7 +7,8 @@
  * the module's exports in one place for importers. The parts: args.ts checks
  * words, commands.ts (with commands-homes.ts and commands-names.ts) declares
  * each command, command-line.ts turns argv into a request or a help text,
- * render.ts prints replies for people, run.ts talks to the daemon. Adding a
+ * render.ts prints replies for people, run.ts talks to the daemon, outage.ts
+ * asks the holder or systemd when the daemon does not answer. Adding a
  * command: one entry in a command family and its line in commands.ts.
  */
 import { realpathSync, writeSync } from 'node:fs';

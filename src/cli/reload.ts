@@ -14,12 +14,17 @@
  * the successor the unit's main process (MAINPID=) before it exits.
  */
 import { spawn } from 'node:child_process';
+import { closeSync, openSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import type { Config } from '../config/schema.js';
 import { ConfigError, loadConfig } from '../config/load.js';
 import { ControlClientError, controlRequest } from '../control/client.js';
 import { BUILD } from '../build-id.js';
 import { VERSION } from '../version.js';
+import { loadFuse } from '../fuse/binding.js';
+import type { HandoverRaw } from '../fuse/handover-channel.js';
+import { askForLogs } from '../takeover.js';
 import { EXIT } from './exitcodes.js';
 
 /**
@@ -65,9 +70,9 @@ async function status(socket: string): Promise<RunningStatus> {
 
 /** Returns the exit code. */
 export async function reloadCommand(configFile: string, forceTakeover: boolean): Promise<number> {
-  let socket: string;
+  let config: Config;
   try {
-    socket = loadConfig(configFile, {}).config.socket;
+    config = loadConfig(configFile, {}).config;
   } catch (err) {
     if (err instanceof ConfigError) {
       complain(`${err.message}\nthe running daemon keeps its configuration and code`);
@@ -75,6 +80,7 @@ export async function reloadCommand(configFile: string, forceTakeover: boolean):
     }
     throw err;
   }
+  const socket = config.socket;
   let running: RunningStatus;
   try {
     running = await status(socket);
@@ -85,7 +91,7 @@ export async function reloadCommand(configFile: string, forceTakeover: boolean):
   }
   const why = upgradeReason(running, { version: VERSION, build: BUILD }, forceTakeover);
   if (why === null) return await reloadConfig(socket, running);
-  return await takeOver(configFile, socket, running, why);
+  return await takeOver(configFile, config, running, why);
 }
 
 async function reloadConfig(socket: string, running: RunningStatus): Promise<number> {
@@ -107,12 +113,64 @@ async function reloadConfig(socket: string, running: RunningStatus): Promise<num
   return EXIT.OK;
 }
 
-async function takeOver(configFile: string, socket: string, running: RunningStatus, why: string): Promise<number> {
+/** What a descriptor is, as /proc names it (a path, `pipe:[N]`, `socket:[N]`). */
+function describeFd(fd: number): string {
+  try {
+    return readlinkSync(`/proc/self/fd/${fd}`);
+  } catch {
+    return `descriptor ${fd}`;
+  }
+}
+
+/**
+ * Where the successor's stdout and stderr go: where the serving daemon's go.
+ * This command's own output is a shell's or ExecReload='s, and ends with it
+ * (a shell that ran the reload and exited leaves a broken pipe: a daemon
+ * that logs into it loses every line, and dies of the first EPIPE). Asked of
+ * the daemon itself (its own descriptors over the takeover socket: the same
+ * open files); a daemon that predates that is read through /proc (the same
+ * pipe, tty or file, opened again: a file in append mode); a socket (the
+ * journal's) cannot be opened so, and for such a descriptor (only) this
+ * command's own is used.
+ */
+async function daemonOutput(config: Config, daemonPid: number): Promise<{ fds: [number | 'inherit', number | 'inherit']; how: string }> {
+  let asked: { stdout: number; stderr: number } | null = null;
+  let why = '';
+  try {
+    asked = await askForLogs(loadFuse().native as unknown as HandoverRaw, config);
+    if (asked === null) why = 'the daemon does not hand its descriptors (an older build)';
+  } catch (err) {
+    why = (err as Error).message;
+  }
+  if (asked !== null) return { fds: [asked.stdout, asked.stderr], how: "the daemon's own descriptors" };
+  // Each on its own: a daemon started with `> file` keeps a terminal's stderr, say.
+  const fds = [1, 2].map((n): number | 'inherit' => {
+    try {
+      return openSync(`/proc/${daemonPid}/fd/${n}`, 'a');
+    } catch (err) {
+      complain(`cannot reopen pid ${daemonPid}'s ${n === 1 ? 'stdout' : 'stderr'} (${why}; /proc: ${(err as Error).message}): the successor's goes to this command's`);
+      return 'inherit';
+    }
+  }) as [number | 'inherit', number | 'inherit'];
+  return { fds, how: `reopened through /proc/${daemonPid}/fd (${why})` };
+}
+
+async function takeOver(configFile: string, config: Config, running: RunningStatus, why: string): Promise<number> {
+  const socket = config.socket;
   const entry = fileURLToPath(new URL('./homesfs.js', import.meta.url));
   say(`${why}: starting ${VERSION} (build ${BUILD}) to take the session of pid ${running.pid} over`);
+  const out = await daemonOutput(config, running.pid);
+  const stdout = out.fds[0];
+  if (stdout !== 'inherit') say(`the successor logs where pid ${running.pid} logs: ${describeFd(stdout)} (${out.how})`);
   // Its own session (setsid): it outlives this command, and a signal to this
-  // command's process group is not for it. Its output is this command's (the journal).
-  const child = spawn(process.execPath, [entry, 'serve', '--config', configFile, '--takeover'], { detached: true, stdio: ['ignore', 'inherit', 'inherit'] });
+  // command's process group is not for it.
+  let child;
+  try {
+    child = spawn(process.execPath, [entry, 'serve', '--config', configFile, '--takeover'], { detached: true, stdio: ['ignore', ...out.fds] });
+  } finally {
+    // the child has its copies
+    for (const fd of out.fds) if (fd !== 'inherit') closeSync(fd);
+  }
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => resolve({ code, signal }));
     child.on('error', (err) => {
@@ -128,7 +186,7 @@ async function takeOver(configFile: string, socket: string, running: RunningStat
       const g: { code: number | null; signal: NodeJS.Signals | null } = gone;
       const code = g.code ?? EXIT.INTERNAL;
       complain(
-        `the successor (pid ${child.pid ?? '?'}) ${g.signal ? `was killed by ${g.signal}` : `exited ${code}`} before it served (its reason is above); pid ${running.pid} (${running.version}) serves on`,
+        `the successor (pid ${child.pid ?? '?'}) ${g.signal ? `was killed by ${g.signal}` : `exited ${code}`} before it served (its reason is ${out.fds[1] !== 'inherit' ? `in pid ${running.pid}'s log` : 'above'}); pid ${running.pid} (${running.version}) serves on`,
       );
       return code === 0 ? EXIT.INTERNAL : code;
     }

@@ -10,7 +10,7 @@
  * others; descriptors go in batches of at most 253 (SCM_RIGHTS), each batch a
  * message whose payload is its index.
  */
-import { closeSync, fstatSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, lstatSync, readSync, statSync, unlinkSync } from 'node:fs';
 
 interface HandoverRaw {
   hs_handover_listen(path: string): number;
@@ -129,18 +129,33 @@ export class HandoverConn {
   }
 }
 
-/** A listening handover socket: connections polled on a timer. */
+/**
+ * A listening handover socket: connections polled on a timer. Its file is
+ * removed when it closes, if it is still the one this listener made (a
+ * successor that serves has made its own at the same path: that one stays).
+ */
 export class HandoverListener {
   private timer: NodeJS.Timeout | null = null;
+  private closed = false;
   constructor(
     private readonly raw: HandoverRaw,
     private readonly fd: number,
+    private readonly path: string,
+    /** the socket file's identity right after bind, or null if it could not be read */
+    private readonly made: { dev: number; ino: number } | null,
   ) {}
 
   static listen(raw: HandoverRaw, path: string): HandoverListener {
     const fd = raw.hs_handover_listen(path);
     if (fd < 0) throw new HandoverError(`handover socket ${path}: errno ${-fd}`, -fd);
-    return new HandoverListener(raw, fd);
+    let made: { dev: number; ino: number } | null = null;
+    try {
+      const st = statSync(path);
+      made = { dev: st.dev, ino: st.ino };
+    } catch {
+      made = null; // then it is never removed: better a stale file than another daemon's socket gone
+    }
+    return new HandoverListener(raw, fd, path, made);
   }
 
   /** `onConn` for each root peer (others are refused by handover.c); one at a time. */
@@ -164,6 +179,19 @@ export class HandoverListener {
   close(): void {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    if (this.closed) return;
+    this.closed = true;
+    // Unlinked before the descriptor closes: while ours listens, no other
+    // daemon's listen has replaced the file (a successor binds only after this
+    // daemon handed over and closed), and the identity check keeps it so anyway.
+    if (this.made !== null) {
+      try {
+        const st = lstatSync(this.path);
+        if (st.isSocket() && st.dev === this.made.dev && st.ino === this.made.ino) unlinkSync(this.path);
+      } catch {
+        // gone already, or unreadable: nothing of ours to remove, and a close never fails
+      }
+    }
     this.raw.hs_handover_close(this.fd);
   }
 }

@@ -33,7 +33,7 @@ interface Note {
   watchedAlive: boolean;
 }
 
-/** Run `homesfs reload`, its output (and a successor's, which inherits it) into a file; resolves when reload exits. */
+/** Run `homesfs reload`, its output into a file (a successor logs where the daemon logs); resolves when reload exits. */
 async function reload(bin: string, config: string, out: string, env: NodeJS.ProcessEnv = {}, extra: string[] = []): Promise<{ code: number | null; out: () => string }> {
   const fd = openSync(out, 'a');
   const p = spawn(process.execPath, [bin, 'reload', '--config', config, ...extra], { stdio: ['ignore', fd, fd], env: { ...process.env, ...env } });
@@ -166,7 +166,13 @@ while True:
     expect(r.code, r.out()).toBe(9);
     expect(r.out()).toMatch(/: starting upgrade-by-reload \(build [0-9a-f]{16}\) to take the session of pid \d+ over/);
     expect(r.out()).toMatch(/the successor \(pid \d+\) exited 9 before it served/);
-    expect(r.out()).toMatch(/"msg":"session received"/);
+    // The successor logged where the daemon logs (its stdout, given over the takeover socket), not into reload's output.
+    expect(r.out()).toMatch(/the successor logs where pid \d+ logs: .* \(the daemon's own descriptors\)/);
+    expect(r.out()).toMatch(/its reason is in pid \d+'s log/);
+    expect(r.out()).not.toMatch(/"msg":"session received"/);
+    const successorLine = await d.waitForLog((l) => l.msg === 'session received');
+    expect(successorLine.pid).not.toBe(d.proc.pid);
+    expect(d.logs.some((l) => l.pid === successorLine.pid && l.level === 'fatal')).toBe(true);
     await d.waitForLog((l) => l.msg === 'handover abandoned: serving on');
     expect(d.proc.exitCode).toBeNull();
     const st = await status();

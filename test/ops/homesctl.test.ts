@@ -780,6 +780,51 @@ describe('homesctl: errors that say the way out', () => {
     expect(stderr).toMatch(/adminGroup/);
   });
 
+  it('status with no daemon under systemd: a unit in auto-restart (or restarted, starting) is a session kept (exit 5); a first start or a failed unit is 3, and says so', async () => {
+    const missing = path.join(tmp, 'gone', 'admin.sock');
+    // A stand-in for systemctl on PATH: prints what `systemctl show` would for the unit it names.
+    const bin = path.join(tmp, 'fake-systemd');
+    const { mkdir, chmod } = await import('node:fs/promises');
+    await mkdir(bin, { recursive: true });
+    const fake = (active: string, sub: string, restarts = 0) =>
+      writeFile(path.join(bin, 'systemctl'), `#!/bin/sh\n[ "$1 $2" = "show homesfs.service" ] || exit 1\nprintf 'LoadState=loaded\\nActiveState=${active}\\nSubState=${sub}\\nNRestarts=${restarts}\\n'\n`).then(() => chmod(path.join(bin, 'systemctl'), 0o755));
+    const env = { PATH: `${bin}:${process.env.PATH ?? ''}` };
+
+    await fake('activating', 'auto-restart');
+    const r = await homesctl(['--socket', missing, 'status'], env);
+    expect(r.code).toBe(5);
+    expect(r.stdout).toBe(
+      "the daemon is not running; systemd is starting it again (homesfs.service: activating (auto-restart)): a session it stored in the unit's fd store is resumed then (systemd cannot be asked whether one is stored)\n",
+    );
+    expect(r.stderr).toContain(`cannot connect to ${missing}: ENOENT`);
+    const j = await homesctl(['--json', '--socket', missing, 'status'], env);
+    expect(j.code).toBe(5);
+    expect(JSON.parse(j.stdout)).toMatchObject({ ok: false, code: 'SESSION_KEPT', state: 'restarting', keeper: 'systemd', unit: 'homesfs.service', activeState: 'activating', subState: 'auto-restart' });
+
+    // Started again by Restart= (the new daemon resuming, not serving yet): still kept.
+    await fake('activating', 'start', 1);
+    expect((await homesctl(['--socket', missing, 'status'], env)).code).toBe(5);
+    // A first start: nothing was kept; it is on its way.
+    await fake('activating', 'start', 0);
+    const first = await homesctl(['--socket', missing, 'status'], env);
+    expect(first.code).toBe(3);
+    expect(first.stderr).toMatch(/the daemon is not serving yet: systemd is starting it \(homesfs.service: activating \(start\)\)/);
+
+    await fake('failed', 'failed');
+    const f = await homesctl(['--socket', missing, 'status'], env);
+    expect(f.code).toBe(3);
+    expect(f.stdout).toBe('');
+    expect(f.stderr).toMatch(/the daemon is not running, no holder answers.*, and homesfs.service is failed \(failed\): systemd keeps no fd store for a unit that is down, so no session is kept there/);
+    const fj = await homesctl(['--json', '--socket', missing, 'status'], env);
+    expect(JSON.parse(fj.stdout)).toMatchObject({ ok: false, code: 'UNREACHABLE', outage: { state: 'stopped', keeper: 'systemd', activeState: 'failed' } });
+
+    // Only status asks: other commands say what they always said.
+    await fake('activating', 'auto-restart');
+    const l = await homesctl(['--socket', missing, 'list'], env);
+    expect(l.code).toBe(3);
+    expect(l.stdout + l.stderr).not.toMatch(/systemd is starting it/);
+  });
+
   it('--json prints exactly one JSON object on stdout: connection errors and usage errors too', async () => {
     const missing = path.join(tmp, 'nope', 'admin.sock');
     const r = await homesctl(['--json', '--socket', missing, 'list']);

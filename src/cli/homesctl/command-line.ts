@@ -32,7 +32,8 @@ function mainUsage(): string {
     '',
     'Exit codes: 0 ok; 1 the daemon replied an error (CODE: message on stderr);',
     '            2 usage error; 3 no answer (cannot connect, timeout, bad reply);',
-    '            4 status: the daemon answers but does not serve (not mounted, loop ended, self-check failed).',
+    '            4 status: the daemon answers but does not serve (not mounted, loop ended, self-check failed);',
+    '            5 status: no daemon answers, but its session is kept (a holder, or systemd starting it again).',
     '',
   ].join('\n');
 }

@@ -18,6 +18,7 @@ import { chooseSocket, describeOrigin, SocketConfigError, type SocketChoice } fr
 import { commandIndex, DEFAULT_TIMEOUT_MS, GLOBAL_OPTIONS, listView, parseStrict, UsageError } from './args.js';
 import { parseCommandLine, type Invocation, type Parsed } from './command-line.js';
 import { specOf } from './commands.js';
+import { explainOutage } from './outage.js';
 import { clean, processTable, renderList, sortHomes } from './render.js';
 
 export const EXIT = {
@@ -30,6 +31,8 @@ export const EXIT = {
   UNREACHABLE: 3,
   /** `status`: the daemon answers but does not serve (not mounted, FUSE loop ended, self-check failed). */
   NOT_SERVING: 4,
+  /** `status`: no daemon answers, but its session is kept (a holder, or systemd restarting it): the next start resumes it */
+  SESSION_KEPT: 5,
 } as const;
 
 /** Why a status reply is not a serving daemon, or null: what makes `homesctl status` a health probe. */
@@ -161,15 +164,25 @@ function errorHints(reply: ErrorReply, command: CommandName): string[] {
   }
 }
 
-async function request(inv: Invocation, io: Io): Promise<{ ok: true; data: unknown } | { ok: false; exit: number }> {
+async function request(inv: Invocation, io: Io, env: NodeJS.ProcessEnv): Promise<{ ok: true; data: unknown } | { ok: false; exit: number }> {
   let reply;
   try {
     reply = await controlRequest(inv.socket, { cmd: inv.command, args: inv.args } as Parameters<typeof controlRequest>[1], { timeoutMs: inv.timeoutMs });
   } catch (err) {
     if (!(err instanceof ControlClientError)) throw err;
     const { message, hints } = explainClientError(err, inv.socket, inv.socketFrom, inv.timeoutMs);
-    if (inv.json) printJson(io, { ok: false, code: 'UNREACHABLE', kind: err.kind, socket: inv.socket, message, hints });
-    io.stderr.write(`homesctl: ${clean(message)}\n${hints.map((h) => `  ${clean(h)}\n`).join('')}`);
+    // `status` is the health probe: when nothing listens, say whether the session outlived the daemon.
+    const outage = inv.command === 'status' && err.kind === 'connect' ? await explainOutage(inv.socket, env) : null;
+    if (outage !== null && (outage.kind === 'kept' || outage.kind === 'restarting')) {
+      const { message: said, kind: state, ...rest } = outage;
+      if (inv.json) printJson(io, { ok: false, code: 'SESSION_KEPT', socket: inv.socket, message: said, state, ...rest, unreachable: message });
+      else io.stdout.write(`${clean(said)}\n`);
+      io.stderr.write(`homesctl: ${clean(message)}\n`);
+      return { ok: false, exit: EXIT.SESSION_KEPT };
+    }
+    const all = outage !== null ? [outage.message, ...hints] : hints;
+    if (inv.json) printJson(io, { ok: false, code: 'UNREACHABLE', kind: err.kind, socket: inv.socket, message, hints: all, ...(outage !== null ? { outage: (({ message: _m, kind: state, ...o }) => ({ state, ...o }))(outage) } : {}) });
+    io.stderr.write(`homesctl: ${clean(message)}\n${all.map((h) => `  ${clean(h)}\n`).join('')}`);
     return { ok: false, exit: EXIT.UNREACHABLE };
   }
   if (!reply.ok) {
@@ -214,12 +227,12 @@ export function isWatching(): boolean {
  * --count frames are drawn. A terminal gets the screen cleared per frame; a
  * pipe gets frames one after another.
  */
-async function watch(inv: Invocation, io: Io, signal: AbortSignal | undefined): Promise<number> {
+async function watch(inv: Invocation, io: Io, env: NodeJS.ProcessEnv, signal: AbortSignal | undefined): Promise<number> {
   const view = listView(inv.values);
   watching = true;
   let prev: { at: number; bytes: Map<string, number> } | undefined;
   for (let frame = 0; frame < view.count && !signal?.aborted; frame++) {
-    const r = await request(inv, io);
+    const r = await request(inv, io, env);
     if (!r.ok) return r.exit;
     if (signal?.aborted) break;
     const now = Date.now();
@@ -265,9 +278,9 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     io.stdout.write(inv.text);
     return EXIT.OK;
   }
-  if (inv.values.watch === true) return watch(inv, io, signal);
+  if (inv.values.watch === true) return watch(inv, io, env, signal);
 
-  const r = await request(inv, io);
+  const r = await request(inv, io, env);
   if (!r.ok) return r.exit;
   const spec = specOf(inv.command);
   if (inv.json) printJson(io, spec.json ? spec.json(r.data, inv.args, inv.values) : r.data);
