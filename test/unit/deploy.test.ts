@@ -270,7 +270,7 @@ describe('deploy/kubernetes/Dockerfile', () => {
     if (from) stages.push({ from: from[1]!.replace(/\$\{(\w+)\}/g, (_, k: string) => args[k] ?? `<${k}>`), ...(from[2] ? { name: from[2] } : {}), lines: [] });
     else if (stages.length === 0 && /^ARG\s+(\w+)=(\S+)$/.test(l)) {
       const [, k, v] = /^ARG\s+(\w+)=(\S+)$/.exec(l)!;
-      args[k!] = v!;
+      args[k!] = v!.replace(/\$\{(\w+)\}/g, (_, a: string) => args[a] ?? `<${a}>`); // an ARG's default may name an earlier one
     } else stages.at(-1)?.lines.push(l);
   }
   const aptPackages = (stage: { lines: string[] }) =>
