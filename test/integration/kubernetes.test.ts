@@ -1,0 +1,207 @@
+import { spawnSync } from 'node:child_process';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMount, skipReason } from '../helpers/daemon.js';
+import { ROOT, configMap, consumerPod, daemonPod, fstypeAt, must, run, until, writeYaml } from '../helpers/kube.js';
+
+/**
+ * The Kubernetes manifests on this machine, under `podman kube play` (podman 4.3, as
+ * scripts/install.sh installs it; test/helpers/kube.ts says what is converted and why):
+ * the image deploy/kubernetes/local-image.sh builds, the DaemonSet's pod (privileged,
+ * /dev/fuse, hostPID, hostNetwork, Bidirectional propagation of the shared hostPath), and
+ * pod-example.yaml's consumer pod started after it (HostToContainer), whose agent works in
+ * its home. The "node" is a temporary directory made a shared mount (`mount --bind D D &&
+ * mount --make-rshared D`): propagation out of a container needs a shared source.
+ */
+
+if (!canMount) console.warn(`kubernetes suite skipped: ${skipReason}`);
+
+const CONF_DIR = mkdtempSync('/tmp/homesfs-k8s-conf-');
+const ENV = { ...process.env, CONTAINERS_CONF: join(CONF_DIR, 'containers.conf') };
+const podman = (args: string[], timeoutMs = 120_000) => run('podman', args, { env: ENV, timeoutMs });
+const podmanMust = (args: string[], timeoutMs = 120_000) => must('podman', args, { env: ENV, timeoutMs });
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function healthz(port: number): Promise<number | null> {
+  try {
+    const r = await fetch(`http://127.0.0.1:${port}/healthz`, { signal: AbortSignal.timeout(2000) });
+    return r.status;
+  } catch {
+    return null;
+  }
+}
+
+interface Agent {
+  lines: number;
+  rounds: number;
+  errors: number;
+  lastError: string;
+  maxWaitMs: number;
+}
+
+describe.skipIf(!canMount)('Kubernetes manifests under podman kube play', () => {
+  const id = `${process.pid}`;
+  let dir = '';
+  let node = '';
+  let image = '';
+  let port = 0;
+  const played: string[] = []; // YAML files played, for teardown (newest first)
+  const playedPods = new Map<string, string[]>();
+  const out = () => join(dir, 'out');
+  const mountOnNode = () => join(node, '/var/lib/homesfs/shared/homes');
+  const agent = (mode: string): Agent | null => {
+    try {
+      return JSON.parse(readFileSync(join(out(), `${mode}.progress`), 'utf8')) as Agent;
+    } catch {
+      return null;
+    }
+  };
+
+  beforeAll(async () => {
+    // podman configured as on this host (runc, cgroupfs, ...): test/systemd/containers.sh
+    await must('bash', ['-c', `source ${ROOT}/test/systemd/containers.sh && containers_conf ${CONF_DIR}`]);
+    const t0 = Date.now();
+    const built = await must(join(ROOT, 'deploy/kubernetes/local-image.sh'), [], { env: ENV, timeoutMs: 900_000 });
+    image = built.trim().split('\n').at(-1)!;
+    console.log(`image ${image}: ${Date.now() - t0} ms`);
+    dir = mkdtempSync('/tmp/homesfs-k8s-');
+    node = join(dir, 'node');
+    mkdirSync(node);
+    await must('mount', ['--bind', node, node]);
+    await must('mount', ['--make-rshared', node]);
+    for (const d of ['out', 'agent']) mkdirSync(join(dir, d), { mode: 0o777 });
+    chmodSync(out(), 0o777);
+    copyFileSync(join(ROOT, 'test/systemd/agent.mjs'), join(dir, 'agent/agent.mjs'));
+    port = await freePort();
+  }, 1_000_000);
+
+  afterAll(async () => {
+    // podman stop (SIGTERM: the daemon unmounts), then remove: podman kill or a bare
+    // kube down would leave a stale mount.
+    const t0 = Date.now();
+    try {
+      for (const yaml of played.reverse()) {
+        for (const pod of playedPods.get(yaml) ?? []) await podman(['pod', 'stop', '-t', '60', pod], 120_000);
+        await podman(['kube', 'down', yaml], 120_000);
+      }
+    } finally {
+      cleanNode();
+      console.log(`teardown: ${Date.now() - t0} ms`);
+    }
+  }, 300_000);
+
+  function cleanNode(): void {
+    if (dir) {
+      if (fstypeAt(mountOnNode())) spawnSync('umount', ['-l', mountOnNode()]);
+      // the DaemonSet's init container makes the mount point immutable
+      if (existsSync(mountOnNode())) spawnSync('chattr', ['-i', mountOnNode()]);
+      spawnSync('umount', ['-R', '-l', node]);
+      rmSync(dir, { recursive: true, force: true });
+    }
+    rmSync(CONF_DIR, { recursive: true, force: true });
+  }
+
+  /** Plays `objs` as `name`.yaml; teardown stops its pods and takes it down. */
+  async function play(name: string, objs: Array<Record<string, any>>, extra: string[] = []): Promise<string> {
+    const file = writeYaml(join(dir, `${name}.yaml`), objs);
+    played.push(file);
+    playedPods.set(file, objs.filter((o) => o.kind === 'Pod').map((o) => o.metadata.name));
+    await podmanMust(['kube', 'play', ...extra, file], 300_000);
+    return file;
+  }
+
+  async function stopPod(pod: string): Promise<void> {
+    await podmanMust(['pod', 'stop', '-t', '60', pod], 120_000);
+  }
+
+  it('the DaemonSet pod mounts, the mount reaches the node and a consumer pod started after it, whose agent works in its home', async () => {
+    // the daemon's pod, its config with a free metrics port (hostNetwork: the node's loopback)
+    const cmFile = writeYaml(
+      join(dir, 'configmap.yaml'),
+      [configMap((c) => (c.metrics = { listen: `127.0.0.1:${port}` }))],
+    );
+    const daemon = daemonPod({ name: `homesfs-${id}`, nodeRoot: node, image });
+    const t0 = Date.now();
+    await play('daemon', [daemon], ['--configmap', cmFile]);
+    await until('the daemon answers /healthz with 200', async () => (await healthz(port)) === 200, 90_000, 200);
+    console.log(`daemon pod ready: ${Date.now() - t0} ms`);
+    // the mount propagated out to the node (Bidirectional through a shared hostPath)
+    expect(fstypeAt(mountOnNode())).toBe('fuse.homesfs');
+
+    // the platform resolves a home on the node's platform socket
+    const resolved = JSON.parse(
+      await podmanMust(['exec', `homesfs-${id}-homesfs`, 'homesctl', '--socket', '/run/homesfs-platform/platform.sock', '--json', 'resolve', '--tenant', 'acme', '--project', 'web']),
+    ) as { home: string; owner: { uid: number; gid: number } };
+    expect(resolved.home).toBe('/var/lib/homesfs/shared/homes/acme/web');
+
+    // the consumer: pod-example.yaml with that home; its tools container runs a writer
+    // (append + fsync every 10 ms) and a reader (reads, lists, stats) in the home
+    const consumer = consumerPod({
+      name: `acme-web-${id}`,
+      nodeRoot: node,
+      image,
+      uid: resolved.owner.uid,
+      gid: resolved.owner.gid,
+      homePath: resolved.home,
+      tools: [
+        'sh',
+        '-c',
+        'cd /home/user && node /agent/agent.mjs writer /home/user/log /out & w=$!; ' +
+          'until [ -s /home/user/log ]; do sleep 0.1; done; ' +
+          'cd /home/user && node /agent/agent.mjs reader /home/user/log /out & r=$!; ' +
+          'trap "kill -TERM $w $r; wait $w $r; exit 0" TERM; wait',
+      ],
+      extraVolumes: [
+        { name: 'agent', hostPath: join(dir, 'agent'), mountPath: '/agent' },
+        { name: 'out', hostPath: out(), mountPath: '/out' },
+      ],
+    });
+    const t1 = Date.now();
+    await play('consumer', [consumer]);
+    console.log(`consumer pod played: ${Date.now() - t1} ms`);
+    const tools = `acme-web-${id}-tools`;
+    await until('the agents write and read', () => (agent('writer')?.lines ?? 0) >= 50 && (agent('reader')?.rounds ?? 0) >= 20 && agent('writer'), 90_000);
+    console.log(`agents at work: ${Date.now() - t1} ms`);
+
+    // in the consumer: the home is the homesfs mount, its files are the agent's
+    const ls = await podmanMust(['exec', tools, 'sh', '-c', 'id -u; grep " /home/user " /proc/self/mountinfo; ls -ln /home/user; tail -n 1 /home/user/log']);
+    const [uid, mountinfo, ...rest] = ls.trim().split('\n');
+    expect(Number(uid)).toBe(resolved.owner.uid);
+    expect(mountinfo).toMatch(/ - fuse\.homesfs /);
+    expect(rest.join('\n')).toMatch(new RegExp(`^-rw------- 1 ${resolved.owner.uid} ${resolved.owner.gid} .* log$`, 'm'));
+    // the same file on the node, through the propagated mount
+    const onNode = join(mountOnNode(), 'acme/web/log');
+    expect(existsSync(onNode)).toBe(true);
+
+    // stop the agents, read their summaries
+    await podmanMust(['kill', '--signal', 'TERM', tools]);
+    await until('the agents stopped', () => existsSync(join(out(), 'writer.json')) && existsSync(join(out(), 'reader.json')), 30_000);
+    const writer = JSON.parse(readFileSync(join(out(), 'writer.json'), 'utf8')) as Agent;
+    const reader = JSON.parse(readFileSync(join(out(), 'reader.json'), 'utf8')) as Agent;
+    expect({ writer: writer.errors, reader: reader.errors, lastError: writer.lastError || reader.lastError }).toEqual({ writer: 0, reader: 0, lastError: '' });
+    const lines = (await podmanMust(['exec', `homesfs-${id}-homesfs`, 'wc', '-l', '/var/lib/homesfs/backing/acme/web/log'])).trim();
+    expect(Number(lines.split(' ')[0])).toBeGreaterThanOrEqual(writer.lines);
+
+    // the daemon's pod stops cleanly: SIGTERM, the daemon unmounts, the node sees no mount
+    const t2 = Date.now();
+    await stopPod(`acme-web-${id}`);
+    const t3 = Date.now();
+    await stopPod(`homesfs-${id}`);
+    console.log(`pods stopped: consumer ${t3 - t2} ms, daemon ${Date.now() - t3} ms`);
+    // every container of the daemon's pod heeds SIGTERM (none waits out the grace period)
+    expect(Date.now() - t3).toBeLessThan(30_000);
+    expect(fstypeAt(mountOnNode())).toBeNull();
+  }, 600_000);
+});
