@@ -4,8 +4,9 @@
  * template becomes a Pod here; every hostPath moves under a temporary "node root" (the
  * host side only: the paths inside the containers stay those of the manifests), the
  * ConfigMap becomes a file podman hands over with --configmap, the images become the
- * one deploy/kubernetes/local-image.sh built, and the daemon's declared ports go (podman
- * refuses ports with hostNetwork). Nothing else of the manifests changes.
+ * one deploy/kubernetes/local-image.sh built, the daemon's declared ports go (podman
+ * refuses ports with hostNetwork), and the pod's shared pid namespace stands in for the
+ * node's (podman 4.3 ignores hostPID). Nothing else of the manifests changes.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -54,6 +55,12 @@ export function daemonPod(opts: { name: string; nodeRoot: string; image: string 
   // podman refuses port declarations with the host's network ("PortMappings can only be
   // used with Bridge or slirp4netns networking"); Kubernetes only records them there.
   if (spec.hostNetwork) for (const c of spec.containers) delete c.ports;
+  // podman 4.3 ignores hostPID (kube play has it from 4.5): each container would get a pid
+  // namespace of its own, and the holder could not identify the daemon registering with
+  // it. The pod's own shared pid namespace stands in for the node's (both containers in
+  // one namespace, as under hostPID); a rollout's two pods see each other through their
+  // sockets (the takeover), as under hostPID.
+  if (spec.hostPID) spec.shareProcessNamespace = true;
   return { apiVersion: 'v1', kind: 'Pod', metadata: { name: opts.name, labels: template.metadata.labels, annotations: INIT_ALWAYS }, spec };
 }
 

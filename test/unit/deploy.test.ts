@@ -77,8 +77,9 @@ describe('deploy/kubernetes manifests', () => {
     };
     expect(broken(() => undefined)).not.toThrow();
     expect(broken((c) => (c.spec.template.spec.hostPID = 'yes'))).toThrow(/hostPID/);
-    expect(broken((c) => (c.spec.template.spec.containers[0].volumeMounts[1].mountPropagation = 'Both'))).toThrow(/mountPropagation/);
-    expect(broken((c) => delete c.spec.template.spec.containers[0].readinessProbe.httpGet.port)).toThrow(/port/);
+    const d = (c: any) => c.spec.template.spec.containers.find((x: any) => x.name === 'homesfs');
+    expect(broken((c) => (d(c).volumeMounts[1].mountPropagation = 'Both'))).toThrow(/mountPropagation/);
+    expect(broken((c) => delete d(c).readinessProbe.httpGet.port)).toThrow(/port/);
     expect(broken((c) => delete c.spec.selector)).toThrow(/selector/);
   });
 
