@@ -61,12 +61,16 @@ describe.skipIf(!canMount)('Kubernetes manifests under podman kube play', () => 
   const playedPods = new Map<string, string[]>();
   const out = () => join(dir, 'out');
   const mountOnNode = () => join(node, '/var/lib/homesfs/shared/homes');
+  // The agents rewrite their progress files in place: a read may catch one half written,
+  // and then the last whole one stands.
+  const lastProgress = new Map<string, Agent>();
   const agent = (mode: string): Agent | null => {
     try {
-      return JSON.parse(readFileSync(join(out(), `${mode}.progress`), 'utf8')) as Agent;
+      lastProgress.set(mode, JSON.parse(readFileSync(join(out(), `${mode}.progress`), 'utf8')) as Agent);
     } catch {
-      return null;
+      // not there yet, or half written
     }
+    return lastProgress.get(mode) ?? null;
   };
 
   beforeAll(async () => {
