@@ -189,7 +189,7 @@ describe.skipIf(!canMount)(`deploy/kubernetes scripts on a node ${skipReason}`, 
     expect(isMounted(config.mount)).toBe(true); // dead: ENOTCONN
     const r = await runPrepare();
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toContain('still mounted');
+    expect(r.stdout).toContain('is mounted: a daemon serves');
     daemon = await startDaemon({ dir: root, fresh: false });
     expect(isMounted(config.mount)).toBe(true);
     expect(existsSync(join(config.mount, 'acme', 'web'))).toBe(true);

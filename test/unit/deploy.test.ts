@@ -77,24 +77,27 @@ describe('deploy/kubernetes manifests', () => {
     };
     expect(broken(() => undefined)).not.toThrow();
     expect(broken((c) => (c.spec.template.spec.hostPID = 'yes'))).toThrow(/hostPID/);
-    expect(broken((c) => (c.spec.template.spec.containers[0].volumeMounts[1].mountPropagation = 'Both'))).toThrow(/mountPropagation/);
-    expect(broken((c) => delete c.spec.template.spec.containers[0].readinessProbe.httpGet.port)).toThrow(/port/);
+    const d = (c: any) => c.spec.template.spec.containers.find((x: any) => x.name === 'homesfs');
+    expect(broken((c) => (d(c).volumeMounts[1].mountPropagation = 'Both'))).toThrow(/mountPropagation/);
+    expect(broken((c) => delete d(c).readinessProbe.httpGet.port)).toThrow(/port/);
     expect(broken((c) => delete c.spec.selector)).toThrow(/selector/);
   });
 
   it('the ConfigMap holds a configuration the daemon accepts, read where the daemon is told to read it', () => {
     expect(config.mount).toMatch(/^\//);
-    expect(daemon.command).toEqual(['homesfs', 'serve', '--config', '/etc/homesfs/config.json']);
+    expect(daemon.command.slice(0, 2)).toEqual(['sh', '-c']);
+    expect(daemon.command[2]).toMatch(/^CONFIG=\/etc\/homesfs\/config\.json$/m);
+    expect(daemon.command[2]).toMatch(/homesfs serve --config "\$CONFIG" &$/m);
     expect(mountOf(daemon, 'config').mountPath).toBe('/etc/homesfs');
     expect(volume(dsSpec, 'config').configMap.name).toBe(cm.metadata.name);
     expect(ds.metadata.namespace).toBe(cm.metadata.namespace);
   });
 
-  it('DaemonSet: privileged, /dev/fuse, every node (all taints tolerated), restarts only on delete', () => {
+  it('DaemonSet: privileged, /dev/fuse, every node (all taints tolerated), a rollout surges (the new pod takes the session over from the old one)', () => {
     expect(daemon.securityContext.privileged).toBe(true);
     expect(volume(dsSpec, mountOf(daemon, 'dev-fuse').name).hostPath).toEqual({ path: '/dev/fuse', type: 'CharDevice' });
     expect(mountOf(daemon, 'dev-fuse').mountPath).toBe('/dev/fuse');
-    expect(ds.spec.updateStrategy).toEqual({ type: 'OnDelete' });
+    expect(ds.spec.updateStrategy).toEqual({ type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } });
     expect(ds.spec.selector.matchLabels).toEqual(ds.spec.template.metadata.labels);
     // one toleration with operator Exists and no key or effect matches every taint
     expect(dsSpec.tolerations).toContainEqual({ operator: 'Exists' });
@@ -119,7 +122,9 @@ describe('deploy/kubernetes manifests', () => {
     expect(dsSpec.hostNetwork).toBe(true); // the kubelet reaches 127.0.0.1 of the pod only in the node's namespace
     const probe = daemon.readinessProbe.httpGet;
     expect(probe).toMatchObject({ host: '127.0.0.1', port: metricsPort });
-    expect(daemon.ports).toContainEqual({ name: 'metrics', containerPort: metricsPort, protocol: 'TCP' });
+    // no declared port: with hostNetwork it would be a hostPort, and a rollout's surge pod
+    // could never be scheduled beside the old one holding it
+    for (const c of dsSpec.containers) expect(c.ports, c.name).toBeUndefined();
   });
 
   it('the readiness path is the daemon\'s health endpoint: 200 while it serves, 503 when it does not', async () => {
@@ -270,7 +275,7 @@ describe('deploy/kubernetes/Dockerfile', () => {
     if (from) stages.push({ from: from[1]!.replace(/\$\{(\w+)\}/g, (_, k: string) => args[k] ?? `<${k}>`), ...(from[2] ? { name: from[2] } : {}), lines: [] });
     else if (stages.length === 0 && /^ARG\s+(\w+)=(\S+)$/.test(l)) {
       const [, k, v] = /^ARG\s+(\w+)=(\S+)$/.exec(l)!;
-      args[k!] = v!;
+      args[k!] = v!.replace(/\$\{(\w+)\}/g, (_, a: string) => args[a] ?? `<${a}>`); // an ARG's default may name an earlier one
     } else stages.at(-1)?.lines.push(l);
   }
   const aptPackages = (stage: { lines: string[] }) =>
