@@ -297,3 +297,38 @@ TEST(storm_of_lookups_forgets_renames_and_locks) {
   // Every lookup was forgotten: only the root is left.
   CHECK_EQ(count(), 1);
 }
+
+// The last release came while the hiding was under way (it found no hidden
+// name to unlink): the hiding's end says the hidden name goes now, and marks
+// nothing hidden.
+TEST(a_release_during_the_hiding_leaves_the_unlink_to_its_end) {
+  hs_nodes_clear();
+  hs_nodes_init();
+  hs_node_t *r = root();
+  hs_node_t *a = hs_node_get(found(r, "a", 10, S_IFDIR));
+  uint64_t f = found(a, "f", 79, S_IFREG);
+  hs_node_t *fn = hs_node_get(f);
+  hs_node_opened(fn);
+  char hidden[64];
+  CHECK_EQ(hs_node_hidden_name(a, "f", a, hidden, sizeof(hidden)), 0);
+  char *path = NULL;
+  CHECK_EQ(hs_node_released(fn, &path), 0);  // before the hiding's end: nothing hidden yet
+  CHECK_EQ(hs_node_renamed(a, "f", a, hidden), 0);
+  CHECK_EQ(hs_node_hide_done(fn, &path), 1);
+  CHECK(path != NULL && strncmp(path, "/a/.fuse_hidden", 15) == 0);
+  free(path);
+  CHECK(!hs_node_is_hidden(fn));
+  // Still open: marked, and left to the last release.
+  uint64_t g = found(a, "g", 80, S_IFREG);
+  hs_node_t *gn = hs_node_get(g);
+  hs_node_opened(gn);
+  CHECK_EQ(hs_node_hidden_name(a, "g", a, hidden, sizeof(hidden)), 0);
+  CHECK_EQ(hs_node_renamed(a, "g", a, hidden), 0);
+  path = NULL;
+  CHECK_EQ(hs_node_hide_done(gn, &path), 0);
+  CHECK(path == NULL && hs_node_is_hidden(gn));
+  hs_node_put(gn);
+  hs_node_put(fn);
+  hs_node_put(a);
+  hs_node_put(r);
+}

@@ -475,6 +475,21 @@ void hs_node_mark_hidden (hs_node_t *n) {
   nt_unlock();
 }
 
+int hs_node_hide_done (hs_node_t *n, char **path) {
+  int unlink_now = 0;
+  pthread_mutex_lock(&hs_nt.mu);
+  if (n->open_count > 0) {
+    n->hidden = 1;
+    if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDDEN, n->nodeid);
+  } else if (nt_hidden_named(n) && nt_try_path(n, NULL, 0, path, NULL, 0, NULL) == 0) {
+    // Its last release came while the hiding was under way: it found nothing
+    // to unlink, so the hidden name goes now.
+    unlink_now = 1;
+  }
+  nt_unlock();
+  return unlink_now;
+}
+
 int hs_node_is_hidden (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   int h = n->hidden;

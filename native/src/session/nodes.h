@@ -90,6 +90,11 @@ int hs_node_must_hide (hs_node_t *parent, const char *name);
 int hs_node_hidden_name (hs_node_t *parent, const char *name, hs_node_t *in, char *buf, size_t size);
 // After the rename to the hidden name went through.
 void hs_node_mark_hidden (hs_node_t *n);
+// The session's hiding went through (the node renamed to its hidden name):
+// the node is marked hidden while it is open (0); when its last release came
+// meanwhile (it found no hidden name to unlink), 1 and the hidden name's path
+// in *path (malloc'd): the caller unlinks it now.
+int hs_node_hide_done (hs_node_t *n, char **path);
 // A release: when it was the last of a hidden node, 1 and its path in *path
 // (malloc'd; the hidden name to unlink), else 0.
 int hs_node_released (hs_node_t *n, char **path);

@@ -19,6 +19,9 @@
 #include "ops.h"
 
 static void rename_go (hs_op_t *op);
+static void hide_went_on (hs_op_t *op);
+static size_t hidden_gone_args (napi_env env, hs_call_t *c, napi_value *argv);
+static void hidden_gone_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n);
 
 static size_t name_args (napi_env env, hs_call_t *c, napi_value *argv) {
   hs_op_t *op = (hs_op_t *) c;
@@ -133,8 +136,20 @@ static void hidden_done (napi_env env, hs_call_t *c, int32_t res, napi_value *va
   const char *name = op->step == 0 ? op->name : op->name2;
   // op->data holds the hidden name, which goes to the home's root; for a rename, path2 was the target's path and stays so.
   if (hs_node_renamed(dir, name, op->home, op->data) != 0) return op_reply_err(op, -ENOMEM);
-  if (victim != NULL) hs_node_mark_hidden(victim);
-  if (op->call.op == HOMESFS_OP_RENAME && op->step == 1) {
+  char *now = NULL;
+  if (victim != NULL && hs_node_hide_done(victim, &now)) {
+    // Released meanwhile: its orphan goes now, then the request goes on.
+    free(op->spath);
+    op->spath = now;
+    op->call.op = HOMESFS_OP_UNLINK;
+    return op_js(op, hidden_gone_args, hidden_gone_done);
+  }
+  hide_went_on(op);
+}
+
+// The request a hiding served goes on: a rename's own rename, or the unlink's answer.
+static void hide_went_on (hs_op_t *op) {
+  if (op->step == 1) {
     // The target is out of the way: now the rename itself.
     op->step = 2;
     free(op->spath);
@@ -142,6 +157,18 @@ static void hidden_done (napi_env env, hs_call_t *c, int32_t res, napi_value *va
     return rename_go(op);
   }
   op_reply_err(op, 0);
+}
+
+static size_t hidden_gone_args (napi_env env, hs_call_t *c, napi_value *argv) {
+  hs_op_t *op = (hs_op_t *) c;
+  argv[0] = hs_js_str(env, op->spath);
+  argv[1] = hs_js_u32(env, 1);  // the session's unlink of a hidden name (src/fs/hidden.ts)
+  return 2;
+}
+
+static void hidden_gone_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
+  (void) env; (void) res; (void) values; (void) n;
+  hide_went_on((hs_op_t *) c);
 }
 
 static size_t hide_args (napi_env env, hs_call_t *c, napi_value *argv) {
