@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigSchema } from '../../src/config/schema.js';
 import { commands } from '../../src/control/registry.js';
+import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 
 /**
  * The reference pages under docs/ held to the code, as readme.test.ts holds
@@ -108,6 +109,49 @@ describe('docs/homesctl.md stays true to the control registry', () => {
       rows.push(/^\| `([a-z-]+)` \|/.exec(line)![1]!);
     }
     expect(rows.sort()).toEqual(Object.keys(commands).sort());
+  });
+});
+
+/** A limit as the pages write it: `off`, `1,000,000`, `2 GiB (2147483648)` (the exact bytes win), `4 MiB`. */
+function limitValue(cell: string): number {
+  const t = cell.trim();
+  if (t === 'off') return 0;
+  const exact = /\((\d+)\)$/.exec(t);
+  if (exact) return Number(exact[1]);
+  const m = /^([\d,]+)(?: (KiB|MiB|GiB))?$/.exec(t);
+  if (!m) throw new Error(`not a limit: ${cell}`);
+  return Number(m[1]!.replace(/,/g, '')) * { '': 1, KiB: 1024, MiB: 1024 ** 2, GiB: 1024 ** 3 }[m[2] ?? '']!;
+}
+
+describe('the built-in profiles as the pages quote them (src/policy/profiles.ts)', () => {
+  const names = ['home', 'scratch', 'posix'] as const;
+
+  it('docs/profiles.md: every numeric limit of the table', () => {
+    const rows = new Map(
+      read('docs/profiles.md')
+        .split('\n')
+        .filter((l) => l.startsWith('| '))
+        .map((l) => l.slice(2, -2).split(' | '))
+        .map((c) => [c[0]!, c.slice(1)] as const),
+    );
+    const single = { maxHomeBytes: 'home budget (`maxHomeBytes`)', maxInodes: 'inodes (`maxInodes`)', maxFileBytes: 'per-file (`maxFileBytes`)', maxOpenFiles: 'open files (`maxOpenFiles`)' } as const;
+    names.forEach((p, i) => {
+      for (const [field, rule] of Object.entries(single)) {
+        expect(limitValue(rows.get(rule)![i]!), `${p} ${field}`).toBe(BUILTIN_PROFILES[p][field as keyof typeof single]);
+      }
+      const [depth, entries, nameBytes] = rows.get('max depth / entries per dir / name bytes')![i]!.split(' / ').map(limitValue);
+      expect([depth, entries, nameBytes], `${p} maxDepth / maxEntriesPerDir / maxNameBytes`).toEqual([BUILTIN_PROFILES[p].maxDepth, BUILTIN_PROFILES[p].maxEntriesPerDir, BUILTIN_PROFILES[p].maxNameBytes]);
+    });
+  });
+
+  it("README's profile table: budget / inodes / per file", () => {
+    const readme = read('README.md');
+    for (const p of names) {
+      const row = readme.split('\n').find((l) => l.startsWith(`| \`${p}\``));
+      expect(row, `README has a profile row for ${p}`).toBeDefined();
+      const limits = row!.split(' | ')[1]!.split(' / ').map(limitValue);
+      expect(limits, p).toEqual([BUILTIN_PROFILES[p].maxHomeBytes, BUILTIN_PROFILES[p].maxInodes, BUILTIN_PROFILES[p].maxFileBytes]);
+    }
   });
 });
 
