@@ -3,11 +3,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HOMESCTL, ROOT, canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 
-if (!canMount) console.warn(`README admin session skipped: ${skipReason}`);
+if (!canMount) console.warn(`docs/homesctl.md admin session skipped: ${skipReason}`);
 
 /**
- * The README's worked admin session is executed here, command by command,
- * against a real daemon, so the README cannot drift from the tool. Format of
+ * The worked admin session of docs/homesctl.md is executed here, command by
+ * command, against a real daemon, so the page cannot drift from the tool. Format of
  * the ```console block after the `admin-session` marker:
  *   `$ cmd`      a command (`homesctl` is this checkout's, on the test daemon's
  *                socket; `/homes` is the test daemon's mount point)
@@ -23,9 +23,9 @@ interface Step {
 }
 
 function readSession(): Step[] {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const readme = readFileSync(join(ROOT, 'docs/homesctl.md'), 'utf8');
   const at = readme.indexOf('<!-- admin-session');
-  if (at < 0) throw new Error('README.md has no <!-- admin-session --> block');
+  if (at < 0) throw new Error('docs/homesctl.md has no <!-- admin-session --> block');
   const open = readme.indexOf('```console\n', at);
   const close = readme.indexOf('\n```', open + 1);
   const steps: Step[] = [];
@@ -39,7 +39,7 @@ function readSession(): Step[] {
 
 const mask = (s: string) => s.replace(/[0-9]+(\.[0-9]+)?/g, 'N').replace(/\s+/g, ' ').trim();
 
-describe.skipIf(!canMount)('README: the worked admin session runs as written', () => {
+describe.skipIf(!canMount)('docs/homesctl.md: the worked admin session runs as written', () => {
   let d: RunningDaemon;
   const steps = readSession();
 
@@ -66,7 +66,7 @@ describe.skipIf(!canMount)('README: the worked admin session runs as written', (
     let from = 0;
     for (const want of step.output.map(mask)) {
       const at = got.indexOf(want, from);
-      expect(at, `README line "${want}" not found (in order) in:\n${r.stdout}`).toBeGreaterThanOrEqual(0);
+      expect(at, `docs/homesctl.md line "${want}" not found (in order) in:\n${r.stdout}`).toBeGreaterThanOrEqual(0);
       from = at + 1;
     }
   });

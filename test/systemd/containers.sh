@@ -1,5 +1,5 @@
 # Sourced by scripts/test-systemd.sh: podman set up the way that works on this
-# kind of host (README "Under systemd", "Tested under systemd"): runc (crun
+# kind of host (README "Under systemd", docs/crash-survival-and-upgrade.md "Tested under a real systemd"): runc (crun
 # fails on hybrid cgroups), cgroupfs, a file events log, and the shell's hard
 # limits as the containers' ulimits (root cannot raise them; nproc at most
 # conmon's).
