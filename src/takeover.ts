@@ -296,6 +296,9 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     const nodes = nodesHanded;
     const drainMs = Math.round(started - asked);
     log.info({ successor: hello.pid, pauseMs, drainMs, tries, files: fs.fds.length, nodes, nodesFrom: fromJournal ? 'journal' : 'handed', steps: marks }, 'session handed over: exiting without unmounting');
+    // Closed now, not at this process's exit: the successor waits for this end to
+    // close, and the exit may wait for the frees answered early (SlowFrees.letGo).
+    c.close();
     host.handedOver(pauseMs, hello.pid);
   } catch (err) {
     await takeBack(err instanceof HandoverError ? err.message : String(err));
