@@ -175,7 +175,7 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
         paused: () => paused(pauses),
         pause: () => (pauses++, at('pause')),
         resume: () => at('resume'),
-        quiesceControl: async () => (at('quiesce'), async () => at('restart')),
+        quiesceControl: async () => (at('quiesce'), async () => void at('restart')),
         freesInBackground: (on) => at(on ? 'freesLetGo' : 'freesAwaited'),
       });
       return { calls, log };
