@@ -69,6 +69,14 @@ export interface Daemon {
   readonly done: Promise<number>;
   /** the successor's pid once this daemon handed its session over (done then resolves 0), else null */
   handedOverTo(): number | null;
+  /**
+   * Resolves once the frees answered early by a handover are done (the closes
+   * go on in this process: takeover.ts); at once when there are none. The
+   * process exits after it: its exit would wait for them anyway.
+   */
+  freesDone(): Promise<void>;
+  /** how many of those are not done */
+  freesPending(): number;
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
@@ -681,6 +689,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         return mount.session.paused();
       },
       resume: () => mount.session.resume(),
+      oldestRequestMs: () => mount.session.oldestHeldMs(),
+      controlBusy: () => controls.some((c) => c.busy()),
+      freesInBackground: (on) => (on ? ctx.slowFrees.letGo() : ctx.slowFrees.awaitAgain()),
       handed: (withNodes) => mount.session.handed(withNodes),
       journalFds: () => journalFds(),
       journalGen: () => journalGen(journalRaw),
@@ -836,5 +847,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     reload,
     done,
     handedOverTo: () => successor,
+    freesDone: () => ctx.slowFrees.finished(),
+    freesPending: () => ctx.slowFrees.unfinished,
   };
 }

@@ -14,16 +14,21 @@
  *                 ◀─ JOURNAL + the node table's journal (its memfds), if it keeps one
  *   loads the table from it (the serving daemon serves on meanwhile)
  *   GO {followed: its generation} ──▶
- *                                   waits for control commands in flight, closes its sockets
- *                                   pauses the session at a request boundary, waits until
- *                                   no request is left with JavaScript
+ *                                   answers the requests that wait only for a slow free
+ *                                   (the free goes on in the background), then, serving on,
+ *                                   waits until JavaScript holds no request for long and no
+ *                                   control command runs; closes its sockets, pauses the
+ *                                   session at a request boundary, waits until no request is
+ *                                   left with JavaScript; if that takes more than a moment,
+ *                                   resumes, opens its sockets and tries again (all within 5 s)
  *                                   flushes its state file, releases its locks
  *                                   exports its node table unless its journal is still
  *                                   at the generation followed (no compaction since)
  *                 ◀─ STATE {generation, session, fs} + blobs + descriptors
  *   catches the table up with the records since it followed (or imports the export)
  *   takes the locks, builds its context, adopts the files, then the session
- *   READY ──────────────────────────▶ exits 0 without unmounting
+ *   READY ──────────────────────────▶ exits 0 without unmounting, once the frees
+ *                                   it answered early are done
  *   (a successor that fails or is silent for 30 s before READY: the serving
  *    daemon takes its locks back and resumes, as if nothing had happened)
  *
@@ -50,6 +55,19 @@ const FOLLOW_WAIT_MS = 30_000;
 const READY_WAIT_MS = 30_000;
 /** How long it waits for the requests JavaScript still answers before it gives up on a handover. */
 const DRAIN_WAIT_MS = 5_000;
+/**
+ * The session is paused only while the oldest request JavaScript holds is
+ * younger than this: a pause waits for every request held, and every home
+ * waits with it. Until then the daemon serves on, and the wait costs no home
+ * anything.
+ */
+const PAUSE_WHEN_HELD_UNDER_MS = 20;
+/**
+ * How long one pause waits for the requests JavaScript holds; past it (one
+ * of them turned out long) the session resumes and the pause is tried again
+ * later: a try that fails costs the other homes this much at most.
+ */
+const PAUSE_TRY_MS = 50;
 
 export function takeoverSocket(config: Config): string {
   return path.join(path.dirname(config.socket), 'takeover.sock');
@@ -66,6 +84,12 @@ export interface HandingHost {
   /** no worker reads and no request waits for JavaScript */
   paused(): boolean;
   resume(): void;
+  /** how long JavaScript has held the oldest request of the session it has not answered, in ms (0: none) */
+  oldestRequestMs(): number;
+  /** a control command runs */
+  controlBusy(): boolean;
+  /** on: every request that waits only for a slow free (backing/freeing.ts) is answered now, and those to come at once; off: they wait again */
+  freesInBackground(on: boolean): void;
   /** `withNodes` false: the successor followed the journal, no node table goes */
   handed(withNodes: boolean): Handed;
   exportFs(): { state: HandedFs; fds: number[] };
@@ -188,24 +212,50 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     if (typeof go.followed === 'number' && Number.isSafeInteger(go.followed) && go.followed > 0) followed = go.followed;
   }
   log.info({ successor: hello.pid, followed }, 'handing the session over');
-  const restartControl = await host.quiesceControl();
-  const started = clock();
+  // No request waits for a free from here on: its caller is answered, the ledger has
+  // given the bytes back (what the successor is handed is exact), the free goes on here.
+  host.freesInBackground(true);
+  const until = Date.now() + DRAIN_WAIT_MS;
+  const asked = clock();
+  let tries = 0;
+  let restartControl!: () => Promise<void>;
+  let started = 0;
+  const refuse = async (why: string) => {
+    host.freesInBackground(false);
+    await c.send({ refused: why }).catch(() => undefined);
+    log.warn({ successor: hello.pid, reason: why, tries }, 'handover abandoned: serving on');
+  };
+  for (;;) {
+    if (Date.now() >= until) return refuse('requests in flight did not finish in time');
+    // Serving on meanwhile: a long request (a big listing, a home's queue behind one)
+    // is waited for here, where it holds up no other home, not inside the pause.
+    while (host.oldestRequestMs() >= PAUSE_WHEN_HELD_UNDER_MS || host.controlBusy()) {
+      if (Date.now() >= until) return refuse('requests in flight did not finish in time');
+      await sleep(2);
+    }
+    restartControl = await host.quiesceControl();
+    started = clock();
+    tries++;
+    host.pause();
+    const tryUntil = Math.min(until, Date.now() + PAUSE_TRY_MS);
+    while (!host.paused() && Date.now() < tryUntil) await sleep(1);
+    if (host.paused()) break;
+    // A request held turned out long: serve on, and try again once it is answered.
+    host.resume();
+    await restartControl();
+    log.debug({ successor: hello.pid, tries, heldMs: Math.round(host.oldestRequestMs()) }, 'handover: a request held the pause up; serving on, trying again');
+  }
+  const restart = restartControl;
   const marks = new Marks(started);
-  host.pause();
   // The locks are never given up: the successor gets copies of their descriptors, and
   // ours keep them until we exit, so a successor that fails leaves them with us.
   const takeBack = async (why: string) => {
     host.resume();
-    await restartControl();
+    host.freesInBackground(false);
+    await restart();
     log.warn({ successor: hello.pid, reason: why }, 'handover abandoned: serving on');
   };
   try {
-    for (const until = Date.now() + DRAIN_WAIT_MS; !host.paused(); await sleep(1)) {
-      if (Date.now() >= until) {
-        await c.send({ refused: 'requests in flight did not finish in time' }).catch(() => undefined);
-        return await takeBack('requests in flight did not finish in time');
-      }
-    }
     marks.mark('drained');
     // Paused, the journal gets no record: at the generation followed, the successor's
     // table plus the records it has yet to read is this one (nodes_journal_replay.c).
@@ -244,7 +294,11 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     const pauseMs = (ready as { pauseMs?: number }).pauseMs ?? Math.round(clock() - started);
     // Counted while paused: the table the successor has now, exported or followed.
     const nodes = nodesHanded;
-    log.info({ successor: hello.pid, pauseMs, files: fs.fds.length, nodes, nodesFrom: fromJournal ? 'journal' : 'handed', steps: marks }, 'session handed over: exiting without unmounting');
+    const drainMs = Math.round(started - asked);
+    log.info({ successor: hello.pid, pauseMs, drainMs, tries, files: fs.fds.length, nodes, nodesFrom: fromJournal ? 'journal' : 'handed', steps: marks }, 'session handed over: exiting without unmounting');
+    // Closed now, not at this process's exit: the successor waits for this end to
+    // close, and the exit may wait for the frees answered early (SlowFrees.letGo).
+    c.close();
     host.handedOver(pauseMs, hello.pid);
   } catch (err) {
     await takeBack(err instanceof HandoverError ? err.message : String(err));

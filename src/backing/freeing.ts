@@ -49,11 +49,31 @@ const TOTAL = 4;
 
 const closeAsync = promisify(fs.close) as (fd: number) => Promise<void>;
 
-/** Closes that may free a big file's blocks: on the threadpool, in turns per home. */
+/**
+ * Closes that may free a big file's blocks: on the threadpool, in turns per home.
+ *
+ * A caller awaits its close (its `rm` is slow, as on any disk) except while
+ * the daemon hands its session over (takeover.ts): then every close awaited
+ * is answered at once and finishes in the background, and so is every close
+ * issued until `awaitAgain`. What the caller does after its await (the
+ * ledger giving the bytes back) is then done before the ledgers go to the
+ * successor, and no request waits for a free: the handover never does. The
+ * daemon that handed over exits once `finished` resolves (its exit would wait
+ * for the threadpool anyway: libuv joins its threads at exit).
+ */
 export class SlowFrees {
   private readonly turns = new Turns(PER_HOME, TOTAL);
   /** closes done this way since start (status `background.slowFrees`) */
   done = 0;
+  /** closes that failed after their caller was answered (none expected: the descriptors are O_PATH or read-only) */
+  failedUnawaited = 0;
+  private readonly issued = new Set<Promise<void>>();
+  /** the callers still awaiting their close: each answered at once by `letGo` */
+  private readonly awaiting = new Set<() => void>();
+  private lettingGo = false;
+
+  /** `closeFd`: close(2) on the threadpool; a test's stand-in decides when each ends */
+  constructor(private readonly closeFd: (fd: number) => Promise<void> = closeAsync) {}
 
   get inFlight(): number {
     return this.turns.inFlight;
@@ -63,11 +83,45 @@ export class SlowFrees {
     return this.turns.waiting;
   }
 
+  /** closes issued and not finished, their callers answered or not */
+  get unfinished(): number {
+    return this.issued.size;
+  }
+
   async close(home: string, fd: number): Promise<void> {
-    try {
-      await this.turns.run(home, () => closeAsync(fd));
-    } finally {
+    const closed = this.turns.run(home, () => this.closeFd(fd)).finally(() => {
       this.done++;
+      this.issued.delete(closed);
+    });
+    this.issued.add(closed);
+    if (this.lettingGo) return this.unawaited(closed);
+    let answer!: () => void;
+    const early = new Promise<'early'>((r) => (answer = () => r('early')));
+    this.awaiting.add(answer);
+    try {
+      if ((await Promise.race([closed, early])) === 'early') this.unawaited(closed);
+    } finally {
+      this.awaiting.delete(answer);
     }
+  }
+
+  /** From now until `awaitAgain`: no caller waits for its close, those waiting now included. */
+  letGo(): void {
+    this.lettingGo = true;
+    for (const answer of this.awaiting) answer();
+  }
+
+  /** The callers await their closes again (a handover that did not happen). */
+  awaitAgain(): void {
+    this.lettingGo = false;
+  }
+
+  /** Resolves once every close issued so far has finished. */
+  async finished(): Promise<void> {
+    while (this.issued.size > 0) await Promise.allSettled([...this.issued]);
+  }
+
+  private unawaited(closed: Promise<void>): void {
+    closed.catch(() => this.failedUnawaited++);
   }
 }

@@ -156,6 +156,16 @@ async function main(): Promise<void> {
     // here (the main process), and systemd-notify returns once systemd has
     // processed it.
     await notifySystemd(log, [`MAINPID=${successor}`, `--status=handed the session to pid ${successor}`]);
+    // The frees this daemon answered early during the handover finish here (the
+    // exit would wait for the threadpool anyway): the successor serves, and needs
+    // nothing more of this process, whose handover connection is closed by now.
+    const frees = daemon.freesPending();
+    if (frees > 0) {
+      const t0 = Date.now();
+      log.info({ frees }, 'exiting once the frees answered early during the handover are done');
+      await daemon.freesDone();
+      log.info({ frees, ms: Date.now() - t0 }, 'the frees answered early are done');
+    }
   }
   log.info({ exitCode: code }, 'stopped');
   log.flush(() => process.exit(code));

@@ -62,6 +62,8 @@ export interface ControlServer {
   close(): Promise<void>;
   /** Resolves once no command is running (a handover waits for that before it pauses the mount). */
   idle(): Promise<void>;
+  /** Whether a command runs now (a handover waits, serving on, until none does before it closes the socket). */
+  busy(): boolean;
   /** The socket path being served. */
   readonly address: string;
 }
@@ -155,6 +157,7 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
   let closing: Promise<void> | undefined;
   return {
     address: socketPath,
+    busy: () => shared.running > 0,
     idle: () => (shared.running === 0 ? Promise.resolve() : new Promise<void>((r) => shared.idleWaiters.push(r))),
     close() {
       closing ??= (async () => {

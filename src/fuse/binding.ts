@@ -70,6 +70,8 @@ export interface FuseInstance {
   pause(): void;
   paused(): boolean;
   resume(): void;
+  /** how long JavaScript has held the oldest request it has not answered, in ms (0: none) */
+  oldestHeldMs(): number;
   handed(withNodes?: boolean): Handed;
   unmount(cb: (err: Error | null) => void): void;
   loopState(): number;

@@ -309,6 +309,8 @@ const NEEDS: Partial<Record<number, keyof NativeOps>> = {
  */
 export class FuseSession implements FuseInstance {
   private mountCb: ((err: Error | null) => void) | null = null;
+  /** the requests JavaScript holds: id → when it got them (performance.now()); in the order they came */
+  private readonly held = new Map<number, number>();
 
   constructor(
     private readonly raw: SessionRaw,
@@ -364,6 +366,16 @@ export class FuseSession implements FuseInstance {
     this.raw.session_pause();
   }
 
+  /**
+   * How long JavaScript has held the oldest request it has not answered, in
+   * ms (0: none). A handover pauses the session only when this is short: a
+   * pause waits for every request held.
+   */
+  oldestHeldMs(): number {
+    for (const since of this.held.values()) return performance.now() - since;
+    return 0;
+  }
+
   /** Every worker parked and no request waiting for JavaScript. */
   paused(): boolean {
     return this.raw.session_paused();
@@ -387,11 +399,14 @@ export class FuseSession implements FuseInstance {
       if (done) process.nextTick(done, null);
     });
     const ops = this.ops;
+    const held = this.held;
     const dispatch: Dispatch = (op, id, uid, gid, pid, ...args) => {
       let answered = false;
+      held.set(id, performance.now());
       const reply: Reply = (res, ...values) => {
         if (answered) return;
         answered = true;
+        held.delete(id);
         raw.hs_session_reply(id, res, ...values);
       };
       const need = NEEDS[op];

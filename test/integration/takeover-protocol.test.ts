@@ -14,7 +14,10 @@ import { listenForSuccessors, takeOverFrom, takeoverSocket, type Follower, type 
  * session faked: a successor that followed the journal gets no table when the
  * journal is still at the generation it followed, and the export (its
  * follow dropped) when it moved on; a serving daemon of protocol 2 (no
- * journal step) is asked again without it. The real session and daemons:
+ * journal step) is asked again without it. The drain before the pause: a
+ * request held long is waited for serving on, a pause that does not drain at
+ * once is given up and tried again, and one held past the deadline is refused
+ * without a pause. The real session and daemons:
  * takeover.test.ts and takeover-scale.test.ts.
  */
 
@@ -42,7 +45,7 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
   });
 
   /** A serving daemon whose journal writes generation `gen` (null: no journal); what it was asked is recorded. */
-  const serve = (gen: number | null) => {
+  const serve = (gen: number | null, over: Partial<HandingHost> = {}) => {
     const calls = { handed: [] as boolean[], resumed: 0 };
     const journal = gen === null ? [] : [raw.hs_handover_memfd(Buffer.from('j0')), raw.hs_handover_memfd(Buffer.from('j1'))];
     const session = openSync('/dev/null', 'r');
@@ -55,6 +58,9 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
       pause: () => undefined,
       paused: () => true,
       resume: () => void calls.resumed++,
+      oldestRequestMs: () => 0,
+      controlBusy: () => false,
+      freesInBackground: () => undefined,
       handed: (withNodes) => {
         calls.handed.push(withNodes);
         return { fd: session, bufsize: 4096, init: Buffer.from('init'), nodes: withNodes ? EXPORT : Buffer.alloc(0), dirs: Buffer.from('dirs'), epoch: 0 };
@@ -66,6 +72,7 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
       journalFds: () => journal,
       journalGen: () => gen,
       nodeCount: () => 7,
+      ...over,
     };
     runDir();
     listener = listenForSuccessors(raw, host);
@@ -154,5 +161,53 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
     expect(hellos).toEqual([3, 2]);
     expect(r.session.nodes.equals(EXPORT)).toBe(true);
     expect(did).toEqual([]);
+  });
+
+  describe('the drain: waited for serving on, the session paused only for a moment', () => {
+    /** A serving daemon whose drain is recorded: when it paused, resumed, closed and reopened its sockets, let the frees go. */
+    const drained = (held: () => number, paused: (pauses: number) => boolean = () => true) => {
+      const t0 = performance.now();
+      const at = (what: string) => log.push(`${what}@${Math.round(performance.now() - t0)}`);
+      const log: string[] = [];
+      let pauses = 0;
+      const calls = serve(null, {
+        oldestRequestMs: held,
+        paused: () => paused(pauses),
+        pause: () => (pauses++, at('pause')),
+        resume: () => at('resume'),
+        quiesceControl: async () => (at('quiesce'), async () => void at('restart')),
+        freesInBackground: (on) => at(on ? 'freesLetGo' : 'freesAwaited'),
+      });
+      return { calls, log };
+    };
+    const names = (log: string[]) => log.map((l) => l.slice(0, l.indexOf('@')));
+    const ms = (log: string[], what: string) => Number(log.find((l) => l.startsWith(`${what}@`))!.split('@')[1]);
+
+    it('a request held long: the frees go to the background at once, the pause waits, serving on, until it is answered', async () => {
+      const until = performance.now() + 400;
+      const { log } = drained(() => (performance.now() < until ? 400 : 0));
+      const { r } = await take(follower(null).f);
+      expect(r.session.init.toString()).toBe('init');
+      expect(names(log).slice(0, 3)).toEqual(['freesLetGo', 'quiesce', 'pause']);
+      expect(ms(log, 'quiesce')).toBeGreaterThanOrEqual(ms(log, 'freesLetGo') + 300);
+    });
+
+    it('a pause that does not drain at once: resumed, the sockets reopened, and tried again', async () => {
+      // the first try never drains (a request held turned out long), the second at once
+      const { log } = drained(
+        () => 0,
+        (pauses) => pauses > 1,
+      );
+      await take(follower(null).f);
+      expect(names(log).slice(0, 6)).toEqual(['freesLetGo', 'quiesce', 'pause', 'resume', 'restart', 'quiesce']);
+      expect(names(log).filter((x) => x === 'pause')).toHaveLength(2);
+    });
+
+    it('a request held past the deadline: refused without ever pausing, the frees awaited again', async () => {
+      const { log, calls } = drained(() => 60_000);
+      await expect(take(follower(null).f)).rejects.toThrow(/requests in flight did not finish in time/);
+      expect(names(log)).toEqual(['freesLetGo', 'freesAwaited']);
+      expect(calls.handed).toEqual([]);
+    }, 20_000);
   });
 });
