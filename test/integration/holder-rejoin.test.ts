@@ -129,7 +129,10 @@ describe.skipIf(!canMount)('the daemon registers again when its holder goes', ()
     const lostAt = Date.now();
     h1.proc.kill('SIGTERM');
     await h1.exited;
-    await until('the daemon to notice the holder is gone', () => d.logs.find((l) => /the holder keeping the session is gone/.test(l.msg)), 10_000);
+    // (soft: a daemon that never notices goes on to the crash below, which shows what that costs)
+    await until('the daemon to notice the holder is gone', () => d.logs.find((l) => /the holder keeping the session is gone/.test(l.msg)), 10_000).catch((err: Error) =>
+      expect.soft(err.message, 'the loss logged').toBe(''),
+    );
     const noticedMs = Date.now() - lostAt;
     // It spawns none of its own: nobody answers until the next holder starts.
     await sleep(1000);
