@@ -161,7 +161,10 @@ export class HolderLink {
 
   private exited(h: HolderPeer): boolean {
     // No pidfd: its exit cannot be seen (taken for alive; `homesctl status` asks the holder itself).
-    return h.pidfd !== null && (this.raw.hs_holder_poll(h.pidfd, POLLIN) & POLLIN) !== 0;
+    if (h.pidfd === null) return false;
+    // A pidfd that cannot be polled any more is taken for gone: asking again costs one registration.
+    const r = this.raw.hs_holder_poll(h.pidfd, POLLIN);
+    return r < 0 || (r & POLLIN) !== 0;
   }
 
   private close(h: HolderPeer | null): void {
