@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import { canMount, ROOT, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESFS, ROOT, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { startSuccessor } from '../helpers/takeover.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
@@ -198,5 +199,28 @@ describe.skipIf(!canMount)('the daemon registers again when its holder goes', ()
     // A plain stop releases the new one: no holder left.
     expect(await d.stopKeep()).toBe(0);
     await until('the second holder to exit', () => !alive(second.pid!));
+  }, 60_000);
+
+  it('a handover abandoned by its successor leaves the watch on: the holder killed after it is replaced as before', async () => {
+    const d = await startDaemon({ create: [HOME], config: { crashSurvival: true } });
+    cleanup.push(async () => void (await d.stop()));
+    await d.waitForLog((l) => l.msg === 'session registered with the holder');
+    // A successor that receives the session, then refuses its own configuration's owners (uid 1 is
+    // a host account): the serving daemon takes its session back (takeover.test.ts).
+    const bad = JSON.parse(readFileSync(join(d.dir, 'config.json'), 'utf8')) as { homes: Record<string, unknown> };
+    bad.homes['rej/evil'] = { owner: { uid: 1, gid: 1 } };
+    writeFileSync(join(d.dir, 'bad.json'), JSON.stringify(bad));
+    const s = startSuccessor(HOMESFS, join(d.dir, 'bad.json'));
+    expect(await s.exited).toBe(9);
+    await d.waitForLog((l) => l.msg === 'handover abandoned: serving on');
+    const first = await holderOf(d);
+    expect(first).toMatchObject({ registered: true });
+    killOnExit(first.pid);
+    process.kill(first.pid!, 'SIGKILL');
+    await until('the daemon to register again', () => d.logs.find((l) => l.msg === 'session registered with the holder again'), 15_000);
+    const second = await holderOf(d);
+    expect(second).toMatchObject({ registered: true });
+    expect(second.pid).not.toBe(first.pid);
+    killOnExit(second.pid);
   }, 60_000);
 });
