@@ -34,7 +34,8 @@ import { adoptFs, exportFs, HandedFs, warmHandedFs } from './fs/handover.js';
 import type { HandoverRaw } from './fuse/handover-channel.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
 import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Follower, type Received } from './takeover.js';
-import { claim, dropKept, holderStatus, register, release, type ClaimResult, type Kept } from './holder/client.js';
+import { claim, dropKept, holderStatus, release, type ClaimResult, type Kept } from './holder/client.js';
+import { HolderLink, type HolderLinkRaw } from './holder/link.js';
 import { notifySocket, removeStored, storeRegistration, takeStored, type SdStoreRaw } from './holder/fdstore.js';
 import type { HolderRaw } from './holder/holder.js';
 import { holderSocket } from './holder/protocol.js';
@@ -80,7 +81,7 @@ export interface Daemon {
 }
 
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
-const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb', 'limits', 'crashSurvival'] as const;
+const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb', 'limits', 'crashSurvival', 'holder'] as const;
 
 /**
  * Composition root: config → state → backing store → fs context → homes →
@@ -192,7 +193,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   }
   const hostIds = warmedLookup(getentLookup());
 
-  const handover = Fuse.native as unknown as HandoverRaw & HolderRaw & SdStoreRaw;
+  const handover = Fuse.native as unknown as HandoverRaw & HolderRaw & HolderLinkRaw & SdStoreRaw;
   const journalRaw = Fuse.native as unknown as JournalRaw;
   // A session a holder kept through the crash of the daemon that served it
   // is resumed, never mounted over (its processes wait in the mount; a stat
@@ -641,6 +642,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   // directory exists: a crash before the registration ends the session as
   // before crash survival.
   let registered: 'holder' | 'systemd' | false = false;
+  // With a holder process: registered again whenever the one it registered with goes (link.ts).
+  let link: HolderLink | null = null;
   if (config.crashSurvival) {
     const hlog = log.child({ component: 'holder' });
     const session = handover.hs_holder_session();
@@ -653,9 +656,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         registered = 'systemd';
         hlog.info({ notifySocket: sdNotify, generation }, "session stored in systemd's fd store");
       } else {
-        await register(handover, config, args, hlog);
+        link = new HolderLink(handover, config, args, hlog);
+        await link.start();
         registered = 'holder';
-        hlog.info({ socket: holderSocket(config), generation }, 'session registered with the holder');
       }
     } catch (err) {
       hlog.error({ err: (err as Error).message }, 'the session is not registered with a holder or systemd\'s fd store: a crash of this daemon ends it');
@@ -680,7 +683,12 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         const running = [...controls];
         await stopSockets();
         await Promise.all(running.map((c) => c.idle()));
-        return () => startSockets();
+        // No registration of ours may reach the holder after the successor's (the holder keeps the latest).
+        await link?.pause();
+        return async () => {
+          link?.resume();
+          await startSockets();
+        };
       },
       pause: () => mount.session.pause(),
       paused: () => {
@@ -710,6 +718,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         for (const l of locks.splice(0)) l.handOff();
         stopping = true;
         successors?.close();
+        void link?.stop();
         mount.detach();
         resolveDone(EXIT.OK);
       },
@@ -783,7 +792,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     if (code === EXIT.OK) await drain().catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
     await stopSockets();
     // A plain stop leaves no holder behind (a handover never comes here: its successor registers instead).
-    if (registered === 'holder') await release(handover, config).catch((err: Error) => log.warn({ err: err.message }, 'the session holder could not be released'));
+    await link?.stop();
+    if (registered === 'holder' && link?.registered) await release(handover, config).catch((err: Error) => log.warn({ err: err.message }, 'the session holder could not be released'));
     if (registered === 'systemd' && sdNotify !== null) {
       try {
         removeStored(handover, sdNotify);

@@ -140,6 +140,17 @@ export const ConfigSchema = z
      * journal, and the next start resumes it (src/resume.ts). Restart only.
      */
     crashSurvival: z.boolean().default(true),
+    /**
+     * Who runs the holder process that keeps the session (crashSurvival;
+     * ignored under systemd, whose fd store keeps it): 'spawn', the daemon
+     * spawns one whenever none answers on holder.sock (at its registration,
+     * and when the holder it registered with goes away); 'external',
+     * something outliving the daemon's process runs it (the Kubernetes
+     * `holder` container): the daemon never spawns one and registers with
+     * whichever answers, again each time one answers after the last went
+     * away. Restart only.
+     */
+    holder: z.enum(['spawn', 'external']).default('spawn'),
     /** Prometheus text endpoint, off unless one of these is set */
     metrics: z
       .object({

@@ -117,26 +117,73 @@ export function dropKept(k: Kept): void {
   closing([k.fuseFd, ...k.journalFds], null);
 }
 
+/** What client.ts needs beyond the handover channel: the holder's identity from a connection. */
+export interface HolderClientRaw extends HandoverRaw {
+  hs_holder_peer_pidfd(fd: number): { pid: number; pidfd: number } | number;
+}
+
+/** The holder process that answered a registration, as this process can watch it. */
+export interface HolderPeer {
+  /** its pid in our pid namespace (0: it has none here, e.g. another container's namespace) */
+  pid: number;
+  /** a pidfd of it (POLLIN once it exited; ours to close), or null when none could be had */
+  pidfd: number | null;
+}
+
+/**
+ * A registration that failed: `none`, no holder answered (and none was to be
+ * spawned); else the holder that answered and refused or failed it (its
+ * pidfd ours to close), or null when it failed before one answered.
+ */
+export class RegisterError extends Error {
+  constructor(
+    message: string,
+    readonly holder: HolderPeer | null,
+    readonly none = false,
+  ) {
+    super(message);
+  }
+}
+
 /**
  * Once the session serves: hand the holder copies of its descriptors,
- * spawning a holder first when none answers. Throws when that fails (the
- * caller serves on, without crash survival).
+ * spawning a holder first when none answers and `spawn` says so. Returns the
+ * holder that took them (its pidfd ours to close); throws a RegisterError
+ * when that fails (the caller serves on, without crash survival until a
+ * registration succeeds).
  */
-export async function register(raw: HandoverRaw, config: Config, a: RegisterArgs, log: Logger): Promise<void> {
-  if (a.journalFds.length > MAX_JOURNAL_FDS) throw new Error(`${a.journalFds.length} journal descriptors: at most ${MAX_JOURNAL_FDS} travel in one message`);
+export async function register(raw: HolderClientRaw, config: Config, a: RegisterArgs, log: Logger, opts: { spawn: boolean } = { spawn: true }): Promise<HolderPeer> {
+  if (a.journalFds.length > MAX_JOURNAL_FDS) throw new RegisterError(`${a.journalFds.length} journal descriptors: at most ${MAX_JOURNAL_FDS} travel in one message`, null);
   const socket = holderSocket(config);
-  if (connectable(raw, socket) === false) await spawnHolder(raw, config, log);
-  const reg: Registration = { ...tree(config), configPath: a.configPath, generation: a.generation, epoch: a.epoch, bufsize: a.session.bufsize, build: a.build };
-  const initFd = blobFd(raw, a.session.init);
-  let got;
-  try {
-    got = await ask(raw, socket, { op: 'register', protocol: HOLDER_PROTOCOL, reg, journal: a.journalFds.length }, [a.session.fd, initFd, ...a.journalFds]);
-  } finally {
-    raw.hs_handover_close(initFd);
+  if (opts.spawn && connectable(raw, socket) === false) {
+    try {
+      await spawnHolder(raw, config, log);
+    } catch (err) {
+      throw new RegisterError((err as Error).message, null);
+    }
   }
-  if (got === null) throw new Error(`no holder answers on ${socket}`);
-  closing(got.fds, null);
-  if (got.reply.ok !== true) throw new Error(`the holder refused the registration: ${String(got.reply.refused ?? got.reply.error ?? JSON.stringify(got.reply))}`);
+  const reg: Registration = { ...tree(config), configPath: a.configPath, generation: a.generation, epoch: a.epoch, bufsize: a.session.bufsize, build: a.build };
+  const c = connect(raw, socket);
+  if (c === null) throw new RegisterError(`no holder answers on ${socket}`, null, true);
+  let holder: HolderPeer | null = null;
+  let initFd = -1;
+  try {
+    // Who answered, taken before anything is sent: the holder that will hold our copies.
+    const peer = raw.hs_holder_peer_pidfd(c.fd);
+    holder = typeof peer === 'number' ? { pid: 0, pidfd: null } : { pid: peer.pid, pidfd: peer.pidfd >= 0 ? peer.pidfd : null };
+    initFd = blobFd(raw, a.session.init);
+    await c.send({ op: 'register', protocol: HOLDER_PROTOCOL, reg, journal: a.journalFds.length }, [a.session.fd, initFd, ...a.journalFds]);
+    const r = await c.recv(REPLY_MS);
+    closing(r.fds, null);
+    const reply = (r.msg ?? {}) as Record<string, unknown>;
+    if (reply.ok !== true) throw new Error(`the holder refused the registration: ${String(reply.refused ?? reply.error ?? JSON.stringify(reply))}`);
+    return holder;
+  } catch (err) {
+    throw new RegisterError((err as Error).message, holder);
+  } finally {
+    if (initFd >= 0) raw.hs_handover_close(initFd);
+    c.close();
+  }
 }
 
 function connectable(raw: HandoverRaw, socket: string): boolean {

@@ -291,11 +291,58 @@ describe.skipIf(!canMount)('Kubernetes manifests under podman kube play', () => 
     expect(fstypeAt(mountOnNode())).toBe('fuse.homesfs');
     const last = await status(daemonName('b'));
     expect(last.pid).toBe(after.pid);
-    // the successor registered with the holder that answered then, the old pod's, which
-    // closed its copy when that pod was deleted (deploy/kubernetes/README.md)
-    console.log(`after the rollout: holder ${JSON.stringify(last.holder)}`);
     await agentsGoOn('old pod deleted');
   }, 400_000);
+
+  it("after the rollout the new daemon registers with its own pod's holder once the old pod's is gone, and a crash then is survived", async () => {
+    const pod = daemonName('b');
+    // The old pod's holder went with it (test above); the new pod's holder loop starts its own
+    // within about 5 s, and the daemon registers with it (holder: external, src/holder/link.ts).
+    const t0 = Date.now();
+    // (soft: a daemon that never registers goes on to the crash below, which shows what that costs)
+    const registered = await until(
+      'the new daemon registered with a holder again',
+      async () => {
+        const s = await status(pod).catch(() => null);
+        return s?.holder?.registered ? s : null;
+      },
+      60_000,
+      250,
+    ).catch(async (err: Error) => {
+      expect.soft(err.message, 'registered with the new pod\'s holder').toBe('');
+      return status(pod);
+    });
+    // the daemon's account: the old pod's holder refused it or took it, went, and the next one took it
+    const holderLines = (await podman(['logs', `${pod}-homesfs`])).out.split('\n').filter((l) => l.includes('"component":"holder"'));
+    console.log(`after the rollout: registered ${Date.now() - t0} ms after the old pod stopped; holder ${JSON.stringify(registered.holder)}; the daemon's holder lines:\n${holderLines.join('\n')}`);
+    expect.soft(holderLines.at(-1)).toMatch(/"msg":"session registered with the holder( again)?"/);
+    const holderCtr = (await podmanMust(['inspect', '--format', '{{.Id}}', `${pod}-holder`])).trim();
+    expect(await cgroupOf(pod, registered.holder!.pid!)).toContain(holderCtr);
+
+    // kill -9 of the new pod's daemon under the agents: its container restarts and resumes
+    const restarts = async () => Number((await podmanMust(['inspect', '--format', '{{.RestartCount}}', `${pod}-homesfs`])).trim());
+    const restartsBefore = await restarts();
+    const t1 = Date.now();
+    await podmanMust(['exec', `${pod}-holder`, 'kill', '-KILL', String(registered.pid)]);
+    const resumed = await until(
+      'the restarted container serves',
+      async () => {
+        if (!(await started(pod))) return null;
+        const s = await status(pod).catch(() => null);
+        return s && s.pid !== registered.pid ? s : null;
+      },
+      120_000,
+      250,
+    );
+    console.log(`crash after the rollout: serving again ${Date.now() - t1} ms after the kill`);
+    const entry = (await podman(['logs', '--timestamps', '--since', new Date(t1 - 1000).toISOString(), `${pod}-homesfs`])).out.split('\n');
+    console.log(`the restarted container:\n${entry.filter((l) => /homesfs-pod:|"msg":"(serving|session resumed after a crash|the session of a daemon that died was kept: resuming it)"/.test(l)).join('\n')}`);
+    expect(await restarts()).toBe(restartsBefore + 1);
+    expect(resumed.session).toMatchObject({ startMode: 'resumed', generation: registered.session.generation + 1 });
+    expect(resumed.holder).toMatchObject({ keeper: 'holder', pid: registered.holder!.pid, registered: true });
+    expect(fstypeAt(mountOnNode())).toBe('fuse.homesfs');
+    await agentsGoOn('resumed after a crash after the rollout');
+  }, 300_000);
 
   it('stop: the agents saw no error and every line they fsynced is there; the daemon pod stops on SIGTERM and unmounts', async () => {
     // stop the agents, read their summaries

@@ -1,10 +1,11 @@
 // What the holder (src/holder/) needs that Node lacks, and what a serving
 // daemon hands it: a non-blocking poll of one descriptor, the identity of
-// the process that registers (its pid and a pidfd, from the socket), and the
-// session's /dev/fuse descriptor with the kernel's INIT request.
+// the process that registers (its pid and a pidfd, from the socket), the
+// session's /dev/fuse descriptor with the kernel's INIT request, and for the
+// daemon a pidfd of the holder that answered it (to notice its exit).
 //
 // Runs on the JavaScript thread of the holder (poll, peer) and of the daemon
-// (session), nothing else.
+// (session, peer_pidfd, poll), nothing else.
 //
 // Invariants: nothing here reads or writes a descriptor it is given: the
 // holder keeps a session alive by holding its /dev/fuse descriptor and must
@@ -78,6 +79,29 @@ int hs_holder_peer (int sock, int *pid, int *pidfd) {
   return 0;
 }
 
+int hs_holder_peer_pidfd (int sock, int *pid, int *pidfd) {
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -errno;
+  // 0: the peer runs in a pid namespace where ours cannot name it
+  *pid = len == sizeof(cred) && cred.pid > 0 ? cred.pid : 0;
+  // SO_PEERPIDFD names the process by its struct pid, whatever pid namespace
+  // it runs in (a holder in another container's namespace has no number here).
+  int fd = -1;
+  len = sizeof(fd);
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && len == sizeof(fd) && fd >= 0) {
+    *pidfd = fd;
+    return 0;
+  }
+  if (errno != ENOPROTOOPT) {
+    *pidfd = -errno;
+    return 0;
+  }
+  // Before Linux 6.5: by number, when the peer has one in our namespace.
+  *pidfd = *pid > 0 ? hs_holder_pidfd(*pid) : -ESRCH;
+  return 0;
+}
+
 // ---- exports ---------------------------------------------------------------------
 
 static napi_value num (napi_env env, double v) {
@@ -101,6 +125,22 @@ NAPI_METHOD(hs_holder_peer_js) {
   NAPI_ARGV_INT32(sock, 0)
   int pid = 0, pidfd = -1;
   int r = hs_holder_peer(sock, &pid, &pidfd);
+  if (r < 0) return num(env, r);
+  napi_value out;
+  napi_create_object(env, &out);
+  napi_set_named_property(env, out, "pid", num(env, pid));
+  napi_set_named_property(env, out, "pidfd", num(env, pidfd));
+  return out;
+}
+
+// peerPidfd(socketFd) -> { pid (0: none in our pid namespace), pidfd } of
+// the process at the other end, in any pid namespace (pidfd: close-on-exec,
+// POLLIN once it exited; or -errno), or -errno
+NAPI_METHOD(hs_holder_peer_pidfd_js) {
+  NAPI_ARGV(1)
+  NAPI_ARGV_INT32(sock, 0)
+  int pid = 0, pidfd = -1;
+  int r = hs_holder_peer_pidfd(sock, &pid, &pidfd);
   if (r < 0) return num(env, r);
   napi_value out;
   napi_create_object(env, &out);
@@ -138,6 +178,8 @@ void hs_holder_export (napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "hs_holder_poll", fn);
   napi_create_function(env, NULL, 0, hs_holder_peer_js, NULL, &fn);
   napi_set_named_property(env, exports, "hs_holder_peer", fn);
+  napi_create_function(env, NULL, 0, hs_holder_peer_pidfd_js, NULL, &fn);
+  napi_set_named_property(env, exports, "hs_holder_peer_pidfd", fn);
   napi_create_function(env, NULL, 0, hs_holder_session_js, NULL, &fn);
   napi_set_named_property(env, exports, "hs_holder_session", fn);
 }
