@@ -309,6 +309,11 @@ const NEEDS: Partial<Record<number, keyof NativeOps>> = {
  */
 export class FuseSession implements FuseInstance {
   private mountCb: ((err: Error | null) => void) | null = null;
+  /**
+   * Told of each request as it reaches JavaScript; what it returns is called
+   * once at the request's answer (fs/ledger-area.ts: changes in flight).
+   */
+  tracker: ((op: number, args: readonly unknown[]) => (() => void) | undefined) | null = null;
 
   constructor(
     private readonly raw: SessionRaw,
@@ -389,10 +394,13 @@ export class FuseSession implements FuseInstance {
     const ops = this.ops;
     const dispatch: Dispatch = (op, id, uid, gid, pid, ...args) => {
       let answered = false;
+      const untrack = this.tracker?.(op, args);
       const reply: Reply = (res, ...values) => {
         if (answered) return;
         answered = true;
         raw.hs_session_reply(id, res, ...values);
+        // After the answer: a crash before it leaves the change marked in flight.
+        untrack?.();
       };
       const need = NEEDS[op];
       const handler = table[op];
