@@ -52,6 +52,7 @@
       "src/session/handover.c",
       "src/session/handles.c",
       "src/session/holder.c",
+      "src/session/ledgers.c",
       "src/session/loop.c",
       "src/session/inval.c",
       "src/session/marshal.c",

@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 11,
+  VERSION: 12,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -14,7 +14,10 @@ export const ABI = {
   ACCT_MAXFILE: 4,
   ACCT_INFLIGHT: 5,
   ACCT_REFUND: 6,
+  ACCT_BUSY: 7,
   ACCT_LEN: 8,
+  LEDGER_SLOTS: 16384,
+  LEDGER_SLOT_BYTES: 1024,
   OPEN_ON: 1,
   OPEN_DP_READ: 2,
   OPEN_DIRECT_IO: 4,

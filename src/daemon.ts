@@ -41,6 +41,7 @@ import type { HolderRaw } from './holder/holder.js';
 import { holderSocket } from './holder/protocol.js';
 import { followJournal, journalEpoch, journalFds, journalGen, openJournal, type JournalRaw } from './journal-fds.js';
 import { exportDeadHandles, importDeadHandles, resumeSession, type DeadHandlesRaw } from './resume.js';
+import { LedgerArea, type LedgerAreaRaw } from './fs/ledger-area.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
   return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees ?? 0, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openClosedNatively: s.openClosedNatively ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight ?? 0, retiredHomes: s.retiredHomes ?? 0 };
@@ -318,6 +319,19 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   if (config.fuse.nativeRelease && !releases) log.warn('fuse.nativeRelease is on but the binding cannot answer RELEASE (rebuild it: node scripts/build-native.mjs): every RELEASE goes to JS');
   // What the daemon changes behind the kernel's back is told to its caches (entries and attributes kept for long).
   const kernel = kernelCache(Fuse);
+  // The ledgers' checkpoints for a crash (fs/ledger-area.ts): the dead daemon's area when resuming (its
+  // exact homes start without a scan), else a new one, which the keeper gets with the registration.
+  let ledgers: LedgerArea | null = null;
+  if (config.crashSurvival || kept) {
+    const areaRaw = Fuse.native as unknown as LedgerAreaRaw;
+    const keptArea = kept?.journalFds[2];
+    try {
+      ledgers = keptArea !== undefined ? LedgerArea.kept(areaRaw, keptArea) : LedgerArea.create(areaRaw);
+      if (ledgers.kept) log.info({ exact: ledgers.kept.exact, scanned: ledgers.kept.scanned }, "the dead daemon's home ledgers: the exact ones are taken without a scan");
+    } catch (err) {
+      log.warn({ err: (err as Error).message }, 'no ledgers area: after a crash every home is scanned');
+    }
+  }
   const ctx = new FsContext({
     store,
     log: log.child({ component: 'fs' }),
@@ -331,6 +345,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     ...(dirHandles ? { dirHandles } : {}),
     dataPlane,
     releases,
+    ledgers,
     removals,
     ...(fastPath ? { attrs: fastPath } : {}),
     ...(kernel ? { kernel } : {}),
@@ -650,7 +665,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     try {
       if (session === null) throw new Error('the session has no descriptor or INIT to hand over');
       if (!kept) openJournal(journalRaw);
-      const args = { configPath: loaded.path, generation, epoch: journalEpoch(journalRaw), build: BUILD, session, journalFds: journalFds() };
+      const args = { configPath: loaded.path, generation, epoch: journalEpoch(journalRaw), build: BUILD, session, journalFds: [...journalFds(), ...(ledgers ? [ledgers.fd] : [])] };
       if (sdNotify !== null) {
         storeRegistration(handover, sdNotify, config, args);
         registered = 'systemd';
@@ -696,7 +711,10 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         ctx.settle();
         return mount.session.paused();
       },
-      resume: () => mount.session.resume(),
+      resume: () => {
+        ledgers?.live();
+        mount.session.resume();
+      },
       oldestRequestMs: () => mount.session.oldestHeldMs(),
       controlBusy: () => controls.some((c) => c.busy()),
       freesInBackground: (on) => (on ? ctx.slowFrees.letGo() : ctx.slowFrees.awaitAgain()),
@@ -705,6 +723,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       journalGen: () => journalGen(journalRaw),
       nodeCount: () => Fuse.nodeStats?.().nodes ?? null,
       exportFs: () => {
+        // In the pause: the successor counts from the ledgers handed over; a keeper that holds this area
+        // until the successor registers its own must not lead a resume to these counts.
+        ledgers?.handed();
         const r = exportFs(ctx);
         const dead = exportDeadHandles(Fuse.native as unknown as DeadHandlesRaw);
         return dead === undefined ? r : { ...r, state: { ...r.state, deadHandles: dead } };

@@ -52,10 +52,11 @@ export function storeEpoch(raw: JournalRaw, epoch: number): void {
  * journal written before the header held one).
  */
 export function recoverJournal(raw: JournalRaw, kept: number[]): number {
-  if (kept.length !== 2) throw new Error(`the holder kept ${kept.length} journal descriptors, not 2: the node table cannot be rebuilt`);
+  // A third descriptor is the ledgers' area (fs/ledger-area.ts), the daemon's to map.
+  if (kept.length !== 2 && kept.length !== 3) throw new Error(`the holder kept ${kept.length} journal descriptors, not 2 or 3: the node table cannot be rebuilt`);
   const r = raw.session_journal_recover(kept[0]!, kept[1]!);
   if (r < 0) throw new Error(`the node table's journal could not be replayed: errno ${-r}`);
-  fds = [...kept];
+  fds = kept.slice(0, 2);
   return r;
 }
 

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 11
+#define HOMESFS_ABI_VERSION 12
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -22,7 +22,13 @@
   X(ACCT_MAXFILE, 4)          /* the per-file limit (0: none), as the ledger has it */ \
   X(ACCT_INFLIGHT, 5)         /* writes decided here and not settled yet */ \
   X(ACCT_REFUND, 6)           /* credit a write took and did not use: no longer reserved */ \
+  X(ACCT_BUSY, 7)             /* unlinks and creates made here and not yet in JS's counts */ \
   X(ACCT_LEN, 8)              /* the array's length */ \
+  /* The ledgers' checkpoint area (session/ledgers.c, src/fs/ledger-area.ts): */ \
+  /* a header and this many slots of this size, each a home's, its         */ \
+  /* accounting array first.                                               */ \
+  X(LEDGER_SLOTS, 16384) \
+  X(LEDGER_SLOT_BYTES, 1024) \
   /* A home's native-open flags (fastPath.setHome).                        */ \
   X(OPEN_ON, 1)               /* read-only opens (and creates) answered here */ \
   X(OPEN_DP_READ, 2)          /* their handles published for native reads */ \

@@ -10,6 +10,7 @@
 #include "fastpath.h"
 #include "removals.h"
 #include "session/holder.h"
+#include "session/ledgers.h"
 #include "session/sdstore.h"
 #include "session/session.h"
 
@@ -32,6 +33,7 @@ NAPI_INIT() {
   export_abi(env, exports);
   hs_session_export(env, exports);
   hs_holder_export(env, exports);
+  hs_ledgers_export(env, exports);
   hs_sdstore_export(env, exports);
   homesfs_calls_export(env, exports);
   homesfs_channel_export(env, exports);

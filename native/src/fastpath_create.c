@@ -115,8 +115,14 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   fp_inode_t *fresh = calloc(1, sizeof(*fresh));
   fp_open_rec_t *credit = NULL;
   struct stat st;
+  // Busy from before the file can exist until JS counted it (open-slots.ts
+  // settleOpens): a crash in between leaves the home's checkpoint marked
+  // (src/fs/ledger-area.ts), never short of the inode.
+  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
+  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
   int fd = he != NULL && fresh != NULL ? fp_create_in(&pin, path, plen, rel, mode, flags, uid, gid, &st, &credit) : -1;
   if (fd < 0) {
+    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
     free(he);
     free(fresh);
     if (credit != NULL) { fp_dh_give(credit); fp_queue(credit); } // kind is still UNUSED_CREATE: slot and inode go back

@@ -130,6 +130,9 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
   if (!open && homesfs_removal_enter(dev, ino) == 0) {
     int gone = 0;
     struct stat after;
+    // Busy across the removal and its release (src/fs/ledger-area.ts): a crash
+    // between them leaves the home's checkpoint marked, never counting a name that went.
+    __atomic_add_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
     if (unlinkat(pfd, name, 0) == 0) {
       // fstat of an O_PATH descriptor does not fail; if it did, the name was the last one only if nlink said so before
       if (fstat(node, &after) != 0) { after = *st; after.st_nlink = st->st_nlink > 0 ? st->st_nlink - 1 : 0; }
@@ -145,6 +148,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
       if (settles && S_ISREG(after.st_mode)) __atomic_add_fetch(&pending[HOMESFS_ACCT_RELEASED_BYTES], (int64_t) after.st_size, __ATOMIC_SEQ_CST);
       __atomic_add_fetch(&pending[HOMESFS_ACCT_RELEASED_INODES], 1, __ATOMIC_SEQ_CST);
     }
+    __atomic_sub_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
   }
   fp_unlinking_unmark(dev, ino);
   return done;
@@ -163,7 +167,7 @@ int homesfs_fastpath_unlink (const char *path) {
   if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
   const fp_home_t *home = pin.home;
   // The pending array is the home's while the pin is held (fp_home_set_pending drains the pins before it lets one go).
-  int counted = pin.pol.pending != NULL && pin.names_ok;
+  int counted = pin.pol.pending != NULL && pin.pol.pending->len >= HOMESFS_ACCT_LEN && pin.names_ok;
   if (counted) {
     int pfd = fp_open_parent(home->fd, rel, last_slash);
     if (pfd >= 0) {

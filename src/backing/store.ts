@@ -21,6 +21,8 @@ export interface BackingHome {
   readonly fd: number;
   readonly dev: bigint;
   readonly ino: bigint;
+  /** the directory's birth time (ns, 0 where the file system keeps none): with dev and ino, this very directory (ledger-area.ts) */
+  readonly birth: bigint;
   /** changes when an admin sets the owner through the control socket */
   owner: Owner;
   /** when the backing directory was last found still in place (ms since epoch) */
@@ -288,6 +290,12 @@ export class BackingStore {
     return { purged, left };
   }
 
+  /** Whether the home keeps an orphan (a file unlinked while open, hidden.ts) at its root. */
+  async hasOrphans(home: BackingHome): Promise<boolean> {
+    const entries = await sys.readdirRaw(sys.fdPath(home.fd));
+    return entries.some((e) => isOrphanName(e.name));
+  }
+
   /** Every home currently present in the backing tree. */
   async listAllHomes(): Promise<HomeRef[]> {
     const out: HomeRef[] = [];
@@ -429,7 +437,7 @@ export class BackingStore {
         }
         this.sameDevice(tst, `tenant ${ref.tenant}`);
         const owner = this.ownerOverride(ref) ?? { uid: Number(st.uid), gid: Number(st.gid) };
-        return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, owner, checkedAt: Date.now(), uses: 0, retired: false, dirGen: 0 };
+        return { ref, id: homeId(ref), fd, dev: st.dev, ino: st.ino, birth: st.birthtimeNs ?? 0n, owner, checkedAt: Date.now(), uses: 0, retired: false, dirGen: 0 };
       } catch (err) {
         await sys.close(fd);
         throw err;

@@ -15,6 +15,7 @@ import { homeId, type HomeRef } from '../paths/parse.js';
 import { ACCT_LEN, Ledger, TenantPool, type Limits } from '../policy/ledger.js';
 import type { Profile } from '../policy/profiles.js';
 import { RefusalBook } from '../policy/refusals.js';
+import type { LedgerArea } from './ledger-area.js';
 import type { AttrPublisher, DataPlane, KernelCache, ReleaseQueue, Utimensat } from './native-api.js';
 import { scanHome } from './scan.js';
 
@@ -81,6 +82,8 @@ export interface FsDeps {
   removals?: RemovalClaims;
   /** the kernel's caches, told what the daemon changes behind them; absent: nothing is told (short timeouts only) */
   kernel?: KernelCache;
+  /** where the ledgers keep their counts for a crash (crash survival on); absent: nowhere, a resume scans */
+  ledgers?: LedgerArea | null;
 }
 
 export abstract class HomeRegistry {
@@ -226,6 +229,8 @@ export abstract class HomeRegistry {
     // Native unlinks and creates stop too (and the ones in flight are waited for) before the caller walks
     // the tree; the files made before that are adopted now, so the ledger the walk is held against has them.
     hs.gateClosed = true;
+    // Until the rescan's counts replace the ledger's, a crash must not trust them.
+    this.deps.ledgers?.building(hs.backing.id);
     this.refreshNativeUnlink(hs);
     this.settle();
     return () => {
@@ -244,6 +249,7 @@ export abstract class HomeRegistry {
     const p = this.homes.get(homeId(from));
     this.homes.delete(homeId(from));
     this.refusals.rename(homeId(from), homeId(to));
+    this.deps.ledgers?.rename(homeId(from), homeId(to));
     // Before the rename is answered: nothing is served natively under the old path.
     this.deps.attrs?.pathGone(homeId(from));
     if (!p) return;
@@ -283,6 +289,7 @@ export abstract class HomeRegistry {
     const p = this.homes.get(homeId(ref));
     this.refusals.forget(homeId(ref));
     this.homes.delete(homeId(ref));
+    this.deps.ledgers?.forget(homeId(ref));
     this.deps.attrs?.pathGone(homeId(ref));
     // What the kernel keeps of the old home goes: its nodes' attributes, then
     // the name (resolved now, while the node table still names them).
@@ -354,7 +361,8 @@ export abstract class HomeRegistry {
   replaceLedger(hs: HomeState, counts: { bytes: number; inodes: number }): void {
     const pool = this.pool(hs.backing.ref.tenant);
     hs.ledger.detach();
-    hs.ledger = new Ledger(hs.ledger.limits, counts, pool, hs.pending);
+    hs.ledger = new Ledger(hs.ledger.limits, counts, pool, hs.pending, hs.slot);
+    this.deps.ledgers?.built(hs.backing.id);
     this.watchSoft(hs);
   }
 
@@ -393,9 +401,23 @@ export abstract class HomeRegistry {
   private async openHomeState(ref: HomeRef): Promise<HomeState> {
     const backing = await this.store.openHome(ref);
     const { name, profile, limits } = this.deps.profileFor(ref);
+    const handed = this.handedLedgers.get(backing.id);
+    this.handedLedgers.delete(backing.id);
+    const fromHandover = handed !== undefined && handed.ino === String(backing.ino) ? handed : null;
+    // After a crash: the counts the dead daemon left, where nothing was in flight (ledger-area.ts).
+    const area = this.deps.ledgers ?? null;
+    let keptCounts = fromHandover === null ? (area?.adopt(backing.id, backing) ?? null) : null;
+    if (keptCounts !== null && (await this.store.hasOrphans(backing).catch(() => true))) {
+      this.log.info({ home: backing.id }, 'home ledger kept across the crash not used: the home keeps files unlinked while open (scanned)');
+      keptCounts = null;
+    }
+    const slot = area?.bind(backing.id, backing, fromHandover !== null || keptCounts !== null) ?? null;
     // [released bytes, released inodes, then the binding's byte credit] (policy/ledger.ts)
-    const pending = new BigInt64Array(ACCT_LEN);
-    const ledger = new Ledger(limits, { bytes: 0, inodes: 0 }, this.pool(ref.tenant), pending);
+    const pending = slot?.pending ?? new BigInt64Array(ACCT_LEN);
+    // Kept counts are the ledger's from its first moment: what the binding added to the kept array
+    // and the dead daemon's ledger had not taken yet is on top of them (a ledger replaced later
+    // would take it into the discarded one at its detach).
+    const ledger = new Ledger(limits, keptCounts ?? { bytes: 0, inodes: 0 }, this.pool(ref.tenant), pending, keptCounts !== null ? slot : null);
     let markReady!: () => void;
     const ready = new Promise<void>((resolve) => (markReady = resolve));
     const hs: HomeState = {
@@ -418,13 +440,21 @@ export abstract class HomeRegistry {
       creditsByUid: new Map(),
       createCreditsByUid: new Map(),
       policyEpoch: 0,
+      slot,
     };
     this.watchSoft(hs);
     this.loaded.add(hs);
     this.refreshNativeOpen(hs);
-    const handed = this.handedLedgers.get(backing.id);
-    this.handedLedgers.delete(backing.id);
-    if (handed !== undefined && handed.ino === String(backing.ino)) {
+    if (keptCounts !== null) {
+      hs.scan = 'done';
+      hs.ledgerKept = true;
+      this.log.info({ home: backing.id, bytes: keptCounts.bytes, inodes: keptCounts.inodes }, 'home ledger kept across the crash');
+      markReady();
+      this.refreshNativeUnlink(hs);
+      return hs;
+    }
+    if (fromHandover !== null) {
+      const handed = fromHandover;
       // The predecessor's exact ledger: no scan, the home is ready now.
       this.replaceLedger(hs, { bytes: handed.bytes, inodes: handed.inodes });
       hs.scan = 'done';

@@ -275,7 +275,12 @@ export abstract class OpenSlots extends OpenInodes {
         this.handles.unreserve(fh);
         continue;
       }
-      if (kind === ABI.REC_CREATED) credit.ledger?.commitReservedInode();
+      if (kind === ABI.REC_CREATED) {
+        credit.ledger?.commitReservedInode();
+        // Counted now: the binding marked the home busy from before the file existed (fastpath_create.c).
+        const p = credit.hs.pending;
+        if (p.length >= ABI.ACCT_LEN && Atomics.load(p, ABI.ACCT_BUSY) > 0n) Atomics.sub(p, ABI.ACCT_BUSY, 1n);
+      }
       const oflags = Number(opens[i + 6]);
       const writable = kind === ABI.REC_CREATED && (oflags & (sys.C.O_RDONLY | sys.C.O_WRONLY | sys.C.O_RDWR)) !== sys.C.O_RDONLY;
       this.adoptOpen(credit.hs, fh, Number(opens[i + 2]), Number(opens[i + 3]), opens[i + 4]!, opens[i + 5]!, credit.slot, credit.policy !== credit.hs.policyEpoch, {

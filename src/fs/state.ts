@@ -1,5 +1,6 @@
 import type { BackingHome } from '../backing/store.js';
 import { HomesError } from '../errors.js';
+import type { HomeSlot } from './ledger-area.js';
 import type { Ledger } from '../policy/ledger.js';
 import type { OpenSlot } from '../policy/openfiles.js';
 import type { Profile } from '../policy/profiles.js';
@@ -84,6 +85,10 @@ export interface HomeState {
   scan: ScanState;
   /** the ledger came with a live upgrade (the predecessor's, exact at its pause): no start-up scan */
   ledgerHanded?: true;
+  /** the ledger's counts came from the checkpoint a crash left (ledger-area.ts): no start-up scan */
+  ledgerKept?: true;
+  /** where the ledger keeps its counts for a crash (ledger-area.ts); null: nowhere (no area, or it is full) */
+  slot: HomeSlot | null;
   scanError?: string;
   /** counts so far while the start-up scan runs */
   scanProgress?: { bytes: number; inodes: number };

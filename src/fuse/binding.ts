@@ -76,6 +76,8 @@ export interface FuseInstance {
   unmount(cb: (err: Error | null) => void): void;
   loopState(): number;
   setFlushGate(gate: Uint16Array): void;
+  /** told of each request as it reaches JavaScript; what it returns is called at the answer */
+  tracker: ((op: number, args: readonly unknown[]) => (() => void) | undefined) | null;
 }
 
 /** The binding's native getattr/lookup table (native/src/fastpath_*.c): one per process. */

@@ -175,6 +175,9 @@ export class MountManager {
       debug: f.debug,
     });
     this.fuse.setFlushGate(this.ctx.flushGate);
+    // Changes in flight per home, for a crash to find (fs/ledger-area.ts).
+    const ledgers = this.ctx.deps.ledgers;
+    if (ledgers) this.fuse.tracker = (op, args) => ledgers.track(op, args);
     // Opens whose FLUSH would be answered as a no-op tell the kernel not to send it (FOPEN_NOFLUSH).
     this.Fuse.setNoFlush?.(f.noFlush);
     // Read once at the mount: one reader at a time, the others wait for its lead.

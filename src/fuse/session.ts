@@ -311,6 +311,11 @@ export class FuseSession implements FuseInstance {
   private mountCb: ((err: Error | null) => void) | null = null;
   /** the requests JavaScript holds: id → when it got them (performance.now()); in the order they came */
   private readonly held = new Map<number, number>();
+  /**
+   * Told of each request as it reaches JavaScript; what it returns is called
+   * once at the request's answer (fs/ledger-area.ts: changes in flight).
+   */
+  tracker: ((op: number, args: readonly unknown[]) => (() => void) | undefined) | null = null;
 
   constructor(
     private readonly raw: SessionRaw,
@@ -403,11 +408,14 @@ export class FuseSession implements FuseInstance {
     const dispatch: Dispatch = (op, id, uid, gid, pid, ...args) => {
       let answered = false;
       held.set(id, performance.now());
+      const untrack = this.tracker?.(op, args);
       const reply: Reply = (res, ...values) => {
         if (answered) return;
         answered = true;
         held.delete(id);
         raw.hs_session_reply(id, res, ...values);
+        // After the answer: a crash before it leaves the change marked in flight.
+        untrack?.();
       };
       const need = NEEDS[op];
       const handler = table[op];

@@ -38,8 +38,12 @@ export interface SdStoreRaw {
 export const FDNAME_FUSE = 'homesfs-fuse';
 export const FDNAME_REGISTRATION = 'homesfs-registration';
 export const journalName = (i: number) => `homesfs-journal${i}`;
-/** What FileDescriptorStoreMax= must allow: the session's, the registration's, the journal's two. */
-export const STORED_FDS = 4;
+/**
+ * What FileDescriptorStoreMax= must allow: the session's, the registration's,
+ * the journal's two and the ledgers' area (stored as the third "journal"
+ * descriptor: a build that knows no area replays the first two only).
+ */
+export const STORED_FDS = 5;
 const SD_LISTEN_FDS_START = 3;
 const MAX_REGISTRATION = 1 << 20;
 
@@ -55,8 +59,8 @@ function notify(raw: SdStoreRaw, socket: string, message: string, fds: number[] 
 }
 
 /** Drops every descriptor this daemon (or a predecessor) stored. */
-export function removeStored(raw: SdStoreRaw, socket: string, journal = 2): void {
-  for (const name of [FDNAME_FUSE, FDNAME_REGISTRATION, ...Array.from({ length: Math.max(journal, 2) }, (_, i) => journalName(i))]) {
+export function removeStored(raw: SdStoreRaw, socket: string, journal = STORED_FDS - 2): void {
+  for (const name of [FDNAME_FUSE, FDNAME_REGISTRATION, ...Array.from({ length: Math.max(journal, STORED_FDS - 2) }, (_, i) => journalName(i))]) {
     notify(raw, socket, `FDSTOREREMOVE=1\nFDNAME=${name}`);
   }
 }

@@ -215,6 +215,16 @@ export class TenantPool {
   }
 }
 
+/**
+ * Where a ledger keeps its counts for a crash to find (fs/ledger-area.ts): every
+ * change stored as it is applied, and the taking of the binding's array
+ * marked busy from before it empties the array until the counts are stored.
+ */
+export interface LedgerCheckpoint {
+  store(bytes: number, inodes: number): void;
+  busy(delta: 1 | -1): void;
+}
+
 export class Ledger {
   #bytes: number;
   #inodes: number;
@@ -226,6 +236,8 @@ export class Ledger {
   #underflows = 0;
   #pool: TenantPool | null;
   readonly #pending: BigInt64Array | null;
+  /** dropped at detach: a replaced ledger some credit still names must not write over its successor's counts */
+  #checkpoint: LedgerCheckpoint | null;
   #overSoftBytes = false;
   #overSoftInodes = false;
   /** Told once per upward crossing of a soft limit (see the file comment); it must not throw. */
@@ -238,7 +250,13 @@ export class Ledger {
   onUnderflow: ((e: Underflow) => void) | null = null;
 
   /** `pending`: [bytes, inodes] that removals outside JavaScript took out of the home (see the file comment). */
-  constructor(limits: Limits, initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 }, pool: TenantPool | null = null, pending: BigInt64Array | null = null) {
+  constructor(
+    limits: Limits,
+    initial: { bytes: number; inodes: number } = { bytes: 0, inodes: 0 },
+    pool: TenantPool | null = null,
+    pending: BigInt64Array | null = null,
+    checkpoint: LedgerCheckpoint | null = null,
+  ) {
     this.#limits = checkedLimits(limits);
     assertCount('bytes', initial.bytes);
     assertCount('inodes', initial.inodes);
@@ -249,6 +267,8 @@ export class Ledger {
     this.#inodes = initial.inodes;
     this.#pool = pool;
     this.#pending = pending;
+    this.#checkpoint = checkpoint;
+    checkpoint?.store(this.#bytes, this.#inodes);
     pool?.charge(initial.bytes);
     pool?.join(this);
     this.#publishMaxFile();
@@ -295,6 +315,9 @@ export class Ledger {
     const p = this.#pending;
     if (p === null) return;
     // Most calls find nothing: a plain read first (a release that lands meanwhile is taken next time).
+    const taking = p[0] !== 0n || p[1] !== 0n || (p.length >= ACCT_LEN && (p[ACCT_GROWN] !== 0n || p[ACCT_REFUND] !== 0n));
+    if (!taking) return;
+    this.#checkpoint?.busy(1);
     let released = 0;
     let inodes = 0;
     if (p[0] !== 0n || p[1] !== 0n) {
@@ -315,6 +338,7 @@ export class Ledger {
     }
     if (grown !== released) this.#addBytes(grown - released);
     if (inodes !== 0) this.#addInodes(-inodes);
+    this.#checkpoint?.busy(-1);
   }
 
   /**
@@ -362,6 +386,7 @@ export class Ledger {
   detach(): void {
     this.reclaimBytes();
     this.takePending();
+    this.#checkpoint = null;
     this.#pool?.leave(this);
     this.#pool?.charge(-this.#bytes);
     this.#pool = null;
@@ -585,6 +610,7 @@ export class Ledger {
     } else {
       this.#bytes = next;
     }
+    this.#checkpoint?.store(this.#bytes, this.#inodes);
     this.#pool?.charge(applied);
     if (applied !== 0) this.#settleSoft(applied > 0);
     return applied;
@@ -599,6 +625,7 @@ export class Ledger {
     } else {
       this.#inodes = next;
     }
+    this.#checkpoint?.store(this.#bytes, this.#inodes);
     if (delta !== 0) this.#settleSoft(delta > 0);
   }
 }

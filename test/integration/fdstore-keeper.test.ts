@@ -86,7 +86,7 @@ describe.skipIf(!canMount)("systemd's fd store as the keeper, at its edges", () 
     const told = await d.waitForLog((l) => l.msg === "session stored in systemd's fd store" || /is not registered with a holder or systemd's fd store/.test(l.msg));
     expect(told).toMatchObject({ msg: "session stored in systemd's fd store", notifySocket: store.notify });
     await store.until('the daemon stored its session', (n) => n.msg === 'FDSTORE=1\nFDNAME=homesfs-fuse');
-    expect(store.notes[store.notes.length - 1]!.store).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1 });
+    expect(store.notes[store.notes.length - 1]!.store).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1, 'homesfs-journal2': 1 });
     for (const n of store.notes) expect(n.pid).toBe(d.proc.pid);
     expect((await d.status()).holder).toMatchObject({ keeper: 'systemd', registered: true });
     expect(await d.stopKeep()).toBe(0);

@@ -91,7 +91,7 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
     const first = d!;
     // Registered with the store, by the daemon's own pid, with no holder process.
     await until('the daemon stored its session', () => last()['homesfs-fuse'] === 1);
-    expect(last()).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1 });
+    expect(last()).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1, 'homesfs-journal2': 1 });
     for (const n of notes.filter((n) => n.msg.startsWith('FDSTORE=1'))) expect(n).toMatchObject({ pid: first.proc.pid, fds: 1, truncated: false });
     expect(holders()).toEqual([]);
     expect((await first.status()).holder).toMatchObject({ crashSurvival: true, keeper: 'systemd', pid: null, registered: true });
@@ -129,7 +129,7 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
     const theirs = notes.slice(before);
     expect(theirs.findIndex((n) => n.msg === 'FDSTOREREMOVE=1\nFDNAME=homesfs-fuse')).toBeLessThan(theirs.findIndex((n) => n.msg === 'FDSTORE=1\nFDNAME=homesfs-fuse'));
     for (const n of theirs.filter((n) => n.msg.startsWith('FDSTORE'))) expect(n.pid).toBe(successor.proc.pid);
-    expect(last()).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1 });
+    expect(last()).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1, 'homesfs-journal2': 1 });
 
     successor.proc.kill('SIGKILL');
     expect(await successor.exited).toBeNull();
@@ -152,7 +152,7 @@ describe.skipIf(!canMount)("crash survival under systemd: the session in systemd
     const mine = notes.slice(before);
     expect(mine.findIndex((n) => n.msg === 'FDSTOREREMOVE=1\nFDNAME=homesfs-fuse')).toBeLessThan(mine.findIndex((n) => n.msg === 'FDSTORE=1\nFDNAME=homesfs-fuse'));
     for (const n of mine.filter((n) => n.msg.startsWith('FDSTORE'))) expect(n.pid).toBe(next.proc.pid);
-    expect(last()).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1 });
+    expect(last()).toEqual({ 'homesfs-fuse': 1, 'homesfs-registration': 1, 'homesfs-journal0': 1, 'homesfs-journal1': 1, 'homesfs-journal2': 1 });
     await new Promise((r) => setTimeout(r, 500));
 
     writeFileSync(join(tmp, 'stop'), '');

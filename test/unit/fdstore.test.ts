@@ -24,20 +24,22 @@ function fakeRaw() {
 const config = { backing: '/b', mount: '/m' } as unknown as Config;
 
 describe("systemd's fd store (src/holder/fdstore.ts)", () => {
-  it('a registration removes every name first, then stores the journal, the registration, and the session last (a store without the session is ignored at start)', () => {
+  it('a registration removes every name first, then stores the journal and the ledgers, the registration, and the session last (a store without the session is ignored at start)', () => {
     const raw = fakeRaw();
-    storeRegistration(raw as never, '/run/n', config, { configPath: null, generation: 2, epoch: 1, build: 'b', session: { fd: 10, bufsize: 4096, init: Buffer.from('init') }, journalFds: [11, 12] });
+    storeRegistration(raw as never, '/run/n', config, { configPath: null, generation: 2, epoch: 1, build: 'b', session: { fd: 10, bufsize: 4096, init: Buffer.from('init') }, journalFds: [11, 12, 13] });
     expect(raw.sent.map((s) => s.msg)).toEqual([
       'FDSTOREREMOVE=1\nFDNAME=homesfs-fuse',
       'FDSTOREREMOVE=1\nFDNAME=homesfs-registration',
       'FDSTOREREMOVE=1\nFDNAME=homesfs-journal0',
       'FDSTOREREMOVE=1\nFDNAME=homesfs-journal1',
+      'FDSTOREREMOVE=1\nFDNAME=homesfs-journal2',
       'FDSTORE=1\nFDNAME=homesfs-journal0',
       'FDSTORE=1\nFDNAME=homesfs-journal1',
+      'FDSTORE=1\nFDNAME=homesfs-journal2',
       'FDSTORE=1\nFDNAME=homesfs-registration',
       'FDSTORE=1\nFDNAME=homesfs-fuse',
     ]);
-    expect(raw.sent.slice(4).map((s) => s.fds)).toEqual([[11], [12], [900], [10]]);
+    expect(raw.sent.slice(5).map((s) => s.fds)).toEqual([[11], [12], [13], [900], [10]]);
     // The registration's memfd is ours to close once sent.
     expect(raw.closed).toEqual([900]);
   });
@@ -52,7 +54,7 @@ describe("systemd's fd store (src/holder/fdstore.ts)", () => {
     const raw = fakeRaw();
     removeStored(raw as never, '/run/n');
     expect(raw.sent.every((s) => s.msg.startsWith('FDSTOREREMOVE=1\n') && s.fds.length === 0)).toBe(true);
-    expect(raw.sent.length).toBe(4);
+    expect(raw.sent.length).toBe(STORED_FDS);
   });
 
   it("LISTEN_* meant for another pid: nothing taken, no descriptor touched, and the variables are gone", () => {
