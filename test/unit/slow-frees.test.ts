@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SlowFrees } from '../../src/backing/freeing.js';
+import { INLINE_FREE_MAX_BYTES, SlowFrees, slowToFree } from '../../src/backing/freeing.js';
 
 /**
  * SlowFrees during a handover (takeover.ts): the callers of the closes in
@@ -71,5 +71,17 @@ describe('SlowFrees: answered early while a handover lets go', () => {
     await f.finished();
     await tick();
     expect(f.failedUnawaited).toBe(1);
+  });
+});
+
+describe('which files are slow to free', () => {
+  const file = (blocks: bigint) => ({ blocks, isFile: () => true });
+  it('counts allocated bytes (512-byte blocks), not blocks, against INLINE_FREE_MAX_BYTES', () => {
+    const limitBlocks = BigInt(INLINE_FREE_MAX_BYTES / 512);
+    expect(slowToFree(file(limitBlocks))).toBe(false);
+    expect(slowToFree(file(limitBlocks + 1n))).toBe(true);
+    // 1 MiB allocated: far past the limit in bytes, though 2,048 blocks is below it as a number.
+    expect(slowToFree(file(2048n))).toBe(true);
+    expect(slowToFree({ blocks: 1n << 30n, isFile: () => false })).toBe(false);
   });
 });
