@@ -71,24 +71,35 @@ os.close(fd)
     return [r, performance.now() - t];
   };
 
-  /** rm of `path` as A while B's probe runs and homesctl status is asked: [rm ms, B's worst ms, status ms]. */
-  const removeUnderLoad = async (path: string): Promise<[number, number, number]> => {
+  /**
+   * rm of `path` as A while B's probe runs and homesctl status is asked: [rm ms, B's worst ms, status ms,
+   * A's ledger bytes seen while a free was in flight (null: none seen)].
+   */
+  const removeUnderLoad = async (path: string): Promise<[number, number, number, number | null]> => {
     const probe = await neighbourProbe(tmp, B, d.home(T, 'other'));
     let removing = true;
     const rm = timed(() => runAsync('setpriv', [`--reuid=${A.uid}`, `--regid=${A.gid}`, '--clear-groups', 'rm', path], { env: { PATH: SYSTEM_PATH }, timeoutMs: 180_000 })).finally(() => (removing = false));
     // The control socket asked every 50 ms while the removal runs, through the real client (no process start in the figure).
     let statusMs = 0;
+    let duringFree: number | null = null;
     while (removing) {
       const [reply, ms] = await timed(() => controlRequest(d.socket, { cmd: 'status' }, { timeoutMs: 180_000 }));
       expect(reply.ok).toBe(true);
       statusMs = Math.max(statusMs, ms);
+      const inFlight = reply.ok ? (reply.data as { background: { slowFrees: { inFlight: number } } }).background.slowFrees.inFlight : 0;
+      if (inFlight > 0 && duringFree === null) {
+        const u = await controlRequest(d.socket, { cmd: 'usage', args: { home: `${T}/big` } }, { timeoutMs: 180_000 });
+        // Asked again only if the free is still in flight after the answer: the bytes seen were seen during it.
+        const still = await controlRequest(d.socket, { cmd: 'status' }, { timeoutMs: 180_000 });
+        if (u.ok && still.ok && (still.data as { background: { slowFrees: { inFlight: number } } }).background.slowFrees.inFlight > 0) duringFree = (u.data as { bytes: number }).bytes;
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
     const [rmResult, rmMs] = await rm;
     const worst = (await probe.stop()).max;
     expect(rmResult.code, rmResult.stderr).toBe(0);
     console.log(`rm of a ${FRAGMENTED_MIB} MiB fragmented file: ${rmMs.toFixed(0)} ms; other home's worst op ${worst.toFixed(1)} ms; worst status reply ${statusMs.toFixed(0)} ms`);
-    return [rmMs, worst, statusMs];
+    return [rmMs, worst, statusMs, duringFree];
   };
 
   const slowFreesNative = async () => ((await d.status()) as { native: { fastPath?: { unlinkSlowFrees: number } } }).native.fastPath?.unlinkSlowFrees ?? 0;
@@ -97,8 +108,11 @@ os.close(fd)
     const path = join(d.home(T, 'big'), 'frag.bin');
     await fragment(path);
     const before = await slowFreesNative();
-    const [rmMs, worst, statusMs] = await removeUnderLoad(path);
+    const held = (await usage(`${T}/big`)).bytes;
+    const [rmMs, worst, statusMs, duringFree] = await removeUnderLoad(path);
     expect(await slowFreesNative()).toBe(before + 1);
+    // The ledger lets the bytes go once the blocks are free, not before: until then the disk still holds them.
+    expect(duringFree).toBe(held);
     expect(worst).toBeLessThan(rmMs / 2);
     expect(statusMs).toBeLessThan(rmMs / 2);
     expect(await usage(`${T}/big`)).toEqual(expect.objectContaining({ bytes: 0 }));
