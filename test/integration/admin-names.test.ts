@@ -112,13 +112,27 @@ describe.skipIf(!canMount)('homesctl against a real daemon: configuration, busy 
     await running(pod, 'sleep');
     // The pod's working directory reads as its own path, not the mount's: only its namespace's mountinfo tells.
     expect(await import('node:fs/promises').then((f) => f.readlink(`/proc/${pod.pid}/cwd`))).toBe(join(at, 'src'));
+    // And one that only holds a descriptor on a file of the home, its working directory elsewhere.
+    writeFileSync(join(sub, 'f'), 'x');
+    const at2 = mkdtempSync(join(tmpdir(), 'homesfs-pod-'));
+    onTestFinished(() => rmSync(at2, { recursive: true, force: true }));
+    const reader = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', 'mount --bind "$1" "$2" && exec 3<"$2/src/f" && cd / && exec sleep 600', 'sh', home, at2], {
+      stdio: 'ignore',
+      env: { PATH: SYSTEM_PATH },
+    });
+    children.push(reader);
+    await running(reader, 'sleep');
+    expect(await import('node:fs/promises').then((f) => f.readlink(`/proc/${reader.pid}/fd/3`))).toBe(join(at2, 'src', 'f'));
     const r = await ctl('--json', 'delete-home', 'acme/podded');
     expect(r.code).toBe(1);
-    const reply = JSON.parse(r.stdout) as { code: string; details: { processes: Array<{ pid: number; cwd: boolean }> } };
+    const reply = JSON.parse(r.stdout) as { code: string; details: { processes: Array<{ pid: number; cwd: boolean; openFiles: number }> } };
     expect(reply.code).toBe('BUSY');
     expect(reply.details.processes).toContainEqual(expect.objectContaining({ pid: pod.pid, cwd: true }));
-    pod.kill('SIGKILL');
-    await new Promise((resolve) => pod.once('exit', resolve));
+    expect(reply.details.processes).toContainEqual(expect.objectContaining({ pid: reader.pid, cwd: false, openFiles: 1 }));
+    for (const p of [pod, reader]) {
+      p.kill('SIGKILL');
+      await new Promise((resolve) => p.once('exit', resolve));
+    }
     expect((await ctl('delete-home', 'acme/podded')).code).toBe(0);
   });
 
