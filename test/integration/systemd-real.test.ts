@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { canMount, skipReason } from '../helpers/daemon.js';
+import { STORED_FDS } from '../../src/holder/fdstore.js';
 
 /**
  * homesfs under a real systemd: scripts/test-systemd.sh starts Debian 12's
@@ -41,8 +42,8 @@ describe.skipIf(!canMount)('under a real systemd (PID 1 in a container)', () => 
       .map((l) => JSON.parse(l) as Step);
     const at = (name: string) => steps.find((s) => s.step === name);
     expect(code, `${out.slice(-6000)}\n${err.slice(-2000)}`).toBe(0);
-    expect(at('started')).toMatchObject({ nFdStore: '4', generation: 1 });
-    expect(at('intruder')).toMatchObject({ refused: 2, nFdStore: '4' });
+    expect(at('started')).toMatchObject({ nFdStore: String(STORED_FDS), generation: 1 });
+    expect(at('intruder')).toMatchObject({ refused: 2, nFdStore: String(STORED_FDS) });
     expect(at('kill -9: resumed')).toMatchObject({ startMode: 'resumed', keeper: 'systemd', registered: true, generation: 2 });
     expect(at('reload: upgraded')).toMatchObject({ startMode: 'taken over', version: 'systemd-upgrade', registered: true, generation: 3 });
     expect(at('kill -9 after the upgrade: resumed')).toMatchObject({ startMode: 'resumed', generation: 4 });
