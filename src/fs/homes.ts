@@ -445,21 +445,14 @@ export abstract class HomeRegistry {
     this.watchSoft(hs);
     this.loaded.add(hs);
     this.refreshNativeOpen(hs);
-    if (keptCounts !== null) {
+    // A ledger kept across a crash, or the predecessor's in a live upgrade: exact, no scan, the home is ready now.
+    const exact = keptCounts ?? fromHandover;
+    if (exact !== null) {
+      if (keptCounts === null) this.replaceLedger(hs, { bytes: exact.bytes, inodes: exact.inodes });
       hs.scan = 'done';
-      hs.ledgerKept = true;
-      this.log.info({ home: backing.id, bytes: keptCounts.bytes, inodes: keptCounts.inodes }, 'home ledger kept across the crash');
-      markReady();
-      this.refreshNativeUnlink(hs);
-      return hs;
-    }
-    if (fromHandover !== null) {
-      const handed = fromHandover;
-      // The predecessor's exact ledger: no scan, the home is ready now.
-      this.replaceLedger(hs, { bytes: handed.bytes, inodes: handed.inodes });
-      hs.scan = 'done';
-      hs.ledgerHanded = true;
-      this.log.info({ home: backing.id, bytes: handed.bytes, inodes: handed.inodes }, 'home ledger handed over');
+      if (keptCounts !== null) hs.ledgerKept = true;
+      else hs.ledgerHanded = true;
+      this.log.info({ home: backing.id, bytes: exact.bytes, inodes: exact.inodes }, keptCounts !== null ? 'home ledger kept across the crash' : 'home ledger handed over');
       markReady();
       this.refreshNativeUnlink(hs);
       return hs;

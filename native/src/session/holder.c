@@ -118,6 +118,16 @@ NAPI_METHOD(hs_holder_poll_js) {
   return num(env, hs_holder_poll(fd, (short) events));
 }
 
+// { pid, pidfd } of a peer lookup that returned r (or r itself, -errno)
+static napi_value peer_reply (napi_env env, int r, int pid, int pidfd) {
+  if (r < 0) return num(env, r);
+  napi_value out;
+  napi_create_object(env, &out);
+  napi_set_named_property(env, out, "pid", num(env, pid));
+  napi_set_named_property(env, out, "pidfd", num(env, pidfd));
+  return out;
+}
+
 // peer(socketFd) -> { pid, pidfd } of the process at the other end (pidfd:
 // close-on-exec, POLLIN once it exited; or -errno, -ESRCH: it is gone), or -errno
 NAPI_METHOD(hs_holder_peer_js) {
@@ -125,12 +135,7 @@ NAPI_METHOD(hs_holder_peer_js) {
   NAPI_ARGV_INT32(sock, 0)
   int pid = 0, pidfd = -1;
   int r = hs_holder_peer(sock, &pid, &pidfd);
-  if (r < 0) return num(env, r);
-  napi_value out;
-  napi_create_object(env, &out);
-  napi_set_named_property(env, out, "pid", num(env, pid));
-  napi_set_named_property(env, out, "pidfd", num(env, pidfd));
-  return out;
+  return peer_reply(env, r, pid, pidfd);
 }
 
 // peerPidfd(socketFd) -> { pid (0: none in our pid namespace), pidfd } of
@@ -141,12 +146,7 @@ NAPI_METHOD(hs_holder_peer_pidfd_js) {
   NAPI_ARGV_INT32(sock, 0)
   int pid = 0, pidfd = -1;
   int r = hs_holder_peer_pidfd(sock, &pid, &pidfd);
-  if (r < 0) return num(env, r);
-  napi_value out;
-  napi_create_object(env, &out);
-  napi_set_named_property(env, out, "pid", num(env, pid));
-  napi_set_named_property(env, out, "pidfd", num(env, pidfd));
-  return out;
+  return peer_reply(env, r, pid, pidfd);
 }
 
 // held() -> { fd, bufsize, init } of the serving session (this process's
