@@ -3,10 +3,9 @@ import { BackingStore } from './backing/store.js';
 import { EXIT } from './cli/exitcodes.js';
 import { DAEMON_DIR, stateFileOf, type LoadedConfig } from './config/load.js';
 import path from 'node:path';
-import type { DaemonApi, ReloadResult, StatusReport } from './control/api.js';
-import { HomesError } from './errors.js';
+import type { ReloadResult, StatusReport } from './control/api.js';
 import { holdersUnder, type HomeHolders } from './homes/busy.js';
-import { commands, PLATFORM_COMMANDS } from './control/registry.js';
+import { commands, PLATFORM_COMMANDS, type DaemonCommands } from './control/commands.js';
 import { startControlServer, type ControlServer } from './control/server.js';
 import { FsContext } from './fs/context.js';
 import * as sys from './backing/sys.js';
@@ -119,7 +118,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const started = Date.now();
   logConfigWarnings(log, initial);
 
-  let Fuse;
+  let Fuse: ReturnType<typeof loadFuse>;
   let dataPlane;
   let removals: NativeRemovalClaims;
   try {
@@ -469,125 +468,83 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
 
   const servingState = () => ({ mounted: mount.state.mounted, loop: mount.state.loop, selfCheck: mount.selfCheck.report.state });
 
-  const served: DaemonApi = {
-    async status(): Promise<StatusReport> {
-      await scans.catch(() => undefined);
-      const list = await Promise.all(
-        ctx.knownHomes().map((p) =>
-          p.then(
-            (hs) => {
-              const snap = hs.scan === 'scanning' ? (hs.scanProgress ?? { bytes: 0, inodes: 0 }) : hs.ledger.snapshot();
-              return {
-                tenant: hs.backing.ref.tenant,
-                key: hs.backing.ref.key,
-                scan: hs.scan,
-                bytes: snap.bytes,
-                inodes: snap.inodes,
-                openFiles: ctx.openFilesOf(hs),
-                maxOpenFiles: hs.profile.maxOpenFiles,
-              };
-            },
-            () => null,
-          ),
+  /** `status`: the daemon, its session, mount, native layer, homes and limits. */
+  async function status(): Promise<StatusReport> {
+    await scans.catch(() => undefined);
+    const list = await Promise.all(
+      ctx.knownHomes().map((p) =>
+        p.then(
+          (hs) => {
+            const snap = hs.scan === 'scanning' ? (hs.scanProgress ?? { bytes: 0, inodes: 0 }) : hs.ledger.snapshot();
+            return {
+              tenant: hs.backing.ref.tenant,
+              key: hs.backing.ref.key,
+              scan: hs.scan,
+              bytes: snap.bytes,
+              inodes: snap.inodes,
+              openFiles: ctx.openFilesOf(hs),
+              maxOpenFiles: hs.profile.maxOpenFiles,
+            };
+          },
+          () => null,
         ),
-      );
-      const sc = mount.selfCheck.report;
-      // One descriptor for the listing, from the reserve; null if even that fails.
-      const inUse = await readdir('/proc/self/fd').then(
-        (l) => l.length - 1,
-        () => null,
-      );
-      return {
-        version: VERSION,
-        build: BUILD,
-        pid: process.pid,
-        uptimeSec: Math.round((Date.now() - started) / 1000),
-        session: { generation, startMode, lastHandoverPauseMs },
-        holder: await holderReport(),
-        backing: store.root,
-        configPath: loaded.path,
-        mount: { path: config.mount, ...mount.state },
-        native: {
-          abi: ABI.VERSION,
-          selfCheck: sc.state,
-          maxWriteRequest: sc.maxWriteRequest,
-          ...(sc.detail ? { detail: sc.detail } : {}),
-          ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
-          ...(releases ? { releasesAnswered: releases.answered() } : {}),
-          removals: removals.stats(),
-          ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
-          ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
-          ...(typeof Fuse.invalidationStats === 'function' ? { invalidations: Fuse.invalidationStats() } : {}),
-          ...(typeof Fuse.nodeStats === 'function' ? { nodes: Fuse.nodeStats() } : {}),
-          ...(typeof Fuse.handleStats === 'function' ? { handles: Fuse.handleStats() } : {}),
-        },
-        homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
-        lastReload,
-        limits: {
-          nofile: { configured: nofile.configured, soft: nofile.soft, hard: nofile.hard, ...(nofile.warning ? { warning: nofile.warning } : {}) },
-          reserveFiles: nofile.reserve,
-          openFiles: ctx.openFilesTotal,
-          openFilesCap: ctx.openFiles.cap,
-          openFilesPerUid: ctx.openFiles.perUidCap,
-          ...(typeof Fuse.dirHandleStats === 'function'
-            ? { dirHandles: { ...Fuse.dirHandleStats(), perUidCap: config.limits.dirHandlesPerUid, cap: config.limits.dirHandles } }
-            : {}),
-          descriptorsInUse: inUse,
-        },
-        background: {
-          slowFrees: { done: ctx.slowFrees.done, inFlight: ctx.slowFrees.inFlight, waiting: ctx.slowFrees.waiting },
-          bigListings: { inFlight: ctx.listings.inFlight, waiting: ctx.listings.waiting },
-        },
-        tenants: ctx
-          .knownPools()
-          .map((p) => ({ tenant: p.tenant, bytes: p.bytes, budget: p.limit }))
-          .sort((a, b) => a.tenant.localeCompare(b.tenant)),
-      };
-    },
-    list: (args) => homes.list(args),
-    usage: (home) => homes.usage(home),
-    create: (args) => homes.create(args),
-    setBudget: (args) => homes.setBudget(args),
-    setLimits: (args) => homes.setLimits(args),
-    setProfile: (args) => homes.setProfile(args),
-    settingsGet: (args) => homes.settingsGet(args),
-    settingsSet: (args) => homes.settingsSet(args),
-    rescan: (args) => homes.rescan(args),
-    resolve: (args) => homes.resolve(args),
-    renameProject: (args) => homes.renameProject(args),
-    renameUser: (args) => homes.renameUser(args),
-    deleteProject: (args) => homes.deleteProject(args),
-    deleteUser: (args) => homes.deleteUser(args),
-    deleteHome: (args) => homes.deleteHome(args),
-    deleteTenant: (args) => homes.deleteTenant(args),
-    forwards: async () => homes.forwards(),
-    releaseName: (args) => homes.releaseName(args),
-    async reload() {
-      const r = await reload();
-      if (!r.ok) {
-        const details: Record<string, unknown> = {};
-        if (r.issues) details.issues = r.issues;
-        if (r.needsRestart) details.needsRestart = r.needsRestart;
-        if (r.overridesWithoutProfile) details.overridesWithoutProfile = r.overridesWithoutProfile;
-        throw new HomesError('INVALID_ARGUMENT', r.message, details);
-      }
-      return r;
-    },
-    tenantUsage: (args) => homes.tenantUsage(args.tenant),
-    setTenantBudget: (args) => homes.setTenantBudget(args),
-  };
-  // Every command sees the handles as the kernel does: RELEASEs the binding
-  // answered (and writes it reported) are carried out first, so usage, open
-  // counts, BUSY checks and limits never count a file its caller has closed.
-  const api = Object.fromEntries(
-    Object.entries(served).map(([name, fn]: [string, (...a: unknown[]) => unknown]) => [
-      name,
-      (...args: unknown[]) => {
-        ctx.settle();
-        return fn(...args);
+      ),
+    );
+    const sc = mount.selfCheck.report;
+    // One descriptor for the listing, from the reserve; null if even that fails.
+    const inUse = await readdir('/proc/self/fd').then(
+      (l) => l.length - 1,
+      () => null,
+    );
+    return {
+      version: VERSION,
+      build: BUILD,
+      pid: process.pid,
+      uptimeSec: Math.round((Date.now() - started) / 1000),
+      session: { generation, startMode, lastHandoverPauseMs },
+      holder: await holderReport(),
+      backing: store.root,
+      configPath: loaded.path,
+      mount: { path: config.mount, ...mount.state },
+      native: {
+        abi: ABI.VERSION,
+        selfCheck: sc.state,
+        maxWriteRequest: sc.maxWriteRequest,
+        ...(sc.detail ? { detail: sc.detail } : {}),
+        ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
+        ...(releases ? { releasesAnswered: releases.answered() } : {}),
+        removals: removals.stats(),
+        ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
+        ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
+        ...(typeof Fuse.invalidationStats === 'function' ? { invalidations: Fuse.invalidationStats() } : {}),
+        ...(typeof Fuse.nodeStats === 'function' ? { nodes: Fuse.nodeStats() } : {}),
+        ...(typeof Fuse.handleStats === 'function' ? { handles: Fuse.handleStats() } : {}),
       },
-    ]),
-  ) as unknown as DaemonApi;
+      homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
+      lastReload,
+      limits: {
+        nofile: { configured: nofile.configured, soft: nofile.soft, hard: nofile.hard, ...(nofile.warning ? { warning: nofile.warning } : {}) },
+        reserveFiles: nofile.reserve,
+        openFiles: ctx.openFilesTotal,
+        openFilesCap: ctx.openFiles.cap,
+        openFilesPerUid: ctx.openFiles.perUidCap,
+        ...(typeof Fuse.dirHandleStats === 'function'
+          ? { dirHandles: { ...Fuse.dirHandleStats(), perUidCap: config.limits.dirHandlesPerUid, cap: config.limits.dirHandles } }
+          : {}),
+        descriptorsInUse: inUse,
+      },
+      background: {
+        slowFrees: { done: ctx.slowFrees.done, inFlight: ctx.slowFrees.inFlight, waiting: ctx.slowFrees.waiting },
+        bigListings: { inFlight: ctx.listings.inFlight, waiting: ctx.listings.waiting },
+      },
+      tenants: ctx
+        .knownPools()
+        .map((p) => ({ tenant: p.tenant, bytes: p.bytes, budget: p.limit }))
+        .sort((a, b) => a.tenant.localeCompare(b.tenant)),
+    };
+  }
+
+  const daemonCommands: DaemonCommands = { status, reload };
 
   const controls: ControlServer[] = [];
   /** A start that fails after the mount serves: close what is open (sockets, mount, homes, state) and say why. */
@@ -616,7 +573,12 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
             ...(l.group !== undefined ? { socketGroup: l.group } : {}),
             ...(l.allowed ? { allowed: l.allowed } : {}),
             commands,
-            api,
+            homes,
+            daemon: daemonCommands,
+            // Every command sees the handles as the kernel does: RELEASEs the binding
+            // answered (and writes it reported) are carried out first, so usage, open
+            // counts, BUSY checks and limits never count a file its caller has closed.
+            beforeCommand: () => ctx.settle(),
             ...(kernel ? { settle: () => kernel.settled() } : {}),
             log: controlLog.child({ listener: l.name }),
           }),
