@@ -172,7 +172,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   // The manager needs the fs context and the context needs the manager's policy
   // lookups: the lookups are late-bound through this holder.
   let manager: HomeManager | null = null;
-  const ownerOf = (ref: HomeRef) => manager?.ownerOf(ref) ?? config.homes[homeId(ref)]?.owner;
+  const ownerOf = (ref: HomeRef) => manager?.core.ownerOf(ref) ?? config.homes[homeId(ref)]?.owner;
   sys.setSyncMetadata(config.syncMetadata);
   // Read only up to the locks (a successor does this while the serving daemon still serves).
   const store = new BackingStore(config.backing, log.child({ component: 'backing' }), ownerOf);
@@ -334,8 +334,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const ctx = new FsContext({
     store,
     log: log.child({ component: 'fs' }),
-    profileFor: (ref) => manager!.profileFor(ref),
-    tenantBudgetFor: (tenant) => manager!.tenantBudgetFor(tenant).bytes,
+    profileFor: (ref) => manager!.core.profileFor(ref),
+    tenantBudgetFor: (tenant) => manager!.core.tenantBudgetFor(tenant).bytes,
     utimensat: nativeUtimensat(Fuse),
     mknod: nativeMknod(Fuse),
     fallocate: nativeFallocate(Fuse),
@@ -352,12 +352,12 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users, hostIds.lookup);
   const homes = manager;
-  await homes.pruneForwards().catch((err: Error) => log.warn({ err: err.message }, 'reserved names not checked'));
+  await homes.lifecycle.pruneForwards().catch((err: Error) => log.warn({ err: err.message }, 'reserved names not checked'));
 
   // An owner uid belongs to one home: owners in the state file and the
   // configuration that break that (root, nobody, another home's, a host
   // account) are refused before anything is served.
-  const ownerProblems = await homes.ownerProblems().catch((err: Error) => [err.message]);
+  const ownerProblems = await homes.owners.ownerProblems().catch((err: Error) => [err.message]);
   if (ownerProblems.length > 0) {
     await ctx.close().catch(() => undefined);
     await store.close();
@@ -401,7 +401,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const loadHomes = () => store.listAllHomes().then((refs) => {
     const loading = refs.map((ref) =>
       ctx.home(ref).then(
-        (hs) => homes.ownerRecord(ref, hs.backing.owner),
+        (hs) => homes.core.ownerRecord(ref, hs.backing.owner),
         (err: Error) => {
           log.warn({ home: homeId(ref), err: err.message }, 'home not served');
           return null;
@@ -812,14 +812,14 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       return refuse(`reload refused: ${what}; the old one stays`, { issues });
     }
     const changed = RESTART_KEYS.filter((k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]));
-    const missing = homes.missingOverrideProfiles(next);
+    const missing = homes.limits.missingOverrideProfiles(next);
     if (changed.length || missing.length) {
       return refuse('reload refused: the configuration changes restart-only keys or drops a profile a live override uses; the old one stays', {
         ...(changed.length ? { needsRestart: [...changed] } : {}),
         ...(missing.length ? { overridesWithoutProfile: missing } : {}),
       });
     }
-    const ownerIssues = await homes.ownerProblems(next).catch((err: Error) => [err.message]);
+    const ownerIssues = await homes.owners.ownerProblems(next).catch((err: Error) => [err.message]);
     if (ownerIssues.length) return refuse('reload refused: the configuration gives homes owners that are refused; the old one stays', { issues: ownerIssues });
     const applied = (Object.keys({ ...next.config, ...loaded.config }) as Array<keyof typeof next.config>).filter(
       (k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]),

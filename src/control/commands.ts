@@ -1,5 +1,7 @@
 import { HomesError } from '../errors.js';
-import type { HomeManager } from '../homes/manager.js';
+import type { HomeLifecycle } from '../homes/lifecycle.js';
+import type { HomeLimits } from '../homes/limits.js';
+import type { HomeSettings } from '../homes/settings.js';
 import type { Logger } from '../log.js';
 import type { ReloadResult, StatusReport } from './api.js';
 import type { ArgsOf, CommandName, RequestId } from './protocol.js';
@@ -24,30 +26,12 @@ export interface DaemonCommands {
   reload(): Promise<ReloadResult>;
 }
 
-/** The home manager's functions the commands call (tests pass a fake). */
-export type HomeCommands = Pick<
-  HomeManager,
-  | 'list'
-  | 'usage'
-  | 'create'
-  | 'setBudget'
-  | 'setLimits'
-  | 'setProfile'
-  | 'settingsGet'
-  | 'settingsSet'
-  | 'rescan'
-  | 'resolve'
-  | 'renameProject'
-  | 'renameUser'
-  | 'deleteProject'
-  | 'deleteUser'
-  | 'deleteHome'
-  | 'deleteTenant'
-  | 'forwards'
-  | 'releaseName'
-  | 'tenantUsage'
-  | 'setTenantBudget'
->;
+/** The home manager's functions the commands call, by concern (tests pass a fake). */
+export interface HomeCommands {
+  lifecycle: Pick<HomeLifecycle, 'list' | 'usage' | 'create' | 'rescan' | 'resolve' | 'renameProject' | 'renameUser' | 'deleteProject' | 'deleteUser' | 'deleteHome' | 'deleteTenant' | 'forwards' | 'releaseName'>;
+  limits: Pick<HomeLimits, 'setBudget' | 'setLimits' | 'setProfile' | 'tenantUsage' | 'setTenantBudget'>;
+  settings: Pick<HomeSettings, 'settingsGet' | 'settingsSet'>;
+}
 
 /** Everything a command may use besides its arguments. */
 export interface CommandContext {
@@ -89,47 +73,47 @@ export const commands: CommandTable = {
   /** the daemon's version, session, mount, native layer, homes and limits. Both sockets. */
   status: (_a, { daemon }) => daemon.status(),
   /** every home (or one tenant's, or the orphans) with usage, limits and their sources, and flags. Admin. */
-  list: (a, { homes }) => homes.list(a),
+  list: (a, { homes }) => homes.lifecycle.list(a),
   /** one home as `list` shows it. Admin. */
-  usage: (a, { homes }) => homes.usage(a.home),
+  usage: (a, { homes }) => homes.lifecycle.usage(a.home),
   /** create a home (EXISTS if it does), optionally with a profile, a byte budget and an owner. Admin. */
-  create: (a, { homes }) => homes.create(a),
+  create: (a, { homes }) => homes.lifecycle.create(a),
   /** live override of the byte budget (0 = off, null = the profile's). Admin. */
-  'set-budget': (a, { homes }) => homes.setBudget(a),
+  'set-budget': (a, { homes }) => homes.limits.setBudget(a),
   /** live overrides of the inode cap, the per-file cap and the soft limits. Admin. */
-  'set-limits': (a, { homes }) => homes.setLimits(a),
+  'set-limits': (a, { homes }) => homes.limits.setLimits(a),
   /** live profile override; null clears it. Admin. */
-  'set-profile': (a, { homes }) => homes.setProfile(a),
+  'set-profile': (a, { homes }) => homes.limits.setProfile(a),
   /** the home-scope settings stored for a tenant, project or user, and how resolve decides. Admin. */
-  'settings-get': (a, { homes }) => homes.settingsGet(a),
+  'settings-get': (a, { homes }) => homes.settings.settingsGet(a),
   /** set or clear a home-scope setting; CONFIRM_REQUIRED when it would leave homes unused, unless `yes`. Admin. */
-  'settings-set': (a, { homes }) => homes.settingsSet(a),
+  'settings-set': (a, { homes }) => homes.settings.settingsSet(a),
   /** rebuild a home's ledger from the disk, report the drift. Admin. */
-  rescan: (a, { homes }) => homes.rescan(a),
+  rescan: (a, { homes }) => homes.lifecycle.rescan(a),
   /** the scope, key, HOME path and owner for a (tenant, project, user?); creates the home if missing. Both sockets. */
-  resolve: (a, { homes }) => homes.resolve(a),
+  resolve: (a, { homes }) => homes.lifecycle.resolve(a),
   /** rename a project's home through the mount; BUSY while in use unless `force`. Admin. */
-  'rename-project': (a, { homes }) => homes.renameProject(a),
+  'rename-project': (a, { homes }) => homes.lifecycle.renameProject(a),
   /** rename a user's home (`_user_<login>`); BUSY while in use unless `force`. Admin. */
-  'rename-user': (a, { homes }) => homes.renameUser(a),
+  'rename-user': (a, { homes }) => homes.lifecycle.renameUser(a),
   /** delete exactly the project-scoped home; a shared home stays (`deleteNote`). BUSY while in use unless `force`. Admin. */
-  'delete-project': (a, { homes }) => homes.deleteProject(a),
+  'delete-project': (a, { homes }) => homes.lifecycle.deleteProject(a),
   /** delete `_user_<login>`. BUSY while in use unless `force`. Admin. */
-  'delete-user': (a, { homes }) => homes.deleteUser(a),
+  'delete-user': (a, { homes }) => homes.lifecycle.deleteUser(a),
   /** delete one home by "tenant/key" (an orphan, a leftover). BUSY while in use unless `force`. Admin. */
-  'delete-home': (a, { homes }) => homes.deleteHome(a),
+  'delete-home': (a, { homes }) => homes.lifecycle.deleteHome(a),
   /** remove an empty tenant (backing directory and state); NOT_EMPTY while it has homes. Admin. */
-  'delete-tenant': (a, { homes }) => homes.deleteTenant(a),
+  'delete-tenant': (a, { homes }) => homes.lifecycle.deleteTenant(a),
   /** old names of renamed homes, reserved until released. Admin. */
-  forwards: async (_a, { homes }) => homes.forwards(),
+  forwards: async (_a, { homes }) => homes.lifecycle.forwards(),
   /** drop a renamed home's forward; its old name may hold a fresh home again. Admin. */
-  'release-name': (a, { homes }) => homes.releaseName(a),
+  'release-name': (a, { homes }) => homes.lifecycle.releaseName(a),
   /** re-read the configuration file like SIGHUP; a refusal is an INVALID_ARGUMENT error. Admin. */
   reload: (_a, { daemon }) => reloadOrRefuse(daemon),
   /** a tenant's total across its homes and its total budget. Admin. */
-  'tenant-usage': (a, { homes }) => homes.tenantUsage(a.tenant),
+  'tenant-usage': (a, { homes }) => homes.limits.tenantUsage(a.tenant),
   /** live override of a tenant's total budget (0 = off, null = the config's). Admin. */
-  'set-tenant-budget': (a, { homes }) => homes.setTenantBudget(a),
+  'set-tenant-budget': (a, { homes }) => homes.limits.setTenantBudget(a),
 };
 
 /**

@@ -1,7 +1,7 @@
 import type { DaemonCommands, HomeCommands } from '../../src/control/commands.js';
 
 /** Every function a control command calls, by name: what a fake records and answers. */
-export type CommandFunctions = HomeCommands & DaemonCommands;
+export type CommandFunctions = HomeCommands['lifecycle'] & HomeCommands['limits'] & HomeCommands['settings'] & DaemonCommands;
 export type CommandFunction = keyof CommandFunctions;
 
 /**
@@ -11,5 +11,5 @@ export type CommandFunction = keyof CommandFunctions;
  */
 export function fakeTargets(fake: Partial<CommandFunctions>): { homes: HomeCommands; daemon: DaemonCommands } {
   const all = fake as CommandFunctions;
-  return { homes: all, daemon: all };
+  return { homes: { lifecycle: all, limits: all, settings: all }, daemon: all };
 }
