@@ -1,62 +1,42 @@
-import { mkdir, readdir } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
 import { BackingStore } from './backing/store.js';
+import * as sys from './backing/sys.js';
+import { Cleanup } from './cleanup.js';
 import { EXIT } from './cli/exitcodes.js';
 import { DAEMON_DIR, stateFileOf, type LoadedConfig } from './config/load.js';
-import path from 'node:path';
-import type { DaemonApi, ReloadResult, StatusReport } from './control/api.js';
-import { HomesError } from './errors.js';
-import { holdersUnder, type HomeHolders } from './homes/busy.js';
-import { commands, PLATFORM_COMMANDS } from './control/registry.js';
-import { startControlServer, type ControlServer } from './control/server.js';
+import type { ReloadResult } from './control/api.js';
+import type { DaemonCommands } from './control/commands.js';
+import { drain } from './daemon/drain.js';
+import { SessionRegistration } from './daemon/registration.js';
+import { DaemonSockets } from './daemon/sockets.js';
+import { DaemonError } from './daemon/error.js';
+import { keptSession, takeoverFailed, takeOverSession, takeStoredSession, type SessionRaw } from './daemon/session.js';
+import { statusReport } from './daemon/status.js';
 import { FsContext } from './fs/context.js';
-import * as sys from './backing/sys.js';
-import { ABI } from './abi.js';
+import { adoptFs, exportFs } from './fs/handover.js';
+import { LedgerArea, type LedgerAreaRaw } from './fs/ledger-area.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
+import { NativeFastPath } from './fuse/fastpath.js';
+import type { HandoverListener } from './fuse/handover-channel.js';
 import { applyNofile } from './fuse/limits.js';
-import { NativeFastPath, warmProfileMasks } from './fuse/fastpath.js';
-import { nativeRemovals, type NativeRemovalClaims } from './fuse/removals.js';
 import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
+import { nativeRemovals, type NativeRemovalClaims } from './fuse/removals.js';
+import { notifySocket } from './holder/fdstore.js';
 import { HomeManager } from './homes/manager.js';
-import { renderMetrics } from './metrics/exposition.js';
-import { OpMetrics } from './metrics/ops.js';
-import { metricsSnapshot } from './metrics/snapshot.js';
-import { notServingReasons } from './metrics/health.js';
-import { startMetricsServer, type MetricsServer } from './metrics/server.js';
+import { journalEpoch, journalFds, journalGen, type JournalRaw } from './journal-fds.js';
 import type { Logger } from './log.js';
+import { OpMetrics } from './metrics/ops.js';
 import { homeId, type HomeRef } from './paths/parse.js';
+import { exportDeadHandles, importDeadHandles, resumeSession, type DeadHandlesRaw } from './resume.js';
 import { acquireLock, LockHeldError, type HeldLock } from './state/lock.js';
 import { StateError, StateStore } from './state/store.js';
-import { BUILD } from './build-id.js';
-import { VERSION } from './version.js';
+import { adoptLocks, clock, listenForSuccessors, type Received } from './takeover.js';
 import { getentLookup, warmedLookup } from './users/hostids.js';
 import { UserDb } from './users/userdb.js';
-import { adoptFs, exportFs, HandedFs, warmHandedFs } from './fs/handover.js';
-import type { HandoverRaw } from './fuse/handover-channel.js';
-import type { HandoverListener } from './fuse/handover-channel.js';
-import { adoptLocks, clock, listenForSuccessors, takeOverFrom, warmOwnerCheck, type Follower, type Received } from './takeover.js';
-import { claim, dropKept, holderStatus, release, type ClaimResult, type Kept } from './holder/client.js';
-import { HolderLink, type HolderLinkRaw } from './holder/link.js';
-import { notifySocket, removeStored, storeRegistration, takeStored, type SdStoreRaw } from './holder/fdstore.js';
-import type { HolderRaw } from './holder/holder.js';
-import { holderSocket } from './holder/protocol.js';
-import { followJournal, journalEpoch, journalFds, journalGen, openJournal, type JournalRaw } from './journal-fds.js';
-import { exportDeadHandles, importDeadHandles, resumeSession, type DeadHandlesRaw } from './resume.js';
-import { LedgerArea, type LedgerAreaRaw } from './fs/ledger-area.js';
-
-function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
-  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees ?? 0, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openClosedNatively: s.openClosedNatively ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight ?? 0, retiredHomes: s.retiredHomes ?? 0 };
-}
-
-export class DaemonError extends Error {
-  constructor(
-    message: string,
-    readonly exitCode: number,
-  ) {
-    super(message);
-  }
-}
 
 export { VERSION } from './version.js';
+export { DaemonError } from './daemon/error.js';
 
 export interface Daemon {
   /**
@@ -84,11 +64,6 @@ export interface Daemon {
 /** Keys that only a restart can change: reloading a config that changes them is refused. */
 const RESTART_KEYS = ['backing', 'mount', 'socket', 'platformSocket', 'stateFile', 'adminGroup', 'platformGroup', 'fuse', 'probe', 'owners', 'syncMetadata', 'metrics', 'userdb', 'limits', 'crashSurvival', 'holder'] as const;
 
-/**
- * Composition root: config → state → backing store → fs context → homes →
- * mount → control sockets. Nothing below this file knows about process
- * signals or exit codes.
- */
 /** One line for all of them, at start and after each reload: valid, served, but most likely not meant. */
 function logConfigWarnings(log: Logger, loaded: LoadedConfig): void {
   if (loaded.warnings.length === 0) return;
@@ -102,24 +77,37 @@ export interface StartOptions {
   takeover?: boolean;
 }
 
+/**
+ * Composition root, in phases: the native binding; where the session comes
+ * from (daemon/session.ts: systemd's fd store, the holder, a takeover); the
+ * assembly (locks, state file, backing store, fs context, homes, mount);
+ * serving (daemon/sockets.ts, crash survival's daemon/registration.ts, the
+ * successors' socket); stop, reload and handover. What a phase opens
+ * registers its clean-up once on a disposal stack (cleanup.ts), which a
+ * failed start and a stop close in reverse order. Nothing below this file
+ * knows about process signals or exit codes.
+ */
 export async function startDaemon(initial: LoadedConfig, log: Logger, readConfig?: () => Promise<LoadedConfig>, opts: StartOptions = {}): Promise<Daemon> {
   const taking: { received: Received | null } = { received: null };
+  // What the start opens registers its clean-up here: a failed start closes it (last opened first), and so does stop.
+  const cleanup = new Cleanup(log.child({ component: 'cleanup' }));
   try {
-    return await start(initial, log, readConfig, opts, taking);
+    return await start(initial, log, readConfig, opts, taking, cleanup);
   } catch (err) {
-    // A successor that fails before it serves tells the serving daemon, which serves on.
+    // A successor that fails before it serves tells the serving daemon, which serves on (before its own clean-up: the serving daemon is paused).
     taking.received?.abandon((err as Error).message);
+    await cleanup.disposeAll();
     throw err;
   }
 }
 
-async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Promise<LoadedConfig>) | undefined, opts: StartOptions, taking: { received: Received | null }): Promise<Daemon> {
+async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Promise<LoadedConfig>) | undefined, opts: StartOptions, taking: { received: Received | null }, cleanup: Cleanup): Promise<Daemon> {
   let loaded = initial;
   const { config } = initial;
   const started = Date.now();
   logConfigWarnings(log, initial);
 
-  let Fuse;
+  let Fuse: ReturnType<typeof loadFuse>;
   let dataPlane;
   let removals: NativeRemovalClaims;
   try {
@@ -132,16 +120,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     throw new DaemonError((err as Error).message, err instanceof NativeBindingError ? EXIT.NATIVE : EXIT.INTERNAL);
   }
 
-  // What systemd passed back from its fd store (a session kept through a
-  // crash): taken before anything spawns a child, which would inherit the
-  // descriptors and LISTEN_*. A successor takes the live session instead.
-  let stored: ClaimResult;
-  try {
-    stored = takeStored(Fuse.native as unknown as SdStoreRaw, config);
-  } catch (err) {
-    stored = { kind: 'refused', reason: (err as Error).message, holderPid: null };
-  }
-  if (opts.takeover && stored.kind === 'kept') dropKept(stored.kept);
+  // Before anything spawns a child, which would inherit the descriptors and LISTEN_*.
+  const stored = takeStoredSession(Fuse, config, opts.takeover === true);
   // Under systemd its fd store keeps the session; a holder process would die with the unit's cgroup.
   const sdNotify = notifySocket();
 
@@ -166,24 +146,25 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const lockFiles = [path.join(config.backing, DAEMON_DIR, 'lock')];
   if (path.resolve(stateFile) !== path.resolve(config.backing, DAEMON_DIR, 'state.json')) lockFiles.push(`${stateFile}.lock`);
   const locks: HeldLock[] = [];
-  const releaseLocks = () => {
+  // Released last of all (a handover hands them off instead: the list is empty then).
+  cleanup.defer('locks', () => {
     for (const l of locks.splice(0)) l.release();
-  };
+  });
 
   // The manager needs the fs context and the context needs the manager's policy
   // lookups: the lookups are late-bound through this holder.
   let manager: HomeManager | null = null;
-  const ownerOf = (ref: HomeRef) => manager?.ownerOf(ref) ?? config.homes[homeId(ref)]?.owner;
+  const ownerOf = (ref: HomeRef) => manager?.core.ownerOf(ref) ?? config.homes[homeId(ref)]?.owner;
   sys.setSyncMetadata(config.syncMetadata);
   // Read only up to the locks (a successor does this while the serving daemon still serves).
   const store = new BackingStore(config.backing, log.child({ component: 'backing' }), ownerOf);
   await store.init().catch((err: Error) => {
     throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
   });
+  cleanup.defer('backing store', () => store.close());
   const openings = await store.openings();
   if (openings.length > 0) {
     if (!config.allowOpenBacking) {
-      await store.close();
       throw new DaemonError(
         `the backing tree can be reached without the mount (its homes could be written around every budget): ${openings.join('; ')}. ` +
           `Make the backing root and every tenant directory root-owned 0700 (chown root: DIR && chmod 0700 DIR), or set "allowOpenBacking": true`,
@@ -194,78 +175,13 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   }
   const hostIds = warmedLookup(getentLookup());
 
-  const handover = Fuse.native as unknown as HandoverRaw & HolderRaw & HolderLinkRaw & SdStoreRaw;
+  const handover = Fuse.native as unknown as SessionRaw;
   const journalRaw = Fuse.native as unknown as JournalRaw;
-  // A session a holder kept through the crash of the daemon that served it
-  // is resumed, never mounted over (its processes wait in the mount; a stat
-  // of the mount point would wait with them). Asked even when crashSurvival
-  // is off: an earlier run's holder may keep one. A successor takes the live
-  // session instead.
-  let kept: Kept | null = null;
-  if (!opts.takeover) {
-    if (stored.kind === 'refused') {
-      await store.close();
-      throw new DaemonError(
-        `systemd's fd store keeps a session this daemon refuses: ${stored.reason}. It will not mount over it; \`systemctl stop\` the unit to drop the stored session (processes in the mount then get ENOTCONN) and start again`,
-        EXIT.HELD,
-      );
-    }
-    const held = stored.kind === 'kept' ? stored : await claim(handover, config).catch((err: Error) => ({ kind: 'refused' as const, reason: err.message, holderPid: null }));
-    if (held.kind === 'refused') {
-      await store.close();
-      throw new DaemonError(`the session holder at ${holderSocket(config)} refused this daemon: ${held.reason}`, EXIT.HELD);
-    }
-    if (held.kind === 'kept') {
-      kept = held.kept;
-      log.warn({ keeper: kept.keeper, holder: kept.holderPid || undefined, generation: kept.generation, build: kept.build, journal: kept.journalFds.length }, 'the session of a daemon that died was kept: resuming it');
-    }
-  }
-
-  // A successor does everything it can before it asks for the session (the
-  // serving daemon pauses from then until the successor serves): then it
-  // asks, and receives the session, the locks (copies of the serving
-  // daemon's descriptors) and the state.
-  let received: Received | null = null;
-  if (opts.takeover) {
-    warmProfileMasks(Object.values(loaded.profiles));
-    warmHandedFs();
-    await warmOwnerCheck(hostIds, config, stateFile);
-    try {
-      const tlog = log.child({ component: 'takeover' });
-      const follower: Follower = {
-        start: (fds) => {
-          const r = followJournal(journalRaw, fds);
-          if ('gen' in r) return r.gen;
-          tlog.warn({ errno: r.errno }, "the serving daemon's journal could not be followed: its node table is handed over");
-          return null;
-        },
-        finish: () => {
-          const r = journalRaw.session_journal_follow_finish();
-          return r === 0 ? null : `errno ${-r}`;
-        },
-        drop: () => journalRaw.session_journal_follow_drop(),
-      };
-      received = await takeOverFrom(
-        handover,
-        config,
-        tlog,
-        (v) => HandedFs.parse(v),
-        (nodes) => {
-          // On failure the session's adopt imports the table itself.
-          const res = Fuse.preimportNodes?.(nodes) ?? 0;
-          if (res !== 0) tlog.warn({ errno: -res }, 'the node table could not be imported early: imported when the session is adopted');
-        },
-        follower,
-      );
-      taking.received = received;
-    } catch (err) {
-      await store.close();
-      throw new DaemonError(`takeover: ${(err as Error).message}`, EXIT.TAKEOVER);
-    }
-  }
-  const takeoverFailed = (why: string): never => {
-    throw new DaemonError(`takeover: ${why}; the serving daemon serves on`, EXIT.TAKEOVER);
-  };
+  // Where the session comes from (daemon/session.ts): kept through a crash (resumed), the
+  // serving daemon's (a successor's takeover), or none (a fresh mount).
+  const kept = opts.takeover ? null : await keptSession(stored, handover, config, log);
+  const received = opts.takeover ? await takeOverSession(Fuse, handover, loaded, hostIds, stateFile, log) : null;
+  taking.received = received;
   const generation = received?.generation ?? (kept ? kept.generation + 1 : 1);
   const startMode: 'fresh' | 'taken over' | 'resumed' = received ? 'taken over' : kept ? 'resumed' : 'fresh';
   let lastHandoverPauseMs: number | null = null;
@@ -273,8 +189,6 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     if (received) adoptLocks(received, lockFiles, locks);
     else for (const f of lockFiles) locks.push(acquireLock(f));
   } catch (err) {
-    releaseLocks();
-    await store.close();
     if (received) takeoverFailed((err as Error).message);
     throw new DaemonError((err as Error).message, err instanceof LockHeldError ? EXIT.LOCKED : EXIT.BACKING);
   }
@@ -283,10 +197,9 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   try {
     state = await StateStore.load(stateFile);
   } catch (err) {
-    releaseLocks();
-    await store.close();
     throw new DaemonError(`state file ${stateFile}: ${(err as Error).message}`, err instanceof StateError ? EXIT.STATE : EXIT.INTERNAL);
   }
+  cleanup.defer('state file', () => state.flush());
   received?.marks.mark('stateLoaded');
   const purgeTrash = async () => {
     const { purged, left } = await store.purgeTrash();
@@ -335,8 +248,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const ctx = new FsContext({
     store,
     log: log.child({ component: 'fs' }),
-    profileFor: (ref) => manager!.profileFor(ref),
-    tenantBudgetFor: (tenant) => manager!.tenantBudgetFor(tenant).bytes,
+    profileFor: (ref) => manager!.core.profileFor(ref),
+    tenantBudgetFor: (tenant) => manager!.core.tenantBudgetFor(tenant).bytes,
     utimensat: nativeUtimensat(Fuse),
     mknod: nativeMknod(Fuse),
     fallocate: nativeFallocate(Fuse),
@@ -350,19 +263,17 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     ...(fastPath ? { attrs: fastPath } : {}),
     ...(kernel ? { kernel } : {}),
   });
+  cleanup.defer('homes', () => ctx.close());
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;
   manager = new HomeManager(ctx, state, loaded, log.child({ component: 'homes' }), users, hostIds.lookup);
   const homes = manager;
-  await homes.pruneForwards().catch((err: Error) => log.warn({ err: err.message }, 'reserved names not checked'));
+  await homes.lifecycle.pruneForwards().catch((err: Error) => log.warn({ err: err.message }, 'reserved names not checked'));
 
   // An owner uid belongs to one home: owners in the state file and the
   // configuration that break that (root, nobody, another home's, a host
   // account) are refused before anything is served.
-  const ownerProblems = await homes.ownerProblems().catch((err: Error) => [err.message]);
+  const ownerProblems = await homes.owners.ownerProblems().catch((err: Error) => [err.message]);
   if (ownerProblems.length > 0) {
-    await ctx.close().catch(() => undefined);
-    await store.close();
-    releaseLocks();
     throw new DaemonError(
       `owners refused (an owner uid or gid belongs to one home: never 0, 65534, another home's or an account the host knows):\n  ${ownerProblems.join('\n  ')}\n` +
         `Fix the configuration's homes entries or the state file ${stateFile}`,
@@ -402,7 +313,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const loadHomes = () => store.listAllHomes().then((refs) => {
     const loading = refs.map((ref) =>
       ctx.home(ref).then(
-        (hs) => homes.ownerRecord(ref, hs.backing.owner),
+        (hs) => homes.core.ownerRecord(ref, hs.backing.owner),
         (err: Error) => {
           log.warn({ home: homeId(ref), err: err.message }, 'home not served');
           return null;
@@ -447,8 +358,6 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats?.().nodes, keeper: k.keeper, holder: k.holderPid || undefined }, 'session resumed after a crash');
     } catch (err) {
       await scans.catch(() => undefined);
-      await ctx.close().catch(() => undefined);
-      await store.close();
       const keeper = k.keeper === 'systemd' ? "systemd's fd store" : `a session holder (pid ${k.holderPid})`;
       const afresh = k.keeper === 'systemd' ? '`systemctl stop` the unit (systemd drops the stored session' : `stop the holder (kill ${k.holderPid}`;
       throw new DaemonError(
@@ -462,223 +371,60 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     try {
       await mount.mount();
     } catch (err) {
-      await store.close();
       throw new DaemonError((err as Error).message, EXIT.MOUNT);
     }
   }
+  // Served from here on: stop unmounts (never before: a kept or a serving daemon's session is not ours to end), then the owner names go.
+  cleanup.defer('owner names', () => users?.removeAll());
+  cleanup.defer('mount', () => mount.unmount());
 
   const servingState = () => ({ mounted: mount.state.mounted, loop: mount.state.loop, selfCheck: mount.selfCheck.report.state });
 
-  const served: DaemonApi = {
-    async status(): Promise<StatusReport> {
-      await scans.catch(() => undefined);
-      const list = await Promise.all(
-        ctx.knownHomes().map((p) =>
-          p.then(
-            (hs) => {
-              const snap = hs.scan === 'scanning' ? (hs.scanProgress ?? { bytes: 0, inodes: 0 }) : hs.ledger.snapshot();
-              return {
-                tenant: hs.backing.ref.tenant,
-                key: hs.backing.ref.key,
-                scan: hs.scan,
-                bytes: snap.bytes,
-                inodes: snap.inodes,
-                openFiles: ctx.openFilesOf(hs),
-                maxOpenFiles: hs.profile.maxOpenFiles,
-              };
-            },
-            () => null,
-          ),
-        ),
-      );
-      const sc = mount.selfCheck.report;
-      // One descriptor for the listing, from the reserve; null if even that fails.
-      const inUse = await readdir('/proc/self/fd').then(
-        (l) => l.length - 1,
-        () => null,
-      );
-      return {
-        version: VERSION,
-        build: BUILD,
-        pid: process.pid,
-        uptimeSec: Math.round((Date.now() - started) / 1000),
-        session: { generation, startMode, lastHandoverPauseMs },
-        holder: await holderReport(),
-        backing: store.root,
-        configPath: loaded.path,
-        mount: { path: config.mount, ...mount.state },
-        native: {
-          abi: ABI.VERSION,
-          selfCheck: sc.state,
-          maxWriteRequest: sc.maxWriteRequest,
-          ...(sc.detail ? { detail: sc.detail } : {}),
-          ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
-          ...(releases ? { releasesAnswered: releases.answered() } : {}),
-          removals: removals.stats(),
-          ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
-          ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
-          ...(typeof Fuse.invalidationStats === 'function' ? { invalidations: Fuse.invalidationStats() } : {}),
-          ...(typeof Fuse.nodeStats === 'function' ? { nodes: Fuse.nodeStats() } : {}),
-          ...(typeof Fuse.handleStats === 'function' ? { handles: Fuse.handleStats() } : {}),
-        },
-        homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
-        lastReload,
-        limits: {
-          nofile: { configured: nofile.configured, soft: nofile.soft, hard: nofile.hard, ...(nofile.warning ? { warning: nofile.warning } : {}) },
-          reserveFiles: nofile.reserve,
-          openFiles: ctx.openFilesTotal,
-          openFilesCap: ctx.openFiles.cap,
-          openFilesPerUid: ctx.openFiles.perUidCap,
-          ...(typeof Fuse.dirHandleStats === 'function'
-            ? { dirHandles: { ...Fuse.dirHandleStats(), perUidCap: config.limits.dirHandlesPerUid, cap: config.limits.dirHandles } }
-            : {}),
-          descriptorsInUse: inUse,
-        },
-        background: {
-          slowFrees: { done: ctx.slowFrees.done, inFlight: ctx.slowFrees.inFlight, waiting: ctx.slowFrees.waiting },
-          bigListings: { inFlight: ctx.listings.inFlight, waiting: ctx.listings.waiting },
-        },
-        tenants: ctx
-          .knownPools()
-          .map((p) => ({ tenant: p.tenant, bytes: p.bytes, budget: p.limit }))
-          .sort((a, b) => a.tenant.localeCompare(b.tenant)),
-      };
-    },
-    list: (args) => homes.list(args),
-    usage: (home) => homes.usage(home),
-    create: (args) => homes.create(args),
-    setBudget: (args) => homes.setBudget(args),
-    setLimits: (args) => homes.setLimits(args),
-    setProfile: (args) => homes.setProfile(args),
-    settingsGet: (args) => homes.settingsGet(args),
-    settingsSet: (args) => homes.settingsSet(args),
-    rescan: (args) => homes.rescan(args),
-    resolve: (args) => homes.resolve(args),
-    renameProject: (args) => homes.renameProject(args),
-    renameUser: (args) => homes.renameUser(args),
-    deleteProject: (args) => homes.deleteProject(args),
-    deleteUser: (args) => homes.deleteUser(args),
-    deleteHome: (args) => homes.deleteHome(args),
-    deleteTenant: (args) => homes.deleteTenant(args),
-    forwards: async () => homes.forwards(),
-    releaseName: (args) => homes.releaseName(args),
-    async reload() {
-      const r = await reload();
-      if (!r.ok) {
-        const details: Record<string, unknown> = {};
-        if (r.issues) details.issues = r.issues;
-        if (r.needsRestart) details.needsRestart = r.needsRestart;
-        if (r.overridesWithoutProfile) details.overridesWithoutProfile = r.overridesWithoutProfile;
-        throw new HomesError('INVALID_ARGUMENT', r.message, details);
-      }
-      return r;
-    },
-    tenantUsage: (args) => homes.tenantUsage(args.tenant),
-    setTenantBudget: (args) => homes.setTenantBudget(args),
-  };
-  // Every command sees the handles as the kernel does: RELEASEs the binding
-  // answered (and writes it reported) are carried out first, so usage, open
-  // counts, BUSY checks and limits never count a file its caller has closed.
-  const api = Object.fromEntries(
-    Object.entries(served).map(([name, fn]: [string, (...a: unknown[]) => unknown]) => [
-      name,
-      (...args: unknown[]) => {
-        ctx.settle();
-        return fn(...args);
-      },
-    ]),
-  ) as unknown as DaemonApi;
+  const status = () =>
+    statusReport({
+      config,
+      started,
+      Fuse,
+      handover,
+      sdNotify,
+      ctx,
+      mount,
+      backingRoot: store.root,
+      nofile,
+      fastPath,
+      releases,
+      removals,
+      scans: () => scans,
+      session: () => ({ generation, startMode, lastHandoverPauseMs }),
+      registered: () => registration.registered,
+      configPath: () => loaded.path,
+      lastReload: () => lastReload,
+    });
+  const daemonCommands: DaemonCommands = { status, reload };
 
-  const controls: ControlServer[] = [];
-  /** A start that fails after the mount serves: close what is open (sockets, mount, homes, state) and say why. */
-  const closeFailedStart = async (what: string, err: unknown): Promise<DaemonError> => {
-    for (const c of controls) await c.close().catch(() => undefined);
-    await mount.unmount();
-    await ctx.close();
-    await store.close();
-    return new DaemonError(`${what}: ${(err as Error).message}`, EXIT.CONTROL);
-  };
-  const listeners = [
-    { name: 'admin', socketPath: config.socket, group: config.adminGroup },
-    { name: 'platform', socketPath: config.platformSocket, group: config.platformGroup, allowed: PLATFORM_COMMANDS },
-  ];
-  let metricsServer: MetricsServer | null = null;
-  /** The control sockets and the metrics endpoint: at start, and again after a handover that did not happen. */
-  const startSockets = async (): Promise<void> => {
-    try {
-      const controlLog = log.child({ component: 'control' });
-      for (const l of listeners) {
-        controls.push(
-          await startControlServer({
-            socketPath: l.socketPath,
-            // With a group the socket is 0660 (its directory 0750); without, owner only.
-            socketMode: l.group === undefined ? 0o600 : 0o660,
-            ...(l.group !== undefined ? { socketGroup: l.group } : {}),
-            ...(l.allowed ? { allowed: l.allowed } : {}),
-            commands,
-            api,
-            ...(kernel ? { settle: () => kernel.settled() } : {}),
-            log: controlLog.child({ listener: l.name }),
-          }),
-        );
-      }
-    } catch (err) {
-      throw await closeFailedStart('control socket', err);
-    }
-    if (opMetrics !== null) {
-      try {
-        metricsServer = await startMetricsServer({
-          ...(config.metrics?.socket !== undefined ? { socket: config.metrics.socket } : {}),
-          ...(config.metrics?.listen !== undefined ? { listen: config.metrics.listen } : {}),
-          ...(config.adminGroup !== undefined ? { group: config.adminGroup } : {}),
-          render: async () => {
-            ctx.settle();
-            return renderMetrics(await metricsSnapshot(ctx, opMetrics, started, notServingReasons(servingState()).length === 0));
-          },
-          health: () => notServingReasons(servingState()),
-          log: log.child({ component: 'metrics' }),
-        });
-      } catch (err) {
-        throw await closeFailedStart('metrics endpoint', err);
-      }
-    }
-  };
-  const stopSockets = async (): Promise<void> => {
-    for (const c of controls.splice(0)) await c.close().catch(() => undefined);
-    await metricsServer?.close().catch(() => undefined);
-    metricsServer = null;
-  };
-  await startSockets();
-
-  // Crash survival: the node table is journaled (a resumed session journals
-  // on where its predecessor did) and the holder (under systemd: its fd
-  // store) keeps a copy of the session from now on, dropping its copies of
-  // the registration before (a predecessor's included). As soon as the session serves and the socket
-  // directory exists: a crash before the registration ends the session as
-  // before crash survival.
-  let registered: 'holder' | 'systemd' | false = false;
-  // With a holder process: registered again whenever the one it registered with goes (link.ts).
-  let link: HolderLink | null = null;
-  if (config.crashSurvival) {
-    const hlog = log.child({ component: 'holder' });
-    const session = handover.hs_holder_session();
-    try {
-      if (session === null) throw new Error('the session has no descriptor or INIT to hand over');
-      if (!kept) openJournal(journalRaw);
-      const args = { configPath: loaded.path, generation, epoch: journalEpoch(journalRaw), build: BUILD, session, journalFds: [...journalFds(), ...(ledgers ? [ledgers.fd] : [])] };
-      if (sdNotify !== null) {
-        storeRegistration(handover, sdNotify, config, args);
-        registered = 'systemd';
-        hlog.info({ notifySocket: sdNotify, generation }, "session stored in systemd's fd store");
-      } else {
-        link = new HolderLink(handover, config, args, hlog);
-        await link.start();
-        registered = 'holder';
-      }
-    } catch (err) {
-      hlog.error({ err: (err as Error).message }, 'the session is not registered with a holder or systemd\'s fd store: a crash of this daemon ends it');
-    }
-  }
+  // Crash survival's registration (below), made before the sockets serve `status`.
+  const registration = new SessionRegistration(handover, config, sdNotify, log);
+  const sockets = new DaemonSockets({
+    config,
+    log,
+    homes,
+    daemon: daemonCommands,
+    ctx,
+    kernel,
+    opMetrics,
+    started,
+    servingState,
+    // A start that fails after the mount serves: close what is open (mount, homes, state) and say why.
+    failed: async (what, err) => {
+      await cleanup.disposeAll();
+      return new DaemonError(`${what}: ${(err as Error).message}`, EXIT.CONTROL);
+    },
+  });
+  await sockets.start();
+  await registration.register({ configPath: loaded.path, generation, resumed: kept !== null, journalRaw, ledgers });
+  cleanup.defer('session registration', () => registration.withdraw());
+  // First at stop (registered last): no command runs while the rest closes.
+  cleanup.defer('control sockets', () => sockets.stop());
 
   await mount.runSelfCheck();
   mount.startProbing();
@@ -695,14 +441,14 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       quiesceControl: async () => {
         // Closed first, then the commands already running awaited: waiting first would let
         // a command start between the wait and the close, and run on after the handover.
-        const running = [...controls];
-        await stopSockets();
+        const running = sockets.open();
+        await sockets.stop();
         await Promise.all(running.map((c) => c.idle()));
         // No registration of ours may reach the holder after the successor's (the holder keeps the latest).
-        await link?.pause();
+        await registration.link?.pause();
         return async () => {
-          link?.resume();
-          await startSockets();
+          registration.link?.resume();
+          await sockets.start();
         };
       },
       pause: () => mount.session.pause(),
@@ -716,7 +462,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         mount.session.resume();
       },
       oldestRequestMs: () => mount.session.oldestHeldMs(),
-      controlBusy: () => controls.some((c) => c.busy()),
+      controlBusy: () => sockets.busy(),
       freesInBackground: (on) => (on ? ctx.slowFrees.letGo() : ctx.slowFrees.awaitAgain()),
       handed: (withNodes) => mount.session.handed(withNodes),
       journalFds: () => journalFds(),
@@ -739,7 +485,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         for (const l of locks.splice(0)) l.handOff();
         stopping = true;
         successors?.close();
-        void link?.stop();
+        void registration.link?.stop();
         mount.detach();
         resolveDone(EXIT.OK);
       },
@@ -748,86 +494,15 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     log.warn({ err: (err as Error).message }, 'no takeover socket: this daemon cannot hand its session over');
   }
 
-  /** The holder of this configuration's session, if one answers. */
-  async function holderReport(): Promise<NonNullable<StatusReport['holder']>> {
-    // systemd cannot be asked what it stores: what this daemon stored is what it holds.
-    if (sdNotify !== null) return { crashSurvival: config.crashSurvival, keeper: 'systemd', pid: null, registered: registered === 'systemd' };
-    const h = await holderStatus(handover, config).catch(() => null);
-    return { crashSurvival: config.crashSurvival, keeper: 'holder', pid: h?.holder ?? null, registered: h !== null && h.registered && h.daemonPid === process.pid };
-  }
-
-  /** Homes with open handles (any pid namespace) or visible holders (pids from /proc). */
-  async function busyHomes(): Promise<Map<string, HomeHolders & { openFiles: number }>> {
-    const out = new Map<string, HomeHolders & { openFiles: number }>();
-    for (const [home, h] of await holdersUnder(config.mount)) out.set(home, { ...h, openFiles: 0 });
-    const states = await Promise.all(ctx.knownHomes().map((p) => p.catch(() => null)));
-    for (const hs of states) {
-      if (!hs || ctx.openFilesOf(hs) === 0) continue;
-      const id = homeId(hs.backing.ref);
-      const h = out.get(id) ?? { cwdPids: [], filePids: [], openFiles: 0 };
-      h.openFiles = ctx.openFilesOf(hs);
-      out.set(id, h);
-    }
-    return out;
-  }
-
-  /**
-   * Before unmounting on SIGTERM: say which homes are in use and by whom, and
-   * give their processes `shutdownGraceMs` to finish. Whatever still holds a
-   * file or a working directory afterwards gets ENOTCONN from then on.
-   */
-  async function drain(): Promise<void> {
-    const stopLog = log.child({ component: 'shutdown' });
-    const graceMs = loaded.config.shutdownGraceMs;
-    const deadline = Date.now() + graceMs;
-    let announced = false;
-    for (;;) {
-      const busy = await busyHomes();
-      if (busy.size === 0) {
-        if (announced) stopLog.info('every home was released: unmounting');
-        return;
-      }
-      if (!announced) {
-        announced = true;
-        for (const [home, h] of busy) stopLog.warn({ home, openFiles: h.openFiles, filePids: h.filePids, cwdPids: h.cwdPids }, 'home in use at shutdown');
-        stopLog.warn({ homes: busy.size, graceMs }, 'waiting for the homes in use before unmounting (a second SIGTERM unmounts at once)');
-      }
-      if (Date.now() >= deadline || hurry.signal.aborted) {
-        stopLog.warn(
-          { homes: [...busy.keys()], pids: [...new Set([...busy.values()].flatMap((h) => [...h.filePids, ...h.cwdPids]))].sort((a, b) => a - b) },
-          'unmounting with homes still in use: their processes get ENOTCONN and must be restarted',
-        );
-        return;
-      }
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, Math.min(250, Math.max(0, deadline - Date.now())));
-        hurry.signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
-      });
-    }
-  }
-
   async function shutdown(code: number): Promise<void> {
     if (stopping) return;
     stopping = true;
     successors?.close();
-    if (code === EXIT.OK) await drain().catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
-    await stopSockets();
-    // A plain stop leaves no holder behind (a handover never comes here: its successor registers instead).
-    await link?.stop();
-    if (registered === 'holder' && link?.registered) await release(handover, config).catch((err: Error) => log.warn({ err: err.message }, 'the session holder could not be released'));
-    if (registered === 'systemd' && sdNotify !== null) {
-      try {
-        removeStored(handover, sdNotify);
-      } catch (err) {
-        log.warn({ err: (err as Error).message }, "the session could not be removed from systemd's fd store");
-      }
+    if (code === EXIT.OK) {
+      await drain(config.mount, ctx, loaded.config.shutdownGraceMs, hurry.signal, log).catch((err: Error) => log.error({ err: err.message }, 'shutdown: could not list the homes in use'));
     }
-    await mount.unmount();
-    await users?.removeAll().catch(() => undefined);
-    await ctx.close().catch(() => undefined);
-    await store.close().catch(() => undefined);
-    await state.flush().catch(() => undefined);
-    releaseLocks();
+    // The sockets, the registration, the mount, the owner names, the homes, the backing store, the state file, the locks.
+    await cleanup.disposeAll();
     resolveDone(code);
   }
 
@@ -850,14 +525,14 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       return refuse(`reload refused: ${what}; the old one stays`, { issues });
     }
     const changed = RESTART_KEYS.filter((k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]));
-    const missing = homes.missingOverrideProfiles(next);
+    const missing = homes.limits.missingOverrideProfiles(next);
     if (changed.length || missing.length) {
       return refuse('reload refused: the configuration changes restart-only keys or drops a profile a live override uses; the old one stays', {
         ...(changed.length ? { needsRestart: [...changed] } : {}),
         ...(missing.length ? { overridesWithoutProfile: missing } : {}),
       });
     }
-    const ownerIssues = await homes.ownerProblems(next).catch((err: Error) => [err.message]);
+    const ownerIssues = await homes.owners.ownerProblems(next).catch((err: Error) => [err.message]);
     if (ownerIssues.length) return refuse('reload refused: the configuration gives homes owners that are refused; the old one stays', { issues: ownerIssues });
     const applied = (Object.keys({ ...next.config, ...loaded.config }) as Array<keyof typeof next.config>).filter(
       (k) => JSON.stringify(next.config[k]) !== JSON.stringify(loaded.config[k]),

@@ -1,5 +1,5 @@
 // Child process of the daemon: performs one rename(2) on the mount so the
-// kernel and libfuse see it (see HomeManager.renameThroughMount). It runs
+// kernel and libfuse see it (see HomeLifecycle.renameThroughMount in src/homes/lifecycle.ts). It runs
 // outside the daemon's event loop, so a synchronous call is the simple choice.
 import { renameSync } from 'node:fs';
 

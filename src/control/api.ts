@@ -1,54 +1,9 @@
 import type { ExecPolicy } from '../exec/policy.js';
 
 /**
- * What the control socket needs from the daemon. The daemon (composition root)
- * implements it; command handlers only ever talk to this interface, so they
- * can be tested with a fake. Every method validates its names itself (HomesError
- * INVALID_NAME…) even though the protocol layer already ran zod: the API is also
- * the daemon's internal boundary.
+ * The replies of the control socket's commands (commands.ts maps each command
+ * to the function that returns one of these).
  */
-export interface DaemonApi {
-  status(): Promise<StatusReport>;
-  /** every home in the backing tree (or one tenant's, or only the orphans), flags set */
-  list(args?: { tenant?: string; orphans?: boolean }): Promise<HomeInfo[]>;
-  usage(home: HomeRefArg): Promise<HomeInfo>;
-  /** creates the backing directory; EXISTS if the home exists */
-  create(args: { home: HomeRefArg; profile?: string; budget?: number; owner?: OwnerArg; force?: boolean }): Promise<HomeInfo>;
-  /** live override of the home's byte budget (0 = off, null = drop the override); lowering below usage only refuses growth */
-  setBudget(args: { home: HomeRefArg; bytes: number | null }): Promise<HomeInfo>;
-  /** live overrides of the inode cap, the per-file cap and the soft limits (0 = off, null = drop the override, absent = unchanged) */
-  setLimits(args: { home: HomeRefArg; inodes?: number | null; fileBytes?: number | null; softBytes?: number | null; softInodes?: number | null }): Promise<HomeInfo>;
-  /** live profile override; null clears it */
-  setProfile(args: { home: HomeRefArg; profile: string | null }): Promise<HomeInfo>;
-  settingsGet(args: SettingsTarget): Promise<SettingsView>;
-  /**
-   * homeScope null clears the setting at that level. A change that would leave
-   * project homes unused (orphans) answers CONFIRM_REQUIRED unless `yes`;
-   * `dryRun` changes nothing and reports what would be left (`orphaned`).
-   */
-  settingsSet(args: SettingsTarget & { homeScope: HomeScopeValue | null; dryRun?: boolean; yes?: boolean }): Promise<SettingsView>;
-  rescan(args: { home: HomeRefArg }): Promise<RescanResult>;
-  /** the scope, key, HOME path and owner for a (tenant, project, user?); creates the home if missing */
-  resolve(args: { tenant: string; project: string; user?: string }): Promise<ResolveResult>;
-  renameProject(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult>;
-  renameUser(args: { tenant: string; from: string; to: string; force?: boolean }): Promise<RenameResult>;
-  deleteProject(args: { tenant: string; project: string; force?: boolean }): Promise<DeleteResult>;
-  deleteUser(args: { tenant: string; login: string; force?: boolean }): Promise<DeleteResult>;
-  /** delete any home by its "tenant/key" (an orphan, a leftover); BUSY while in use unless `force` */
-  deleteHome(args: { home: HomeRefArg; force?: boolean }): Promise<DeleteResult>;
-  /** remove an empty tenant (its backing directory and its state); NOT_EMPTY while it has homes */
-  deleteTenant(args: { tenant: string }): Promise<DeleteTenantResult>;
-  /** old names of renamed homes, reserved with a forward until released */
-  forwards(): Promise<Forward[]>;
-  /** release a reserved old name: resolve may create a fresh home there again */
-  releaseName(args: { home: HomeRefArg }): Promise<Forward>;
-  /** one tenant's total across its homes and its budget */
-  tenantUsage(args: { tenant: string }): Promise<TenantUsage>;
-  /** live override of the tenant's total budget (0 = off, null = back to the config) */
-  setTenantBudget(args: { tenant: string; bytes: number | null }): Promise<TenantUsage>;
-  /** re-read the configuration file like SIGHUP; a refused reload is an INVALID_ARGUMENT error (the old configuration stays) */
-  reload(): Promise<ReloadResult>;
-}
 
 /** The outcome of a reload (SIGHUP or `reload`), also shown by `status` as the last one. */
 export interface ReloadResult {

@@ -13,8 +13,8 @@ import { HOMES_CODES, type HomesCode } from '../errors.js';
  * line parsed far enough to find a valid one).
  *
  * Adding a command: add its argument schema and one `request(...)` entry to
- * `Request` below, a handler file under `commands/`, and its entry in
- * `registry.ts` (the compiler refuses a registry without it).
+ * `Request` below and its line in the command table `commands.ts` (the
+ * compiler refuses a table without it).
  */
 
 export const RequestId = z.union([z.string().max(256), z.number().finite()]);

@@ -4,7 +4,6 @@ import { constants as fsConstants } from 'node:fs';
 import { lstat, mkdir, open, unlink, chmod, chown } from 'node:fs/promises';
 import { isHomesError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { DaemonApi } from './api.js';
 import { LineDecoder, type LineEvent } from './framing.js';
 import {
   COMMAND_NAMES,
@@ -16,7 +15,7 @@ import {
   type ErrorReply,
   type Reply,
 } from './protocol.js';
-import { handlerFor, type CommandContext, type CommandRegistry } from './registry.js';
+import { handlerFor, type CommandContext, type CommandTable, type DaemonCommands, type HomeCommands } from './commands.js';
 
 export interface ControlServerOptions {
   /** Path of the Unix socket. Its directory is dedicated to the daemon (see `dirMode`). */
@@ -31,7 +30,8 @@ export interface ControlServerOptions {
    * given (the directory then gets that group as well).
    */
   dirMode?: number;
-  commands: CommandRegistry;
+  /** the command table (commands.ts) */
+  commands: CommandTable;
   /**
    * Commands served on this socket (default: all). Any other known command is
    * answered ACCESS_DENIED before its arguments are looked at. The daemon runs
@@ -39,7 +39,9 @@ export interface ControlServerOptions {
    * `PLATFORM_COMMANDS`.
    */
   allowed?: ReadonlySet<CommandName>;
-  api: DaemonApi;
+  /** what the commands call: the home manager's functions and the daemon's own */
+  homes: HomeCommands;
+  daemon: DaemonCommands;
   log: Logger;
   /** Maximum request line in bytes, newline excluded. Default 64 KiB. */
   maxLineBytes?: number;
@@ -53,6 +55,13 @@ export interface ControlServerOptions {
    * caller's next `stat` sees it.
    */
   settle?: () => Promise<unknown>;
+  /**
+   * Run before each command, right before its function is called: the daemon
+   * carries out what the kernel already did (RELEASEs the binding answered,
+   * writes it reported), so usage, open counts, BUSY checks and limits never
+   * count a file its caller has closed.
+   */
+  beforeCommand?: () => void;
   /** Concurrent connections; the excess get one BUSY line and are closed. Default 64. */
   maxConnections?: number;
 }
@@ -100,7 +109,9 @@ export async function startControlServer(opts: ControlServerOptions): Promise<Co
     commands: opts.commands,
     allowed,
     served: COMMAND_NAMES.filter((c) => allowed.has(c)),
-    api: opts.api,
+    homes: opts.homes,
+    daemon: opts.daemon,
+    beforeCommand: opts.beforeCommand,
     log,
     maxLineBytes,
     idleTimeoutMs,
@@ -282,11 +293,13 @@ function socketAnswers(socketPath: string): Promise<boolean> {
 }
 
 interface ConnectionShared {
-  commands: CommandRegistry;
+  commands: CommandTable;
   allowed: ReadonlySet<CommandName>;
   /** `allowed` in protocol order, for UNKNOWN_COMMAND's details. */
   served: readonly CommandName[];
-  api: DaemonApi;
+  homes: HomeCommands;
+  daemon: DaemonCommands;
+  beforeCommand: (() => void) | undefined;
   log: Logger;
   maxLineBytes: number;
   idleTimeoutMs: number;
@@ -445,7 +458,8 @@ class Connection {
     const ac = new AbortController();
     this.inflight = ac;
     const ctx: CommandContext = {
-      api: this.shared.api,
+      homes: this.shared.homes,
+      daemon: this.shared.daemon,
       log: this.log.child({ cmd: req.cmd, reqId: req.id }),
       signal: ac.signal,
       connectionId: this.id,
@@ -460,6 +474,7 @@ class Connection {
     shared.running++;
     const run = (async () => {
       try {
+        shared.beforeCommand?.();
         return await handlerFor(shared.commands, req.cmd)(req.args, ctx);
       } finally {
         // A refused command may have changed something before it was refused.

@@ -6,19 +6,19 @@ import { lstat, mkdtemp, rm, stat } from 'node:fs/promises';
 import { HomesError, type HomesCode } from '../../src/errors.js';
 import { createRootLogger } from '../../src/log.js';
 import type {
-  DaemonApi,
   DeleteResult,
   RenameResult,
   RescanResult,
   ResolveResult,
   SettingsView,
 } from '../../src/control/api.js';
-import { ADMIN_COMMANDS, PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
+import { ADMIN_COMMANDS, PLATFORM_COMMANDS, commands } from '../../src/control/commands.js';
+import { fakeTargets, type CommandFunction, type CommandFunctions } from '../helpers/command-fakes.js';
 import { startControlServer, type ControlServer, type ControlServerOptions } from '../../src/control/server.js';
 import { COMMAND_NAMES, Request, type CommandName, type Reply } from '../../src/control/protocol.js';
 import { STATUS, HOME, TENANT } from '../helpers/fixtures.js';
 
-// ---- a fake DaemonApi that records every call -------------------------------
+// ---- a fake of the functions the commands call, recording every call -------------------------------
 
 const SETTINGS: SettingsView = { tenant: 'acme', tenantDefault: null, project: { name: 'web', value: 'tenant' } };
 const RESCAN: RescanResult = { home: 'acme/web', before: { bytes: 1, inodes: 1 }, after: { bytes: 2, inodes: 1 }, drift: { bytes: 1, inodes: 0 } };
@@ -26,8 +26,8 @@ const RESOLVE: ResolveResult = { tenant: 'acme', scope: 'project', key: 'web', h
 const RENAME: RenameResult = { from: 'acme/web', to: 'acme/www', openFiles: 0, cwdProcesses: 0 };
 const DELETE: DeleteResult = { deleted: 'acme/web', bytes: 4096 };
 
-type Method = keyof DaemonApi;
-const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
+type Method = CommandFunction;
+const RESULTS: { [M in Method]: Awaited<ReturnType<CommandFunctions[M]>> } = {
   status: STATUS,
   list: [HOME],
   usage: HOME,
@@ -73,7 +73,7 @@ const api = Object.fromEntries(
       return structuredClone(RESULTS[m]);
     },
   ]),
-) as unknown as DaemonApi;
+) as unknown as CommandFunctions;
 
 // ---- servers and a raw client -----------------------------------------------
 
@@ -84,7 +84,7 @@ let platform: ControlServer;
 const extra: ControlServer[] = [];
 
 async function start(sub: string, over: Partial<ControlServerOptions> = {}): Promise<ControlServer> {
-  return startControlServer({ socketPath: path.join(tmp, sub, 'ctl.sock'), socketMode: 0o600, commands, api, log, ...over });
+  return startControlServer({ socketPath: path.join(tmp, sub, 'ctl.sock'), socketMode: 0o600, commands, ...fakeTargets(api), log, ...over });
 }
 
 /** Send lines on one connection, half-close, collect every reply line. */
@@ -175,7 +175,7 @@ const VALID: Array<[CommandName, Record<string, unknown> | undefined, Method, un
   ['delete-user', { tenant: 'acme', login: 'alice' }, 'deleteUser', [{ tenant: 'acme', login: 'alice' }]],
   ['delete-user', { tenant: 'acme', login: 'alice', force: true }, 'deleteUser', [{ tenant: 'acme', login: 'alice', force: true }]],
   ['reload', {}, 'reload', []],
-  ['tenant-usage', { tenant: 'acme' }, 'tenantUsage', [{ tenant: 'acme' }]],
+  ['tenant-usage', { tenant: 'acme' }, 'tenantUsage', ['acme']],
   ['set-tenant-budget', { tenant: 'acme', bytes: 1048576 }, 'setTenantBudget', [{ tenant: 'acme', bytes: 1048576 }]],
   ['set-tenant-budget', { tenant: 'acme', bytes: null }, 'setTenantBudget', [{ tenant: 'acme', bytes: null }]],
 ];
@@ -190,7 +190,7 @@ describe('control commands: registry', () => {
   });
 });
 
-describe('control commands: valid requests reach the right DaemonApi method', () => {
+describe('control commands: valid requests reach the right function', () => {
   it.each(VALID.map((v, i) => [`${v[0]} #${i}`, ...v] as const))('%s', async (_label, cmd, args, method, apiArgs) => {
     const req = args === undefined ? { id: 1, cmd } : { id: 1, cmd, args };
     const r = await one(admin.address, req);

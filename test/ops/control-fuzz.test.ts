@@ -5,8 +5,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createRootLogger } from '../../src/log.js';
-import type { DaemonApi, SettingsView } from '../../src/control/api.js';
-import { PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
+import type { SettingsView } from '../../src/control/api.js';
+import { PLATFORM_COMMANDS, commands } from '../../src/control/commands.js';
+import { fakeTargets, type CommandFunctions } from '../helpers/command-fakes.js';
 import { startControlServer, type ControlServer } from '../../src/control/server.js';
 import { LineDecoder } from '../../src/control/framing.js';
 import { COMMAND_NAMES, Reply, Request, type CommandName } from '../../src/control/protocol.js';
@@ -14,7 +15,7 @@ import { STATUS, HOME } from '../helpers/fixtures.js';
 
 /**
  * Throws malformed, oversized and hostile lines at an admin and a platform
- * socket sharing one fake DaemonApi. Every line must get exactly one reply, an
+ * socket sharing one fake of the functions the commands call. Every line must get exactly one reply, an
  * error unless it is a well-formed read the socket serves, and no mutating API
  * method may ever run. Bounded: a few thousand lines, well under 20 s.
  */
@@ -52,7 +53,7 @@ const api = {
       },
     ]),
   ),
-} as unknown as DaemonApi;
+} as unknown as CommandFunctions;
 
 // ---- servers ------------------------------------------------------------------
 
@@ -64,7 +65,7 @@ let linesSent = 0;
 beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'homesfs-fuzz-'));
   const log = createRootLogger('silent');
-  const common = { commands, api, log, maxLineBytes: MAX_LINE, maxConnections: 256 };
+  const common = { commands, ...fakeTargets(api), log, maxLineBytes: MAX_LINE, maxConnections: 256 };
   admin = await startControlServer({ ...common, socketPath: path.join(tmp, 'admin', 'admin.sock'), socketMode: 0o600 });
   platform = await startControlServer({
     ...common,

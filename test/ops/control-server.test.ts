@@ -8,8 +8,9 @@ import { Writable } from 'node:stream';
 import { chmod, lstat, mkdir, mkdtemp, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { HOMES_CODES, HomesError } from '../../src/errors.js';
 import { createRootLogger } from '../../src/log.js';
-import type { DaemonApi, StatusReport } from '../../src/control/api.js';
-import { commands } from '../../src/control/registry.js';
+import type { StatusReport } from '../../src/control/api.js';
+import { commands } from '../../src/control/commands.js';
+import { fakeTargets } from '../helpers/command-fakes.js';
 import { startControlServer, type ControlServer, type ControlServerOptions } from '../../src/control/server.js';
 import { controlRequest, ControlClientError } from '../../src/control/client.js';
 import { CONTROL_CODES, controlCodeTableMarkdown, type Reply } from '../../src/control/protocol.js';
@@ -32,7 +33,7 @@ const api = {
         return new Promise<StatusReport>(() => {});
     }
   },
-} as Pick<DaemonApi, 'status'> as DaemonApi;
+};
 
 const logLines: Array<Record<string, unknown>> = [];
 const logSink = new Writable({
@@ -114,7 +115,7 @@ async function start(over: Partial<ControlServerOptions> = {}, sub = 'run'): Pro
     socketPath: path.join(tmp, sub, 'admin.sock'),
     socketMode: 0o600,
     commands,
-    api,
+    ...fakeTargets(api),
     log,
     ...over,
   });
@@ -143,7 +144,7 @@ afterAll(async () => {
 describe('control server: requests', () => {
   let server: ControlServer;
 
-  it('answers status with the DaemonApi report, echoing the id', async () => {
+  it('answers status with the daemon report, echoing the id', async () => {
     server = await start();
     const c = await connect(server.address);
     expect(await c.request({ id: 1, cmd: 'status' })).toEqual({ id: 1, ok: true, data: STATUS });
@@ -492,7 +493,7 @@ describe('control server: socket file and directory', () => {
     expect((await stat(shared)).mode & 0o7777).toBe(0o1777);
 
     await expect(
-      startControlServer({ socketPath: '/tmp/homesfs-test-should-not-exist.sock', socketMode: 0o600, commands, api, log }),
+      startControlServer({ socketPath: '/tmp/homesfs-test-should-not-exist.sock', socketMode: 0o600, commands, ...fakeTargets(api), log }),
     ).rejects.toThrow(/dedicated directory/);
   });
 

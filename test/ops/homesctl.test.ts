@@ -7,8 +7,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { HomesError } from '../../src/errors.js';
 import { createRootLogger } from '../../src/log.js';
-import type { DaemonApi, DeleteResult, HomeInfo, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../../src/control/api.js';
-import { PLATFORM_COMMANDS, commands } from '../../src/control/registry.js';
+import type { DeleteResult, HomeInfo, RenameResult, RescanResult, ResolveResult, SettingsView, StatusReport } from '../../src/control/api.js';
+import { PLATFORM_COMMANDS, commands } from '../../src/control/commands.js';
+import { fakeTargets, type CommandFunction, type CommandFunctions } from '../helpers/command-fakes.js';
 import { startControlServer, type ControlServer } from '../../src/control/server.js';
 import { STATUS as BASE_STATUS, HOME, TENANT } from '../helpers/fixtures.js';
 import { chooseSocket, DEFAULT_SOCKETS, SocketConfigError } from '../../src/cli/sockets.js';
@@ -74,8 +75,8 @@ const RESOLVE: ResolveResult = { tenant: 'acme', scope: 'user', key: '_user_alic
 const RENAME: RenameResult = { from: 'acme/web', to: 'acme/www', openFiles: 0, cwdProcesses: 0 };
 const DELETE: DeleteResult = { deleted: 'acme/web', bytes: 1048576 };
 
-type Method = keyof DaemonApi;
-const RESULTS: { [M in Method]: Awaited<ReturnType<DaemonApi[M]>> } = {
+type Method = CommandFunction;
+const RESULTS: { [M in Method]: Awaited<ReturnType<CommandFunctions[M]>> } = {
   status: STATUS,
   list: HOMES,
   usage: HOME,
@@ -123,7 +124,7 @@ const api = Object.fromEntries(
       return resultOf.has(m) ? resultOf.get(m) : RESULTS[m];
     },
   ]),
-) as unknown as DaemonApi;
+) as unknown as CommandFunctions;
 
 interface Run {
   code: number | null;
@@ -172,7 +173,7 @@ beforeAll(async () => {
     socketPath: path.join(tmp, 'run', 'admin.sock'),
     socketMode: 0o600,
     commands,
-    api,
+    ...fakeTargets(api),
     log: createRootLogger('silent'),
     requestTimeoutMs: 10_000,
   });
@@ -183,7 +184,7 @@ beforeAll(async () => {
     socketGroup: process.getgid!(),
     allowed: PLATFORM_COMMANDS,
     commands,
-    api,
+    ...fakeTargets(api),
     log: createRootLogger('silent'),
   });
 });

@@ -3,7 +3,7 @@ import { dirname, join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigSchema } from '../../src/config/schema.js';
-import { commands } from '../../src/control/registry.js';
+import { commands } from '../../src/control/commands.js';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
 
 /**
@@ -98,7 +98,7 @@ describe('docs/metrics.md stays true to src/metrics/exposition.ts', () => {
   });
 });
 
-describe('docs/homesctl.md stays true to the control registry', () => {
+describe('docs/homesctl.md stays true to the command table', () => {
   it('has an entry for every command the daemon serves, and no other', () => {
     const page = read('docs/homesctl.md');
     const section = /^## Commands on the wire$([\s\S]*?)^## /m.exec(page);
