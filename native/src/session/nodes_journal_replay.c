@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "nodes_internal.h"
 #include "nodes_journal.h"
@@ -148,8 +149,23 @@ static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
   return 0;
 }
 
-// The records of memfd `at` from *pos on, replayed; *pos: where the log ends. 0 or -errno.
-static int jr_replay (const struct nt_journal *j, int at, uint64_t gen, size_t *pos) {
+// The last recovery's figures (hs_journal_recovered): the recovering
+// thread's alone (a recovery runs before the session serves).
+static struct hs_journal_recovery jr_recovery;
+
+void hs_journal_recovered (struct hs_journal_recovery *out) {
+  *out = jr_recovery;
+}
+
+static uint64_t jr_now_ns (void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t) t.tv_sec * 1000000000ULL + (uint64_t) t.tv_nsec;
+}
+
+// The records of memfd `at` from *pos on, replayed; *pos: where the log ends;
+// *count (if not NULL) grows by the records replayed. 0 or -errno.
+static int jr_replay (const struct nt_journal *j, int at, uint64_t gen, size_t *pos, uint64_t *count) {
   char *b1 = NULL, *b2 = NULL;
   size_t c1 = 0, c2 = 0, total = 0;
   const char *names;
@@ -161,7 +177,10 @@ static int jr_replay (const struct nt_journal *j, int at, uint64_t gen, size_t *
     if (n1 == NULL || n2 == NULL) err = -ENOMEM;
     // A name with a NUL in it is not one the table was given.
     else if (strlen(n1) != b.len1 || strlen(n2) != b.len2) err = -EINVAL;
-    else if ((err = jr_apply(&b, n1, n2)) == 0) *pos += total;
+    else if ((err = jr_apply(&b, n1, n2)) == 0) {
+      *pos += total;
+      if (count != NULL) (*count)++;
+    }
   }
   free(b1);
   free(b2);
@@ -194,13 +213,21 @@ static int jr_table_free (int fresh) {
 // `snap` of `len` bytes, in place or a copy, and the records from log_start)
 // loaded into it. 0 or -errno.
 static int jr_load (struct nt_journal *j, int at, uint64_t gen, const char *snap, size_t len, size_t log_start, size_t *pos) {
+  struct hs_journal_recovery r = { .snap_bytes = len };
+  uint64_t t0 = jr_now_ns();
   int err = hs_nodes_import(snap, len);
   if (err != 0) return err == -ENOMEM ? err : -EINVAL;
   pthread_mutex_lock(&hs_nt.mu);
+  r.snap_nodes = hs_nt.id_count - 1;
   jr_sweep();
   nt_unlock();
+  uint64_t t1 = jr_now_ns();
   *pos = log_start;
-  err = jr_replay(j, at, gen, pos);
+  err = jr_replay(j, at, gen, pos, &r.records);
+  r.import_ns = t1 - t0;
+  r.replay_ns = jr_now_ns() - t1;
+  r.log_bytes = *pos - log_start;
+  jr_recovery = r;
   if (err != 0) {
     hs_nodes_clear();
     hs_nodes_init();
@@ -371,7 +398,7 @@ int hs_journal_follow (int fd0, int fd1, uint64_t *gen) {
 int hs_journal_follow_finish (void) {
   if (fl.state != 1) return -EINVAL;
   const jr_hdr_t *h = (const jr_hdr_t *) fl.j.map[fl.at];
-  int err = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE) == fl.gen ? jr_replay(&fl.j, fl.at, fl.gen, &fl.pos) : -ESTALE;
+  int err = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE) == fl.gen ? jr_replay(&fl.j, fl.at, fl.gen, &fl.pos, NULL) : -ESTALE;
   jr_unmap(&fl.j);
   if (err != 0) {
     fl.state = 0;
