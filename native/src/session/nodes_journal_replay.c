@@ -201,6 +201,31 @@ static void jr_sweep (void) {
   }
 }
 
+// The table's indexes grown once, before the replay, to the nodes the log
+// will leave (the imported ones, plus a node per lookup, less one per
+// forget: a hint, not a count), instead of doubling again and again as the
+// replay adds them (each doubling rehashes every entry, a cache miss each).
+// The records are only skimmed (length and kind; not checked: the replay
+// checks them).
+static void jr_presize (const struct nt_journal *j, int at, size_t pos) {
+  const char *m = j->map[at];
+  size_t size = j->size[at];
+  uint64_t found = 0, forgets = 0;
+  while (pos % 8 == 0 && pos <= size - 8) {
+    uint64_t word = __atomic_load_n((const uint64_t *) (m + pos), __ATOMIC_ACQUIRE);
+    size_t len = (size_t) (word >> 32);
+    if (len < 8 + sizeof(jr_body_t) || len % 8 != 0 || len > size - pos) break;
+    uint32_t kind;
+    memcpy(&kind, m + pos + 8, sizeof(kind));
+    if (kind == HS_JR_FOUND) found++;
+    else if (kind == HS_JR_FORGET) forgets++;
+    pos += len;
+  }
+  pthread_mutex_lock(&hs_nt.mu);
+  if (found > forgets) nt_presize(hs_nt.id_count + (size_t) (found - forgets));
+  nt_unlock();
+}
+
 // Whether the table is fresh and journals nothing (what a recovery or rebase needs).
 static int jr_table_free (int fresh) {
   pthread_mutex_lock(&hs_nt.mu);
@@ -222,6 +247,7 @@ static int jr_load (struct nt_journal *j, int at, uint64_t gen, const char *snap
   jr_sweep();
   nt_unlock();
   uint64_t t1 = jr_now_ns();
+  jr_presize(j, at, log_start);
   *pos = log_start;
   err = jr_replay(j, at, gen, pos, &r.records);
   r.import_ns = t1 - t0;
