@@ -31,16 +31,18 @@ export interface JournalRecovery {
   logMiB: number;
   importMs: number;
   replayMs: number;
+  /** the recovering thread's CPU time for both (a loaded machine inflates the wall times) */
+  cpuMs: number;
 }
 
 /** The last recovery's figures, for the resumed daemon's log; undefined from an addon without them. */
 export function journalRecovery(raw: JournalRaw): JournalRecovery | undefined {
   const r = raw.session_journal_recovered?.();
-  if (r === undefined || r.length !== 6) return undefined;
-  const [snapBytes, snapNodes, logBytes, records, importNs, replayNs] = r as [number, number, number, number, number, number];
+  if (r === undefined || r.length !== 7) return undefined;
+  const [snapBytes, snapNodes, logBytes, records, importNs, replayNs, cpuNs] = r as [number, number, number, number, number, number, number];
   const mib = (b: number) => Math.round((b / 1048576) * 10) / 10;
   const ms = (ns: number) => Math.round(ns / 1e5) / 10;
-  return { snapshotNodes: snapNodes, snapshotMiB: mib(snapBytes), records, logMiB: mib(logBytes), importMs: ms(importNs), replayMs: ms(replayNs) };
+  return { snapshotNodes: snapNodes, snapshotMiB: mib(snapBytes), records, logMiB: mib(logBytes), importMs: ms(importNs), replayMs: ms(replayNs), cpuMs: ms(cpuNs) };
 }
 
 let fds: number[] = [];

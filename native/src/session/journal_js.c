@@ -97,14 +97,14 @@ NAPI_METHOD(hs_journal_gen_js) {
 }
 
 // journal_recovered() -> [snapshot bytes, snapshot nodes, log bytes, records,
-// import ns, replay ns] of the last recovery (measurements; zeros before one)
+// import ns, replay ns, CPU ns] of the last recovery (measurements; zeros before one)
 NAPI_METHOD(hs_journal_recovered_js) {
   struct hs_journal_recovery r;
   hs_journal_recovered(&r);
-  double v[] = { (double) r.snap_bytes, (double) r.snap_nodes, (double) r.log_bytes, (double) r.records, (double) r.import_ns, (double) r.replay_ns };
+  double v[] = { (double) r.snap_bytes, (double) r.snap_nodes, (double) r.log_bytes, (double) r.records, (double) r.import_ns, (double) r.replay_ns, (double) r.cpu_ns };
   napi_value list;
-  napi_create_array_with_length(env, 6, &list);
-  for (uint32_t i = 0; i < 6; i++) napi_set_element(env, list, i, num(env, v[i]));
+  napi_create_array_with_length(env, 7, &list);
+  for (uint32_t i = 0; i < 7; i++) napi_set_element(env, list, i, num(env, v[i]));
   return list;
 }
 
