@@ -355,7 +355,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     try {
       const r = await resumeSession(k, mount, journalRaw);
       if (r.resend !== 0) log.warn({ errno: r.resend === undefined ? null : -r.resend }, 'the kernel refused FUSE_NOTIFY_RESEND (before Linux 6.9): requests the dead daemon had read wait until their callers are interrupted');
-      log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats?.().nodes, keeper: k.keeper, holder: k.holderPid || undefined }, 'session resumed after a crash');
+      log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats?.().nodes, keeper: k.keeper, holder: k.holderPid || undefined, journal: r.journal, recoverMs: r.recoverMs, reviveMs: r.reviveMs }, 'session resumed after a crash');
     } catch (err) {
       await scans.catch(() => undefined);
       const keeper = k.keeper === 'systemd' ? "systemd's fd store" : `a session holder (pid ${k.holderPid})`;

@@ -19,6 +19,30 @@ export interface JournalRaw {
   session_journal_gen(): number;
   session_fh_epoch(set?: number): number;
   session_journal_epoch(set?: number): number;
+  /** the last recovery's figures (an addon before them lacks it) */
+  session_journal_recovered?(): number[];
+}
+
+/** What a recovery read and how long its two parts took (nodes_journal.h: hs_journal_recovered). */
+export interface JournalRecovery {
+  snapshotNodes: number;
+  snapshotMiB: number;
+  records: number;
+  logMiB: number;
+  importMs: number;
+  replayMs: number;
+  /** the recovering thread's CPU time for both (a loaded machine inflates the wall times) */
+  cpuMs: number;
+}
+
+/** The last recovery's figures, for the resumed daemon's log; undefined from an addon without them. */
+export function journalRecovery(raw: JournalRaw): JournalRecovery | undefined {
+  const r = raw.session_journal_recovered?.();
+  if (r === undefined || r.length !== 7) return undefined;
+  const [snapBytes, snapNodes, logBytes, records, importNs, replayNs, cpuNs] = r as [number, number, number, number, number, number, number];
+  const mib = (b: number) => Math.round((b / 1048576) * 10) / 10;
+  const ms = (ns: number) => Math.round(ns / 1e5) / 10;
+  return { snapshotNodes: snapNodes, snapshotMiB: mib(snapBytes), records, logMiB: mib(logBytes), importMs: ms(importNs), replayMs: ms(replayNs), cpuMs: ms(cpuNs) };
 }
 
 let fds: number[] = [];

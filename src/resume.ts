@@ -16,7 +16,7 @@
 import type { MountManager } from './fuse/mount.js';
 import { dropKept, type Kept } from './holder/client.js';
 import { nextEpoch } from './fuse/session.js';
-import { recoverJournal, storeEpoch, type JournalRaw } from './journal-fds.js';
+import { journalRecovery, recoverJournal, storeEpoch, type JournalRaw, type JournalRecovery } from './journal-fds.js';
 
 export type { Kept } from './holder/client.js';
 
@@ -25,8 +25,9 @@ export type { Kept } from './holder/client.js';
  * mount). Owns `kept`'s descriptors from the call on, closing them on
  * failure. Resolves once the session serves, as mount.mount() does.
  */
-export async function resumeSession(kept: Kept, mount: MountManager, raw: JournalRaw): Promise<{ resend: number | undefined }> {
+export async function resumeSession(kept: Kept, mount: MountManager, raw: JournalRaw): Promise<{ resend: number | undefined; journal: JournalRecovery | undefined; recoverMs: number; reviveMs: number }> {
   let epoch: number;
+  const t0 = performance.now();
   try {
     // The journal's header names the last epoch any daemon of this session
     // served with, a resumed one that died before it registered included;
@@ -39,8 +40,11 @@ export async function resumeSession(kept: Kept, mount: MountManager, raw: Journa
     dropKept(kept);
     throw err;
   }
+  const t1 = performance.now();
   // From here the session owns the /dev/fuse copy (closed by a revive that fails) and the journal its memfds.
-  return mount.revive({ fd: kept.fuseFd, bufsize: kept.bufsize, init: kept.init, epoch });
+  const r = await mount.revive({ fd: kept.fuseFd, bufsize: kept.bufsize, init: kept.init, epoch });
+  const ms = (x: number) => Math.round(x * 10) / 10;
+  return { ...r, journal: journalRecovery(raw), recoverMs: ms(t1 - t0), reviveMs: ms(performance.now() - t1) };
 }
 
 /** The session's map of dead handles (session/handles.h). */

@@ -96,8 +96,22 @@ NAPI_METHOD(hs_journal_gen_js) {
   return num(env, err != 0 ? err : (double) gen);
 }
 
+// journal_recovered() -> [snapshot bytes, snapshot nodes, log bytes, records,
+// import ns, replay ns, CPU ns] of the last recovery (measurements; zeros before one)
+NAPI_METHOD(hs_journal_recovered_js) {
+  struct hs_journal_recovery r;
+  hs_journal_recovered(&r);
+  double v[] = { (double) r.snap_bytes, (double) r.snap_nodes, (double) r.log_bytes, (double) r.records, (double) r.import_ns, (double) r.replay_ns, (double) r.cpu_ns };
+  napi_value list;
+  napi_create_array_with_length(env, 7, &list);
+  for (uint32_t i = 0; i < 7; i++) napi_set_element(env, list, i, num(env, v[i]));
+  return list;
+}
+
 void hs_journal_export (napi_env env, napi_value exports) {
   napi_value fn;
+  napi_create_function(env, NULL, 0, hs_journal_recovered_js, NULL, &fn);
+  napi_set_named_property(env, exports, "session_journal_recovered", fn);
   napi_create_function(env, NULL, 0, hs_journal_follow_js, NULL, &fn);
   napi_set_named_property(env, exports, "session_journal_follow", fn);
   napi_create_function(env, NULL, 0, hs_journal_follow_finish_js, NULL, &fn);

@@ -81,6 +81,27 @@ void nt_presize (size_t count) {
   presize((void ***) &hs_nt.alias_tab, &hs_nt.alias_size, count, offsetof(hs_alias_t, hnext), alias_key);
 }
 
+// Prefetch hints (nodes_internal.h): they read the indexes and change
+// nothing. Thread: the recovering thread, which alone writes the table
+// then (a replay, without hs_nt.mu), or an import, under it.
+static void prefetch_slot (int stage, void **slot) {
+  if (stage == 0) __builtin_prefetch(slot);
+  else {
+    void *e = *(void *volatile *) slot;
+    if (e != NULL) __builtin_prefetch(e);
+  }
+}
+
+void nt_prefetch_found (int stage, uint64_t parent, const char *name, size_t len, uint64_t ino, uint64_t id) {
+  prefetch_slot(stage, (void **) &hs_nt.alias_tab[hash_name(parent, name, len) & (hs_nt.alias_size - 1)]);
+  if (ino != 0) prefetch_slot(stage, (void **) &hs_nt.ino_tab[hash64(ino) & (hs_nt.ino_size - 1)]);
+  prefetch_slot(stage, (void **) &hs_nt.id_tab[hash64(id) & (hs_nt.id_size - 1)]);
+}
+
+void nt_prefetch_id (int stage, uint64_t id) {
+  prefetch_slot(stage, (void **) &hs_nt.id_tab[hash64(id) & (hs_nt.id_size - 1)]);
+}
+
 hs_node_t *nt_id_find (uint64_t nodeid) {
   for (hs_node_t *n = hs_nt.id_tab[hash64(nodeid) & (hs_nt.id_size - 1)]; n != NULL; n = n->id_next) {
     if (n->nodeid == nodeid) return n;

@@ -69,6 +69,14 @@ hs_alias_t *nt_alias_find_n (hs_node_t *parent, const char *name, size_t len);
 static inline hs_alias_t *nt_alias_find (hs_node_t *parent, const char *name) {
   return nt_alias_find_n(parent, name, strlen(name));
 }
+// Hints for a thread about to look these up (a replay, ahead of its
+// records): stage 0 fetches the index slots a lookup of (parent, name),
+// of ino and of the node ID `id` will read; stage 1 (once the slots are in
+// the cache) the first entries of their chains. No effect on the table.
+// Read without hs_nt.mu: only by the thread that alone writes the table
+// (a recovery, before the session serves).
+void nt_prefetch_found (int stage, uint64_t parent, const char *name, size_t len, uint64_t ino, uint64_t id);
+void nt_prefetch_id (int stage, uint64_t id);
 int nt_alias_add (hs_node_t *parent, const char *name, hs_node_t *n);
 void nt_alias_del (hs_alias_t *a);
 // Frees n once nothing holds it: no lookup the kernel still counts, no

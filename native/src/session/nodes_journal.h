@@ -41,6 +41,17 @@ void hs_journal_follow_drop (void);
 // are told from a dead daemon's by it). 0 or -ENOENT (no journal).
 int hs_journal_epoch_get (uint64_t *epoch);
 int hs_journal_epoch_set (uint64_t epoch);
+// What the last hs_journal_recover (or hs_journal_follow's load) did
+// (measurements, logged by the resumed daemon): the snapshot it imported (bytes, nodes), the log it replayed
+// (bytes, records), the wall time of the import (with the sweep) and of
+// the replay, and the recovering thread's CPU time for both (what a loaded
+// machine does not inflate). Zeros before any. Written by the recovering
+// thread (the daemon's JavaScript thread, before the session serves), read
+// by it after.
+struct hs_journal_recovery {
+  uint64_t snap_bytes, snap_nodes, log_bytes, records, import_ns, replay_ns, cpu_ns;
+};
+void hs_journal_recovered (struct hs_journal_recovery *out);
 // Journaling stops; the memfds stay the caller's (they are only unmapped).
 void hs_journal_close (void);
 
