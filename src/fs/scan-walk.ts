@@ -1,5 +1,6 @@
 import { isOrphanName } from '../paths/hidden-names.js';
 import type fsType from 'node:fs';
+import type { RepairPolicy, RepairResult } from '../backing/repair.js';
 import { entryPath, runWalkSync, syncIo, walkSteps, type WalkOptions, type WalkStats } from '../backing/walk.js';
 
 export interface ScanResult {
@@ -17,11 +18,14 @@ export interface ScanJob {
   id: number;
   rootFd: number;
   exclude: string[];
+  /** a repair of the tree (backing/repair.ts) instead of a measure */
+  repair?: RepairPolicy;
 }
 
 export type ScanReply =
   | { id: number; progress: { bytes: number; inodes: number } }
   | { id: number; result: ScanResult }
+  | { id: number; repaired: RepairResult }
   | { id: number; error: string };
 
 export const PROGRESS_EVERY = 10_000;

@@ -9,6 +9,7 @@
  */
 import fs from 'node:fs';
 import { parentPort } from 'node:worker_threads';
+import { repairTreeSync } from '../backing/repair.js';
 import { walkTreeNative } from './scan-native.js';
 import { walkTree, type ScanJob, type ScanReply } from './scan-walk.js';
 import { loadLister } from './scandir.js';
@@ -22,8 +23,8 @@ port.on('message', (job: ScanJob) => {
   try {
     const onProgress = (p: { bytes: number; inodes: number }) => port.postMessage({ id: job.id, progress: p } satisfies ScanReply);
     const exclude = new Set(job.exclude);
-    const result = lister ? walkTreeNative(fs, lister, job.rootFd, exclude, onProgress) : walkTree(fs, job.rootFd, exclude, onProgress);
-    reply = { id: job.id, result };
+    if (job.repair) reply = { id: job.id, repaired: repairTreeSync(fs, job.rootFd, job.repair) };
+    else reply = { id: job.id, result: lister ? walkTreeNative(fs, lister, job.rootFd, exclude, onProgress) : walkTree(fs, job.rootFd, exclude, onProgress) };
   } catch (err) {
     reply = { id: job.id, error: (err as Error).message };
   }

@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import type { RepairPolicy, RepairResult } from '../backing/repair.js';
 import type { BackingStore } from '../backing/store.js';
 import type { Logger } from '../log.js';
 import type { ScanJob, ScanReply, ScanResult } from './scan-walk.js';
@@ -12,7 +13,7 @@ const WORKER = new URL('./scan-worker.js', import.meta.url);
 interface Pending {
   job: ScanJob;
   onProgress: ((p: { bytes: number; inodes: number }) => void) | undefined;
-  resolve: (r: ScanResult) => void;
+  resolve: (r: ScanResult | RepairResult) => void;
   reject: (err: Error) => void;
 }
 
@@ -30,9 +31,11 @@ class ScanPool {
 
   constructor(private readonly size: number) {}
 
-  run(rootFd: number, exclude: string[], onProgress?: (p: { bytes: number; inodes: number }) => void): Promise<ScanResult> {
+  run(rootFd: number, exclude: string[], onProgress?: (p: { bytes: number; inodes: number }) => void): Promise<ScanResult>;
+  run(rootFd: number, exclude: string[], onProgress: undefined, repair: RepairPolicy): Promise<RepairResult>;
+  run(rootFd: number, exclude: string[], onProgress?: (p: { bytes: number; inodes: number }) => void, repair?: RepairPolicy): Promise<ScanResult | RepairResult> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ job: { id: this.nextId++, rootFd, exclude }, onProgress, resolve, reject });
+      this.queue.push({ job: { id: this.nextId++, rootFd, exclude, ...(repair ? { repair } : {}) }, onProgress, resolve, reject });
       this.pump();
     });
   }
@@ -59,6 +62,7 @@ class ScanPool {
       w.unref();
       this.idle.push(w);
       if ('result' in m) p.resolve(m.result);
+      else if ('repaired' in m) p.resolve(m.repaired);
       else p.reject(new Error(m.error));
       this.pump();
     });
@@ -86,8 +90,16 @@ let pool: ScanPool | null = null;
  * rescan charges open files at their record's size), and they are listed.
  */
 export function measureTree(rootFd: number, opts: { onProgress?: (r: { bytes: number; inodes: number }) => void; exclude?: Iterable<string> } = {}): Promise<ScanResult> {
-  pool ??= new ScanPool(Math.max(1, Math.min(4, availableParallelism())));
-  return pool.run(rootFd, [...(opts.exclude ?? [])], opts.onProgress);
+  return scanPool().run(rootFd, [...(opts.exclude ?? [])], opts.onProgress);
+}
+
+/** repairTreeSync (backing/repair.ts) of a home's backing tree, on a scan worker. */
+export function repairTree(rootFd: number, policy: RepairPolicy): Promise<RepairResult> {
+  return scanPool().run(rootFd, [], undefined, policy);
+}
+
+function scanPool(): ScanPool {
+  return (pool ??= new ScanPool(Math.max(1, Math.min(4, availableParallelism()))));
 }
 
 /** What the start-up scan of a home needs from the registry that opened it (HomeRegistry). */
