@@ -27,7 +27,7 @@ for pkg in "${runtime[@]}" "${build[@]}" "${tests[@]}"; do
 done
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}"
+  apt-get install -y -qq --no-upgrade --no-install-recommends "${need[@]}"
 fi
 # Owner names: the daemon publishes systemd userdb records in /run/userdb, which
 # nss-systemd reads (libnss-systemd's postinst adds "systemd" to these lines; a

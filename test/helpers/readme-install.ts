@@ -50,8 +50,9 @@ export function aptLine(commands: string[]): { line: string; packages: string[] 
   const apt = commands.filter((c) => /^apt-get\b/.test(c));
   if (apt.length !== 1) throw new Error(`README "Install" should have one apt-get line, has ${apt.length}`);
   const line = apt[0]!;
-  const m = /^apt-get install -y((?: [a-z0-9][a-z0-9+.-]*)+)$/.exec(line);
-  if (!m) throw new Error(`not a plain "apt-get install -y PKG…" line: ${line}`);
+  // --no-upgrade: a node's installed packages stay as they are (an upgradable libnss-systemd would pull a new systemd).
+  const m = /^apt-get install -y --no-upgrade((?: [a-z0-9][a-z0-9+.-]*)+)$/.exec(line);
+  if (!m) throw new Error(`not a plain "apt-get install -y --no-upgrade PKG…" line: ${line}`);
   return { line, packages: m[1]!.trim().split(' ') };
 }
 
