@@ -32,6 +32,8 @@ const REFUSALS = new Set<HomesCode>([
   'NAME_TOO_LONG',
   'NOT_UTF8_NAME',
   'SYMLINK_ESCAPES',
+  // fallocate modes the budgets cannot charge (policy/fallocate.ts): refused like any other policy answer
+  'NOT_SUPPORTED',
 ]);
 
 const BUDGET_CODES = new Set<HomesCode>(['QUOTA_EXCEEDED', 'TENANT_QUOTA_EXCEEDED', 'INODES_EXCEEDED', 'FILE_TOO_LARGE']);

@@ -177,6 +177,10 @@ describe.skipIf(!canMount)('quota semantics: fallocate modes and soft limits thr
     expect(r.stderr).toMatch(/unsupported|not supported/i);
     expect(readFileSync(join(d.backingOf(T, 'falloc'), 'z'))).toEqual(was);
     expect(await bytes('falloc')).toBe(before);
+    // Refused like any policy answer: the home's status file, the metrics and the log say so.
+    expect((await sh(h, `cat ${h}/.homesfs/status`)).stdout).toMatch(/fallocate.*z.*NOT_SUPPORTED/);
+    expect(metricSample(await scrapeMetrics(metricsSocket), `homesfs_refusals_total{home="${T}/falloc",code="NOT_SUPPORTED"}`)).toBeGreaterThanOrEqual(2);
+    expect(d.logs.some((l) => l.code === 'NOT_SUPPORTED' && l.home === `${T}/falloc` && l.op === 'fallocate')).toBe(true);
   });
 
   it('growth past the budget is EDQUOT (mode 0 and ZERO_RANGE) and charges nothing', async () => {
