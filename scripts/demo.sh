@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Quick start (a): install everything, then run the daemon in the foreground on
+# Quick start (a): install what running needs (install.sh --run), then run the daemon in the foreground on
 # the built-in demo configuration (see README). Ctrl-C unmounts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install.sh
+./scripts/install.sh --run
 exec node dist/cli/homesfs.js serve --demo "$@"

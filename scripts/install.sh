@@ -6,9 +6,13 @@
 # systemd-notify is how the daemon tells systemd it is ready.
 # Debian's "fuse" package (fusermount) is deliberately NOT installed: it conflicts
 # with fuse3, and as root homesfs mounts and unmounts without it.
+# --run (scripts/demo.sh): only what running needs: no test packages, no container
+# images, and npm ci only when package-lock.json changed since the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
+run_only=0
+[ "${1:-}" = "--run" ] && run_only=1
 # What a node needs to build and run homesfs: README "On a node > Install" has
 # this list, no more and no less, on its apt line (test/unit/install-docs.test.ts).
 runtime=(libfuse2 util-linux libnss-systemd)
@@ -22,7 +26,9 @@ build=(libfuse-dev pkg-config g++ make python3)
 tests=(python3-venv openssh-client git tar diffutils e2fsprogs sqlite3 procps strace systemd python3-pip python3-setuptools
   podman buildah runc catatonit netavark aardvark-dns iptables debootstrap)
 need=()
-for pkg in "${runtime[@]}" "${build[@]}" "${tests[@]}"; do
+wanted=("${runtime[@]}" "${build[@]}")
+[ "$run_only" = 1 ] || wanted+=("${tests[@]}")
+for pkg in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -37,8 +43,16 @@ for db in passwd group; do
     sed -i -E "s/^(${db}:.*)$/\1 systemd/" /etc/nsswitch.conf
   fi
 done
-npm ci --no-audit --no-fund
+stamp=node_modules/.homesfs-npm-ci
+lock="$(sha256sum package-lock.json native/binding.gyp | sha256sum | cut -d' ' -f1)"
+if [ "$run_only" = 1 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$lock" ] && [ -z "$(find native/src -newer "$stamp" -print -quit)" ]; then
+  echo "install.sh: npm dependencies and the native addon are current (package-lock.json and native/src unchanged)"
+else
+  npm ci --no-audit --no-fund
+  echo "$lock" > "$stamp"
+fi
 npm run build
+[ "$run_only" = 1 ] && exit 0
 # The systemd test's base image (debootstrap of Debian 12 with its systemd, from
 # the mirror apt uses; about 100 s once, then kept by name), and the Kubernetes image on it.
 (
