@@ -75,6 +75,8 @@ function logConfigWarnings(log: Logger, loaded: LoadedConfig): void {
 export interface StartOptions {
   /** take the session of the daemon serving this configuration over (takeover.ts) instead of mounting */
   takeover?: boolean;
+  /** tell this daemon's supervisor (systemd: MAINPID=) that the successor is the main process now; resolves once told */
+  nameSuccessor?: (successorPid: number) => Promise<unknown>;
 }
 
 /**
@@ -487,7 +489,15 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
         successors?.close();
         void registration.link?.stop();
         mount.detach();
-        resolveDone(EXIT.OK);
+      },
+      // Done (the process may exit, which closes the handover connection) only once the supervisor
+      // knows the successor: the successor notifies systemd only after that close.
+      successorNamed: async (successorPid) => {
+        try {
+          if (successorPid !== undefined && opts.nameSuccessor) await opts.nameSuccessor(successorPid);
+        } finally {
+          resolveDone(EXIT.OK);
+        }
       },
     });
   } catch (err) {

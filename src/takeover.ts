@@ -105,6 +105,13 @@ export interface HandingHost {
   locks(): Array<{ file: string; fd: number }>;
   /** the successor (its pid as it said in HELLO) serves: leave without unmounting (our copies of the locks closed, theirs hold) */
   handedOver(pauseMs: number, successorPid: number | undefined): void;
+  /**
+   * Resolves once whoever supervises this daemon knows the successor as its
+   * main process (systemd: MAINPID=, which the unit's NotifyAccess=exec needs
+   * before it takes the successor's READY=1 and fd store entries); at once
+   * where nothing supervises. Never rejects.
+   */
+  successorNamed(successorPid: number | undefined): Promise<void>;
 }
 
 export interface Hello {
@@ -296,13 +303,16 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
     const nodes = nodesHanded;
     const drainMs = Math.round(started - asked);
     log.info({ successor: hello.pid, pauseMs, drainMs, tries, files: fs.fds.length, nodes, nodesFrom: fromJournal ? 'journal' : 'handed', steps: marks }, 'session handed over: exiting without unmounting');
-    // Closed now, not at this process's exit: the successor waits for this end to
-    // close, and the exit may wait for the frees answered early (SlowFrees.letGo).
-    c.close();
     host.handedOver(pauseMs, hello.pid);
   } catch (err) {
     await takeBack(err instanceof HandoverError ? err.message : String(err));
+    return;
   }
+  // The successor tells systemd nothing (READY=1, its fd store entries) until this end
+  // closes: systemd must know it as the main process first. Closed then, not at this
+  // process's exit, which may wait for the frees answered early (SlowFrees.letGo).
+  await host.successorNamed(hello.pid).catch(() => undefined);
+  c.close();
 }
 
 /**

@@ -117,7 +117,14 @@ async function main(): Promise<void> {
 
   let daemon;
   try {
-    daemon = await startDaemon(loaded, log, readConfig, { takeover: values.takeover === true });
+    daemon = await startDaemon(loaded, log, readConfig, {
+      takeover: values.takeover === true,
+      // From the main process, before the successor hears that this one is gone (takeover.ts):
+      // systemd must know the new main process first, or the unit counts as stopped when this
+      // process exits, and the successor's notifications (READY=1, its fd store entries) are
+      // refused (NotifyAccess=exec). systemd-notify returns once systemd has processed it.
+      nameSuccessor: (pid) => notifySystemd(log, [`MAINPID=${pid}`, `--status=handed the session to pid ${pid}`]),
+    });
   } catch (err) {
     if (err instanceof DaemonError) {
       log.fatal({ exitCode: err.exitCode }, err.message);
@@ -149,13 +156,7 @@ async function main(): Promise<void> {
   const code = await daemon.done;
   const successor = daemon.handedOverTo();
   if (successor !== null) {
-    // Before this process exits: systemd must know the new main process first,
-    // or the unit counts as stopped when its main process exits, and the
-    // successor's notifications (READY=1, its fd store entries, sent only once
-    // this process is gone) would be refused (NotifyAccess=exec). Sent from
-    // here (the main process), and systemd-notify returns once systemd has
-    // processed it.
-    await notifySystemd(log, [`MAINPID=${successor}`, `--status=handed the session to pid ${successor}`]);
+    // systemd knows the successor as the main process by now (nameSuccessor above).
     // The frees this daemon answered early during the handover finish here (the
     // exit would wait for the threadpool anyway): the successor serves, and needs
     // nothing more of this process, whose handover connection is closed by now.

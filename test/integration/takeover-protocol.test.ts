@@ -69,6 +69,7 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
       flushState: async () => undefined,
       locks: () => [],
       handedOver: () => undefined,
+      successorNamed: async () => undefined,
       journalFds: () => journal,
       journalGen: () => gen,
       nodeCount: () => 7,
