@@ -344,9 +344,12 @@ export class LedgerArea {
     }
     const ids = [...new Set(paths.map(homeOfPath).filter((h): h is string => h !== null))];
     if (ids.length === 0) return undefined;
-    for (const id of ids) this.#busy(id, 1);
+    // The answer gives back what the dispatch took: a home's slot follows it through a rename
+    // (an id looked up again at the answer would miss it, and the slot stay busy for good).
+    const taken = ids.map((id) => this.#busy(id, 1));
     return () => {
-      for (const id of ids) this.#busy(id, -1);
+      for (const t of taken) if (typeof t === 'number') this.#slotBusy(t, -1);
+      else this.#busy(t, -1);
     };
   }
 
@@ -356,17 +359,22 @@ export class LedgerArea {
    * bind() makes it, so a slot made under a request in flight does not look
    * settled. Resolved at each call: the count goes where the home is then.
    */
-  #busy(id: string, delta: 1 | -1): void {
+  #busy(id: string, delta: 1 | -1): number | string {
     const slot = this.#byId.get(id);
     if (slot !== undefined) {
-      const at = this.#base(slot) + W_BUSY;
-      const n = this.#words[at]! + BigInt(delta);
-      this.#words[at] = n < 0n ? 0n : n;
-      return;
+      this.#slotBusy(slot, delta);
+      return slot;
     }
     const n = (this.#early.get(id) ?? 0) + delta;
     if (n > 0) this.#early.set(id, n);
     else this.#early.delete(id);
+    return id;
+  }
+
+  #slotBusy(slot: number, delta: 1 | -1): void {
+    const at = this.#base(slot) + W_BUSY;
+    const n = this.#words[at]! + BigInt(delta);
+    this.#words[at] = n < 0n ? 0n : n;
   }
 
   /** A live upgrade took the session over (called in the pause): nothing here is current from now on. */

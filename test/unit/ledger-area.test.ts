@@ -116,6 +116,14 @@ describe("the ledgers' area across a crash", () => {
     expect(next.adopt('t/c', WHO)).toEqual({ bytes: 100, inodes: 5 });
   });
 
+  it('a request in flight while its home is renamed gives its count back to the renamed slot', () => {
+    const { area } = dying();
+    const done = area.track(ABI.OP_WRITE, ['/t/a/file'])!;
+    area.rename('t/a', 't/c');
+    done();
+    expect(resume(area).adopt('t/c', WHO)).toEqual({ bytes: 100, inodes: 5 });
+  });
+
   it('an area a live upgrade handed over is trusted by no later resume, until the upgrade is abandoned', () => {
     const { area } = dying();
     area.handed();
