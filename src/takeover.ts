@@ -41,8 +41,8 @@ import { stateFileOf } from './config/load.js';
 import type { Logger } from './log.js';
 import { closeSync } from 'node:fs';
 import type { HandedFs } from './fs/handover.js';
-import { adoptLock, type HeldLock } from './state/lock.js';
-import { StateStore } from './state/store.js';
+import { adoptLock, type HeldLock } from './statefile/lock.js';
+import { StateStore } from './statefile/store.js';
 import { blobFd, HandoverError, handoverConnect, HandoverListener, readBlob, type HandoverConn, type HandoverRaw } from './fuse/handover-channel.js';
 import type { Handed } from './fuse/session.js';
 

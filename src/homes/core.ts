@@ -10,7 +10,7 @@ import { homeId, type HomeRef } from '../paths/parse.js';
 import type { Limits } from '../policy/ledger.js';
 import { resolveProfileName, type Profile, type ProfileSource } from '../policy/profiles.js';
 import { isOrphan } from '../scope/resolve.js';
-import type { StateStore } from '../state/store.js';
+import type { StateStore } from '../statefile/store.js';
 import { ownerUserName, type OwnerRecord } from '../users/names.js';
 import type { UserDb } from '../users/userdb.js';
 import { getentLookup, type HostIdLookup } from '../users/hostids.js';

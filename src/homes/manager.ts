@@ -1,7 +1,7 @@
 import type { LoadedConfig } from '../config/load.js';
 import type { FsContext } from '../fs/context.js';
 import type { Logger } from '../log.js';
-import type { StateStore } from '../state/store.js';
+import type { StateStore } from '../statefile/store.js';
 import type { UserDb } from '../users/userdb.js';
 import type { HostIdLookup } from '../users/hostids.js';
 import { HomeCore } from './core.js';

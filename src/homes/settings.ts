@@ -3,7 +3,7 @@ import { HomesError } from '../errors.js';
 import { checkSegment, keyFor } from '../paths/names.js';
 import { homeId } from '../paths/parse.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
-import type { TenantSettings } from '../state/store.js';
+import type { TenantSettings } from '../statefile/store.js';
 import { HomeConcern } from './core.js';
 
 /**

@@ -2,8 +2,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import os from 'node:os';
 import path from 'node:path';
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { StateError, StateStore, type State } from '../../src/state/store.js';
-import { STATE_VERSION } from '../../src/state/schema.js';
+import { StateError, StateStore, type State } from '../../src/statefile/store.js';
+import { STATE_VERSION } from '../../src/statefile/schema.js';
 
 let dir: string;
 let file: string;
