@@ -21,7 +21,7 @@ import { NativeFastPath } from './fuse/fastpath.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
 import { applyNofile } from './fuse/limits.js';
 import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
-import { nativeRemovals, type NativeRemovalClaims } from './fuse/removals.js';
+import { nativeRemovals, type NativeRemovalClaims } from './fuse/native-claims.js';
 import { notifySocket } from './holder/fdstore.js';
 import { HomeManager } from './homes/manager.js';
 import { journalEpoch, journalFds, journalGen, type JournalRaw } from './journal-fds.js';

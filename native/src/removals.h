@@ -1,6 +1,6 @@
 // Which remover of an inode's last names gives its bytes back: one claim per
 // inode, shared by C's unlink (fastpath_unlink.c) and JS's removals (src/fs/context.ts
-// removal, through src/fuse/removals.ts).
+// removal, through src/fuse/native-claims.ts).
 #ifndef HOMESFS_REMOVALS_H
 #define HOMESFS_REMOVALS_H
 #include <stdint.h>

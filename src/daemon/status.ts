@@ -8,7 +8,7 @@ import type { loadFuse } from '../fuse/binding.js';
 import type { NativeFastPath } from '../fuse/fastpath.js';
 import type { applyNofile } from '../fuse/limits.js';
 import type { MountManager, nativeReleases } from '../fuse/mount.js';
-import type { NativeRemovalClaims } from '../fuse/removals.js';
+import type { NativeRemovalClaims } from '../fuse/native-claims.js';
 import { holderStatus } from '../holder/client.js';
 import type { HandoverRaw } from '../fuse/handover-channel.js';
 import type { HolderRaw } from '../holder/holder.js';

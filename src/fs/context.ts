@@ -1,6 +1,6 @@
 /**
  * The context every FUSE-independent operation (attr.ts, dir.ts, file.ts)
- * takes: the facade over the layers below it (homes.ts, inodes.ts,
+ * takes: the facade over the layers below it (home-registry.ts, inodes.ts,
  * open-slots.ts, publication.ts, each a base class of the next), plus what
  * the operations share that needs no binding: virtual-path parsing, the rules
  * for a new entry (name shape, reserved `.homesfs`, owner on disk, link

@@ -46,7 +46,7 @@ export const HandedFs = z
      * successor maps them to the handles it adopts here.
      */
     deadHandles: z.string().base64().optional(),
-    /** every loaded home's ledger, exact at the pause (homes.ts adoptLedgers): the successor scans none of them */
+    /** every loaded home's ledger, exact at the pause (home-registry.ts adoptLedgers): the successor scans none of them */
     ledgers: z
       .array(z.object({ home: z.string(), ino: z.string().regex(/^\d+$/), bytes: z.number().int().min(0), inodes: z.number().int().min(0) }).strict())
       .optional(),

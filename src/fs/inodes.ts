@@ -11,9 +11,9 @@ import { fstatSync } from 'node:fs';
 import { SlowFrees } from '../backing/freeing.js';
 import * as sys from '../backing/sys.js';
 import { HomesError } from '../errors.js';
-import { HomeRegistry } from './homes.js';
+import { HomeRegistry } from './home-registry.js';
 import { writesNeedNoData } from './native-api.js';
-import { JsRemovalClaims, type RemovalClaims } from './removals.js';
+import { JsRemovalClaims, type RemovalClaims } from './removal-claims.js';
 import { Mutex, inodeKey, type HomeState, type OpenInode } from './state.js';
 
 /** One remover of a name of an inode, entered in the claim table (OpenInodes.enterRemoval) until it leaves. */
@@ -36,7 +36,7 @@ const BYTE_CREDIT_UNLIMITED = 2 ** 40;
 export abstract class OpenInodes extends HomeRegistry {
   /** unlinks, renames-over and last closes that may free many blocks: off the JS thread, bounded per home */
   readonly slowFrees = new SlowFrees();
-  /** who of several removers of an inode's last names settles it (removals.ts): the binding's table, shared with its unlinks */
+  /** who of several removers of an inode's last names settles it (removal-claims.ts): the binding's table, shared with its unlinks */
   readonly removals: RemovalClaims = this.deps.removals ?? new JsRemovalClaims();
 
   /**

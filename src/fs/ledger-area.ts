@@ -22,7 +22,7 @@
  *    the ledger at a last close the resumed daemon may never see), checked
  *    by the caller on the disk.
  * Anything else is scanned as at any start. A live upgrade's successor takes
- * the ledgers in the pause instead (homes.ts adoptLedgers) and opens an area
+ * the ledgers in the pause instead (home-registry.ts adoptLedgers) and opens an area
  * of its own; the predecessor marks its area handed, so a keeper that still
  * holds it until the successor registers leads no later resume to old counts.
  */

@@ -14,7 +14,7 @@ import { HomesError, isHomesError } from '../errors.js';
 import type { Ledger, Undo } from '../policy/ledger.js';
 import { OpenFileAccounting, type OpenSlot } from '../policy/openfiles.js';
 import { OpenInodes } from './inodes.js';
-import type { FsDeps } from './homes.js';
+import type { FsDeps } from './home-registry.js';
 import { HandleTable, inodeKey, type Caller, type FileHandle, type HomeState } from './state.js';
 import { StatusFiles } from './status.js';
 import { ABI } from '../abi.js';

@@ -7,7 +7,7 @@ import { ownerRange } from '../helpers/owner-ids.js';
 import { serving, startSuccessor, type Successor } from '../helpers/takeover.js';
 
 /**
- * A live upgrade hands every home's ledger over (fs/homes.ts adoptLedgers):
+ * A live upgrade hands every home's ledger over (fs/home-registry.ts adoptLedgers):
  * the successor scans no home it was handed, so a big home's writers do not
  * wait for a tree walk after the pause. Its ledger stays equal to the disk.
  */

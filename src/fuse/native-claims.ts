@@ -1,4 +1,4 @@
-import type { RemovalClaims } from '../fs/removals.js';
+import type { RemovalClaims } from '../fs/removal-claims.js';
 import { NativeBindingError, type FuseClass } from './binding.js';
 
 interface ClaimsAddon {

@@ -28,7 +28,7 @@ export interface HandedLedger {
   inodes: number;
 }
 import type { HomeState } from './state.js';
-import type { RemovalClaims } from './removals.js';
+import type { RemovalClaims } from './removal-claims.js';
 
 /** How often a lookup of a home re-checks its backing directory. */
 const REVALIDATE_MS = 1000;
@@ -78,7 +78,7 @@ export interface FsDeps {
   attrs?: AttrPublisher;
   /** RELEASEs the binding answers itself (config `fuse.nativeRelease`); absent: every RELEASE comes to JS */
   releases?: ReleaseQueue | null;
-  /** the claim table of removals (removals.ts): the binding's, which its unlinks use too; absent: one of JS's own */
+  /** the claim table of removals (removal-claims.ts): the binding's, which its unlinks use too; absent: one of JS's own */
   removals?: RemovalClaims;
   /** the kernel's caches, told what the daemon changes behind them; absent: nothing is told (short timeouts only) */
   kernel?: KernelCache;

@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { JsRemovalClaims, type RemovalClaims } from '../../src/fs/removals.js';
+import { JsRemovalClaims, type RemovalClaims } from '../../src/fs/removal-claims.js';
 import { loadFuse } from '../../src/fuse/binding.js';
-import { nativeRemovals } from '../../src/fuse/removals.js';
+import { nativeRemovals } from '../../src/fuse/native-claims.js';
 
 /**
- * The claim on an inode's last names (fs/removals.ts, native/src/removals.c):
+ * The claim on an inode's last names (fs/removal-claims.ts, native/src/removals.c):
  * of the removers registered on an inode, the first to leave having seen
  * nlink 0 settles it, once per registration epoch; the entry goes with the
  * last registrant. The binding's table and JS's own must decide alike.
