@@ -1,6 +1,6 @@
 // The one UTF-8 validator of the native side: names on every path op, and
 // the bytes JS asks about (Fuse._isValidUtf8). It must agree with the
-// TextDecoder JS uses (fatal mode): test/native/binding.test.ts compares both.
+// TextDecoder JS uses (fatal mode): test/addon/binding.test.ts compares both.
 #include <stddef.h>
 #include <string.h>
 #include "utf8.h"

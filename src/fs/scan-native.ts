@@ -12,7 +12,7 @@ import { nameAt, S_DIR, S_REG, type Lister } from './scandir.js';
  * terms: vanished entries skipped, each non-directory inode with nlink > 1
  * counted once, symlinks and other non-files counted as inodes only,
  * excluded files listed instead of measured, directories entered through the
- * same bounded-descriptor walk (walk.ts, `batch`). test/native/scan-native
+ * same bounded-descriptor walk (walk.ts, `batch`). test/addon/scan-native
  * holds the two to identical results on random trees.
  */
 export function walkTreeNative(

@@ -32,7 +32,7 @@ const skipReason =
     : !existsSync('/dev/fuse')
       ? '/dev/fuse is absent'
       : null;
-if (skipReason) console.warn(`[test/native] skipping the native binding suite: ${skipReason}`);
+if (skipReason) console.warn(`[test/addon] skipping the native binding suite: ${skipReason}`);
 
 interface OpEvent {
   op?: string;

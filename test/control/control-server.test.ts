@@ -19,7 +19,7 @@ import { STATUS } from '../helpers/fixtures.js';
 
 type Mode = 'ok' | 'homes-error' | 'crash' | 'hang';
 let mode: Mode = 'ok';
-// Only status is exercised here; test/ops/control-commands.test.ts covers the rest.
+// Only status is exercised here; test/control/control-commands.test.ts covers the rest.
 const api = {
   async status() {
     switch (mode) {
