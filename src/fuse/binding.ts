@@ -5,58 +5,7 @@ import { abiMismatches } from '../abi.js';
 import { attachAddon } from './addon.js';
 import { FuseSession, type Handed, type Kept, type SessionOptions, type SessionRaw } from './session.js';
 import type { TimeSpec } from '../fs/native-api.js';
-import type { Caller } from '../fs/state.js';
-
-type Cb = (err: number) => void;
-export type OpenOpts = { directIo?: boolean; keepCache?: boolean; nonseekable?: boolean };
-
-/**
- * The operations the session hands to JavaScript (src/fuse/session.ts). Every
- * op receives the caller (uid, gid, pid of the request) after its callback;
- * handle ops receive a null path for a file that has no name any more.
- */
-export interface NativeOps {
-  init(cb: Cb): void;
-  getattr(path: string, cb: (err: number, st?: object) => void, caller: Caller): void;
-  fgetattr(path: string | null, fh: number, cb: (err: number, st?: object) => void, caller: Caller): void;
-  access(path: string, mode: number, cb: Cb, caller: Caller): void;
-  statfs(path: string, cb: (err: number, st?: object) => void, caller: Caller): void;
-  /**
-   * stats (same length as names) feed d_ino and d_type; with use_ino, d_ino is the stat's ino.
-   * offset: where the kernel's listing stands (0: the start); `offsets` (one per name, each > 0)
-   * answer a part of a streamed listing, without them the names are the whole listing.
-   */
-  readdir(path: string | null, cb: (err: number, names?: string[], stats?: object[], offsets?: number[]) => void, caller: Caller, offset?: number): void;
-  readlink(path: string, cb: (err: number, target?: string) => void, caller: Caller): void;
-  /** reopen: the session reopens a dead daemon's handle, which must reach this inode (session/handles.c); absent or 0n for an open */
-  open(path: string, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller, reopen?: bigint): void;
-  create(path: string, mode: number, flags: number, cb: (err: number, fh?: number, o?: OpenOpts) => void, caller: Caller): void;
-  read(path: string | null, fh: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void, caller: Caller): void;
-  write(path: string | null, fh: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void, caller: Caller): void;
-  flush(path: string | null, fh: number, cb: Cb, caller: Caller): void;
-  fsync(path: string | null, fh: number, datasync: number | boolean, cb: Cb, caller: Caller): void;
-  fsyncdir(path: string | null, fh: number, datasync: number | boolean, cb: Cb, caller: Caller): void;
-  release(path: string | null, fh: number, cb: Cb, caller: Caller): void;
-  truncate(path: string, size: number, cb: Cb, caller: Caller): void;
-  ftruncate(path: string | null, fh: number, size: number, cb: Cb, caller: Caller): void;
-  fallocate(path: string | null, fh: number, mode: number, offset: number, length: number, cb: Cb, caller: Caller): void;
-  utimens(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb, caller: Caller): void;
-  chmod(path: string, mode: number, cb: Cb, caller: Caller): void;
-  chown(path: string, uid: number, gid: number, cb: Cb, caller: Caller): void;
-  mkdir(path: string, mode: number, cb: Cb, caller: Caller): void;
-  rmdir(path: string, cb: Cb, caller: Caller): void;
-  /** hidden: the session's unlink of a hidden name at the node's last release (fs/hidden.ts) */
-  unlink(path: string, cb: Cb, caller: Caller, hidden?: boolean): void;
-  /** hide: the session hides an open file whose last name goes (`dest` a hidden name at its home's root: fs/hidden.ts) */
-  rename(src: string, dest: string, cb: Cb, caller: Caller, hide?: boolean): void;
-  link(src: string, dest: string, cb: Cb, caller: Caller): void;
-  symlink(target: string, path: string, cb: Cb, caller: Caller): void;
-  mknod(path: string, mode: number, dev: number, cb: Cb, caller: Caller): void;
-  setxattr(...args: unknown[]): void;
-  getxattr(...args: unknown[]): void;
-  listxattr(...args: unknown[]): void;
-  removexattr(...args: unknown[]): void;
-}
+import type { Serve } from './ops.js';
 
 export interface FuseInstance {
   mount(cb: (err: Error | null) => void): void;
@@ -121,7 +70,7 @@ export interface FastPathNative {
 }
 
 export interface FuseClass {
-  new (mnt: string, ops: Partial<NativeOps>, opts: SessionOptions): FuseInstance;
+  new (mnt: string, serve: Serve, opts: SessionOptions): FuseInstance;
   /** the addon itself: its ABI (native/src/abi.h) */
   native?: { ABI?: unknown };
   BINDING_PATH?: string;
@@ -213,8 +162,8 @@ export function loadFuse(): FuseClass {
   const Fuse = class {
     static native = raw;
     static BINDING_PATH = at;
-    constructor(mnt: string, ops: Partial<NativeOps>, opts: SessionOptions) {
-      return new FuseSession(session, mnt, ops, opts, (m, cb) => (Fuse as unknown as FuseClass).unmount(m, cb));
+    constructor(mnt: string, serve: Serve, opts: SessionOptions) {
+      return new FuseSession(session, mnt, serve, opts, (m, cb) => (Fuse as unknown as FuseClass).unmount(m, cb));
     }
   };
   attachAddon(Fuse as unknown as Parameters<typeof attachAddon>[0], raw as Parameters<typeof attachAddon>[1]);

@@ -5,7 +5,7 @@ import type { FsContext } from '../fs/context.js';
 import type { DataPlane, KernelCache, NativeWrite, ReleaseQueue, TimeSpec } from '../fs/native-api.js';
 import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
-import { createNativeOps } from './adapter.js';
+import { serveOps } from './ops.js';
 import { NativeBindingError, type FuseClass, type FuseInstance, type WriteHandler } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
 import { inspectMountPoint } from './dead-mount.js';
@@ -85,7 +85,7 @@ export class MountManager {
     private readonly config: Config,
     private readonly log: Logger,
     private readonly onLost: (why: string) => void,
-    /** the adapter's own logger (component "fuse"), not a child of this one */
+    /** the op table's own logger (component "fuse"), not a child of this one */
     private readonly fuseLog: Logger = log,
     /** per-operation counts and latencies, when the metrics endpoint is on */
     private readonly opMetrics: OpMetrics | null = null,
@@ -149,7 +149,7 @@ export class MountManager {
   }
 
   private async start(begin: (fuse: FuseInstance, cb: (err: Error | null) => void) => void, what: string): Promise<void> {
-    const ops = createNativeOps(this.ctx, this.fuseLog, this.selfCheck, this.mnt, this.opMetrics);
+    const serve = serveOps(this.ctx, this.fuseLog, this.selfCheck, this.mnt, this.opMetrics);
     const f = this.config.fuse;
     // The session presents st_ino and d_ino as the daemon answers them (the
     // backing filesystem's: stable across restarts, one number and one kernel
@@ -157,7 +157,7 @@ export class MountManager {
     // reachable under a hidden name, so fstat/fchmod on it reach the daemon
     // (src/fs/hidden.ts). No op has a timer: an ETIMEDOUT answered while the
     // backing write still runs would report a write as failed that then lands.
-    this.fuse = new this.Fuse(this.mnt, ops, {
+    this.fuse = new this.Fuse(this.mnt, serve, {
       allowOther: true,
       defaultPermissions: true,
       // Nothing created in a home may give privileges on this host.

@@ -1,19 +1,16 @@
 /**
  * The JavaScript side of the FUSE session (native/src/session/): the session
  * hands a request it does not answer natively to `dispatch(op, id, uid, gid,
- * pid, ...args)`; the op of NativeOps runs and its callback answers through
- * `reply(id, res, ...values)`. Ops keep the dialect the adapter speaks (paths,
- * a negative errno or 0 first, the caller last); this file only converts
- * values: stats to the words the session reads (native/src/session/marshal.c),
- * open options to their bits.
+ * pid, ...args)`; the op table (ops.ts) serves it and its answer goes back
+ * through `reply(id, res, ...values)`. This file holds the session's life
+ * (mount, adopt, revive, pause) and the values the session reads: stats as
+ * words (native/src/session/marshal.c), open options as bits.
  */
 import { ABI } from '../abi.js';
-import type { TimeSpec } from '../fs/native-api.js';
-import type { Caller } from '../fs/state.js';
-import type { FuseInstance, NativeOps, OpenOpts } from './binding.js';
+import type { FuseInstance } from './binding.js';
+import type { Reply, Serve } from './ops.js';
 
 const EIO = -5;
-const ENOSYS = -38;
 
 /** The addon's session exports (native/src/session/session.c, bridge.c). */
 export interface SessionRaw {
@@ -99,7 +96,7 @@ export interface SessionOptions {
 
 // ---- values ---------------------------------------------------------------------
 
-type StatLike = {
+export type StatLike = {
   mode?: number | bigint;
   uid?: number | bigint;
   gid?: number | bigint;
@@ -164,15 +161,10 @@ export function statfsWords(s: StatfsLike): Uint32Array {
   return Uint32Array.from(keys, (k) => u32(s[k]));
 }
 
-const openBits = (o: OpenOpts | undefined): number =>
-  (o?.directIo ? ABI.OPEN_OPT_DIRECT_IO : 0) | (o?.keepCache ? ABI.OPEN_OPT_KEEP_CACHE : 0) | (o?.nonseekable ? ABI.OPEN_OPT_NONSEEKABLE : 0);
+export type OpenOpts = { directIo?: boolean; keepCache?: boolean; nonseekable?: boolean };
 
-/** An op's result: 0, a negative errno, or a count; anything else is EIO. */
-function resultOf(err: unknown): number {
-  if (err === undefined || err === null || err === false) return 0;
-  if (typeof err === 'number') return Number.isFinite(err) ? err | 0 : EIO;
-  return EIO;
-}
+export const openBits = (o: OpenOpts | undefined): number =>
+  (o?.directIo ? ABI.OPEN_OPT_DIRECT_IO : 0) | (o?.keepCache ? ABI.OPEN_OPT_KEEP_CACHE : 0) | (o?.nonseekable ? ABI.OPEN_OPT_NONSEEKABLE : 0);
 
 /** The options of the kernel mount (fuse_mount) and of libfuse's low-level session. */
 export function sessionOptions(o: SessionOptions): { mount: string; lowlevel: string } {
@@ -190,117 +182,6 @@ export function sessionOptions(o: SessionOptions): { mount: string; lowlevel: st
   if (o.debug) lowlevel.push('debug');
   return { mount: mount.join(','), lowlevel: lowlevel.join(',') };
 }
-
-// ---- the dispatcher ------------------------------------------------------------------
-
-type Reply = (res: number, ...values: unknown[]) => void;
-type Handler = (ops: Partial<NativeOps>, reply: Reply, caller: Caller, args: unknown[]) => void;
-
-const plain = (res: unknown): number => resultOf(res);
-const P = (a: unknown): string => a as string;
-const PN = (a: unknown): string | null => a as string | null;
-const N = (a: unknown): number => a as number;
-
-/**
- * A getattr's answer: the stat, and `true` after it when the attributes are
- * volatile (they change with no request the kernel sees, as a status file's
- * size does): the session then lets the kernel keep them for no time at all.
- */
-const statReply = (reply: Reply) => (err: unknown, st?: object) => {
-  if (resultOf(err) !== 0) return reply(resultOf(err));
-  if ((st as { volatile?: boolean }).volatile === true) return reply(0, statWords(st as StatLike), true);
-  reply(0, statWords(st as StatLike));
-};
-
-/** One handler per request the session hands over, by ABI op code. */
-function handlers(onInit: () => void): Handler[] {
-  const h: Handler[] = [];
-  const errnoOnly = (reply: Reply) => (err: unknown) => reply(plain(err));
-  h[ABI.OP_INIT] = (_ops, reply) => {
-    onInit();
-    reply(0);
-  };
-  h[ABI.OP_GETATTR] = (ops, reply, caller, [path]) => ops.getattr!(P(path), statReply(reply), caller);
-  h[ABI.OP_FGETATTR] = (ops, reply, caller, [path, fh]) => ops.fgetattr!(PN(path), N(fh), statReply(reply), caller);
-  h[ABI.OP_ACCESS] = (ops, reply, caller, [path, mask]) => ops.access!(P(path), N(mask), errnoOnly(reply), caller);
-  h[ABI.OP_STATFS] = (ops, reply, caller, [path]) =>
-    ops.statfs!(P(path), (err, st) => (resultOf(err) === 0 ? reply(0, statfsWords(st as StatfsLike)) : reply(resultOf(err))), caller);
-  h[ABI.OP_READDIR] = (ops, reply, caller, [path, offset]) =>
-    ops.readdir!(
-      PN(path),
-      (err, names, stats, offsets) => {
-        if (resultOf(err) !== 0) return reply(resultOf(err));
-        const words = (stats ?? []).map((s) => (typeof s === 'number' ? s : statWords(s as StatLike)));
-        if (Array.isArray(offsets)) reply(0, names ?? [], words, offsets);
-        else reply(0, names ?? [], words);
-      },
-      caller,
-      N(offset),
-    );
-  h[ABI.OP_READLINK] = (ops, reply, caller, [path]) => ops.readlink!(P(path), (err, target) => (resultOf(err) === 0 ? reply(0, target ?? '') : reply(resultOf(err))), caller);
-  h[ABI.OP_OPEN] = (ops, reply, caller, [path, flags, reopen]) =>
-    ops.open!(P(path), N(flags), (err, fh, o) => (resultOf(err) === 0 ? reply(0, fh ?? 0, openBits(o)) : reply(resultOf(err))), caller, typeof reopen === 'bigint' ? reopen : 0n);
-  h[ABI.OP_CREATE] = (ops, reply, caller, [path, mode, flags]) =>
-    ops.create!(P(path), N(mode), N(flags), (err, fh, o) => (resultOf(err) === 0 ? reply(0, fh ?? 0, openBits(o)) : reply(resultOf(err))), caller);
-  h[ABI.OP_READ] = (ops, reply, caller, [path, fh, len, pos]) => {
-    const buf = Buffer.allocUnsafe(N(len));
-    ops.read!(PN(path), N(fh), buf, N(len), N(pos), (res) => reply(resultOf(res), buf), caller);
-  };
-  h[ABI.OP_WRITE] = (ops, reply, caller, [path, fh, data, pos]) => {
-    const buf = data as Buffer;
-    ops.write!(PN(path), N(fh), buf, buf.length, N(pos), (res) => reply(resultOf(res)), caller);
-  };
-  h[ABI.OP_FLUSH] = (ops, reply, caller, [path, fh]) => ops.flush!(PN(path), N(fh), errnoOnly(reply), caller);
-  h[ABI.OP_FSYNC] = (ops, reply, caller, [path, fh, datasync]) => ops.fsync!(PN(path), N(fh), datasync as boolean, errnoOnly(reply), caller);
-  h[ABI.OP_FSYNCDIR] = (ops, reply, caller, [path, datasync]) => ops.fsyncdir!(PN(path), 0, datasync as boolean, errnoOnly(reply), caller);
-  h[ABI.OP_RELEASE] = (ops, reply, caller, [path, fh]) => ops.release!(PN(path), N(fh), errnoOnly(reply), caller);
-  h[ABI.OP_TRUNCATE] = (ops, reply, caller, [path, size]) => ops.truncate!(P(path), N(size), errnoOnly(reply), caller);
-  h[ABI.OP_FTRUNCATE] = (ops, reply, caller, [path, fh, size]) => ops.ftruncate!(PN(path), N(fh), N(size), errnoOnly(reply), caller);
-  h[ABI.OP_FALLOCATE] = (ops, reply, caller, [path, fh, mode, offset, length]) =>
-    ops.fallocate!(PN(path), N(fh), N(mode), N(offset), N(length), errnoOnly(reply), caller);
-  h[ABI.OP_UTIMENS] = (ops, reply, caller, [path, atime, mtime]) => ops.utimens!(P(path), atime as TimeSpec, mtime as TimeSpec, errnoOnly(reply), caller);
-  h[ABI.OP_CHMOD] = (ops, reply, caller, [path, mode]) => ops.chmod!(P(path), N(mode), errnoOnly(reply), caller);
-  h[ABI.OP_CHOWN] = (ops, reply, caller, [path, uid, gid]) => ops.chown!(P(path), N(uid), N(gid), errnoOnly(reply), caller);
-  h[ABI.OP_MKDIR] = (ops, reply, caller, [path, mode]) => ops.mkdir!(P(path), N(mode), errnoOnly(reply), caller);
-  h[ABI.OP_RMDIR] = (ops, reply, caller, [path]) => ops.rmdir!(P(path), errnoOnly(reply), caller);
-  h[ABI.OP_UNLINK] = (ops, reply, caller, [path, hidden]) => ops.unlink!(P(path), errnoOnly(reply), caller, hidden === 1);
-  h[ABI.OP_RENAME] = (ops, reply, caller, [from, to, hide]) => ops.rename!(P(from), P(to), errnoOnly(reply), caller, hide === 1);
-  h[ABI.OP_LINK] = (ops, reply, caller, [from, to]) => ops.link!(P(from), P(to), errnoOnly(reply), caller);
-  h[ABI.OP_SYMLINK] = (ops, reply, caller, [target, path]) => ops.symlink!(P(target), P(path), errnoOnly(reply), caller);
-  h[ABI.OP_MKNOD] = (ops, reply, caller, [path, mode, rdev]) => ops.mknod!(P(path), N(mode), N(rdev), errnoOnly(reply), caller);
-  return h;
-}
-
-/** The op of NativeOps each request code needs (a request whose op is missing is answered ENOSYS). */
-const NEEDS: Partial<Record<number, keyof NativeOps>> = {
-  [ABI.OP_GETATTR]: 'getattr',
-  [ABI.OP_FGETATTR]: 'fgetattr',
-  [ABI.OP_ACCESS]: 'access',
-  [ABI.OP_STATFS]: 'statfs',
-  [ABI.OP_READDIR]: 'readdir',
-  [ABI.OP_READLINK]: 'readlink',
-  [ABI.OP_OPEN]: 'open',
-  [ABI.OP_CREATE]: 'create',
-  [ABI.OP_READ]: 'read',
-  [ABI.OP_WRITE]: 'write',
-  [ABI.OP_FLUSH]: 'flush',
-  [ABI.OP_FSYNC]: 'fsync',
-  [ABI.OP_FSYNCDIR]: 'fsyncdir',
-  [ABI.OP_RELEASE]: 'release',
-  [ABI.OP_TRUNCATE]: 'truncate',
-  [ABI.OP_FTRUNCATE]: 'ftruncate',
-  [ABI.OP_FALLOCATE]: 'fallocate',
-  [ABI.OP_UTIMENS]: 'utimens',
-  [ABI.OP_CHMOD]: 'chmod',
-  [ABI.OP_CHOWN]: 'chown',
-  [ABI.OP_MKDIR]: 'mkdir',
-  [ABI.OP_RMDIR]: 'rmdir',
-  [ABI.OP_UNLINK]: 'unlink',
-  [ABI.OP_RENAME]: 'rename',
-  [ABI.OP_LINK]: 'link',
-  [ABI.OP_SYMLINK]: 'symlink',
-  [ABI.OP_MKNOD]: 'mknod',
-};
 
 /**
  * The mount of one process (the session's state in C is process-wide).
@@ -320,7 +201,7 @@ export class FuseSession implements FuseInstance {
   constructor(
     private readonly raw: SessionRaw,
     private readonly mnt: string,
-    private readonly ops: Partial<NativeOps>,
+    private readonly serve: Serve,
     private readonly opts: SessionOptions,
     private readonly unmountImpl: (mnt: string, cb: (err: Error | null) => void) => void,
   ) {}
@@ -398,12 +279,7 @@ export class FuseSession implements FuseInstance {
   private start(cb: (err: Error | null) => void, begin: (o: { mount: string; lowlevel: string }, conf: number[], dispatch: Dispatch) => void): void {
     const raw = this.raw;
     this.mountCb = cb;
-    const table = handlers(() => {
-      const done = this.mountCb;
-      this.mountCb = null;
-      if (done) process.nextTick(done, null);
-    });
-    const ops = this.ops;
+    const serve = this.serve;
     const held = this.held;
     const dispatch: Dispatch = (op, id, uid, gid, pid, ...args) => {
       let answered = false;
@@ -417,11 +293,13 @@ export class FuseSession implements FuseInstance {
         // After the answer: a crash before it leaves the change marked in flight.
         untrack?.();
       };
-      const need = NEEDS[op];
-      const handler = table[op];
-      if (handler === undefined || (need !== undefined && typeof ops[need] !== 'function')) return reply(ENOSYS);
       try {
-        handler(ops, reply, { uid, gid, pid }, args);
+        if (op !== ABI.OP_INIT) return serve(op, args, { uid, gid, pid }, reply);
+        // The kernel's INIT (or the replayed one) reached the session: the mount answers from here on.
+        const done = this.mountCb;
+        this.mountCb = null;
+        if (done) process.nextTick(done, null);
+        reply(0);
       } catch {
         // A throw is a bug of the op; the request is answered, never left waiting.
         reply(EIO);
