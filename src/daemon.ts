@@ -11,24 +11,24 @@ import { drain } from './daemon/drain.js';
 import { SessionRegistration } from './daemon/registration.js';
 import { DaemonSockets } from './daemon/sockets.js';
 import { DaemonError } from './daemon/error.js';
-import { keptSession, takeoverFailed, takeOverSession, takeStoredSession, type SessionRaw } from './daemon/session.js';
+import { keptSession, takeoverFailed, takeOverSession, takeStoredSession } from './daemon/session.js';
 import { statusReport } from './daemon/status.js';
 import { FsContext } from './fs/context.js';
 import { adoptFs, exportFs } from './fs/handover.js';
-import { LedgerArea, type LedgerAreaRaw } from './fs/ledger-area.js';
+import { LedgerArea } from './fs/ledger-area.js';
 import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { NativeFastPath } from './fuse/fastpath.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
 import { applyNofile } from './fuse/limits.js';
 import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
-import { nativeRemovals, type NativeRemovalClaims } from './fuse/native-claims.js';
+import { nativeRemovals } from './fuse/native-claims.js';
 import { notifySocket } from './holder/fdstore.js';
 import { HomeManager } from './homes/manager.js';
-import { journalEpoch, journalFds, journalGen, type JournalRaw } from './journal-fds.js';
+import { journalEpoch, journalFds, journalGen } from './journal-fds.js';
 import type { Logger } from './log.js';
 import { OpMetrics } from './metrics/ops.js';
 import { homeId, type HomeRef } from './paths/parse.js';
-import { exportDeadHandles, importDeadHandles, resumeSession, type DeadHandlesRaw } from './resume.js';
+import { exportDeadHandles, importDeadHandles, resumeSession } from './resume.js';
 import { acquireLock, LockHeldError, type HeldLock } from './statefile/lock.js';
 import { StateError, StateStore } from './statefile/store.js';
 import { adoptLocks, clock, listenForSuccessors, type Received } from './takeover.js';
@@ -109,18 +109,16 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   const started = Date.now();
   logConfigWarnings(log, initial);
 
+  // The one gate on the addon: loadFuse refuses a build whose ABI is not this daemon's.
   let Fuse: ReturnType<typeof loadFuse>;
-  let dataPlane;
-  let removals: NativeRemovalClaims;
   try {
     Fuse = loadFuse();
-    // One claim table for the binding's unlinks and ours, whichever of them are on.
-    removals = nativeRemovals(Fuse);
-    // A build without the data plane is named (exit NATIVE) unless both switches are off.
-    dataPlane = nativeDataPlane(Fuse, { read: config.fuse.nativeRead, write: config.fuse.nativeWrite });
   } catch (err) {
     throw new DaemonError((err as Error).message, err instanceof NativeBindingError ? EXIT.NATIVE : EXIT.INTERNAL);
   }
+  // One claim table for the binding's unlinks and ours, whichever of them are on.
+  const removals = nativeRemovals(Fuse);
+  const dataPlane = nativeDataPlane(Fuse, { read: config.fuse.nativeRead, write: config.fuse.nativeWrite });
 
   // Before anything spawns a child, which would inherit the descriptors and LISTEN_*.
   const stored = takeStoredSession(Fuse, config, opts.takeover === true);
@@ -177,8 +175,8 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   }
   const hostIds = warmedLookup(getentLookup());
 
-  const handover = Fuse.native as unknown as SessionRaw;
-  const journalRaw = Fuse.native as unknown as JournalRaw;
+  const handover = Fuse.native;
+  const journalRaw = Fuse.native;
   // Where the session comes from (daemon/session.ts): kept through a crash (resumed), the
   // serving daemon's (a successor's takeover), or none (a fresh mount).
   const kept = opts.takeover ? null : await keptSession(stored, handover, config, log);
@@ -222,23 +220,18 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
   // Directory handles hold no descriptor (listings are streamed): the binding counts them against caps of their own
   // (what libfuse may hold for them), and each as one open file against the open-file caps, beside JS's files.
-  Fuse.setDirHandleCaps?.(config.limits.dirHandlesPerUid, config.limits.dirHandles);
-  const dirHandles =
-    typeof Fuse.dirHandleCounts === 'function' && typeof Fuse.setOpenFileCounts === 'function'
-      ? { counts: Fuse.dirHandleCounts.bind(Fuse), files: Fuse.setOpenFileCounts.bind(Fuse) }
-      : undefined;
-  const fastPath = config.fuse.nativeFastPath && Fuse.fastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate, config.fuse.nativeWrite && config.fuse.nativeWriteDecision) : null;
-  if (config.fuse.nativeFastPath && !fastPath) log.warn('fuse.nativeFastPath is on but the binding has no fast path (rebuild it: node scripts/build-native.mjs): every getattr goes to JS');
+  Fuse.setDirHandleCaps(config.limits.dirHandlesPerUid, config.limits.dirHandles);
+  const dirHandles = { counts: Fuse.dirHandleCounts.bind(Fuse), files: Fuse.setOpenFileCounts.bind(Fuse) };
+  const fastPath = config.fuse.nativeFastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate, config.fuse.nativeWrite && config.fuse.nativeWriteDecision) : null;
   // RELEASE answered by the binding, carried out here before the next request.
   const releases = config.fuse.nativeRelease ? nativeReleases(Fuse) : null;
-  if (config.fuse.nativeRelease && !releases) log.warn('fuse.nativeRelease is on but the binding cannot answer RELEASE (rebuild it: node scripts/build-native.mjs): every RELEASE goes to JS');
   // What the daemon changes behind the kernel's back is told to its caches (entries and attributes kept for long).
   const kernel = kernelCache(Fuse);
   // The ledgers' checkpoints for a crash (fs/ledger-area.ts): the dead daemon's area when resuming (its
   // exact homes start without a scan), else a new one, which the keeper gets with the registration.
   let ledgers: LedgerArea | null = null;
   if (config.crashSurvival || kept) {
-    const areaRaw = Fuse.native as unknown as LedgerAreaRaw;
+    const areaRaw = Fuse.native;
     const keptArea = kept?.journalFds[2];
     try {
       ledgers = keptArea !== undefined ? LedgerArea.kept(areaRaw, keptArea) : LedgerArea.create(areaRaw);
@@ -339,7 +332,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     const r = await adoptFs(ctx, received.fs, received.fsFds).catch((err: Error) => takeoverFailed(`the open files could not be taken over: ${err.message}`));
     received.marks.mark('filesAdopted');
     try {
-      if (received.fs.deadHandles !== undefined) importDeadHandles(Fuse.native as unknown as DeadHandlesRaw, received.fs.deadHandles);
+      if (received.fs.deadHandles !== undefined) importDeadHandles(Fuse.native, received.fs.deadHandles);
       await mount.adopt(received.session);
     } catch (err) {
       takeoverFailed((err as Error).message);
@@ -349,7 +342,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     serving();
     scans = loadHomes();
     await received.ready(lastHandoverPauseMs);
-    log.info({ generation, pauseMs: lastHandoverPauseMs, files: r.adopted, refused: r.refused, nodes: Fuse.nodeStats?.().nodes, steps: received.marks }, 'session taken over');
+    log.info({ generation, pauseMs: lastHandoverPauseMs, files: r.adopted, refused: r.refused, nodes: Fuse.nodeStats().nodes, steps: received.marks }, 'session taken over');
     void purgeTrash().catch((err: Error) => log.warn({ err: err.message }, 'half-deleted homes not removed'));
   } else if (kept) {
     const k = kept;
@@ -357,7 +350,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     try {
       const r = await resumeSession(k, mount, journalRaw);
       if (r.resend !== 0) log.warn({ errno: r.resend === undefined ? null : -r.resend }, 'the kernel refused FUSE_NOTIFY_RESEND (before Linux 6.9): requests the dead daemon had read wait until their callers are interrupted');
-      log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats?.().nodes, keeper: k.keeper, holder: k.holderPid || undefined, journal: r.journal, recoverMs: r.recoverMs, reviveMs: r.reviveMs }, 'session resumed after a crash');
+      log.info({ generation, epoch: journalEpoch(journalRaw), nodes: Fuse.nodeStats().nodes, keeper: k.keeper, holder: k.holderPid || undefined, journal: r.journal, recoverMs: r.recoverMs, reviveMs: r.reviveMs }, 'session resumed after a crash');
     } catch (err) {
       await scans.catch(() => undefined);
       const keeper = k.keeper === 'systemd' ? "systemd's fd store" : `a session holder (pid ${k.holderPid})`;
@@ -469,13 +462,13 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
       handed: (withNodes) => mount.session.handed(withNodes),
       journalFds: () => journalFds(),
       journalGen: () => journalGen(journalRaw),
-      nodeCount: () => Fuse.nodeStats?.().nodes ?? null,
+      nodeCount: () => Fuse.nodeStats().nodes,
       exportFs: () => {
         // In the pause: the successor counts from the ledgers handed over; a keeper that holds this area
         // until the successor registers its own must not lead a resume to these counts.
         ledgers?.handed();
         const r = exportFs(ctx);
-        const dead = exportDeadHandles(Fuse.native as unknown as DeadHandlesRaw);
+        const dead = exportDeadHandles(Fuse.native);
         return dead === undefined ? r : { ...r, state: { ...r.state, deadHandles: dead } };
       },
       flushState: () => state.flush(),

@@ -8,20 +8,10 @@
  */
 
 import { closeSync } from 'node:fs';
+import type { AddonRaw } from './addon-raw.js';
 
 /** The addon's journal and handle-epoch exports. */
-export interface JournalRaw {
-  session_journal_open(): [number, number] | number;
-  session_journal_recover(fd0: number, fd1: number): number;
-  session_journal_follow(fd0: number, fd1: number): number;
-  session_journal_follow_finish(): number;
-  session_journal_follow_drop(): void;
-  session_journal_gen(): number;
-  session_fh_epoch(set?: number): number;
-  session_journal_epoch(set?: number): number;
-  /** the last recovery's figures (an addon before them lacks it) */
-  session_journal_recovered?(): number[];
-}
+export type JournalRaw = Pick<AddonRaw, 'session_journal_open' | 'session_journal_recover' | 'session_journal_follow' | 'session_journal_follow_finish' | 'session_journal_follow_drop' | 'session_journal_gen' | 'session_fh_epoch' | 'session_journal_epoch' | 'session_journal_recovered'>;
 
 /** What a recovery read and how long its two parts took (nodes_journal.h: hs_journal_recovered). */
 export interface JournalRecovery {
@@ -35,11 +25,9 @@ export interface JournalRecovery {
   cpuMs: number;
 }
 
-/** The last recovery's figures, for the resumed daemon's log; undefined from an addon without them. */
-export function journalRecovery(raw: JournalRaw): JournalRecovery | undefined {
-  const r = raw.session_journal_recovered?.();
-  if (r === undefined || r.length !== 7) return undefined;
-  const [snapBytes, snapNodes, logBytes, records, importNs, replayNs, cpuNs] = r as [number, number, number, number, number, number, number];
+/** The last recovery's figures, for the resumed daemon's log. */
+export function journalRecovery(raw: JournalRaw): JournalRecovery {
+  const [snapBytes, snapNodes, logBytes, records, importNs, replayNs, cpuNs] = raw.session_journal_recovered() as [number, number, number, number, number, number, number];
   const mib = (b: number) => Math.round((b / 1048576) * 10) / 10;
   const ms = (ns: number) => Math.round(ns / 1e5) / 10;
   return { snapshotNodes: snapNodes, snapshotMiB: mib(snapBytes), records, logMiB: mib(logBytes), importMs: ms(importNs), replayMs: ms(replayNs), cpuMs: ms(cpuNs) };

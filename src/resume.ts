@@ -17,6 +17,7 @@ import type { MountManager } from './fuse/mount.js';
 import { dropKept, type Kept } from './holder/client.js';
 import { nextEpoch } from './fuse/session.js';
 import { journalRecovery, recoverJournal, storeEpoch, type JournalRaw, type JournalRecovery } from './journal-fds.js';
+import type { AddonRaw } from './addon-raw.js';
 
 export type { Kept } from './holder/client.js';
 
@@ -25,7 +26,7 @@ export type { Kept } from './holder/client.js';
  * mount). Owns `kept`'s descriptors from the call on, closing them on
  * failure. Resolves once the session serves, as mount.mount() does.
  */
-export async function resumeSession(kept: Kept, mount: MountManager, raw: JournalRaw): Promise<{ resend: number | undefined; journal: JournalRecovery | undefined; recoverMs: number; reviveMs: number }> {
+export async function resumeSession(kept: Kept, mount: MountManager, raw: JournalRaw): Promise<{ resend: number | undefined; journal: JournalRecovery; recoverMs: number; reviveMs: number }> {
   let epoch: number;
   const t0 = performance.now();
   try {
@@ -48,10 +49,7 @@ export async function resumeSession(kept: Kept, mount: MountManager, raw: Journa
 }
 
 /** The session's map of dead handles (session/handles.h). */
-export interface DeadHandlesRaw {
-  session_dead_handles(): Buffer | number;
-  session_dead_handles_import(pairs: Buffer): number;
-}
+export type DeadHandlesRaw = Pick<AddonRaw, 'session_dead_handles' | 'session_dead_handles_import'>;
 
 /**
  * A live handover after a crash: the dead handles this daemon reopened, as

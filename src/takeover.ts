@@ -97,8 +97,8 @@ export interface HandingHost {
   journalFds(): number[];
   /** the generation the journal writes now, null when there is none */
   journalGen(): number | null;
-  /** the node table's size (as the successor's status counts it), null when unknown */
-  nodeCount(): number | null;
+  /** the node table's size (as the successor's status counts it) */
+  nodeCount(): number;
   /** the state file written whole: the successor reads it once it holds the locks */
   flushState(): Promise<void>;
   /** the locks on the backing tree and the state file: their descriptors go to the successor, which holds them from then on */

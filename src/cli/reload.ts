@@ -23,7 +23,6 @@ import { ControlClientError, controlRequest } from '../control/client.js';
 import { BUILD } from '../build-id.js';
 import { VERSION } from '../version.js';
 import { loadFuse } from '../fuse/binding.js';
-import type { HandoverRaw } from '../fuse/handover-channel.js';
 import { askForLogs } from '../takeover.js';
 import { EXIT } from './exitcodes.js';
 
@@ -137,7 +136,7 @@ async function daemonOutput(config: Config, daemonPid: number): Promise<{ fds: [
   let asked: { stdout: number; stderr: number } | null = null;
   let why = '';
   try {
-    asked = await askForLogs(loadFuse().native as unknown as HandoverRaw, config);
+    asked = await askForLogs(loadFuse().native, config);
     if (asked === null) why = 'the daemon does not hand its descriptors (an older build)';
   } catch (err) {
     why = (err as Error).message;

@@ -10,7 +10,7 @@ import { takeStored, type SdStoreRaw } from '../holder/fdstore.js';
 import type { HolderRaw } from '../holder/holder.js';
 import type { HolderLinkRaw } from '../holder/link.js';
 import { holderSocket } from '../holder/protocol.js';
-import { followJournal, type JournalRaw } from '../journal-fds.js';
+import { followJournal } from '../journal-fds.js';
 import type { Logger } from '../log.js';
 import { takeOverFrom, warmOwnerCheck, type Follower, type Received } from '../takeover.js';
 import type { warmedLookup } from '../users/hostids.js';
@@ -36,7 +36,7 @@ export type SessionRaw = HandoverRaw & HolderRaw & HolderLinkRaw & SdStoreRaw;
 export function takeStoredSession(Fuse: Fuse, config: Config, takeover: boolean): ClaimResult {
   let stored: ClaimResult;
   try {
-    stored = takeStored(Fuse.native as unknown as SdStoreRaw, config);
+    stored = takeStored(Fuse.native, config);
   } catch (err) {
     stored = { kind: 'refused', reason: (err as Error).message, holderPid: null };
   }
@@ -82,7 +82,7 @@ export async function takeOverSession(
   log: Logger,
 ): Promise<Received> {
   const { config } = loaded;
-  const journalRaw = Fuse.native as unknown as JournalRaw;
+  const journalRaw = Fuse.native;
   warmProfileMasks(Object.values(loaded.profiles));
   warmHandedFs();
   await warmOwnerCheck(hostIds, config, stateFile);
@@ -108,7 +108,7 @@ export async function takeOverSession(
       (v) => HandedFs.parse(v),
       (nodes) => {
         // On failure the session's adopt imports the table itself.
-        const res = Fuse.preimportNodes?.(nodes) ?? 0;
+        const res = Fuse.preimportNodes(nodes);
         if (res !== 0) tlog.warn({ errno: -res }, 'the node table could not be imported early: imported when the session is adopted');
       },
       follower,

@@ -7,7 +7,8 @@ import type { FsContext } from '../fs/context.js';
 import type { loadFuse } from '../fuse/binding.js';
 import type { NativeFastPath } from '../fuse/fastpath.js';
 import type { applyNofile } from '../fuse/limits.js';
-import type { MountManager, nativeReleases } from '../fuse/mount.js';
+import type { MountManager } from '../fuse/mount.js';
+import type { ReleaseQueue } from '../fs/native-api.js';
 import type { NativeRemovalClaims } from '../fuse/native-claims.js';
 import { holderStatus } from '../holder/client.js';
 import type { HandoverRaw } from '../fuse/handover-channel.js';
@@ -15,7 +16,7 @@ import type { HolderRaw } from '../holder/holder.js';
 import { VERSION } from '../version.js';
 
 function fastPathReport(s: ReturnType<NativeFastPath['stats']>) {
-  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees ?? 0, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered ?? 0, openClosedNatively: s.openClosedNatively ?? 0, openFallbacks: s.openFallbacks ?? 0, createAnswered: s.createAnswered ?? 0, createFallbacks: s.createFallbacks ?? 0, openSlotsGranted: s.credits ?? 0, utimensAnswered: s.utimensAnswered ?? 0, chmodAnswered: s.chmodAnswered ?? 0, chownAnswered: s.chownAnswered ?? 0, setattrFallbacks: s.setattrFallbacks ?? 0, writesDecided: s.writesDecided ?? 0, writeDecisionFallbacks: s.writeDecisionFallbacks ?? 0, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight ?? 0, retiredHomes: s.retiredHomes ?? 0 };
+  return { answered: s.answered, fallbacks: s.fallbacks, negative: s.negative, unlinkAnswered: s.unlinkAnswered, unlinkFallbacks: s.unlinkFallbacks, unlinkSlowFrees: s.unlinkSlowFrees, readdirAnswered: s.readdirAnswered, readdirFallbacks: s.readdirFallbacks, fgetattrAnswered: s.fgetattrAnswered, fgetattrFallbacks: s.fgetattrFallbacks, openAnswered: s.openAnswered, openClosedNatively: s.openClosedNatively, openFallbacks: s.openFallbacks, createAnswered: s.createAnswered, createFallbacks: s.createFallbacks, openSlotsGranted: s.credits, utimensAnswered: s.utimensAnswered, chmodAnswered: s.chmodAnswered, chownAnswered: s.chownAnswered, setattrFallbacks: s.setattrFallbacks, writesDecided: s.writesDecided, writeDecisionFallbacks: s.writeDecisionFallbacks, homes: s.homes, openInodes: s.inodes, handles: s.handles, inFlight: s.inFlight, retiredHomes: s.retiredHomes };
 }
 
 /** What the status report reads: the daemon's parts, and its changing facts through getters. */
@@ -31,7 +32,7 @@ export interface StatusSources {
   backingRoot: string;
   nofile: ReturnType<typeof applyNofile>;
   fastPath: NativeFastPath | null;
-  releases: ReturnType<typeof nativeReleases>;
+  releases: ReleaseQueue | null;
   removals: NativeRemovalClaims;
   /** settles once the homes present at start are loading */
   scans: () => Promise<void>;
@@ -98,11 +99,11 @@ export async function statusReport(s: StatusSources): Promise<StatusReport> {
       ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
       ...(releases ? { releasesAnswered: releases.answered() } : {}),
       removals: removals.stats(),
-      ...(config.fuse.noFlush && typeof Fuse.noFlushCount === 'function' ? { noFlush: Fuse.noFlushCount() } : {}),
-      ...(typeof Fuse.leadStats === 'function' && Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
-      ...(typeof Fuse.invalidationStats === 'function' ? { invalidations: Fuse.invalidationStats() } : {}),
-      ...(typeof Fuse.nodeStats === 'function' ? { nodes: Fuse.nodeStats() } : {}),
-      ...(typeof Fuse.handleStats === 'function' ? { handles: Fuse.handleStats() } : {}),
+      ...(config.fuse.noFlush ? { noFlush: Fuse.noFlushCount() } : {}),
+      ...(Fuse.leadStats().on ? { singleReader: Fuse.leadStats() } : {}),
+      invalidations: Fuse.invalidationStats(),
+      nodes: Fuse.nodeStats(),
+      handles: Fuse.handleStats(),
     },
     homes: list.filter((h): h is NonNullable<typeof h> => h !== null).sort((a, b) => `${a.tenant}/${a.key}`.localeCompare(`${b.tenant}/${b.key}`)),
     lastReload: s.lastReload(),
@@ -112,9 +113,7 @@ export async function statusReport(s: StatusSources): Promise<StatusReport> {
       openFiles: ctx.openFilesTotal,
       openFilesCap: ctx.openFiles.cap,
       openFilesPerUid: ctx.openFiles.perUidCap,
-      ...(typeof Fuse.dirHandleStats === 'function'
-        ? { dirHandles: { ...Fuse.dirHandleStats(), perUidCap: config.limits.dirHandlesPerUid, cap: config.limits.dirHandles } }
-        : {}),
+      dirHandles: { ...Fuse.dirHandleStats(), perUidCap: config.limits.dirHandlesPerUid, cap: config.limits.dirHandles },
       descriptorsInUse: inUse,
     },
     background: {

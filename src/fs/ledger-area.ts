@@ -28,12 +28,10 @@
  */
 import { ABI } from '../abi.js';
 import { homeId } from '../paths/parse.js';
+import type { AddonRaw } from '../addon-raw.js';
 
 /** The binding's area calls (session/ledgers.c). */
-export interface LedgerAreaRaw {
-  session_ledgers_open(): [number, ArrayBuffer] | number;
-  session_ledgers_map(fd: number): ArrayBuffer | number;
-}
+export type LedgerAreaRaw = Pick<AddonRaw, 'session_ledgers_open' | 'session_ledgers_map'>;
 
 const SLOT_BYTES = ABI.LEDGER_SLOT_BYTES;
 const SLOT_WORDS = SLOT_BYTES / 8;

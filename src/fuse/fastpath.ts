@@ -132,7 +132,7 @@ export class NativeFastPath implements AttrPublisher {
   private readonly prefixOf = new Map<HomeState, string>();
   private next = 0;
 
-  /** whether the binding does the unlinks of homes the fs layer makes mutable */
+  /** whether the binding does the unlinks of homes the fs layer makes mutable (config fuse.nativeUnlink) */
   readonly unlinks: boolean;
   /** whether the binding answers read-only opens where the fs layer lets it */
   readonly opens: boolean;
@@ -152,15 +152,15 @@ export class NativeFastPath implements AttrPublisher {
     nativeCreate = true,
     nativeWriteDecision = true,
   ) {
-    // A build that cannot be told which files free slowly would free them under its lock: it unlinks nothing.
-    this.unlinks = nativeUnlink && native.unlinks === true && typeof native.setFreeInlineMax === 'function';
-    this.opens = nativeOpen && native.opens === true;
-    this.setattrs = nativeSetattr && typeof native.setAttrOps === 'function';
-    this.creates = nativeCreate && this.opens && typeof native.setCreate === 'function';
-    this.writeDecisions = nativeWriteDecision && native.writeDecisions === true;
+    this.unlinks = nativeUnlink;
+    this.opens = nativeOpen;
+    this.setattrs = nativeSetattr;
+    // A native create opens what it makes: it needs the native opens.
+    this.creates = nativeCreate && nativeOpen;
+    this.writeDecisions = nativeWriteDecision;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
-    native.setFreeInlineMax?.(INLINE_FREE_MAX_BYTES);
+    native.setFreeInlineMax(INLINE_FREE_MAX_BYTES);
     native.enable(true);
   }
 
@@ -194,7 +194,7 @@ export class NativeFastPath implements AttrPublisher {
       // form; CHOWN is lchown where the profile allows it, else only the no-op to the published owner.
       const chmod = chmodMasks(hs.profile);
       const chown = hs.profile.chown === 'allow' ? ABI.ATTR_CHOWN_ALLOW : ABI.ATTR_CHOWN_OWNER;
-      this.native.setAttrOps!(prefix, token, ABI.ATTR_UTIMENS | (chmod ? ABI.ATTR_CHMOD : 0) | chown, chmod?.m ?? 0, chmod?.k ?? 0);
+      this.native.setAttrOps(prefix, token, ABI.ATTR_UTIMENS | (chmod ? ABI.ATTR_CHMOD : 0) | chown, chmod?.m ?? 0, chmod?.k ?? 0);
     }
   }
 
@@ -202,7 +202,7 @@ export class NativeFastPath implements AttrPublisher {
     const prefix = this.prefixOf.get(hs);
     if (prefix === undefined || !this.opens) return;
     const e = this.byPrefix.get(prefix)!;
-    this.native.setOpen!(prefix, e.token, hs.nativeOpen);
+    this.native.setOpen(prefix, e.token, hs.nativeOpen);
   }
 
   fileModeMasks(profile: Profile): { m: number; or: number } | null {
@@ -214,41 +214,41 @@ export class NativeFastPath implements AttrPublisher {
     if (prefix === undefined || !this.creates) return;
     const c = hs.nativeCreate;
     const token = this.byPrefix.get(prefix)!.token;
-    this.native.setCreate!(prefix, token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
+    this.native.setCreate(prefix, token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
     // Files made there start handed over (FsContext.handSize): their first writes are decided in the binding too.
-    if (this.writeDecisions) this.native.setWriteCredit!(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
+    if (this.writeDecisions) this.native.setWriteCredit(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
   }
 
   wlDelegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean {
-    return this.writeDecisions && this.native.wlDelegate!(dev, ino, size, acct);
+    return this.writeDecisions && this.native.wlDelegate(dev, ino, size, acct);
   }
 
   wlRevoke(dev: bigint, ino: bigint): number {
-    return this.writeDecisions ? this.native.wlRevoke!(dev, ino) : -2;
+    return this.writeDecisions ? this.native.wlRevoke(dev, ino) : -2;
   }
 
   wlSize(dev: bigint, ino: bigint): number {
-    return this.writeDecisions ? this.native.wlSize!(dev, ino) : -1;
+    return this.writeDecisions ? this.native.wlSize(dev, ino) : -1;
   }
 
   grantCreate(hs: HomeState, fh: number, uid: number): boolean {
     const prefix = this.prefixOf.get(hs);
     if (prefix === undefined || !this.creates) return false;
-    return this.native.grantCreate!(prefix, this.byPrefix.get(prefix)!.token, fh, uid);
+    return this.native.grantCreate(prefix, this.byPrefix.get(prefix)!.token, fh, uid);
   }
 
   grant(hs: HomeState, fh: number, uid: number): boolean {
     const prefix = this.prefixOf.get(hs);
     if (prefix === undefined || !this.opens) return false;
-    return this.native.grant!(prefix, this.byPrefix.get(prefix)!.token, fh, uid);
+    return this.native.grant(prefix, this.byPrefix.get(prefix)!.token, fh, uid);
   }
 
   reclaim(): void {
-    if (this.opens) this.native.reclaim!();
+    if (this.opens) this.native.reclaim();
   }
 
   takeOpens(): BigUint64Array | null {
-    return this.opens ? this.native.takeOpens!() : null;
+    return this.opens ? this.native.takeOpens() : null;
   }
 
   mutable(hs: HomeState): void {
@@ -276,8 +276,7 @@ export class NativeFastPath implements AttrPublisher {
   }
 
   inodeSize(dev: bigint, ino: bigint, size: number): void {
-    // A binding without it leaves open inodes to JS, as before.
-    this.native.inodeSize?.(dev, ino, size);
+    this.native.inodeSize(dev, ino, size);
   }
 
   handle(h: FileHandle): void {

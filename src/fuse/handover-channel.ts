@@ -11,17 +11,9 @@
  * message whose payload is its index.
  */
 import { closeSync, fstatSync, lstatSync, readSync, statSync, unlinkSync } from 'node:fs';
+import type { AddonRaw } from '../addon-raw.js';
 
-interface HandoverRaw {
-  hs_handover_listen(path: string): number;
-  hs_handover_accept(fd: number): number;
-  hs_handover_connect(path: string): number;
-  hs_handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
-  hs_handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
-  hs_handover_close(fd: number): number;
-  hs_handover_memfd(data: Buffer): number;
-  hs_handover_reserve_fds(fd: number): number;
-}
+type HandoverRaw = Pick<AddonRaw, 'hs_handover_listen' | 'hs_handover_accept' | 'hs_handover_connect' | 'hs_handover_send' | 'hs_handover_recv' | 'hs_handover_close' | 'hs_handover_memfd' | 'hs_handover_reserve_fds'>;
 
 const MAX_FDS = 253;
 const EAGAIN = 11;

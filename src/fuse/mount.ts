@@ -6,7 +6,7 @@ import type { DataPlane, KernelCache, NativeWrite, ReleaseQueue, TimeSpec } from
 import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
 import { serveOps } from './ops.js';
-import { NativeBindingError, type FuseClass, type FuseInstance, type WriteHandler } from './binding.js';
+import type { FuseClass, FuseInstance, WriteHandler } from './binding.js';
 import { SelfCheck } from './selfcheck.js';
 import { inspectMountPoint } from './dead-mount.js';
 import type { Handed, Kept } from './session.js';
@@ -179,9 +179,9 @@ export class MountManager {
     const ledgers = this.ctx.deps.ledgers;
     if (ledgers) this.fuse.tracker = (op, args) => ledgers.track(op, args);
     // Opens whose FLUSH would be answered as a no-op tell the kernel not to send it (FOPEN_NOFLUSH).
-    this.Fuse.setNoFlush?.(f.noFlush);
+    this.Fuse.setNoFlush(f.noFlush);
     // Read once at the mount: one reader at a time, the others wait for its lead.
-    this.Fuse.setSingleReader?.(f.singleReader);
+    this.Fuse.setSingleReader(f.singleReader);
     await new Promise<void>((resolve, reject) => {
       begin(this.fuse!, (err) => (err ? reject(new MountError(`${what === 'mounted' ? 'mount' : 'takeover'} failed: ${err.message}`)) : resolve()));
     });
@@ -232,7 +232,7 @@ export class MountManager {
    * which do not log.
    */
   private logDirRefusals(): void {
-    const refused = this.Fuse.dirHandleStats?.().refused ?? 0;
+    const refused = this.Fuse.dirHandleStats().refused;
     if (refused > this.dirRefused) {
       this.log.warn({ op: 'opendir', code: 'OPEN_FILES_EXCEEDED', errno: 'EMFILE', refused: refused - this.dirRefused }, 'directory opens refused: a directory-handle cap (limits.dirHandlesPerUid, limits.dirHandles) or an open-file cap (limits.openFilesPerUid, maxOpenFiles, the daemon cap) was reached');
     }
@@ -293,11 +293,10 @@ export function nativeMknod(Fuse: FuseClass) {
     new Promise((resolve, reject) => Fuse.mknod(path, mode, dev, (res) => (res === 0 ? resolve() : reject(nativeError('mknod', res)))));
 }
 
-/** fallocate(2) on a backing descriptor, through the binding (Node has none); EOPNOTSUPP from a build without it. */
+/** fallocate(2) on a backing descriptor, through the binding (Node has none). */
 export function nativeFallocate(Fuse: FuseClass) {
   return (fd: number, mode: number, offset: number, length: number): Promise<void> =>
     new Promise((resolve, reject) => {
-      if (typeof Fuse.fallocate !== 'function') return reject(nativeError('fallocate', -95));
       Fuse.fallocate(fd, mode, offset, length, (res) => (res === 0 ? resolve() : reject(nativeError('fallocate', res))));
     });
 }
@@ -309,17 +308,6 @@ export function nativeFallocate(Fuse: FuseClass) {
 export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boolean }): DataPlane | null {
   if (!on.read && !on.write) return null;
   const { publish, setPublishFlags, unpublish, setWriteHandler, writeDecision, writeDone, dataPlaneStats, takeWriteReports } = Fuse;
-  if (
-    typeof publish !== 'function' ||
-    typeof setPublishFlags !== 'function' ||
-    typeof unpublish !== 'function' ||
-    typeof setWriteHandler !== 'function' ||
-    typeof writeDecision !== 'function' ||
-    typeof writeDone !== 'function' ||
-    typeof dataPlaneStats !== 'function'
-  ) {
-    throw new NativeBindingError('the FUSE binding has no data plane (fuse.nativeRead/nativeWrite); run "node scripts/build-native.mjs", or set both to false');
-  }
   // pwrite results the binding reports for writes told to proceed, by request id.
   const reports = new Map<number, { resolve: (n: number) => void; reject: (err: Error) => void }>();
   /**
@@ -331,7 +319,7 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
    * after the last write told to proceed (nothing else may come).
    */
   const settle = (): void => {
-    const done = takeWriteReports?.();
+    const done = takeWriteReports();
     if (!done) return;
     for (let i = 0; i < done.length; i += 2) {
       const id = done[i]!;
@@ -342,7 +330,6 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
   };
   let timer: NodeJS.Timeout | null = null;
   const settleSoon = (): void => {
-    if (takeWriteReports === undefined) return;
     if (timer === null) timer = setTimeout(settle, 2).unref();
     else timer.refresh();
   };
@@ -391,8 +378,8 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
     unpublish: (fh) => void unpublish(fh),
     stats: () => {
       const s = dataPlaneStats();
-      const f = Fuse.fastPath?.writeDecisions ? Fuse.fastPath.stats() : null;
-      return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks, writes: s.writes, writeBytes: s.writeBytes, writeFallbacks: s.writeFallbacks, decided: f?.writesDecided ?? 0, decisionFallbacks: f?.writeDecisionFallbacks ?? 0 };
+      const f = Fuse.fastPath.stats();
+      return { reads: s.reads, bytes: s.bytes, fallbacks: s.fallbacks, writes: s.writes, writeBytes: s.writeBytes, writeFallbacks: s.writeFallbacks, decided: f.writesDecided, decisionFallbacks: f.writeDecisionFallbacks };
     },
     settle,
     serveWrites: (handler) => {
@@ -408,16 +395,14 @@ const RELEASE_POLL_MIN_MS = 10;
 const RELEASE_POLL_MAX_MS = 1000;
 
 /**
- * RELEASE answered by the binding (`fuse.nativeRelease`); null when the
- * binding lacks the exports (a build that passed the ABI check has them). Saves the JS thread's wake and
+ * RELEASE answered by the binding (`fuse.nativeRelease`). Saves the JS thread's wake and
  * libfuse's thread the wait for it: RELEASE is a third of the context switches
  * of an open+close. The queue is taken before every request (FsContext.settle);
  * the poll is for the last close before a quiet spell, so the daemon's
  * descriptor follows the caller's close within a second even then.
  */
-export function nativeReleases(Fuse: FuseClass): ReleaseQueue | null {
+export function nativeReleases(Fuse: FuseClass): ReleaseQueue {
   const { setReleaseDeferred, takeReleases, dataPlaneStats } = Fuse;
-  if (typeof setReleaseDeferred !== 'function' || typeof takeReleases !== 'function') return null;
   let poll: (() => void) | null = null;
   let busy: () => boolean = () => false;
   let timer: NodeJS.Timeout | null = null;
@@ -457,20 +442,19 @@ export function nativeReleases(Fuse: FuseClass): ReleaseQueue | null {
       delay = RELEASE_POLL_MIN_MS;
       if (timer === null) arm();
     },
-    answered: () => (typeof dataPlaneStats === 'function' ? (dataPlaneStats().releases ?? 0) : 0),
+    answered: () => dataPlaneStats().releases,
   };
 }
 
 /**
  * The kernel's caches, through the session's invalidation queue
- * (native/src/session/inval.c); null from an addon without it. Each call
+ * (native/src/session/inval.c). Each call
  * resolves the path in the node table and queues: the kernel is told by the
  * queue's own thread, never while a request waits on this one.
  */
-export function kernelCache(Fuse: FuseClass): KernelCache | null {
+export function kernelCache(Fuse: FuseClass): KernelCache {
   const invalidate = Fuse.invalidate;
   const progress = Fuse.invalidationProgress;
-  if (typeof invalidate !== 'function' || typeof progress !== 'function') return null;
   return {
     path: (p) => void invalidate(ABI.INVAL_PATH, p),
     tree: (p) => void invalidate(ABI.INVAL_TREE, p),

@@ -1,11 +1,8 @@
 import type { RemovalClaims } from '../fs/removal-claims.js';
-import { NativeBindingError, type FuseClass } from './binding.js';
+import type { FuseClass } from './binding.js';
+import type { AddonRaw } from '../addon-raw.js';
 
-interface ClaimsAddon {
-  homesfs_claim_enter(dev: bigint, ino: bigint): void;
-  homesfs_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
-  homesfs_claim_stats(): { inFlight: number; raced: number };
-}
+type ClaimsAddon = Pick<AddonRaw, 'homesfs_claim_enter' | 'homesfs_claim_leave' | 'homesfs_claim_stats'>;
 
 /** The binding's claim table (native/src/removals.c), the one its unlinks use: JS's removers must share it. */
 export class NativeRemovalClaims implements RemovalClaims {
@@ -25,15 +22,7 @@ export class NativeRemovalClaims implements RemovalClaims {
   }
 }
 
-/**
- * The claim table of the addon the binding loaded (Fuse.native: the same
- * instance, the same table as its unlinks'). loadFuse has checked its ABI, so
- * the functions are there.
- */
+/** The claim table of the addon the binding loaded (Fuse.native: the same instance, the same table as its unlinks'). */
 export function nativeRemovals(Fuse: FuseClass): NativeRemovalClaims {
-  const addon = (Fuse.native ?? {}) as Partial<ClaimsAddon>;
-  if (typeof addon.homesfs_claim_enter !== 'function' || typeof addon.homesfs_claim_leave !== 'function' || typeof addon.homesfs_claim_stats !== 'function') {
-    throw new NativeBindingError('the native addon has no removal claims; rebuild it: node scripts/build-native.mjs');
-  }
-  return new NativeRemovalClaims(addon as ClaimsAddon);
+  return new NativeRemovalClaims(Fuse.native);
 }

@@ -7,56 +7,31 @@
  * words (native/src/session/marshal.c), open options as bits.
  */
 import { ABI } from '../abi.js';
+import type { AddonRaw, Handed } from '../addon-raw.js';
 import type { FuseInstance } from './binding.js';
 import type { Reply, Serve } from './ops.js';
 
 const EIO = -5;
 
 /** The addon's session exports (native/src/session/session.c, bridge.c). */
-export interface SessionRaw {
-  session_mount(mnt: string, mountOpts: string, lowlevelOpts: string, conf: number[], dispatch: Dispatch): void;
-  session_loop_state(): number;
-  session_stats(): [number, number, number];
-  session_invalidate(kind: number, path: string): number;
-  session_inval_stats(): [number, number, number, number, number];
-  session_inval_progress(): [number, number];
-  session_adopt(fd: number, bufsize: number, init: Buffer, nodes: Buffer, dirs: Buffer, lowlevelOpts: string, conf: number[], dispatch: Dispatch): number;
-  session_revive(fd: number, bufsize: number, init: Buffer, epoch: number, lowlevelOpts: string, conf: number[], dispatch: Dispatch): [number, number];
-  session_fh_epoch(set?: number): number;
-  session_handle_stats(): [number, number, number];
-  session_pause(): void;
-  session_paused(): boolean;
-  session_resume(): void;
-  session_handed(withNodes?: boolean): Handed;
-  /**
-   * The node table's crash journal (native/src/session/nodes_journal.h):
-   * two memfds for the holder to keep ([fd0, fd1], or -errno); a recovery
-   * into a fresh table from them (the stored epoch, or -errno); a rebase
-   * after a live handover's import (0 or -errno); the stored epoch, set
-   * first when given (the epoch, or -ENOENT: no journal).
-   */
-  session_journal_open(): [number, number] | number;
-  session_journal_recover(fd0: number, fd1: number): number;
-  session_journal_rebase(fd0: number, fd1: number): number;
-  session_journal_epoch(set?: number): number;
-  hs_session_reply(id: number, res: number, ...values: unknown[]): void;
-  hs_session_unref(): void;
-  fuse_native_set_flush_gate(gate: Buffer): void;
-}
+export type SessionRaw = Pick<
+  AddonRaw,
+  | 'session_mount'
+  | 'session_loop_state'
+  | 'session_adopt'
+  | 'session_revive'
+  | 'session_fh_epoch'
+  | 'session_handle_stats'
+  | 'session_pause'
+  | 'session_paused'
+  | 'session_resume'
+  | 'session_handed'
+  | 'hs_session_reply'
+  | 'hs_session_unref'
+  | 'fuse_native_set_flush_gate'
+>;
 
-/** What a successor needs of a paused session (session.c `session_handed`). */
-export interface Handed {
-  /** the /dev/fuse descriptor (this process's; sent as a copy) */
-  fd: number;
-  bufsize: number;
-  /** the kernel's INIT request, replayed into the successor's libfuse state */
-  init: Buffer;
-  /** the node table and the open directories, serialised (nodes.c, ops_dirs.c) */
-  nodes: Buffer;
-  dirs: Buffer;
-  /** the epoch in the handles the kernel holds (handles.h); absent from a predecessor that had none: 0 */
-  epoch?: number;
-}
+export type { Handed };
 
 /** What a holder kept of a session whose daemon died: enough to serve it again. */
 export interface Kept {
@@ -73,7 +48,7 @@ export function nextEpoch(epoch: number): number {
   return n === 0 ? 1 : n;
 }
 
-type Dispatch = (op: number, id: number, uid: number, gid: number, pid: number, ...args: unknown[]) => void;
+type Dispatch = Parameters<AddonRaw['session_mount']>[4];
 
 export interface SessionOptions {
   allowOther?: boolean;

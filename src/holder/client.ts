@@ -15,6 +15,7 @@ import type { Config } from '../config/schema.js';
 import { blobFd, HandoverConn, readBlob, type HandoverRaw } from '../fuse/handover-channel.js';
 import type { Logger } from '../log.js';
 import { fdCount, HOLDER_PROTOCOL, holderLog, holderSocket, MAX_JOURNAL_FDS, Registration, type HolderStatus } from './protocol.js';
+import type { AddonRaw } from '../addon-raw.js';
 
 const ENOENT = 2;
 const ECONNREFUSED = 111;
@@ -118,9 +119,7 @@ export function dropKept(k: Kept): void {
 }
 
 /** What client.ts needs beyond the handover channel: the holder's identity from a connection. */
-export interface HolderClientRaw extends HandoverRaw {
-  hs_holder_peer_pidfd(fd: number): { pid: number; pidfd: number } | number;
-}
+export type HolderClientRaw = HandoverRaw & Pick<AddonRaw, 'hs_holder_peer_pidfd'>;
 
 /** The holder process that answered a registration, as this process can watch it. */
 export interface HolderPeer {

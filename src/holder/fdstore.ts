@@ -28,12 +28,10 @@ import type { Config } from '../config/schema.js';
 import { blobFd, readBlob, type HandoverRaw } from '../fuse/handover-channel.js';
 import type { ClaimResult, RegisterArgs } from './client.js';
 import { MAX_JOURNAL_FDS, Registration, sameTree } from './protocol.js';
+import type { AddonRaw } from '../addon-raw.js';
 
 /** The addon's notify-with-descriptors exports (native/src/session/sdstore.c). */
-export interface SdStoreRaw {
-  hs_sd_notify_fds(socket: string, message: string, fds: number[]): number;
-  hs_sd_cloexec(fd: number): number;
-}
+export type SdStoreRaw = Pick<AddonRaw, 'hs_sd_notify_fds' | 'hs_sd_cloexec'>;
 
 export const FDNAME_FUSE = 'homesfs-fuse';
 export const FDNAME_REGISTRATION = 'homesfs-registration';

@@ -30,14 +30,9 @@ import { closeSync, readSync, statSync, unlinkSync } from 'node:fs';
 import type { Logger } from '../log.js';
 import { HandoverError, HandoverListener, type HandoverConn, type HandoverRaw } from '../fuse/handover-channel.js';
 import { fdCount, HOLDER_PROTOCOL, parseRequest, sameTree, type HolderStatus, type Registration, type Request } from './protocol.js';
+import type { AddonRaw } from '../addon-raw.js';
 
-export interface HolderRaw extends HandoverRaw {
-  hs_holder_poll(fd: number, events: number): number;
-  /** the process at the other end of a connection: its pid and a pidfd of it (-errno: none; -ESRCH: it is gone), or -errno */
-  hs_holder_peer(fd: number): { pid: number; pidfd: number } | number;
-  /** the serving session's descriptor (this process's) and INIT; null before the session started */
-  hs_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
-}
+export type HolderRaw = HandoverRaw & Pick<AddonRaw, 'hs_holder_poll' | 'hs_holder_peer' | 'hs_holder_session'>;
 
 const POLLIN = 0x1;
 const POLLERR = 0x8;

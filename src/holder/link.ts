@@ -37,10 +37,9 @@ import type { Config } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { register, RegisterError, type HolderClientRaw, type HolderPeer, type RegisterArgs } from './client.js';
 import { holderSocket } from './protocol.js';
+import type { AddonRaw } from '../addon-raw.js';
 
-export interface HolderLinkRaw extends HolderClientRaw {
-  hs_holder_poll(fd: number, events: number): number;
-}
+export type HolderLinkRaw = HolderClientRaw & Pick<AddonRaw, 'hs_holder_poll'>;
 
 const POLLIN = 0x1;
 /** How often the holder is looked at, and a lost one's socket asked. */

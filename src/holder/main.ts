@@ -14,7 +14,7 @@
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { loadFuse } from '../fuse/binding.js';
-import { Holder, type HolderRaw } from './holder.js';
+import { Holder } from './holder.js';
 
 function main(): void {
   const { values } = parseArgs({ options: { socket: { type: 'string' }, log: { type: 'string' } } });
@@ -30,7 +30,7 @@ function main(): void {
     { base: { pid: process.pid, component: 'holder' }, timestamp: pino.stdTimeFunctions.isoTime, formatters: { level: (label) => ({ level: label }) } },
     values.log !== undefined ? pino.destination({ dest: values.log, sync: true }) : pino.destination({ fd: 2, sync: true }),
   );
-  const raw = loadFuse().native as unknown as HolderRaw;
+  const raw = loadFuse().native;
   // One holder per socket: a second one spawned in a race leaves the first in place.
   const probe = raw.hs_handover_connect(values.socket);
   if (probe >= 0) {

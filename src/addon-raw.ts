@@ -1,0 +1,230 @@
+/**
+ * Every export of our addon (native/addon/homesfs.node, built from
+ * native/src), with its signature: the one list of the binding's contract.
+ * Only src/fuse/binding.ts loads the addon, and it refuses one whose ABI
+ * (abi.ts) differs from this daemon's: past that check, every member here is
+ * there. Modules that use a part take a `Pick` of this interface, so a fake
+ * in a test names what it stands in for.
+ *
+ * The functions check their arguments in C (a TypeError, never a crash);
+ * a negative number is -errno unless its line says otherwise.
+ */
+import type { TimeSpec } from './fs/native-api.js';
+
+type Cb = (res: number) => void;
+type Dispatch = (op: number, id: number, uid: number, gid: number, pid: number, ...args: unknown[]) => void;
+
+/** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */
+export type WriteHandler = (kind: number, id: number, a: number, b: number, c: number, path: string | null, uid: number, gid: number, pid: number) => void;
+
+/** What a successor needs of a paused session (session.c `session_handed`). */
+export interface Handed {
+  /** the /dev/fuse descriptor (this process's; sent as a copy) */
+  fd: number;
+  bufsize: number;
+  /** the kernel's INIT request, replayed into the successor's libfuse state */
+  init: Buffer;
+  /** the node table and the open directories, serialised (nodes.c, ops_dirs.c) */
+  nodes: Buffer;
+  dirs: Buffer;
+  /** the epoch in the handles the kernel holds (handles.h); absent from a predecessor that had none: 0 */
+  epoch?: number;
+}
+
+/** The fast path's counters (fastpath_napi.c `fastpath_stats`). */
+export interface FastPathStats {
+  enabled: boolean;
+  answered: number;
+  fallbacks: number;
+  negative: number;
+  unlinkAnswered: number;
+  unlinkFallbacks: number;
+  unlinkSlowFrees: number;
+  readdirAnswered: number;
+  readdirFallbacks: number;
+  fgetattrAnswered: number;
+  fgetattrFallbacks: number;
+  utimensAnswered: number;
+  chmodAnswered: number;
+  chownAnswered: number;
+  setattrFallbacks: number;
+  createAnswered: number;
+  createFallbacks: number;
+  openAnswered: number;
+  openClosedNatively: number;
+  openFallbacks: number;
+  writesDecided: number;
+  writeDecisionFallbacks: number;
+  /** open slots granted to C (open files it may count for a uid without asking) */
+  credits: number;
+  homes: number;
+  inodes: number;
+  handles: number;
+  inFlight: number;
+  retiredHomes: number;
+}
+
+/** The data plane's counters (dataplane.c `homesfs_dp_stats`). */
+export interface DataPlaneStats {
+  published: number;
+  reads: number;
+  bytes: number;
+  fallbacks: number;
+  writes: number;
+  writeBytes: number;
+  writeFallbacks: number;
+  releases: number;
+}
+
+export interface AddonRaw {
+  /** the addon's copy of native/src/abi.h (abi.ts compares it with ours) */
+  readonly ABI: Readonly<Record<string, number>>;
+
+  // ---- the session (native/src/session/session.c, bridge.c, loop.c) ----
+  session_mount(mnt: string, mountOpts: string, lowlevelOpts: string, conf: number[], dispatch: Dispatch): void;
+  /** 0 not started, 1 serving, 2 ended */
+  session_loop_state(): number;
+  /** [nodes, of them reachable by inode number, -] (nodes.c) */
+  session_stats(): [number, number, number];
+  session_adopt(fd: number, bufsize: number, init: Buffer, nodes: Buffer, dirs: Buffer, lowlevelOpts: string, conf: number[], dispatch: Dispatch): number;
+  /** [0 or -errno, the resend notification's result] */
+  session_revive(fd: number, bufsize: number, init: Buffer, epoch: number, lowlevelOpts: string, conf: number[], dispatch: Dispatch): [number, number];
+  /** the handles' epoch, set first when given */
+  session_fh_epoch(set?: number): number;
+  /** [requests resent, of them answered EIO, dead handles reopened] (handles.c) */
+  session_handle_stats(): [number, number, number];
+  /** the dead handles this daemon reopened (handles.h), serialised for a successor, or -errno */
+  session_dead_handles(): Buffer | number;
+  session_dead_handles_import(pairs: Buffer): number;
+  /** a successor's head start: import the node table on a thread of its own; adopt waits for it */
+  session_preimport(nodes: Buffer): number;
+  session_pause(): void;
+  session_paused(): boolean;
+  session_resume(): void;
+  /** `withNodes` false: `nodes` is empty (a successor that followed the journal has them) */
+  session_handed(withNodes?: boolean): Handed;
+  hs_session_reply(id: number, res: number, ...values: unknown[]): void;
+  hs_session_unref(): void;
+  /** slot fh & 0xffff > 0 of a Uint16Array(65536): FLUSH of fh goes to JavaScript */
+  fuse_native_set_flush_gate(gate: Buffer): void;
+
+  // ---- the kernel's caches (session/inval.c) ----
+  /** kind: ABI.INVAL_*; the notifications queued */
+  session_invalidate(kind: number, path: string): number;
+  /** [queued, sent, not cached, failed, pending] */
+  session_inval_stats(): [number, number, number, number, number];
+  /** [entries queued, of them sent] */
+  session_inval_progress(): [number, number];
+
+  // ---- the node table's journal (session/nodes_journal*.c, journal_js.c) ----
+  /** two memfds for a keeper ([fd0, fd1]), or -errno */
+  session_journal_open(): [number, number] | number;
+  /** a fresh table from them: the stored epoch, or -errno */
+  session_journal_recover(fd0: number, fd1: number): number;
+  /** after a live handover's import: 0 or -errno */
+  session_journal_rebase(fd0: number, fd1: number): number;
+  /** the stored epoch, set first when given (-ENOENT: no journal) */
+  session_journal_epoch(set?: number): number;
+  /** the last recovery's figures */
+  session_journal_recovered(): number[];
+  session_journal_follow(fd0: number, fd1: number): number;
+  session_journal_follow_finish(): number;
+  session_journal_follow_drop(): void;
+  session_journal_gen(): number;
+
+  // ---- the ledgers' area (session/ledgers.c) ----
+  session_ledgers_open(): [number, ArrayBuffer] | number;
+  session_ledgers_map(fd: number): ArrayBuffer | number;
+
+  // ---- the handover socket (session/handover.c) ----
+  hs_handover_listen(path: string): number;
+  hs_handover_accept(fd: number): number;
+  hs_handover_connect(path: string): number;
+  hs_handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
+  hs_handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
+  hs_handover_close(fd: number): number;
+  hs_handover_memfd(data: Buffer): number;
+  hs_handover_reserve_fds(fd: number): number;
+
+  // ---- the holder (session/holder.c) and systemd's fd store ----
+  hs_holder_poll(fd: number, events: number): number;
+  /** the process at the other end of a connection: its pid and a pidfd of it (-errno: none; -ESRCH: it is gone), or -errno */
+  hs_holder_peer(fd: number): { pid: number; pidfd: number } | number;
+  hs_holder_peer_pidfd(fd: number): { pid: number; pidfd: number } | number;
+  /** the serving session's descriptor (this process's) and INIT; null before the session started */
+  hs_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
+  hs_sd_notify_fds(socket: string, message: string, fds: number[]): number;
+  hs_sd_cloexec(fd: number): number;
+
+  // ---- system calls Node lacks, on libuv's pool (calls.c): cb(0) or cb(-errno) ----
+  fuse_native_utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void;
+  fuse_native_backing_mknod(path: string, mode: number, dev: number, cb: Cb): void;
+  fuse_native_backing_fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void;
+  fuse_native_umount2(mnt: string, flags: number, cb: Cb): void;
+  /** RLIMIT_NOFILE: [res, soft, hard] after setting what is not 0; Infinity = unlimited */
+  fuse_native_nofile(soft: number, hard: number): [number, number, number];
+  fuse_native_utf8_valid_buffer(buf: Uint8Array): boolean;
+
+  // ---- the channel (channel.c) ----
+  /** opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns the opens answered so */
+  fuse_native_set_noflush(on: boolean): number;
+  /** [opens, flushes] */
+  fuse_native_noflush_count(): [number, number];
+  fuse_native_set_single_reader(on: boolean): void;
+  /** [on, handoffs, revocations, read waits] */
+  fuse_native_lead_stats(): [number, number, number, number];
+
+  // ---- directory handles (dirhandles.c) ----
+  fuse_native_set_dir_caps(perUid: number, all: number): void;
+  fuse_native_set_open_files(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
+  /** [uid's, under the prefix, in all] */
+  fuse_native_dir_counts(uid: number, prefix: string): [number, number, number];
+  fuse_native_dir_stats(): { open: number; refused: number };
+
+  // ---- the data plane (dataplane.c, dataplane_write.c) ----
+  homesfs_dp_publish(fh: number, fd: number, flags: number, dev: bigint, ino: bigint, append: boolean): void;
+  homesfs_dp_set_flags(fh: number, flags: number): boolean;
+  homesfs_dp_unpublish(fh: number): boolean;
+  homesfs_dp_set_write_handler(handler: WriteHandler): void;
+  homesfs_dp_write_decision(id: number, offset: number, wait: boolean): boolean;
+  homesfs_dp_write_done(id: number, result: number): boolean;
+  /** [id, bytes, ...] of writes that landed whole since the last call, or null */
+  homesfs_dp_take_write_reports(): Float64Array | null;
+  homesfs_dp_set_release_deferred(on: boolean): void;
+  /** [fh, ...] of the RELEASEs answered since the last call, oldest first, or null */
+  homesfs_dp_take_releases(): Float64Array | null;
+  homesfs_dp_stats(): DataPlaneStats;
+
+  // ---- the fast path (fastpath_*.c) ----
+  fastpath_set_home(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
+  /** token -1: whatever is published there */
+  fastpath_remove_home(prefix: string, token: number): boolean;
+  fastpath_set_mutable(prefix: string, token: number, pending: BigInt64Array | null): boolean;
+  fastpath_inode(dev: bigint, ino: bigint, delta: number): void;
+  fastpath_inode_size(dev: bigint, ino: bigint, size: number): void;
+  fastpath_wl_delegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
+  /** the size, now JS's; -1 a native write is in flight (ask again); -2 not handed over */
+  fastpath_wl_revoke(dev: bigint, ino: bigint): number;
+  fastpath_wl_size(dev: bigint, ino: bigint): number;
+  fastpath_set_write_credit(prefix: string, token: number, on: boolean): boolean;
+  fastpath_set_handle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
+  fastpath_remove_handle(fh: number): void;
+  fastpath_set_reserved(names: string[]): void;
+  fastpath_set_open(prefix: string, token: number, flags: number): boolean;
+  fastpath_set_attr_ops(prefix: string, token: number, flags: number, chmodM: number, chmodK: number): boolean;
+  fastpath_grant(prefix: string, token: number, fh: number, uid: number): boolean;
+  fastpath_set_create(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
+  fastpath_grant_create(prefix: string, token: number, fh: number, uid: number): boolean;
+  fastpath_reclaim(): number;
+  /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */
+  fastpath_take_opens(): BigUint64Array | null;
+  fastpath_set_free_inline_max(bytes: number): void;
+  fastpath_enable(on: boolean): void;
+  fastpath_clear(): void;
+  fastpath_stats(): FastPathStats;
+
+  // ---- the removal claims C's unlinks and JS's removers share (removals.c) ----
+  homesfs_claim_enter(dev: bigint, ino: bigint): void;
+  homesfs_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
+  homesfs_claim_stats(): { inFlight: number; raced: number };
+}
