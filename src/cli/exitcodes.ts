@@ -10,7 +10,7 @@ export const EXIT = {
   USAGE: 2,
   /** the configuration file is missing or unreadable (said so), or the file or flags are invalid (every problem is printed) */
   CONFIG: 3,
-  /** the FUSE binding is missing, or its native addon was built from other sources (another ABI) */
+  /** the native addon is missing or cannot be loaded, or was built from other sources (another ABI) */
   NATIVE: 4,
   /** mounting failed (mount point not empty or busy with another mount, /dev/fuse missing, not root…) */
   MOUNT: 5,

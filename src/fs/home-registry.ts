@@ -52,9 +52,9 @@ export interface FsDeps {
   /** the tenant's total byte budget across its homes, 0 = off */
   tenantBudgetFor: (tenant: string) => number;
   utimensat: Utimensat;
-  /** mknod(2) (Node has none), provided by the patched binding */
+  /** mknod(2) (Node has none), provided by the addon (calls.c) */
   mknod: (path: string, mode: number, dev: number) => Promise<void>;
-  /** fallocate(2) on a backing descriptor (Node has none), provided by the patched binding */
+  /** fallocate(2) on a backing descriptor (Node has none), provided by the addon (calls.c) */
   fallocate: (fd: number, mode: number, offset: number, length: number) => Promise<void>;
   /** the mount point: absolute link targets under <mount>/<tenant>/<key> stay in that home */
   mountRoot: string;

@@ -1,11 +1,11 @@
 /**
- * The fs layer's side of the contract with the patched FUSE binding: what it
+ * The fs layer's side of the contract with our addon (native/src): what it
  * provides (utimensat, the data plane, queued RELEASEs) and where the fs
- * layer publishes the state the binding answers from on libfuse's threads
+ * layer publishes the state the addon answers from on the session's workers
  * (AttrPublisher). Types and flags only, plus the two rules that decide which
- * handles the binding may serve without JavaScript. No state lives here: the
- * fs layers and the FUSE adapter both depend on it, and it only on the state
- * types (state.ts).
+ * handles the addon may serve without JavaScript. No state lives here: the
+ * fs layers and src/fuse/ both depend on it, and it only on the state types
+ * (state.ts).
  */
 import { ABI } from '../abi.js';
 import type { Profile } from '../policy/profiles.js';
@@ -13,7 +13,7 @@ import type { Caller, FileHandle, HomeState } from './state.js';
 
 export type TimeSpec = 'now' | 'omit' | { sec: number; nsec: number };
 
-/** Nanosecond-exact utimensat(AT_SYMLINK_NOFOLLOW), provided by the patched binding. */
+/** Nanosecond-exact utimensat(AT_SYMLINK_NOFOLLOW), provided by the addon (calls.c). */
 export type Utimensat = (path: string, atime: TimeSpec, mtime: TimeSpec) => Promise<void>;
 
 /**

@@ -19,8 +19,8 @@ export interface NofileReport {
 const UNLIMITED = 1 << 20;
 
 /**
- * Set RLIMIT_NOFILE from the configuration (Node has no setrlimit: the patched
- * binding does it). Raising the hard limit needs CAP_SYS_RESOURCE; without it
+ * Set RLIMIT_NOFILE from the configuration (Node has no setrlimit: the addon
+ * does it, calls.c). Raising the hard limit needs CAP_SYS_RESOURCE; without it
  * the soft limit goes as high as the hard one allows and the shortfall is
  * reported, never hidden: the open-file guard is computed from what is in force.
  */

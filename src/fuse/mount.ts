@@ -264,8 +264,8 @@ export class MountManager {
     const fsType = await mountedAt(this.mnt).catch(() => 'unknown');
     const gone = fsType === null;
     let failed = false;
-    // The binding unmounts with umount2(2) (patched: no `umount` child, no
-    // descriptor, so it works even with the daemon's descriptors exhausted),
+    // The addon unmounts with umount2(2) (no `umount` child, no descriptor,
+    // so it works even with the daemon's descriptors exhausted),
     // lazily if busy: processes still inside get ENOTCONN from then on.
     await new Promise<void>((resolve) => {
       fuse.unmount((err) => {

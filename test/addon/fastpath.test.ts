@@ -1,4 +1,4 @@
-// The binding's native getattr fast path (patch 4, fastpath_*.c) through a
+// The binding's native getattr fast path (native/src/fastpath_*.c) through a
 // fixture whose JS getattr marks its answers (uid 55555): what C answers, what
 // it hands to JS, and that it never follows a symlink or leaves the home.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,7 +15,7 @@ const repoRoot = path.resolve(here, '../..');
 const execFileP = promisify(execFile);
 const skip = typeof process.getuid !== 'function' || process.getuid() !== 0 || !existsSync('/dev/fuse');
 
-describe.skipIf(skip)('native getattr fast path (binding patch 4)', () => {
+describe.skipIf(skip)('native getattr fast path', () => {
   let work = '';
   let backing = '';
   let mnt = '';

@@ -168,7 +168,7 @@ except OSError as e:
     expect(s.d.fdCount()).toBe(idle);
     expect((await native()).openAnswered).toBe(n0 + 5);
     // Each was closed before the daemon took the queue (its poll may adopt one in between:
-    // then the daemon closes that one, as it did before patch 12).
+    // then the daemon closes that one, as it does with fuse.nativeOpen off).
     expect((await native()).openClosedNatively - c0).toBeGreaterThan(0);
     expect((await homeStatus('flip')).openFiles).toBe(0);
   });

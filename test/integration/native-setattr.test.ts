@@ -1,5 +1,5 @@
-// UTIMENS, CHMOD and CHOWN by path done in the binding (fuse.nativeSetattr, binding
-// patch 7) must change time, never behaviour: the same random trees, built
+// UTIMENS, CHMOD and CHOWN by path done in the binding (fuse.nativeSetattr,
+// fastpath_setattr.c) must change time, never behaviour: the same random trees, built
 // from the same seed into two daemons' backings, one with them native and
 // one without, get the same utime, chmod and chown calls, and every answer,
 // mode, owner, time and "did ctime move" must match.
