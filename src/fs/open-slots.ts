@@ -359,7 +359,7 @@ export abstract class OpenSlots extends OpenInodes {
   }
 
   /**
-   * Where queued RELEASEs are carried out (the FUSE adapter's release). The
+   * Where queued RELEASEs are carried out (the op table's release, src/fuse/ops.ts). The
    * binding starts answering RELEASE itself only once this is set.
    */
   serveReleases(handler: (fh: number) => void): void {

@@ -3,7 +3,7 @@ import type { Owner } from '../backing/store.js';
 import { HomesError } from '../errors.js';
 import { OWNER_BITS, type Profile } from '../policy/profiles.js';
 
-/** What the FUSE adapter hands to the kernel for one node. */
+/** What the op table (src/fuse/ops.ts) hands to the kernel for one node. */
 export interface Attr {
   mode: number;
   uid: number;

@@ -1,7 +1,7 @@
 /**
  * What each home was refused lately, and how often per code.
  *
- * PURE (the clock is injected). The FUSE adapter records every policy refusal
+ * PURE (the clock is injected). The op table (src/fuse/ops.ts) records every policy refusal
  * here before its log line is rate-limited, so the counts are exact; the last
  * `keep` refusals of each home are what its `.homesfs/status` file shows the
  * agent that was refused, and the counts feed the metrics endpoint. Memory is
