@@ -1,4 +1,4 @@
-// Cost of the per-request instrumentation in the FUSE adapter: one start() and
+// Cost of the per-request instrumentation in the op table (src/fuse/ops.ts): one start() and
 // one observe() per request, against the same loop without them.
 // Usage: npm run build && node bench/metrics-overhead.mjs [iterations]
 import { OpMetrics } from '../dist/metrics/ops.js';
