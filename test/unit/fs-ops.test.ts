@@ -115,7 +115,7 @@ describe.skipIf(!asRoot)('fs operations without a mount', () => {
     const o = await file.open(f.ctx, '/t/a/f', C.O_WRONLY, CALLER);
     const r = await f.refused(file.write(f.ctx, o.fh, Buffer.alloc(50, 'y'), 60));
     await file.release(f.ctx, o.fh);
-    expect(r).toEqual({ code: 'QUOTA_EXCEEDED', errno: C.EDQUOT ?? 122 });
+    expect(r).toEqual({ code: 'QUOTA_EXCEEDED', errno: 122 }); // EDQUOT
     expect(await f.usage('t/a')).toEqual({ bytes: 60, inodes: 1 });
     expect((await readFile(join(f.dir, 't/a/f'))).length).toBe(60);
   });
