@@ -9,7 +9,8 @@
  * The functions check their arguments in C (a TypeError, never a crash);
  * a negative number is -errno unless its line says otherwise.
  */
-import type { TimeSpec } from './fs/native-api.js';
+/** A time for utimensat: now, left as it is, or exact (the addon's and the fs operations' one type). */
+export type TimeSpec = 'now' | 'omit' | { sec: number; nsec: number };
 
 type Cb = (res: number) => void;
 type Dispatch = (op: number, id: number, uid: number, gid: number, pid: number, ...args: unknown[]) => void;

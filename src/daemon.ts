@@ -24,6 +24,7 @@ import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocat
 import { nativeRemovals } from './fuse/native-claims.js';
 import { notifySocket } from './holder/fdstore.js';
 import { HomeManager } from './homes/manager.js';
+import { HomesError } from './errors.js';
 import { journalEpoch, journalFds, journalGen } from './journal-fds.js';
 import type { Logger } from './log.js';
 import { OpMetrics } from './metrics/ops.js';
@@ -77,6 +78,12 @@ export interface StartOptions {
   takeover?: boolean;
   /** tell this daemon's supervisor (systemd: MAINPID=) that the successor is the main process now; resolves once told */
   nameSuccessor?: (successorPid: number) => Promise<unknown>;
+  /**
+   * Homes ("tenant/key") to create once serving when they do not exist, as
+   * `homesctl create` makes them (an owner from the pool): the demo's, which
+   * their owners must be able to enter.
+   */
+  ensureHomes?: readonly string[];
 }
 
 /**
@@ -137,9 +144,14 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   }
   log.info({ nofile: nofile.soft, hard: nofile.hard, reserveFiles: nofile.reserve, openFilesPerUid: config.limits.openFilesPerUid }, 'descriptor limits');
 
-  await mkdir(config.backing, { recursive: true, mode: 0o700 }).catch((err: Error) => {
-    throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
-  });
+  // Only the backing itself is private: a recursive 0700 would also close the
+  // directories above it, the mount point's parent among them in the demo.
+  await mkdir(path.dirname(path.resolve(config.backing)), { recursive: true, mode: 0o755 })
+    .then(() => mkdir(config.backing, { mode: 0o700 }))
+    .catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'EEXIST') return;
+      throw new DaemonError(`backing directory ${config.backing}: ${err.message}`, EXIT.BACKING);
+    });
   // One daemon per backing tree and per state file: a second one refuses to
   // start before it touches either.
   const stateFile = stateFileOf(config);
@@ -548,6 +560,15 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     // pino children share the root's level unless they set their own (ours never do)
     log.level = next.config.logLevel;
     return (lastReload = { at, ok: true, message: applied.length ? `applied: ${applied.join(', ')}` : 'no changes', applied });
+  }
+
+  for (const home of opts.ensureHomes ?? []) {
+    await homes.lifecycle.create({ home }).then(
+      () => undefined,
+      (err: Error) => {
+        if (!(err instanceof HomesError && err.code === 'EXISTS')) log.error({ home, err: err.message }, 'home not created');
+      },
+    );
   }
 
   return {

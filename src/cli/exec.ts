@@ -41,7 +41,7 @@ export const EXEC_EXIT = {
 } as const;
 
 export const EXEC_USAGE = `Usage: homesctl [--socket PATH | --config FILE] [--timeout MS] exec --tenant T --project P [--user U]
-                [--env NAME=VALUE]... [--cwd DIR] -- CMD [ARG]...
+                [--env NAME=VALUE]... [--cwd DIR] [--create] -- CMD [ARG]...
 
 Run CMD in the home that (T, P, U) resolves to, as the home's owner (never root; no
 supplementary groups, no new privileges, no capabilities; oom_score_adj and rlimits from the
@@ -57,6 +57,8 @@ Options:
   --user U            the requesting user, for user-scoped homes
   --env NAME=VALUE    add or override a variable (repeatable)
   --cwd DIR           working directory inside the home (relative to it, or absolute under it)
+  --create            make the home when it does not exist, as the platform's resolve does;
+                      without it a missing home is refused (exit 125) with the nearest names
 
 The home is resolved over the platform socket: --socket, else $HOMESFS_PLATFORM_SOCKET, else
 "platformSocket" in the daemon's configuration (--config FILE, else $HOMESFS_CONFIG, else
@@ -106,6 +108,7 @@ export async function execCli(args: string[], globals: Globals, env: NodeJS.Proc
         user: { type: 'string' },
         env: { type: 'string', multiple: true },
         cwd: { type: 'string' },
+        create: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -142,6 +145,8 @@ export async function execCli(args: string[], globals: Globals, env: NodeJS.Proc
       tenant: values.tenant,
       project: values.project,
       ...(typeof values.user === 'string' ? { user: values.user } : {}),
+      // An admin's typo must not make a home (and spend an owner uid for good): only --create does.
+      create: values.create === true,
       socket,
       ...(globals.timeoutMs !== undefined ? { timeoutMs: globals.timeoutMs } : {}),
       argv,

@@ -1,6 +1,5 @@
-import { mkdir } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { ConfigError, DEMO_DEFAULTS, loadConfig, reloadConfig, stateFileOf, type LoadedConfig } from '../config/load.js';
+import { ConfigError, DEMO_DEFAULTS, DEMO_HOMES, loadConfig, reloadConfig, stateFileOf, type LoadedConfig } from '../config/load.js';
 import { DaemonError, startDaemon } from '../daemon.js';
 import { createRootLogger } from '../log.js';
 import { configOwners, existingOwnerProblems } from '../scope/owner-check.js';
@@ -33,7 +32,7 @@ running daemon serves on).
   backing ${DEMO_DEFAULTS.backing}
   mount   ${DEMO_DEFAULTS.mount}
   socket  ${DEMO_DEFAULTS.socket}
-with a tenant "demo" and homes "_tenant" and "hello".`;
+with a tenant "demo" and homes "_tenant" and "hello" (created with owners from the pool).`;
 
 const NO_CONFIG = `no configuration given; homesfs will not guess where to serve.
   the demo:       homesfs serve --demo        (from a checkout: ./scripts/demo.sh)
@@ -111,14 +110,11 @@ async function main(): Promise<void> {
   // Created files get exactly the mode the policy computed, not mode & ~umask.
   process.umask(0);
 
-  if (values.demo && config.backing === DEMO_DEFAULTS.backing) {
-    for (const home of ['demo/_tenant', 'demo/hello']) await mkdir(`${config.backing}/${home}`, { recursive: true, mode: 0o700 });
-  }
-
   let daemon;
   try {
     daemon = await startDaemon(loaded, log, readConfig, {
       takeover: values.takeover === true,
+      ...(values.demo ? { ensureHomes: DEMO_HOMES } : {}),
       // From the main process, before the successor hears that this one is gone (takeover.ts):
       // systemd must know the new main process first, or the unit counts as stopped when this
       // process exits, and the successor's notifications (READY=1, its fd store entries) are

@@ -59,6 +59,8 @@ export const DEMO_DEFAULTS = {
   socket: '/run/homesfs-demo/admin.sock',
   platformSocket: '/run/homesfs-demo-platform/platform.sock',
 } as const;
+/** The demo's homes, made at start (owners from the pool) when missing. */
+export const DEMO_HOMES = ['demo/_tenant', 'demo/hello'] as const;
 
 export { DAEMON_DIR };
 

@@ -99,7 +99,8 @@ export const SettingsSetArgs = z
   })
   .refine(notBoth, NOT_BOTH);
 export const RescanArgs = z.strictObject({ home: HomeRef });
-export const ResolveArgs = z.strictObject({ tenant: Name, project: Name, user: Name.optional() });
+/** create: false answers NOT_FOUND (with the nearest names) for a missing home instead of making it; default true */
+export const ResolveArgs = z.strictObject({ tenant: Name, project: Name, user: Name.optional(), create: z.boolean().optional() });
 export const RenameArgs = z.strictObject({ tenant: Name, from: Name, to: Name, force: z.boolean().optional() });
 export const DeleteProjectArgs = z.strictObject({ tenant: Name, project: Name, force: z.boolean().optional() });
 export const TenantUsageArgs = z.strictObject({ tenant: Name });

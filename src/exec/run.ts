@@ -75,6 +75,8 @@ export interface ResolveHomeOptions {
   tenant: string;
   project: string;
   user?: string;
+  /** false: a missing home is refused (NOT_FOUND, with the nearest names in details.nearest), not made; default true */
+  create?: boolean;
   /** default: the platform socket, /run/homesfs-platform/platform.sock */
   socket?: string;
   timeoutMs?: number;
@@ -82,11 +84,11 @@ export interface ResolveHomeOptions {
 
 /**
  * Ask the daemon for the HOME and owner of (tenant, project, user?), as the
- * platform does: the home is created if missing. Rejects with ResolveError
+ * platform does: the home is created if missing (unless `create` is false). Rejects with ResolveError
  * (the daemon's code and message) or ControlClientError (no usable answer).
  */
 export async function resolveHome(opts: ResolveHomeOptions): Promise<ResolvedHome> {
-  const args = { tenant: opts.tenant, project: opts.project, ...(opts.user !== undefined ? { user: opts.user } : {}) };
+  const args = { tenant: opts.tenant, project: opts.project, ...(opts.user !== undefined ? { user: opts.user } : {}), ...(opts.create !== undefined ? { create: opts.create } : {}) };
   const reply = await controlRequest(opts.socket ?? DEFAULT_PLATFORM_SOCKET, { cmd: 'resolve', args }, { timeoutMs: opts.timeoutMs ?? 10_000 });
   if (!reply.ok) throw new ResolveError(reply.code, reply.message, reply.details);
   const home = resolvedFromReply(reply.data);
@@ -359,7 +361,7 @@ export async function execInHome(opts: ExecInHomeOptions): Promise<ExecInHome> {
   let home = opts.resolved;
   if (home === undefined) {
     if (opts.tenant === undefined || opts.project === undefined) throw new HomesError('INVALID_ARGUMENT', 'tenant and project are required');
-    home = await resolveHome({ tenant: opts.tenant, project: opts.project, ...(opts.user !== undefined ? { user: opts.user } : {}), ...(opts.socket !== undefined ? { socket: opts.socket } : {}), ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}) });
+    home = await resolveHome({ tenant: opts.tenant, project: opts.project, ...(opts.user !== undefined ? { user: opts.user } : {}), ...(opts.create !== undefined ? { create: opts.create } : {}), ...(opts.socket !== undefined ? { socket: opts.socket } : {}), ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}) });
   }
   const cwd = cwdInHome(home.home, opts.cwd);
   const callerEnv = opts.callerEnv ?? process.env;

@@ -11,7 +11,9 @@ import { ABI } from '../abi.js';
 import type { Profile } from '../policy/profiles.js';
 import type { Caller, FileHandle, HomeState } from './state.js';
 
-export type TimeSpec = 'now' | 'omit' | { sec: number; nsec: number };
+import type { TimeSpec } from '../addon-raw.js';
+
+export type { TimeSpec };
 
 /** Nanosecond-exact utimensat(AT_SYMLINK_NOFOLLOW), provided by the addon (calls.c). */
 export type Utimensat = (path: string, atime: TimeSpec, mtime: TimeSpec) => Promise<void>;

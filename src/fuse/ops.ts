@@ -21,7 +21,7 @@ import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
 import { RefusalLimiter } from '../policy/ratelimit.js';
 import type { SelfCheck } from './selfcheck.js';
-import { openBits, statfsWords, statWords, type StatLike } from './session.js';
+import { openBits, statfsWords, statWords, type StatLike } from './marshal.js';
 
 const E = osConstants.errno;
 

@@ -9,6 +9,7 @@ import { HomesError } from '../errors.js';
 import { measureTree, repairTree } from '../fs/scan.js';
 import type { OpenInode } from '../fs/state.js';
 import { checkSegment, keyFor } from '../paths/names.js';
+import { nearestNames } from '../paths/nearest.js';
 import { homeId, type HomeRef } from '../paths/parse.js';
 import { isOrphan, resolveScope } from '../scope/resolve.js';
 import { ownerUserName } from '../users/names.js';
@@ -85,7 +86,12 @@ export class HomeLifecycle extends HomeConcern {
     return owner;
   }
 
-  async resolve(args: { tenant: string; project: string; user?: string }): Promise<ResolveResult> {
+  /**
+   * The home (tenant, project, user?) resolves to, made when missing unless
+   * `create` is false (an admin's `homesctl exec`, where a mistyped name must
+   * not make a home): then NOT_FOUND, with the nearest existing names.
+   */
+  async resolve(args: { tenant: string; project: string; user?: string; create?: boolean }): Promise<ResolveResult> {
     checkSegment('tenant', args.tenant);
     const r = resolveScope(this.state.state.settings[args.tenant], args);
     if (r.warning) this.log.warn({ tenant: args.tenant, project: args.project, user: args.user, reason: r.warning }, 'home-scope setting unusable: project scope');
@@ -93,6 +99,7 @@ export class HomeLifecycle extends HomeConcern {
     this.core.checkNotForwarded(ref);
     let created = false;
     if (!(await this.ctx.store.homeExists(ref))) {
+      if (args.create === false) await this.notFoundNear(ref);
       try {
         await this.createHome(ref, {});
         created = true;
@@ -113,6 +120,13 @@ export class HomeLifecycle extends HomeConcern {
       userName: ownerUserName(ref.tenant, ref.key),
       exec: this.config.exec,
     };
+  }
+
+  private async notFoundNear(ref: HomeRef): Promise<never> {
+    const all = await this.ctx.store.listAllHomes().catch(() => [] as HomeRef[]);
+    const nearest = nearestNames(homeId(ref), all.map(homeId));
+    const hint = nearest.length > 0 ? `; did you mean ${nearest.join(' or ')}?` : '';
+    throw new HomesError('NOT_FOUND', `home ${homeId(ref)} does not exist (not created: create it with homesctl create, or resolve with create)${hint}`, { home: homeId(ref), nearest });
   }
 
   /**

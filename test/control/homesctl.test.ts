@@ -996,7 +996,7 @@ describe('homesctl finds its sockets in the daemon configuration', () => {
     calls.length = 0;
     const e = await homesctl(['--config', cfg, 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true']);
     // the canned home does not exist here: what matters is that the platform socket answered
-    expect(calls[0]).toEqual({ method: 'resolve', args: [{ tenant: 'acme', project: 'web' }] });
+    expect(calls[0]).toEqual({ method: 'resolve', args: [{ tenant: 'acme', project: 'web', create: false }] });
     expect(e.stderr).not.toMatch(/cannot connect/);
     const none = await homesctl(['exec', '--tenant', 'acme', '--project', 'web', '--', 'true']);
     expect(none.code).toBe(125);

@@ -78,7 +78,7 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
   let platform: string;
   let pkgDir: string;
   const exec = (project: string, rest: string[], opts: Parameters<typeof ctl>[1] = {}) =>
-    ctl(['--socket', platform, 'exec', '--tenant', 'acme', '--project', project, ...rest], opts);
+    ctl(['--socket', platform, 'exec', '--tenant', 'acme', '--project', project, '--create', ...rest], opts);
   const usage = async (home: string) => {
     const r = await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'usage', home]);
     expect(r.code, r.stderr).toBe(0);
@@ -314,6 +314,19 @@ describe.skipIf(!canMount)('homesctl exec: a sealed command in a home, as its ow
     // not root: refused before anything runs
     const asNobody = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, HOMESCTL, '--socket', platform, 'exec', '--tenant', 'acme', '--project', 'web', '--', 'true'], { encoding: 'utf8', env: callerEnv() });
     expect([asNobody.status, /needs root/.test(asNobody.stderr)]).toEqual([125, true]);
+  });
+
+  it('a mistyped project makes no home: NOT_FOUND with the nearest names, exit 125; --create makes it', async () => {
+    await exec('frontend', ['--', 'true']);
+    const before = (await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'list'])).stdout;
+    const typo = await ctl(['--socket', platform, 'exec', '--tenant', 'acme', '--project', 'frontedn', '--', 'true']);
+    expect(typo.code).toBe(125);
+    expect(typo.stderr).toMatch(/NOT_FOUND: home acme\/frontedn does not exist/);
+    expect(typo.stderr).toMatch(/did you mean acme\/frontend\?/);
+    expect((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'list'])).stdout).toBe(before);
+    expect(existsSync(join(d.backing, 'acme', 'frontedn'))).toBe(false);
+    const made = await exec('frontedn', ['--', 'sh', '-c', 'pwd']);
+    expect([made.code, made.stdout.trim()]).toEqual([0, d.home('acme', 'frontedn')]);
   });
 
   it('a command does not outlive a homesctl killed with SIGKILL (parent-death signal)', async () => {

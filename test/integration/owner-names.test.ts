@@ -21,7 +21,7 @@ describe.skipIf(!canMount)('owner names for NSS (systemd userdb drop-ins)', () =
   let d: RunningDaemon;
   const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, ...args]);
   const exec = (project: string, ...cmd: string[]) =>
-    runAsync(...withUserDb(d.userdb, process.execPath, [HOMESCTL, '--socket', join(d.dir, 'platform', 'platform.sock'), 'exec', '--tenant', TENANT, '--project', project, '--', ...cmd]), {
+    runAsync(...withUserDb(d.userdb, process.execPath, [HOMESCTL, '--socket', join(d.dir, 'platform', 'platform.sock'), 'exec', '--tenant', TENANT, '--project', project, '--create', '--', ...cmd]), {
       env: { PATH: SYSTEM_PATH },
     });
   /** getent where the daemon's directory is /run/userdb */

@@ -74,20 +74,23 @@ export const NAME_COMMANDS: Pick<CommandTable, 'settings-get' | 'settings-set' |
   },
   resolve: {
     summary: 'The HOME and owner for a tenant, project and user (creates the home)',
-    synopsis: '--tenant T --project P [--user L]',
+    synopsis: '--tenant T --project P [--user L] [--existing]',
     description:
-      'Answers the home-scope in force, the home key, the HOME path under the mount and the owner uid:gid agent processes run as; creates the home if it does not exist. ' +
+      'Answers the home-scope in force, the home key, the HOME path under the mount and the owner uid:gid agent processes run as; creates the home if it does not exist ' +
+      '(with --existing: NOT_FOUND naming the nearest existing homes instead). ' +
       "A renamed home's old name answers RENAMED with the new name (never a fresh home) until release-name. Served on the admin and the platform socket.",
-    options: TARGET_OPTS,
+    options: { ...TARGET_OPTS, existing: { type: 'boolean' } },
     optionHelp: [
       ['--tenant T', 'the tenant (required)'],
       ['--project P', 'the project (required)'],
       ['--user L', 'the requesting user, for user-scoped homes'],
+      ['--existing', 'never create: a missing home is NOT_FOUND, with the nearest names'],
     ],
     positionals: { min: 0, max: 0 },
     args: (v) => {
       const a: ArgsOf<'resolve'> = { tenant: requiredOpt(v, 'tenant', 'resolve'), project: requiredOpt(v, 'project', 'resolve') };
       if (typeof v.user === 'string') a.user = v.user;
+      if (v.existing === true) a.create = false;
       return a;
     },
     human: (data) => {
