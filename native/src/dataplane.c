@@ -103,7 +103,7 @@ int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) 
   if (e == NULL) return 0;
 
   int answered = 0;
-  if (offset >= 0 && (uint64_t) offset + (uint64_t) len <= DP_MAX_OFFSET && len <= INT32_MAX) {
+  if (offset >= 0 && (uint64_t) offset + (uint64_t) len <= HOMESFS_MAX_SAFE_INTEGER && len <= INT32_MAX) {
     // As JavaScript does: a short read is not EOF by itself; keep going until it is.
     size_t done = 0;
     answered = 1;

@@ -223,7 +223,7 @@ export async function statfs(ctx: FsContext, path: string): Promise<StatFs> {
   let availBytes = disk.bavail * disk.bsize;
   let files = disk.files;
   let ffree = disk.ffree;
-  let namemax = 255;
+  let namemax: number = NAME_MAX_BYTES;
   if (vp.kind === 'home') {
     const hs = await ctx.home(vp.home);
     const room = hs.ledger.room();

@@ -1,6 +1,7 @@
 import type { BigIntStats } from 'node:fs';
 import { slowToFreeFd } from '../backing/freeing.js';
 import * as sys from '../backing/sys.js';
+import { ABI } from '../abi.js';
 import { HomesError } from '../errors.js';
 import { isStatusPath } from '../paths/reserved.js';
 import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, planFallocate } from '../policy/fallocate.js';
@@ -295,8 +296,9 @@ async function createIn(
 /**
  * Offsets reach JavaScript as doubles: past 2^53 they are no longer exact, so
  * a file may never grow there (EFBIG) and nothing can be read there (EOF).
+ * The binding's fast write and native read stop at the same bound (abi.h).
  */
-const MAX_OFFSET = Number.MAX_SAFE_INTEGER;
+const MAX_OFFSET = ABI.MAX_SAFE_INTEGER;
 
 function checkEnd(end: number): void {
   if (!(end <= MAX_OFFSET)) throw new HomesError('FILE_TOO_LARGE', `offset ${end} is beyond what homesfs can address (2^53 - 1)`);

@@ -7,9 +7,9 @@ import type { Removing } from './inodes.js';
 
 /**
  * Files unlinked while open. The session (native/src/session/ops_names.c)
- * does not let the last name of an open file go: it renames the file to
- * `.fuse_hidden<16 hex digits>` in the same directory, then builds the path of
- * every later request on that node (fstat, fchmod, fchown, and after a crash
+ * does not let the last name of an open file go: it renames the file to a
+ * hidden name (abi.h: HIDDEN_PREFIX, then HIDDEN_DIGITS hex digits) at its
+ * home's root, then builds the path of every later request on that node (fstat, fchmod, fchown, and after a crash
  * the reopen of a dead handle) from the hidden name, and unlinks the hidden
  * name after the last release.
  *

@@ -31,7 +31,7 @@ const cache = new WeakMap<Profile, PresentationMasks>();
 export function presentationMasks(profile: Profile): PresentationMasks {
   const hit = cache.get(profile);
   if (hit) return hit;
-  const masks = new Uint32Array(32);
+  const masks = new Uint32Array(2 * ABI.MODE_TYPES);
   let types = 0;
   for (const t of TYPES) {
     const type = t << 12;
@@ -45,7 +45,7 @@ export function presentationMasks(profile: Profile): PresentationMasks {
     if (!ok) continue;
     types |= 1 << t;
     masks[t] = keep;
-    masks[16 + t] = or;
+    masks[ABI.MODE_TYPES + t] = or;
   }
   const out = { types, masks };
   cache.set(profile, out);
