@@ -104,7 +104,7 @@ async function withNode<T>(
   name: string,
   fn: (nodeFd: number, st: BigIntStats, dirFd: number) => Promise<T>,
 ): Promise<T> {
-  // A hidden name the directory lacks is the home's orphan (after a crash: hidden.ts).
+  // A hidden name the home's root lacks is the home's orphan (after a crash: hidden.ts withEntry).
   return withEntry(ctx, hs, dir, name, async (dirFd, entry) => {
     const fd = await ctx.store.openNodeAt(entry);
     try {

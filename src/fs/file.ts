@@ -12,7 +12,6 @@ import type { OpenSlot } from '../policy/openfiles.js';
 import type { FsContext } from './context.js';
 import { homeNodeAttr } from './present.js';
 import { withEntry } from './hidden.js';
-import { isHiddenName } from '../paths/hidden-names.js';
 import type { Caller, FileHandle, HomeState, OpenInode } from './state.js';
 import { statusText } from './status.js';
 
@@ -197,8 +196,9 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
       }
     }
     res = attach(ctx, hs, fd, st, flags, vp.rel, slot);
-    // A hidden node reopened after a crash: its later requests by path (fstat, fchmod) are answered from its handles again.
-    if (reopen && isHiddenName(vp.name) && !ctx.hidden.has(reopen.path)) ctx.hidden.set(reopen.path, { inode: ctx.handles.get(res.fh).inode, home: hs });
+    // A hidden node reopened after a crash (what reached it is its orphan, not the name's form: a user's
+    // file of that form is the user's): its later requests by path (fstat, fchmod) are answered from its handles again.
+    if (reopen && orphan && !ctx.hidden.has(reopen.path)) ctx.hidden.set(reopen.path, { inode: ctx.handles.get(res.fh).inode, home: hs });
   } catch (err) {
     await sys.close(fd).catch(() => undefined);
     slot.release();

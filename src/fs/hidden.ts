@@ -107,13 +107,16 @@ export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number
 
 /**
  * Where a path of the home whose last component is `name` lies: the
- * directory's own entry, or, for a hidden name that the directory does not
- * have, the home's orphan of that name (after a crash, the session's requests
- * on a hidden node come by path: the dead daemon's map of them is gone).
+ * directory's own entry, or, for a hidden name at the home's root that the
+ * root does not have, the home's orphan of that name (after a crash, the
+ * session's requests on a hidden node come by path: the dead daemon's map of
+ * them is gone). Only at the root, where the session puts every hidden name:
+ * elsewhere such a name is only ever a user's, and a user's absent name never
+ * reaches an unlinked file.
  * `fn` gets the directory's descriptor and the entry's path below it.
  */
 export async function withEntry<T>(ctx: HiddenHost, hs: HomeState, dir: readonly string[], name: string, fn: (dirFd: number, entry: string | Buffer) => Promise<T>): Promise<T> {
-  if (isHiddenName(name)) {
+  if (dir.length === 0 && isHiddenName(name)) {
     const here = await ctx.store.withDir(hs.backing, dir, (dirFd) => sys.lstat(sys.fdPath(dirFd, name)).then(() => true, (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err))));
     if (!here) return ctx.store.withDir(hs.backing, [], (rootFd) => fn(rootFd, sys.fdPathRaw(rootFd, orphanName(name))));
   }
