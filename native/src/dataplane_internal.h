@@ -21,10 +21,6 @@
 
 #pragma GCC visibility push(hidden)
 
-// JavaScript sees offsets as doubles: beyond abi.h's MAX_SAFE_INTEGER its
-// read answers 0 (src/fs/file.ts MAX_OFFSET). Such reads go to JavaScript,
-// which decides.
-
 typedef struct dp_entry {
   struct dp_entry *next;
   uint64_t fh;
