@@ -16,7 +16,7 @@ const TYPES = [0o01, 0o02, 0o04, 0o06, 0o10, 0o12, 0o14] as const;
 export interface PresentationMasks {
   /** bit t: type t (mode >> 12) is presented as type | (perms & keep[t]) | or[t] */
   types: number;
-  /** keep[0..15] then or[0..15] */
+  /** keep[ABI.MODE_TYPES] then or[ABI.MODE_TYPES] */
   masks: Uint32Array;
 }
 
