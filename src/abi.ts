@@ -1,12 +1,12 @@
 /**
- * The numbers the native addon and this code must agree on, as native/src/abi.h
- * defines them (test/unit/abi.test.ts compares the two files name by name).
+ * The numbers and strings the native addon and this code must agree on, as
+ * native/src/abi.h defines them (test/unit/abi.test.ts compares the two files name by name).
  * The addon exports its own copy as `ABI`; the daemon refuses to start on an
  * addon whose copy differs (an older or newer build): a stale build must not
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 12,
+  VERSION: 13,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -71,6 +71,10 @@ export const ABI = {
   INVAL_TREE: 1,
   INVAL_ENTRY: 2,
   HIDDEN_DIGITS: 16,
+  MODE_TYPES: 16,
+  NAME_MAX: 255,
+  MAX_SAFE_INTEGER: 9007199254740991,
+  HIDDEN_PREFIX: '.fuse_hidden',
 } as const;
 
 export type AbiName = keyof typeof ABI;

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 12
+#define HOMESFS_ABI_VERSION 13
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -92,17 +92,35 @@
   X(INVAL_PATH, 0)            /* the name, its node's and its directory's attributes */ \
   X(INVAL_TREE, 1)            /* the attributes of every node at or below the path */ \
   X(INVAL_ENTRY, 2)           /* the name and its directory's attributes */ \
-  /* Hidden names: HOMESFS_HIDDEN_PREFIX, then this many lowercase hex     */ \
-  /* digits (session/nodes.c makes them, src/fs/hidden.ts knows them).     */ \
-  X(HIDDEN_DIGITS, 16)
+  /* Hidden names: HIDDEN_PREFIX (below), then this many lowercase hex     */ \
+  /* digits (session/nodes.c makes them, src/paths/hidden-names.ts knows    */ \
+  /* them).                                                                 */ \
+  X(HIDDEN_DIGITS, 16) \
+  /* File types (mode >> 12) a presentation-mask array covers: keep[this], */ \
+  /* then or[this], uint32 each (fastPath.setHome and setHandle; the bit of */ \
+  /* each type that has the masks' form in `types`).                       */ \
+  X(MODE_TYPES, 16) \
+  /* The longest name component, in bytes (Linux NAME_MAX): no profile's   */ \
+  /* maxNameBytes exceeds it, and no longer name is served.                */ \
+  X(NAME_MAX, 255) \
+  /* 2^53 - 1, the largest integer a JavaScript number holds exactly         */ \
+  /* (Number.MAX_SAFE_INTEGER): offsets, sizes and ids beyond it are never  */ \
+  /* handed to or taken from JavaScript. The one value wider than 32 bits.  */ \
+  X(MAX_SAFE_INTEGER, 9007199254740991)
 
-// The prefix of the names a file unlinked while open is hidden under (the
-// string half of HIDDEN_DIGITS; test/unit/abi.test.ts holds src/fs/hidden.ts
-// to it).
-#define HOMESFS_HIDDEN_PREFIX ".fuse_hidden"
+// X(name, "value"): the shared strings.
+#define HOMESFS_ABI_STRINGS(X) \
+  /* The prefix of the names a file unlinked while open is hidden under.   */ \
+  X(HIDDEN_PREFIX, ".fuse_hidden")
 
+// An anonymous enum: GNU C gives MAX_SAFE_INTEGER's enumerator a 64-bit type.
 #define HOMESFS_ABI_ENUM(name, value) HOMESFS_##name = (value),
 enum { HOMESFS_ABI_CONSTANTS(HOMESFS_ABI_ENUM) };
 #undef HOMESFS_ABI_ENUM
+// Arrays, not macros, so that every user spells the one value; sizeof - 1 is
+// the length. (GCC does not warn about unused ones defined in a header.)
+#define HOMESFS_ABI_STRING(name, value) static const char HOMESFS_##name[] = value;
+HOMESFS_ABI_STRINGS(HOMESFS_ABI_STRING)
+#undef HOMESFS_ABI_STRING
 
 #endif

@@ -14,18 +14,24 @@
 #include "session/sdstore.h"
 #include "session/session.h"
 
-// ABI: { VERSION, and every constant of abi.h }, for the daemon to compare
+// ABI: { VERSION, and every constant and string of abi.h }, for the daemon to compare
 // with its own copy before it trusts anything else of this addon.
 static void export_abi (napi_env env, napi_value exports) {
   napi_value abi, v;
   napi_create_object(env, &abi);
   napi_create_uint32(env, HOMESFS_ABI_VERSION, &v);
   napi_set_named_property(env, abi, "VERSION", v);
+  // Doubles: every value is exact in one (MAX_SAFE_INTEGER is the widest).
 #define HOMESFS_ABI_SET(name, value) \
-  napi_create_uint32(env, (value), &v); \
+  napi_create_double(env, (double) (value), &v); \
   napi_set_named_property(env, abi, #name, v);
   HOMESFS_ABI_CONSTANTS(HOMESFS_ABI_SET)
 #undef HOMESFS_ABI_SET
+#define HOMESFS_ABI_SET_STRING(name, value) \
+  napi_create_string_utf8(env, HOMESFS_##name, sizeof(HOMESFS_##name) - 1, &v); \
+  napi_set_named_property(env, abi, #name, v);
+  HOMESFS_ABI_STRINGS(HOMESFS_ABI_SET_STRING)
+#undef HOMESFS_ABI_SET_STRING
   napi_set_named_property(env, exports, "ABI", abi);
 }
 

@@ -103,7 +103,9 @@ int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) 
   if (e == NULL) return 0;
 
   int answered = 0;
-  if (offset >= 0 && (uint64_t) offset + (uint64_t) len <= DP_MAX_OFFSET && len <= INT32_MAX) {
+  // JavaScript sees offsets as doubles: beyond MAX_SAFE_INTEGER its read
+  // answers 0 (src/fs/file.ts MAX_OFFSET). Such reads go to it, which decides.
+  if (offset >= 0 && (uint64_t) offset + (uint64_t) len <= HOMESFS_MAX_SAFE_INTEGER && len <= INT32_MAX) {
     // As JavaScript does: a short read is not EOF by itself; keep going until it is.
     size_t done = 0;
     answered = 1;

@@ -16,13 +16,10 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <node_api.h>
+#include "abi.h"
 #include "fastpath.h"
 
 #pragma GCC visibility push(hidden)
-
-// JavaScript sees offsets as doubles: beyond 2^53 - 1 its read answers 0
-// (src/fs/file.ts MAX_OFFSET). Such reads go to JavaScript, which decides.
-#define DP_MAX_OFFSET 9007199254740991ULL
 
 typedef struct dp_entry {
   struct dp_entry *next;

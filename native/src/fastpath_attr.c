@@ -204,7 +204,7 @@ static void fp_fill_batch (char *dents, long got, int dfd, uint64_t dev, int who
       out.st_mode = S_IFDIR;
     } else {
       size_t len = strlen(nm);
-      if (len > 255 || !name_ok((const unsigned char *) nm, len)) continue;
+      if (len > HOMESFS_NAME_MAX || !name_ok((const unsigned char *) nm, len)) continue;
       struct stat st;
       if (fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // vanished meanwhile
       if ((uint64_t) st.st_dev != dev) continue;                       // a mount point: never served

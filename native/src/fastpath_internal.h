@@ -210,8 +210,8 @@ typedef struct fp_home {
   int owner_from_stat;
   uint32_t max_name;
   uint32_t types;       // bit t: masks published for type index t (mode >> 12)
-  uint32_t keep[16];
-  uint32_t or[16];
+  uint32_t keep[HOMESFS_MODE_TYPES];
+  uint32_t or[HOMESFS_MODE_TYPES];
   double token;
   fp_home_pol_t pol;    // under fp_lock
   uint32_t epoch;       // under fp_lock: which of ops a new pin counts in
@@ -268,8 +268,8 @@ typedef struct fp_handle {
   uint32_t gid;
   int owner_from_stat;
   uint32_t types;
-  uint32_t keep[16];
-  uint32_t or[16];
+  uint32_t keep[HOMESFS_MODE_TYPES];
+  uint32_t or[HOMESFS_MODE_TYPES];
   uint32_t users;       // atomic: fgetattrs using fd now (the last one's decrement under fp_drain_lock)
   int retiring;         // under fp_drain_lock: out of the table, its retirer waiting for users to reach 0
 } fp_handle_t;

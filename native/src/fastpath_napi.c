@@ -30,7 +30,7 @@ int fp_u64 (napi_env env, napi_value v, uint64_t *out) {
   if (t == napi_number) {
     double d;
     napi_get_value_double(env, v, &d);
-    if (!(d >= 0) || d > 9007199254740991.0 || (double) (uint64_t) d != d) return 0;
+    if (!(d >= 0) || d > (double) HOMESFS_MAX_SAFE_INTEGER || (double) (uint64_t) d != d) return 0;
     *out = (uint64_t) d;
     return 1;
   }

@@ -296,10 +296,11 @@ napi_value fp_set_open (napi_env env, napi_callback_info info) {
   size_t plen = 0;
   double token = -1;
   uint32_t flags = 0;
-  const char *usage = "fastpath_set_open: (prefix, token, flags 0..15)";
+  const char *usage = "fastpath_set_open: (prefix, token, OPEN_* flags)";
+  const uint32_t known = HOMESFS_OPEN_ON | HOMESFS_OPEN_DP_READ | HOMESFS_OPEN_DIRECT_IO | HOMESFS_OPEN_DP_WRITE;
   char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
   if (prefix == NULL) return NULL;
-  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0) { free(prefix); FP_THROW(usage); }
+  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~known) != 0) { free(prefix); FP_THROW(usage); }
   int set = fp_home_set_open(prefix, plen, token, flags);
   free(prefix);
   return fp_bool(env, set != 0);

@@ -137,10 +137,12 @@ napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
   size_t plen = 0;
   double token = -1;
   uint32_t flags = 0, m = 0, k = 0;
-  const char *usage = "fastpath_set_attr_ops: (prefix, token, flags 0..15 (not both chown kinds), chmodM, chmodK)";
+  const char *usage = "fastpath_set_attr_ops: (prefix, token, ATTR_* flags (not both chown kinds), chmodM, chmodK)";
+  const uint32_t chowns = HOMESFS_ATTR_CHOWN_OWNER | HOMESFS_ATTR_CHOWN_ALLOW;
+  const uint32_t known = HOMESFS_ATTR_UTIMENS | HOMESFS_ATTR_CHMOD | chowns;
   char *prefix = fp_prefix_token(env, info, 5, argv, &plen, &token, usage);
   if (prefix == NULL) return NULL;
-  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0 || (flags & 12u) == 12u ||
+  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~known) != 0 || (flags & chowns) == chowns ||
       napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
       napi_get_value_uint32(env, argv[4], &k) != napi_ok || (k & ~07777u) != 0) {
     free(prefix);

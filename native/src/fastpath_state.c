@@ -271,7 +271,7 @@ napi_value fp_set_home (napi_env env, napi_callback_info info) {
       napi_get_value_bool(env, argv[5], &from_stat) != napi_ok ||
       napi_get_value_uint32(env, argv[6], &max_name) != napi_ok ||
       napi_get_value_uint32(env, argv[7], &types) != napi_ok ||
-      napi_get_typedarray_info(env, argv[8], &tt, &len, &data, &ab, &off) != napi_ok || tt != napi_uint32_array || len < 32 ||
+      napi_get_typedarray_info(env, argv[8], &tt, &len, &data, &ab, &off) != napi_ok || tt != napi_uint32_array || len < 2 * HOMESFS_MODE_TYPES ||
       napi_get_value_double(env, argv[9], &token) != napi_ok || !(token >= 0)) {
     free(prefix);
     FP_THROW("fastpath_set_home: bad arguments");
@@ -289,9 +289,9 @@ napi_value fp_set_home (napi_env env, napi_callback_info info) {
   e->uid = uid;
   e->gid = gid;
   e->owner_from_stat = from_stat ? 1 : 0;
-  e->max_name = max_name > 255 ? 255 : max_name;
-  e->types = types & 0xffff;
-  for (int i = 0; i < 16; i++) { e->keep[i] = m[i] & 07777; e->or[i] = m[16 + i] & 07777; }
+  e->max_name = max_name > HOMESFS_NAME_MAX ? HOMESFS_NAME_MAX : max_name;
+  e->types = types & ((1u << HOMESFS_MODE_TYPES) - 1);
+  for (int i = 0; i < HOMESFS_MODE_TYPES; i++) { e->keep[i] = m[i] & 07777; e->or[i] = m[HOMESFS_MODE_TYPES + i] & 07777; }
   e->token = token;
   fp_home_publish(e);
   return NULL;
@@ -352,7 +352,7 @@ napi_value fp_inode_size (napi_env env, napi_callback_info info) {
   double size = -1;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 ||
       !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino) ||
-      napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > 9007199254740991.0) {
+      napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > (double) HOMESFS_MAX_SAFE_INTEGER) {
     FP_THROW("fastpath_inode_size: (dev, ino, size >= 0)");
   }
   uint64_t bits;
@@ -490,7 +490,7 @@ napi_value fp_set_handle (napi_env env, napi_callback_info info) {
       napi_get_value_uint32(env, argv[3], &gid) != napi_ok ||
       napi_get_value_bool(env, argv[4], &from_stat) != napi_ok ||
       napi_get_value_uint32(env, argv[5], &types) != napi_ok ||
-      napi_get_typedarray_info(env, argv[6], &tt, &len, &data, &ab, &off) != napi_ok || tt != napi_uint32_array || len < 32) {
+      napi_get_typedarray_info(env, argv[6], &tt, &len, &data, &ab, &off) != napi_ok || tt != napi_uint32_array || len < 2 * HOMESFS_MODE_TYPES) {
     FP_THROW("fastpath_set_handle: bad arguments");
   }
   fp_handle_t *e = calloc(1, sizeof(*e));
@@ -501,8 +501,8 @@ napi_value fp_set_handle (napi_env env, napi_callback_info info) {
   e->uid = uid;
   e->gid = gid;
   e->owner_from_stat = from_stat ? 1 : 0;
-  e->types = types & 0xffff;
-  for (int i = 0; i < 16; i++) { e->keep[i] = m[i] & 07777; e->or[i] = m[16 + i] & 07777; }
+  e->types = types & ((1u << HOMESFS_MODE_TYPES) - 1);
+  for (int i = 0; i < HOMESFS_MODE_TYPES; i++) { e->keep[i] = m[i] & 07777; e->or[i] = m[HOMESFS_MODE_TYPES + i] & 07777; }
   fp_handle_publish(e);
   return NULL;
 }

@@ -54,7 +54,7 @@ int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint3
       uint64_t end = start + len;
       uint64_t after = end > before ? end : before;
       uint64_t growth = after - before;
-      int ok = end <= 9007199254740991ULL;
+      int ok = end <= HOMESFS_MAX_SAFE_INTEGER;
       if (ok && growth > 0) {
         int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
         if (maxf > 0 && after > (uint64_t) maxf) ok = 0;
@@ -183,7 +183,7 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
   void *d = NULL;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4 ||
       !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino) ||
-      napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > 9007199254740991.0 ||
+      napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > (double) HOMESFS_MAX_SAFE_INTEGER ||
       napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < HOMESFS_ACCT_LEN) {
     FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
   }

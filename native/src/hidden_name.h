@@ -1,5 +1,5 @@
 // The names a file unlinked while open is hidden under (abi.h:
-// HOMESFS_HIDDEN_PREFIX, then HIDDEN_DIGITS lowercase hex digits), as the
+// HIDDEN_PREFIX, then HIDDEN_DIGITS lowercase hex digits), as the
 // session makes them (session/nodes.c) and src/paths/hidden-names.ts knows
 // them. Pure; any thread.
 #ifndef HOMESFS_HIDDEN_NAME_H

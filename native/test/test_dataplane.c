@@ -108,7 +108,7 @@ TEST(what_javascript_must_decide_falls_back) {
   CHECK_EQ(homesfs_dp_publish_fd(9, fds[0], HOMESFS_DP_READ | 0x80, 1, 0, 0, 0), 1); // unknown flag bits dropped
   CHECK_EQ(dp_find(9)[0]->flags, HOMESFS_DP_READ);
   // offsets JavaScript cannot address (past 2^53 - 1), negative ones, a failed pread
-  CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), (off_t) DP_MAX_OFFSET - 4, &res), 0);
+  CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), (off_t) HOMESFS_MAX_SAFE_INTEGER - 4, &res), 0);
   CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), -1, &res), 0);
   CHECK_EQ(homesfs_dp_unpublish_fd(9), 1);
   int d = open("/", O_RDONLY | O_DIRECTORY);

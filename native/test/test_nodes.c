@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "harness.h"
+#include "hidden_name.h"
 #include "nodes_helpers.h"
 
 // A file or directory of one link; hard links say how many they are (found_n).
@@ -128,6 +129,8 @@ TEST(hidden_names_and_opens) {
   char hidden[64];
   CHECK_EQ(hs_node_hidden_name(d, "f", d, hidden, sizeof(hidden)), 0);
   CHECK(strncmp(hidden, ".fuse_hidden", 12) == 0 && strlen(hidden) == 28);
+  // Made from abi.h's prefix and digit count, as the recogniser reads them.
+  CHECK(hs_is_hidden_name(hidden, strlen(hidden)));
   CHECK_EQ(hs_node_renamed(d, "f", d, hidden), 0);
   hs_node_mark_hidden(fn);
   char *path = NULL;

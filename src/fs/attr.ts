@@ -104,7 +104,7 @@ async function withNode<T>(
   name: string,
   fn: (nodeFd: number, st: BigIntStats, dirFd: number) => Promise<T>,
 ): Promise<T> {
-  // A hidden name the directory lacks is the home's orphan (after a crash: hidden.ts).
+  // A hidden name the home's root lacks is the home's orphan (after a crash: hidden.ts withEntry).
   return withEntry(ctx, hs, dir, name, async (dirFd, entry) => {
     const fd = await ctx.store.openNodeAt(entry);
     try {
@@ -223,7 +223,7 @@ export async function statfs(ctx: FsContext, path: string): Promise<StatFs> {
   let availBytes = disk.bavail * disk.bsize;
   let files = disk.files;
   let ffree = disk.ffree;
-  let namemax = 255;
+  let namemax: number = NAME_MAX_BYTES;
   if (vp.kind === 'home') {
     const hs = await ctx.home(vp.home);
     const room = hs.ledger.room();

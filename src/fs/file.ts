@@ -1,6 +1,7 @@
 import type { BigIntStats } from 'node:fs';
 import { slowToFreeFd } from '../backing/freeing.js';
 import * as sys from '../backing/sys.js';
+import { ABI } from '../abi.js';
 import { HomesError } from '../errors.js';
 import { isStatusPath } from '../paths/reserved.js';
 import { FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, planFallocate } from '../policy/fallocate.js';
@@ -11,7 +12,6 @@ import type { OpenSlot } from '../policy/openfiles.js';
 import type { FsContext } from './context.js';
 import { homeNodeAttr } from './present.js';
 import { withEntry } from './hidden.js';
-import { isHiddenName } from '../paths/hidden-names.js';
 import type { Caller, FileHandle, HomeState, OpenInode } from './state.js';
 import { statusText } from './status.js';
 
@@ -196,8 +196,9 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
       }
     }
     res = attach(ctx, hs, fd, st, flags, vp.rel, slot);
-    // A hidden node reopened after a crash: its later requests by path (fstat, fchmod) are answered from its handles again.
-    if (reopen && isHiddenName(vp.name) && !ctx.hidden.has(reopen.path)) ctx.hidden.set(reopen.path, { inode: ctx.handles.get(res.fh).inode, home: hs });
+    // A hidden node reopened after a crash (what reached it is its orphan, not the name's form: a user's
+    // file of that form is the user's): its later requests by path (fstat, fchmod) are answered from its handles again.
+    if (reopen && orphan && !ctx.hidden.has(reopen.path)) ctx.hidden.set(reopen.path, { inode: ctx.handles.get(res.fh).inode, home: hs });
   } catch (err) {
     await sys.close(fd).catch(() => undefined);
     slot.release();
@@ -295,8 +296,9 @@ async function createIn(
 /**
  * Offsets reach JavaScript as doubles: past 2^53 they are no longer exact, so
  * a file may never grow there (EFBIG) and nothing can be read there (EOF).
+ * The binding's fast write and native read stop at the same bound (abi.h).
  */
-const MAX_OFFSET = Number.MAX_SAFE_INTEGER;
+const MAX_OFFSET = ABI.MAX_SAFE_INTEGER;
 
 function checkEnd(end: number): void {
   if (!(end <= MAX_OFFSET)) throw new HomesError('FILE_TOO_LARGE', `offset ${end} is beyond what homesfs can address (2^53 - 1)`);

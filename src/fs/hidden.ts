@@ -7,9 +7,9 @@ import type { Removing } from './inodes.js';
 
 /**
  * Files unlinked while open. The session (native/src/session/ops_names.c)
- * does not let the last name of an open file go: it renames the file to
- * `.fuse_hidden<16 hex digits>` in the same directory, then builds the path of
- * every later request on that node (fstat, fchmod, fchown, and after a crash
+ * does not let the last name of an open file go: it renames the file to a
+ * hidden name (abi.h: HIDDEN_PREFIX, then HIDDEN_DIGITS hex digits) at its
+ * home's root, then builds the path of every later request on that node (fstat, fchmod, fchown, and after a crash
  * the reopen of a dead handle) from the hidden name, and unlinks the hidden
  * name after the last release.
  *
@@ -107,13 +107,16 @@ export async function hideOpenFile(ctx: HiddenHost, hs: HomeState, dirFd: number
 
 /**
  * Where a path of the home whose last component is `name` lies: the
- * directory's own entry, or, for a hidden name that the directory does not
- * have, the home's orphan of that name (after a crash, the session's requests
- * on a hidden node come by path: the dead daemon's map of them is gone).
+ * directory's own entry, or, for a hidden name at the home's root that the
+ * root does not have, the home's orphan of that name (after a crash, the
+ * session's requests on a hidden node come by path: the dead daemon's map of
+ * them is gone). Only at the root, where the session puts every hidden name:
+ * elsewhere such a name is only ever a user's, and a user's absent name never
+ * reaches an unlinked file.
  * `fn` gets the directory's descriptor and the entry's path below it.
  */
 export async function withEntry<T>(ctx: HiddenHost, hs: HomeState, dir: readonly string[], name: string, fn: (dirFd: number, entry: string | Buffer) => Promise<T>): Promise<T> {
-  if (isHiddenName(name)) {
+  if (dir.length === 0 && isHiddenName(name)) {
     const here = await ctx.store.withDir(hs.backing, dir, (dirFd) => sys.lstat(sys.fdPath(dirFd, name)).then(() => true, (err) => (sys.sysCode(err) === 'ENOENT' ? false : Promise.reject(err))));
     if (!here) return ctx.store.withDir(hs.backing, [], (rootFd) => fn(rootFd, sys.fdPathRaw(rootFd, orphanName(name))));
   }

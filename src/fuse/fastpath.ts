@@ -16,7 +16,7 @@ const TYPES = [0o01, 0o02, 0o04, 0o06, 0o10, 0o12, 0o14] as const;
 export interface PresentationMasks {
   /** bit t: type t (mode >> 12) is presented as type | (perms & keep[t]) | or[t] */
   types: number;
-  /** keep[0..15] then or[0..15] */
+  /** keep[ABI.MODE_TYPES] then or[ABI.MODE_TYPES] */
   masks: Uint32Array;
 }
 
@@ -31,7 +31,7 @@ const cache = new WeakMap<Profile, PresentationMasks>();
 export function presentationMasks(profile: Profile): PresentationMasks {
   const hit = cache.get(profile);
   if (hit) return hit;
-  const masks = new Uint32Array(32);
+  const masks = new Uint32Array(2 * ABI.MODE_TYPES);
   let types = 0;
   for (const t of TYPES) {
     const type = t << 12;
@@ -45,7 +45,7 @@ export function presentationMasks(profile: Profile): PresentationMasks {
     if (!ok) continue;
     types |= 1 << t;
     masks[t] = keep;
-    masks[16 + t] = or;
+    masks[ABI.MODE_TYPES + t] = or;
   }
   const out = { types, masks };
   cache.set(profile, out);

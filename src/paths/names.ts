@@ -1,7 +1,8 @@
+import { ABI } from '../abi.js';
 import { HomesError } from '../errors.js';
 
-/** Linux NAME_MAX: a longer component could never be created on the backing side. */
-export const NAME_MAX_BYTES = 255;
+/** Linux NAME_MAX (native/src/abi.h): a longer component could never be created on the backing side. */
+export const NAME_MAX_BYTES: number = ABI.NAME_MAX;
 
 const fatalUtf8 = new TextDecoder('utf-8', { fatal: true });
 

@@ -10,6 +10,7 @@
  */
 
 import { z } from 'zod';
+import { ABI } from '../abi.js';
 import { byteSizeSchema } from './size.js';
 
 /** Permission bits: rwx for user/group/other. */
@@ -152,8 +153,8 @@ export const ProfileShape = z
     maxDepth: byteCount,
     /** entries in one directory, 0 = off */
     maxEntriesPerDir: byteCount,
-    /** bytes in one name component (the kernel's own cap is 255) */
-    maxNameBytes: z.number().int().min(1).max(255),
+    /** bytes in one name component (at most the kernel's own cap, NAME_MAX) */
+    maxNameBytes: z.number().int().min(1).max(ABI.NAME_MAX),
     /** files open in the home at once (EMFILE beyond), 0 = off */
     maxOpenFiles: OpenFiles.default(DEFAULT_MAX_OPEN_FILES),
   });
@@ -229,7 +230,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     // walks and lookups cost thousands of levels.
     maxDepth: 128,
     maxEntriesPerDir: 0,
-    maxNameBytes: 255,
+    maxNameBytes: ABI.NAME_MAX,
     // npm, git, make -j and a language server at once stay far below this; a
     // loop that opens without closing stops here, not at the daemon's limit.
     maxOpenFiles: DEFAULT_MAX_OPEN_FILES,
@@ -281,7 +282,7 @@ export const BUILTIN_PROFILES: Readonly<Record<'home' | 'scratch' | 'posix', Rea
     xattrs: 'deny',
     maxDepth: 0,
     maxEntriesPerDir: 0,
-    maxNameBytes: 255,
+    maxNameBytes: ABI.NAME_MAX,
     // trusted uses, but the daemon's descriptors are still shared with every home
     maxOpenFiles: 16384,
   }),

@@ -3,7 +3,7 @@
 // path by path through a daemon with the fast path and through one without,
 // on the same backing, and every field must match.
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -22,6 +22,8 @@ const BASE = OWNERS.from;
 const HOMES: Record<string, string> = { 't/home': 'home', 't/posix': 'posix', 't/scratch': 'scratch', 't/odd': 'odd' };
 /** each home's owner, BASE + 17 and up (an owner belongs to one home), 10 apart: the tree plants files of owner + 1 */
 const OWNER = ownersFrom(BASE + 17, Object.keys(HOMES), 10);
+/** Longer than scratch's maxNameBytes, within NAME_MAX. */
+const LONG_NAME = 'y'.repeat(200);
 const PROFILES = { odd: { ...BUILTIN_PROFILES.home, chmod: 'allow', fileMode: 0o640, dirMode: 'asked', allowUserExec: true } };
 
 function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) => void): void {
@@ -79,8 +81,13 @@ describe.skipIf(!canMount)('native getattr fast path: identical answers with and
       expect(r.stderr).toBe('');
       const m = join(d.mount, h);
       for (const rel of r.stdout.trim().split('\n')) paths.push(join(m, rel));
+      // A name within NAME_MAX but past scratch's maxNameBytes (128), on the backing of every home: refused there, served elsewhere.
+      // Its atime an hour ahead, as the tree's (relatime never moves it: the open pass reads it).
+      const long = join(d.backingOf(...(h.split('/') as [string, string])), LONG_NAME);
+      writeFileSync(long, 'long');
+      utimesSync(long, Date.now() / 1000 + 3600, Date.now() / 1000 - 1);
       // names that do not exist, that only JS knows, or that lead through a file or a symlink
-      for (const rel of ['', 'nope', 'd0/nope', 'f0/x', 'held/x', '.homesfs/status', '.homesfs/nope', 'sl4/x', 'x'.repeat(300), '.fuse_hidden0000000100000002', 'd0/../f1']) {
+      for (const rel of ['', 'nope', 'd0/nope', 'f0/x', 'held/x', '.homesfs/status', '.homesfs/nope', 'sl4/x', 'x'.repeat(300), LONG_NAME, `${LONG_NAME}/x`, '.fuse_hidden0000000100000002', 'd0/../f1']) {
         paths.push(rel === '' ? m : `${m}/${rel}`);
       }
     }

@@ -1,7 +1,8 @@
-import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ABI } from '../../src/abi.js';
 import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
 import { pyAs } from '../helpers/neighbour.js';
 import { ownerRange } from '../helpers/owner-ids.js';
@@ -57,5 +58,47 @@ os.close(fd)
     expect(orphans()).toEqual([]);
     const rescan = JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'rescan', 'hf/p'])).stdout) as { drift: { bytes: number; inodes: number } };
     expect(rescan.drift).toEqual({ bytes: 0, inodes: 0 });
+  }, 60_000);
+
+  it("a user's name of the hidden form is the user's: renamed to, listed, kept after the close; in another directory it never reaches an orphan", async () => {
+    const h = d.home('hf', 'p');
+    const orphans = () => readdirSync(d.backingOf('hf', 'p'), { encoding: 'buffer' }).filter((n) => n[0] === 0xff);
+    // The test hands the open-and-unlinked file's hidden name (its orphan's, read from the backing as
+    // root) to the script through a file the script polls for.
+    const marks = mkdtempSync(join(tmp, 'marks-'));
+    chmodSync(marks, 0o1777);
+    const script = `import os, sys, time
+h, marks = sys.argv[1], sys.argv[2]
+mine = '${ABI.HIDDEN_PREFIX}' + '0123456789abcdef'[:${ABI.HIDDEN_DIGITS}].ljust(${ABI.HIDDEN_DIGITS}, '0')
+os.mkdir(h + '/sub')
+with open(h + '/a', 'w') as f: f.write('users')
+fd = os.open(h + '/a', os.O_RDONLY)
+os.rename(h + '/a', h + '/' + mine)
+os.close(fd)
+print(sorted(os.listdir(h)), open(h + '/' + mine).read())
+fd = os.open(h + '/sub/g', os.O_RDWR | os.O_CREAT, 0o600)
+os.write(fd, b'secret')
+os.unlink(h + '/sub/g')
+open(marks + '/unlinked', 'w').close()
+while not os.path.exists(marks + '/name'): time.sleep(0.02)
+hidden = open(marks + '/name').read()
+def probe(p):
+    try: return str(os.stat(p).st_size) + ' ' + open(p).read()
+    except OSError as e: return os.strerror(e.errno)
+print(probe(h + '/sub/' + hidden), probe(h + '/sub/' + mine))
+os.close(fd)
+print(sorted(os.listdir(h)), open(h + '/' + mine).read())
+`;
+    const run = pyAs(tmp, U, script, h, marks);
+    for (let i = 0; i < 400 && !existsSync(join(marks, 'unlinked')); i++) await new Promise((r) => setTimeout(r, 25));
+    const [orphan] = orphans();
+    writeFileSync(join(marks, 'name.tmp'), orphan ? orphan.subarray(1).toString('latin1') : 'none');
+    renameSync(join(marks, 'name.tmp'), join(marks, 'name'));
+    const mine = `${ABI.HIDDEN_PREFIX}${'0123456789abcdef'.slice(0, ABI.HIDDEN_DIGITS).padEnd(ABI.HIDDEN_DIGITS, '0')}`;
+    // The user's rename to a name of the hidden form is a rename: the file keeps it after its last
+    // close. A path in `sub` ending in the hidden name `sub` lacks is no name: not the orphan
+    // (the session puts hidden names at the home's root only).
+    expect((await run).split('\n')).toEqual([`['${mine}', 'sub'] users`, 'No such file or directory No such file or directory', `['${mine}', 'sub'] users`]);
+    expect(orphan).toBeDefined();
   }, 60_000);
 });

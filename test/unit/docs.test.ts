@@ -194,3 +194,69 @@ describe('links between the pages', () => {
     expect(bad).toEqual([]);
   });
 });
+
+/**
+ * native-notes §6.7, "Answers C gives itself": every rule C applies from
+ * values JavaScript published, with the C function that applies it, the
+ * TypeScript function that is its specification and the tests that hold them
+ * equal. A name in it that the code or the tests no longer have fails here.
+ */
+describe('native-notes: answers C gives itself', () => {
+  const notes = read('native-notes/fuse-native.md');
+  const section = /^### 6\.7 Answers C gives itself\n([\s\S]*?)^##? /m.exec(notes)?.[1] ?? '';
+  const rows = [...section.matchAll(/^\| (?!Rule \||---)(.+) \|$/gm)].map((m) => m[1]!.split(/ \| /));
+  /** The `a: b` items of a cell (text outside backticks is prose). */
+  const items = (cell: string) => [...cell.matchAll(/`([^`:]+): ([^`]+)`/g)].map((m) => [m[1]!, m[2]!] as const);
+  const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const cSources = (dir: string): string[] =>
+    readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? cSources(join(dir, e.name)) : /\.[ch]$/.test(e.name) ? [join(dir, e.name)] : []));
+
+  it('has a row for each rule, each with a C function, a TypeScript specification and a test', () => {
+    expect(rows.length).toBeGreaterThanOrEqual(15);
+    for (const r of rows) {
+      expect(r.length, r.join(' | ')).toBe(4);
+      for (const cell of r.slice(1)) expect(items(cell).length, `${r[0]}: ${cell}`).toBeGreaterThan(0);
+    }
+  });
+
+  it('names C functions the C sources define (files by name, wherever native/src keeps them)', () => {
+    const files = cSources('native/src');
+    for (const [file, fn] of rows.flatMap((r) => items(r[1]!))) {
+      const found = files.filter((f) => f.endsWith(`/${file}`) || f === join('native/src', file));
+      expect(found.length, `${file}: no such file under native/src`).toBe(1);
+      expect(read(found[0]!), `${file} defines no ${fn}`).toMatch(new RegExp(`^[a-z][^;(\\n]*\\b${escape(fn)} ?\\(`, 'm'));
+    }
+  });
+
+  it('names TypeScript functions, methods and constants src/ defines', () => {
+    for (const [file, name] of rows.flatMap((r) => items(r[2]!))) {
+      expect(existsSync(join(ROOT, file)), `${file}: no such file`).toBe(true);
+      const text = read(file);
+      const [owner, member] = name.includes('.') ? (name.split('.') as [string, string]) : [null, name];
+      if (owner !== null) expect(text, `${file} has no class ${owner}`).toMatch(new RegExp(`\\bclass ${escape(owner)}\\b`));
+      const def =
+        owner !== null
+          ? new RegExp(`^\\s+(?:(?:private|protected|public|static|async|readonly)\\s+)*${escape(member)}\\s*[(<]`, 'm')
+          : new RegExp(`^(?:export )?(?:async )?(?:function\\*? |const |let |class )${escape(member)}\\b`, 'm');
+      expect(text, `${file} defines no ${name}`).toMatch(def);
+    }
+  });
+
+  it('names tests that exist: switch-diff variants, and test titles (a title may be cited by its beginning)', () => {
+    const variants = [...read('test/integration/switch-diff.test.ts').matchAll(/\{ name: '(\w+)', off:/g)].map((m) => m[1]!);
+    expect(variants.length).toBeGreaterThan(5);
+    let switchDiff = 0;
+    for (const [file, title] of rows.flatMap((r) => items(r[3]!))) {
+      if (file === 'switch-diff') {
+        const v = /^(\w+) off$/.exec(title)?.[1];
+        expect(v !== undefined && variants.includes(v), `switch-diff has no variant "${title}"`).toBe(true);
+        switchDiff++;
+        continue;
+      }
+      expect(existsSync(join(ROOT, file)), `${file}: no such file`).toBe(true);
+      const text = read(file).replace(/\\(['"`])/g, '$1');
+      expect(text, `${file} has no test "${title}"`).toMatch(new RegExp(`\\bit(?:\\.each\\([^)]*\\))?\\(\\s*['"\`]${escape(title)}`));
+    }
+    expect(switchDiff).toBeGreaterThan(10);
+  });
+});

@@ -1,8 +1,8 @@
 import type { BigIntStats } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { chmodMasks, presentationMasks } from '../../src/fuse/fastpath.js';
+import { chmodMasks, fileModeMasks, presentationMasks } from '../../src/fuse/fastpath.js';
 import { presentedMode } from '../../src/fs/present.js';
-import { BUILTIN_PROFILES, chmodDecision, type Profile } from '../../src/policy/profiles.js';
+import { BUILTIN_PROFILES, chmodDecision, effectiveFileMode, type Profile } from '../../src/policy/profiles.js';
 
 const TYPES = { fifo: 0o01, chr: 0o02, dir: 0o04, blk: 0o06, reg: 0o10, lnk: 0o12, sock: 0o14 };
 
@@ -61,4 +61,22 @@ describe('native chmod masks', () => {
       }
     });
   }
+});
+
+describe('native create mode masks', () => {
+  const forced: Profile = { ...BUILTIN_PROFILES.home, fileMode: 0o640 };
+  const asked: Profile = { ...BUILTIN_PROFILES.posix, specialBits: 'keep' };
+  for (const [name, profile] of [...Object.entries(BUILTIN_PROFILES), ['forced', forced] as const, ['asked', asked] as const]) {
+    it(`give effectiveFileMode's answer for profile ${name}, for every asked mode (or none, and the create stays with JavaScript)`, () => {
+      const masks = fileModeMasks(profile);
+      if (masks === null) return;
+      // The binding's form (fastpath_create.c fp_create_in): permissions only in `or`, the asked bits through `m`.
+      expect(masks.or & ~0o777).toBe(0);
+      for (let ask = 0; ask <= 0o7777; ask++) expect((ask & masks.m) | masks.or).toBe(effectiveFileMode(profile, ask));
+    });
+  }
+
+  it('exist for the built-in profiles, so that their creates can be the binding\'s', () => {
+    for (const profile of Object.values(BUILTIN_PROFILES)) expect(fileModeMasks(profile)).not.toBeNull();
+  });
 });

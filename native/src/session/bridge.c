@@ -17,6 +17,7 @@
 #include <uv.h>
 #include <napi-macros.h>
 
+#include "../abi.h"
 #include "bridge.h"
 
 #define SLOT_BITS 22
@@ -67,7 +68,7 @@ static int slot_take (hs_call_t *c, double *id) {
 }
 
 static hs_call_t *slot_give (double id) {
-  if (!(id >= 0) || id > 9007199254740991.0) return NULL;
+  if (!(id >= 0) || id > (double) HOMESFS_MAX_SAFE_INTEGER) return NULL;
   uint64_t v = (uint64_t) id;
   uint32_t i = (uint32_t) (v % SLOT_MAX);
   uint64_t gen = v / SLOT_MAX;

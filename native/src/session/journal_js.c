@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <napi-macros.h>
 
+#include "../abi.h"
 #include "nodes_journal.h"
 #include "session.h"
 
@@ -60,7 +61,7 @@ NAPI_METHOD(hs_journal_epoch_js) {
   if (t == napi_number) {
     double v = 0;
     napi_get_value_double(env, argv[0], &v);
-    if (v < 0 || v > 9007199254740991.0) return num(env, -EINVAL);
+    if (v < 0 || v > (double) HOMESFS_MAX_SAFE_INTEGER) return num(env, -EINVAL);
     err = hs_journal_epoch_set((uint64_t) v);
   }
   uint64_t epoch = 0;

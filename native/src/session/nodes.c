@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -480,7 +481,9 @@ int hs_node_hidden_name (hs_node_t *parent, const char *name, hs_node_t *in, cha
   if (a != NULL) {
     do {
       hs_nt.hide_ctr++;
-      snprintf(buf, size, HOMESFS_HIDDEN_PREFIX "%08x%08x", (unsigned int) a->node->nodeid, (unsigned int) hs_nt.hide_ctr);
+      // The node id's low 32 bits, then the counter's: the name is free in `in` whatever the id.
+      uint64_t digits = (uint64_t) (uint32_t) a->node->nodeid << 32 | (uint32_t) hs_nt.hide_ctr;
+      snprintf(buf, size, "%s%0*" PRIx64, HOMESFS_HIDDEN_PREFIX, (int) HOMESFS_HIDDEN_DIGITS, digits);
     } while (nt_alias_find(in, buf) != NULL);
     err = 0;
     if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDE_CTR, hs_nt.hide_ctr);
