@@ -1,5 +1,5 @@
 /**
- * The node table's journal (native/src/session/nodes_journal.c) as the
+ * The node table's journal (native/src/handover/nodes_journal.c) as the
  * daemon holds it: two memfds the session appends every change of its node
  * table to, which the holder keeps beside the /dev/fuse descriptor, so that
  * a daemon started after this one died rebuilds the table the kernel still

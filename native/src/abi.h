@@ -24,7 +24,7 @@
   X(ACCT_REFUND, 6)           /* credit a write took and did not use: no longer reserved */ \
   X(ACCT_BUSY, 7)             /* unlinks and creates made here and not yet in JS's counts */ \
   X(ACCT_LEN, 8)              /* the array's length */ \
-  /* The ledgers' checkpoint area (session/ledgers.c, src/fs/ledger-area.ts): */ \
+  /* The ledgers' checkpoint area (handover/ledgers.c, src/fs/ledger-area.ts): */ \
   /* a header and this many slots of this size, each a home's, its         */ \
   /* accounting array first.                                               */ \
   X(LEDGER_SLOTS, 16384) \

@@ -3,15 +3,15 @@
 // the system calls Node lacks, and the ABI the daemon checks first.
 #include <napi-macros.h>
 #include "abi.h"
-#include "calls.h"
-#include "channel.h"
-#include "dataplane.h"
-#include "dirhandles.h"
-#include "fastpath.h"
-#include "removals.h"
-#include "session/holder.h"
-#include "session/ledgers.h"
-#include "session/sdstore.h"
+#include "sys/calls.h"
+#include "session/channel.h"
+#include "fastpath/dataplane.h"
+#include "fastpath/dirhandles.h"
+#include "fastpath/fastpath.h"
+#include "fastpath/removals.h"
+#include "handover/holder.h"
+#include "handover/ledgers.h"
+#include "handover/sdstore.h"
 #include "session/session.h"
 
 // ABI: { VERSION, and every constant of abi.h }, for the daemon to compare

@@ -8,7 +8,7 @@
 #include <stddef.h>
 void *test_malloc(size_t n);
 #define malloc test_malloc
-#include "../src/dataplane.c"
+#include "../src/fastpath/dataplane.c"
 #undef malloc
 extern void *malloc(size_t n);  // stdlib.h declared it under the other name
 static int fail_mallocs = 0;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <fuse.h>
 #include "harness.h"
-#include "../src/dirhandles.h"
+#include "../src/fastpath/dirhandles.h"
 
 static int homesfs_dir_release(const char *path, struct fuse_file_info *fi) {
   (void) path;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "harness.h"
-#include "../src/dirhandles.h"
+#include "../src/fastpath/dirhandles.h"
 
 int hs_dirs_export (char **out, size_t *len);
 int hs_dirs_import (const char *buf, size_t len);

@@ -9,7 +9,7 @@
 // and every op racing republications, removals, clears and JS's adoptions
 // (ASan: nothing used after it was freed; LeakSanitizer at exit and the
 // descriptor count: no reference lost; TSan: no race).
-#include "../src/fastpath_internal.h"  // first: _GNU_SOURCE
+#include "../src/fastpath/fastpath_internal.h"  // first: _GNU_SOURCE
 #include <sched.h>
 #include <time.h>
 #include "harness.h"

@@ -5,7 +5,7 @@
 // fastpath_internal.h shares; the fast path's files are linked in and their
 // Node calls link to generated stubs that abort (see the Makefile).
 #include <stdlib.h>
-#include "../src/fastpath_internal.h"
+#include "../src/fastpath/fastpath_internal.h"
 #include "harness.h"
 
 // Not under test here: the data plane's publication (the native open and create use it).

@@ -5,7 +5,7 @@
 // it: a lead posted twice lets two threads read at once for good, one never
 // posted stops every reader. channel.c is included for its static functions;
 // built without Node (HOMESFS_NO_NAPI), linked with libfuse (unused here).
-#include "../src/channel.c"
+#include "../src/session/channel.c"
 #include "harness.h"
 
 // The handle epoch channel.c names replies by (session/handles.c): none here.

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "harness.h"
-#include "../src/utf8.h"
+#include "../src/sys/utf8.h"
 
 static int ref_valid(const unsigned char *p, size_t n) {
   size_t i = 0;

@@ -1,6 +1,6 @@
 /**
  * The homes' ledgers where a crash cannot take them: one memfd (the
- * binding's session/ledgers.c) the keeper holds beside the node table's
+ * binding's handover/ledgers.c) the keeper holds beside the node table's
  * journal, mapped shared, a slot per home. A slot holds the home's
  * accounting array (the one the binding adds its releases and growth to,
  * abi.h ACCT_*), the ledger's counts as it last applied them, the home's
@@ -29,7 +29,7 @@
 import { ABI } from '../abi.js';
 import { homeId } from '../paths/parse.js';
 
-/** The binding's area calls (session/ledgers.c). */
+/** The binding's area calls (handover/ledgers.c). */
 export interface LedgerAreaRaw {
   session_ledgers_open(): [number, ArrayBuffer] | number;
   session_ledgers_map(fd: number): ArrayBuffer | number;

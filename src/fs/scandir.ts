@@ -1,5 +1,5 @@
 /**
- * The scan's native directory lister, scandir.node (native/src/scandir.c, built
+ * The scan's native directory lister, scandir.node (native/src/sys/scandir.c, built
  * next to homesfs.node by the same node-gyp rebuild): a separate addon without
  * global state, because the scan runs on worker threads and homesfs.node must
  * be loaded once per process (its module init and tables are process-wide).

@@ -80,7 +80,7 @@ export interface FuseInstance {
   tracker: ((op: number, args: readonly unknown[]) => (() => void) | undefined) | null;
 }
 
-/** The binding's native getattr/lookup table (native/src/fastpath_*.c): one per process. */
+/** The binding's native getattr/lookup table (native/src/fastpath/fastpath_*.c): one per process. */
 export interface FastPathNative {
   setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
   removeHome(prefix: string, token?: number): boolean;

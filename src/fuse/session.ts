@@ -32,7 +32,7 @@ export interface SessionRaw {
   session_resume(): void;
   session_handed(withNodes?: boolean): Handed;
   /**
-   * The node table's crash journal (native/src/session/nodes_journal.h):
+   * The node table's crash journal (native/src/handover/nodes_journal.h):
    * two memfds for the holder to keep ([fd0, fd1], or -errno); a recovery
    * into a fresh table from them (the stored epoch, or -errno); a rebase
    * after a live handover's import (0 or -errno); the stored epoch, set

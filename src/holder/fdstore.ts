@@ -29,7 +29,7 @@ import { blobFd, readBlob, type HandoverRaw } from '../fuse/handover-channel.js'
 import type { ClaimResult, RegisterArgs } from './client.js';
 import { MAX_JOURNAL_FDS, Registration, sameTree } from './protocol.js';
 
-/** The addon's notify-with-descriptors exports (native/src/session/sdstore.c). */
+/** The addon's notify-with-descriptors exports (native/src/handover/sdstore.c). */
 export interface SdStoreRaw {
   hs_sd_notify_fds(socket: string, message: string, fds: number[]): number;
   hs_sd_cloexec(fd: number): number;

@@ -11,7 +11,7 @@
  * Invariants:
  * - The holder never reads the /dev/fuse descriptor (a request read here is a
  *   request no daemon answers); it only polls it with no events, which
- *   returns once the connection is gone (native/src/session/holder.c).
+ *   returns once the connection is gone (native/src/handover/holder.c).
  * - It holds at most one registration, the latest: a new one's descriptors
  *   are in before the previous one's close, so the session is never unheld.
  * - A claim hands out copies and keeps the holder's own until the claimer

@@ -15,7 +15,7 @@
  * How:
  * - The holder that answered is watched through a pidfd from the
  *   registration's own connection (SO_PEERPIDFD: the very process that
- *   listens, in whatever pid namespace it runs; native/src/session/holder.c),
+ *   listens, in whatever pid namespace it runs; native/src/handover/holder.c),
  *   polled every WATCH_MS: readable once it exited (its copy of the session
  *   closed with it).
  * - Lost (or never registered), the daemon asks again every WATCH_MS: in

@@ -10,7 +10,7 @@ import { listenForSuccessors, takeOverFrom, takeoverSocket, type Follower, type 
 
 /**
  * The takeover conversation's node-table step, both ends in this process over
- * the real root-only handover socket (native/src/session/handover.c), the
+ * the real root-only handover socket (native/src/handover/handover.c), the
  * session faked: a successor that followed the journal gets no table when the
  * journal is still at the generation it followed, and the export (its
  * follow dropped) when it moved on; a serving daemon of protocol 2 (no

@@ -37,11 +37,11 @@
 #define _GNU_SOURCE  // preadv2, RWF_NOWAIT
 #define FUSE_USE_VERSION 29
 #include "abi.h"
-#include "dataplane.h"
-#include "fastpath.h"
-#include "lead.h"
-#include "dataplane_internal.h"
-#include "queue.h"
+#include "fastpath/dataplane.h"
+#include "fastpath/fastpath.h"
+#include "session/lead.h"
+#include "fastpath/dataplane_internal.h"
+#include "fastpath/queue.h"
 
 #include <errno.h>
 #include <pthread.h>

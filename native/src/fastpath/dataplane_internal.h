@@ -16,7 +16,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <node_api.h>
-#include "fastpath.h"
+#include "fastpath/fastpath.h"
 
 #pragma GCC visibility push(hidden)
 

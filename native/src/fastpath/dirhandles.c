@@ -28,7 +28,7 @@
 #include <node_api.h>
 #include <napi-macros.h>
 #endif
-#include "dirhandles.h"
+#include "fastpath/dirhandles.h"
 
 #define DH_BUCKETS 1024
 typedef struct dh_uid {

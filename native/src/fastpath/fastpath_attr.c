@@ -21,7 +21,7 @@
 // answers the same errno, with nothing changed and nothing logged above
 // debug. A symlink in the way (ELOOP here, ENOTDIR in JS) still goes to JS.
 
-#include "fastpath_internal.h"
+#include "fastpath/fastpath_internal.h"
 
 uint64_t fp_answered = 0;    // atomic
 uint64_t fp_fallbacks = 0;   // atomic (only counted while enabled)

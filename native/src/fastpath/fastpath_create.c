@@ -5,8 +5,8 @@
 // immutable (fastpath_set_mutable) returns only after every create it raced
 // is queued for JS; a file made but not as JS would make it is removed again.
 
-#include "fastpath_internal.h"
-#include "dataplane.h"
+#include "fastpath/fastpath_internal.h"
+#include "fastpath/dataplane.h"
 
 uint64_t fp_canswered_create = 0;  // create, atomic
 uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it), atomic

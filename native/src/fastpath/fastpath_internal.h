@@ -132,9 +132,9 @@
 #include <node_api.h>
 
 #include "abi.h"
-#include "fastpath.h"
-#include "dirhandles.h"
-#include "queue.h"
+#include "fastpath/fastpath.h"
+#include "fastpath/dirhandles.h"
+#include "fastpath/queue.h"
 
 #pragma GCC visibility push(hidden)
 

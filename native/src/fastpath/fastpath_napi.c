@@ -3,7 +3,7 @@
 // slot count under fp_open_lock, then the table sizes and the pins under
 // fp_lock's read lock (never both at once); counters are atomics.
 
-#include "fastpath_internal.h"
+#include "fastpath/fastpath_internal.h"
 
 // ---------------------------------------------------------------------------
 // The control plane (JS thread).

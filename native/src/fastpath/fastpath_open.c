@@ -9,8 +9,8 @@
 // its home from its check to its record queued, with no lock held across its
 // syscalls.
 
-#include "fastpath_internal.h"
-#include "dataplane.h"
+#include "fastpath/fastpath_internal.h"
+#include "fastpath/dataplane.h"
 
 uint64_t fp_oanswered = 0;   // open, atomic
 uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), atomic

@@ -9,7 +9,7 @@
 // waits for that). Whoever waits here holds no other lock, and what it waits
 // for (a native op's syscalls) never waits for it.
 
-#include "fastpath_internal.h"
+#include "fastpath/fastpath_internal.h"
 
 static pthread_mutex_t fp_drain_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fp_drained = PTHREAD_COND_INITIALIZER;   // a home's pins or a handle's users reached 0

@@ -6,7 +6,7 @@
 // held across the syscalls (a chmod on a frozen backing holds up this home's
 // changes, nothing else).
 
-#include "fastpath_internal.h"
+#include "fastpath/fastpath_internal.h"
 
 uint64_t fp_tanswered = 0;   // utimens, atomic
 uint64_t fp_canswered = 0;   // chmod, atomic

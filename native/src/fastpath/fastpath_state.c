@@ -12,7 +12,7 @@
 // checks (fp_drain); a change in place returns once no op that pinned it
 // before is (fp_home_change).
 
-#include "fastpath_internal.h"
+#include "fastpath/fastpath_internal.h"
 
 pthread_rwlock_t fp_lock;
 pthread_once_t fp_once = PTHREAD_ONCE_INIT;

@@ -6,8 +6,8 @@
 // unlinkat and that fstat; what left the home is only ever added to its
 // pending array, atomically.
 
-#include "fastpath_internal.h"
-#include "removals.h"
+#include "fastpath/fastpath_internal.h"
+#include "fastpath/removals.h"
 
 uint64_t fp_uanswered = 0;   // unlink, atomic
 // A regular file with more allocated bytes than this is left to JS, which

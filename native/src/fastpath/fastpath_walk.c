@@ -6,7 +6,7 @@
 // Lock: the reserved names change only under fp_lock's write lock and are
 // read under its read lock (fp_components_ok's callers hold it).
 
-#include "fastpath_internal.h"
+#include "fastpath/fastpath_internal.h"
 
 static fp_reserved_t fp_reserved[FP_MAX_RESERVED];
 static size_t fp_reserved_n = 0;

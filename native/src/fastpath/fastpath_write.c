@@ -8,7 +8,7 @@
 // at most one write decided here is in flight per inode (busy), and JS takes
 // an inode back only once none is.
 
-#include "fastpath_internal.h"
+#include "fastpath/fastpath_internal.h"
 
 // ---- WRITE decided here --------------------------------------------------------
 // A WRITE of a handle published for native writes (dataplane.c) costs JS one

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <node_api.h>
 #include <napi-macros.h>
-#include "removals.h"
+#include "fastpath/removals.h"
 
 #define RM_BUCKETS 1024
 typedef struct rm_inode {

@@ -34,7 +34,7 @@
 #include <napi-macros.h>
 #endif
 
-#include "handover.h"
+#include "handover/handover.h"
 
 static int un_addr (const char *path, struct sockaddr_un *sa) {
   memset(sa, 0, sizeof(*sa));

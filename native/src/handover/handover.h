@@ -1,5 +1,17 @@
-// The handover channel between a serving daemon and its successor
-// (handover.c): messages and descriptors over a root-only SOCK_SEQPACKET socket.
+// native/src/handover/: what lets another daemon serve this session, as one
+// module: a live successor (handover.c's root-only socket, nodes_handover.c's
+// node-table export and import, the open directories' in session/ops_dirs.c)
+// and a successor after a crash (holder.c keeps /dev/fuse and INIT,
+// nodes_journal*.c journal the node table into a memfd, ledgers.c maps the
+// homes' ledgers, sdstore.c hands descriptors to systemd's store).
+// Threads: the JS main thread for every export (journal_js.c, ledgers.c,
+// holder.c, sdstore.c, handover.c); the journal is written by the session's
+// workers under hs_nt.mu as they change the table; a handed-over table is
+// imported on a thread of its own (pre_mu, nodes_handover.c). Locks: hs_nt.mu
+// (session/nodes.c) then jr_punch_mu (nodes_journal.c); pre_mu is a leaf.
+//
+// handover.c: the channel between a serving daemon and its successor,
+// messages and descriptors over a root-only SOCK_SEQPACKET socket.
 #ifndef HOMESFS_HANDOVER_H
 #define HOMESFS_HANDOVER_H
 #include <stddef.h>

@@ -26,9 +26,9 @@
 #include <napi-macros.h>
 #include <fuse_lowlevel.h>
 
-#include "holder.h"
-#include "loop.h"
-#include "session.h"
+#include "handover/holder.h"
+#include "session/loop.h"
+#include "session/session.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <napi-macros.h>
 
-#include "nodes_journal.h"
-#include "session.h"
+#include "handover/nodes_journal.h"
+#include "session/session.h"
 
 static napi_value num (napi_env env, double v) {
   napi_value out;

@@ -18,8 +18,8 @@
 #include <unistd.h>
 #include <napi-macros.h>
 
-#include "../abi.h"
-#include "ledgers.h"
+#include "abi.h"
+#include "handover/ledgers.h"
 
 static void unmapped_never (napi_env env, void *data, void *hint) {
   (void) env; (void) data; (void) hint;

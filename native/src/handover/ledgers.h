@@ -2,7 +2,7 @@
 #ifndef HS_SESSION_LEDGERS_H
 #define HS_SESSION_LEDGERS_H
 #include <node_api.h>
-#include "../abi.h"
+#include "abi.h"
 
 #define HOMESFS_LEDGER_AREA_BYTES ((size_t) HOMESFS_LEDGER_SLOTS * HOMESFS_LEDGER_SLOT_BYTES + HOMESFS_LEDGER_SLOT_BYTES)
 

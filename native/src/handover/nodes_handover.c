@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "nodes_internal.h"
+#include "session/nodes_internal.h"
 
 // Written by a daemon that stopped serving (no request in flight: no
 // references, no tree locks), read by its successor before it serves. Layout

@@ -59,13 +59,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "nodes_internal.h"
-#include "nodes_journal.h"
+#include "session/nodes_internal.h"
+#include "handover/nodes_journal.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-#include "nodes_journal_internal.h"
+#include "handover/nodes_journal_internal.h"
 
 struct nt_journal jr;
 static size_t jr_limit_override;

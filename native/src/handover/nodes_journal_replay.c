@@ -28,9 +28,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "nodes_internal.h"
-#include "nodes_journal.h"
-#include "nodes_journal_internal.h"
+#include "session/nodes_internal.h"
+#include "handover/nodes_journal.h"
+#include "handover/nodes_journal_internal.h"
 
 // Whether memfd `at` holds a committed header and the snapshot it names.
 static int jr_valid (const struct nt_journal *j, int at, uint64_t *gen) {

@@ -26,7 +26,7 @@
 #include <napi-macros.h>
 #endif
 
-#include "sdstore.h"
+#include "handover/sdstore.h"
 
 // At most what the holder's registration needs and far under SCM_MAX_FD (253).
 #define SD_MAX_FDS 16

@@ -17,7 +17,7 @@
 #include <uv.h>
 #include <napi-macros.h>
 
-#include "bridge.h"
+#include "session/bridge.h"
 
 #define SLOT_BITS 22
 #define SLOT_MAX (1u << SLOT_BITS)

@@ -36,8 +36,8 @@
 #include <napi-macros.h>
 #endif
 
-#include "channel.h"
-#include "lead.h"
+#include "session/channel.h"
+#include "session/lead.h"
 #include "session/handles.h"
 
 // The flush gate: a table of 65536 counters that JS owns and writes (see

@@ -29,9 +29,9 @@
 #include <sys/stat.h>
 #include <fuse_lowlevel.h>
 
-#include "../abi.h"
-#include "inval.h"
-#include "nodes.h"
+#include "abi.h"
+#include "session/inval.h"
+#include "session/nodes.h"
 
 typedef struct hs_inval hs_inval_t;
 struct hs_inval {

@@ -40,10 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../channel.h"
-#include "../lead.h"
-#include "handles.h"
-#include "loop.h"
+#include "session/channel.h"
+#include "session/lead.h"
+#include "session/handles.h"
+#include "session/loop.h"
 
 #define HS_MAX_WORKERS 64
 #define HS_MAX_IDLE 8

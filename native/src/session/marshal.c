@@ -11,8 +11,8 @@
 #include <sys/types.h>
 #include <string.h>
 
-#include "../abi.h"
-#include "marshal.h"
+#include "abi.h"
+#include "session/marshal.h"
 
 napi_value hs_js_str (napi_env env, const char *s) {
   napi_value v;

@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <fuse_lowlevel.h>
 
-#include "../abi.h"
-#include "bridge.h"
-#include "marshal.h"
-#include "nodes.h"
+#include "abi.h"
+#include "session/bridge.h"
+#include "session/marshal.h"
+#include "session/nodes.h"
 
 // How the kernel may cache what the session answers (set at mount).
 typedef struct {

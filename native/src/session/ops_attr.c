@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fastpath.h"
-#include "ops.h"
+#include "fastpath/fastpath.h"
+#include "session/ops.h"
 
 // ---- requests that only need a path and answer an errno ------------------------------
 

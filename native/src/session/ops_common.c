@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fastpath.h"
-#include "../utf8.h"
-#include "handles.h"
-#include "ops.h"
+#include "fastpath/fastpath.h"
+#include "sys/utf8.h"
+#include "session/handles.h"
+#include "session/ops.h"
 
 hs_conf_t hs_conf = { 1.0, 1.0, 0.0, 0, 0 };
 

@@ -25,11 +25,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../dirhandles.h"
-#include "../fastpath.h"
-#include "../utf8.h"
-#include "handles.h"
-#include "ops.h"
+#include "fastpath/dirhandles.h"
+#include "fastpath/fastpath.h"
+#include "sys/utf8.h"
+#include "session/handles.h"
+#include "session/ops.h"
 
 // libfuse's inode number for an entry it knows nothing of (fuse.h's FUSE_UNKNOWN_INO).
 #define UNKNOWN_INO 0xffffffffu

@@ -24,11 +24,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../channel.h"
-#include "../dataplane.h"
-#include "../fastpath.h"
-#include "handles.h"
-#include "ops.h"
+#include "session/channel.h"
+#include "fastpath/dataplane.h"
+#include "fastpath/fastpath.h"
+#include "session/handles.h"
+#include "session/ops.h"
 
 #define STEP_MKNOD 1
 

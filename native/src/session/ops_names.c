@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../fastpath.h"
-#include "ops.h"
+#include "fastpath/fastpath.h"
+#include "session/ops.h"
 
 static void rename_go (hs_op_t *op);
 static void hide_went_on (hs_op_t *op);

@@ -30,14 +30,14 @@
 #include <sys/uio.h>
 #include <napi-macros.h>
 
-#include "../channel.h"
-#include "handles.h"
-#include "ops.h"
-#include "handover.h"
-#include "loop.h"
-#include "inval.h"
-#include "nodes_journal.h"
-#include "session.h"
+#include "session/channel.h"
+#include "session/handles.h"
+#include "session/ops.h"
+#include "handover/handover.h"
+#include "session/loop.h"
+#include "session/inval.h"
+#include "handover/nodes_journal.h"
+#include "session/session.h"
 
 
 static struct fuse_session *s_se;

@@ -22,8 +22,8 @@
 #include <sys/sysmacros.h>
 #include <node_api.h>
 #include <napi-macros.h>
-#include "calls.h"
-#include "utf8.h"
+#include "sys/calls.h"
+#include "sys/utf8.h"
 
 NAPI_METHOD(fuse_native_utf8_valid_buffer) {
   NAPI_ARGV(1)

@@ -3,7 +3,7 @@
 // TextDecoder JS uses (fatal mode): test/native/binding.test.ts compares both.
 #include <stddef.h>
 #include <string.h>
-#include "utf8.h"
+#include "sys/utf8.h"
 
 // Strict UTF-8 validation of a NUL-terminated string: rejects stray
 // continuation bytes, truncated sequences, overlong forms, UTF-16 surrogates
