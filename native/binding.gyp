@@ -46,6 +46,7 @@
       "src/fastpath/fastpath_walk.c",
       "src/fastpath/fastpath_write.c",
       "src/fastpath/removals.c",
+      "src/handover/dirs_handover.c",
       "src/handover/handover.c",
       "src/handover/holder.c",
       "src/handover/journal_js.c",

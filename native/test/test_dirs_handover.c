@@ -1,4 +1,4 @@
-// session/ops_dirs.c's handover: the table of open directories as bytes
+// handover/dirs_handover.c: the table of open directories as bytes
 // (hs_dirs_export) and read back by a successor (hs_dirs_import). The kernel
 // keeps the fh numbers it was given and reads listings from an offset into
 // them, so each record must come back under its number, with its caller, path

@@ -54,7 +54,7 @@ export interface Handed {
   bufsize: number;
   /** the kernel's INIT request, replayed into the successor's libfuse state */
   init: Buffer;
-  /** the node table and the open directories, serialised (nodes.c, ops_dirs.c) */
+  /** the node table and the open directories, serialised (nodes.c, handover/dirs_handover.c) */
   nodes: Buffer;
   dirs: Buffer;
   /** the epoch in the handles the kernel holds (handles.h); absent from a predecessor that had none: 0 */

@@ -1,6 +1,6 @@
 // native/src/handover/: what lets another daemon serve this session, as one
 // module: a live successor (handover.c's root-only socket, nodes_handover.c's
-// node-table export and import, the open directories' in session/ops_dirs.c)
+// node-table export and import, dirs_handover.c's of the open directories)
 // and a successor after a crash (holder.c keeps /dev/fuse and INIT,
 // nodes_journal*.c journal the node table into a memfd, ledgers.c maps the
 // homes' ledgers, sdstore.c hands descriptors to systemd's store).

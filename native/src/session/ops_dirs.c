@@ -29,20 +29,12 @@
 #include "fastpath/fastpath.h"
 #include "sys/utf8.h"
 #include "session/handles.h"
+#include "session/dirs.h"
 #include "session/ops.h"
 
 // libfuse's inode number for an entry it knows nothing of (fuse.h's FUSE_UNKNOWN_INO).
 #define UNKNOWN_INO 0xffffffffu
 
-typedef struct {
-  pthread_mutex_t mu;
-  uint32_t uid;          // who opened it, and where: counted again after a handover
-  char *path;
-  uint64_t count_fh;     // dirhandles.c's token, 0: none
-  char *contents;        // a whole listing, as direntries
-  size_t len, size;
-  int filled;
-} hs_dh_t;
 
 static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st);
 
@@ -113,12 +105,12 @@ static void reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err) {
 // The kernel's fh is an index here (plus one), not a pointer, so a successor
 // can be handed the records under the same numbers (lock order: see the top).
 
-static pthread_mutex_t dt_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t dt_mu = PTHREAD_MUTEX_INITIALIZER;  // the table; before a record's mu
 static hs_dh_t **dt;
 static uint64_t dt_cap, dt_used, dt_next;
 
 // The record under a new number, or 0 (no memory).
-static uint64_t dt_put (hs_dh_t *dh, uint64_t want) {
+uint64_t hs_dt_put (hs_dh_t *dh, uint64_t want) {
   pthread_mutex_lock(&dt_mu);
   uint64_t id = 0;
   if (want != 0 && want > dt_cap) {
@@ -157,7 +149,7 @@ static uint64_t dt_put (hs_dh_t *dh, uint64_t want) {
   return id;
 }
 
-static hs_dh_t *dt_get (uint64_t id, int remove) {
+hs_dh_t *hs_dt_get (uint64_t id, int remove) {
   pthread_mutex_lock(&dt_mu);
   hs_dh_t *dh = id >= 1 && id <= dt_cap ? dt[id - 1] : NULL;
   if (dh != NULL && remove) {
@@ -168,7 +160,7 @@ static hs_dh_t *dt_get (uint64_t id, int remove) {
   return dh;
 }
 
-static void dh_free (hs_dh_t *dh) {
+void hs_dh_free (hs_dh_t *dh) {
   pthread_mutex_destroy(&dh->mu);
   if (dh->count_fh != 0) homesfs_dh_give(dh->count_fh);
   free(dh->path);
@@ -223,22 +215,22 @@ void hs_ll_opendir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   }
   pthread_mutex_init(&dh->mu, NULL);
   op->fi = *fi;
-  if ((op->fi.fh = dt_put(dh, 0)) == 0) {
-    dh_free(dh);
+  if ((op->fi.fh = hs_dt_put(dh, 0)) == 0) {
+    hs_dh_free(dh);
     return op_reply_err(op, -ENOMEM);
   }
-  if (reply_opendir(req, &op->fi) == -ENOENT) dh_free(dt_get(op->fi.fh, 1));
+  if (reply_opendir(req, &op->fi) == -ENOENT) hs_dh_free(hs_dt_get(op->fi.fh, 1));
   op_finish(op);
 }
 
 void hs_ll_releasedir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   (void) ino;
-  hs_dh_t *dh = dt_get(fi->fh, 1);
+  hs_dh_t *dh = hs_dt_get(fi->fh, 1);
   if (dh != NULL) {
     // A READDIR whose reply was just read may still be writing it.
     pthread_mutex_lock(&dh->mu);
     pthread_mutex_unlock(&dh->mu);
-    dh_free(dh);
+    hs_dh_free(dh);
   }
   fuse_reply_err(req, 0);
 }
@@ -319,7 +311,7 @@ static void readdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *v
 void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   hs_op_t *op = op_new(req, HOMESFS_OP_READDIR);
   if (op == NULL) return;
-  hs_dh_t *dh = dt_get(fi->fh, 0);
+  hs_dh_t *dh = hs_dt_get(fi->fh, 0);
   if (dh == NULL) return op_reply_err(op, -EBADF);
   op->dh = dh;
   op->offset = off;
@@ -383,143 +375,21 @@ void hs_ll_fsyncdir (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
   op_js(op, fsyncdir_args, fsyncdir_done);
 }
 
-// ---- handover: open directories as bytes ------------------------------------------------
-// Layout: u64 count; per record u64 fh, u32 uid, u32 filled, u32 path length,
-// u64 listing length, the path, the listing (a whole listing the kernel may
-// still read from an offset into it).
-
-static int put_bytes (char **buf, size_t *len, size_t *cap, const void *v, size_t n) {
-  if (*len + n > *cap) {
-    size_t ncap = *cap == 0 ? 4096 : *cap;
-    while (ncap < *len + n) ncap *= 2;
-    char *nb = realloc(*buf, ncap);
-    if (nb == NULL) return -ENOMEM;
-    *buf = nb;
-    *cap = ncap;
-  }
-  memcpy(*buf + *len, v, n);
-  *len += n;
-  return 0;
-}
-
-int hs_dirs_export (char **out, size_t *outlen) {
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
+// Under dt_mu, then each record's mu (the order everywhere): a READDIR still
+// filling one is seen whole or not at all. Stops at the first nonzero return.
+int hs_dt_each (int (*fn) (void *ctx, uint64_t fh, hs_dh_t *dh), void *ctx, uint64_t *count) {
   int err = 0;
   pthread_mutex_lock(&dt_mu);
-  uint64_t count = dt_used;
-  err |= put_bytes(&buf, &len, &cap, &count, sizeof(count));
+  *count = dt_used;
   for (uint64_t i = 0; i < dt_cap && err == 0; i++) {
     hs_dh_t *dh = dt[i];
     if (dh == NULL) continue;
-    // dt_mu, then the record's mu (the order everywhere): a READDIR still
-    // filling it would be seen whole or not at all.
     pthread_mutex_lock(&dh->mu);
-    uint64_t fh = i + 1, clen = dh->filled ? dh->len : 0;
-    uint32_t uid = dh->uid, filled = (uint32_t) dh->filled, plen = (uint32_t) strlen(dh->path);
-    err |= put_bytes(&buf, &len, &cap, &fh, sizeof(fh));
-    err |= put_bytes(&buf, &len, &cap, &uid, sizeof(uid));
-    err |= put_bytes(&buf, &len, &cap, &filled, sizeof(filled));
-    err |= put_bytes(&buf, &len, &cap, &plen, sizeof(plen));
-    err |= put_bytes(&buf, &len, &cap, &clen, sizeof(clen));
-    err |= put_bytes(&buf, &len, &cap, dh->path, plen);
-    if (clen > 0) err |= put_bytes(&buf, &len, &cap, dh->contents, clen);
+    err = fn(ctx, i + 1, dh);
     pthread_mutex_unlock(&dh->mu);
   }
   pthread_mutex_unlock(&dt_mu);
-  if (err != 0) {
-    free(buf);
-    return -ENOMEM;
-  }
-  *out = buf;
-  *outlen = len;
-  return 0;
-}
-
-// The largest fh a successor takes (the table is an array of that many).
-#define DT_MAX_FH (1u << 20)
-
-typedef struct {
-  uint64_t fh, clen;
-  uint32_t uid, filled, plen;
-  const char *path, *contents;
-} dt_rec_t;
-
-// The next record of a buffer, checked: 0, or -EINVAL.
-static int dt_take (const char *buf, size_t len, size_t *at, dt_rec_t *r) {
-#define TAKE(v) do { if (len - *at < sizeof(v)) return -EINVAL; memcpy(&(v), buf + *at, sizeof(v)); *at += sizeof(v); } while (0)
-  TAKE(r->fh); TAKE(r->uid); TAKE(r->filled); TAKE(r->plen); TAKE(r->clen);
-#undef TAKE
-  if (r->fh == 0 || r->fh > DT_MAX_FH || r->plen == 0 || r->plen > 65536) return -EINVAL;
-  if (len - *at < r->plen || len - *at - r->plen < r->clen) return -EINVAL;
-  r->path = buf + *at;
-  r->contents = buf + *at + r->plen;
-  *at += r->plen + r->clen;
-  if (r->path[0] != '/' || memchr(r->path, '\0', r->plen) != NULL) return -EINVAL;
-  return 0;
-}
-
-static hs_dh_t *dh_of (const dt_rec_t *r) {
-  hs_dh_t *dh = calloc(1, sizeof(*dh));
-  if (dh == NULL || (dh->path = strndup(r->path, r->plen)) == NULL) {
-    free(dh);
-    return NULL;
-  }
-  if (r->clen > 0) {
-    if ((dh->contents = malloc(r->clen)) == NULL) {
-      free(dh->path);
-      free(dh);
-      return NULL;
-    }
-    memcpy(dh->contents, r->contents, r->clen);
-    dh->len = dh->size = r->clen;
-  }
-  dh->filled = r->filled != 0;
-  dh->uid = r->uid;
-  pthread_mutex_init(&dh->mu, NULL);
-  return dh;
-}
-
-// Removes the records of buf's first `n` (an import that failed).
-static void dt_unput (const char *buf, size_t len, uint64_t n) {
-  size_t at = sizeof(uint64_t);
-  dt_rec_t r;
-  for (uint64_t k = 0; k < n && dt_take(buf, len, &at, &r) == 0; k++) {
-    hs_dh_t *dh = dt_get(r.fh, 1);
-    if (dh != NULL) dh_free(dh);
-  }
-}
-
-// Counts each again under its caller and home (caps passed meanwhile are not
-// enforced on handles already open). Checked whole first; then all or
-// nothing: 0, -EINVAL for a malformed buffer or an fh taken, -ENOMEM.
-int hs_dirs_import (const char *buf, size_t len) {
-  size_t at = 0;
-  uint64_t count;
-  dt_rec_t r;
-  if (len < sizeof(count)) return -EINVAL;
-  memcpy(&count, buf, sizeof(count));
-  at = sizeof(count);
-  for (uint64_t k = 0; k < count; k++) {
-    if (dt_take(buf, len, &at, &r) != 0) return -EINVAL;
-  }
-  if (at != len) return -EINVAL;
-  at = sizeof(count);
-  for (uint64_t k = 0; k < count; k++) {
-    dt_take(buf, len, &at, &r);
-    hs_dh_t *dh = dh_of(&r);
-    int err = dh == NULL ? -ENOMEM : 0;
-    if (dh != NULL && homesfs_dh_take(dh->uid, dh->path, &dh->count_fh) != 0) dh->count_fh = 0;
-    if (dh != NULL && dt_put(dh, r.fh) != r.fh) {
-      dh_free(dh);
-      err = -EINVAL;
-    }
-    if (err != 0) {
-      dt_unput(buf, len, k);
-      return err;
-    }
-  }
-  return 0;
+  return err;
 }
 
 void hs_dirs_clear (void) {
@@ -530,7 +400,7 @@ void hs_dirs_clear (void) {
   dt_cap = dt_used = dt_next = 0;
   pthread_mutex_unlock(&dt_mu);
   for (uint64_t i = 0; i < cap; i++) {
-    if (tab[i] != NULL) dh_free(tab[i]);
+    if (tab[i] != NULL) hs_dh_free(tab[i]);
   }
   free(tab);
 }
@@ -553,8 +423,8 @@ int hs_reopen_dir (uint64_t nodeid, uint32_t uid, uint64_t *inner) {
   }
   if (err == 0) {
     pthread_mutex_init(&dh->mu, NULL);
-    if ((*inner = dt_put(dh, 0)) == 0) {
-      dh_free(dh);
+    if ((*inner = hs_dt_put(dh, 0)) == 0) {
+      hs_dh_free(dh);
       err = -ENOMEM;
     }
     dh = NULL;

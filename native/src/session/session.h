@@ -26,7 +26,7 @@
 int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_opts);
 // Serves the session a predecessor handed over: its /dev/fuse descriptor
 // (owned from now on: closed on failure) and request size, the kernel's INIT request as it read
-// it, its node table and open directories (nodes.c, ops_dirs.c). 0 or -errno.
+// it, its node table and open directories (nodes_handover.c, dirs_handover.c). 0 or -errno.
 // Starts importing a handed-over node table on a thread of its own, for
 // hs_session_adopt to wait for (a copy of the bytes is kept). 0 or -errno.
 int hs_session_preimport (const char *nodes, size_t len);
