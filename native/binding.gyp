@@ -72,10 +72,12 @@
       "src/session/ops_names.c",
       "src/session/session.c",
       "src/sys/calls.c",
+      "src/sys/napi_args.c",
       "src/sys/utf8.c",
     ],
   }, {
     "target_name": "scandir",
-    "sources": [ "src/sys/scandir.c" ],
+    "include_dirs": [ "src", "<(napi_macros_dir)" ],
+    "sources": [ "src/sys/scandir.c", "src/sys/napi_args.c" ],
   }]
 }

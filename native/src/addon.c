@@ -1,7 +1,7 @@
 // homesfs.node: the addon's one entry point. Every export is ours: the
 // session (session/), the native fast path and data plane it answers from,
 // the system calls Node lacks, and the ABI the daemon checks first.
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #include "abi.h"
 #include "sys/calls.h"
 #include "session/channel.h"

@@ -52,7 +52,7 @@
 
 #include <uv.h>
 
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
 #define DP_BUCKETS 4096
 
@@ -245,9 +245,7 @@ static NAPI_METHOD(homesfs_dp_set_flags) {
     e->gen = 0;
   }
   pthread_mutex_unlock(&dp_lock);
-  napi_value out;
-  napi_get_boolean(env, e != NULL, &out);
-  return out;
+  return hs_js_bool(env, e != NULL);
 }
 
 // unpublish from C (also a native open closed before JS adopted it): on
@@ -275,9 +273,7 @@ static NAPI_METHOD(homesfs_dp_unpublish) {
     napi_throw_type_error(env, "EINVAL", "unpublish(fh): fh is a uint32 > 0");
     return NULL;
   }
-  napi_value out;
-  napi_get_boolean(env, homesfs_dp_unpublish_fd(fh), &out);
-  return out;
+  return hs_js_bool(env, homesfs_dp_unpublish_fd(fh));
 }
 
 // ---- releases --------------------------------------------------------------
@@ -365,14 +361,14 @@ static NAPI_METHOD(homesfs_dp_stats) {
 }
 
 void homesfs_dp_export(napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(homesfs_dp_publish)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_set_flags)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_unpublish)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_set_write_handler)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_write_decision)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_write_done)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_take_write_reports)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_set_release_deferred)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_take_releases)
-  NAPI_EXPORT_FUNCTION(homesfs_dp_stats)
+  hs_export_fn(env, exports, "homesfs_dp_publish", homesfs_dp_publish);
+  hs_export_fn(env, exports, "homesfs_dp_set_flags", homesfs_dp_set_flags);
+  hs_export_fn(env, exports, "homesfs_dp_unpublish", homesfs_dp_unpublish);
+  hs_export_fn(env, exports, "homesfs_dp_set_write_handler", homesfs_dp_set_write_handler);
+  hs_export_fn(env, exports, "homesfs_dp_write_decision", homesfs_dp_write_decision);
+  hs_export_fn(env, exports, "homesfs_dp_write_done", homesfs_dp_write_done);
+  hs_export_fn(env, exports, "homesfs_dp_take_write_reports", homesfs_dp_take_write_reports);
+  hs_export_fn(env, exports, "homesfs_dp_set_release_deferred", homesfs_dp_set_release_deferred);
+  hs_export_fn(env, exports, "homesfs_dp_take_releases", homesfs_dp_take_releases);
+  hs_export_fn(env, exports, "homesfs_dp_stats", homesfs_dp_stats);
 }

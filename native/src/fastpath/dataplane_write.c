@@ -26,7 +26,7 @@
 
 #include <uv.h>
 
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
 // ---- writes -----------------------------------------------------------------
 
@@ -386,9 +386,7 @@ NAPI_METHOD(homesfs_dp_write_decision) {
     return NULL;
   }
   int ok = at >= 0 ? dp_settle(id, DP_W_ASKED, wait ? DP_W_PROCEED_WAIT : DP_W_PROCEED, at) : dp_settle(id, DP_W_ASKED, DP_W_FALLBACK, 0);
-  napi_value out;
-  napi_get_boolean(env, ok, &out);
-  return out;
+  return hs_js_bool(env, ok);
 }
 
 // writeDone(id, result): the final answer (bytes or -errno) of a write that
@@ -403,9 +401,7 @@ NAPI_METHOD(homesfs_dp_write_done) {
     return NULL;
   }
   int ok = dp_settle(id, DP_W_ASKED, DP_W_DONE, result) || dp_settle(id, DP_W_REPORTED, DP_W_DONE, result);
-  napi_value out;
-  napi_get_boolean(env, ok, &out);
-  return out;
+  return hs_js_bool(env, ok);
 }
 
 // takeWriteReports() -> Float64Array [id, bytes, id, bytes, ...] of the whole

@@ -26,7 +26,7 @@
 
 #ifndef HOMESFS_NO_NAPI
 #include <node_api.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #endif
 #include "fastpath/dirhandles.h"
 
@@ -335,19 +335,17 @@ NAPI_METHOD(fuse_native_dir_counts) {
 NAPI_METHOD(fuse_native_dir_stats) {
   uint64_t open = 0, refused = 0;
   homesfs_dh_stats(&open, &refused);
-  napi_value out, v;
+  napi_value out;
   napi_create_object(env, &out);
-  napi_create_double(env, (double) open, &v);
-  napi_set_named_property(env, out, "open", v);
-  napi_create_double(env, (double) refused, &v);
-  napi_set_named_property(env, out, "refused", v);
+  hs_js_set_num(env, out, "open", (double) open);
+  hs_js_set_num(env, out, "refused", (double) refused);
   return out;
 }
 
 void homesfs_dirhandles_export (napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(fuse_native_set_dir_caps)
-  NAPI_EXPORT_FUNCTION(fuse_native_set_open_files)
-  NAPI_EXPORT_FUNCTION(fuse_native_dir_counts)
-  NAPI_EXPORT_FUNCTION(fuse_native_dir_stats)
+  hs_export_fn(env, exports, "fuse_native_set_dir_caps", fuse_native_set_dir_caps);
+  hs_export_fn(env, exports, "fuse_native_set_open_files", fuse_native_set_open_files);
+  hs_export_fn(env, exports, "fuse_native_dir_counts", fuse_native_dir_counts);
+  hs_export_fn(env, exports, "fuse_native_dir_stats", fuse_native_dir_stats);
 }
 #endif

@@ -201,7 +201,7 @@ napi_value fp_set_create (napi_env env, napi_callback_info info) {
   }
   int set = fp_home_set_create(prefix, plen, token, on, m, or, depth, caller_owns);
   free(prefix);
-  return fp_bool(env, set != 0);
+  return hs_js_bool(env, set != 0);
 }
 
 // fastpath_grant_create(prefix, token, fh, uid) -> granted? One create slot:

@@ -130,6 +130,7 @@
 #include <unistd.h>
 #include <linux/openat2.h>
 #include <node_api.h>
+#include "sys/napi_args.h"
 
 #include "abi.h"
 #include "fastpath/fastpath.h"
@@ -431,11 +432,8 @@ napi_value fp_wl_size (napi_env env, napi_callback_info info);
 napi_value fp_set_write_credit (napi_env env, napi_callback_info info);
 
 // ---- fastpath_napi.c ----
-char * fp_string (napi_env env, napi_value v, size_t *len);
 char * fp_prefix_token (napi_env env, napi_callback_info info, size_t want, napi_value *argv, size_t *plen, double *token, const char *usage);
 fp_acct_t * fp_acct_of_js (napi_env env, napi_value array, int64_t *data, size_t len);
-int fp_u64 (napi_env env, napi_value v, uint64_t *out);
-napi_value fp_bool (napi_env env, int v);
 
 #pragma GCC visibility pop
 

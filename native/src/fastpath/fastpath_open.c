@@ -302,7 +302,7 @@ napi_value fp_set_open (napi_env env, napi_callback_info info) {
   if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0) { free(prefix); FP_THROW(usage); }
   int set = fp_home_set_open(prefix, plen, token, flags);
   free(prefix);
-  return fp_bool(env, set != 0);
+  return hs_js_bool(env, set != 0);
 }
 
 // fastpath_grant(prefix, token, fh, uid) -> granted? One open-file slot JS
@@ -356,7 +356,7 @@ napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create) {
   int granted = fp_slot_grant(prefix, plen, token, fh, uid, create);
   free(prefix);
   if (granted < 0) { napi_throw_error(env, "ENOMEM", create ? "fastpath_grant_create: out of memory" : "fastpath_grant: out of memory"); return NULL; }
-  return fp_bool(env, granted != 0);
+  return hs_js_bool(env, granted != 0);
 }
 
 // fastpath_reclaim() -> how many: every home's unused slots back to JS

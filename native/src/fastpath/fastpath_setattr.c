@@ -148,5 +148,5 @@ napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
   }
   int set = fp_home_set_attr_ops(prefix, plen, token, flags, m, k);
   free(prefix);
-  return fp_bool(env, set != 0);
+  return hs_js_bool(env, set != 0);
 }

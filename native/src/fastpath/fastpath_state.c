@@ -248,11 +248,10 @@ void fp_clear_all (void) {
 // fastpath_set_home(prefix, fd, dev, uid, gid, ownerFromStat, maxName, types, masks: Uint32Array(32), token)
 napi_value fp_set_home (napi_env env, napi_callback_info info) {
   fp_reap();
-  size_t argc = 10;
-  napi_value argv[10];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 10) FP_THROW("fastpath_set_home: 10 arguments");
+  NAPI_ARGV(10)
+  if (argc < 10) FP_THROW("fastpath_set_home: 10 arguments");
   size_t plen = 0;
-  char *prefix = fp_string(env, argv[0], &plen);
+  char *prefix = hs_arg_string(env, argv[0], &plen);
   if (prefix == NULL || plen < 4 || prefix[0] != '/') { free(prefix); FP_THROW("fastpath_set_home: prefix is /<tenant>/<key>"); }
   int32_t fd = -1;
   uint64_t dev = 0;
@@ -265,7 +264,7 @@ napi_value fp_set_home (napi_env env, napi_callback_info info) {
   napi_value ab;
   size_t off = 0;
   if (napi_get_value_int32(env, argv[1], &fd) != napi_ok || fd < 0 ||
-      !fp_u64(env, argv[2], &dev) ||
+      !hs_arg_u64(env, argv[2], &dev) ||
       napi_get_value_uint32(env, argv[3], &uid) != napi_ok ||
       napi_get_value_uint32(env, argv[4], &gid) != napi_ok ||
       napi_get_value_bool(env, argv[5], &from_stat) != napi_ok ||
@@ -308,7 +307,7 @@ napi_value fp_remove_home (napi_env env, napi_callback_info info) {
   if (prefix == NULL) return NULL;
   int removed = fp_home_remove(prefix, plen, token);
   free(prefix);
-  return fp_bool(env, removed != 0);
+  return hs_js_bool(env, removed != 0);
 }
 
 // fastpath_set_mutable(prefix, token, pending: BigInt64Array(2) | null) -> set?
@@ -340,18 +339,17 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
   int set = fp_home_set_pending(prefix, plen, token, a);
   free(prefix);
   fp_reap();
-  return fp_bool(env, set != 0);
+  return hs_js_bool(env, set != 0);
 }
 
 // fastpath_inode_size(dev, ino, size): the size JS charges an inode it holds
 // open (every change of its record). Nothing when the inode is not tracked.
 napi_value fp_inode_size (napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3];
+  NAPI_ARGV(3)
   uint64_t dev = 0, ino = 0;
   double size = -1;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 ||
-      !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino) ||
+  if (argc < 3 ||
+      !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) ||
       napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > 9007199254740991.0) {
     FP_THROW("fastpath_inode_size: (dev, ino, size >= 0)");
   }
@@ -425,12 +423,11 @@ int fp_inode_delta (uint64_t dev, uint64_t ino, int delta) {
 // fastpath_inode(dev, ino, delta): delta +1 when JS starts tracking an open inode, -1 when it stops.
 napi_value fp_inode (napi_env env, napi_callback_info info) {
   fp_reap();
-  size_t argc = 3;
-  napi_value argv[3];
+  NAPI_ARGV(3)
   uint64_t dev = 0, ino = 0;
   int32_t delta = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 ||
-      !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino) ||
+  if (argc < 3 ||
+      !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) ||
       napi_get_value_int32(env, argv[2], &delta) != napi_ok || (delta != 1 && delta != -1)) {
     FP_THROW("fastpath_inode: (dev, ino, +1|-1)");
   }
@@ -474,8 +471,7 @@ void fp_handle_remove (uint64_t fh) {
 
 // fastpath_set_handle(fh, fd, uid, gid, ownerFromStat, types, masks: Uint32Array(32)): publish or replace.
 napi_value fp_set_handle (napi_env env, napi_callback_info info) {
-  size_t argc = 7;
-  napi_value argv[7];
+  NAPI_ARGV(7)
   uint32_t fh = 0, uid = 0, gid = 0, types = 0;
   int32_t fd = -1;
   bool from_stat = false;
@@ -483,7 +479,7 @@ napi_value fp_set_handle (napi_env env, napi_callback_info info) {
   size_t len = 0, off = 0;
   napi_typedarray_type tt;
   napi_value ab;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 7 ||
+  if (argc < 7 ||
       napi_get_value_uint32(env, argv[0], &fh) != napi_ok || fh == 0 ||
       napi_get_value_int32(env, argv[1], &fd) != napi_ok || fd < 0 ||
       napi_get_value_uint32(env, argv[2], &uid) != napi_ok ||
@@ -509,10 +505,9 @@ napi_value fp_set_handle (napi_env env, napi_callback_info info) {
 
 // fastpath_remove_handle(fh): before JS closes the handle's descriptor.
 napi_value fp_remove_handle (napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
+  NAPI_ARGV(1)
   uint32_t fh = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_uint32(env, argv[0], &fh) != napi_ok) {
+  if (argc < 1 || napi_get_value_uint32(env, argv[0], &fh) != napi_ok) {
     FP_THROW("fastpath_remove_handle: a handle number");
   }
   fp_handle_remove(fh);
@@ -521,10 +516,9 @@ napi_value fp_remove_handle (napi_env env, napi_callback_info info) {
 
 // fastpath_enable(on): off, every getattr goes to JS (the table is kept).
 napi_value fp_enable (napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
+  NAPI_ARGV(1)
   bool on = false;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) {
+  if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) {
     FP_THROW("fastpath_enable: a boolean");
   }
   __atomic_store_n(&fp_enabled, on ? 1 : 0, __ATOMIC_RELEASE);

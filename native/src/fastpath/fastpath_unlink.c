@@ -191,10 +191,9 @@ int homesfs_fastpath_unlink (const char *path) {
 
 // fastpath_set_free_inline_max(bytes): see fp_free_inline_max.
 napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
+  NAPI_ARGV(1)
   double v = -1;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_double(env, argv[0], &v) != napi_ok || !(v >= 0)) {
+  if (argc < 1 || napi_get_value_double(env, argv[0], &v) != napi_ok || !(v >= 0)) {
     FP_THROW("fastpath_set_free_inline_max: a byte count >= 0");
   }
   __atomic_store_n(&fp_free_inline_max, (uint64_t) v, __ATOMIC_RELAXED);

@@ -76,11 +76,10 @@ int fp_open_parent (int home_fd, const char *rel, const char *last_slash) {
 
 // fastpath_set_reserved(names: string[]): components only JS answers; "x*" = every name beginning with x.
 napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
+  NAPI_ARGV(1)
   bool is_array = false;
   uint32_t n = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+  if (argc < 1 ||
       napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array ||
       napi_get_array_length(env, argv[0], &n) != napi_ok || n > FP_MAX_RESERVED) {
     FP_THROW("fastpath_set_reserved: an array of at most 32 names");

@@ -173,16 +173,15 @@ static fp_acct_t * fp_acct_of_inode (uint64_t dev, uint64_t ino, const int64_t *
 // flight on it.
 napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
   fp_reap();
-  size_t argc = 4;
-  napi_value argv[4];
+  NAPI_ARGV(4)
   uint64_t dev = 0, ino = 0;
   double size = -1;
   napi_typedarray_type tt;
   size_t len = 0, off = 0;
   napi_value ab;
   void *d = NULL;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 4 ||
-      !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino) ||
+  if (argc < 4 ||
+      !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) ||
       napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > 9007199254740991.0 ||
       napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < HOMESFS_ACCT_LEN) {
     FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
@@ -192,7 +191,7 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
   int kept = fp_wl_delegate_to(dev, ino, size, a);
   fp_acct_put(a);
   fp_reap();
-  return fp_bool(env, kept != 0);
+  return hs_js_bool(env, kept != 0);
 }
 
 // The charged size of (dev, ino), JS's again; -1: a write decided here is
@@ -221,23 +220,19 @@ double fp_wl_take_back (uint64_t dev, uint64_t ino) {
 
 // fastpath_wl_revoke(dev, ino) -> fp_wl_take_back's answer.
 napi_value fp_wl_revoke (napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
+  NAPI_ARGV(2)
   uint64_t dev = 0, ino = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 || !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino)) {
+  if (argc < 2 || !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
     FP_THROW("fastpath_wl_revoke: (dev, ino)");
   }
-  napi_value out;
-  napi_create_double(env, fp_wl_take_back(dev, ino), &out);
-  return out;
+  return hs_js_num(env, fp_wl_take_back(dev, ino));
 }
 
 // fastpath_wl_size(dev, ino) -> the charged size while C owns it, else -1.
 napi_value fp_wl_size (napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
+  NAPI_ARGV(2)
   uint64_t dev = 0, ino = 0;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 || !fp_u64(env, argv[0], &dev) || !fp_u64(env, argv[1], &ino)) {
+  if (argc < 2 || !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
     FP_THROW("fastpath_wl_size: (dev, ino)");
   }
   double out_size = -1;
@@ -249,9 +244,7 @@ napi_value fp_wl_size (napi_env env, napi_callback_info info) {
     pthread_mutex_unlock(&fp_wlock);
   }
   pthread_rwlock_unlock(&fp_lock);
-  napi_value out;
-  napi_create_double(env, out_size, &out);
-  return out;
+  return hs_js_num(env, out_size);
 }
 
 static void fp_change_write_credit (fp_home_t *e, void *arg) {
@@ -275,5 +268,5 @@ napi_value fp_set_write_credit (napi_env env, napi_callback_info info) {
   if (napi_get_value_bool(env, argv[2], &on) != napi_ok) { free(prefix); FP_THROW(usage); }
   int set = fp_home_set_write_credit(prefix, plen, token, on);
   free(prefix);
-  return fp_bool(env, set != 0);
+  return hs_js_bool(env, set != 0);
 }

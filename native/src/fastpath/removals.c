@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <node_api.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #include "fastpath/removals.h"
 
 #define RM_BUCKETS 1024
@@ -76,17 +76,11 @@ int homesfs_removal_leave (uint64_t dev, uint64_t ino, int gone) {
   return settles;
 }
 
-static int rm_args (napi_env env, napi_value *argv, uint64_t *dev, uint64_t *ino) {
-  bool lossless;
-  return napi_get_value_bigint_uint64(env, argv[0], dev, &lossless) == napi_ok && lossless &&
-         napi_get_value_bigint_uint64(env, argv[1], ino, &lossless) == napi_ok && lossless;
-}
-
 // homesfs_claim_enter(dev: bigint, ino: bigint)
 static NAPI_METHOD(homesfs_claim_enter) {
   NAPI_ARGV(2)
   uint64_t dev, ino;
-  if (!rm_args(env, argv, &dev, &ino)) {
+  if (!hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
     napi_throw_type_error(env, "EINVAL", "removalEnter: dev and ino as bigints");
     return NULL;
   }
@@ -99,13 +93,11 @@ static NAPI_METHOD(homesfs_claim_leave) {
   NAPI_ARGV(3)
   uint64_t dev, ino;
   bool gone = false;
-  if (!rm_args(env, argv, &dev, &ino) || napi_get_value_bool(env, argv[2], &gone) != napi_ok) {
+  if (!hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) || napi_get_value_bool(env, argv[2], &gone) != napi_ok) {
     napi_throw_type_error(env, "EINVAL", "removalLeave: dev and ino as bigints, and a boolean");
     return NULL;
   }
-  napi_value out;
-  napi_get_boolean(env, homesfs_removal_leave(dev, ino, gone) != 0, &out);
-  return out;
+  return hs_js_bool(env, homesfs_removal_leave(dev, ino, gone) != 0);
 }
 
 // homesfs_claim_stats() -> { inFlight, raced }: inodes entered and not left, and removers that saw nlink 0 after another settled it
@@ -113,17 +105,15 @@ static NAPI_METHOD(homesfs_claim_stats) {
   pthread_mutex_lock(&rm_lock);
   double n = (double) rm_entries;
   pthread_mutex_unlock(&rm_lock);
-  napi_value out, v;
+  napi_value out;
   napi_create_object(env, &out);
-  napi_create_double(env, n, &v);
-  napi_set_named_property(env, out, "inFlight", v);
-  napi_create_double(env, (double) __atomic_load_n(&rm_raced, __ATOMIC_RELAXED), &v);
-  napi_set_named_property(env, out, "raced", v);
+  hs_js_set_num(env, out, "inFlight", n);
+  hs_js_set_num(env, out, "raced", (double) __atomic_load_n(&rm_raced, __ATOMIC_RELAXED));
   return out;
 }
 
 void homesfs_removals_export (napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(homesfs_claim_enter)
-  NAPI_EXPORT_FUNCTION(homesfs_claim_leave)
-  NAPI_EXPORT_FUNCTION(homesfs_claim_stats)
+  hs_export_fn(env, exports, "homesfs_claim_enter", homesfs_claim_enter);
+  hs_export_fn(env, exports, "homesfs_claim_leave", homesfs_claim_leave);
+  hs_export_fn(env, exports, "homesfs_claim_stats", homesfs_claim_stats);
 }

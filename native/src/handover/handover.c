@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 #ifndef HOMESFS_NO_NAPI
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #endif
 
 #include "handover/handover.h"
@@ -260,31 +260,25 @@ int hs_ho_memfd (const void *buf, size_t len) {
 // ---- exports ---------------------------------------------------------------------
 #ifndef HOMESFS_NO_NAPI
 
-static napi_value num (napi_env env, double v) {
-  napi_value out;
-  napi_create_double(env, v, &out);
-  return out;
-}
-
 // listen(path) -> fd or -errno
 NAPI_METHOD(hs_handover_listen) {
   NAPI_ARGV(1)
   NAPI_ARGV_UTF8(path, 4096, 0)
-  return num(env, hs_ho_listen(path));
+  return hs_js_num(env, hs_ho_listen(path));
 }
 
 // accept(listenFd) -> fd, -EAGAIN (none waiting), -EPERM (a peer that is not root: refused)
 NAPI_METHOD(hs_handover_accept) {
   NAPI_ARGV(1)
   NAPI_ARGV_INT32(lfd, 0)
-  return num(env, hs_ho_accept(lfd));
+  return hs_js_num(env, hs_ho_accept(lfd));
 }
 
 // connect(path) -> fd or -errno
 NAPI_METHOD(hs_handover_connect) {
   NAPI_ARGV(1)
   NAPI_ARGV_UTF8(path, 4096, 0)
-  return num(env, hs_ho_connect(path));
+  return hs_js_num(env, hs_ho_connect(path));
 }
 
 // send(fd, buffer, fds: number[], timeoutMs) -> 0 or -errno
@@ -311,7 +305,7 @@ NAPI_METHOD(hs_handover_send) {
     }
   }
   NAPI_ARGV_INT32(timeout, 3)
-  return num(env, hs_ho_send(fd, data, len, fds, (int) n, timeout));
+  return hs_js_num(env, hs_ho_send(fd, data, len, fds, (int) n, timeout));
 }
 
 // recv(fd, timeoutMs) -> { res, data?: Buffer, fds: number[] } (res: bytes or -errno)
@@ -320,20 +314,20 @@ NAPI_METHOD(hs_handover_recv) {
   NAPI_ARGV_INT32(fd, 0)
   NAPI_ARGV_INT32(timeout, 1)
   char *buf = malloc(HS_HO_MAX_MSG);
-  if (buf == NULL) return num(env, -ENOMEM);
+  if (buf == NULL) return hs_js_num(env, -ENOMEM);
   int fds[HS_HO_MAX_FDS];
   int nfds = 0;
   int res = hs_ho_recv(fd, buf, HS_HO_MAX_MSG, fds, &nfds, timeout);
   napi_value out, v, list;
   napi_create_object(env, &out);
-  napi_set_named_property(env, out, "res", num(env, res));
+  napi_set_named_property(env, out, "res", hs_js_num(env, res));
   if (res >= 0) {
     void *copy = NULL;
     napi_create_buffer_copy(env, (size_t) res, buf, &copy, &v);
     napi_set_named_property(env, out, "data", v);
   }
   napi_create_array_with_length(env, (size_t) nfds, &list);
-  for (int i = 0; i < nfds; i++) napi_set_element(env, list, (uint32_t) i, num(env, fds[i]));
+  for (int i = 0; i < nfds; i++) napi_set_element(env, list, (uint32_t) i, hs_js_num(env, fds[i]));
   napi_set_named_property(env, out, "fds", list);
   free(buf);
   return out;
@@ -348,31 +342,31 @@ NAPI_METHOD(hs_handover_memfd) {
     napi_throw_type_error(env, "EINVAL", "memfd: a buffer");
     return NULL;
   }
-  return num(env, hs_ho_memfd(data, len));
+  return hs_js_num(env, hs_ho_memfd(data, len));
 }
 
 // reserve_fds(fd) -> the descriptor table's size now (that of the peer on fd), or -errno
 NAPI_METHOD(hs_handover_reserve_fds) {
   NAPI_ARGV(1)
   NAPI_ARGV_INT32(fd, 0)
-  return num(env, hs_ho_reserve_fds(fd));
+  return hs_js_num(env, hs_ho_reserve_fds(fd));
 }
 
 // close(fd): a descriptor the handover made or received and will not use.
 NAPI_METHOD(hs_handover_close) {
   NAPI_ARGV(1)
   NAPI_ARGV_INT32(fd, 0)
-  return num(env, close(fd) == 0 ? 0 : -errno);
+  return hs_js_num(env, close(fd) == 0 ? 0 : -errno);
 }
 
 void hs_handover_export (napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(hs_handover_listen)
-  NAPI_EXPORT_FUNCTION(hs_handover_accept)
-  NAPI_EXPORT_FUNCTION(hs_handover_connect)
-  NAPI_EXPORT_FUNCTION(hs_handover_send)
-  NAPI_EXPORT_FUNCTION(hs_handover_recv)
-  NAPI_EXPORT_FUNCTION(hs_handover_close)
-  NAPI_EXPORT_FUNCTION(hs_handover_memfd)
-  NAPI_EXPORT_FUNCTION(hs_handover_reserve_fds)
+  hs_export_fn(env, exports, "hs_handover_listen", hs_handover_listen);
+  hs_export_fn(env, exports, "hs_handover_accept", hs_handover_accept);
+  hs_export_fn(env, exports, "hs_handover_connect", hs_handover_connect);
+  hs_export_fn(env, exports, "hs_handover_send", hs_handover_send);
+  hs_export_fn(env, exports, "hs_handover_recv", hs_handover_recv);
+  hs_export_fn(env, exports, "hs_handover_close", hs_handover_close);
+  hs_export_fn(env, exports, "hs_handover_memfd", hs_handover_memfd);
+  hs_export_fn(env, exports, "hs_handover_reserve_fds", hs_handover_reserve_fds);
 }
 #endif

@@ -23,7 +23,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #include <fuse_lowlevel.h>
 
 #include "handover/holder.h"
@@ -104,27 +104,21 @@ int hs_holder_peer_pidfd (int sock, int *pid, int *pidfd) {
 
 // ---- exports ---------------------------------------------------------------------
 
-static napi_value num (napi_env env, double v) {
-  napi_value out;
-  napi_create_double(env, v, &out);
-  return out;
-}
-
 // poll(fd, events) -> revents (0: nothing yet) or -errno; never blocks
 NAPI_METHOD(hs_holder_poll_js) {
   NAPI_ARGV(2)
   NAPI_ARGV_INT32(fd, 0)
   NAPI_ARGV_INT32(events, 1)
-  return num(env, hs_holder_poll(fd, (short) events));
+  return hs_js_num(env, hs_holder_poll(fd, (short) events));
 }
 
 // { pid, pidfd } of a peer lookup that returned r (or r itself, -errno)
 static napi_value peer_reply (napi_env env, int r, int pid, int pidfd) {
-  if (r < 0) return num(env, r);
+  if (r < 0) return hs_js_num(env, r);
   napi_value out;
   napi_create_object(env, &out);
-  napi_set_named_property(env, out, "pid", num(env, pid));
-  napi_set_named_property(env, out, "pidfd", num(env, pidfd));
+  napi_set_named_property(env, out, "pid", hs_js_num(env, pid));
+  napi_set_named_property(env, out, "pidfd", hs_js_num(env, pidfd));
   return out;
 }
 
@@ -164,8 +158,8 @@ NAPI_METHOD(hs_holder_session_js) {
   }
   void *copy;
   napi_create_object(env, &out);
-  napi_set_named_property(env, out, "fd", num(env, fd));
-  napi_set_named_property(env, out, "bufsize", num(env, (double) bufsize));
+  napi_set_named_property(env, out, "fd", hs_js_num(env, fd));
+  napi_set_named_property(env, out, "bufsize", hs_js_num(env, (double) bufsize));
   napi_create_buffer_copy(env, ilen, init, &copy, &v);
   napi_set_named_property(env, out, "init", v);
   free(init);
@@ -173,13 +167,8 @@ NAPI_METHOD(hs_holder_session_js) {
 }
 
 void hs_holder_export (napi_env env, napi_value exports) {
-  napi_value fn;
-  napi_create_function(env, NULL, 0, hs_holder_poll_js, NULL, &fn);
-  napi_set_named_property(env, exports, "hs_holder_poll", fn);
-  napi_create_function(env, NULL, 0, hs_holder_peer_js, NULL, &fn);
-  napi_set_named_property(env, exports, "hs_holder_peer", fn);
-  napi_create_function(env, NULL, 0, hs_holder_peer_pidfd_js, NULL, &fn);
-  napi_set_named_property(env, exports, "hs_holder_peer_pidfd", fn);
-  napi_create_function(env, NULL, 0, hs_holder_session_js, NULL, &fn);
-  napi_set_named_property(env, exports, "hs_holder_session", fn);
+  hs_export_fn(env, exports, "hs_holder_poll", hs_holder_poll_js);
+  hs_export_fn(env, exports, "hs_holder_peer", hs_holder_peer_js);
+  hs_export_fn(env, exports, "hs_holder_peer_pidfd", hs_holder_peer_pidfd_js);
+  hs_export_fn(env, exports, "hs_holder_session", hs_holder_session_js);
 }

@@ -7,26 +7,20 @@
 #endif
 #include <errno.h>
 #include <stdint.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
 #include "handover/nodes_journal.h"
 #include "session/session.h"
-
-static napi_value num (napi_env env, double v) {
-  napi_value out;
-  napi_create_double(env, v, &out);
-  return out;
-}
 
 // journal_open() -> [fd0, fd1], or -errno
 NAPI_METHOD(hs_journal_open_js) {
   int fds[2];
   int err = hs_journal_open(fds);
-  if (err != 0) return num(env, err);
+  if (err != 0) return hs_js_num(env, err);
   napi_value list;
   napi_create_array_with_length(env, 2, &list);
-  napi_set_element(env, list, 0, num(env, fds[0]));
-  napi_set_element(env, list, 1, num(env, fds[1]));
+  napi_set_element(env, list, 0, hs_js_num(env, fds[0]));
+  napi_set_element(env, list, 1, hs_js_num(env, fds[1]));
   return list;
 }
 
@@ -38,7 +32,7 @@ NAPI_METHOD(hs_journal_recover_js) {
   int err = hs_journal_recover(fd0, fd1);
   uint64_t epoch = 0;
   if (err == 0) err = hs_journal_epoch_get(&epoch);
-  return num(env, err != 0 ? err : (double) epoch);
+  return hs_js_num(env, err != 0 ? err : (double) epoch);
 }
 
 // journal_rebase(fd0, fd1) -> 0 or -errno
@@ -46,26 +40,24 @@ NAPI_METHOD(hs_journal_rebase_js) {
   NAPI_ARGV(2)
   NAPI_ARGV_INT32(fd0, 0)
   NAPI_ARGV_INT32(fd1, 1)
-  return num(env, hs_journal_rebase(fd0, fd1));
+  return hs_js_num(env, hs_journal_rebase(fd0, fd1));
 }
 
 // journal_epoch(set?) -> the epoch (after setting it), or -ENOENT (no journal)
 NAPI_METHOD(hs_journal_epoch_js) {
-  size_t argc = 1;
-  napi_value argv[1];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  NAPI_ARGV(1)
   napi_valuetype t = napi_undefined;
   if (argc >= 1) napi_typeof(env, argv[0], &t);
   int err = 0;
   if (t == napi_number) {
     double v = 0;
     napi_get_value_double(env, argv[0], &v);
-    if (v < 0 || v > 9007199254740991.0) return num(env, -EINVAL);
+    if (v < 0 || v > 9007199254740991.0) return hs_js_num(env, -EINVAL);
     err = hs_journal_epoch_set((uint64_t) v);
   }
   uint64_t epoch = 0;
   if (err == 0) err = hs_journal_epoch_get(&epoch);
-  return num(env, err != 0 ? err : (double) epoch);
+  return hs_js_num(env, err != 0 ? err : (double) epoch);
 }
 
 // journal_follow(fd0, fd1) -> the generation followed (>= 1), or -errno
@@ -75,12 +67,12 @@ NAPI_METHOD(hs_journal_follow_js) {
   NAPI_ARGV_INT32(fd1, 1)
   uint64_t gen = 0;
   int err = hs_journal_follow(fd0, fd1, &gen);
-  return num(env, err != 0 ? err : (double) gen);
+  return hs_js_num(env, err != 0 ? err : (double) gen);
 }
 
 // journal_follow_finish() -> 0 or -errno (-ESTALE: compacted since)
 NAPI_METHOD(hs_journal_follow_finish_js) {
-  return num(env, hs_journal_follow_finish());
+  return hs_js_num(env, hs_journal_follow_finish());
 }
 
 NAPI_METHOD(hs_journal_follow_drop_js) {
@@ -93,7 +85,7 @@ NAPI_METHOD(hs_journal_gen_js) {
   int active = 0;
   uint64_t pos = 0, gen = 0;
   int err = hs_journal_where(&active, &pos, &gen);
-  return num(env, err != 0 ? err : (double) gen);
+  return hs_js_num(env, err != 0 ? err : (double) gen);
 }
 
 // journal_recovered() -> [snapshot bytes, snapshot nodes, log bytes, records,
@@ -104,28 +96,18 @@ NAPI_METHOD(hs_journal_recovered_js) {
   double v[] = { (double) r.snap_bytes, (double) r.snap_nodes, (double) r.log_bytes, (double) r.records, (double) r.import_ns, (double) r.replay_ns, (double) r.cpu_ns };
   napi_value list;
   napi_create_array_with_length(env, 7, &list);
-  for (uint32_t i = 0; i < 7; i++) napi_set_element(env, list, i, num(env, v[i]));
+  for (uint32_t i = 0; i < 7; i++) napi_set_element(env, list, i, hs_js_num(env, v[i]));
   return list;
 }
 
 void hs_journal_export (napi_env env, napi_value exports) {
-  napi_value fn;
-  napi_create_function(env, NULL, 0, hs_journal_recovered_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_recovered", fn);
-  napi_create_function(env, NULL, 0, hs_journal_follow_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_follow", fn);
-  napi_create_function(env, NULL, 0, hs_journal_follow_finish_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_follow_finish", fn);
-  napi_create_function(env, NULL, 0, hs_journal_follow_drop_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_follow_drop", fn);
-  napi_create_function(env, NULL, 0, hs_journal_gen_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_gen", fn);
-  napi_create_function(env, NULL, 0, hs_journal_open_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_open", fn);
-  napi_create_function(env, NULL, 0, hs_journal_recover_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_recover", fn);
-  napi_create_function(env, NULL, 0, hs_journal_rebase_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_rebase", fn);
-  napi_create_function(env, NULL, 0, hs_journal_epoch_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_journal_epoch", fn);
+  hs_export_fn(env, exports, "session_journal_recovered", hs_journal_recovered_js);
+  hs_export_fn(env, exports, "session_journal_follow", hs_journal_follow_js);
+  hs_export_fn(env, exports, "session_journal_follow_finish", hs_journal_follow_finish_js);
+  hs_export_fn(env, exports, "session_journal_follow_drop", hs_journal_follow_drop_js);
+  hs_export_fn(env, exports, "session_journal_gen", hs_journal_gen_js);
+  hs_export_fn(env, exports, "session_journal_open", hs_journal_open_js);
+  hs_export_fn(env, exports, "session_journal_recover", hs_journal_recover_js);
+  hs_export_fn(env, exports, "session_journal_rebase", hs_journal_rebase_js);
+  hs_export_fn(env, exports, "session_journal_epoch", hs_journal_epoch_js);
 }

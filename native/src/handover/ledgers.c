@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
 #include "abi.h"
 #include "handover/ledgers.h"
@@ -80,9 +80,6 @@ NAPI_METHOD(hs_ledgers_map_js) {
 }
 
 void hs_ledgers_export (napi_env env, napi_value exports) {
-  napi_value fn;
-  napi_create_function(env, NULL, 0, hs_ledgers_open_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_ledgers_open", fn);
-  napi_create_function(env, NULL, 0, hs_ledgers_map_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_ledgers_map", fn);
+  hs_export_fn(env, exports, "session_ledgers_open", hs_ledgers_open_js);
+  hs_export_fn(env, exports, "session_ledgers_map", hs_ledgers_map_js);
 }

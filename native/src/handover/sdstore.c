@@ -23,7 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #ifndef HOMESFS_NO_NAPI
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #endif
 
 #include "handover/sdstore.h"
@@ -95,12 +95,6 @@ int hs_sd_cloexec (int fd) {
 #ifndef HOMESFS_NO_NAPI
 // ---- exports ---------------------------------------------------------------------
 
-static napi_value num (napi_env env, double v) {
-  napi_value out;
-  napi_create_double(env, v, &out);
-  return out;
-}
-
 // sd_notify_fds(socketPath, message, fds[]) -> 0 or -errno
 NAPI_METHOD(hs_sd_notify_fds_js) {
   NAPI_ARGV(3)
@@ -110,14 +104,14 @@ NAPI_METHOD(hs_sd_notify_fds_js) {
     napi_throw_type_error(env, "EINVAL", "sd_notify_fds: a socket path");
     return NULL;
   }
-  if (plen >= sizeof(path) - 1) return num(env, -ENAMETOOLONG);
+  if (plen >= sizeof(path) - 1) return hs_js_num(env, -ENAMETOOLONG);
   size_t mlen = 0;
   if (napi_get_value_string_utf8(env, argv[1], NULL, 0, &mlen) != napi_ok) {
     napi_throw_type_error(env, "EINVAL", "sd_notify_fds: a message");
     return NULL;
   }
   char *msg = malloc(mlen + 1);
-  if (msg == NULL) return num(env, -ENOMEM);
+  if (msg == NULL) return hs_js_num(env, -ENOMEM);
   napi_get_value_string_utf8(env, argv[1], msg, mlen + 1, &mlen);
   uint32_t nfds = 0;
   bool arr = false;
@@ -125,7 +119,7 @@ NAPI_METHOD(hs_sd_notify_fds_js) {
   if (arr) napi_get_array_length(env, argv[2], &nfds);
   if (!arr || nfds > SD_MAX_FDS) {
     free(msg);
-    return num(env, arr ? -E2BIG : -EINVAL);
+    return hs_js_num(env, arr ? -E2BIG : -EINVAL);
   }
   int fds[SD_MAX_FDS];
   for (uint32_t i = 0; i < nfds; i++) {
@@ -133,26 +127,23 @@ NAPI_METHOD(hs_sd_notify_fds_js) {
     napi_get_element(env, argv[2], i, &v);
     if (napi_get_value_int32(env, v, &fds[i]) != napi_ok || fds[i] < 0) {
       free(msg);
-      return num(env, -EBADF);
+      return hs_js_num(env, -EBADF);
     }
   }
   int r = hs_sd_notify_fds(path, msg, mlen, fds, nfds);
   free(msg);
-  return num(env, r);
+  return hs_js_num(env, r);
 }
 
 // sd_cloexec(fd) -> 0 or -errno
 NAPI_METHOD(hs_sd_cloexec_js) {
   NAPI_ARGV(1)
   NAPI_ARGV_INT32(fd, 0)
-  return num(env, hs_sd_cloexec(fd));
+  return hs_js_num(env, hs_sd_cloexec(fd));
 }
 
 void hs_sdstore_export (napi_env env, napi_value exports) {
-  napi_value fn;
-  napi_create_function(env, NULL, 0, hs_sd_notify_fds_js, NULL, &fn);
-  napi_set_named_property(env, exports, "hs_sd_notify_fds", fn);
-  napi_create_function(env, NULL, 0, hs_sd_cloexec_js, NULL, &fn);
-  napi_set_named_property(env, exports, "hs_sd_cloexec", fn);
+  hs_export_fn(env, exports, "hs_sd_notify_fds", hs_sd_notify_fds_js);
+  hs_export_fn(env, exports, "hs_sd_cloexec", hs_sd_cloexec_js);
 }
 #endif

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
 #include "session/bridge.h"
 
@@ -204,6 +204,6 @@ NAPI_METHOD(hs_session_unref) {
 }
 
 void hs_bridge_export (napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(hs_session_reply)
-  NAPI_EXPORT_FUNCTION(hs_session_unref)
+  hs_export_fn(env, exports, "hs_session_reply", hs_session_reply);
+  hs_export_fn(env, exports, "hs_session_unref", hs_session_unref);
 }

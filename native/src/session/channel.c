@@ -33,7 +33,7 @@
 #include <fuse_lowlevel.h>
 #ifndef HOMESFS_NO_NAPI
 #include <node_api.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #endif
 
 #include "session/channel.h"
@@ -442,9 +442,7 @@ NAPI_METHOD(fuse_native_set_noflush) {
     return NULL;
   }
   __atomic_store_n(&homesfs_noflush_on, on ? 1 : 0, __ATOMIC_RELEASE);
-  napi_value out;
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_noflush_count, __ATOMIC_RELAXED), &out);
-  return out;
+  return hs_js_num(env, (double) __atomic_load_n(&homesfs_noflush_count, __ATOMIC_RELAXED));
 }
 
 // noFlushCount() -> [opens answered with FOPEN_NOFLUSH, FLUSH requests received]
@@ -459,10 +457,10 @@ NAPI_METHOD(fuse_native_noflush_count) {
 }
 
 void homesfs_channel_export (napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(fuse_native_set_flush_gate)
-  NAPI_EXPORT_FUNCTION(fuse_native_set_noflush)
-  NAPI_EXPORT_FUNCTION(fuse_native_noflush_count)
-  NAPI_EXPORT_FUNCTION(fuse_native_set_single_reader)
-  NAPI_EXPORT_FUNCTION(fuse_native_lead_stats)
+  hs_export_fn(env, exports, "fuse_native_set_flush_gate", fuse_native_set_flush_gate);
+  hs_export_fn(env, exports, "fuse_native_set_noflush", fuse_native_set_noflush);
+  hs_export_fn(env, exports, "fuse_native_noflush_count", fuse_native_noflush_count);
+  hs_export_fn(env, exports, "fuse_native_set_single_reader", fuse_native_set_single_reader);
+  hs_export_fn(env, exports, "fuse_native_lead_stats", fuse_native_lead_stats);
 }
 #endif

@@ -209,7 +209,7 @@ void hs_inval_stats (hs_inval_stats_t *s) {
 }
 
 #ifndef HOMESFS_NO_NAPI
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
 // session_invalidate(kind, path): HOMESFS_INVAL_PATH the name and its node,
 // _TREE every node at or below it, _ENTRY the name only. -> entries queued,
@@ -262,12 +262,8 @@ NAPI_METHOD(hs_inval_progress_js) {
 }
 
 void hs_inval_export (napi_env env, napi_value exports) {
-  napi_value fn;
-  napi_create_function(env, NULL, 0, hs_inval_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_invalidate", fn);
-  napi_create_function(env, NULL, 0, hs_inval_stats_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_inval_stats", fn);
-  napi_create_function(env, NULL, 0, hs_inval_progress_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_inval_progress", fn);
+  hs_export_fn(env, exports, "session_invalidate", hs_inval_js);
+  hs_export_fn(env, exports, "session_inval_stats", hs_inval_stats_js);
+  hs_export_fn(env, exports, "session_inval_progress", hs_inval_progress_js);
 }
 #endif

@@ -139,10 +139,10 @@ static void open_reply (hs_op_t *op) {
 static void open_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
   hs_op_t *op = (hs_op_t *) c;
   if (res < 0) return op_reply_err(op, res);
-  uint32_t fh = hs_u32_from_js(env, values, n, 0, 0);
+  uint32_t fh = hs_arg_u32_or(env, values, n, 0, 0);
   // fh 0 means "no handle": the kernel would send 0 anyway.
   op->fi.fh = fh;
-  apply_open_opts(&op->fi, hs_u32_from_js(env, values, n, 1, 0));
+  apply_open_opts(&op->fi, hs_arg_u32_or(env, values, n, 1, 0));
   open_reply(op);
 }
 
@@ -203,8 +203,8 @@ static void create_then (hs_op_t *op, int res, const struct stat *st) {
 static void create_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
   hs_op_t *op = (hs_op_t *) c;
   if (res < 0) return op_reply_err(op, res);
-  op->fi.fh = hs_u32_from_js(env, values, n, 0, 0);
-  apply_open_opts(&op->fi, hs_u32_from_js(env, values, n, 1, 0));
+  op->fi.fh = hs_arg_u32_or(env, values, n, 0, 0);
+  apply_open_opts(&op->fi, hs_arg_u32_or(env, values, n, 1, 0));
   op_fgetattr(op, op->path, op->fi.fh, create_then);
 }
 
@@ -249,7 +249,7 @@ static void read_done (napi_env env, hs_call_t *c, int32_t res, napi_value *valu
   hs_op_t *op = (hs_op_t *) c;
   if (res < 0) return op_reply_err(op, res);
   size_t got = 0;
-  const char *bytes = n >= 1 ? hs_bytes_from_js(env, values[0], &got) : NULL;
+  const char *bytes = n >= 1 ? hs_arg_bytes(env, values[0], &got) : NULL;
   if ((size_t) res > op->len) return op_reply_err(op, -ERANGE);
   if (res > 0 && (bytes == NULL || got < (size_t) res)) return op_reply_err(op, -EIO);
   fuse_reply_buf(op->req, bytes, (size_t) res);
@@ -395,7 +395,7 @@ typedef struct {
 static void reopen_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
   hs_op_t *op = (hs_op_t *) c;
   reopen_wait_t *w = op->dh;
-  uint64_t fh = res < 0 ? 0 : hs_u32_from_js(env, values, n, 0, 0);
+  uint64_t fh = res < 0 ? 0 : hs_arg_u32_or(env, values, n, 0, 0);
   op_finish(op);
   pthread_mutex_lock(&w->mu);
   w->res = res < 0 ? res : 0;

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/uio.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
 #include "session/channel.h"
 #include "session/handles.h"
@@ -316,14 +316,6 @@ static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
   return 0;
 }
 
-// A buffer's bytes (NULL: not a buffer). An empty buffer may have no data
-// pointer: it reads as "" (the adopt's nodes are empty when the successor
-// followed the journal).
-static const char *buf_of (napi_env env, napi_value v, size_t *len) {
-  void *data = NULL;
-  if (napi_get_buffer_info(env, v, &data, len) != napi_ok) return NULL;
-  return data != NULL ? data : "";
-}
 
 // mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove], dispatch)
 NAPI_METHOD(hs_session_mount_js) {
@@ -369,7 +361,7 @@ NAPI_METHOD(hs_session_adopt_js) {
   NAPI_ARGV_INT32(fd, 0)
   NAPI_ARGV_UINT32(bufsize, 1)
   size_t ilen = 0, nlen = 0, dlen = 0;
-  const char *init = buf_of(env, argv[2], &ilen), *nodes = buf_of(env, argv[3], &nlen), *dirs = buf_of(env, argv[4], &dlen);
+  const char *init = hs_arg_bytes(env, argv[2], &ilen), *nodes = hs_arg_bytes(env, argv[3], &nlen), *dirs = hs_arg_bytes(env, argv[4], &dlen);
   if (init == NULL || nodes == NULL || dirs == NULL) {
     napi_throw_type_error(env, "EINVAL", "adopt: init, nodes and dirs are buffers");
     return NULL;
@@ -392,7 +384,7 @@ NAPI_METHOD(hs_session_revive_js) {
   NAPI_ARGV_INT32(fd, 0)
   NAPI_ARGV_UINT32(bufsize, 1)
   size_t ilen = 0;
-  const char *init = buf_of(env, argv[2], &ilen);
+  const char *init = hs_arg_bytes(env, argv[2], &ilen);
   if (init == NULL) {
     napi_throw_type_error(env, "EINVAL", "revive: init is a buffer");
     return NULL;
@@ -460,7 +452,7 @@ NAPI_METHOD(hs_session_dead_export_js) {
 NAPI_METHOD(hs_session_dead_import_js) {
   NAPI_ARGV(1)
   size_t len = 0;
-  const char *b = buf_of(env, argv[0], &len);
+  const char *b = hs_arg_bytes(env, argv[0], &len);
   napi_value out;
   if (b == NULL || len % (2 * sizeof(uint64_t)) != 0) {
     napi_create_int32(env, -EINVAL, &out);
@@ -482,7 +474,7 @@ NAPI_METHOD(hs_session_dead_import_js) {
 NAPI_METHOD(hs_session_preimport_js) {
   NAPI_ARGV(1)
   size_t len = 0;
-  const char *nodes = buf_of(env, argv[0], &len);
+  const char *nodes = hs_arg_bytes(env, argv[0], &len);
   if (nodes == NULL) {
     napi_throw_type_error(env, "EINVAL", "preimport: nodes is a buffer");
     return NULL;
@@ -500,9 +492,7 @@ NAPI_METHOD(hs_session_pause_js) {
 
 NAPI_METHOD(hs_session_paused_js) {
   hs_loop_kick();
-  napi_value out;
-  napi_get_boolean(env, hs_loop_paused() && hs_bridge_pending() == 0, &out);
-  return out;
+  return hs_js_bool(env, hs_loop_paused() && hs_bridge_pending() == 0);
 }
 
 NAPI_METHOD(hs_session_resume_js) {
@@ -514,9 +504,7 @@ NAPI_METHOD(hs_session_resume_js) {
 // successor needs, taken while paused; nodes empty when not asked for (a
 // successor that followed the journal has the table).
 NAPI_METHOD(hs_session_handed_js) {
-  size_t argc = 1;
-  napi_value argv[1];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  NAPI_ARGV(1)
   bool with_nodes = true;
   if (argc >= 1) napi_get_value_bool(env, argv[0], &with_nodes);
   char *init = NULL, *nodes = NULL, *dirs = NULL;
@@ -554,35 +542,20 @@ NAPI_METHOD(hs_session_handed_js) {
 }
 
 void hs_session_export (napi_env env, napi_value exports) {
-  napi_value fn;
-  napi_create_function(env, NULL, 0, hs_session_mount_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_mount", fn);
-  napi_create_function(env, NULL, 0, hs_session_loop_state_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_loop_state", fn);
-  napi_create_function(env, NULL, 0, hs_session_stats_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_stats", fn);
-  napi_create_function(env, NULL, 0, hs_session_adopt_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_adopt", fn);
-  napi_create_function(env, NULL, 0, hs_session_revive_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_revive", fn);
-  napi_create_function(env, NULL, 0, hs_session_fh_epoch_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_fh_epoch", fn);
-  napi_create_function(env, NULL, 0, hs_session_handle_stats_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_handle_stats", fn);
-  napi_create_function(env, NULL, 0, hs_session_dead_export_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_dead_handles", fn);
-  napi_create_function(env, NULL, 0, hs_session_dead_import_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_dead_handles_import", fn);
-  napi_create_function(env, NULL, 0, hs_session_preimport_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_preimport", fn);
-  napi_create_function(env, NULL, 0, hs_session_pause_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_pause", fn);
-  napi_create_function(env, NULL, 0, hs_session_paused_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_paused", fn);
-  napi_create_function(env, NULL, 0, hs_session_resume_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_resume", fn);
-  napi_create_function(env, NULL, 0, hs_session_handed_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_handed", fn);
+  hs_export_fn(env, exports, "session_mount", hs_session_mount_js);
+  hs_export_fn(env, exports, "session_loop_state", hs_session_loop_state_js);
+  hs_export_fn(env, exports, "session_stats", hs_session_stats_js);
+  hs_export_fn(env, exports, "session_adopt", hs_session_adopt_js);
+  hs_export_fn(env, exports, "session_revive", hs_session_revive_js);
+  hs_export_fn(env, exports, "session_fh_epoch", hs_session_fh_epoch_js);
+  hs_export_fn(env, exports, "session_handle_stats", hs_session_handle_stats_js);
+  hs_export_fn(env, exports, "session_dead_handles", hs_session_dead_export_js);
+  hs_export_fn(env, exports, "session_dead_handles_import", hs_session_dead_import_js);
+  hs_export_fn(env, exports, "session_preimport", hs_session_preimport_js);
+  hs_export_fn(env, exports, "session_pause", hs_session_pause_js);
+  hs_export_fn(env, exports, "session_paused", hs_session_paused_js);
+  hs_export_fn(env, exports, "session_resume", hs_session_resume_js);
+  hs_export_fn(env, exports, "session_handed", hs_session_handed_js);
   hs_bridge_export(env, exports);
   hs_handover_export(env, exports);
   hs_inval_export(env, exports);

@@ -21,16 +21,14 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <node_api.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #include "sys/calls.h"
 #include "sys/utf8.h"
 
 NAPI_METHOD(fuse_native_utf8_valid_buffer) {
   NAPI_ARGV(1)
   NAPI_ARGV_BUFFER_CAST(unsigned char *, data, 0);
-  napi_value out;
-  napi_get_boolean(env, homesfs_utf8_valid_n(data, data_len), &out);
-  return out;
+  return hs_js_bool(env, homesfs_utf8_valid_n(data, data_len));
 }
 
 // ---- One request on the thread pool -------------------------------------------
@@ -289,9 +287,7 @@ NAPI_METHOD(fuse_native_umount2) {
 // res 0 or -errno of setrlimit, and the limits in force afterwards (Infinity
 // for RLIM_INFINITY).
 static napi_value fuse_native_rlim_value (napi_env env, rlim_t v) {
-  napi_value out;
-  napi_create_double(env, v == RLIM_INFINITY ? (double) INFINITY : (double) v, &out);
-  return out;
+  return hs_js_num(env, v == RLIM_INFINITY ? (double) INFINITY : (double) v);
 }
 
 NAPI_METHOD(fuse_native_nofile) {
@@ -322,10 +318,10 @@ NAPI_METHOD(fuse_native_nofile) {
 }
 
 void homesfs_calls_export (napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(fuse_native_utimensat)
-  NAPI_EXPORT_FUNCTION(fuse_native_backing_mknod)
-  NAPI_EXPORT_FUNCTION(fuse_native_backing_fallocate)
-  NAPI_EXPORT_FUNCTION(fuse_native_umount2)
-  NAPI_EXPORT_FUNCTION(fuse_native_nofile)
-  NAPI_EXPORT_FUNCTION(fuse_native_utf8_valid_buffer)
+  hs_export_fn(env, exports, "fuse_native_utimensat", fuse_native_utimensat);
+  hs_export_fn(env, exports, "fuse_native_backing_mknod", fuse_native_backing_mknod);
+  hs_export_fn(env, exports, "fuse_native_backing_fallocate", fuse_native_backing_fallocate);
+  hs_export_fn(env, exports, "fuse_native_umount2", fuse_native_umount2);
+  hs_export_fn(env, exports, "fuse_native_nofile", fuse_native_nofile);
+  hs_export_fn(env, exports, "fuse_native_utf8_valid_buffer", fuse_native_utf8_valid_buffer);
 }

@@ -24,6 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sys/napi_args.h"
+
 #define SCANDIR_VERSION 1
 
 static napi_value throw_errno(napi_env env, int err, const char *what) {
@@ -97,10 +99,9 @@ static napi_value view(napi_env env, napi_typedarray_type t, size_t n, napi_valu
 //   names: Buffer of the raw names, each followed by a NUL; name i is
 //          names[(i ? nameEnd[i-1] + 1 : 0) .. nameEnd[i])
 static napi_value list(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
+  NAPI_ARGV(1)
   int32_t dirfd;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
+  if (argc < 1 ||
       napi_get_value_int32(env, argv[0], &dirfd) != napi_ok) {
     napi_throw_type_error(env, NULL, "list(dirFd): dirFd must be a number");
     return NULL;
@@ -168,9 +169,8 @@ static napi_value list(napi_env env, napi_callback_info info) {
 }
 
 NAPI_MODULE_INIT() {
-  napi_value fn, version;
-  napi_create_function(env, "list", NAPI_AUTO_LENGTH, list, NULL, &fn);
-  napi_set_named_property(env, exports, "list", fn);
+  napi_value version;
+  hs_export_fn(env, exports, "list", list);
   napi_create_uint32(env, SCANDIR_VERSION, &version);
   napi_set_named_property(env, exports, "SCANDIR_VERSION", version);
   return exports;
