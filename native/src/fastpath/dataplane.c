@@ -62,9 +62,9 @@ static pthread_cond_t dp_drained = PTHREAD_COND_INITIALIZER;
 uint64_t dp_published = 0;
 
 // Counters for tests and figures (relaxed atomics; read by dataPlaneStats).
-static uint64_t dp_reads = 0;
-static uint64_t dp_bytes = 0;
-static uint64_t dp_fallbacks = 0;
+uint64_t dp_reads = 0;
+uint64_t dp_bytes = 0;
+uint64_t dp_fallbacks = 0;
 uint64_t dp_writes = 0;
 uint64_t dp_write_bytes = 0;
 uint64_t dp_write_fallbacks = 0;
@@ -146,61 +146,6 @@ int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) 
 
 // ---- JavaScript side (the write path's own calls: dataplane_write.c) ---------
 
-static int dp_get_fh(napi_env env, napi_value v, uint64_t *fh) {
-  int64_t n = 0;
-  if (napi_get_value_int64(env, v, &n) != napi_ok || n <= 0 || n > 0xffffffffLL) return 0;
-  *fh = (uint64_t) n;
-  return 1;
-}
-
-// publish(fh, fd, flags): from now on READs (flags & 1) and WRITEs (flags & 2)
-// of fh are served with fd. Called before the open is answered, so no request
-// for fh can come earlier.
-static int dp_get_u64(napi_env env, napi_value v, uint64_t *out) {
-  bool lossless = false;
-  return napi_get_value_bigint_uint64(env, v, out, &lossless) == napi_ok && lossless;
-}
-
-static NAPI_METHOD(homesfs_dp_publish) {
-  NAPI_ARGV(6)
-  uint64_t fh = 0, dev = 0, ino = 0;
-  int32_t fd = -1;
-  uint32_t flags = 0;
-  bool append = false;
-  if (!dp_get_fh(env, argv[0], &fh) || napi_get_value_int32(env, argv[1], &fd) != napi_ok || fd < 0 ||
-      napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~(uint32_t) (HOMESFS_DP_READ | HOMESFS_DP_WRITE)) != 0 ||
-      !dp_get_u64(env, argv[3], &dev) || !dp_get_u64(env, argv[4], &ino) || napi_get_value_bool(env, argv[5], &append) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "publish(fh, fd, flags, dev, ino, append): fh is a uint32 > 0, fd a descriptor, flags 1 (read) | 2 (write), dev and ino bigints, append a boolean");
-    return NULL;
-  }
-  dp_entry_t *e = malloc(sizeof(*e));
-  if (e == NULL) {
-    napi_throw_error(env, "ENOMEM", "publish: out of memory");
-    return NULL;
-  }
-  pthread_mutex_lock(&dp_lock);
-  dp_entry_t **p = dp_find(fh);
-  if (*p != NULL) {
-    pthread_mutex_unlock(&dp_lock);
-    free(e);
-    napi_throw_error(env, "EEXIST", "publish: fh is already published");
-    return NULL;
-  }
-  e->next = NULL;
-  e->fh = fh;
-  e->fd = fd;
-  e->flags = flags;
-  e->inflight = 0;
-  e->dev = dev;
-  e->ino = ino;
-  e->append = append ? 1 : 0;
-  e->gen = 0;
-  *p = e;
-  __atomic_add_fetch(&dp_published, 1, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&dp_lock);
-  return NULL;
-}
-
 // The same from C (fastpath_open.c's native open): 1 when published.
 int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) {
   dp_entry_t *e = malloc(sizeof(*e));
@@ -227,27 +172,6 @@ int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uin
   return 1;
 }
 
-// setFlags(fh, flags) -> whether fh is published. Takes effect for the next
-// request; one in progress finishes with the descriptor, which stays open.
-// The flags are JavaScript's now, under its current policy (gen 0).
-static NAPI_METHOD(homesfs_dp_set_flags) {
-  NAPI_ARGV(2)
-  uint64_t fh = 0;
-  uint32_t flags = 0;
-  if (!dp_get_fh(env, argv[0], &fh) || napi_get_value_uint32(env, argv[1], &flags) != napi_ok || (flags & ~(uint32_t) (HOMESFS_DP_READ | HOMESFS_DP_WRITE)) != 0) {
-    napi_throw_type_error(env, "EINVAL", "setFlags(fh, flags): fh is a uint32 > 0, flags 1 (read) | 2 (write)");
-    return NULL;
-  }
-  pthread_mutex_lock(&dp_lock);
-  dp_entry_t *e = *dp_find(fh);
-  if (e != NULL) {
-    e->flags = flags;
-    e->gen = 0;
-  }
-  pthread_mutex_unlock(&dp_lock);
-  return hs_js_bool(env, e != NULL);
-}
-
 // unpublish from C (also a native open closed before JS adopted it): on
 // return no read or write uses the descriptor any more. -> whether it was published.
 int homesfs_dp_unpublish_fd (uint64_t fh) {
@@ -262,18 +186,6 @@ int homesfs_dp_unpublish_fd (uint64_t fh) {
   pthread_mutex_unlock(&dp_lock);
   free(e);
   return e != NULL;
-}
-
-// unpublish(fh) -> whether it was published. On return no read or write uses
-// the descriptor any more: the caller may close it.
-static NAPI_METHOD(homesfs_dp_unpublish) {
-  NAPI_ARGV(1)
-  uint64_t fh = 0;
-  if (!dp_get_fh(env, argv[0], &fh)) {
-    napi_throw_type_error(env, "EINVAL", "unpublish(fh): fh is a uint32 > 0");
-    return NULL;
-  }
-  return hs_js_bool(env, homesfs_dp_unpublish_fd(fh));
 }
 
 // ---- releases --------------------------------------------------------------
@@ -297,9 +209,9 @@ typedef struct dp_release {
   hq_link_t link;  // first
   uint64_t fh;
 } dp_release_t;
-static int dp_release_deferred = 0;          // atomic: JavaScript's switch
-static hq_t dp_releases = HQ_INIT(dp_releases);  // under dp_lock, oldest first
-static uint64_t dp_releases_answered = 0;    // counter for tests and figures
+int dp_release_deferred = 0;          // atomic: JavaScript's switch
+hq_t dp_releases = HQ_INIT(dp_releases);  // under dp_lock, oldest first
+uint64_t dp_releases_answered = 0;    // counter for tests and figures
 
 int homesfs_dp_release(uint64_t fh) {
   if (!__atomic_load_n(&dp_release_deferred, __ATOMIC_ACQUIRE)) return 0;
@@ -314,61 +226,8 @@ int homesfs_dp_release(uint64_t fh) {
   return 1;
 }
 
-// setReleaseDeferred(on): from the next RELEASE on, answer and queue (true) or
-// send to ops.release (false). Turning it off leaves what is queued queued:
-// JavaScript takes it as usual.
-static NAPI_METHOD(homesfs_dp_set_release_deferred) {
-  NAPI_ARGV(1)
-  bool on = false;
-  if (napi_get_value_bool(env, argv[0], &on) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "setReleaseDeferred(on): on is a boolean");
-    return NULL;
-  }
-  __atomic_store_n(&dp_release_deferred, on ? 1 : 0, __ATOMIC_RELEASE);
-  return NULL;
-}
-
 // takeReleases() -> Float64Array [fh, fh, ...] of the RELEASEs answered since
 // the last call, oldest first; null when there are none.
-static void dp_release_fill(hq_link_t *r, void *data, uint32_t i) {
+void dp_release_fill(hq_link_t *r, void *data, uint32_t i) {
   ((double *) data)[i] = (double) ((dp_release_t *) r)->fh;
-}
-
-static NAPI_METHOD(homesfs_dp_take_releases) {
-  // A handle never dropped (its descriptor would stay open for good).
-  return hq_take_to_js(env, &dp_releases, &dp_lock, napi_float64_array, sizeof(double), 1, dp_release_fill);
-}
-
-static void dp_set_count(napi_env env, napi_value obj, const char *name, uint64_t *counter) {
-  napi_value v;
-  napi_create_double(env, (double) __atomic_load_n(counter, __ATOMIC_RELAXED), &v);
-  napi_set_named_property(env, obj, name, v);
-}
-
-// dataPlaneStats() -> { published, reads, bytes, fallbacks, writes, writeBytes, writeFallbacks }
-static NAPI_METHOD(homesfs_dp_stats) {
-  napi_value out;
-  napi_create_object(env, &out);
-  dp_set_count(env, out, "published", &dp_published);
-  dp_set_count(env, out, "reads", &dp_reads);
-  dp_set_count(env, out, "bytes", &dp_bytes);
-  dp_set_count(env, out, "fallbacks", &dp_fallbacks);
-  dp_set_count(env, out, "writes", &dp_writes);
-  dp_set_count(env, out, "writeBytes", &dp_write_bytes);
-  dp_set_count(env, out, "writeFallbacks", &dp_write_fallbacks);
-  dp_set_count(env, out, "releases", &dp_releases_answered);
-  return out;
-}
-
-void homesfs_dp_export(napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "homesfs_dp_publish", homesfs_dp_publish);
-  hs_export_fn(env, exports, "homesfs_dp_set_flags", homesfs_dp_set_flags);
-  hs_export_fn(env, exports, "homesfs_dp_unpublish", homesfs_dp_unpublish);
-  hs_export_fn(env, exports, "homesfs_dp_set_write_handler", homesfs_dp_set_write_handler);
-  hs_export_fn(env, exports, "homesfs_dp_write_decision", homesfs_dp_write_decision);
-  hs_export_fn(env, exports, "homesfs_dp_write_done", homesfs_dp_write_done);
-  hs_export_fn(env, exports, "homesfs_dp_take_write_reports", homesfs_dp_take_write_reports);
-  hs_export_fn(env, exports, "homesfs_dp_set_release_deferred", homesfs_dp_set_release_deferred);
-  hs_export_fn(env, exports, "homesfs_dp_take_releases", homesfs_dp_take_releases);
-  hs_export_fn(env, exports, "homesfs_dp_stats", homesfs_dp_stats);
 }

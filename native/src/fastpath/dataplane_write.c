@@ -30,53 +30,10 @@
 
 // ---- writes -----------------------------------------------------------------
 
-// Where a write request stands. JavaScript moves it out of DP_W_ASKED with
-// writeDecision (PROCEED at an offset, or FALLBACK: send it the data) or with
-// writeDone (DONE: its final answer, a refusal); out of DP_W_REPORTED (a short
-// or failed pwrite, reported) with writeDone.
-#define DP_W_ASKED 0
-#define DP_W_PROCEED 1
-#define DP_W_DONE 2
-#define DP_W_FALLBACK 3
-#define DP_W_REPORTED 4
-#define DP_W_WRITING 5
-#define DP_W_PROCEED_WAIT 6  // PROCEED, and answer only after writeDone even when it lands whole
+hq_t dp_reports = HQ_INIT(dp_reports);  // under dp_lock, oldest first
 
-typedef struct dp_wreq {
-  struct dp_wreq *next;
-  uint32_t id;
-  int state;
-  int64_t value; // PROCEED: the offset; DONE: bytes written or -errno
-  uv_sem_t sem;
-  // the request, read by the JS thread while the libfuse thread waits
-  uint64_t fh;
-  int64_t offset;
-  uint32_t len;
-  const char *path;
-  uint32_t uid, gid, pid;
-} dp_wreq_t;
-
-typedef struct dp_msg {
-  int kind; // HOMESFS_WRITE_DECIDE (req) or HOMESFS_WRITE_DONE (id, result)
-  int on_stack;
-  uint32_t id;
-  dp_wreq_t *req;
-  int64_t result;
-} dp_msg_t;
-
-// Whole writes already answered to the kernel: (id, bytes) for JavaScript to
-// release the file's lock. Taken by takeWriteReports, which JavaScript calls
-// before every decision and every other request it serves (and on a short
-// timer), so a report no longer costs a wake of the JS thread of its own.
-typedef struct dp_report {
-  hq_link_t link;  // first
-  uint32_t id;
-  int64_t result;
-} dp_report_t;
-static hq_t dp_reports = HQ_INIT(dp_reports);  // under dp_lock, oldest first
-
-static napi_threadsafe_function dp_tsfn = NULL;
-static napi_ref dp_handler_ref = NULL;
+napi_threadsafe_function dp_tsfn = NULL;
+napi_ref dp_handler_ref = NULL;
 static dp_wreq_t *dp_pending = NULL; // under dp_lock
 static uint32_t dp_next_id = 0;
 
@@ -93,7 +50,7 @@ static void dp_unlink(dp_wreq_t *r) {
 
 // Move request `id` from `from` to `to` and wake its thread. 0 if no request
 // with that id is in that state (already answered, or answered to the kernel).
-static int dp_settle(uint32_t id, int from, int to, int64_t value) {
+int dp_settle(uint32_t id, int from, int to, int64_t value) {
   int done = 0;
   pthread_mutex_lock(&dp_lock);
   for (dp_wreq_t *r = dp_pending; r != NULL; r = r->next) {
@@ -108,45 +65,6 @@ static int dp_settle(uint32_t id, int from, int to, int64_t value) {
   }
   pthread_mutex_unlock(&dp_lock);
   return done;
-}
-
-// On the JS thread: hand one message to the handler set by setWriteHandler.
-static void dp_call_js(napi_env env, napi_value js_cb, void *context, void *data) {
-  dp_msg_t *m = (dp_msg_t *) data;
-  uint32_t id = m->id;
-  int kind = m->kind;
-  int64_t result = m->result;
-  int called = 0;
-  if (env != NULL && js_cb != NULL) {
-    napi_value argv[9], undef;
-    size_t argc = 3;
-    napi_get_undefined(env, &undef);
-    napi_create_uint32(env, (uint32_t) kind, &argv[0]);
-    napi_create_uint32(env, id, &argv[1]);
-    if (kind == HOMESFS_WRITE_DECIDE) {
-      dp_wreq_t *r = m->req; // its thread waits for the decision: r is alive
-      napi_create_double(env, (double) r->fh, &argv[2]);
-      napi_create_int64(env, r->offset, &argv[3]);
-      napi_create_uint32(env, r->len, &argv[4]);
-      if (r->path != NULL) napi_create_string_utf8(env, r->path, NAPI_AUTO_LENGTH, &argv[5]);
-      else napi_get_null(env, &argv[5]);
-      napi_create_uint32(env, r->uid, &argv[6]);
-      napi_create_uint32(env, r->gid, &argv[7]);
-      napi_create_uint32(env, r->pid, &argv[8]);
-      argc = 9;
-    } else {
-      napi_create_int64(env, result, &argv[2]);
-    }
-    if (!m->on_stack) free(m);
-    m = NULL;
-    called = napi_call_function(env, undef, js_cb, argc, argv, NULL) == napi_ok;
-  }
-  if (m != NULL && !m->on_stack) free(m);
-  if (!called) {
-    // Closing down, or the handler threw: never leave a libfuse thread waiting.
-    if (kind == HOMESFS_WRITE_DECIDE) dp_settle(id, DP_W_ASKED, DP_W_FALLBACK, 0);
-    else dp_settle(id, DP_W_REPORTED, DP_W_DONE, result);
-  }
 }
 
 static int dp_send(dp_msg_t *m) {
@@ -339,80 +257,10 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
   return 1;
 }
 
-// setWriteHandler(fn): fn(0, id, fh, offset, length, path, uid, gid, pid) asks
-// for a write's decision, answered with writeDecision or writeDone;
-// fn(1, id, result) reports the pwrite (bytes written or -errno) of a write
-// that was told to proceed, answered with writeDone. Once per process.
-NAPI_METHOD(homesfs_dp_set_write_handler) {
-  NAPI_ARGV(1)
-  napi_valuetype t;
-  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "setWriteHandler(fn): fn is a function");
-    return NULL;
-  }
-  if (dp_tsfn != NULL) {
-    napi_throw_error(env, "EEXIST", "setWriteHandler: a handler is already set");
-    return NULL;
-  }
-  napi_value name;
-  napi_create_string_utf8(env, "homesfs-write-plane", NAPI_AUTO_LENGTH, &name);
-  napi_threadsafe_function tsfn;
-  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, dp_call_js, &tsfn) != napi_ok) {
-    napi_throw_error(env, "EIO", "setWriteHandler: cannot create the thread-safe function");
-    return NULL;
-  }
-  // It must not keep the process alive on its own.
-  napi_unref_threadsafe_function(env, tsfn);
-  napi_create_reference(env, argv[0], 1, &dp_handler_ref);
-  __atomic_store_n(&dp_tsfn, tsfn, __ATOMIC_RELEASE);
-  return NULL;
-}
-
-static int dp_get_id(napi_env env, napi_value v, uint32_t *id) {
-  return napi_get_value_uint32(env, v, id) == napi_ok;
-}
-
-// writeDecision(id, offset, wait): write at offset (>= 0), or -1: send the data to
-// ops.write instead. wait: answer the kernel only after writeDone even when the
-// write lands whole (JS hands the file back to fastpath_write.c's decisions at its
-// end, before the kernel's next write of it). -> whether the request was waiting for it.
-NAPI_METHOD(homesfs_dp_write_decision) {
-  NAPI_ARGV(3)
-  uint32_t id = 0;
-  int64_t at = 0;
-  bool wait = false;
-  if (!dp_get_id(env, argv[0], &id) || napi_get_value_int64(env, argv[1], &at) != napi_ok || at < -1 || napi_get_value_bool(env, argv[2], &wait) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "writeDecision(id, offset, wait): offset >= 0, or -1; wait a boolean");
-    return NULL;
-  }
-  int ok = at >= 0 ? dp_settle(id, DP_W_ASKED, wait ? DP_W_PROCEED_WAIT : DP_W_PROCEED, at) : dp_settle(id, DP_W_ASKED, DP_W_FALLBACK, 0);
-  return hs_js_bool(env, ok);
-}
-
-// writeDone(id, result): the final answer (bytes or -errno) of a write that
-// was refused before writing, or whose pwrite was short or failed. For a
-// write already answered (it landed whole) there is nothing to do: false.
-NAPI_METHOD(homesfs_dp_write_done) {
-  NAPI_ARGV(2)
-  uint32_t id = 0;
-  int32_t result = 0;
-  if (!dp_get_id(env, argv[0], &id) || napi_get_value_int32(env, argv[1], &result) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "writeDone(id, result): result is bytes or -errno");
-    return NULL;
-  }
-  int ok = dp_settle(id, DP_W_ASKED, DP_W_DONE, result) || dp_settle(id, DP_W_REPORTED, DP_W_DONE, result);
-  return hs_js_bool(env, ok);
-}
-
 // takeWriteReports() -> Float64Array [id, bytes, id, bytes, ...] of the whole
 // writes answered since the last call, oldest first; null when there are none.
-static void dp_report_fill(hq_link_t *r, void *data, uint32_t i) {
+void dp_report_fill(hq_link_t *r, void *data, uint32_t i) {
   const dp_report_t *e = (const dp_report_t *) r;
   ((double *) data)[2 * i] = (double) e->id;
   ((double *) data)[2 * i + 1] = (double) e->result;
-}
-
-NAPI_METHOD(homesfs_dp_take_write_reports) {
-  // A report never dropped (the file's lock in JavaScript would never be released).
-  return hq_take_to_js(env, &dp_reports, &dp_lock, napi_float64_array, sizeof(double), 2, dp_report_fill);
 }

@@ -176,37 +176,3 @@ int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint
   struct fp_create_change c = { on, caller_owns, m, or, depth };
   return fp_home_change(prefix, n, token, fp_change_create, &c);
 }
-
-// fastpath_set_create(prefix, token, on, modeM, modeOr, maxDepth, ownerIsCaller) -> set?
-// CREATE answered here (while the home is also open for native opens and
-// mutable), the new file's mode (asked & modeM) | modeOr, at most maxDepth
-// components deep (0: any). Off gives every create slot back. Returns once no
-// native create of the home is past its checks with the old settings.
-napi_value fp_set_create (napi_env env, napi_callback_info info) {
-  napi_value argv[7];
-  size_t plen = 0;
-  double token = -1;
-  bool on = false, caller_owns = false;
-  uint32_t m = 0, or = 0, depth = 0;
-  const char *usage = "fastpath_set_create: (prefix, token, on, modeM, modeOr: permission bits, maxDepth, ownerIsCaller)";
-  char *prefix = fp_prefix_token(env, info, 7, argv, &plen, &token, usage);
-  if (prefix == NULL) return NULL;
-  if (napi_get_value_bool(env, argv[2], &on) != napi_ok ||
-      napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
-      napi_get_value_uint32(env, argv[4], &or) != napi_ok || (or & ~0777u) != 0 ||
-      napi_get_value_uint32(env, argv[5], &depth) != napi_ok ||
-      napi_get_value_bool(env, argv[6], &caller_owns) != napi_ok) {
-    free(prefix);
-    FP_THROW(usage);
-  }
-  int set = fp_home_set_create(prefix, plen, token, on, m, or, depth, caller_owns);
-  free(prefix);
-  return hs_js_bool(env, set != 0);
-}
-
-// fastpath_grant_create(prefix, token, fh, uid) -> granted? One create slot:
-// an open-file slot JS took for uid, an inode its ledger reserved, and a
-// handle number. False (nothing kept) when the home is not open for creates.
-napi_value fp_grant_create (napi_env env, napi_callback_info info) {
-  return fp_grant_slot(env, info, 1);
-}

@@ -1,7 +1,7 @@
 // Internal to the fast path (fastpath_*.c): the tables JS publishes, the
 // locks that guard them, and what the files share. Nothing here is part of
 // the addon's interface (fastpath.h is); every name below has hidden
-// visibility, so it stays inside fuse.node.
+// visibility, so it stays inside homesfs.node.
 //
 // The native fast path (fastpath.h): getattr/lookup, readdir, open, create, unlink, setattr and write decisions.
 //
@@ -366,6 +366,10 @@ napi_value fp_set_reserved (napi_env env, napi_callback_info info);
 napi_value fp_enable (napi_env env, napi_callback_info info);
 napi_value fp_clear (napi_env env, napi_callback_info info);
 
+// ---- fastpath_walk.c: the reserved names, under fp_lock (written by JS's setReserved) ----
+extern fp_reserved_t fp_reserved[];
+extern size_t fp_reserved_n;
+
 // ---- fastpath_refs.c: references (see Lifetimes above) ----
 extern uint32_t fp_homes_alive;
 void fp_home_get (fp_home_t *e);
@@ -389,6 +393,7 @@ extern uint64_t fp_answered, fp_fallbacks, fp_fanswered, fp_ffallbacks, fp_negat
 extern uint64_t fp_uanswered, fp_ubig, fp_ufallbacks;
 void fp_unlinking_wait (uint64_t dev, uint64_t ino);
 napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info);
+extern uint64_t fp_free_inline_max;  // atomic; set by JS (fastpath_napi.c)
 
 // ---- fastpath_setattr.c ----
 extern uint64_t fp_tanswered, fp_canswered, fp_oanswered_chown, fp_sfallbacks;
@@ -413,6 +418,11 @@ napi_value fp_grant (napi_env env, napi_callback_info info);
 napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create);
 napi_value fp_reclaim (napi_env env, napi_callback_info info);
 napi_value fp_take_opens (napi_env env, napi_callback_info info);
+// Shared with fastpath_napi.c (takeOpens, grants, reclaim): under fp_open_lock.
+extern hq_t fp_opens;
+extern uint64_t fp_credit_gen;
+void fp_return_list_locked (hq_link_t **list, uint32_t kind);
+void fp_open_fill (hq_link_t *l, void *data, uint32_t i);
 
 // ---- fastpath_create.c ----
 extern uint64_t fp_canswered_create, fp_cfallbacks;
@@ -430,6 +440,8 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info);
 napi_value fp_wl_revoke (napi_env env, napi_callback_info info);
 napi_value fp_wl_size (napi_env env, napi_callback_info info);
 napi_value fp_set_write_credit (napi_env env, napi_callback_info info);
+extern pthread_mutex_t fp_wlock;     // see the lock map above
+fp_acct_t * fp_acct_of_inode (uint64_t dev, uint64_t ino, const int64_t *data);
 
 // ---- fastpath_napi.c ----
 char * fp_prefix_token (napi_env env, napi_callback_info info, size_t want, napi_value *argv, size_t *plen, double *token, const char *usage);

@@ -38,13 +38,13 @@ uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), a
 // HOMESFS_REC_* of abi.h.
 
 pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's credits, and the queue
-static hq_t fp_opens = HQ_INIT(fp_opens);  // under fp_open_lock (release looks at its count without it)
+hq_t fp_opens = HQ_INIT(fp_opens);  // under fp_open_lock (release looks at its count without it)
 uint32_t fp_credit_count = 0;  // under fp_open_lock
 // Bumped (under fp_open_lock) whenever slots go back to JS: a home withdrawn,
 // republished or freed, a reclaim. A slot taken out before the last bump may
 // belong to a home that is gone, or be one JS counted in when it took slots
 // back: it goes to JS through the queue, never back to a list.
-static uint64_t fp_credit_gen = 0;
+uint64_t fp_credit_gen = 0;
 uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
 
 // Under fp_open_lock.
@@ -59,7 +59,7 @@ void fp_queue (fp_open_rec_t *r) {
 }
 
 // Under fp_open_lock: a list of the home's slots queued back to JS as kind.
-static void fp_return_list_locked (hq_link_t **list, uint32_t kind) {
+void fp_return_list_locked (hq_link_t **list, uint32_t kind) {
   while (*list != NULL) {
     fp_open_rec_t *r = fp_rec(*list);
     *list = r->link.next;
@@ -286,32 +286,6 @@ int fp_home_set_open (const char *prefix, size_t n, double token, uint32_t flags
   return fp_home_change(prefix, n, token, fp_change_open, &flags);
 }
 
-// fastpath_set_open(prefix, token, flags) -> set? Read-only opens of that
-// home answered here (flags & 1; 2: publish them for native reads; 4:
-// direct_io), or not (0: every slot granted so far goes back, queued for
-// takeOpens). Returns once no native open of the home is past its checks
-// with the old flags (fp_home_change).
-napi_value fp_set_open (napi_env env, napi_callback_info info) {
-  napi_value argv[3];
-  size_t plen = 0;
-  double token = -1;
-  uint32_t flags = 0;
-  const char *usage = "fastpath_set_open: (prefix, token, flags 0..15)";
-  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
-  if (prefix == NULL) return NULL;
-  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0) { free(prefix); FP_THROW(usage); }
-  int set = fp_home_set_open(prefix, plen, token, flags);
-  free(prefix);
-  return hs_js_bool(env, set != 0);
-}
-
-// fastpath_grant(prefix, token, fh, uid) -> granted? One open-file slot JS
-// took for caller uid, with the handle number JS reserved for it. False
-// (nothing kept) when the home is not open for native opens.
-napi_value fp_grant (napi_env env, napi_callback_info info) {
-  return fp_grant_slot(env, info, 0);
-}
-
 // A slot for (prefix, token, fh, uid) kept in the home's list: 1; 0 (nothing
 // kept) unless the home is open for native opens and, for a create slot,
 // mutable and open for creates too; -1 without memory.
@@ -340,46 +314,6 @@ int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint
   return granted;
 }
 
-// fastpath_grant / fastpath_grant_create: (prefix, token, fh, uid) -> granted?
-napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create) {
-  napi_value argv[4];
-  size_t plen = 0;
-  double token = -1;
-  uint32_t fh = 0, uid = 0;
-  const char *usage = create ? "fastpath_grant_create: (prefix, token, fh > 0, uid)" : "fastpath_grant: (prefix, token, fh > 0, uid)";
-  char *prefix = fp_prefix_token(env, info, 4, argv, &plen, &token, usage);
-  if (prefix == NULL) return NULL;
-  if (napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 || napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
-    free(prefix);
-    FP_THROW(usage);
-  }
-  int granted = fp_slot_grant(prefix, plen, token, fh, uid, create);
-  free(prefix);
-  if (granted < 0) { napi_throw_error(env, "ENOMEM", create ? "fastpath_grant_create: out of memory" : "fastpath_grant: out of memory"); return NULL; }
-  return hs_js_bool(env, granted != 0);
-}
-
-// fastpath_reclaim() -> how many: every home's unused slots back to JS
-// (queued for takeOpens), e.g. when a cap would refuse an open otherwise.
-napi_value fp_reclaim (napi_env env, napi_callback_info info) {
-  uint32_t before = 0;
-  pthread_rwlock_rdlock(&fp_lock);
-  pthread_mutex_lock(&fp_open_lock);
-  before = fp_credit_count;
-  fp_credit_gen++;  // even with no list to empty: a slot on its way back to one goes to JS
-  for (size_t i = 0; i < FP_HOME_BUCKETS && fp_credit_count > 0; i++) {
-    for (fp_home_t *e = fp_homes[i]; e != NULL; e = e->next) {
-      fp_return_list_locked(&e->credits, HOMESFS_REC_UNUSED);
-      fp_return_list_locked(&e->ccredits, HOMESFS_REC_UNUSED_CREATE);
-    }
-  }
-  pthread_mutex_unlock(&fp_open_lock);
-  pthread_rwlock_unlock(&fp_lock);
-  napi_value out;
-  napi_create_uint32(env, before, &out);
-  return out;
-}
-
 // The queue for JS taken whole (oldest first), and given back in front of
 // what was queued since: what fastpath_take_opens does (hq_take_to_js), for
 // the unit tests, which take it without N-API.
@@ -396,7 +330,7 @@ void fp_opens_put_back (hq_t taken) {
   pthread_mutex_unlock(&fp_open_lock);
 }
 
-static void fp_open_fill (hq_link_t *l, void *data, uint32_t i) {
+void fp_open_fill (hq_link_t *l, void *data, uint32_t i) {
   fp_open_rec_t *e = fp_rec(l);
   uint64_t *d = (uint64_t *) data + 7 * (size_t) i;
   // JS counts it from here (it publishes its files before it answers anything else).
@@ -408,12 +342,4 @@ static void fp_open_fill (hq_link_t *l, void *data, uint32_t i) {
   d[4] = e->dev;
   d[5] = e->ino;
   d[6] = e->oflags;
-}
-
-// fastpath_take_opens() -> BigUint64Array [kind, fh, fd, published, dev, ino, oflags, ...]
-// (kind 1: opened here, adopt it; 2: a slot given back unused; 3: created here,
-// adopt it and commit its inode; 4: a create slot given back), oldest first; null when none.
-napi_value fp_take_opens (napi_env env, napi_callback_info info) {
-  fp_reap();
-  return hq_take_to_js(env, &fp_opens, &fp_open_lock, napi_biguint64_array, sizeof(uint64_t), 7, fp_open_fill);
 }

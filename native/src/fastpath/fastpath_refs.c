@@ -136,19 +136,6 @@ void fp_handle_retire (fp_handle_t *e) {
 
 // ---- accounting arrays ------------------------------------------------------------
 
-// A holder of JS's array data[0..len) (ref: the napi reference that keeps it,
-// NULL for C's own), with one reference, the caller's. NULL without memory.
-fp_acct_t * fp_acct_wrap (int64_t *data, size_t len, napi_env env, napi_ref ref) {
-  fp_acct_t *a = calloc(1, sizeof(*a));
-  if (a == NULL) return NULL;
-  a->data = data;
-  a->len = len;
-  a->refs = 1;
-  a->env = env;
-  a->ref = ref;
-  return a;
-}
-
 void fp_acct_get (fp_acct_t *a) {
   if (a != NULL) __atomic_add_fetch(&a->refs, 1, __ATOMIC_RELAXED);
 }

@@ -126,27 +126,3 @@ int fp_home_set_attr_ops (const char *prefix, size_t n, double token, uint32_t f
   struct fp_attr_change c = { flags, m, k };
   return fp_home_change(prefix, n, token, fp_change_attr_ops, &c);
 }
-
-// fastpath_set_attr_ops(prefix, token, flags, chmodM, chmodK) -> set? UTIMENS
-// (flags & 1), CHMOD (flags & 2: new mode = asked & chmodM, unchanged when
-// equal to current & chmodK) and CHOWN (flags & 4: owner-only's no-op; 8:
-// allow's lchown) by path answered here, or not (0). Returns once none of
-// that home is past its checks with the old flags (fp_home_change).
-napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
-  napi_value argv[5];
-  size_t plen = 0;
-  double token = -1;
-  uint32_t flags = 0, m = 0, k = 0;
-  const char *usage = "fastpath_set_attr_ops: (prefix, token, flags 0..15 (not both chown kinds), chmodM, chmodK)";
-  char *prefix = fp_prefix_token(env, info, 5, argv, &plen, &token, usage);
-  if (prefix == NULL) return NULL;
-  if (napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~15u) != 0 || (flags & 12u) == 12u ||
-      napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
-      napi_get_value_uint32(env, argv[4], &k) != napi_ok || (k & ~07777u) != 0) {
-    free(prefix);
-    FP_THROW(usage);
-  }
-  int set = fp_home_set_attr_ops(prefix, plen, token, flags, m, k);
-  free(prefix);
-  return hs_js_bool(env, set != 0);
-}

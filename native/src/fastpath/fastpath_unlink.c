@@ -17,7 +17,7 @@ uint64_t fp_uanswered = 0;   // unlink, atomic
 // with its home pinned, which a change of that home (on JS's thread) waits
 // for. JS sets it (fastpath_set_free_inline_max, from src/backing/freeing.ts,
 // the one definition); until then no file with allocated blocks is unlinked here.
-static uint64_t fp_free_inline_max = 0; // atomic
+uint64_t fp_free_inline_max = 0; // atomic
 uint64_t fp_ubig = 0;        // unlinks left to JS for their size, atomic
 uint64_t fp_ufallbacks = 0;  // unlink (only counted in homes JS made mutable), atomic
 
@@ -187,15 +187,4 @@ int homesfs_fastpath_unlink (const char *path) {
   fp_unpin(&pin);
   if (counted) __atomic_add_fetch(done ? &fp_uanswered : &fp_ufallbacks, 1, __ATOMIC_RELAXED);
   return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
-}
-
-// fastpath_set_free_inline_max(bytes): see fp_free_inline_max.
-napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info) {
-  NAPI_ARGV(1)
-  double v = -1;
-  if (argc < 1 || napi_get_value_double(env, argv[0], &v) != napi_ok || !(v >= 0)) {
-    FP_THROW("fastpath_set_free_inline_max: a byte count >= 0");
-  }
-  __atomic_store_n(&fp_free_inline_max, (uint64_t) v, __ATOMIC_RELAXED);
-  return NULL;
 }

@@ -8,8 +8,8 @@
 
 #include "fastpath/fastpath_internal.h"
 
-static fp_reserved_t fp_reserved[FP_MAX_RESERVED];
-static size_t fp_reserved_n = 0;
+fp_reserved_t fp_reserved[FP_MAX_RESERVED];
+size_t fp_reserved_n = 0;
 
 static int fp_reserved_name (const char *c, size_t n) {
   for (size_t i = 0; i < fp_reserved_n; i++) {
@@ -72,33 +72,4 @@ int fp_open_parent (int home_fd, const char *rel, const char *last_slash) {
   int pfd = prel == NULL ? -1 : fp_openat2(home_fd, prel, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   free(prel);
   return pfd;
-}
-
-// fastpath_set_reserved(names: string[]): components only JS answers; "x*" = every name beginning with x.
-napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
-  NAPI_ARGV(1)
-  bool is_array = false;
-  uint32_t n = 0;
-  if (argc < 1 ||
-      napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array ||
-      napi_get_array_length(env, argv[0], &n) != napi_ok || n > FP_MAX_RESERVED) {
-    FP_THROW("fastpath_set_reserved: an array of at most 32 names");
-  }
-  fp_reserved_t next[FP_MAX_RESERVED];
-  for (uint32_t i = 0; i < n; i++) {
-    napi_value v;
-    size_t len = 0;
-    napi_get_element(env, argv[0], i, &v);
-    if (napi_get_value_string_utf8(env, v, next[i].name, FP_RESERVED_LEN, &len) != napi_ok || len == 0 || len >= FP_RESERVED_LEN - 1) {
-      FP_THROW("fastpath_set_reserved: names are non-empty strings shorter than 62 bytes");
-    }
-    next[i].prefix = next[i].name[len - 1] == '*';
-    if (next[i].prefix) next[i].name[--len] = 0;
-    next[i].len = len;
-  }
-  pthread_rwlock_wrlock(&fp_lock);
-  memcpy(fp_reserved, next, sizeof(fp_reserved_t) * n);
-  fp_reserved_n = n;
-  pthread_rwlock_unlock(&fp_lock);
-  return NULL;
 }

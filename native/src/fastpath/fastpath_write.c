@@ -30,7 +30,7 @@
 // here, as under JS's per-file lock (busy); JS takes an inode back
 // (fastpath_wl_revoke) before any size change of its own, and gets it only
 // once no write decided here is in flight on it.
-static pthread_mutex_t fp_wlock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t fp_wlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fp_wcond = PTHREAD_COND_INITIALIZER;
 uint64_t fp_wdecided = 0;   // atomic
 uint64_t fp_wfallbacks = 0; // delegated inode, but JS decides (credit, limit, busy), atomic
@@ -152,7 +152,7 @@ int fp_wl_delegate_to (uint64_t dev, uint64_t ino, double size, fp_acct_t *a) {
 
 // The holder of the array at data: the inode's own when it already charges
 // that array (the common case: the same home's, handed over again), else a new one.
-static fp_acct_t * fp_acct_of_inode (uint64_t dev, uint64_t ino, const int64_t *data) {
+fp_acct_t * fp_acct_of_inode (uint64_t dev, uint64_t ino, const int64_t *data) {
   fp_acct_t *a = NULL;
   pthread_rwlock_rdlock(&fp_lock);
   fp_inode_t *e = fp_find_inode(dev, ino);
@@ -163,35 +163,6 @@ static fp_acct_t * fp_acct_of_inode (uint64_t dev, uint64_t ino, const int64_t *
   }
   pthread_rwlock_unlock(&fp_lock);
   return a;
-}
-
-// fastpath_wl_delegate(dev, ino, size, acct: BigInt64Array(8)) -> kept?
-// From now on C owns the inode's charged size (starting at size) and decides
-// the growth of its writes from acct's credit, which it keeps a reference of.
-// Only for an inode JS tracks and has taken back (or never handed over): JS
-// calls it at the end of its own size change, so no write decided here is in
-// flight on it.
-napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
-  fp_reap();
-  NAPI_ARGV(4)
-  uint64_t dev = 0, ino = 0;
-  double size = -1;
-  napi_typedarray_type tt;
-  size_t len = 0, off = 0;
-  napi_value ab;
-  void *d = NULL;
-  if (argc < 4 ||
-      !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) ||
-      napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > 9007199254740991.0 ||
-      napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < HOMESFS_ACCT_LEN) {
-    FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
-  }
-  fp_acct_t *a = fp_acct_of_inode(dev, ino, (int64_t *) d);
-  if (a == NULL && (a = fp_acct_of_js(env, argv[3], (int64_t *) d, len)) == NULL) return NULL;
-  int kept = fp_wl_delegate_to(dev, ino, size, a);
-  fp_acct_put(a);
-  fp_reap();
-  return hs_js_bool(env, kept != 0);
 }
 
 // The charged size of (dev, ino), JS's again; -1: a write decided here is
@@ -218,55 +189,10 @@ double fp_wl_take_back (uint64_t dev, uint64_t ino) {
   return out_size;
 }
 
-// fastpath_wl_revoke(dev, ino) -> fp_wl_take_back's answer.
-napi_value fp_wl_revoke (napi_env env, napi_callback_info info) {
-  NAPI_ARGV(2)
-  uint64_t dev = 0, ino = 0;
-  if (argc < 2 || !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
-    FP_THROW("fastpath_wl_revoke: (dev, ino)");
-  }
-  return hs_js_num(env, fp_wl_take_back(dev, ino));
-}
-
-// fastpath_wl_size(dev, ino) -> the charged size while C owns it, else -1.
-napi_value fp_wl_size (napi_env env, napi_callback_info info) {
-  NAPI_ARGV(2)
-  uint64_t dev = 0, ino = 0;
-  if (argc < 2 || !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
-    FP_THROW("fastpath_wl_size: (dev, ino)");
-  }
-  double out_size = -1;
-  pthread_rwlock_rdlock(&fp_lock);
-  fp_inode_t *e = fp_find_inode(dev, ino);
-  if (e != NULL) {
-    pthread_mutex_lock(&fp_wlock);
-    if (e->deleg != 0) out_size = fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
-    pthread_mutex_unlock(&fp_wlock);
-  }
-  pthread_rwlock_unlock(&fp_lock);
-  return hs_js_num(env, out_size);
-}
-
 static void fp_change_write_credit (fp_home_t *e, void *arg) {
   e->pol.wl_on = *(const int *) arg ? 1 : 0;
 }
 
 int fp_home_set_write_credit (const char *prefix, size_t n, double token, int on) {
   return fp_home_change(prefix, n, token, fp_change_write_credit, &on);
-}
-
-// fastpath_set_write_credit(prefix, token, on) -> set? Files made here in
-// that home start handed over (their first writes decided here too).
-napi_value fp_set_write_credit (napi_env env, napi_callback_info info) {
-  napi_value argv[3];
-  size_t plen = 0;
-  double token = -1;
-  bool on = false;
-  const char *usage = "fastpath_set_write_credit: (prefix, token, on)";
-  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
-  if (prefix == NULL) return NULL;
-  if (napi_get_value_bool(env, argv[2], &on) != napi_ok) { free(prefix); FP_THROW(usage); }
-  int set = fp_home_set_write_credit(prefix, plen, token, on);
-  free(prefix);
-  return hs_js_bool(env, set != 0);
 }

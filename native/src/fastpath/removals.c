@@ -76,44 +76,9 @@ int homesfs_removal_leave (uint64_t dev, uint64_t ino, int gone) {
   return settles;
 }
 
-// homesfs_claim_enter(dev: bigint, ino: bigint)
-static NAPI_METHOD(homesfs_claim_enter) {
-  NAPI_ARGV(2)
-  uint64_t dev, ino;
-  if (!hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
-    napi_throw_type_error(env, "EINVAL", "removalEnter: dev and ino as bigints");
-    return NULL;
-  }
-  if (homesfs_removal_enter(dev, ino) != 0) napi_throw_error(env, "ENOMEM", "removalEnter: out of memory");
-  return NULL;
-}
-
-// homesfs_claim_leave(dev: bigint, ino: bigint, gone: boolean) -> whether this remover settles the inode
-static NAPI_METHOD(homesfs_claim_leave) {
-  NAPI_ARGV(3)
-  uint64_t dev, ino;
-  bool gone = false;
-  if (!hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) || napi_get_value_bool(env, argv[2], &gone) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "removalLeave: dev and ino as bigints, and a boolean");
-    return NULL;
-  }
-  return hs_js_bool(env, homesfs_removal_leave(dev, ino, gone) != 0);
-}
-
-// homesfs_claim_stats() -> { inFlight, raced }: inodes entered and not left, and removers that saw nlink 0 after another settled it
-static NAPI_METHOD(homesfs_claim_stats) {
+void homesfs_removal_stats (uint64_t *in_flight, uint64_t *raced) {
   pthread_mutex_lock(&rm_lock);
-  double n = (double) rm_entries;
+  *in_flight = rm_entries;
   pthread_mutex_unlock(&rm_lock);
-  napi_value out;
-  napi_create_object(env, &out);
-  hs_js_set_num(env, out, "inFlight", n);
-  hs_js_set_num(env, out, "raced", (double) __atomic_load_n(&rm_raced, __ATOMIC_RELAXED));
-  return out;
-}
-
-void homesfs_removals_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "homesfs_claim_enter", homesfs_claim_enter);
-  hs_export_fn(env, exports, "homesfs_claim_leave", homesfs_claim_leave);
-  hs_export_fn(env, exports, "homesfs_claim_stats", homesfs_claim_stats);
+  *raced = __atomic_load_n(&rm_raced, __ATOMIC_RELAXED);
 }

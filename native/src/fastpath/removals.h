@@ -11,5 +11,7 @@ int homesfs_removal_enter (uint64_t dev, uint64_t ino);
 // After the removal and an fstat of that descriptor; gone: it said nlink 0.
 // Returns 1 for the one remover that settles the inode, 0 for the others.
 int homesfs_removal_leave (uint64_t dev, uint64_t ino, int gone);
+// Inodes entered and not left; removers that saw nlink 0 after another settled it.
+void homesfs_removal_stats (uint64_t *in_flight, uint64_t *raced);
 void homesfs_removals_export (napi_env env, napi_value exports);
 #endif

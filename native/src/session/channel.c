@@ -37,6 +37,7 @@
 #endif
 
 #include "session/channel.h"
+#include "session/channel_internal.h"
 #include "session/lead.h"
 #include "session/handles.h"
 
@@ -45,19 +46,18 @@
 // that slot whose FLUSH JS must answer; a FLUSH for a handle in a zero slot is
 // a no-op in JS, so it is answered here without a round trip. JS raises a
 // slot before it replies to the open, so no FLUSH for that fh can come earlier.
-static uint16_t *flush_gate = NULL;
+uint16_t *ch_flush_gate = NULL;
 #ifndef HOMESFS_NO_NAPI
-static napi_ref flush_gate_ref = NULL;
+napi_ref ch_flush_gate_ref = NULL;
 #endif
-static uint64_t homesfs_flush_requests = 0;  // FLUSHes received, atomic (tests: none for a NOFLUSH open)
+uint64_t homesfs_flush_requests = 0;  // FLUSHes received, atomic (tests: none for a NOFLUSH open)
 
 int homesfs_flush_is_noop (const struct fuse_file_info *info) {
   __atomic_add_fetch(&homesfs_flush_requests, 1, __ATOMIC_RELAXED);
   if (info == NULL) return 0;
-  uint16_t *gate = __atomic_load_n(&flush_gate, __ATOMIC_ACQUIRE);
+  uint16_t *gate = __atomic_load_n(&ch_flush_gate, __ATOMIC_ACQUIRE);
   return gate != NULL && __atomic_load_n(&gate[info->fh & 0xffff], __ATOMIC_ACQUIRE) == 0;
 }
-
 
 // ---- FOPEN_NOFLUSH ------------------------------------------------------------
 // The kernel sends a FLUSH on every close(2) of every descriptor, and libfuse
@@ -80,8 +80,8 @@ int homesfs_flush_is_noop (const struct fuse_file_info *info) {
 struct homesfs_out_header { uint32_t len; int32_t error; uint64_t unique; };
 struct homesfs_open_out { uint64_t fh; uint32_t open_flags; uint32_t padding; };
 
-static int homesfs_noflush_on = 0;                // atomic; setNoFlush
-static uint64_t homesfs_noflush_count = 0;        // opens answered with it, atomic
+int homesfs_noflush_on = 0;                // atomic; setNoFlush
+uint64_t homesfs_noflush_count = 0;        // opens answered with it, atomic
 static __thread int homesfs_noflush_pending = 0;
 static __thread uint64_t homesfs_noflush_fh = 0;
 
@@ -90,7 +90,7 @@ static void homesfs_mark_noflush (const struct fuse_file_info *info) {
   if (info == NULL || !__atomic_load_n(&homesfs_noflush_on, __ATOMIC_ACQUIRE)) return;
   // Readers only: a writer's home may become a text home while it is open, and then its close reports an unfinished character.
   if ((info->flags & O_ACCMODE) != O_RDONLY) return;
-  uint16_t *gate = __atomic_load_n(&flush_gate, __ATOMIC_ACQUIRE);
+  uint16_t *gate = __atomic_load_n(&ch_flush_gate, __ATOMIC_ACQUIRE);
   if (gate == NULL || __atomic_load_n(&gate[info->fh & 0xffff], __ATOMIC_ACQUIRE) != 0) return;
   homesfs_noflush_fh = hs_fh_out(info->fh);  // as the reply carries it
   homesfs_noflush_pending = 1;
@@ -127,8 +127,8 @@ void homesfs_noflush_after_open (int res, const struct fuse_file_info *info) {
 // VM: about 1% of a core), so a stuck leader loses the lead within 4-8 ms.
 #define HOMESFS_LEAD_STALL_NS 4000000LL
 #define HOMESFS_LEAD_IDLE_NS 50000000LL    // the watchdog sleeps after 50 ms without a request
-static int homesfs_lead_wanted = 1;        // setSingleReader, read at mount
-static int homesfs_lead_on = 0;            // for this mount
+int homesfs_lead_wanted = 1;        // setSingleReader, read at mount
+int homesfs_lead_on = 0;            // for this mount
 static sem_t homesfs_lead_sem;
 static uint64_t homesfs_lead_seq = 0;      // atomic
 static uint64_t homesfs_lead_cur = 0;      // atomic: the current lead's number, 0 = free
@@ -136,9 +136,9 @@ static int64_t homesfs_lead_busy_since = 0; // atomic: ns the leader took its re
 static int64_t homesfs_lead_last = 0;      // atomic: ns of the last request taken
 static int homesfs_wd_asleep = 0;          // atomic
 static sem_t homesfs_wd_sem;
-static uint64_t homesfs_lead_handoffs = 0; // atomic
-static uint64_t homesfs_lead_revoked = 0;  // atomic
-static uint64_t homesfs_lead_read_handoffs = 0; // atomic: of the handoffs, before a read that would wait
+uint64_t homesfs_lead_handoffs = 0; // atomic
+uint64_t homesfs_lead_revoked = 0;  // atomic
+uint64_t homesfs_lead_read_handoffs = 0; // atomic: of the handoffs, before a read that would wait
 static pthread_key_t homesfs_lead_key;
 static __thread uint64_t homesfs_lead_mine = 0;
 
@@ -383,84 +383,3 @@ struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch) {
   fuse_chan_destroy(ch);
   return wrapped;
 }
-
-#ifndef HOMESFS_NO_NAPI
-// setFlushGate(buffer of 65536 uint16): from now on FLUSH consults it (homesfs_flush_is_noop).
-NAPI_METHOD(fuse_native_set_flush_gate) {
-  NAPI_ARGV(1)
-  void *data = NULL;
-  size_t len = 0;
-  if (napi_get_buffer_info(env, argv[0], &data, &len) != napi_ok || len != 65536 * sizeof(uint16_t)) {
-    napi_throw_type_error(env, "EINVAL", "the flush gate is a buffer of 65536 uint16");
-    return NULL;
-  }
-  if (flush_gate_ref != NULL) {
-    napi_throw_error(env, "EEXIST", "the flush gate is already set");
-    return NULL;
-  }
-  // Kept alive for the life of the process: the FUSE threads read it without asking.
-  napi_create_reference(env, argv[0], 1, &flush_gate_ref);
-  __atomic_store_n(&flush_gate, (uint16_t *) data, __ATOMIC_RELEASE);
-  return NULL;
-}
-
-// setSingleReader(on): one thread reads the device at a time, from
-// the next mount on. -> [handoffs, revocations] so far.
-NAPI_METHOD(fuse_native_set_single_reader) {
-  NAPI_ARGV(1)
-  bool on = false;
-  if (napi_get_value_bool(env, argv[0], &on) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "setSingleReader(on): a boolean");
-    return NULL;
-  }
-  __atomic_store_n(&homesfs_lead_wanted, on ? 1 : 0, __ATOMIC_RELEASE);
-  return NULL;
-}
-
-// -> [on for this mount (0/1), handoffs, revocations, handoffs before reads that would wait]
-NAPI_METHOD(fuse_native_lead_stats) {
-  napi_value out, v;
-  napi_create_array_with_length(env, 4, &out);
-  napi_create_uint32(env, (uint32_t) homesfs_lead_on, &v);
-  napi_set_element(env, out, 0, v);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_lead_handoffs, __ATOMIC_RELAXED), &v);
-  napi_set_element(env, out, 1, v);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_lead_revoked, __ATOMIC_RELAXED), &v);
-  napi_set_element(env, out, 2, v);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_lead_read_handoffs, __ATOMIC_RELAXED), &v);
-  napi_set_element(env, out, 3, v);
-  return out;
-}
-
-// setNoFlush(on): opens and creates of handles in a zero flush-gate slot are
-// answered with FOPEN_NOFLUSH. -> opens answered so far.
-NAPI_METHOD(fuse_native_set_noflush) {
-  NAPI_ARGV(1)
-  bool on = false;
-  if (napi_get_value_bool(env, argv[0], &on) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "setNoFlush(on): a boolean");
-    return NULL;
-  }
-  __atomic_store_n(&homesfs_noflush_on, on ? 1 : 0, __ATOMIC_RELEASE);
-  return hs_js_num(env, (double) __atomic_load_n(&homesfs_noflush_count, __ATOMIC_RELAXED));
-}
-
-// noFlushCount() -> [opens answered with FOPEN_NOFLUSH, FLUSH requests received]
-NAPI_METHOD(fuse_native_noflush_count) {
-  napi_value out, a, b;
-  napi_create_array_with_length(env, 2, &out);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_noflush_count, __ATOMIC_RELAXED), &a);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_flush_requests, __ATOMIC_RELAXED), &b);
-  napi_set_element(env, out, 0, a);
-  napi_set_element(env, out, 1, b);
-  return out;
-}
-
-void homesfs_channel_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "fuse_native_set_flush_gate", fuse_native_set_flush_gate);
-  hs_export_fn(env, exports, "fuse_native_set_noflush", fuse_native_set_noflush);
-  hs_export_fn(env, exports, "fuse_native_noflush_count", fuse_native_noflush_count);
-  hs_export_fn(env, exports, "fuse_native_set_single_reader", fuse_native_set_single_reader);
-  hs_export_fn(env, exports, "fuse_native_lead_stats", fuse_native_lead_stats);
-}
-#endif
