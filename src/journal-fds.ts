@@ -11,16 +11,16 @@ import { closeSync } from 'node:fs';
 
 /** The addon's journal and handle-epoch exports. */
 export interface JournalRaw {
-  session_journal_open(): [number, number] | number;
-  session_journal_recover(fd0: number, fd1: number): number;
-  session_journal_follow(fd0: number, fd1: number): number;
-  session_journal_follow_finish(): number;
-  session_journal_follow_drop(): void;
-  session_journal_gen(): number;
+  handover_journal_open(): [number, number] | number;
+  handover_journal_recover(fd0: number, fd1: number): number;
+  handover_journal_follow(fd0: number, fd1: number): number;
+  handover_journal_follow_finish(): number;
+  handover_journal_follow_drop(): void;
+  handover_journal_gen(): number;
   session_fh_epoch(set?: number): number;
-  session_journal_epoch(set?: number): number;
+  handover_journal_epoch(set?: number): number;
   /** the last recovery's figures (an addon before them lacks it) */
-  session_journal_recovered?(): number[];
+  handover_journal_recovered?(): number[];
 }
 
 /** What a recovery read and how long its two parts took (nodes_journal.h: hs_journal_recovered). */
@@ -37,7 +37,7 @@ export interface JournalRecovery {
 
 /** The last recovery's figures, for the resumed daemon's log; undefined from an addon without them. */
 export function journalRecovery(raw: JournalRaw): JournalRecovery | undefined {
-  const r = raw.session_journal_recovered?.();
+  const r = raw.handover_journal_recovered?.();
   if (r === undefined || r.length !== 7) return undefined;
   const [snapBytes, snapNodes, logBytes, records, importNs, replayNs, cpuNs] = r as [number, number, number, number, number, number, number];
   const mib = (b: number) => Math.round((b / 1048576) * 10) / 10;
@@ -49,7 +49,7 @@ let fds: number[] = [];
 
 /** Starts journaling into two new memfds (a snapshot of the table as it is, then every change). */
 export function openJournal(raw: JournalRaw): void {
-  const r = raw.session_journal_open();
+  const r = raw.handover_journal_open();
   if (typeof r === 'number') throw new Error(`the node table's journal could not be opened: errno ${-r}`);
   fds = [...r];
   // From its first record on, the journal names the epoch this daemon's handles carry.
@@ -65,7 +65,7 @@ export function openJournal(raw: JournalRaw): void {
  * before registering still leaves its epoch where the next one looks.
  */
 export function storeEpoch(raw: JournalRaw, epoch: number): void {
-  const r = raw.session_journal_epoch(epoch);
+  const r = raw.handover_journal_epoch(epoch);
   if (r !== epoch) throw new Error(`the epoch could not be stored in the node table's journal: ${r < 0 ? `errno ${-r}` : `it holds ${r}`}`);
 }
 
@@ -78,7 +78,7 @@ export function storeEpoch(raw: JournalRaw, epoch: number): void {
 export function recoverJournal(raw: JournalRaw, kept: number[]): number {
   // A third descriptor is the ledgers' area (fs/ledger-area.ts), the daemon's to map.
   if (kept.length !== 2 && kept.length !== 3) throw new Error(`the holder kept ${kept.length} journal descriptors, not 2 or 3: the node table cannot be rebuilt`);
-  const r = raw.session_journal_recover(kept[0]!, kept[1]!);
+  const r = raw.handover_journal_recover(kept[0]!, kept[1]!);
   if (r < 0) throw new Error(`the node table's journal could not be replayed: errno ${-r}`);
   fds = kept.slice(0, 2);
   return r;
@@ -99,7 +99,7 @@ export function journalFds(): number[] {
 export function followJournal(raw: JournalRaw, fds: readonly number[]): { gen: number } | { errno: number } {
   try {
     if (fds.length !== 2) return { errno: 22 };
-    const r = raw.session_journal_follow(fds[0]!, fds[1]!);
+    const r = raw.handover_journal_follow(fds[0]!, fds[1]!);
     return r < 0 ? { errno: -r } : { gen: r };
   } finally {
     for (const fd of fds) closeSync(fd);
@@ -108,7 +108,7 @@ export function followJournal(raw: JournalRaw, fds: readonly number[]): { gen: n
 
 /** The generation this daemon's journal writes now, or null (no journal). */
 export function journalGen(raw: JournalRaw): number | null {
-  const g = raw.session_journal_gen();
+  const g = raw.handover_journal_gen();
   return g > 0 ? g : null;
 }
 

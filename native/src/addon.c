@@ -35,10 +35,10 @@ NAPI_INIT() {
   hs_holder_export(env, exports);
   hs_ledgers_export(env, exports);
   hs_sdstore_export(env, exports);
-  homesfs_calls_export(env, exports);
-  homesfs_channel_export(env, exports);
-  homesfs_dirhandles_export(env, exports);
-  homesfs_dp_export(env, exports);
-  homesfs_fastpath_export(env, exports);
-  homesfs_removals_export(env, exports);
+  hs_calls_export(env, exports);
+  hs_channel_export(env, exports);
+  hs_dirhandles_export(env, exports);
+  hs_dp_export(env, exports);
+  hs_fastpath_export(env, exports);
+  hs_removals_export(env, exports);
 }

@@ -60,7 +60,7 @@ static buf_t exported (void) {
 
 static uint64_t handles (uint32_t uid) {
   uint64_t c[3];
-  homesfs_dh_counts(uid, "/", c);
+  hs_dh_counts(uid, "/", c);
   return c[0];
 }
 

@@ -1,4 +1,4 @@
-// fastpath_write.c's WRITE decision (homesfs_fastpath_wl_begin / _end): the growth
+// fastpath_write.c's WRITE decision (hs_fastpath_wl_begin / _end): the growth
 // a write may charge from the byte credit JS reserved, and its settling when
 // the pwrite landed all, part or nothing. The inodes are entered in the
 // table as fastpath_inode and fastpath_wl_delegate do, through what
@@ -9,8 +9,8 @@
 #include "harness.h"
 
 // Not under test here: the data plane's publication (the native open and create use it).
-int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
-int homesfs_dp_unpublish_fd(uint64_t fh) { abort(); }
+int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
+int hs_dp_unpublish_fd(uint64_t fh) { abort(); }
 
 static int64_t home_acct[HOMESFS_ACCT_LEN];
 
@@ -35,13 +35,13 @@ static void reset(int64_t credit, int64_t maxfile) {
 TEST(a_write_inside_the_file_charges_nothing) {
   reset(500, 0);
   fp_inode_t *e = delegated(10, 1000);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 10, 0, 100, 0, &t) == 0);
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 10, 0, 100, 0, &t) == 0);
   CHECK_EQ(t.growth, 0);
   CHECK_EQ(t.start, 0);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 1);
   CHECK_EQ(e->busy, 1);
-  homesfs_fastpath_wl_end(&t, 100);
+  hs_fastpath_wl_end(&t, 100);
   CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 500);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 0);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
@@ -52,18 +52,18 @@ TEST(a_write_inside_the_file_charges_nothing) {
 TEST(a_write_past_the_end_takes_its_growth_from_the_credit) {
   reset(500, 0);
   fp_inode_t *e = delegated(11, 1000);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 11, 900, 300, 0, &t) == 0);
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 11, 900, 300, 0, &t) == 0);
   CHECK_EQ(t.growth, 200);
   CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 300);
   CHECK_EQ(size_of(e), 1200);          // a getattr meanwhile says the size it will have
-  homesfs_fastpath_wl_end(&t, 300);
+  hs_fastpath_wl_end(&t, 300);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 200);
   CHECK_EQ(home_acct[HOMESFS_ACCT_REFUND], 0);
   // a write far past the end: the hole counts, as writeAt charges it
-  REQUIRE(homesfs_fastpath_wl_begin(1, 11, 1250, 10, 0, &t) == 0);
+  REQUIRE(hs_fastpath_wl_begin(1, 11, 1250, 10, 0, &t) == 0);
   CHECK_EQ(t.growth, 60);
-  homesfs_fastpath_wl_end(&t, 10);
+  hs_fastpath_wl_end(&t, 10);
   CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 240);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 260);
   CHECK_EQ(size_of(e), 1260);
@@ -72,11 +72,11 @@ TEST(a_write_past_the_end_takes_its_growth_from_the_credit) {
 TEST(an_append_writes_at_the_end_whatever_its_offset) {
   reset(1000, 0);
   fp_inode_t *e = delegated(12, 400);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 12, 0, 50, 1, &t) == 0);
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 12, 0, 50, 1, &t) == 0);
   CHECK_EQ(t.start, 400);
   CHECK_EQ(t.growth, 50);
-  homesfs_fastpath_wl_end(&t, 50);
+  hs_fastpath_wl_end(&t, 50);
   CHECK_EQ(size_of(e), 450);
   CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 950);
 }
@@ -84,22 +84,22 @@ TEST(an_append_writes_at_the_end_whatever_its_offset) {
 TEST(what_only_javascript_may_decide_falls_back_and_changes_nothing) {
   reset(100, 2000);
   fp_inode_t *e = delegated(13, 1000);
-  homesfs_wl_ticket_t t;
+  hs_wl_ticket_t t;
   uint64_t fb = fp_wfallbacks;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1000, 101, 0, &t), HOMESFS_FASTPATH_FALLBACK);   // credit short by 1
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1000, 100, 0, &t), 0);                           // exactly the credit
-  homesfs_fastpath_wl_end(&t, 100);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1000, 101, 0, &t), HOMESFS_FASTPATH_FALLBACK);   // credit short by 1
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1000, 100, 0, &t), 0);                           // exactly the credit
+  hs_fastpath_wl_end(&t, 100);
   home_acct[HOMESFS_ACCT_CREDIT] = 5000;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1990, 11, 0, &t), HOMESFS_FASTPATH_FALLBACK);    // past the per-file limit
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 9007199254740991LL - 5, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK); // past 2^53 - 1
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, -1, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1990, 11, 0, &t), HOMESFS_FASTPATH_FALLBACK);    // past the per-file limit
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 9007199254740991LL - 5, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK); // past 2^53 - 1
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, -1, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
   home_acct[HOMESFS_ACCT_CREDIT] = -1;                                                            // JS took the credit back
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1100, 1, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1100, 1, 0, &t), HOMESFS_FASTPATH_FALLBACK);
   home_acct[HOMESFS_ACCT_CREDIT] = 5000;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 13, 0, 10, 0, &t) == 0);
-  homesfs_wl_ticket_t t2;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);      // one write at a time per inode
-  homesfs_fastpath_wl_end(&t, 10);
+  REQUIRE(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t) == 0);
+  hs_wl_ticket_t t2;
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);      // one write at a time per inode
+  hs_fastpath_wl_end(&t, 10);
   // counted: the four refusals of a delegated inode (not the negative offset, not the busy one)
   CHECK_EQ(fp_wfallbacks, fb + 4);
   CHECK_EQ(size_of(e), 1100);
@@ -108,28 +108,28 @@ TEST(what_only_javascript_may_decide_falls_back_and_changes_nothing) {
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
   // not delegated, or not known at all: JS's, and not counted as a delegated fallback
   e->deleg = 0;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 999, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 999, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(fp_wfallbacks, fb + 4);
 }
 
 TEST(a_short_or_failed_write_charges_what_landed_and_refunds_the_rest) {
   reset(5000, 0);
   fp_inode_t *e = delegated(14, 1000);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 14, 1100, 100, 0, &t) == 0);   // growth 200 (a hole of 100)
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 14, 1100, 100, 0, &t) == 0);   // growth 200 (a hole of 100)
   CHECK_EQ(t.growth, 200);
-  homesfs_fastpath_wl_end(&t, 50);                                     // landed up to 1150
+  hs_fastpath_wl_end(&t, 50);                                     // landed up to 1150
   CHECK_EQ(size_of(e), 1150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_REFUND], 50);
-  REQUIRE(homesfs_fastpath_wl_begin(1, 14, 1150, 100, 0, &t) == 0);
-  homesfs_fastpath_wl_end(&t, -5);                                     // EIO: nothing landed
+  REQUIRE(hs_fastpath_wl_begin(1, 14, 1150, 100, 0, &t) == 0);
+  hs_fastpath_wl_end(&t, -5);                                     // EIO: nothing landed
   CHECK_EQ(size_of(e), 1150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_REFUND], 150);
-  REQUIRE(homesfs_fastpath_wl_begin(1, 14, 2000, 100, 0, &t) == 0);
-  homesfs_fastpath_wl_end(&t, 0);                                      // far past the end, nothing written: the size stays
+  REQUIRE(hs_fastpath_wl_begin(1, 14, 2000, 100, 0, &t) == 0);
+  hs_fastpath_wl_end(&t, 0);                                      // far past the end, nothing written: the size stays
   CHECK_EQ(size_of(e), 1150);
   // every byte taken from the credit is charged or refunded
   CHECK_EQ(5000 - home_acct[HOMESFS_ACCT_CREDIT], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
@@ -146,12 +146,12 @@ static void *writer(void *arg) {
   uint64_t r = ino * 0x9E3779B97F4A7C15ULL;
   for (int i = 0; i < 20000; i++) {
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-    homesfs_wl_ticket_t t;
+    hs_wl_ticket_t t;
     uint32_t len = 1 + (uint32_t) (r % 300);
-    if (homesfs_fastpath_wl_begin(1, ino, (int64_t) ((r >> 16) % 100000), len, (r >> 8) & 1, &t) != 0) continue;
+    if (hs_fastpath_wl_begin(1, ino, (int64_t) ((r >> 16) % 100000), len, (r >> 8) & 1, &t) != 0) continue;
     if (__atomic_load_n(&home_acct[HOMESFS_ACCT_CREDIT], __ATOMIC_ACQUIRE) < 0) abort();
     int64_t n = (r >> 24) % 4 == 0 ? (int64_t) ((r >> 32) % len) : (int64_t) len;
-    homesfs_fastpath_wl_end(&t, (r >> 40) % 50 == 0 ? -28 : n);
+    hs_fastpath_wl_end(&t, (r >> 40) % 50 == 0 ? -28 : n);
   }
   return NULL;
 }

@@ -31,8 +31,8 @@ import { homeId } from '../paths/parse.js';
 
 /** The binding's area calls (handover/ledgers.c). */
 export interface LedgerAreaRaw {
-  session_ledgers_open(): [number, ArrayBuffer] | number;
-  session_ledgers_map(fd: number): ArrayBuffer | number;
+  handover_ledgers_open(): [number, ArrayBuffer] | number;
+  handover_ledgers_map(fd: number): ArrayBuffer | number;
 }
 
 const SLOT_BYTES = ABI.LEDGER_SLOT_BYTES;
@@ -139,7 +139,7 @@ export class LedgerArea {
 
   /** A new, empty area. */
   static create(raw: LedgerAreaRaw): LedgerArea {
-    const r = raw.session_ledgers_open();
+    const r = raw.handover_ledgers_open();
     if (typeof r === 'number') throw new Error(`the ledgers' area could not be made: errno ${-r}`);
     const area = new LedgerArea(r[0], r[1], null);
     area.#init();
@@ -152,7 +152,7 @@ export class LedgerArea {
    * same memfd: nothing of it is trusted.
    */
   static kept(raw: LedgerAreaRaw, fd: number): LedgerArea {
-    const buf = raw.session_ledgers_map(fd);
+    const buf = raw.handover_ledgers_map(fd);
     if (typeof buf === 'number') throw new Error(`the kept ledgers' area could not be mapped: errno ${-buf}`);
     const w = new BigInt64Array(buf);
     const valid = w[H_MAGIC] === MAGIC && w[H_VERSION] === VERSION && w[H_STATE] === AREA_LIVE;

@@ -2,9 +2,9 @@ import type { RemovalClaims } from '../fs/removals.js';
 import { NativeBindingError, type FuseClass } from './binding.js';
 
 interface ClaimsAddon {
-  homesfs_claim_enter(dev: bigint, ino: bigint): void;
-  homesfs_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
-  homesfs_claim_stats(): { inFlight: number; raced: number };
+  fastpath_claim_enter(dev: bigint, ino: bigint): void;
+  fastpath_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
+  fastpath_claim_stats(): { inFlight: number; raced: number };
 }
 
 /** The binding's claim table (native/src/fastpath/removals.c), the one its unlinks use: JS's removers must share it. */
@@ -12,16 +12,16 @@ export class NativeRemovalClaims implements RemovalClaims {
   constructor(private readonly addon: ClaimsAddon) {}
 
   enter(dev: bigint, ino: bigint): void {
-    this.addon.homesfs_claim_enter(dev, ino);
+    this.addon.fastpath_claim_enter(dev, ino);
   }
 
   leave(dev: bigint, ino: bigint, gone: boolean): boolean {
-    return this.addon.homesfs_claim_leave(dev, ino, gone);
+    return this.addon.fastpath_claim_leave(dev, ino, gone);
   }
 
   /** inodes entered and not left; removers that saw nlink 0 after another had settled the inode (each a release it did not repeat) */
   stats(): { inFlight: number; raced: number } {
-    return this.addon.homesfs_claim_stats();
+    return this.addon.fastpath_claim_stats();
   }
 }
 
@@ -32,7 +32,7 @@ export class NativeRemovalClaims implements RemovalClaims {
  */
 export function nativeRemovals(Fuse: FuseClass): NativeRemovalClaims {
   const addon = (Fuse.native ?? {}) as Partial<ClaimsAddon>;
-  if (typeof addon.homesfs_claim_enter !== 'function' || typeof addon.homesfs_claim_leave !== 'function' || typeof addon.homesfs_claim_stats !== 'function') {
+  if (typeof addon.fastpath_claim_enter !== 'function' || typeof addon.fastpath_claim_leave !== 'function' || typeof addon.fastpath_claim_stats !== 'function') {
     throw new NativeBindingError('the native addon has no removal claims; rebuild it: node scripts/build-native.mjs');
   }
   return new NativeRemovalClaims(addon as ClaimsAddon);

@@ -38,13 +38,13 @@ export interface SessionRaw {
    * after a live handover's import (0 or -errno); the stored epoch, set
    * first when given (the epoch, or -ENOENT: no journal).
    */
-  session_journal_open(): [number, number] | number;
-  session_journal_recover(fd0: number, fd1: number): number;
-  session_journal_rebase(fd0: number, fd1: number): number;
-  session_journal_epoch(set?: number): number;
-  hs_session_reply(id: number, res: number, ...values: unknown[]): void;
-  hs_session_unref(): void;
-  fuse_native_set_flush_gate(gate: Buffer): void;
+  handover_journal_open(): [number, number] | number;
+  handover_journal_recover(fd0: number, fd1: number): number;
+  handover_journal_rebase(fd0: number, fd1: number): number;
+  handover_journal_epoch(set?: number): number;
+  session_reply(id: number, res: number, ...values: unknown[]): void;
+  session_unref(): void;
+  session_set_flush_gate(gate: Buffer): void;
 }
 
 /** What a successor needs of a paused session (session.c `session_handed`). */
@@ -413,7 +413,7 @@ export class FuseSession implements FuseInstance {
         if (answered) return;
         answered = true;
         held.delete(id);
-        raw.hs_session_reply(id, res, ...values);
+        raw.session_reply(id, res, ...values);
         // After the answer: a crash before it leaves the change marked in flight.
         untrack?.();
       };
@@ -438,7 +438,7 @@ export class FuseSession implements FuseInstance {
   }
 
   unmount(cb: (err: Error | null) => void): void {
-    this.raw.hs_session_unref();
+    this.raw.session_unref();
     this.unmountImpl(this.mnt, cb);
   }
 
@@ -450,6 +450,6 @@ export class FuseSession implements FuseInstance {
   /** slot fh & 0xffff > 0 of the caller's Uint16Array(65536): FLUSH of fh goes to ops.flush; 0: answered natively */
   setFlushGate(gate: Uint16Array): void {
     if (!(gate instanceof Uint16Array) || gate.length !== 65536) throw new TypeError('the flush gate is a Uint16Array(65536)');
-    this.raw.fuse_native_set_flush_gate(Buffer.from(gate.buffer, gate.byteOffset, gate.byteLength));
+    this.raw.session_set_flush_gate(Buffer.from(gate.buffer, gate.byteOffset, gate.byteLength));
   }
 }

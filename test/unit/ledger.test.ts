@@ -520,7 +520,7 @@ describe('Ledger: inodes reserved for creates made outside JavaScript (the nativ
 
 describe('Ledger: byte credit for writes decided outside JavaScript (the native write decision)', () => {
   const limits: Limits = { maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0 };
-  /** What the binding does for a write it decides (fastpath_write.c homesfs_fastpath_wl_begin/end): take growth from credit, or ask JS. */
+  /** What the binding does for a write it decides (fastpath_write.c hs_fastpath_wl_begin/end): take growth from credit, or ask JS. */
   const nativeGrow = (p: BigInt64Array, growth: number, landed = growth): boolean => {
     const c = Atomics.load(p, ACCT_CREDIT);
     if (c < BigInt(growth)) return false;

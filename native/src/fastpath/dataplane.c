@@ -96,7 +96,7 @@ void dp_put(dp_entry_t *e) {
   pthread_mutex_unlock(&dp_lock);
 }
 
-int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) {
+int hs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) {
   // Nothing published yet (or ever): not even the lock.
   if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
   dp_entry_t *e = dp_take(fh, HOMESFS_DP_READ);
@@ -119,7 +119,7 @@ int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) 
         if (n < 0 && errno != EINTR) {
           // EAGAIN: it would wait (EOPNOTSUPP: no such reads here; an error shows again below).
           nowait = 0;
-          homesfs_lead_release_read();
+          hs_lead_release_read();
           continue;
         }
       } else {
@@ -147,7 +147,7 @@ int homesfs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) 
 // ---- JavaScript side (the write path's own calls: dataplane_write.c) ---------
 
 // The same from C (fastpath_open.c's native open): 1 when published.
-int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) {
+int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) {
   dp_entry_t *e = malloc(sizeof(*e));
   if (e == NULL) return 0;
   pthread_mutex_lock(&dp_lock);
@@ -174,7 +174,7 @@ int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uin
 
 // unpublish from C (also a native open closed before JS adopted it): on
 // return no read or write uses the descriptor any more. -> whether it was published.
-int homesfs_dp_unpublish_fd (uint64_t fh) {
+int hs_dp_unpublish_fd (uint64_t fh) {
   pthread_mutex_lock(&dp_lock);
   dp_entry_t **p = dp_find(fh);
   dp_entry_t *e = *p;
@@ -213,7 +213,7 @@ int dp_release_deferred = 0;          // atomic: JavaScript's switch
 hq_t dp_releases = HQ_INIT(dp_releases);  // under dp_lock, oldest first
 uint64_t dp_releases_answered = 0;    // counter for tests and figures
 
-int homesfs_dp_release(uint64_t fh) {
+int hs_dp_release(uint64_t fh) {
   if (!__atomic_load_n(&dp_release_deferred, __ATOMIC_ACQUIRE)) return 0;
   dp_release_t *r = malloc(sizeof(*r));
   // No memory for the queue: JavaScript answers this one as before.

@@ -38,7 +38,7 @@ typedef struct dp_entry {
   int append;
   // 0: JavaScript published these flags under its current policy. Else the
   // binding published them at a native open, under the policy generation
-  // (homesfs_fastpath_policy_gen) it read with the home's flags: once a
+  // (hs_fastpath_policy_gen) it read with the home's flags: once a
   // policy change has moved the generation on, they are stale and nothing of
   // the handle is served here until JavaScript has adopted it and published
   // again (setFlags), so no handle opened under an old policy writes or reads
@@ -48,7 +48,7 @@ typedef struct dp_entry {
 
 // Whether the entry's flags hold under the policy now (see gen above).
 static inline int dp_current(const dp_entry_t *e) {
-  return e->gen == 0 || e->gen == homesfs_fastpath_policy_gen();
+  return e->gen == 0 || e->gen == hs_fastpath_policy_gen();
 }
 
 // dataplane.c: the table and its lock, the counters stats reports.
@@ -105,10 +105,10 @@ typedef struct dp_report {
   int64_t result;
 } dp_report_t;
 
-napi_value homesfs_dp_set_write_handler(napi_env env, napi_callback_info info);
-napi_value homesfs_dp_write_decision(napi_env env, napi_callback_info info);
-napi_value homesfs_dp_write_done(napi_env env, napi_callback_info info);
-napi_value homesfs_dp_take_write_reports(napi_env env, napi_callback_info info);
+napi_value hs_fastpath_dp_set_write_handler_js(napi_env env, napi_callback_info info);
+napi_value hs_fastpath_dp_write_decision_js(napi_env env, napi_callback_info info);
+napi_value hs_fastpath_dp_write_done_js(napi_env env, napi_callback_info info);
+napi_value hs_fastpath_dp_take_write_reports_js(napi_env env, napi_callback_info info);
 
 // Shared with dataplane_napi.c (JS's side): the queues JS takes under
 // dp_lock, the write handler's thread-safe function, the counters (atomics).

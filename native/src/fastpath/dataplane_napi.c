@@ -32,7 +32,7 @@ static int dp_get_u64(napi_env env, napi_value v, uint64_t *out) {
   return napi_get_value_bigint_uint64(env, v, out, &lossless) == napi_ok && lossless;
 }
 
-static NAPI_METHOD(homesfs_dp_publish) {
+static NAPI_METHOD(hs_fastpath_dp_publish_js) {
   NAPI_ARGV(6)
   uint64_t fh = 0, dev = 0, ino = 0;
   int32_t fd = -1;
@@ -75,7 +75,7 @@ static NAPI_METHOD(homesfs_dp_publish) {
 // setFlags(fh, flags) -> whether fh is published. Takes effect for the next
 // request; one in progress finishes with the descriptor, which stays open.
 // The flags are JavaScript's now, under its current policy (gen 0).
-static NAPI_METHOD(homesfs_dp_set_flags) {
+static NAPI_METHOD(hs_fastpath_dp_set_flags_js) {
   NAPI_ARGV(2)
   uint64_t fh = 0;
   uint32_t flags = 0;
@@ -95,20 +95,20 @@ static NAPI_METHOD(homesfs_dp_set_flags) {
 
 // unpublish(fh) -> whether it was published. On return no read or write uses
 // the descriptor any more: the caller may close it.
-static NAPI_METHOD(homesfs_dp_unpublish) {
+static NAPI_METHOD(hs_fastpath_dp_unpublish_js) {
   NAPI_ARGV(1)
   uint64_t fh = 0;
   if (!dp_get_fh(env, argv[0], &fh)) {
     napi_throw_type_error(env, "EINVAL", "unpublish(fh): fh is a uint32 > 0");
     return NULL;
   }
-  return hs_js_bool(env, homesfs_dp_unpublish_fd(fh));
+  return hs_js_bool(env, hs_dp_unpublish_fd(fh));
 }
 
 // setReleaseDeferred(on): from the next RELEASE on, answer and queue (true) or
 // send to ops.release (false). Turning it off leaves what is queued queued:
 // JavaScript takes it as usual.
-static NAPI_METHOD(homesfs_dp_set_release_deferred) {
+static NAPI_METHOD(hs_fastpath_dp_set_release_deferred_js) {
   NAPI_ARGV(1)
   bool on = false;
   if (napi_get_value_bool(env, argv[0], &on) != napi_ok) {
@@ -119,7 +119,7 @@ static NAPI_METHOD(homesfs_dp_set_release_deferred) {
   return NULL;
 }
 
-static NAPI_METHOD(homesfs_dp_take_releases) {
+static NAPI_METHOD(hs_fastpath_dp_take_releases_js) {
   // A handle never dropped (its descriptor would stay open for good).
   return hq_take_to_js(env, &dp_releases, &dp_lock, napi_float64_array, sizeof(double), 1, dp_release_fill);
 }
@@ -131,7 +131,7 @@ static void dp_set_count(napi_env env, napi_value obj, const char *name, uint64_
 }
 
 // dataPlaneStats() -> { published, reads, bytes, fallbacks, writes, writeBytes, writeFallbacks }
-static NAPI_METHOD(homesfs_dp_stats) {
+static NAPI_METHOD(hs_fastpath_dp_stats_js) {
   napi_value out;
   napi_create_object(env, &out);
   dp_set_count(env, out, "published", &dp_published);
@@ -145,17 +145,17 @@ static NAPI_METHOD(homesfs_dp_stats) {
   return out;
 }
 
-void homesfs_dp_export(napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "homesfs_dp_publish", homesfs_dp_publish);
-  hs_export_fn(env, exports, "homesfs_dp_set_flags", homesfs_dp_set_flags);
-  hs_export_fn(env, exports, "homesfs_dp_unpublish", homesfs_dp_unpublish);
-  hs_export_fn(env, exports, "homesfs_dp_set_write_handler", homesfs_dp_set_write_handler);
-  hs_export_fn(env, exports, "homesfs_dp_write_decision", homesfs_dp_write_decision);
-  hs_export_fn(env, exports, "homesfs_dp_write_done", homesfs_dp_write_done);
-  hs_export_fn(env, exports, "homesfs_dp_take_write_reports", homesfs_dp_take_write_reports);
-  hs_export_fn(env, exports, "homesfs_dp_set_release_deferred", homesfs_dp_set_release_deferred);
-  hs_export_fn(env, exports, "homesfs_dp_take_releases", homesfs_dp_take_releases);
-  hs_export_fn(env, exports, "homesfs_dp_stats", homesfs_dp_stats);
+void hs_dp_export(napi_env env, napi_value exports) {
+  hs_export_fn(env, exports, "fastpath_dp_publish", hs_fastpath_dp_publish_js);
+  hs_export_fn(env, exports, "fastpath_dp_set_flags", hs_fastpath_dp_set_flags_js);
+  hs_export_fn(env, exports, "fastpath_dp_unpublish", hs_fastpath_dp_unpublish_js);
+  hs_export_fn(env, exports, "fastpath_dp_set_write_handler", hs_fastpath_dp_set_write_handler_js);
+  hs_export_fn(env, exports, "fastpath_dp_write_decision", hs_fastpath_dp_write_decision_js);
+  hs_export_fn(env, exports, "fastpath_dp_write_done", hs_fastpath_dp_write_done_js);
+  hs_export_fn(env, exports, "fastpath_dp_take_write_reports", hs_fastpath_dp_take_write_reports_js);
+  hs_export_fn(env, exports, "fastpath_dp_set_release_deferred", hs_fastpath_dp_set_release_deferred_js);
+  hs_export_fn(env, exports, "fastpath_dp_take_releases", hs_fastpath_dp_take_releases_js);
+  hs_export_fn(env, exports, "fastpath_dp_stats", hs_fastpath_dp_stats_js);
 }
 
 // On the JS thread: hand one message to the handler set by setWriteHandler.
@@ -201,7 +201,7 @@ static void dp_call_js(napi_env env, napi_value js_cb, void *context, void *data
 // for a write's decision, answered with writeDecision or writeDone;
 // fn(1, id, result) reports the pwrite (bytes written or -errno) of a write
 // that was told to proceed, answered with writeDone. Once per process.
-NAPI_METHOD(homesfs_dp_set_write_handler) {
+NAPI_METHOD(hs_fastpath_dp_set_write_handler_js) {
   NAPI_ARGV(1)
   napi_valuetype t;
   if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_function) {
@@ -234,7 +234,7 @@ static int dp_get_id(napi_env env, napi_value v, uint32_t *id) {
 // ops.write instead. wait: answer the kernel only after writeDone even when the
 // write lands whole (JS hands the file back to fastpath_write.c's decisions at its
 // end, before the kernel's next write of it). -> whether the request was waiting for it.
-NAPI_METHOD(homesfs_dp_write_decision) {
+NAPI_METHOD(hs_fastpath_dp_write_decision_js) {
   NAPI_ARGV(3)
   uint32_t id = 0;
   int64_t at = 0;
@@ -250,7 +250,7 @@ NAPI_METHOD(homesfs_dp_write_decision) {
 // writeDone(id, result): the final answer (bytes or -errno) of a write that
 // was refused before writing, or whose pwrite was short or failed. For a
 // write already answered (it landed whole) there is nothing to do: false.
-NAPI_METHOD(homesfs_dp_write_done) {
+NAPI_METHOD(hs_fastpath_dp_write_done_js) {
   NAPI_ARGV(2)
   uint32_t id = 0;
   int32_t result = 0;
@@ -262,7 +262,7 @@ NAPI_METHOD(homesfs_dp_write_done) {
   return hs_js_bool(env, ok);
 }
 
-NAPI_METHOD(homesfs_dp_take_write_reports) {
+NAPI_METHOD(hs_fastpath_dp_take_write_reports_js) {
   // A report never dropped (the file's lock in JavaScript would never be released).
   return hq_take_to_js(env, &dp_reports, &dp_lock, napi_float64_array, sizeof(double), 2, dp_report_fill);
 }

@@ -78,15 +78,15 @@ static int dp_send(dp_msg_t *m) {
 static int dp_write_native(uint64_t fh, const char *buf, size_t len, off_t offset, int *res) {
   dp_entry_t *d = dp_take(fh, HOMESFS_DP_WRITE);
   if (d == NULL) return -1;
-  homesfs_wl_ticket_t t;
-  if (offset <= (off_t) INT64_MAX && homesfs_fastpath_wl_begin(d->dev, d->ino, (int64_t) offset, (uint32_t) len, d->append, &t) == 0) {
+  hs_wl_ticket_t t;
+  if (offset <= (off_t) INT64_MAX && hs_fastpath_wl_begin(d->dev, d->ino, (int64_t) offset, (uint32_t) len, d->append, &t) == 0) {
     ssize_t n;
-    if (len > HOMESFS_LEAD_BIG_IO) homesfs_lead_release();
+    if (len > HOMESFS_LEAD_BIG_IO) hs_lead_release();
     do n = pwrite(d->fd, buf, len, (off_t) t.start);
     while (n < 0 && errno == EINTR);
     if (n < 0) n = -errno;
     // Settled before the entry is let go: once unpublish returns, no decision of this handle's is open.
-    homesfs_fastpath_wl_end(&t, (int64_t) n);
+    hs_fastpath_wl_end(&t, (int64_t) n);
     dp_put(d);
     // A failure charged nothing: JavaScript decides again, writes, and answers (and logs) the errno.
     if (n > 0) {
@@ -163,7 +163,7 @@ static ssize_t dp_pwrite (uint64_t fh, const char *buf, size_t len, int64_t at) 
   ssize_t n;
   dp_entry_t *w = dp_take(fh, 0);
   if (w == NULL) return -EBADF; // released meanwhile: the kernel never does that with a write in flight
-  if (len > HOMESFS_LEAD_BIG_IO) homesfs_lead_release();
+  if (len > HOMESFS_LEAD_BIG_IO) hs_lead_release();
   do n = pwrite(w->fd, buf, len, (off_t) at);
   while (n < 0 && errno == EINTR);
   if (n < 0) n = -errno;
@@ -184,7 +184,7 @@ static int dp_report_and_wait (dp_wreq_t *r, ssize_t n) {
     uv_sem_destroy(&r->sem);
     return (int) n;
   }
-  homesfs_lead_release();
+  hs_lead_release();
   uv_sem_wait(&r->sem);
   dp_unlink(r);
   uv_sem_destroy(&r->sem);
@@ -193,7 +193,7 @@ static int dp_report_and_wait (dp_wreq_t *r, ssize_t n) {
   return (int) r->value;
 }
 
-int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, const uint32_t caller[3], int *res) {
+int hs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, const uint32_t caller[3], int *res) {
   if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
   if (__atomic_load_n(&dp_tsfn, __ATOMIC_ACQUIRE) == NULL || len > INT32_MAX || offset < 0) return 0;
   int native = dp_write_native(fh, buf, len, offset, res);
@@ -208,7 +208,7 @@ int homesfs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len,
 
   dp_wreq_t r;
   if (!dp_ask(&r, path, fh, len, offset, caller)) return 0;
-  homesfs_lead_release();
+  hs_lead_release();
   uv_sem_wait(&r.sem);
 
   pthread_mutex_lock(&dp_lock);

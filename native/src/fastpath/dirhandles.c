@@ -10,8 +10,8 @@
 //    the daemon, against the open-file caps JS enforces for files
 //    (limits.openFilesPerUid, the profile's maxOpenFiles, the daemon's
 //    descriptors beside its reserve). JS publishes its file counts and caps
-//    here on every change (homesfs_dh_set_files), and asks for the directory
-//    counts here before it takes a slot (homesfs_dh_counts): OPENDIR checks
+//    here on every change (hs_dh_set_files), and asks for the directory
+//    counts here before it takes a slot (hs_dh_counts): OPENDIR checks
 //    files + directories without a round trip to JS, and so does JS's open.
 // Past any cap OPENDIR answers EMFILE (ENFILE for the daemon's files, as an
 // open does). The handle's fh points at what RELEASEDIR gives back. Used when
@@ -133,7 +133,7 @@ static int dh_full (dh_uid_t **at, dh_home_t **home) {
 
 // The counting alone, apart from libfuse and Node (native/test runs it): 0
 // and *fh the handle, or -EMFILE/-ENFILE past a cap (-ENOMEM), nothing counted.
-int homesfs_dh_take (uint32_t uid, const char *path, uint64_t *fh) {
+int hs_dh_take (uint32_t uid, const char *path, uint64_t *fh) {
   uint32_t cap_uid = __atomic_load_n(&dh_cap_uid, __ATOMIC_RELAXED);
   uint32_t cap_all = __atomic_load_n(&dh_cap_all, __ATOMIC_RELAXED);
   size_t hlen = dh_home_len(path);
@@ -167,7 +167,7 @@ int homesfs_dh_take (uint32_t uid, const char *path, uint64_t *fh) {
   return 0;
 }
 
-void homesfs_dh_give (uint64_t fh) {
+void hs_dh_give (uint64_t fh) {
   dh_handle_t *h = (dh_handle_t *) (uintptr_t) fh;
   if (h == NULL) return;
   pthread_mutex_lock(&dh_lock);
@@ -185,14 +185,14 @@ void homesfs_dh_give (uint64_t fh) {
   free(h);
 }
 
-void homesfs_dh_set_caps (uint32_t per_uid, uint32_t all) {
+void hs_dh_set_caps (uint32_t per_uid, uint32_t all) {
   __atomic_store_n(&dh_cap_uid, per_uid, __ATOMIC_RELAXED);
   __atomic_store_n(&dh_cap_all, all, __ATOMIC_RELAXED);
 }
 
 // JS's open files after a change: uid's (uid 0: none), the home's at prefix
 // (NULL: none) with its cap, all of them, and the caps per uid and in all (0: none).
-int homesfs_dh_set_files (uint32_t uid, uint32_t uid_files, const char *prefix, uint32_t home_files, uint32_t home_cap, uint64_t total, uint32_t cap_uid, uint32_t cap_all) {
+int hs_dh_set_files (uint32_t uid, uint32_t uid_files, const char *prefix, uint32_t home_files, uint32_t home_cap, uint64_t total, uint32_t cap_uid, uint32_t cap_all) {
   int res = 0;
   pthread_mutex_lock(&dh_lock);
   dh_files = total;
@@ -217,7 +217,7 @@ int homesfs_dh_set_files (uint32_t uid, uint32_t uid_files, const char *prefix, 
 }
 
 // Directory handles open: uid's (0 for uid 0), in the home at prefix (NULL: 0), in all.
-void homesfs_dh_counts (uint32_t uid, const char *prefix, uint64_t out[3]) {
+void hs_dh_counts (uint32_t uid, const char *prefix, uint64_t out[3]) {
   pthread_mutex_lock(&dh_lock);
   dh_uid_t **at = uid != 0 ? dh_uid_at(uid) : NULL;
   dh_home_t **home = prefix != NULL && prefix[0] != 0 ? dh_home_at(prefix, strlen(prefix)) : NULL;
@@ -232,9 +232,9 @@ void homesfs_dh_counts (uint32_t uid, const char *prefix, uint64_t out[3]) {
 // count it as open (an unused slot is no file) until it takes the binding's
 // record in, so it is counted here meanwhile, if it fits beside the files and
 // directory handles counted. Returns the token to give it back with
-// (homesfs_dh_file_give, once JS counts it or it is gone), or NULL: no room
+// (hs_dh_file_give, once JS counts it or it is gone), or NULL: no room
 // (directory handles took it since the slot was granted) or no memory.
-void *homesfs_dh_file_take (uint32_t uid, const char *path, size_t len) {
+void *hs_dh_file_take (uint32_t uid, const char *path, size_t len) {
   void *token = NULL;
   pthread_mutex_lock(&dh_lock);
   dh_uid_t **at = uid != 0 ? dh_uid_at(uid) : NULL;
@@ -253,7 +253,7 @@ void *homesfs_dh_file_take (uint32_t uid, const char *path, size_t len) {
   return token;
 }
 
-void homesfs_dh_file_give (uint32_t uid, void *token) {
+void hs_dh_file_give (uint32_t uid, void *token) {
   if (token == NULL) return;
   pthread_mutex_lock(&dh_lock);
   if (dh_native > 0) dh_native--;
@@ -270,7 +270,7 @@ void homesfs_dh_file_give (uint32_t uid, void *token) {
   pthread_mutex_unlock(&dh_lock);
 }
 
-void homesfs_dh_stats (uint64_t *open, uint64_t *refused) {
+void hs_dh_stats (uint64_t *open, uint64_t *refused) {
   pthread_mutex_lock(&dh_lock);
   *open = dh_open;
   pthread_mutex_unlock(&dh_lock);

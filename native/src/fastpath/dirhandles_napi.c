@@ -12,14 +12,14 @@
 #include "fastpath/dirhandles.h"
 
 // Fuse.setDirHandleCaps(perUid, all)
-NAPI_METHOD(fuse_native_set_dir_caps) {
+NAPI_METHOD(hs_fastpath_set_dir_caps_js) {
   NAPI_ARGV(2)
   uint32_t per_uid = 0, all = 0;
   if (napi_get_value_uint32(env, argv[0], &per_uid) != napi_ok || napi_get_value_uint32(env, argv[1], &all) != napi_ok) {
     napi_throw_type_error(env, "EINVAL", "setDirHandleCaps: two counts");
     return NULL;
   }
-  homesfs_dh_set_caps(per_uid, all);
+  hs_dh_set_caps(per_uid, all);
   return NULL;
 }
 
@@ -30,7 +30,7 @@ static int dh_prefix_arg (napi_env env, napi_value v, char *buf, size_t size) {
 }
 
 // Fuse.setOpenFileCounts(uid, uidFiles, prefix, homeFiles, homeCap, total, capPerUid, capAll)
-NAPI_METHOD(fuse_native_set_open_files) {
+NAPI_METHOD(hs_fastpath_set_open_files_js) {
   NAPI_ARGV(8)
   uint32_t n[8] = { 0 };
   char prefix[4096];
@@ -40,12 +40,12 @@ NAPI_METHOD(fuse_native_set_open_files) {
     napi_throw_type_error(env, "EINVAL", "setOpenFileCounts: uid, count, prefix and five counts");
     return NULL;
   }
-  homesfs_dh_set_files(n[0], n[1], prefix, n[3], n[4], n[5], n[6], n[7]);
+  hs_dh_set_files(n[0], n[1], prefix, n[3], n[4], n[5], n[6], n[7]);
   return NULL;
 }
 
 // Fuse.dirHandleCounts(uid, prefix) -> [uid's, the home's, all]
-NAPI_METHOD(fuse_native_dir_counts) {
+NAPI_METHOD(hs_fastpath_dir_counts_js) {
   NAPI_ARGV(2)
   uint32_t uid = 0;
   char prefix[4096];
@@ -54,7 +54,7 @@ NAPI_METHOD(fuse_native_dir_counts) {
     return NULL;
   }
   uint64_t c[3];
-  homesfs_dh_counts(uid, prefix, c);
+  hs_dh_counts(uid, prefix, c);
   napi_value out, v;
   napi_create_array_with_length(env, 3, &out);
   for (uint32_t i = 0; i < 3; i++) {
@@ -65,9 +65,9 @@ NAPI_METHOD(fuse_native_dir_counts) {
 }
 
 // Fuse.dirHandleStats() -> { open, refused }
-NAPI_METHOD(fuse_native_dir_stats) {
+NAPI_METHOD(hs_fastpath_dir_stats_js) {
   uint64_t open = 0, refused = 0;
-  homesfs_dh_stats(&open, &refused);
+  hs_dh_stats(&open, &refused);
   napi_value out;
   napi_create_object(env, &out);
   hs_js_set_num(env, out, "open", (double) open);
@@ -75,9 +75,9 @@ NAPI_METHOD(fuse_native_dir_stats) {
   return out;
 }
 
-void homesfs_dirhandles_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "fuse_native_set_dir_caps", fuse_native_set_dir_caps);
-  hs_export_fn(env, exports, "fuse_native_set_open_files", fuse_native_set_open_files);
-  hs_export_fn(env, exports, "fuse_native_dir_counts", fuse_native_dir_counts);
-  hs_export_fn(env, exports, "fuse_native_dir_stats", fuse_native_dir_stats);
+void hs_dirhandles_export (napi_env env, napi_value exports) {
+  hs_export_fn(env, exports, "fastpath_set_dir_caps", hs_fastpath_set_dir_caps_js);
+  hs_export_fn(env, exports, "fastpath_set_open_files", hs_fastpath_set_open_files_js);
+  hs_export_fn(env, exports, "fastpath_dir_counts", hs_fastpath_dir_counts_js);
+  hs_export_fn(env, exports, "fastpath_dir_stats", hs_fastpath_dir_stats_js);
 }

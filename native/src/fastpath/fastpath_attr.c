@@ -70,7 +70,7 @@ static int fp_open_size (uint64_t dev, uint64_t ino, double *charged) {
   return r;
 }
 
-int homesfs_fastpath_getattr (const char *path, struct stat *out) {
+int hs_fastpath_getattr (const char *path, struct stat *out) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
@@ -111,7 +111,7 @@ int homesfs_fastpath_getattr (const char *path, struct stat *out) {
   return 0;
 }
 
-int homesfs_fastpath_fgetattr (uint64_t fh, struct stat *out) {
+int hs_fastpath_fgetattr (uint64_t fh, struct stat *out) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   int answered = 0;
   pthread_rwlock_rdlock(&fp_lock);
@@ -190,7 +190,7 @@ static int fp_open_listed_dir (const char *path, uint64_t *dev) {
 // One getdents64 batch through the filler: each entry with its own d_off (where the next request
 // starts when it is the last that fits), or 0 for a listing given whole. Sets *full when the
 // reply is full, *fallback on an inode JS would refuse.
-static void fp_fill_batch (char *dents, long got, int dfd, uint64_t dev, int whole, void *buf, homesfs_fill_t filler,
+static void fp_fill_batch (char *dents, long got, int dfd, uint64_t dev, int whole, void *buf, hs_fill_t filler,
                            int (*name_ok) (const unsigned char *, size_t), int *full, int *fallback) {
   struct stat out;
   for (long pos = 0; pos < got && !*full; ) {
@@ -217,7 +217,7 @@ static void fp_fill_batch (char *dents, long got, int dfd, uint64_t dev, int who
   }
 }
 
-int homesfs_fastpath_readdir (const char *path, void *buf, homesfs_fill_t filler, off_t offset, int (*name_ok) (const unsigned char *, size_t)) {
+int hs_fastpath_readdir (const char *path, void *buf, hs_fill_t filler, off_t offset, int (*name_ok) (const unsigned char *, size_t)) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   uint64_t dev = 0;
   // Not a directory C serves (unpublished, a reserved name, a symlink or mount on the way): JS's, at any offset.

@@ -50,7 +50,7 @@ static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int
 // The create slot of the pinned home granted for uid, taken (with its count
 // beside the directory handles), or NULL.
 static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const char *path, size_t plen) {
-  void *dh = homesfs_dh_file_take(uid, path, plen);  // as for opens: directory handles may hold the room
+  void *dh = hs_dh_file_take(uid, path, plen);  // as for opens: directory handles may hold the room
   if (dh == NULL) return NULL;
   fp_open_rec_t *credit = NULL;
   pthread_mutex_lock(&fp_open_lock);
@@ -58,7 +58,7 @@ static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const
     if (fp_rec(*pp)->uid == uid) { credit = fp_rec(*pp); *pp = credit->link.next; fp_credit_count--; break; }
   }
   pthread_mutex_unlock(&fp_open_lock);
-  if (credit == NULL) homesfs_dh_file_give(uid, dh);
+  if (credit == NULL) hs_dh_file_give(uid, dh);
   else credit->dh = dh;
   return credit;
 }
@@ -101,7 +101,7 @@ static int fp_create_in (const fp_pin_t *pin, const char *path, size_t plen, con
 // ledger change) and every doubt go to JS, with nothing made. A failure
 // after the file was made removes it again before JS is asked. The home stays
 // pinned until the record is queued, and every exit gives the slot it took back.
-int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
+int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
@@ -146,7 +146,7 @@ int homesfs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_
   fp_open_register(dev, ino, he, fresh);
   // What a handle of a binary home publishes (context.ts publishData): reads, and, writable, writes decided without their data.
   uint32_t dp = ((pol->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (pol->open_flags & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
-  credit->published = dp != 0 && homesfs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, pin.gen) ? dp : 0;
+  credit->published = dp != 0 && hs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, pin.gen) ? dp : 0;
   credit->kind = HOMESFS_REC_CREATED;
   credit->fd = fd;
   credit->dev = dev;

@@ -93,7 +93,7 @@
 //     the home: fp_home_set_pending lets the array it replaced go only after
 //     draining the pins of the epoch before.
 //   - An inode record (fp_inode_t): refs, one while in fp_inodes, one per
-//     write ticket (homesfs_wl_ticket_t.inode), so wl_end never writes into a
+//     write ticket (hs_wl_ticket_t.inode), so wl_end never writes into a
 //     freed record, whatever JS or fp_clear did meanwhile.
 //   - A handle (fp_handle_t): its descriptor is JS's (or a native open's),
 //     closed by its owner once the entry is out of the table. fgetattr counts
@@ -309,7 +309,7 @@ static inline struct fp_open_rec * fp_rec (hq_link_t *l) { return (struct fp_ope
 // Gives a record's count beside the directory handles back (once).
 static inline void fp_dh_give (fp_open_rec_t *r) {
   if (r == NULL || r->dh == NULL) return;
-  homesfs_dh_file_give(r->uid, r->dh);
+  hs_dh_file_give(r->uid, r->dh);
   r->dh = NULL;
 }
 

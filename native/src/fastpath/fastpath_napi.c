@@ -85,7 +85,7 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   return out;
 }
 
-void homesfs_fastpath_export (napi_env env, napi_value exports) {
+void hs_fastpath_export (napi_env env, napi_value exports) {
   pthread_once(&fp_once, fp_init_lock);
   hs_export_fn(env, exports, "fastpath_set_home", fp_set_home);
   hs_export_fn(env, exports, "fastpath_remove_home", fp_remove_home);

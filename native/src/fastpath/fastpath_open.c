@@ -158,11 +158,11 @@ static int fp_open_file (const fp_pin_t *pin, const char *path, size_t plen, con
   // JS takes the record in.
   void *dh = NULL;
   if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
-      (dh = homesfs_dh_file_take(uid, path, plen)) != NULL) {
+      (dh = hs_dh_file_take(uid, path, plen)) != NULL) {
     pthread_mutex_lock(&fp_open_lock);
     *credit = fp_pop_credit_locked(pin->home, uid);
     pthread_mutex_unlock(&fp_open_lock);
-    if (*credit == NULL) homesfs_dh_file_give(uid, dh);
+    if (*credit == NULL) hs_dh_file_give(uid, dh);
     else (*credit)->dh = dh;
   }
   if (*credit == NULL) {
@@ -172,7 +172,7 @@ static int fp_open_file (const fp_pin_t *pin, const char *path, size_t plen, con
   return fd;
 }
 
-int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, int *direct_io) {
+int hs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, int *direct_io) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   // Read-only and nothing that changes the file (O_TRUNC truncates even then): the rest is JS's.
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC) != 0) return HOMESFS_FASTPATH_FALLBACK;
@@ -217,7 +217,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
   credit->fd = fd;
   credit->dev = dev;
   credit->ino = ino;
-  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && homesfs_dp_publish_fd(handle, fd, 1, dev, ino, 0, pin.gen) ? 1 : 0;
+  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && hs_dp_publish_fd(handle, fd, 1, dev, ino, 0, pin.gen) ? 1 : 0;
   fp_queue(credit);
   fp_unpin(&pin);
   *fh = handle;
@@ -238,7 +238,7 @@ int homesfs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *
 // republished or freed), the slot goes to JS through the queue instead, as an
 // unused one. Returns 1 when the RELEASE was answered here; 0: the handle is
 // JS's (adopted, or not opened here), and the RELEASE goes on as before.
-int homesfs_fastpath_release (uint64_t fh) {
+int hs_fastpath_release (uint64_t fh) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return 0;
   if (hq_count(&fp_opens) == 0) return 0;
   fp_open_rec_t *r = NULL;
@@ -252,7 +252,7 @@ int homesfs_fastpath_release (uint64_t fh) {
   pthread_mutex_unlock(&fp_open_lock);
   if (r == NULL) return 0;
   // The kernel sends RELEASE after the handle's last READ was answered: nothing is in flight.
-  if (r->published) homesfs_dp_unpublish_fd(fh);
+  if (r->published) hs_dp_unpublish_fd(fh);
   fp_open_unregister(r->dev, r->ino, (uint32_t) fh);
   close(r->fd);
   fp_dh_give(r);

@@ -58,7 +58,7 @@ static int fp_attr_end (fp_pin_t *pin, int pfd, int done, uint64_t *counter) {
   return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
 }
 
-int homesfs_fastpath_utimens (const char *path, const struct timespec tv[2]) {
+int hs_fastpath_utimens (const char *path, const struct timespec tv[2]) {
   fp_pin_t pin;
   int pfd;
   const char *name;
@@ -70,7 +70,7 @@ int homesfs_fastpath_utimens (const char *path, const struct timespec tv[2]) {
   return fp_attr_end(&pin, pfd, done, &fp_tanswered);
 }
 
-int homesfs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
+int hs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
   fp_pin_t pin;
   int pfd;
   const char *name;
@@ -86,7 +86,7 @@ int homesfs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
   return fp_attr_end(&pin, pfd, done, &fp_oanswered_chown);
 }
 
-int homesfs_fastpath_chmod (const char *path, uint32_t mode) {
+int hs_fastpath_chmod (const char *path, uint32_t mode) {
   fp_pin_t pin;
   int pfd;
   const char *name;

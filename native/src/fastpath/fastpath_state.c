@@ -29,7 +29,7 @@ int fp_enabled = 0;          // atomic
 // dataplane.c), written under the write lock, read atomically.
 uint64_t fp_policy_gen = 1;
 
-uint64_t homesfs_fastpath_policy_gen (void) {
+uint64_t hs_fastpath_policy_gen (void) {
   return __atomic_load_n(&fp_policy_gen, __ATOMIC_ACQUIRE);
 }
 

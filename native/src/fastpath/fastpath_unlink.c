@@ -127,7 +127,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
 #ifdef HOMESFS_TEST_HOOKS
   if (!open && fp_test_unlink_checked != NULL) fp_test_unlink_checked(dev, ino);
 #endif
-  if (!open && homesfs_removal_enter(dev, ino) == 0) {
+  if (!open && hs_removal_enter(dev, ino) == 0) {
     int gone = 0;
     struct stat after;
     // Busy across the removal and its release (src/fs/ledger-area.ts): a crash
@@ -141,7 +141,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
     }
     // Another name of the inode may go at the same time, in C or JS: of all
     // that see nlink 0, one gives the bytes back.
-    int settles = homesfs_removal_leave(dev, ino, gone);
+    int settles = hs_removal_leave(dev, ino, gone);
     if (done) {
       // Every name is an inode in the ledger (src/fs/context.ts removal): this one
       // goes whatever remains; the bytes with the last name.
@@ -154,7 +154,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
   return done;
 }
 
-int homesfs_fastpath_unlink (const char *path) {
+int hs_fastpath_unlink (const char *path) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;

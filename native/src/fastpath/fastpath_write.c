@@ -37,7 +37,7 @@ uint64_t fp_wfallbacks = 0; // delegated inode, but JS decides (credit, limit, b
 
 // Returns 0 and fills the ticket when the write may go ahead (its growth
 // charged), HOMESFS_FASTPATH_FALLBACK when JS decides.
-int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t len, int append, homesfs_wl_ticket_t *t) {
+int hs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t len, int append, hs_wl_ticket_t *t) {
   if (offset < 0) return HOMESFS_FASTPATH_FALLBACK;
   int r = HOMESFS_FASTPATH_FALLBACK;
   int delegated = 0;
@@ -91,7 +91,7 @@ int homesfs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint3
 // The pwrite of a write begun above returned n (bytes, or -errno): charge
 // what landed, as writeAt does, and give back the rest of what was taken. The
 // ticket's references keep the inode record and the array alive until here.
-void homesfs_fastpath_wl_end (homesfs_wl_ticket_t *t, int64_t n) {
+void hs_fastpath_wl_end (hs_wl_ticket_t *t, int64_t n) {
   fp_inode_t *e = t->inode;
   pthread_mutex_lock(&fp_wlock);
   uint64_t used = t->growth;

@@ -6,12 +6,12 @@
 #include <stdint.h>
 #include <node_api.h>
 // Before the unlinkat/rename that may remove a name of (dev, ino), with a
-// descriptor of the inode held until homesfs_removal_leave: 0, or -ENOMEM.
-int homesfs_removal_enter (uint64_t dev, uint64_t ino);
+// descriptor of the inode held until hs_removal_leave: 0, or -ENOMEM.
+int hs_removal_enter (uint64_t dev, uint64_t ino);
 // After the removal and an fstat of that descriptor; gone: it said nlink 0.
 // Returns 1 for the one remover that settles the inode, 0 for the others.
-int homesfs_removal_leave (uint64_t dev, uint64_t ino, int gone);
+int hs_removal_leave (uint64_t dev, uint64_t ino, int gone);
 // Inodes entered and not left; removers that saw nlink 0 after another settled it.
-void homesfs_removal_stats (uint64_t *in_flight, uint64_t *raced);
-void homesfs_removals_export (napi_env env, napi_value exports);
+void hs_removal_stats (uint64_t *in_flight, uint64_t *raced);
+void hs_removals_export (napi_env env, napi_value exports);
 #endif

@@ -10,20 +10,20 @@
 #include "sys/napi_args.h"
 #include "fastpath/removals.h"
 
-// homesfs_claim_enter(dev: bigint, ino: bigint)
-static NAPI_METHOD(homesfs_claim_enter) {
+// fastpath_claim_enter(dev: bigint, ino: bigint)
+static NAPI_METHOD(hs_fastpath_claim_enter_js) {
   NAPI_ARGV(2)
   uint64_t dev, ino;
   if (!hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
     napi_throw_type_error(env, "EINVAL", "removalEnter: dev and ino as bigints");
     return NULL;
   }
-  if (homesfs_removal_enter(dev, ino) != 0) napi_throw_error(env, "ENOMEM", "removalEnter: out of memory");
+  if (hs_removal_enter(dev, ino) != 0) napi_throw_error(env, "ENOMEM", "removalEnter: out of memory");
   return NULL;
 }
 
-// homesfs_claim_leave(dev: bigint, ino: bigint, gone: boolean) -> whether this remover settles the inode
-static NAPI_METHOD(homesfs_claim_leave) {
+// fastpath_claim_leave(dev: bigint, ino: bigint, gone: boolean) -> whether this remover settles the inode
+static NAPI_METHOD(hs_fastpath_claim_leave_js) {
   NAPI_ARGV(3)
   uint64_t dev, ino;
   bool gone = false;
@@ -31,13 +31,13 @@ static NAPI_METHOD(homesfs_claim_leave) {
     napi_throw_type_error(env, "EINVAL", "removalLeave: dev and ino as bigints, and a boolean");
     return NULL;
   }
-  return hs_js_bool(env, homesfs_removal_leave(dev, ino, gone) != 0);
+  return hs_js_bool(env, hs_removal_leave(dev, ino, gone) != 0);
 }
 
-// homesfs_claim_stats() -> { inFlight, raced }: inodes entered and not left, and removers that saw nlink 0 after another settled it
-static NAPI_METHOD(homesfs_claim_stats) {
+// fastpath_claim_stats() -> { inFlight, raced }: inodes entered and not left, and removers that saw nlink 0 after another settled it
+static NAPI_METHOD(hs_fastpath_claim_stats_js) {
   uint64_t in_flight = 0, raced = 0;
-  homesfs_removal_stats(&in_flight, &raced);
+  hs_removal_stats(&in_flight, &raced);
   napi_value out;
   napi_create_object(env, &out);
   hs_js_set_num(env, out, "inFlight", (double) in_flight);
@@ -45,8 +45,8 @@ static NAPI_METHOD(homesfs_claim_stats) {
   return out;
 }
 
-void homesfs_removals_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "homesfs_claim_enter", homesfs_claim_enter);
-  hs_export_fn(env, exports, "homesfs_claim_leave", homesfs_claim_leave);
-  hs_export_fn(env, exports, "homesfs_claim_stats", homesfs_claim_stats);
+void hs_removals_export (napi_env env, napi_value exports) {
+  hs_export_fn(env, exports, "fastpath_claim_enter", hs_fastpath_claim_enter_js);
+  hs_export_fn(env, exports, "fastpath_claim_leave", hs_fastpath_claim_leave_js);
+  hs_export_fn(env, exports, "fastpath_claim_stats", hs_fastpath_claim_stats_js);
 }

@@ -142,7 +142,7 @@ int hs_dirs_import (const char *buf, size_t len) {
     dt_take(buf, len, &at, &r);
     hs_dh_t *dh = dh_of(&r);
     int err = dh == NULL ? -ENOMEM : 0;
-    if (dh != NULL && homesfs_dh_take(dh->uid, dh->path, &dh->count_fh) != 0) dh->count_fh = 0;
+    if (dh != NULL && hs_dh_take(dh->uid, dh->path, &dh->count_fh) != 0) dh->count_fh = 0;
     if (dh != NULL && hs_dt_put(dh, r.fh) != r.fh) {
       hs_dh_free(dh);
       err = -EINVAL;

@@ -261,28 +261,28 @@ int hs_ho_memfd (const void *buf, size_t len) {
 #ifndef HOMESFS_NO_NAPI
 
 // listen(path) -> fd or -errno
-NAPI_METHOD(hs_handover_listen) {
+NAPI_METHOD(hs_handover_listen_js) {
   NAPI_ARGV(1)
   NAPI_ARGV_UTF8(path, 4096, 0)
   return hs_js_num(env, hs_ho_listen(path));
 }
 
 // accept(listenFd) -> fd, -EAGAIN (none waiting), -EPERM (a peer that is not root: refused)
-NAPI_METHOD(hs_handover_accept) {
+NAPI_METHOD(hs_handover_accept_js) {
   NAPI_ARGV(1)
   NAPI_ARGV_INT32(lfd, 0)
   return hs_js_num(env, hs_ho_accept(lfd));
 }
 
 // connect(path) -> fd or -errno
-NAPI_METHOD(hs_handover_connect) {
+NAPI_METHOD(hs_handover_connect_js) {
   NAPI_ARGV(1)
   NAPI_ARGV_UTF8(path, 4096, 0)
   return hs_js_num(env, hs_ho_connect(path));
 }
 
 // send(fd, buffer, fds: number[], timeoutMs) -> 0 or -errno
-NAPI_METHOD(hs_handover_send) {
+NAPI_METHOD(hs_handover_send_js) {
   NAPI_ARGV(4)
   NAPI_ARGV_INT32(fd, 0)
   void *data = NULL;
@@ -309,7 +309,7 @@ NAPI_METHOD(hs_handover_send) {
 }
 
 // recv(fd, timeoutMs) -> { res, data?: Buffer, fds: number[] } (res: bytes or -errno)
-NAPI_METHOD(hs_handover_recv) {
+NAPI_METHOD(hs_handover_recv_js) {
   NAPI_ARGV(2)
   NAPI_ARGV_INT32(fd, 0)
   NAPI_ARGV_INT32(timeout, 1)
@@ -334,7 +334,7 @@ NAPI_METHOD(hs_handover_recv) {
 }
 
 // memfd(buffer) -> a sealed descriptor holding its bytes, or -errno
-NAPI_METHOD(hs_handover_memfd) {
+NAPI_METHOD(hs_handover_memfd_js) {
   NAPI_ARGV(1)
   void *data = NULL;
   size_t len = 0;
@@ -346,27 +346,27 @@ NAPI_METHOD(hs_handover_memfd) {
 }
 
 // reserve_fds(fd) -> the descriptor table's size now (that of the peer on fd), or -errno
-NAPI_METHOD(hs_handover_reserve_fds) {
+NAPI_METHOD(hs_handover_reserve_fds_js) {
   NAPI_ARGV(1)
   NAPI_ARGV_INT32(fd, 0)
   return hs_js_num(env, hs_ho_reserve_fds(fd));
 }
 
 // close(fd): a descriptor the handover made or received and will not use.
-NAPI_METHOD(hs_handover_close) {
+NAPI_METHOD(hs_handover_close_js) {
   NAPI_ARGV(1)
   NAPI_ARGV_INT32(fd, 0)
   return hs_js_num(env, close(fd) == 0 ? 0 : -errno);
 }
 
 void hs_handover_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "hs_handover_listen", hs_handover_listen);
-  hs_export_fn(env, exports, "hs_handover_accept", hs_handover_accept);
-  hs_export_fn(env, exports, "hs_handover_connect", hs_handover_connect);
-  hs_export_fn(env, exports, "hs_handover_send", hs_handover_send);
-  hs_export_fn(env, exports, "hs_handover_recv", hs_handover_recv);
-  hs_export_fn(env, exports, "hs_handover_close", hs_handover_close);
-  hs_export_fn(env, exports, "hs_handover_memfd", hs_handover_memfd);
-  hs_export_fn(env, exports, "hs_handover_reserve_fds", hs_handover_reserve_fds);
+  hs_export_fn(env, exports, "handover_listen", hs_handover_listen_js);
+  hs_export_fn(env, exports, "handover_accept", hs_handover_accept_js);
+  hs_export_fn(env, exports, "handover_connect", hs_handover_connect_js);
+  hs_export_fn(env, exports, "handover_send", hs_handover_send_js);
+  hs_export_fn(env, exports, "handover_recv", hs_handover_recv_js);
+  hs_export_fn(env, exports, "handover_close", hs_handover_close_js);
+  hs_export_fn(env, exports, "handover_memfd", hs_handover_memfd_js);
+  hs_export_fn(env, exports, "handover_reserve_fds", hs_handover_reserve_fds_js);
 }
 #endif

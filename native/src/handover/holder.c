@@ -167,8 +167,8 @@ NAPI_METHOD(hs_holder_session_js) {
 }
 
 void hs_holder_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "hs_holder_poll", hs_holder_poll_js);
-  hs_export_fn(env, exports, "hs_holder_peer", hs_holder_peer_js);
-  hs_export_fn(env, exports, "hs_holder_peer_pidfd", hs_holder_peer_pidfd_js);
-  hs_export_fn(env, exports, "hs_holder_session", hs_holder_session_js);
+  hs_export_fn(env, exports, "handover_holder_poll", hs_holder_poll_js);
+  hs_export_fn(env, exports, "handover_holder_peer", hs_holder_peer_js);
+  hs_export_fn(env, exports, "handover_holder_peer_pidfd", hs_holder_peer_pidfd_js);
+  hs_export_fn(env, exports, "handover_holder_session", hs_holder_session_js);
 }

@@ -155,7 +155,7 @@ int hs_bridge_start (napi_env env, napi_value dispatch) {
 }
 
 // reply(id, res, ...values): the daemon's answer to a call.
-NAPI_METHOD(hs_session_reply) {
+NAPI_METHOD(hs_session_reply_js) {
   size_t argc = 2 + HS_CALL_ARGS;
   napi_value argv[2 + HS_CALL_ARGS];
   NAPI_STATUS_THROWS(napi_get_cb_info(env, info, &argc, argv, NULL, NULL))
@@ -177,12 +177,12 @@ NAPI_METHOD(hs_session_reply) {
 }
 
 // unref(): the session no longer keeps the process alive (the daemon unmounted it).
-NAPI_METHOD(hs_session_unref) {
+NAPI_METHOD(hs_session_unref_js) {
   hs_bridge_unref();
   return NULL;
 }
 
 void hs_bridge_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "hs_session_reply", hs_session_reply);
-  hs_export_fn(env, exports, "hs_session_unref", hs_session_unref);
+  hs_export_fn(env, exports, "session_reply", hs_session_reply_js);
+  hs_export_fn(env, exports, "session_unref", hs_session_unref_js);
 }

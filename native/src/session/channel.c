@@ -1,7 +1,7 @@
 // The channel between libfuse and /dev/fuse, and what rides on it.
 //
 // - The flush gate: JS's table of which handles' FLUSH it must see; the rest
-//   are answered on libfuse's thread (homesfs_flush_is_noop).
+//   are answered on libfuse's thread (hs_flush_is_noop).
 // - FOPEN_NOFLUSH: the open and create ops mark a reader in a zero gate slot
 //   (thread-local, set and consumed on the same libfuse thread), and this
 //   channel's send sets the flag in exactly that reply.
@@ -50,10 +50,10 @@ uint16_t *ch_flush_gate = NULL;
 #ifndef HOMESFS_NO_NAPI
 napi_ref ch_flush_gate_ref = NULL;
 #endif
-uint64_t homesfs_flush_requests = 0;  // FLUSHes received, atomic (tests: none for a NOFLUSH open)
+uint64_t hs_flush_requests = 0;  // FLUSHes received, atomic (tests: none for a NOFLUSH open)
 
-int homesfs_flush_is_noop (const struct fuse_file_info *info) {
-  __atomic_add_fetch(&homesfs_flush_requests, 1, __ATOMIC_RELAXED);
+int hs_flush_is_noop (const struct fuse_file_info *info) {
+  __atomic_add_fetch(&hs_flush_requests, 1, __ATOMIC_RELAXED);
   if (info == NULL) return 0;
   uint16_t *gate = __atomic_load_n(&ch_flush_gate, __ATOMIC_ACQUIRE);
   return gate != NULL && __atomic_load_n(&gate[info->fh & 0xffff], __ATOMIC_ACQUIRE) == 0;
@@ -77,28 +77,28 @@ int homesfs_flush_is_noop (const struct fuse_file_info *info) {
 // returns, and nothing before it. A handle JS must see the FLUSH of (a writer
 // in a text home) is in a raised slot, raised before JS answers its open.
 #define HOMESFS_FOPEN_NOFLUSH (1u << 5)
-struct homesfs_out_header { uint32_t len; int32_t error; uint64_t unique; };
-struct homesfs_open_out { uint64_t fh; uint32_t open_flags; uint32_t padding; };
+struct hs_out_header { uint32_t len; int32_t error; uint64_t unique; };
+struct hs_open_out { uint64_t fh; uint32_t open_flags; uint32_t padding; };
 
-int homesfs_noflush_on = 0;                // atomic; setNoFlush
-uint64_t homesfs_noflush_count = 0;        // opens answered with it, atomic
-static __thread int homesfs_noflush_pending = 0;
-static __thread uint64_t homesfs_noflush_fh = 0;
+int hs_noflush_on = 0;                // atomic; setNoFlush
+uint64_t hs_noflush_count = 0;        // opens answered with it, atomic
+static __thread int hs_noflush_pending = 0;
+static __thread uint64_t hs_noflush_fh = 0;
 
-static void homesfs_mark_noflush (const struct fuse_file_info *info) {
-  homesfs_noflush_pending = 0;
-  if (info == NULL || !__atomic_load_n(&homesfs_noflush_on, __ATOMIC_ACQUIRE)) return;
+static void hs_mark_noflush (const struct fuse_file_info *info) {
+  hs_noflush_pending = 0;
+  if (info == NULL || !__atomic_load_n(&hs_noflush_on, __ATOMIC_ACQUIRE)) return;
   // Readers only: a writer's home may become a text home while it is open, and then its close reports an unfinished character.
   if ((info->flags & O_ACCMODE) != O_RDONLY) return;
   uint16_t *gate = __atomic_load_n(&ch_flush_gate, __ATOMIC_ACQUIRE);
   if (gate == NULL || __atomic_load_n(&gate[info->fh & 0xffff], __ATOMIC_ACQUIRE) != 0) return;
-  homesfs_noflush_fh = hs_fh_out(info->fh);  // as the reply carries it
-  homesfs_noflush_pending = 1;
+  hs_noflush_fh = hs_fh_out(info->fh);  // as the reply carries it
+  hs_noflush_pending = 1;
 }
 
-void homesfs_noflush_after_open (int res, const struct fuse_file_info *info) {
-  if (res == 0) homesfs_mark_noflush(info);
-  else homesfs_noflush_pending = 0;
+void hs_noflush_after_open (int res, const struct fuse_file_info *info) {
+  if (res == 0) hs_mark_noflush(info);
+  else hs_noflush_pending = 0;
 }
 
 // ---- One reader at a time (fuse.singleReader) ---------------------------------
@@ -127,147 +127,147 @@ void homesfs_noflush_after_open (int res, const struct fuse_file_info *info) {
 // VM: about 1% of a core), so a stuck leader loses the lead within 4-8 ms.
 #define HOMESFS_LEAD_STALL_NS 4000000LL
 #define HOMESFS_LEAD_IDLE_NS 50000000LL    // the watchdog sleeps after 50 ms without a request
-int homesfs_lead_wanted = 1;        // setSingleReader, read at mount
-int homesfs_lead_on = 0;            // for this mount
-static sem_t homesfs_lead_sem;
-static uint64_t homesfs_lead_seq = 0;      // atomic
-static uint64_t homesfs_lead_cur = 0;      // atomic: the current lead's number, 0 = free
-static int64_t homesfs_lead_busy_since = 0; // atomic: ns the leader took its request, 0 while it reads
-static int64_t homesfs_lead_last = 0;      // atomic: ns of the last request taken
-static int homesfs_wd_asleep = 0;          // atomic
-static sem_t homesfs_wd_sem;
-uint64_t homesfs_lead_handoffs = 0; // atomic
-uint64_t homesfs_lead_revoked = 0;  // atomic
-uint64_t homesfs_lead_read_handoffs = 0; // atomic: of the handoffs, before a read that would wait
-static pthread_key_t homesfs_lead_key;
-static __thread uint64_t homesfs_lead_mine = 0;
+int hs_lead_wanted = 1;        // setSingleReader, read at mount
+int hs_lead_on = 0;            // for this mount
+static sem_t hs_lead_sem;
+static uint64_t hs_lead_seq = 0;      // atomic
+static uint64_t hs_lead_cur = 0;      // atomic: the current lead's number, 0 = free
+static int64_t hs_lead_busy_since = 0; // atomic: ns the leader took its request, 0 while it reads
+static int64_t hs_lead_last = 0;      // atomic: ns of the last request taken
+static int hs_wd_asleep = 0;          // atomic
+static sem_t hs_wd_sem;
+uint64_t hs_lead_handoffs = 0; // atomic
+uint64_t hs_lead_revoked = 0;  // atomic
+uint64_t hs_lead_read_handoffs = 0; // atomic: of the handoffs, before a read that would wait
+static pthread_key_t hs_lead_key;
+static __thread uint64_t hs_lead_mine = 0;
 
-static int64_t homesfs_now_ns (void) {
+static int64_t hs_now_ns (void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t) ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 // Gives the lead up if this thread still holds it: exactly one post per lead.
-static void homesfs_lead_drop (void) {
-  uint64_t mine = homesfs_lead_mine;
+static void hs_lead_drop (void) {
+  uint64_t mine = hs_lead_mine;
   if (mine == 0) return;
-  homesfs_lead_mine = 0;
-  pthread_setspecific(homesfs_lead_key, NULL);
-  if (__atomic_compare_exchange_n(&homesfs_lead_cur, &mine, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-    __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
-    sem_post(&homesfs_lead_sem);
+  hs_lead_mine = 0;
+  pthread_setspecific(hs_lead_key, NULL);
+  if (__atomic_compare_exchange_n(&hs_lead_cur, &mine, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    __atomic_store_n(&hs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
+    sem_post(&hs_lead_sem);
   }
 }
 
 // A worker libfuse retires (more than 10 idle) may still lead.
-static void homesfs_lead_exit (void *v) {
+static void hs_lead_exit (void *v) {
   (void) v;
-  homesfs_lead_drop();
+  hs_lead_drop();
 }
 
-void homesfs_lead_release (void) {
-  if (homesfs_lead_mine == 0) return;
-  __atomic_add_fetch(&homesfs_lead_handoffs, 1, __ATOMIC_RELAXED);
-  homesfs_lead_drop();
+void hs_lead_release (void) {
+  if (hs_lead_mine == 0) return;
+  __atomic_add_fetch(&hs_lead_handoffs, 1, __ATOMIC_RELAXED);
+  hs_lead_drop();
 }
 
-void homesfs_lead_release_read (void) {
-  if (homesfs_lead_mine == 0) return;
-  __atomic_add_fetch(&homesfs_lead_read_handoffs, 1, __ATOMIC_RELAXED);
-  homesfs_lead_release();
+void hs_lead_release_read (void) {
+  if (hs_lead_mine == 0) return;
+  __atomic_add_fetch(&hs_lead_read_handoffs, 1, __ATOMIC_RELAXED);
+  hs_lead_release();
 }
 
 // Set while the session stops reading (a handover): a thread about to read,
 // or waiting for the lead, returns -EINTR instead (the session signals the
 // ones already inside read(2), which then return EINTR too).
-static int homesfs_chan_stopping = 0; // atomic
+static int hs_chan_stopping = 0; // atomic
 
-void homesfs_chan_stop (int on) {
-  __atomic_store_n(&homesfs_chan_stopping, on, __ATOMIC_SEQ_CST);
+void hs_chan_stop (int on) {
+  __atomic_store_n(&hs_chan_stopping, on, __ATOMIC_SEQ_CST);
 }
 
 // Before the read of the next request: 0, or -EINTR when reading stops.
-static int homesfs_lead_take (void) {
-  if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) {
+static int hs_lead_take (void) {
+  if (__atomic_load_n(&hs_chan_stopping, __ATOMIC_SEQ_CST)) {
     // A worker that stops holds no lead: the watchdog would revoke it, and
     // whoever reads next takes it.
-    homesfs_lead_drop();
+    hs_lead_drop();
     return -EINTR;
   }
-  if (!homesfs_lead_on) return 0;
-  uint64_t mine = homesfs_lead_mine;
+  if (!hs_lead_on) return 0;
+  uint64_t mine = hs_lead_mine;
   if (mine != 0) {
-    if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) == mine) {
-      __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&hs_lead_cur, __ATOMIC_SEQ_CST) == mine) {
+      __atomic_store_n(&hs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
       // Still the lead after the store: read. Taken away in between (the
       // watchdog, as this thread came back from a long request): a follower,
       // never a second reader.
-      if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) == mine) return 0;
+      if (__atomic_load_n(&hs_lead_cur, __ATOMIC_SEQ_CST) == mine) return 0;
     }
-    homesfs_lead_mine = 0; // taken away while this thread was busy: a follower now
-    pthread_setspecific(homesfs_lead_key, NULL);
+    hs_lead_mine = 0; // taken away while this thread was busy: a follower now
+    pthread_setspecific(hs_lead_key, NULL);
   }
-  while (sem_wait(&homesfs_lead_sem) != 0) {
-    if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) return -EINTR;
+  while (sem_wait(&hs_lead_sem) != 0) {
+    if (__atomic_load_n(&hs_chan_stopping, __ATOMIC_SEQ_CST)) return -EINTR;
   }
-  if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) {
+  if (__atomic_load_n(&hs_chan_stopping, __ATOMIC_SEQ_CST)) {
     // Stopping: the lead goes back untaken, for whoever reads next.
-    sem_post(&homesfs_lead_sem);
+    sem_post(&hs_lead_sem);
     return -EINTR;
   }
-  mine = __atomic_add_fetch(&homesfs_lead_seq, 1, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&homesfs_lead_cur, mine, __ATOMIC_SEQ_CST);
-  homesfs_lead_mine = mine;
-  pthread_setspecific(homesfs_lead_key, (void *) 1);
+  mine = __atomic_add_fetch(&hs_lead_seq, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&hs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&hs_lead_cur, mine, __ATOMIC_SEQ_CST);
+  hs_lead_mine = mine;
+  pthread_setspecific(hs_lead_key, (void *) 1);
   return 0;
 }
 
 // After the read returned a request.
-static void homesfs_lead_busy (void) {
-  uint64_t mine = homesfs_lead_mine;
-  if (mine == 0 || __atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) != mine) return;
-  int64_t now = homesfs_now_ns();
-  __atomic_store_n(&homesfs_lead_busy_since, now, __ATOMIC_SEQ_CST);
+static void hs_lead_busy (void) {
+  uint64_t mine = hs_lead_mine;
+  if (mine == 0 || __atomic_load_n(&hs_lead_cur, __ATOMIC_SEQ_CST) != mine) return;
+  int64_t now = hs_now_ns();
+  __atomic_store_n(&hs_lead_busy_since, now, __ATOMIC_SEQ_CST);
   // The lead may have been taken away between the check and the store: the
   // time would then be the next leader's, which is reading, and the watchdog
   // would take its lead for nothing. Taken back unless that leader has
   // stored its own since (the compare fails then).
-  if (__atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST) != mine) {
+  if (__atomic_load_n(&hs_lead_cur, __ATOMIC_SEQ_CST) != mine) {
     int64_t stale = now;
-    __atomic_compare_exchange_n(&homesfs_lead_busy_since, &stale, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    __atomic_compare_exchange_n(&hs_lead_busy_since, &stale, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   }
-  __atomic_store_n(&homesfs_lead_last, now, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&homesfs_wd_asleep, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&homesfs_wd_asleep, 0, __ATOMIC_SEQ_CST)) sem_post(&homesfs_wd_sem);
+  __atomic_store_n(&hs_lead_last, now, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&hs_wd_asleep, __ATOMIC_SEQ_CST) && __atomic_exchange_n(&hs_wd_asleep, 0, __ATOMIC_SEQ_CST)) sem_post(&hs_wd_sem);
 }
 
 // The leader of lead `cur` has been on one request too long: its lead goes
 // to a follower, unless it gave it up meanwhile (then it posted). -> 1 revoked.
-static int homesfs_lead_revoke (uint64_t cur) {
-  if (!__atomic_compare_exchange_n(&homesfs_lead_cur, &cur, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return 0;
-  __atomic_store_n(&homesfs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
-  __atomic_add_fetch(&homesfs_lead_revoked, 1, __ATOMIC_RELAXED);
-  sem_post(&homesfs_lead_sem);
+static int hs_lead_revoke (uint64_t cur) {
+  if (!__atomic_compare_exchange_n(&hs_lead_cur, &cur, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return 0;
+  __atomic_store_n(&hs_lead_busy_since, 0, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&hs_lead_revoked, 1, __ATOMIC_RELAXED);
+  sem_post(&hs_lead_sem);
   return 1;
 }
 
-static void * homesfs_lead_watchdog (void *arg) {
+static void * hs_lead_watchdog (void *arg) {
   (void) arg;
   for (;;) {
-    int64_t now = homesfs_now_ns();
-    uint64_t cur = __atomic_load_n(&homesfs_lead_cur, __ATOMIC_SEQ_CST);
-    int64_t since = __atomic_load_n(&homesfs_lead_busy_since, __ATOMIC_SEQ_CST);
+    int64_t now = hs_now_ns();
+    uint64_t cur = __atomic_load_n(&hs_lead_cur, __ATOMIC_SEQ_CST);
+    int64_t since = __atomic_load_n(&hs_lead_busy_since, __ATOMIC_SEQ_CST);
     if (cur != 0 && since != 0 && now - since >= HOMESFS_LEAD_STALL_NS) {
-      homesfs_lead_revoke(cur);
-    } else if (since == 0 && now - __atomic_load_n(&homesfs_lead_last, __ATOMIC_SEQ_CST) >= HOMESFS_LEAD_IDLE_NS) {
+      hs_lead_revoke(cur);
+    } else if (since == 0 && now - __atomic_load_n(&hs_lead_last, __ATOMIC_SEQ_CST) >= HOMESFS_LEAD_IDLE_NS) {
       // Quiet: sleep until the next request (its leader wakes this thread).
-      __atomic_store_n(&homesfs_wd_asleep, 1, __ATOMIC_SEQ_CST);
-      if (__atomic_load_n(&homesfs_lead_busy_since, __ATOMIC_SEQ_CST) == 0 &&
-          homesfs_now_ns() - __atomic_load_n(&homesfs_lead_last, __ATOMIC_SEQ_CST) >= HOMESFS_LEAD_IDLE_NS) {
-        while (sem_wait(&homesfs_wd_sem) != 0) { /* EINTR */ }
+      __atomic_store_n(&hs_wd_asleep, 1, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&hs_lead_busy_since, __ATOMIC_SEQ_CST) == 0 &&
+          hs_now_ns() - __atomic_load_n(&hs_lead_last, __ATOMIC_SEQ_CST) >= HOMESFS_LEAD_IDLE_NS) {
+        while (sem_wait(&hs_wd_sem) != 0) { /* EINTR */ }
       }
-      __atomic_store_n(&homesfs_wd_asleep, 0, __ATOMIC_SEQ_CST);
+      __atomic_store_n(&hs_wd_asleep, 0, __ATOMIC_SEQ_CST);
       continue;
     }
     struct timespec ts = { 0, HOMESFS_LEAD_STALL_NS };
@@ -276,37 +276,37 @@ static void * homesfs_lead_watchdog (void *arg) {
   return NULL;
 }
 
-void homesfs_lead_start (void) {
+void hs_lead_start (void) {
   static int started = 0;
-  homesfs_lead_on = __atomic_load_n(&homesfs_lead_wanted, __ATOMIC_ACQUIRE);
-  if (!homesfs_lead_on || started) return;
+  hs_lead_on = __atomic_load_n(&hs_lead_wanted, __ATOMIC_ACQUIRE);
+  if (!hs_lead_on || started) return;
   started = 1;
-  sem_init(&homesfs_lead_sem, 0, 1);
-  sem_init(&homesfs_wd_sem, 0, 0);
-  pthread_key_create(&homesfs_lead_key, homesfs_lead_exit);
-  __atomic_store_n(&homesfs_lead_last, homesfs_now_ns(), __ATOMIC_SEQ_CST);
+  sem_init(&hs_lead_sem, 0, 1);
+  sem_init(&hs_wd_sem, 0, 0);
+  pthread_key_create(&hs_lead_key, hs_lead_exit);
+  __atomic_store_n(&hs_lead_last, hs_now_ns(), __ATOMIC_SEQ_CST);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, homesfs_lead_watchdog, NULL) != 0) homesfs_lead_on = 0; // no watchdog, no single reader
+  if (pthread_create(&t, &attr, hs_lead_watchdog, NULL) != 0) hs_lead_on = 0; // no watchdog, no single reader
   pthread_attr_destroy(&attr);
 }
 
 // A read of the next request, with libfuse 2.9's kernel-channel errno rules:
 // ENOENT (an interrupted request) reads again, ENODEV (unmounted) ends the session.
-static int homesfs_chan_receive (struct fuse_chan **chp, char *buf, size_t size) {
+static int hs_chan_receive (struct fuse_chan **chp, char *buf, size_t size) {
   struct fuse_chan *ch = *chp;
   struct fuse_session *se = fuse_chan_session(ch);
-  if (homesfs_lead_take() != 0) return -EINTR;
+  if (hs_lead_take() != 0) return -EINTR;
 restart:;
-  if (__atomic_load_n(&homesfs_chan_stopping, __ATOMIC_SEQ_CST)) {
-    homesfs_lead_drop();
+  if (__atomic_load_n(&hs_chan_stopping, __ATOMIC_SEQ_CST)) {
+    hs_lead_drop();
     return -EINTR;
   }
   ssize_t res = read(fuse_chan_fd(ch), buf, size);
   int err = errno;
-  if (res > 0) homesfs_lead_busy();
+  if (res > 0) hs_lead_busy();
   if (se != NULL && fuse_session_exited(se)) return 0;
   if (res == -1) {
     if (err == ENOENT) goto restart;  // the request was interrupted: safe to read again
@@ -315,11 +315,11 @@ restart:;
       return 0;
     }
     // Interrupted to stop reading: the lead goes to whoever reads next.
-    if (err == EINTR) homesfs_lead_drop();
+    if (err == EINTR) hs_lead_drop();
     else if (err != EAGAIN) perror("fuse: reading device");
     return -err;
   }
-  if ((size_t) res < sizeof(struct homesfs_out_header)) {
+  if ((size_t) res < sizeof(struct hs_out_header)) {
     fprintf(stderr, "short read on fuse device\n");
     return -EIO;
   }
@@ -328,19 +328,19 @@ restart:;
 
 // A writev of a reply (ENOENT: the request was interrupted, not an error to
 // print), with the flag set in the reply to an open marked above.
-static int homesfs_chan_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
+static int hs_chan_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
   if (iov == NULL) return 0;
-  if (homesfs_noflush_pending) {
-    homesfs_noflush_pending = 0;
-    if (count >= 2 && iov[0].iov_len >= sizeof(struct homesfs_out_header)) {
-      const struct homesfs_out_header *oh = (const struct homesfs_out_header *) iov[0].iov_base;
+  if (hs_noflush_pending) {
+    hs_noflush_pending = 0;
+    if (count >= 2 && iov[0].iov_len >= sizeof(struct hs_out_header)) {
+      const struct hs_out_header *oh = (const struct hs_out_header *) iov[0].iov_base;
       const struct iovec *last = &iov[count - 1];
       // OPEN's reply ends with fuse_open_out, CREATE's (after fuse_entry_out) too.
-      if (oh->error == 0 && last->iov_len >= sizeof(struct homesfs_open_out)) {
-        struct homesfs_open_out *oo = (struct homesfs_open_out *) ((char *) last->iov_base + last->iov_len - sizeof(*oo));
-        if (oo->fh == homesfs_noflush_fh) {
+      if (oh->error == 0 && last->iov_len >= sizeof(struct hs_open_out)) {
+        struct hs_open_out *oo = (struct hs_open_out *) ((char *) last->iov_base + last->iov_len - sizeof(*oo));
+        if (oo->fh == hs_noflush_fh) {
           oo->open_flags |= HOMESFS_FOPEN_NOFLUSH;
-          __atomic_add_fetch(&homesfs_noflush_count, 1, __ATOMIC_RELAXED);
+          __atomic_add_fetch(&hs_noflush_count, 1, __ATOMIC_RELAXED);
         }
       }
     }
@@ -355,27 +355,27 @@ static int homesfs_chan_send (struct fuse_chan *ch, const struct iovec iov[], si
   return 0;
 }
 
-static void homesfs_chan_destroy (struct fuse_chan *ch) {
+static void hs_chan_destroy (struct fuse_chan *ch) {
   int fd = fuse_chan_fd(ch);
   if (fd != -1) close(fd);
 }
 
 // Our channel on /dev/fuse descriptor fd (owned by it from now on), with
 // requests of up to bufsize bytes; NULL when it cannot be made.
-struct fuse_chan * homesfs_chan_on_fd (int fd, size_t bufsize) {
+struct fuse_chan * hs_chan_on_fd (int fd, size_t bufsize) {
   struct fuse_chan_ops op;
   memset(&op, 0, sizeof(op));
-  op.receive = homesfs_chan_receive;
-  op.send = homesfs_chan_send;
-  op.destroy = homesfs_chan_destroy;
+  op.receive = hs_chan_receive;
+  op.send = hs_chan_send;
+  op.destroy = hs_chan_destroy;
   return fuse_chan_new(&op, fd, bufsize, NULL);
 }
 
 // The kernel channel fuse_mount made, replaced by the same one with the send above (on a dup of its descriptor).
-struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch) {
+struct fuse_chan * hs_wrap_chan (struct fuse_chan *ch) {
   int fd = fcntl(fuse_chan_fd(ch), F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return ch;
-  struct fuse_chan *wrapped = homesfs_chan_on_fd(fd, fuse_chan_bufsize(ch));
+  struct fuse_chan *wrapped = hs_chan_on_fd(fd, fuse_chan_bufsize(ch));
   if (wrapped == NULL) {
     close(fd);
     return ch;

@@ -5,21 +5,21 @@
 #include <fuse_lowlevel.h>
 
 // 1 when this FLUSH is a no-op JS need not see (its handle's gate slot is 0).
-int homesfs_flush_is_noop (const struct fuse_file_info *info);
+int hs_flush_is_noop (const struct fuse_file_info *info);
 // After an OPEN or CREATE answered res on this thread: a reader in a zero
 // gate slot gets FOPEN_NOFLUSH in the reply this thread sends next.
-void homesfs_noflush_after_open (int res, const struct fuse_file_info *info);
+void hs_noflush_after_open (int res, const struct fuse_file_info *info);
 // The kernel channel fuse_mount made, replaced by ours (same descriptor, dup'd).
-struct fuse_chan * homesfs_wrap_chan (struct fuse_chan *ch);
+struct fuse_chan * hs_wrap_chan (struct fuse_chan *ch);
 // Our channel on an inherited /dev/fuse descriptor (a handover), or NULL.
-struct fuse_chan * homesfs_chan_on_fd (int fd, size_t bufsize);
+struct fuse_chan * hs_chan_on_fd (int fd, size_t bufsize);
 // 1: no thread starts reading the device any more (those inside read(2) are
 // signalled by the session); 0: reading goes on.
-void homesfs_chan_stop (int on);
+void hs_chan_stop (int on);
 // At mount: starts the single reader (and its watchdog) if JS asked for it.
-void homesfs_lead_start (void);
+void hs_lead_start (void);
 #ifndef HOMESFS_NO_NAPI
 #include <node_api.h>
-void homesfs_channel_export (napi_env env, napi_value exports);
+void hs_channel_export (napi_env env, napi_value exports);
 #endif
 #endif

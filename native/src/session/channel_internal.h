@@ -12,12 +12,12 @@ extern uint16_t *ch_flush_gate;
 #ifndef HOMESFS_NO_NAPI
 extern napi_ref ch_flush_gate_ref;
 #endif
-extern uint64_t homesfs_flush_requests;
-extern int homesfs_noflush_on;
-extern uint64_t homesfs_noflush_count;
-extern int homesfs_lead_wanted;
-extern int homesfs_lead_on;
-extern uint64_t homesfs_lead_handoffs;
-extern uint64_t homesfs_lead_revoked;
-extern uint64_t homesfs_lead_read_handoffs;
+extern uint64_t hs_flush_requests;
+extern int hs_noflush_on;
+extern uint64_t hs_noflush_count;
+extern int hs_lead_wanted;
+extern int hs_lead_on;
+extern uint64_t hs_lead_handoffs;
+extern uint64_t hs_lead_revoked;
+extern uint64_t hs_lead_read_handoffs;
 #endif

@@ -20,8 +20,8 @@
 #include "session/lead.h"
 #include "session/handles.h"
 
-// setFlushGate(buffer of 65536 uint16): from now on FLUSH consults it (homesfs_flush_is_noop).
-NAPI_METHOD(fuse_native_set_flush_gate) {
+// setFlushGate(buffer of 65536 uint16): from now on FLUSH consults it (hs_flush_is_noop).
+NAPI_METHOD(hs_session_set_flush_gate_js) {
   NAPI_ARGV(1)
   void *data = NULL;
   size_t len = 0;
@@ -41,60 +41,60 @@ NAPI_METHOD(fuse_native_set_flush_gate) {
 
 // setSingleReader(on): one thread reads the device at a time, from
 // the next mount on. -> [handoffs, revocations] so far.
-NAPI_METHOD(fuse_native_set_single_reader) {
+NAPI_METHOD(hs_session_set_single_reader_js) {
   NAPI_ARGV(1)
   bool on = false;
   if (napi_get_value_bool(env, argv[0], &on) != napi_ok) {
     napi_throw_type_error(env, "EINVAL", "setSingleReader(on): a boolean");
     return NULL;
   }
-  __atomic_store_n(&homesfs_lead_wanted, on ? 1 : 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&hs_lead_wanted, on ? 1 : 0, __ATOMIC_RELEASE);
   return NULL;
 }
 
 // -> [on for this mount (0/1), handoffs, revocations, handoffs before reads that would wait]
-NAPI_METHOD(fuse_native_lead_stats) {
+NAPI_METHOD(hs_session_lead_stats_js) {
   napi_value out, v;
   napi_create_array_with_length(env, 4, &out);
-  napi_create_uint32(env, (uint32_t) homesfs_lead_on, &v);
+  napi_create_uint32(env, (uint32_t) hs_lead_on, &v);
   napi_set_element(env, out, 0, v);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_lead_handoffs, __ATOMIC_RELAXED), &v);
+  napi_create_double(env, (double) __atomic_load_n(&hs_lead_handoffs, __ATOMIC_RELAXED), &v);
   napi_set_element(env, out, 1, v);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_lead_revoked, __ATOMIC_RELAXED), &v);
+  napi_create_double(env, (double) __atomic_load_n(&hs_lead_revoked, __ATOMIC_RELAXED), &v);
   napi_set_element(env, out, 2, v);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_lead_read_handoffs, __ATOMIC_RELAXED), &v);
+  napi_create_double(env, (double) __atomic_load_n(&hs_lead_read_handoffs, __ATOMIC_RELAXED), &v);
   napi_set_element(env, out, 3, v);
   return out;
 }
 
 // setNoFlush(on): opens and creates of handles in a zero flush-gate slot are
 // answered with FOPEN_NOFLUSH. -> opens answered so far.
-NAPI_METHOD(fuse_native_set_noflush) {
+NAPI_METHOD(hs_session_set_noflush_js) {
   NAPI_ARGV(1)
   bool on = false;
   if (napi_get_value_bool(env, argv[0], &on) != napi_ok) {
     napi_throw_type_error(env, "EINVAL", "setNoFlush(on): a boolean");
     return NULL;
   }
-  __atomic_store_n(&homesfs_noflush_on, on ? 1 : 0, __ATOMIC_RELEASE);
-  return hs_js_num(env, (double) __atomic_load_n(&homesfs_noflush_count, __ATOMIC_RELAXED));
+  __atomic_store_n(&hs_noflush_on, on ? 1 : 0, __ATOMIC_RELEASE);
+  return hs_js_num(env, (double) __atomic_load_n(&hs_noflush_count, __ATOMIC_RELAXED));
 }
 
 // noFlushCount() -> [opens answered with FOPEN_NOFLUSH, FLUSH requests received]
-NAPI_METHOD(fuse_native_noflush_count) {
+NAPI_METHOD(hs_session_noflush_count_js) {
   napi_value out, a, b;
   napi_create_array_with_length(env, 2, &out);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_noflush_count, __ATOMIC_RELAXED), &a);
-  napi_create_double(env, (double) __atomic_load_n(&homesfs_flush_requests, __ATOMIC_RELAXED), &b);
+  napi_create_double(env, (double) __atomic_load_n(&hs_noflush_count, __ATOMIC_RELAXED), &a);
+  napi_create_double(env, (double) __atomic_load_n(&hs_flush_requests, __ATOMIC_RELAXED), &b);
   napi_set_element(env, out, 0, a);
   napi_set_element(env, out, 1, b);
   return out;
 }
 
-void homesfs_channel_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "fuse_native_set_flush_gate", fuse_native_set_flush_gate);
-  hs_export_fn(env, exports, "fuse_native_set_noflush", fuse_native_set_noflush);
-  hs_export_fn(env, exports, "fuse_native_noflush_count", fuse_native_noflush_count);
-  hs_export_fn(env, exports, "fuse_native_set_single_reader", fuse_native_set_single_reader);
-  hs_export_fn(env, exports, "fuse_native_lead_stats", fuse_native_lead_stats);
+void hs_channel_export (napi_env env, napi_value exports) {
+  hs_export_fn(env, exports, "session_set_flush_gate", hs_session_set_flush_gate_js);
+  hs_export_fn(env, exports, "session_set_noflush", hs_session_set_noflush_js);
+  hs_export_fn(env, exports, "session_noflush_count", hs_session_noflush_count_js);
+  hs_export_fn(env, exports, "session_set_single_reader", hs_session_set_single_reader_js);
+  hs_export_fn(env, exports, "session_lead_stats", hs_session_lead_stats_js);
 }

@@ -4,9 +4,9 @@
 // Gives up reading the device before this thread blocks on anything slow
 // (JavaScript's answer, data I/O): another thread takes over. No-op on a
 // thread that does not lead.
-void homesfs_lead_release(void);
+void hs_lead_release(void);
 // The same before a read that would wait for the disk, counted apart.
-void homesfs_lead_release_read(void);
+void hs_lead_release_read(void);
 // A write above this many bytes gives the lead up first: the copy is long
 // beside a wake, and it may be throttled (dirty pages). Below it, a
 // page-cache copy is shorter than the wake of another reader; the watchdog

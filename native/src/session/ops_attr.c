@@ -67,7 +67,7 @@ void hs_ll_getattr (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   if (fi != NULL) {
     // fstat: a handle needs no name (a file unlinked while open has none).
     struct stat st;
-    if (homesfs_fastpath_fgetattr(fi->fh, &st) == 0) return op_reply_attr(op, &st);
+    if (hs_fastpath_fgetattr(fi->fh, &st) == 0) return op_reply_attr(op, &st);
     if (op_lock_nullok(op, op->node) != 0) return;
     return op_fgetattr(op, op->path, fi->fh, attr_then);
   }
@@ -123,14 +123,14 @@ static void setattr_next (hs_op_t *op) {
   if (set & FUSE_SET_ATTR_MODE) {
     op->to_set &= ~FUSE_SET_ATTR_MODE;
     op->mode = op->attr.st_mode;
-    if (homesfs_fastpath_chmod(op->path, op->mode) == 0) return setattr_next(op);
+    if (hs_fastpath_chmod(op->path, op->mode) == 0) return setattr_next(op);
     return setattr_js(op, HOMESFS_OP_CHMOD);
   }
   if (set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
     op->to_set &= ~(FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID);
     op->uid = (set & FUSE_SET_ATTR_UID) ? (uint32_t) op->attr.st_uid : (uint32_t) -1;
     op->gid = (set & FUSE_SET_ATTR_GID) ? (uint32_t) op->attr.st_gid : (uint32_t) -1;
-    if (homesfs_fastpath_chown(op->path, op->uid, op->gid) == 0) return setattr_next(op);
+    if (hs_fastpath_chown(op->path, op->uid, op->gid) == 0) return setattr_next(op);
     return setattr_js(op, HOMESFS_OP_CHOWN);
   }
   if (set & FUSE_SET_ATTR_SIZE) {
@@ -146,7 +146,7 @@ static void setattr_next (hs_op_t *op) {
     if (set & FUSE_SET_ATTR_MTIME_NOW) m->tv_nsec = UTIME_NOW;
     else if (!(set & FUSE_SET_ATTR_MTIME)) m->tv_nsec = UTIME_OMIT;
     const struct timespec tv[2] = { *a, *m };
-    if (homesfs_fastpath_utimens(op->path, tv) == 0) return setattr_next(op);
+    if (hs_fastpath_utimens(op->path, tv) == 0) return setattr_next(op);
     return setattr_js(op, HOMESFS_OP_UTIMENS);
   }
   if (op->has_fi) return op_fgetattr(op, op->path, op->fi.fh, attr_then);

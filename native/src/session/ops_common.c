@@ -139,7 +139,7 @@ int op_lock_nullok (hs_op_t *op, hs_node_t *n) {
 }
 
 int op_name_ok (hs_op_t *op, const char *name) {
-  if (homesfs_utf8_valid(name)) return 0;
+  if (hs_utf8_valid(name)) return 0;
   op_reply_err(op, -EILSEQ);
   return -1;
 }
@@ -181,7 +181,7 @@ static void getattr_js (hs_op_t *op, uint32_t jsop, const char *path) {
 void op_getattr_path (hs_op_t *op, const char *path, op_stat_then then) {
   struct stat st;
   op->then = then;
-  int fp = homesfs_fastpath_getattr(path, &st);
+  int fp = hs_fastpath_getattr(path, &st);
   if (fp != HOMESFS_FASTPATH_FALLBACK) return then(op, fp, &st);
   getattr_js(op, HOMESFS_OP_GETATTR, path);
 }
@@ -190,6 +190,6 @@ void op_fgetattr (hs_op_t *op, const char *path, uint64_t fh, op_stat_then then)
   struct stat st;
   op->then = then;
   op->fh = fh;
-  if (homesfs_fastpath_fgetattr(fh, &st) == 0) return then(op, 0, &st);
+  if (hs_fastpath_fgetattr(fh, &st) == 0) return then(op, 0, &st);
   getattr_js(op, HOMESFS_OP_FGETATTR, path);
 }

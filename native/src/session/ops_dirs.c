@@ -162,7 +162,7 @@ hs_dh_t *hs_dt_get (uint64_t id, int remove) {
 
 void hs_dh_free (hs_dh_t *dh) {
   pthread_mutex_destroy(&dh->mu);
-  if (dh->count_fh != 0) homesfs_dh_give(dh->count_fh);
+  if (dh->count_fh != 0) hs_dh_give(dh->count_fh);
   free(dh->path);
   free(dh->contents);
   free(dh);
@@ -207,7 +207,7 @@ void hs_ll_opendir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     return op_reply_err(op, -ENOMEM);
   }
   dh->uid = op->call.uid;
-  int err = homesfs_dh_take(op->call.uid, op->path, &dh->count_fh);
+  int err = hs_dh_take(op->call.uid, op->path, &dh->count_fh);
   if (err != 0) {
     free(dh->path);
     free(dh);
@@ -334,7 +334,7 @@ void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     pthread_mutex_unlock(&dh->mu);
     return op_finish(op);
   }
-  int fr = homesfs_fastpath_readdir(op->path, &f, fill, off, homesfs_utf8_valid_n);
+  int fr = hs_fastpath_readdir(op->path, &f, fill, off, hs_utf8_valid_n);
   if (fr != HOMESFS_FASTPATH_FALLBACK) {
     if (fr < 0) return reply_err_unlock(op, dh, fr);
     if (f.whole) {
@@ -419,7 +419,7 @@ int hs_reopen_dir (uint64_t nodeid, uint32_t uid, uint64_t *inner) {
   if (err == 0 && ((dh = calloc(1, sizeof(*dh))) == NULL || (dh->path = strdup(path)) == NULL)) err = -ENOMEM;
   if (err == 0) {
     dh->uid = uid;
-    err = homesfs_dh_take(uid, path, &dh->count_fh);
+    err = hs_dh_take(uid, path, &dh->count_fh);
   }
   if (err == 0) {
     pthread_mutex_init(&dh->mu, NULL);

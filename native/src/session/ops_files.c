@@ -100,7 +100,7 @@ static void released_quietly (napi_env env, hs_call_t *c, int32_t res, napi_valu
 }
 
 void hs_release_handle (hs_op_t *from, uint64_t fh, const char *path) {
-  if (homesfs_fastpath_release(fh) || homesfs_dp_release(fh)) return;
+  if (hs_fastpath_release(fh) || hs_dp_release(fh)) return;
   hs_op_t *op = op_new(NULL, HOMESFS_OP_RELEASE);
   if (op == NULL) return; // the handle stays open until the daemon exits: nothing better is left
   op->call.uid = from->call.uid;
@@ -124,7 +124,7 @@ static void open_reply (hs_op_t *op) {
   // Under the request's unique: a resent OPEN whose first run counted this open does not again.
   hs_node_opened_by(op->node, op->unique);
   op->kept = 1;
-  homesfs_noflush_after_open(0, &op->fi);
+  hs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
   if (fuse_reply_open(op->req, &out) == -ENOENT) {
@@ -155,7 +155,7 @@ void hs_ll_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   if (op_lock(op, op->node, NULL, 0) != 0) return;
   uint64_t fh = 0;
   int dio = 0;
-  if (homesfs_fastpath_open(op->path, fi->flags, op->call.uid, &fh, &dio) == 0) {
+  if (hs_fastpath_open(op->path, fi->flags, op->call.uid, &fh, &dio) == 0) {
     op->fi.fh = fh;
     op->fi.direct_io = dio ? 1 : 0;
     op->fi.keep_cache = 0;
@@ -187,7 +187,7 @@ static void create_then (hs_op_t *op, int res, const struct stat *st) {
     hs_node_opened_by(n, op->unique);
     op->kept = 1;
   }
-  homesfs_noflush_after_open(0, &op->fi);
+  hs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
   if (fuse_reply_create(op->req, &op->e, &out) == -ENOENT) {
@@ -211,7 +211,7 @@ static void create_done (napi_env env, hs_call_t *c, int32_t res, napi_value *va
 static void create_go (hs_op_t *op) {
   uint64_t fh = 0;
   int dio = 0;
-  if (homesfs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
+  if (hs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
     op->fi.fh = fh;
     op->fi.direct_io = dio ? 1 : 0;
     op->fi.keep_cache = 0;
@@ -268,7 +268,7 @@ void hs_ll_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
     }
   }
   int res = 0;
-  if (buf_size >= size && homesfs_dp_read(fi->fh, buf, size, off, &res)) {
+  if (buf_size >= size && hs_dp_read(fi->fh, buf, size, off, &res)) {
     if (res < 0) fuse_reply_err(req, -res);
     else fuse_reply_buf(req, buf, (size_t) res);
     return;
@@ -296,7 +296,7 @@ void hs_ll_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
   if (op_handle(op, ino, fi) != 0) return;
   int res = 0;
   const uint32_t caller[3] = { op->call.uid, op->call.gid, op->call.pid };
-  if (homesfs_dp_write(op->path, fi->fh, buf, size, off, caller, &res)) {
+  if (hs_dp_write(op->path, fi->fh, buf, size, off, caller, &res)) {
     if (res < 0) return op_reply_err(op, res);
     fuse_reply_write(req, (size_t) res);
     return op_finish(op);
@@ -312,7 +312,7 @@ void hs_ll_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
 // ---- FLUSH, RELEASE, FSYNC, FALLOCATE -------------------------------------------------
 
 void hs_ll_flush (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-  if (homesfs_flush_is_noop(fi)) {
+  if (hs_flush_is_noop(fi)) {
     fuse_reply_err(req, 0);
     return;
   }
@@ -341,7 +341,7 @@ static void release_done (napi_env env, hs_call_t *c, int32_t res, napi_value *v
   if (op->call.op == HOMESFS_OP_FLUSH) {
     // RELEASE with FUSE_RELEASE_FLUSH: the flush is done, now the release (the kernel ignores both answers).
     op->call.op = HOMESFS_OP_RELEASE;
-    if (homesfs_fastpath_release(op->fh) || homesfs_dp_release(op->fh)) return release_node(op);
+    if (hs_fastpath_release(op->fh) || hs_dp_release(op->fh)) return release_node(op);
     return op_js(op, file_args, release_done);
   }
   release_node(op);
@@ -355,12 +355,12 @@ void hs_ll_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   op->fh = fi->fh;
   // No handle: a dead daemon's that was never reopened; only the node's open count goes.
   if (fi->fh == 0) return release_node(op);
-  if (fi->flush && !homesfs_flush_is_noop(fi)) {
+  if (fi->flush && !hs_flush_is_noop(fi)) {
     op->path = hs_path_peek(op->node);
     op->call.op = HOMESFS_OP_FLUSH;
     return op_js(op, file_args, release_done);
   }
-  if (homesfs_fastpath_release(fi->fh) || homesfs_dp_release(fi->fh)) return release_node(op);
+  if (hs_fastpath_release(fi->fh) || hs_dp_release(fi->fh)) return release_node(op);
   op->path = hs_path_peek(op->node);
   op_js(op, file_args, release_done);
 }

@@ -216,7 +216,7 @@ void hs_ll_unlink (fuse_req_t req, fuse_ino_t parent, const char *name) {
   if (op == NULL) return;
   if (op_named(op, parent, name, 1) != 0) return;
   if (!hs_conf.hard_remove && hs_node_must_hide(op->dir, name)) return hide(op, op->dir, name, op->path);
-  if (homesfs_fastpath_unlink(op->path) == 0) {
+  if (hs_fastpath_unlink(op->path) == 0) {
     hs_node_removed(op->dir, name);
     return op_reply_err(op, 0);
   }

@@ -123,7 +123,7 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
   int fd = fuse_chan_fd(ch);
   int flags = fcntl(fd, F_GETFD);
   if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-  ch = homesfs_wrap_chan(ch);
+  ch = hs_wrap_chan(ch);
   struct fuse_session *se = fuse_lowlevel_new(&largs, &ll_ops, sizeof(ll_ops), NULL);
   fuse_opt_free_args(&largs);
   if (se == NULL) {
@@ -131,7 +131,7 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
     return -EINVAL;
   }
   fuse_session_add_chan(se, ch);
-  homesfs_lead_start();
+  hs_lead_start();
   s_se = se;
   s_ch = ch;
   // The kernel's caches are invalidated through this channel from now on (inval.c).
@@ -164,7 +164,7 @@ static int is_init (const char *init, size_t len) {
 // The new session on fd (owned: closed on failure), INIT replayed into it. 0 or -errno.
 static int adopt_session (int fd, size_t bufsize, const char *init, size_t init_len, const char *ll_opts, struct fuse_session **sep, struct fuse_chan **chp) {
   struct fuse_args largs;
-  struct fuse_chan *ch = homesfs_chan_on_fd(fd, bufsize);
+  struct fuse_chan *ch = hs_chan_on_fd(fd, bufsize);
   if (ch == NULL) {
     close(fd);
     return -ENOMEM;
@@ -238,7 +238,7 @@ int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len,
     return err;
   }
   hs_loop_keep_init(init, init_len);
-  homesfs_lead_start();
+  hs_lead_start();
   s_se = se;
   s_ch = ch;
   hs_inval_start(ch);
@@ -271,7 +271,7 @@ int hs_session_revive (int fd, size_t bufsize, const char *init, size_t init_len
   hs_fh_set_epoch(epoch);
   hs_loop_keep_init(init, init_len);
   *resent = notify_resend(ch);
-  homesfs_lead_start();
+  hs_lead_start();
   s_se = se;
   s_ch = ch;
   hs_inval_start(ch);

@@ -25,10 +25,10 @@
 #include "sys/calls.h"
 #include "sys/utf8.h"
 
-NAPI_METHOD(fuse_native_utf8_valid_buffer) {
+NAPI_METHOD(hs_sys_utf8_valid_buffer_js) {
   NAPI_ARGV(1)
   NAPI_ARGV_BUFFER_CAST(unsigned char *, data, 0);
-  return hs_js_bool(env, homesfs_utf8_valid_n(data, data_len));
+  return hs_js_bool(env, hs_utf8_valid_n(data, data_len));
 }
 
 // ---- One request on the thread pool -------------------------------------------
@@ -138,7 +138,7 @@ static int calls_type_error (napi_env env, const char *msg) {
 // utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW): nanosecond times, never
 // through a symlink.
 
-static int fuse_native_parse_time (napi_env env, napi_value val, struct timespec *ts) {
+static int calls_parse_time (napi_env env, napi_value val, struct timespec *ts) {
   napi_valuetype t;
   if (napi_typeof(env, val, &t) != napi_ok) return 0;
   if (t == napi_string) {
@@ -194,10 +194,10 @@ static int calls_utimensat (calls_req_t *r) {
   return utimensat(AT_FDCWD, r->path, r->ts, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
 }
 
-NAPI_METHOD(fuse_native_utimensat) {
+NAPI_METHOD(hs_sys_utimensat_js) {
   NAPI_ARGV(4)
   struct timespec ts[2];
-  if (!fuse_native_parse_time(env, argv[1], &ts[0]) || !fuse_native_parse_time(env, argv[2], &ts[1])) {
+  if (!calls_parse_time(env, argv[1], &ts[0]) || !calls_parse_time(env, argv[2], &ts[1])) {
     calls_type_error(env, "utimensat: times must be 'now', 'omit' or { sec, nsec } with 0 <= nsec < 1e9");
     return NULL;
   }
@@ -217,7 +217,7 @@ static int calls_fallocate (calls_req_t *r) {
   return fallocate(r->fd, r->flags, r->offset, r->length) == 0 ? 0 : -errno;
 }
 
-NAPI_METHOD(fuse_native_backing_fallocate) {
+NAPI_METHOD(hs_sys_backing_fallocate_js) {
   NAPI_ARGV(5)
   int32_t fd = -1, mode = -1;
   int64_t offset = -1, length = -1;
@@ -245,7 +245,7 @@ static int calls_mknod (calls_req_t *r) {
   return mknod(r->path, r->mode, r->dev) == 0 ? 0 : -errno;
 }
 
-NAPI_METHOD(fuse_native_backing_mknod) {
+NAPI_METHOD(hs_sys_backing_mknod_js) {
   NAPI_ARGV(4)
   uint32_t mode = 0, dev = 0;
   if (napi_get_value_uint32(env, argv[1], &mode) != napi_ok || napi_get_value_uint32(env, argv[2], &dev) != napi_ok) {
@@ -268,7 +268,7 @@ static int calls_umount2 (calls_req_t *r) {
   return umount2(r->path, r->flags) == 0 ? 0 : -errno;
 }
 
-NAPI_METHOD(fuse_native_umount2) {
+NAPI_METHOD(hs_sys_umount2_js) {
   NAPI_ARGV(3)
   int32_t flags = 0;
   if (napi_get_value_int32(env, argv[1], &flags) != napi_ok) {
@@ -286,11 +286,11 @@ NAPI_METHOD(fuse_native_umount2) {
 // nofile(soft, hard): 0 for either keeps it; returns [res, soft, hard] with
 // res 0 or -errno of setrlimit, and the limits in force afterwards (Infinity
 // for RLIM_INFINITY).
-static napi_value fuse_native_rlim_value (napi_env env, rlim_t v) {
+static napi_value calls_rlim_value (napi_env env, rlim_t v) {
   return hs_js_num(env, v == RLIM_INFINITY ? (double) INFINITY : (double) v);
 }
 
-NAPI_METHOD(fuse_native_nofile) {
+NAPI_METHOD(hs_sys_nofile_js) {
   NAPI_ARGV(2)
   double want_soft = 0, want_hard = 0;
   if (napi_get_value_double(env, argv[0], &want_soft) != napi_ok || napi_get_value_double(env, argv[1], &want_hard) != napi_ok ||
@@ -312,16 +312,16 @@ NAPI_METHOD(fuse_native_nofile) {
   napi_create_array_with_length(env, 3, &out);
   napi_create_int32(env, res, &v);
   napi_set_element(env, out, 0, v);
-  napi_set_element(env, out, 1, fuse_native_rlim_value(env, rl.rlim_cur));
-  napi_set_element(env, out, 2, fuse_native_rlim_value(env, rl.rlim_max));
+  napi_set_element(env, out, 1, calls_rlim_value(env, rl.rlim_cur));
+  napi_set_element(env, out, 2, calls_rlim_value(env, rl.rlim_max));
   return out;
 }
 
-void homesfs_calls_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "fuse_native_utimensat", fuse_native_utimensat);
-  hs_export_fn(env, exports, "fuse_native_backing_mknod", fuse_native_backing_mknod);
-  hs_export_fn(env, exports, "fuse_native_backing_fallocate", fuse_native_backing_fallocate);
-  hs_export_fn(env, exports, "fuse_native_umount2", fuse_native_umount2);
-  hs_export_fn(env, exports, "fuse_native_nofile", fuse_native_nofile);
-  hs_export_fn(env, exports, "fuse_native_utf8_valid_buffer", fuse_native_utf8_valid_buffer);
+void hs_calls_export (napi_env env, napi_value exports) {
+  hs_export_fn(env, exports, "sys_utimensat", hs_sys_utimensat_js);
+  hs_export_fn(env, exports, "sys_backing_mknod", hs_sys_backing_mknod_js);
+  hs_export_fn(env, exports, "sys_backing_fallocate", hs_sys_backing_fallocate_js);
+  hs_export_fn(env, exports, "sys_umount2", hs_sys_umount2_js);
+  hs_export_fn(env, exports, "sys_nofile", hs_sys_nofile_js);
+  hs_export_fn(env, exports, "sys_utf8_valid_buffer", hs_sys_utf8_valid_buffer_js);
 }

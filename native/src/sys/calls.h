@@ -6,5 +6,5 @@
 #ifndef HOMESFS_CALLS_H
 #define HOMESFS_CALLS_H
 #include <node_api.h>
-void homesfs_calls_export (napi_env env, napi_value exports);
+void hs_calls_export (napi_env env, napi_value exports);
 #endif

@@ -8,7 +8,7 @@
 // Strict UTF-8 validation of a NUL-terminated string: rejects stray
 // continuation bytes, truncated sequences, overlong forms, UTF-16 surrogates
 // (U+D800..U+DFFF) and code points above U+10FFFF. NULL is accepted (no path).
-int homesfs_utf8_valid_n (const unsigned char *p, size_t n) {
+int hs_utf8_valid_n (const unsigned char *p, size_t n) {
   size_t i = 0;
   while (i < n) {
     unsigned char c = p[i];
@@ -34,7 +34,7 @@ int homesfs_utf8_valid_n (const unsigned char *p, size_t n) {
   return 1;
 }
 
-int homesfs_utf8_valid (const char *s) {
+int hs_utf8_valid (const char *s) {
   if (s == NULL) return 1;
-  return homesfs_utf8_valid_n((const unsigned char *) s, strlen(s));
+  return hs_utf8_valid_n((const unsigned char *) s, strlen(s));
 }
