@@ -250,7 +250,7 @@ TEST(a_handle_is_freed_and_its_descriptor_let_go_only_after_the_fgetattr_using_i
 
 TEST(a_write_ticket_keeps_its_inode_and_array_through_clear) {
   int64_t acct[HOMESFS_ACCT_LEN] = { 0 };
-  acct[HOMESFS_ACCT_CREDIT] = 1000;
+  acct[HOMESFS_ACCT_CREDIT_BYTES] = 1000;
   fp_acct_t *a = fp_acct_wrap(acct, HOMESFS_ACCT_LEN, NULL, NULL);
   REQUIRE(a != NULL);
   REQUIRE(fp_inode_delta(1, 77, 1) == 0);
@@ -270,7 +270,7 @@ TEST(a_write_ticket_keeps_its_inode_and_array_through_clear) {
 
 TEST(wl_revoke_answers_in_flight_until_the_write_settles) {
   int64_t acct[HOMESFS_ACCT_LEN] = { 0 };
-  acct[HOMESFS_ACCT_CREDIT] = 1000;
+  acct[HOMESFS_ACCT_CREDIT_BYTES] = 1000;
   fp_acct_t *a = fp_acct_wrap(acct, HOMESFS_ACCT_LEN, NULL, NULL);
   REQUIRE(fp_inode_delta(1, 78, 1) == 0);
   REQUIRE(fp_wl_delegate_to(1, 78, 100, a));
@@ -378,7 +378,7 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 500, uid, 0), -1);
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 501, uid, 0), 1);
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 502, uid, 1), 1);
-  CHECK_EQ(fp_credit_count, 2);
+  CHECK_EQ(fp_slot_count, 2);
   // An open or a create without memory: JS's, and the slot stays in its list.
   uint64_t fh = 0;
   int dio = 0;
@@ -388,7 +388,7 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
   struct stat st;
   CHECK(fstatat(home_dir, "new", &st, 0) != 0);
-  CHECK_EQ(fp_credit_count, 2);
+  CHECK_EQ(fp_slot_count, 2);
   // An unlink that cannot mark its inode: JS's, and the name stays.
   fail_allocs(1);
   CHECK_EQ(hs_fastpath_unlink(P "/f06"), HOMESFS_FASTPATH_FALLBACK);
@@ -402,7 +402,7 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   CHECK_EQ(hs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), 0);
   CHECK_EQ(fh, 501);
   CHECK_EQ(hs_fastpath_release(fh), 1);  // closed before JS adopted it: the slot back in the list
-  CHECK_EQ(fp_credit_count, 2);
+  CHECK_EQ(fp_slot_count, 2);
   CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), 0);
   CHECK_EQ(fh, 502);
   CHECK_EQ(adopt_all(), 1);
@@ -620,8 +620,8 @@ TEST(every_op_racing_republications_removals_clears_and_adoptions) {
   int fds = count_fds();
   uint32_t unlinks0 = (uint32_t) __atomic_load_n(&fp_uanswered, __ATOMIC_RELAXED);
   int64_t released0 = pend[HOMESFS_ACCT_RELEASED_INODES];
-  uint64_t answered0 = fp_answered, opened0 = fp_oanswered, made0 = fp_canswered_create, decided0 = fp_wdecided, chmods0 = fp_canswered;
-  wacct[HOMESFS_ACCT_CREDIT] = 1LL << 40;
+  uint64_t answered0 = fp_answered, opened0 = fp_oanswered, made0 = fp_canswered_create, decided0 = fp_wdecided, chmods0 = fp_chmod_answered;
+  wacct[HOMESFS_ACCT_CREDIT_BYTES] = 1LL << 40;
   pthread_t t[5];
   void *(*fns[5])(void *) = { getattrs, opens, setattrs, creates_unlinks, writes };
   natives_left = 5;
@@ -632,18 +632,18 @@ TEST(every_op_racing_republications_removals_clears_and_adoptions) {
   CHECK_EQ(fp_homes_alive, 0);
   CHECK_EQ(fp_home_count, 0);
   CHECK_EQ(fp_pins_held(), 0);
-  CHECK_EQ(fp_credit_count, 0);
+  CHECK_EQ(fp_slot_count, 0);
   CHECK_EQ(count_fds(), fds);
   // Each kind was answered here some of the time (the race ran through the native paths, not only their fallbacks).
   CHECK(fp_answered > answered0);
   CHECK(fp_oanswered > opened0);
   CHECK(fp_canswered_create > made0);
   CHECK(fp_wdecided > decided0);
-  CHECK(fp_canswered > chmods0);
+  CHECK(fp_chmod_answered > chmods0);
   // Every native unlink's release reached the array it was made under (one array throughout here).
   CHECK(unlinked_natively > 0);
   CHECK_EQ((uint32_t) __atomic_load_n(&fp_uanswered, __ATOMIC_RELAXED) - unlinks0, unlinked_natively);
   CHECK_EQ(pend[HOMESFS_ACCT_RELEASED_INODES] - released0, (int64_t) unlinked_natively);
   CHECK_EQ(wacct[HOMESFS_ACCT_INFLIGHT], 0);
-  CHECK_EQ(wacct[HOMESFS_ACCT_CREDIT] + wacct[HOMESFS_ACCT_GROWN] + wacct[HOMESFS_ACCT_REFUND], 1LL << 40);
+  CHECK_EQ(wacct[HOMESFS_ACCT_CREDIT_BYTES] + wacct[HOMESFS_ACCT_GROWN] + wacct[HOMESFS_ACCT_REFUND], 1LL << 40);
 }

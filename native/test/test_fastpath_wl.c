@@ -28,7 +28,7 @@ static uint64_t size_of(fp_inode_t *e) { return (uint64_t) fp_bits_double(e->siz
 
 static void reset(int64_t credit, int64_t maxfile) {
   memset(home_acct, 0, sizeof(home_acct));
-  home_acct[HOMESFS_ACCT_CREDIT] = credit;
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = credit;
   home_acct[HOMESFS_ACCT_MAXFILE] = maxfile;
 }
 
@@ -42,7 +42,7 @@ TEST(a_write_inside_the_file_charges_nothing) {
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 1);
   CHECK_EQ(e->busy, 1);
   hs_fastpath_wl_end(&t, 100);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 500);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 500);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 0);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
   CHECK_EQ(e->busy, 0);
@@ -55,7 +55,7 @@ TEST(a_write_past_the_end_takes_its_growth_from_the_credit) {
   hs_wl_ticket_t t;
   REQUIRE(hs_fastpath_wl_begin(1, 11, 900, 300, 0, &t) == 0);
   CHECK_EQ(t.growth, 200);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 300);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 300);
   CHECK_EQ(size_of(e), 1200);          // a getattr meanwhile says the size it will have
   hs_fastpath_wl_end(&t, 300);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 200);
@@ -64,7 +64,7 @@ TEST(a_write_past_the_end_takes_its_growth_from_the_credit) {
   REQUIRE(hs_fastpath_wl_begin(1, 11, 1250, 10, 0, &t) == 0);
   CHECK_EQ(t.growth, 60);
   hs_fastpath_wl_end(&t, 10);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 240);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 240);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 260);
   CHECK_EQ(size_of(e), 1260);
 }
@@ -78,7 +78,7 @@ TEST(an_append_writes_at_the_end_whatever_its_offset) {
   CHECK_EQ(t.growth, 50);
   hs_fastpath_wl_end(&t, 50);
   CHECK_EQ(size_of(e), 450);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 950);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 950);
 }
 
 TEST(what_only_javascript_may_decide_falls_back_and_changes_nothing) {
@@ -89,13 +89,13 @@ TEST(what_only_javascript_may_decide_falls_back_and_changes_nothing) {
   CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1000, 101, 0, &t), HOMESFS_FASTPATH_FALLBACK);   // credit short by 1
   CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1000, 100, 0, &t), 0);                           // exactly the credit
   hs_fastpath_wl_end(&t, 100);
-  home_acct[HOMESFS_ACCT_CREDIT] = 5000;
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = 5000;
   CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1990, 11, 0, &t), HOMESFS_FASTPATH_FALLBACK);    // past the per-file limit
   CHECK_EQ(hs_fastpath_wl_begin(1, 13, 9007199254740991LL - 5, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK); // past 2^53 - 1
   CHECK_EQ(hs_fastpath_wl_begin(1, 13, -1, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
-  home_acct[HOMESFS_ACCT_CREDIT] = -1;                                                            // JS took the credit back
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = -1;                                                            // JS took the credit back
   CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1100, 1, 0, &t), HOMESFS_FASTPATH_FALLBACK);
-  home_acct[HOMESFS_ACCT_CREDIT] = 5000;
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = 5000;
   REQUIRE(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t) == 0);
   hs_wl_ticket_t t2;
   CHECK_EQ(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);      // one write at a time per inode
@@ -103,7 +103,7 @@ TEST(what_only_javascript_may_decide_falls_back_and_changes_nothing) {
   // counted: the four refusals of a delegated inode (not the negative offset, not the busy one)
   CHECK_EQ(fp_wfallbacks, fb + 4);
   CHECK_EQ(size_of(e), 1100);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 5000);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 5000);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 100);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
   // not delegated, or not known at all: JS's, and not counted as a delegated fallback
@@ -132,7 +132,7 @@ TEST(a_short_or_failed_write_charges_what_landed_and_refunds_the_rest) {
   hs_fastpath_wl_end(&t, 0);                                      // far past the end, nothing written: the size stays
   CHECK_EQ(size_of(e), 1150);
   // every byte taken from the credit is charged or refunded
-  CHECK_EQ(5000 - home_acct[HOMESFS_ACCT_CREDIT], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
+  CHECK_EQ(5000 - home_acct[HOMESFS_ACCT_CREDIT_BYTES], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
 }
 
@@ -149,7 +149,7 @@ static void *writer(void *arg) {
     hs_wl_ticket_t t;
     uint32_t len = 1 + (uint32_t) (r % 300);
     if (hs_fastpath_wl_begin(1, ino, (int64_t) ((r >> 16) % 100000), len, (r >> 8) & 1, &t) != 0) continue;
-    if (__atomic_load_n(&home_acct[HOMESFS_ACCT_CREDIT], __ATOMIC_ACQUIRE) < 0) abort();
+    if (__atomic_load_n(&home_acct[HOMESFS_ACCT_CREDIT_BYTES], __ATOMIC_ACQUIRE) < 0) abort();
     int64_t n = (r >> 24) % 4 == 0 ? (int64_t) ((r >> 32) % len) : (int64_t) len;
     hs_fastpath_wl_end(&t, (r >> 40) % 50 == 0 ? -28 : n);
   }
@@ -161,7 +161,7 @@ static int writers_done = 0;
 static int64_t topped = 0;
 static void *topper(void *arg) {
   while (!__atomic_load_n(&writers_done, __ATOMIC_ACQUIRE)) {
-    __atomic_add_fetch(&home_acct[HOMESFS_ACCT_CREDIT], 7, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&home_acct[HOMESFS_ACCT_CREDIT_BYTES], 7, __ATOMIC_ACQ_REL);
     topped += 7;
   }
   return NULL;
@@ -176,11 +176,11 @@ TEST(racing_writers_share_one_credit_exactly) {
   for (int i = 0; i < WRITERS; i++) pthread_join(t[i], NULL);
   __atomic_store_n(&writers_done, 1, __ATOMIC_RELEASE);
   pthread_join(js, NULL);
-  CHECK(home_acct[HOMESFS_ACCT_CREDIT] >= 0);
+  CHECK(home_acct[HOMESFS_ACCT_CREDIT_BYTES] >= 0);
   CHECK(home_acct[HOMESFS_ACCT_GROWN] > 0);
   CHECK(home_acct[HOMESFS_ACCT_REFUND] > 0);
   CHECK(topped > 0);
-  CHECK_EQ(300000 + topped - home_acct[HOMESFS_ACCT_CREDIT], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
+  CHECK_EQ(300000 + topped - home_acct[HOMESFS_ACCT_CREDIT_BYTES], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
   // what was charged is what the files grew by
   uint64_t sizes = 0;
   for (int i = 0; i < WRITERS; i++) sizes += size_of(fp_find_inode(1, 100 + (uint64_t) i));

@@ -190,7 +190,7 @@ export class LedgerArea {
       w[b + W_BUSY] = 0n;
       w[b + ABI.ACCT_INFLIGHT] = 0n;
       w[b + ABI.ACCT_BUSY] = 0n;
-      w[b + ABI.ACCT_CREDIT] = 0n;
+      w[b + ABI.ACCT_CREDIT_BYTES] = 0n;
       w[b + ABI.ACCT_REFUND] = 0n;
       if (!ok) {
         // Not trusted from now on either, until a scan built the home's ledger again.
@@ -258,7 +258,7 @@ export class LedgerArea {
   #building(slot: number): void {
     const b = this.#base(slot);
     this.#words[b + W_STATE] = BUILDING;
-    for (const k of [ABI.ACCT_RELEASED_BYTES, ABI.ACCT_RELEASED_INODES, ABI.ACCT_GROWN, ABI.ACCT_CREDIT, ABI.ACCT_REFUND]) this.#words[b + k] = 0n;
+    for (const k of [ABI.ACCT_RELEASED_BYTES, ABI.ACCT_RELEASED_INODES, ABI.ACCT_GROWN, ABI.ACCT_CREDIT_BYTES, ABI.ACCT_REFUND]) this.#words[b + k] = 0n;
   }
 
   /**

@@ -117,7 +117,7 @@ export interface FastPathNative {
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
-  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees?: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openClosedNatively?: number; openFallbacks?: number; writesDecided?: number; writeDecisionFallbacks?: number; createAnswered?: number; createFallbacks?: number; credits?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number; inFlight?: number; retiredHomes?: number };
+  stats(): { enabled: boolean; answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees?: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered?: number; openClosedNatively?: number; openFallbacks?: number; writesDecided?: number; writeDecisionFallbacks?: number; createAnswered?: number; createFallbacks?: number; openSlots?: number; utimensAnswered?: number; chmodAnswered?: number; chownAnswered?: number; setattrFallbacks?: number; homes: number; inodes: number; handles: number; inFlight?: number; retiredHomes?: number };
 }
 
 export interface FuseClass {

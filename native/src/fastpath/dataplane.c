@@ -1,6 +1,6 @@
 // homesfs data plane (see dataplane.h).
 //
-// A READ or WRITE normally costs a hop from libfuse's thread to the JS thread
+// A READ or WRITE normally costs a hop from the session's worker to the JS thread
 // (uv_async, semaphore, napi), a JS Buffer and a copy of up to 128 KiB, a hop
 // to the libuv threadpool for the pread/pwrite and the way back. For a handle
 // published here:
@@ -191,7 +191,7 @@ int hs_dp_unpublish_fd (uint64_t fh) {
 // ---- releases --------------------------------------------------------------
 
 // RELEASE (the kernel's last word on an open file, sent after close(2) has
-// returned; its result is ignored) normally costs libfuse's thread a wait for
+// returned; its result is ignored) normally costs the session's worker a wait for
 // the JS thread and the JS thread a wake of its own. With deferral on
 // (setReleaseDeferred, JavaScript's choice) it is answered here at once and
 // the handle is queued: JavaScript takes the queue before every request it

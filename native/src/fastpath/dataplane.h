@@ -1,4 +1,4 @@
-// homesfs data plane: READ and WRITE answered on libfuse's thread from
+// homesfs data plane: READ and WRITE answered on the session's worker from
 // descriptors that JavaScript publishes per file handle. JavaScript decides
 // which handles qualify and every write's charge; this file only serves what
 // it was given (see dataplane.c).

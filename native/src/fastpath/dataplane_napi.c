@@ -191,7 +191,7 @@ static void dp_call_js(napi_env env, napi_value js_cb, void *context, void *data
   }
   if (m != NULL && !m->on_stack) free(m);
   if (!called) {
-    // Closing down, or the handler threw: never leave a libfuse thread waiting.
+    // Closing down, or the handler threw: never leave a session worker waiting.
     if (kind == HOMESFS_WRITE_DECIDE) dp_settle(id, DP_W_ASKED, DP_W_FALLBACK, 0);
     else dp_settle(id, DP_W_REPORTED, DP_W_DONE, result);
   }

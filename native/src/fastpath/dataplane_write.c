@@ -1,7 +1,7 @@
 // The data plane's WRITE (dataplane.c has the whole design): a write of a
 // handle published for writes costs JavaScript one decision with no data
 // (or none at all, when fastpath_write.c decides its growth), the pwrite
-// happens here on libfuse's thread, and its result goes back to JavaScript:
+// happens here on the session's worker thread, and its result goes back to JavaScript:
 // queued (takeWriteReports) for a write that landed whole, waited for when
 // it did not. Invariants: a request waiting for JavaScript is on dp_pending
 // (under dp_lock) from its ask until its thread has its answer, and every

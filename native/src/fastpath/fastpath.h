@@ -11,7 +11,7 @@
 // rm_lock (removals.c); native-notes §5 has the order.
 //
 // GETATTR (and so LOOKUP, which libfuse 2.9 answers with the
-// getattr op) answered on libfuse's thread from state JS publishes.
+// getattr op) answered on the session's worker thread from state JS publishes.
 // See fastpath_internal.h (the files, the locks) and native-notes/fuse-native.md in homesfs.
 #ifndef HOMESFS_FASTPATH_H
 #define HOMESFS_FASTPATH_H

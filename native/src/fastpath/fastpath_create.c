@@ -52,22 +52,22 @@ static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int
 static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const char *path, size_t plen) {
   void *dh = hs_dh_file_take(uid, path, plen);  // as for opens: directory handles may hold the room
   if (dh == NULL) return NULL;
-  fp_open_rec_t *credit = NULL;
+  fp_open_rec_t *slot = NULL;
   pthread_mutex_lock(&fp_open_lock);
-  for (hq_link_t **pp = &home->ccredits; *pp != NULL; pp = &(*pp)->next) {
-    if (fp_rec(*pp)->uid == uid) { credit = fp_rec(*pp); *pp = credit->link.next; fp_credit_count--; break; }
+  for (hq_link_t **pp = &home->cslots; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->uid == uid) { slot = fp_rec(*pp); *pp = slot->link.next; fp_slot_count--; break; }
   }
   pthread_mutex_unlock(&fp_open_lock);
-  if (credit == NULL) hs_dh_file_give(uid, dh);
-  else credit->dh = dh;
-  return credit;
+  if (slot == NULL) hs_dh_file_give(uid, dh);
+  else slot->dh = dh;
+  return slot;
 }
 
 // The new file made in the pinned home for a create slot taken for it
-// (*credit): its descriptor and *st, or -1 with nothing made (the slot, if
-// one was taken, still in *credit).
+// (*slot): its descriptor and *st, or -1 with nothing made (the slot, if
+// one was taken, still in *slot).
 static int fp_create_in (const fp_pin_t *pin, const char *path, size_t plen, const char *rel, uint32_t mode, int flags,
-                         uint32_t uid, uint32_t gid, struct stat *st, fp_open_rec_t **credit) {
+                         uint32_t uid, uint32_t gid, struct stat *st, fp_open_rec_t **slot) {
   const fp_home_t *home = pin->home;
   const char *last_slash = strrchr(rel, '/');
   const char *name = last_slash ? last_slash + 1 : rel;
@@ -81,7 +81,7 @@ static int fp_create_in (const fp_pin_t *pin, const char *path, size_t plen, con
   if (pfd < 0) return -1;
   int fd = -1;
   uint32_t own_uid = home->uid, own_gid = home->gid;
-  if ((*credit = fp_take_create_slot(pin->home, uid, path, plen)) != NULL && fp_create_owner(pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
+  if ((*slot = fp_take_create_slot(pin->home, uid, path, plen)) != NULL && fp_create_owner(pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
     fd = fp_create_file(home, pfd, name, flags, m, own_uid, own_gid, st);
   }
   if (pfd != home->fd) close(pfd);
@@ -113,27 +113,27 @@ int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid
 
   fp_handle_t *he = calloc(1, sizeof(*he));
   fp_inode_t *fresh = calloc(1, sizeof(*fresh));
-  fp_open_rec_t *credit = NULL;
+  fp_open_rec_t *slot = NULL;
   struct stat st;
   // Busy from before the file can exist until JS counted it (open-slots.ts
   // settleOpens): a crash in between leaves the home's checkpoint marked
   // (src/fs/ledger-area.ts), never short of the inode.
   int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
   if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
-  int fd = he != NULL && fresh != NULL ? fp_create_in(&pin, path, plen, rel, mode, flags, uid, gid, &st, &credit) : -1;
+  int fd = he != NULL && fresh != NULL ? fp_create_in(&pin, path, plen, rel, mode, flags, uid, gid, &st, &slot) : -1;
   if (fd < 0) {
     if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
     free(he);
     free(fresh);
-    if (credit != NULL) { fp_dh_give(credit); fp_queue(credit); } // kind is still UNUSED_CREATE: slot and inode go back
+    if (slot != NULL) { fp_dh_give(slot); fp_queue(slot); } // kind is still UNUSED_CREATE: slot and inode go back
     fp_unpin(&pin);
     __atomic_add_fetch(&fp_cfallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
   uint32_t oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
-  fp_handle_fill(he, credit->fh, fd, pin.home);
+  fp_handle_fill(he, slot->fh, fd, pin.home);
   uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
-  uint32_t handle = credit->fh;
+  uint32_t handle = slot->fh;
   // A new file: its charged size is 0, and where JS let it, C owns it from
   // the start, so its first writes need no decision from JS either.
   fresh->size_bits = 0;  // the bits of 0.0
@@ -146,13 +146,13 @@ int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid
   fp_open_register(dev, ino, he, fresh);
   // What a handle of a binary home publishes (context.ts publishData): reads, and, writable, writes decided without their data.
   uint32_t dp = ((pol->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (pol->open_flags & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
-  credit->published = dp != 0 && hs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, pin.gen) ? dp : 0;
-  credit->kind = HOMESFS_REC_CREATED;
-  credit->fd = fd;
-  credit->dev = dev;
-  credit->ino = ino;
-  credit->oflags = oflags;
-  fp_queue(credit);
+  slot->published = dp != 0 && hs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, pin.gen) ? dp : 0;
+  slot->kind = HOMESFS_REC_CREATED;
+  slot->fd = fd;
+  slot->dev = dev;
+  slot->ino = ino;
+  slot->oflags = oflags;
+  fp_queue(slot);
   *direct_io = (pol->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
   fp_unpin(&pin);
   *fh = handle;
@@ -164,7 +164,7 @@ struct fp_create_change { int on, caller_owns; uint32_t m, or, depth; };
 
 static void fp_change_create (fp_home_t *e, void *arg) {
   const struct fp_create_change *c = arg;
-  if (!c->on) fp_return_create_credits(e);
+  if (!c->on) fp_return_create_slots(e);
   e->pol.create_on = c->on ? 1 : 0;
   e->pol.create_owner = c->caller_owns ? 1 : 0;
   e->pol.mode_m = c->m;

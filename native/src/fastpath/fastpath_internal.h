@@ -6,7 +6,7 @@
 // The native fast path (fastpath.h): getattr/lookup, readdir, open, create, unlink, setattr and write decisions.
 //
 // libfuse 2.9 answers LOOKUP with the getattr op, so answering getattr here,
-// on libfuse's own thread, takes both off the JS thread. JS stays the control
+// on the session's worker thread (session/loop.c), takes both off the JS thread. JS stays the control
 // plane: it publishes, per home, everything the answer depends on, and C never
 // re-derives policy. Whenever C is unsure it answers nothing and the request
 // goes to JS as before (HOMESFS_FASTPATH_FALLBACK): a fallback costs time,
@@ -54,8 +54,8 @@
 //     is in a table. Held only for a lookup, a pin (below) or a change: never
 //     across a syscall. Under the read lock, fp_inode_t.size_bits/has_size are
 //     written atomically (fastpath_inode_size).
-//   - fp_open_lock (mutex): every home's credits and ccredits lists,
-//     fp_credit_count, fp_credit_gen and the queue for JS (fp_opens, whose
+//   - fp_open_lock (mutex): every home's open and create slot lists (slots, cslots),
+//     fp_slot_count, fp_slot_gen and the queue for JS (fp_opens, whose
 //     count release reads without the lock, atomically).
 //   - fp_wlock (mutex): fp_inode_t.deleg, busy and acct (fp_wcond: a write
 //     decided here settled).
@@ -101,7 +101,7 @@
 //     an entry out waits (fp_handle_retire) until no fgetattr uses it, then
 //     frees it, before the owner may close the descriptor.
 //   - An open record's home (fp_open_rec_t.home): a plain pointer, used only
-//     under fp_open_lock while fp_credit_gen has not moved since the slot was
+//     under fp_open_lock while fp_slot_gen has not moved since the slot was
 //     taken; a home's removal returns its slots, which moves the generation, so
 //     a matching generation means the home is still in the table.
 //   - A record's count beside the directory handles (fp_open_rec_t.dh,
@@ -219,8 +219,8 @@ typedef struct fp_home {
   // The open-file slots JS took, each for one caller uid and with a handle
   // number JS reserved, and the create slots (an open-file slot, an inode the
   // ledger reserved and a handle number), under fp_open_lock.
-  hq_link_t *credits;   // of fp_open_rec_t
-  hq_link_t *ccredits;
+  hq_link_t *slots;   // of fp_open_rec_t
+  hq_link_t *cslots;
   uint32_t refs;        // atomic: 1 while in fp_homes, + 1 per pin
   uint32_t ops[2];      // atomic: pins taken under epoch 0 / 1
   uint32_t drainers;    // atomic: threads in fp_drain for it
@@ -293,7 +293,7 @@ typedef struct fp_open_rec {
   uint32_t oflags;      // a created handle's open flags (access mode, O_APPEND)
   uint64_t dev;
   uint64_t ino;
-  // An open slot: its home, and fp_credit_gen when the slot was taken from
+  // An open slot: its home, and fp_slot_gen when the slot was taken from
   // the home's list (a handle closed before JS adopted it gives its
   // slot back to that list while no slot went back to JS since).
   struct fp_home *home;
@@ -396,17 +396,17 @@ napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info);
 extern uint64_t fp_free_inline_max;  // atomic; set by JS (fastpath_napi.c)
 
 // ---- fastpath_setattr.c ----
-extern uint64_t fp_tanswered, fp_canswered, fp_oanswered_chown, fp_sfallbacks;
+extern uint64_t fp_utimens_answered, fp_chmod_answered, fp_chown_answered, fp_sfallbacks;
 int fp_home_set_attr_ops (const char *prefix, size_t n, double token, uint32_t flags, uint32_t m, uint32_t k);
 napi_value fp_set_attr_ops (napi_env env, napi_callback_info info);
 
 // ---- fastpath_open.c: the slots, the queue, and what open and create share ----
 extern pthread_mutex_t fp_open_lock;
-extern uint32_t fp_credit_count;
+extern uint32_t fp_slot_count;
 extern uint64_t fp_oanswered, fp_ofallbacks, fp_oclosed;
 void fp_queue (fp_open_rec_t *r);
-void fp_return_create_credits (fp_home_t *e);
-void fp_return_credits (fp_home_t *e);
+void fp_return_create_slots (fp_home_t *e);
+void fp_return_slots (fp_home_t *e);
 void fp_open_register (uint64_t dev, uint64_t ino, fp_handle_t *he, fp_inode_t *fresh);
 void fp_handle_fill (fp_handle_t *he, uint32_t fh, int fd, const fp_home_t *home);
 int fp_home_set_open (const char *prefix, size_t n, double token, uint32_t flags);
@@ -420,7 +420,7 @@ napi_value fp_reclaim (napi_env env, napi_callback_info info);
 napi_value fp_take_opens (napi_env env, napi_callback_info info);
 // Shared with fastpath_napi.c (takeOpens, grants, reclaim): under fp_open_lock.
 extern hq_t fp_opens;
-extern uint64_t fp_credit_gen;
+extern uint64_t fp_slot_gen;
 void fp_return_list_locked (hq_link_t **list, uint32_t kind);
 void fp_open_fill (hq_link_t *l, void *data, uint32_t i);
 

@@ -59,9 +59,9 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "readdirFallbacks", (double) __atomic_load_n(&fp_rfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "fgetattrAnswered", (double) __atomic_load_n(&fp_fanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "fgetattrFallbacks", (double) __atomic_load_n(&fp_ffallbacks, __ATOMIC_RELAXED));
-  hs_js_set_num(env, out, "utimensAnswered", (double) __atomic_load_n(&fp_tanswered, __ATOMIC_RELAXED));
-  hs_js_set_num(env, out, "chmodAnswered", (double) __atomic_load_n(&fp_canswered, __ATOMIC_RELAXED));
-  hs_js_set_num(env, out, "chownAnswered", (double) __atomic_load_n(&fp_oanswered_chown, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "utimensAnswered", (double) __atomic_load_n(&fp_utimens_answered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "chmodAnswered", (double) __atomic_load_n(&fp_chmod_answered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "chownAnswered", (double) __atomic_load_n(&fp_chown_answered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "setattrFallbacks", (double) __atomic_load_n(&fp_sfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "createAnswered", (double) __atomic_load_n(&fp_canswered_create, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "createFallbacks", (double) __atomic_load_n(&fp_cfallbacks, __ATOMIC_RELAXED));
@@ -71,7 +71,7 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "writesDecided", (double) __atomic_load_n(&fp_wdecided, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "writeDecisionFallbacks", (double) __atomic_load_n(&fp_wfallbacks, __ATOMIC_RELAXED));
   pthread_mutex_lock(&fp_open_lock);
-  hs_js_set_num(env, out, "credits", fp_credit_count);
+  hs_js_set_num(env, out, "openSlots", fp_slot_count);
   pthread_mutex_unlock(&fp_open_lock);
   pthread_rwlock_rdlock(&fp_lock);
   uint32_t homes = fp_home_count;
@@ -361,12 +361,12 @@ napi_value fp_reclaim (napi_env env, napi_callback_info info) {
   uint32_t before = 0;
   pthread_rwlock_rdlock(&fp_lock);
   pthread_mutex_lock(&fp_open_lock);
-  before = fp_credit_count;
-  fp_credit_gen++;  // even with no list to empty: a slot on its way back to one goes to JS
-  for (size_t i = 0; i < FP_HOME_BUCKETS && fp_credit_count > 0; i++) {
+  before = fp_slot_count;
+  fp_slot_gen++;  // even with no list to empty: a slot on its way back to one goes to JS
+  for (size_t i = 0; i < FP_HOME_BUCKETS && fp_slot_count > 0; i++) {
     for (fp_home_t *e = fp_homes[i]; e != NULL; e = e->next) {
-      fp_return_list_locked(&e->credits, HOMESFS_REC_UNUSED);
-      fp_return_list_locked(&e->ccredits, HOMESFS_REC_UNUSED_CREATE);
+      fp_return_list_locked(&e->slots, HOMESFS_REC_UNUSED);
+      fp_return_list_locked(&e->cslots, HOMESFS_REC_UNUSED_CREATE);
     }
   }
   pthread_mutex_unlock(&fp_open_lock);
@@ -386,7 +386,7 @@ napi_value fp_take_opens (napi_env env, napi_callback_info info) {
 
 // fastpath_wl_delegate(dev, ino, size, acct: BigInt64Array(8)) -> kept?
 // From now on C owns the inode's charged size (starting at size) and decides
-// the growth of its writes from acct's credit, which it keeps a reference of.
+// the growth of its writes from acct's byte credit, which it keeps a reference of.
 // Only for an inode JS tracks and has taken back (or never handed over): JS
 // calls it at the end of its own size change, so no write decided here is in
 // flight on it.

@@ -3,7 +3,7 @@
 // _set_open) and the queue JS adopts handles and takes slots back from
 // (fastpath_take_opens). Invariants: every slot is JS's own accounting, lent
 // here; it is in exactly one place (a home's list, a native open's hands, or
-// the queue), and it never goes back to a list once fp_credit_gen moved
+// the queue), and it never goes back to a list once fp_slot_gen moved
 // after it was taken. The lists, the queue and the generation are under
 // fp_open_lock, taken inside fp_lock (never the other way round). An open pins
 // its home from its check to its record queued, with no lock held across its
@@ -37,14 +37,14 @@ uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), a
 // The home's flags and the queue's record kinds: HOMESFS_OPEN_* and
 // HOMESFS_REC_* of abi.h.
 
-pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's credits, and the queue
+pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's slot lists, and the queue
 hq_t fp_opens = HQ_INIT(fp_opens);  // under fp_open_lock (release looks at its count without it)
-uint32_t fp_credit_count = 0;  // under fp_open_lock
+uint32_t fp_slot_count = 0;  // under fp_open_lock
 // Bumped (under fp_open_lock) whenever slots go back to JS: a home withdrawn,
 // republished or freed, a reclaim. A slot taken out before the last bump may
 // belong to a home that is gone, or be one JS counted in when it took slots
 // back: it goes to JS through the queue, never back to a list.
-uint64_t fp_credit_gen = 0;
+uint64_t fp_slot_gen = 0;
 uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
 
 // Under fp_open_lock.
@@ -63,27 +63,27 @@ void fp_return_list_locked (hq_link_t **list, uint32_t kind) {
   while (*list != NULL) {
     fp_open_rec_t *r = fp_rec(*list);
     *list = r->link.next;
-    fp_credit_count--;
+    fp_slot_count--;
     r->kind = kind;
     fp_queue_locked(r);
   }
 }
 
 // The home's create slots back to JS (each with its reserved inode).
-void fp_return_create_credits (fp_home_t *e) {
+void fp_return_create_slots (fp_home_t *e) {
   pthread_mutex_lock(&fp_open_lock);
-  fp_return_list_locked(&e->ccredits, HOMESFS_REC_UNUSED_CREATE);
+  fp_return_list_locked(&e->cslots, HOMESFS_REC_UNUSED_CREATE);
   pthread_mutex_unlock(&fp_open_lock);
 }
 
-// Every slot of the home back to JS, fp_credit_gen moved (a slot taken from
+// Every slot of the home back to JS, fp_slot_gen moved (a slot taken from
 // the home before now goes to JS too when it is given back). Under the write
 // lock (a home changed or withdrawn).
-void fp_return_credits (fp_home_t *e) {
+void fp_return_slots (fp_home_t *e) {
   pthread_mutex_lock(&fp_open_lock);
-  fp_credit_gen++;
-  fp_return_list_locked(&e->credits, HOMESFS_REC_UNUSED);
-  fp_return_list_locked(&e->ccredits, HOMESFS_REC_UNUSED_CREATE);
+  fp_slot_gen++;
+  fp_return_list_locked(&e->slots, HOMESFS_REC_UNUSED);
+  fp_return_list_locked(&e->cslots, HOMESFS_REC_UNUSED_CREATE);
   pthread_mutex_unlock(&fp_open_lock);
 }
 
@@ -131,14 +131,14 @@ void fp_handle_fill (fp_handle_t *he, uint32_t fh, int fd, const fp_home_t *home
 }
 
 // The first slot of the home granted for uid, taken out (NULL if none). Under fp_open_lock.
-static fp_open_rec_t * fp_pop_credit_locked (fp_home_t *home, uint32_t uid) {
-  for (hq_link_t **pp = &home->credits; *pp != NULL; pp = &(*pp)->next) {
+static fp_open_rec_t * fp_pop_slot_locked (fp_home_t *home, uint32_t uid) {
+  for (hq_link_t **pp = &home->slots; *pp != NULL; pp = &(*pp)->next) {
     if (fp_rec(*pp)->uid == uid) {
       fp_open_rec_t *r = fp_rec(*pp);
       *pp = r->link.next;
-      fp_credit_count--;
+      fp_slot_count--;
       r->home = home;
-      r->gen = fp_credit_gen;
+      r->gen = fp_slot_gen;
       return r;
     }
   }
@@ -149,7 +149,7 @@ static fp_open_rec_t * fp_pop_credit_locked (fp_home_t *home, uint32_t uid) {
 // the confined walk) and fstat, with the slot granted for uid taken for it,
 // or -1 (nothing taken).
 static int fp_open_file (const fp_pin_t *pin, const char *path, size_t plen, const char *rel, uint32_t uid,
-                         struct stat *st, fp_open_rec_t **credit) {
+                         struct stat *st, fp_open_rec_t **slot) {
   const fp_home_t *home = pin->home;
   int fd = pin->names_ok ? fp_openat2(home->fd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
   if (fd < 0) return -1;
@@ -160,12 +160,12 @@ static int fp_open_file (const fp_pin_t *pin, const char *path, size_t plen, con
   if (fstat(fd, st) == 0 && S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
       (dh = hs_dh_file_take(uid, path, plen)) != NULL) {
     pthread_mutex_lock(&fp_open_lock);
-    *credit = fp_pop_credit_locked(pin->home, uid);
+    *slot = fp_pop_slot_locked(pin->home, uid);
     pthread_mutex_unlock(&fp_open_lock);
-    if (*credit == NULL) hs_dh_file_give(uid, dh);
-    else (*credit)->dh = dh;
+    if (*slot == NULL) hs_dh_file_give(uid, dh);
+    else (*slot)->dh = dh;
   }
-  if (*credit == NULL) {
+  if (*slot == NULL) {
     close(fd);
     return -1;
   }
@@ -187,9 +187,9 @@ int hs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, i
   if ((oflags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
   fp_handle_t *he = calloc(1, sizeof(*he));
   fp_inode_t *fresh = calloc(1, sizeof(*fresh));
-  fp_open_rec_t *credit = NULL;
+  fp_open_rec_t *slot = NULL;
   struct stat st;
-  int fd = he != NULL && fresh != NULL ? fp_open_file(&pin, path, plen, rel, uid, &st, &credit) : -1;
+  int fd = he != NULL && fresh != NULL ? fp_open_file(&pin, path, plen, rel, uid, &st, &slot) : -1;
   if (fd < 0) {
     fp_unpin(&pin);
     free(he);
@@ -197,9 +197,9 @@ int hs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, i
     __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
-  fp_handle_fill(he, credit->fh, fd, pin.home);
+  fp_handle_fill(he, slot->fh, fd, pin.home);
   uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
-  uint32_t handle = credit->fh;
+  uint32_t handle = slot->fh;
   fp_open_register(dev, ino, he, fresh);
   // nlink after the inode counts as open: 0 means an unlink removed the last
   // name first (JS's attachInode answers ENOENT there; JS repeats the open).
@@ -207,18 +207,18 @@ int hs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, i
   if (fstat(fd, &now) != 0 || now.st_nlink == 0) {
     fp_open_unregister(dev, ino, handle);
     close(fd);
-    fp_dh_give(credit);
-    fp_queue(credit);  // kind is still UNUSED: the slot goes back
+    fp_dh_give(slot);
+    fp_queue(slot);  // kind is still UNUSED: the slot goes back
     fp_unpin(&pin);
     __atomic_add_fetch(&fp_ofallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
-  credit->kind = HOMESFS_REC_OPENED;
-  credit->fd = fd;
-  credit->dev = dev;
-  credit->ino = ino;
-  credit->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && hs_dp_publish_fd(handle, fd, 1, dev, ino, 0, pin.gen) ? 1 : 0;
-  fp_queue(credit);
+  slot->kind = HOMESFS_REC_OPENED;
+  slot->fd = fd;
+  slot->dev = dev;
+  slot->ino = ino;
+  slot->published = (oflags & HOMESFS_OPEN_DP_READ) != 0 && hs_dp_publish_fd(handle, fd, 1, dev, ino, 0, pin.gen) ? 1 : 0;
+  fp_queue(slot);
   fp_unpin(&pin);
   *fh = handle;
   *direct_io = (oflags & HOMESFS_OPEN_DIRECT_IO) != 0;
@@ -234,7 +234,7 @@ int hs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, i
 // the descriptor) and its slot goes back to the home's list for the next
 // open, as if it had never been taken. JS counted the slot as granted all
 // along, so its caps and views are unchanged. If slots went back to JS since
-// this one was taken (fp_credit_gen: a reclaim before a cap, a home withdrawn,
+// this one was taken (fp_slot_gen: a reclaim before a cap, a home withdrawn,
 // republished or freed), the slot goes to JS through the queue instead, as an
 // unused one. Returns 1 when the RELEASE was answered here; 0: the handle is
 // JS's (adopted, or not opened here), and the RELEASE goes on as before.
@@ -262,10 +262,10 @@ int hs_fastpath_release (uint64_t fh) {
   r->dev = 0;
   r->ino = 0;
   pthread_mutex_lock(&fp_open_lock);
-  if (r->gen == fp_credit_gen && r->home != NULL) {
-    r->link.next = r->home->credits;
-    r->home->credits = &r->link;
-    fp_credit_count++;
+  if (r->gen == fp_slot_gen && r->home != NULL) {
+    r->link.next = r->home->slots;
+    r->home->slots = &r->link;
+    fp_slot_count++;
   } else {
     fp_queue_locked(r);
   }
@@ -276,7 +276,7 @@ int hs_fastpath_release (uint64_t fh) {
 
 static void fp_change_open (fp_home_t *e, void *arg) {
   uint32_t flags = *(const uint32_t *) arg;
-  if ((flags & HOMESFS_OPEN_ON) == 0) fp_return_credits(e);
+  if ((flags & HOMESFS_OPEN_ON) == 0) fp_return_slots(e);
   e->pol.open_flags = (flags & HOMESFS_OPEN_ON) ? flags : 0;
   // Handles opened here under the flags before are served no more until JS has adopted them.
   fp_policy_moved_locked();
@@ -301,11 +301,11 @@ int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *e = fp_find_home(prefix, n, h);
   if (e != NULL && e->token == token && (!create || (e->pol.create_on && e->pol.pending != NULL)) && (e->pol.open_flags & HOMESFS_OPEN_ON) != 0) {
-    hq_link_t **list = create ? &e->ccredits : &e->credits;
+    hq_link_t **list = create ? &e->cslots : &e->slots;
     pthread_mutex_lock(&fp_open_lock);
     r->link.next = *list;
     *list = &r->link;
-    fp_credit_count++;
+    fp_slot_count++;
     pthread_mutex_unlock(&fp_open_lock);
     granted = 1;
   }

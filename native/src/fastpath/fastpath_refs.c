@@ -22,7 +22,7 @@ uint32_t fp_homes_alive = 0;         // atomic: homes not freed yet (in the tabl
 
 static void fp_home_free (fp_home_t *e) {
   // Its slots went back to JS when it left the table (and nothing gives it one since); any left would go to JS too.
-  if (e->credits != NULL || e->ccredits != NULL) fp_return_credits(e);
+  if (e->slots != NULL || e->cslots != NULL) fp_return_slots(e);
   fp_acct_put(e->pol.pending);
   close(e->fd);
   free(e->prefix);

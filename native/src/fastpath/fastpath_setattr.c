@@ -8,9 +8,9 @@
 
 #include "fastpath/fastpath_internal.h"
 
-uint64_t fp_tanswered = 0;   // utimens, atomic
-uint64_t fp_canswered = 0;   // chmod, atomic
-uint64_t fp_oanswered_chown = 0;  // chown, atomic
+uint64_t fp_utimens_answered = 0;   // utimens, atomic
+uint64_t fp_chmod_answered = 0;   // chmod, atomic
+uint64_t fp_chown_answered = 0;  // chown, atomic
 uint64_t fp_sfallbacks = 0;  // utimens and chmod (only counted in homes JS opened for them), atomic
 
 // ---- SETATTR by path: UTIMENS, CHMOD and CHOWN -----------------------------------
@@ -67,7 +67,7 @@ int hs_fastpath_utimens (const char *path, const struct timespec tv[2]) {
   struct stat st;
   int done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == pin.home->dev &&
              utimensat(pfd, name, tv, AT_SYMLINK_NOFOLLOW) == 0;
-  return fp_attr_end(&pin, pfd, done, &fp_tanswered);
+  return fp_attr_end(&pin, pfd, done, &fp_utimens_answered);
 }
 
 int hs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
@@ -83,7 +83,7 @@ int hs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid) {
     struct stat st;
     done = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t) st.st_dev == home->dev;
   }
-  return fp_attr_end(&pin, pfd, done, &fp_oanswered_chown);
+  return fp_attr_end(&pin, pfd, done, &fp_chown_answered);
 }
 
 int hs_fastpath_chmod (const char *path, uint32_t mode) {
@@ -110,7 +110,7 @@ int hs_fastpath_chmod (const char *path, uint32_t mode) {
     }
   }
   if (node >= 0) close(node);
-  return fp_attr_end(&pin, pfd, done, &fp_canswered);
+  return fp_attr_end(&pin, pfd, done, &fp_chmod_answered);
 }
 
 struct fp_attr_change { uint32_t flags, m, k; };

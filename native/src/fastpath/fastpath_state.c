@@ -108,7 +108,7 @@ static fp_home_t * fp_home_take_locked (const char *prefix, size_t n, double tok
       *pp = e->next;
       fp_home_count--;
       fp_policy_moved_locked();
-      fp_return_credits(e);
+      fp_return_slots(e);
       return e;
     }
   }
@@ -177,7 +177,7 @@ struct fp_pending_change { fp_acct_t *now, *was; };
 static void fp_change_pending (fp_home_t *e, void *arg) {
   struct fp_pending_change *c = arg;
   // Creates need a mutable home (a rescan walks a still tree): made immutable, its create slots go back.
-  if (c->now == NULL) fp_return_create_credits(e);
+  if (c->now == NULL) fp_return_create_slots(e);
   c->was = e->pol.pending;
   e->pol.pending = c->now;
 }
@@ -214,7 +214,7 @@ void fp_clear_all (void) {
     while (fp_homes[i] != NULL) {
       fp_home_t *e = fp_homes[i];
       fp_homes[i] = e->next;
-      fp_return_credits(e);
+      fp_return_slots(e);
       e->next = homes;
       homes = e;
     }

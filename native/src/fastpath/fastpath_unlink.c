@@ -13,7 +13,7 @@ uint64_t fp_uanswered = 0;   // unlink, atomic
 // A regular file with more allocated bytes than this is left to JS, which
 // frees it off its thread: freeing a file's extents (at the close of the
 // last descriptor after the unlink) takes time in proportion to them (seconds
-// for a big fragmented file), and C unlinks and closes on libfuse's thread
+// for a big fragmented file), and C unlinks and closes on the session's worker
 // with its home pinned, which a change of that home (on JS's thread) waits
 // for. JS sets it (fastpath_set_free_inline_max, from src/backing/freeing.ts,
 // the one definition); until then no file with allocated blocks is unlinked here.

@@ -1,4 +1,4 @@
-// A WRITE's growth decided here, on libfuse's thread, for an inode whose
+// A WRITE's growth decided here, on the session's worker, for an inode whose
 // charged size JS handed over, and JS's side of the hand-over
 // (fastpath_wl_delegate, _wl_revoke, _wl_size, _set_write_credit).
 // Invariants: an inode's deleg/busy/acct change under fp_wlock, taken inside
@@ -13,7 +13,7 @@
 // ---- WRITE decided here --------------------------------------------------------
 // A WRITE of a handle published for native writes (dataplane.c) costs JS one
 // decision: the ledger's check-and-reserve of the growth. Here that decision
-// is made on libfuse's thread for an inode whose charged size JS handed over
+// is made on the session's worker for an inode whose charged size JS handed over
 // (fastpath_wl_delegate, or a file made here in a home JS let do so), from
 // bytes JS reserved ahead in its ledger (src/policy/ledger.ts reserveBytes),
 // which stay counted against the home's budget until they are used or taken
@@ -58,10 +58,10 @@ int hs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t l
       if (ok && growth > 0) {
         int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
         if (maxf > 0 && after > (uint64_t) maxf) ok = 0;
-        int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT], __ATOMIC_ACQUIRE);
+        int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], __ATOMIC_ACQUIRE);
         while (ok) {
           if (c < 0 || (uint64_t) c < growth) { ok = 0; break; }
-          if (__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
+          if (__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
         }
       }
       if (ok) {

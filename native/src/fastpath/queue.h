@@ -1,4 +1,4 @@
-// A FIFO of records that C fills on libfuse's threads and JavaScript takes
+// A FIFO of records that C fills on the session's workers and JavaScript takes
 // whole (the native opens' records, fastpath_open.c; the deferred RELEASEs,
 // dataplane.c; whole writes' reports, dataplane_write.c). A record's first
 // member is its hq_link_t (so a pointer to one is a pointer to the other).

@@ -1,9 +1,9 @@
 // The channel between libfuse and /dev/fuse, and what rides on it.
 //
 // - The flush gate: JS's table of which handles' FLUSH it must see; the rest
-//   are answered on libfuse's thread (hs_flush_is_noop).
+//   are answered on the session's worker (hs_flush_is_noop).
 // - FOPEN_NOFLUSH: the open and create ops mark a reader in a zero gate slot
-//   (thread-local, set and consumed on the same libfuse thread), and this
+//   (thread-local, set and consumed on the same worker thread), and this
 //   channel's send sets the flag in exactly that reply.
 // - One reader at a time: a token (lead_cur) that one libfuse worker holds
 //   while it reads; a watchdog takes it from a leader stuck on one request.
@@ -64,7 +64,7 @@ int hs_flush_is_noop (const struct fuse_file_info *info) {
 // 2.9 cannot tell it not to (its fill_open knows direct_io, keep_cache and
 // nonseekable only). FLUSH is a no-op for every handle whose slot in the flush
 // gate is 0 (above): it is answered here, but it still costs a request, a
-// wake of a libfuse thread and of the caller, a third of an open+close. Since
+// wake of a worker thread and of the caller, a third of an open+close. Since
 // Linux 5.17 an open answered with FOPEN_NOFLUSH gets no FLUSH at its closes
 // (fuse_flush returns at once without writeback cache, which libfuse 2.9 never
 // enables; locks are the kernel's own here: no lock op is registered). So the

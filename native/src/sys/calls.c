@@ -113,7 +113,7 @@ static calls_req_t * calls_new (napi_env env, napi_value *argv, int path_at, int
 // Queues r with `run` and the callback argv[cb_at]; on failure throws and frees r.
 static napi_value calls_queue (napi_env env, calls_req_t *r, int (*run) (calls_req_t *), napi_value cb, const char *what) {
   char name_s[64];
-  snprintf(name_s, sizeof(name_s), "fuse-native:%s", what);
+  snprintf(name_s, sizeof(name_s), "homesfs:%s", what);
   r->run = run;
   napi_value name;
   napi_create_string_utf8(env, name_s, NAPI_AUTO_LENGTH, &name);

@@ -1,10 +1,10 @@
 // scandir.node, the start-up scan's directory lister.
 //
 // A separate, minimal addon (its own target in binding.gyp), not part of
-// fuse.node: the scan runs on worker threads, and loading fuse.node there would
-// run its module init again in the same process, next to the static tables of
-// fuse-native.c, fastpath_*.c and dataplane.c. This file has no static state at
-// all, so each worker may load it.
+// homesfs.node: the scan runs on worker threads, and loading homesfs.node there
+// would run its module init again in the same process, next to the static
+// tables of the session, the fast path and the data plane. This file has no
+// static state at all, so each worker may load it.
 //
 // sys_scandir(dirFd) lists one directory and lstat's each entry, relative to the
 // directory only (never a path, never a symlink followed), and hands back raw
