@@ -32,6 +32,8 @@
     "link_settings": { "libraries": [ "<@(fuse_libraries)" ] },
     "sources": [
       "src/addon.c",
+      "src/fastpath/claims.c",
+      "src/fastpath/claims_napi.c",
       "src/fastpath/dataplane.c",
       "src/fastpath/dataplane_napi.c",
       "src/fastpath/dataplane_write.c",
@@ -47,8 +49,6 @@
       "src/fastpath/fastpath_unlink.c",
       "src/fastpath/fastpath_walk.c",
       "src/fastpath/fastpath_write.c",
-      "src/fastpath/removals.c",
-      "src/fastpath/removals_napi.c",
       "src/handover/dirs_handover.c",
       "src/handover/handover.c",
       "src/handover/holder.c",

@@ -8,7 +8,7 @@
 #include "fastpath/dataplane.h"
 #include "fastpath/dirhandles.h"
 #include "fastpath/fastpath.h"
-#include "fastpath/removals.h"
+#include "fastpath/claims.h"
 #include "handover/holder.h"
 #include "handover/ledgers.h"
 #include "handover/sdstore.h"
@@ -40,5 +40,5 @@ NAPI_INIT() {
   hs_dirhandles_export(env, exports);
   hs_dp_export(env, exports);
   hs_fastpath_export(env, exports);
-  hs_removals_export(env, exports);
+  hs_claims_export(env, exports);
 }

@@ -7,7 +7,7 @@ interface ClaimsAddon {
   fastpath_claim_stats(): { inFlight: number; raced: number };
 }
 
-/** The binding's claim table (native/src/fastpath/removals.c), the one its unlinks use: JS's removers must share it. */
+/** The binding's claim table (native/src/fastpath/claims.c), the one its unlinks use: JS's removers must share it. */
 export class NativeRemovalClaims implements RemovalClaims {
   constructor(private readonly addon: ClaimsAddon) {}
 

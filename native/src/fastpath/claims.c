@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <node_api.h>
 #include "sys/napi_args.h"
-#include "fastpath/removals.h"
+#include "fastpath/claims.h"
 
 #define RM_BUCKETS 1024
 typedef struct rm_inode {
@@ -42,7 +42,7 @@ static rm_inode_t ** rm_find (uint64_t dev, uint64_t ino) {
   return at;
 }
 
-int hs_removal_enter (uint64_t dev, uint64_t ino) {
+int hs_claim_enter (uint64_t dev, uint64_t ino) {
   int res = 0;
   pthread_mutex_lock(&rm_lock);
   rm_inode_t **at = rm_find(dev, ino);
@@ -56,7 +56,7 @@ int hs_removal_enter (uint64_t dev, uint64_t ino) {
   return res;
 }
 
-int hs_removal_leave (uint64_t dev, uint64_t ino, int gone) {
+int hs_claim_leave (uint64_t dev, uint64_t ino, int gone) {
   int settles = 0;
   pthread_mutex_lock(&rm_lock);
   rm_inode_t **at = rm_find(dev, ino);
@@ -76,7 +76,7 @@ int hs_removal_leave (uint64_t dev, uint64_t ino, int gone) {
   return settles;
 }
 
-void hs_removal_stats (uint64_t *in_flight, uint64_t *raced) {
+void hs_claim_stats (uint64_t *in_flight, uint64_t *raced) {
   pthread_mutex_lock(&rm_lock);
   *in_flight = rm_entries;
   pthread_mutex_unlock(&rm_lock);

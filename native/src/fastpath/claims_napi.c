@@ -1,4 +1,4 @@
-// The JS-main-thread side of removals.c: its exports and what they call.
+// The JS-main-thread side of claims.c: its exports and what they call.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <node_api.h>
 #include "sys/napi_args.h"
-#include "fastpath/removals.h"
+#include "fastpath/claims.h"
 
 // fastpath_claim_enter(dev: bigint, ino: bigint)
 static NAPI_METHOD(hs_fastpath_claim_enter_js) {
@@ -18,7 +18,7 @@ static NAPI_METHOD(hs_fastpath_claim_enter_js) {
     napi_throw_type_error(env, "EINVAL", "removalEnter: dev and ino as bigints");
     return NULL;
   }
-  if (hs_removal_enter(dev, ino) != 0) napi_throw_error(env, "ENOMEM", "removalEnter: out of memory");
+  if (hs_claim_enter(dev, ino) != 0) napi_throw_error(env, "ENOMEM", "removalEnter: out of memory");
   return NULL;
 }
 
@@ -31,13 +31,13 @@ static NAPI_METHOD(hs_fastpath_claim_leave_js) {
     napi_throw_type_error(env, "EINVAL", "removalLeave: dev and ino as bigints, and a boolean");
     return NULL;
   }
-  return hs_js_bool(env, hs_removal_leave(dev, ino, gone) != 0);
+  return hs_js_bool(env, hs_claim_leave(dev, ino, gone) != 0);
 }
 
 // fastpath_claim_stats() -> { inFlight, raced }: inodes entered and not left, and removers that saw nlink 0 after another settled it
 static NAPI_METHOD(hs_fastpath_claim_stats_js) {
   uint64_t in_flight = 0, raced = 0;
-  hs_removal_stats(&in_flight, &raced);
+  hs_claim_stats(&in_flight, &raced);
   napi_value out;
   napi_create_object(env, &out);
   hs_js_set_num(env, out, "inFlight", (double) in_flight);
@@ -45,7 +45,7 @@ static NAPI_METHOD(hs_fastpath_claim_stats_js) {
   return out;
 }
 
-void hs_removals_export (napi_env env, napi_value exports) {
+void hs_claims_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "fastpath_claim_enter", hs_fastpath_claim_enter_js);
   hs_export_fn(env, exports, "fastpath_claim_leave", hs_fastpath_claim_leave_js);
   hs_export_fn(env, exports, "fastpath_claim_stats", hs_fastpath_claim_stats_js);

@@ -2,13 +2,13 @@
 // publishes: the fast path (fastpath_*.c: getattr, readdir, open, create,
 // unlink, setattr, writes' growth), the data plane (dataplane*.c: reads,
 // writes, releases of native handles), the directory-handle caps
-// (dirhandles.c), the one claim on an inode's last names (removals.c) and
+// (dirhandles.c), the one claim on an inode's last names (claims.c) and
 // the queues JS takes whole (queue.h).
 // Threads: the session's workers call in; JS publishes and takes queues on
 // the JS main thread (fastpath_napi.c and each file's exports). Locks:
 // fastpath_internal.h's lock map (fp_lock, fp_flip_lock, fp_wlock,
 // fp_open_lock, ...), dp_lock (dataplane.c), dh_lock (dirhandles.c) and
-// rm_lock (removals.c); native-notes §5 has the order.
+// rm_lock (claims.c); native-notes §5 has the order.
 //
 // GETATTR (and so LOOKUP, which libfuse 2.9 answers with the
 // getattr op) answered on the session's worker thread from state JS publishes.

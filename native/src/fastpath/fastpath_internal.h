@@ -47,7 +47,7 @@
 //   fp_lock while holding either. fp_drain_lock, fp_grave_lock and
 //   fp_unlinking_lock are leaves (nothing is taken under them); fp_flip_lock
 //   (the JS thread's, held while it waits for a home's pins) is taken before
-//   fp_lock and by nothing a pin holder does. removals.c's claim lock and the
+//   fp_lock and by nothing a pin holder does. claims.c's claim lock and the
 //   data plane's dp_lock are taken with no fast-path lock held.
 //   - fp_lock: the tables (fp_homes, fp_inodes, fp_handles, fp_reserved) and
 //     their counts, every fp_home_t's pol and epoch, fp_inode_t.count, and who

@@ -2,12 +2,12 @@
 // left to JS to free (fastpath_set_free_inline_max). The removal runs with
 // its home pinned and no lock held across a syscall; the inode is marked as
 // being unlinked here (fp_unlinking) from before its open check to after the
-// fstat that follows the unlinkat, and claimed in removals.c across the
+// fstat that follows the unlinkat, and claimed in claims.c across the
 // unlinkat and that fstat; what left the home is only ever added to its
 // pending array, atomically.
 
 #include "fastpath/fastpath_internal.h"
-#include "fastpath/removals.h"
+#include "fastpath/claims.h"
 
 uint64_t fp_uanswered = 0;   // unlink, atomic
 // A regular file with more allocated bytes than this is left to JS, which
@@ -116,7 +116,7 @@ static int fp_frees_quickly (const struct stat *st) {
 
 // The name removed if the node (st, its O_PATH descriptor node) is not open in
 // JS: 1 done, its release added to pending; 0 nothing changed. Marked (above)
-// and claimed (removals.c) across the unlinkat and the fstat after it.
+// and claimed (claims.c) across the unlinkat and the fstat after it.
 static int fp_unlink_node (int pfd, const char *name, int node, const struct stat *st, int64_t *pending) {
   uint64_t dev = (uint64_t) st->st_dev, ino = (uint64_t) st->st_ino;
   if (fp_unlinking_mark(dev, ino) != 0) return 0;
@@ -127,7 +127,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
 #ifdef HOMESFS_TEST_HOOKS
   if (!open && fp_test_unlink_checked != NULL) fp_test_unlink_checked(dev, ino);
 #endif
-  if (!open && hs_removal_enter(dev, ino) == 0) {
+  if (!open && hs_claim_enter(dev, ino) == 0) {
     int gone = 0;
     struct stat after;
     // Busy across the removal and its release (src/fs/ledger-area.ts): a crash
@@ -141,7 +141,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
     }
     // Another name of the inode may go at the same time, in C or JS: of all
     // that see nlink 0, one gives the bytes back.
-    int settles = hs_removal_leave(dev, ino, gone);
+    int settles = hs_claim_leave(dev, ino, gone);
     if (done) {
       // Every name is an inode in the ledger (src/fs/context.ts removal): this one
       // goes whatever remains; the bytes with the last name.
