@@ -27,11 +27,6 @@ static int dp_get_fh(napi_env env, napi_value v, uint64_t *fh) {
 // publish(fh, fd, flags): from now on READs (flags & 1) and WRITEs (flags & 2)
 // of fh are served with fd. Called before the open is answered, so no request
 // for fh can come earlier.
-static int dp_get_u64(napi_env env, napi_value v, uint64_t *out) {
-  bool lossless = false;
-  return napi_get_value_bigint_uint64(env, v, out, &lossless) == napi_ok && lossless;
-}
-
 static NAPI_METHOD(hs_fastpath_dp_publish_js) {
   NAPI_ARGV(6)
   uint64_t fh = 0, dev = 0, ino = 0;
@@ -40,7 +35,7 @@ static NAPI_METHOD(hs_fastpath_dp_publish_js) {
   bool append = false;
   if (!dp_get_fh(env, argv[0], &fh) || napi_get_value_int32(env, argv[1], &fd) != napi_ok || fd < 0 ||
       napi_get_value_uint32(env, argv[2], &flags) != napi_ok || (flags & ~(uint32_t) (HOMESFS_DP_READ | HOMESFS_DP_WRITE)) != 0 ||
-      !dp_get_u64(env, argv[3], &dev) || !dp_get_u64(env, argv[4], &ino) || napi_get_value_bool(env, argv[5], &append) != napi_ok) {
+      !hs_arg_u64(env, argv[3], &dev) || !hs_arg_u64(env, argv[4], &ino) || napi_get_value_bool(env, argv[5], &append) != napi_ok) {
     napi_throw_type_error(env, "EINVAL", "publish(fh, fd, flags, dev, ino, append): fh is a uint32 > 0, fd a descriptor, flags 1 (read) | 2 (write), dev and ino bigints, append a boolean");
     return NULL;
   }
