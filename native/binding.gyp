@@ -58,6 +58,7 @@
       "src/handover/nodes_journal.c",
       "src/handover/nodes_journal_replay.c",
       "src/handover/sdstore.c",
+      "src/handover/session_adopt.c",
       "src/session/bridge.c",
       "src/session/bridge_napi.c",
       "src/session/channel.c",

@@ -3,7 +3,9 @@
 // node-table export and import, dirs_handover.c's of the open directories)
 // and a successor after a crash (holder.c keeps /dev/fuse and INIT,
 // nodes_journal*.c journal the node table into a memfd, ledgers.c maps the
-// homes' ledgers, sdstore.c hands descriptors to systemd's store).
+// homes' ledgers, sdstore.c hands descriptors to systemd's store), and the
+// last step of both, session_adopt.c: serving the session from the handed
+// descriptor with the kernel's INIT replayed.
 // Threads: the JS main thread for every export (journal_js.c, ledgers.c,
 // holder.c, sdstore.c, handover.c); the journal is written by the session's
 // workers under hs_nt.mu as they change the table; a handed-over table is
