@@ -12,6 +12,7 @@
 #include "sys/utf8.h"
 #include "session/handles.h"
 #include "session/ops.h"
+#include "session/ops_steps.h"
 
 hs_conf_t hs_conf = { 1.0, 1.0, 0.0, 0, 0 };
 
@@ -152,30 +153,12 @@ void op_js (hs_op_t *op, hs_call_args_fn args, hs_call_done_fn done) {
 
 // ---- getattr steps ------------------------------------------------------------------
 
-static size_t getattr_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->spath);
-  if (op->call.op == HOMESFS_OP_GETATTR) return 1;
-  argv[1] = hs_js_num(env, (double) op->fh);
-  return 2;
-}
-
-// values: the stat, then (optional) true when its attributes are volatile.
-static void getattr_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  struct stat st;
-  if (res == 0) res = n >= 1 ? hs_stat_from_js(env, values[0], &st) : -EIO;
-  bool vol = false;
-  op->attr_volatile = res == 0 && n >= 2 && napi_get_value_bool(env, values[1], &vol) == napi_ok && vol;
-  op->then(op, res > 0 ? -EIO : res, &st);
-}
-
 static void getattr_js (hs_op_t *op, uint32_t jsop, const char *path) {
   free(op->spath);
   op->spath = path != NULL ? strdup(path) : NULL;
   if (path != NULL && op->spath == NULL) return op->then(op, -ENOMEM, NULL);
   op->call.op = jsop;
-  op_js(op, getattr_args, getattr_done);
+  op_js(op, ops_getattr_args, ops_getattr_done);
 }
 
 void op_getattr_path (hs_op_t *op, const char *path, op_stat_then then) {

@@ -31,36 +31,20 @@
 #include "session/handles.h"
 #include "session/dirs.h"
 #include "session/ops.h"
+#include "session/ops_steps.h"
 
-// libfuse's inode number for an entry it knows nothing of (fuse.h's FUSE_UNKNOWN_INO).
-#define UNKNOWN_INO 0xffffffffu
-
-
-static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st);
-
-// Fills one READDIR reply from an offset on (entries with their own offsets),
-// or, for entries given with offset 0 (libfuse's "the whole listing"), the
-// directory handle's listing, from which replies are then cut.
-typedef struct {
-  fuse_req_t req;
-  char *out;
-  size_t len, size;
-  hs_dh_t *dh;
-  int whole;
-} fill_t;
-
-static int fill (void *ctx, const char *name, const struct stat *st, off_t off) {
-  fill_t *f = ctx;
+int ops_dir_fill (void *ctx, const char *name, const struct stat *st, off_t off) {
+  ops_dir_fill_t *f = ctx;
   struct stat unknown;
   if (st == NULL) {
     memset(&unknown, 0, sizeof(unknown));
-    unknown.st_ino = UNKNOWN_INO;
+    unknown.st_ino = HS_UNKNOWN_INO;
     st = &unknown;
   }
   if (off == 0) {
     if (!f->whole) f->dh->len = 0;
     f->whole = 1;
-    return append(f->dh, f->req, name, st) != 0;
+    return ops_dir_append(f->dh, f->req, name, st) != 0;
   }
   size_t need = fuse_add_direntry(f->req, NULL, 0, name, NULL, 0);
   if (need > f->size - f->len) return 1;
@@ -70,7 +54,7 @@ static int fill (void *ctx, const char *name, const struct stat *st, off_t off) 
 }
 
 // Appends an entry to a whole listing (its offset: where the next one starts).
-static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st) {
+int ops_dir_append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st) {
   size_t need = fuse_add_direntry(req, NULL, 0, name, NULL, 0);
   if (dh->len + need > dh->size) {
     size_t nsize = dh->size == 0 ? 4096 : dh->size;
@@ -86,7 +70,7 @@ static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct s
 }
 
 // Under dh->mu: the part of a whole listing from the request's offset; unlocks.
-static void reply_slice (hs_op_t *op, hs_dh_t *dh) {
+void ops_dir_reply_slice (hs_op_t *op, hs_dh_t *dh) {
   size_t off = (size_t) op->offset, size = op->len;
   if (off >= dh->len) size = 0;
   else if (off + size > dh->len) size = dh->len - off;
@@ -96,7 +80,7 @@ static void reply_slice (hs_op_t *op, hs_dh_t *dh) {
 }
 
 // Under dh->mu: answers err and unlocks.
-static void reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err) {
+void ops_dir_reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err) {
   pthread_mutex_unlock(&dh->mu);
   op_reply_err(op, err);
 }
@@ -237,77 +221,6 @@ void hs_ll_releasedir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 // ---- READDIR ------------------------------------------------------------------------
 
-static size_t readdir_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->path);
-  argv[1] = hs_js_num(env, (double) op->offset);
-  return 2;
-}
-
-// The i-th entry's stat as JavaScript gave it: a full stat, a mode alone (d_type), or nothing.
-static const struct stat *entry_stat (napi_env env, napi_value stats, uint32_t i, struct stat *st) {
-  napi_value v;
-  napi_valuetype t = napi_undefined;
-  if (stats == NULL || napi_get_element(env, stats, i, &v) != napi_ok || napi_typeof(env, v, &t) != napi_ok) return NULL;
-  if (t == napi_number) {
-    uint32_t mode = 0;
-    napi_get_value_uint32(env, v, &mode);
-    if (mode == 0) return NULL;
-    memset(st, 0, sizeof(*st));
-    st->st_mode = mode;
-    st->st_ino = UNKNOWN_INO;
-    return st;
-  }
-  return t == napi_object && hs_stat_from_js(env, v, st) == 0 ? st : NULL;
-}
-
-static uint32_t array_len (napi_env env, napi_value v) {
-  bool is = false;
-  uint32_t n = 0;
-  if (v != NULL && napi_is_array(env, v, &is) == napi_ok && is) napi_get_array_length(env, v, &n);
-  return n;
-}
-
-static void readdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  hs_dh_t *dh = op->dh;
-  if (res < 0) return op_reply_err(op, res);
-  pthread_mutex_lock(&dh->mu);
-  napi_value names = n >= 1 ? values[0] : NULL, stats = n >= 2 ? values[1] : NULL, offs = n >= 3 ? values[2] : NULL;
-  uint32_t count = array_len(env, names);
-  if (array_len(env, stats) != count) stats = NULL;
-  bool streamed = false;
-  if (offs != NULL) napi_is_array(env, offs, &streamed);
-  uint32_t noffs = array_len(env, offs);
-  fill_t f = { op->req, op->data, 0, op->len, dh, 0 };
-  if (!streamed) {
-    dh->len = 0;
-    dh->filled = 1;
-  }
-  char name[1024];
-  for (uint32_t i = 0; i < count; i++) {
-    napi_value v;
-    size_t len = 0;
-    if (napi_get_element(env, names, i, &v) != napi_ok) break;
-    if (napi_get_value_string_utf8(env, v, name, sizeof(name), &len) != napi_ok) continue;
-    struct stat st;
-    const struct stat *stp = entry_stat(env, stats, i, &st);
-    if (streamed) {
-      int64_t off = 0;
-      // An entry without a usable offset would restart the listing: stop there.
-      if (i >= noffs || napi_get_element(env, offs, i, &v) != napi_ok || napi_get_value_int64(env, v, &off) != napi_ok || off <= 0) break;
-      if (fill(&f, name, stp, (off_t) off) != 0) break;
-    } else if (append(dh, op->req, name, stp != NULL ? stp : &(struct stat) { .st_ino = UNKNOWN_INO }) != 0) {
-      dh->filled = 0;
-      return reply_err_unlock(op, dh, -ENOMEM);
-    }
-  }
-  if (!streamed) return reply_slice(op, dh);
-  fuse_reply_buf(op->req, f.len > 0 ? f.out : NULL, f.len);
-  pthread_mutex_unlock(&dh->mu);
-  op_finish(op);
-}
-
 void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   hs_op_t *op = op_new(req, HOMESFS_OP_READDIR);
   if (op == NULL) return;
@@ -319,49 +232,37 @@ void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   pthread_mutex_lock(&dh->mu);
   // SUS: a rewound listing is read again.
   if (off == 0) dh->filled = 0;
-  if (dh->filled) return reply_slice(op, dh);
-  if ((op->node = hs_node_get(ino)) == NULL) return reply_err_unlock(op, dh, -ESTALE);
+  if (dh->filled) return ops_dir_reply_slice(op, dh);
+  if ((op->node = hs_node_get(ino)) == NULL) return ops_dir_reply_err_unlock(op, dh, -ESTALE);
   int err = hs_path_lock(op->node, NULL, 0, &op->path, &op->pl);
   if (err == 0) op->locked = 1;
-  else if (err != -ENOENT) return reply_err_unlock(op, dh, err);
-  if ((op->data = malloc(size > 0 ? size : 1)) == NULL) return reply_err_unlock(op, dh, -ENOMEM);
-  fill_t f = { req, op->data, 0, size, dh, 0 };
+  else if (err != -ENOENT) return ops_dir_reply_err_unlock(op, dh, err);
+  if ((op->data = malloc(size > 0 ? size : 1)) == NULL) return ops_dir_reply_err_unlock(op, dh, -ENOMEM);
+  ops_dir_fill_t f = { req, op->data, 0, size, dh, 0 };
   if (op->path == NULL) {
     // A directory removed while a process still lists it: empty, as on any filesystem.
-    struct stat st = { .st_ino = UNKNOWN_INO, .st_mode = S_IFDIR };
-    if (off == 0 && fill(&f, ".", &st, 1) == 0) fill(&f, "..", &st, 2);
+    struct stat st = { .st_ino = HS_UNKNOWN_INO, .st_mode = S_IFDIR };
+    if (off == 0 && ops_dir_fill(&f, ".", &st, 1) == 0) ops_dir_fill(&f, "..", &st, 2);
     fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
     pthread_mutex_unlock(&dh->mu);
     return op_finish(op);
   }
-  int fr = hs_fastpath_readdir(op->path, &f, fill, off, hs_utf8_valid_n);
+  int fr = hs_fastpath_readdir(op->path, &f, ops_dir_fill, off, hs_utf8_valid_n);
   if (fr != HOMESFS_FASTPATH_FALLBACK) {
-    if (fr < 0) return reply_err_unlock(op, dh, fr);
+    if (fr < 0) return ops_dir_reply_err_unlock(op, dh, fr);
     if (f.whole) {
       dh->filled = 1;
-      return reply_slice(op, dh);
+      return ops_dir_reply_slice(op, dh);
     }
     fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
     pthread_mutex_unlock(&dh->mu);
     return op_finish(op);
   }
   pthread_mutex_unlock(&dh->mu);
-  op_js(op, readdir_args, readdir_done);
+  op_js(op, ops_readdir_args, ops_readdir_done);
 }
 
 // ---- FSYNCDIR ---------------------------------------------------------------------------
-
-static size_t fsyncdir_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->path);
-  argv[1] = hs_js_bool(env, op->datasync);
-  return 2;
-}
-
-static void fsyncdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) values; (void) n;
-  op_reply_err((hs_op_t *) c, res > 0 ? 0 : res);
-}
 
 void hs_ll_fsyncdir (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
   (void) fi;
@@ -372,7 +273,7 @@ void hs_ll_fsyncdir (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
   // A directory removed while open has nothing left to flush.
   if (op->path == NULL) return op_reply_err(op, 0);
   op->datasync = datasync;
-  op_js(op, fsyncdir_args, fsyncdir_done);
+  op_js(op, ops_fsyncdir_args, ops_fsyncdir_done);
 }
 
 // Under dt_mu, then each record's mu (the order everywhere): a READDIR still
