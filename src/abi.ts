@@ -6,11 +6,11 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 13,
+  VERSION: 14,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
-  ACCT_CREDIT: 3,
+  ACCT_CREDIT_BYTES: 3,
   ACCT_MAXFILE: 4,
   ACCT_INFLIGHT: 5,
   ACCT_REFUND: 6,

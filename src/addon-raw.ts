@@ -57,7 +57,7 @@ export interface FastPathStats {
   writesDecided: number;
   writeDecisionFallbacks: number;
   /** open slots granted to C (open files it may count for a uid without asking) */
-  credits: number;
+  openSlots: number;
   homes: number;
   inodes: number;
   handles: number;
@@ -65,7 +65,7 @@ export interface FastPathStats {
   retiredHomes: number;
 }
 
-/** The data plane's counters (dataplane.c `homesfs_dp_stats`). */
+/** The data plane's counters (dataplane.c `fastpath_dp_stats`). */
 export interface DataPlaneStats {
   published: number;
   reads: number;
@@ -104,10 +104,10 @@ export interface AddonRaw {
   session_resume(): void;
   /** `withNodes` false: `nodes` is empty (a successor that followed the journal has them) */
   session_handed(withNodes?: boolean): Handed;
-  hs_session_reply(id: number, res: number, ...values: unknown[]): void;
-  hs_session_unref(): void;
+  session_reply(id: number, res: number, ...values: unknown[]): void;
+  session_unref(): void;
   /** slot fh & 0xffff > 0 of a Uint16Array(65536): FLUSH of fh goes to JavaScript */
-  fuse_native_set_flush_gate(gate: Buffer): void;
+  session_set_flush_gate(gate: Buffer): void;
 
   // ---- the kernel's caches (session/inval.c) ----
   /** kind: ABI.INVAL_*; the notifications queued */
@@ -119,82 +119,82 @@ export interface AddonRaw {
 
   // ---- the node table's journal (session/nodes_journal*.c, journal_js.c) ----
   /** two memfds for a keeper ([fd0, fd1]), or -errno */
-  session_journal_open(): [number, number] | number;
+  handover_journal_open(): [number, number] | number;
   /** a fresh table from them: the stored epoch, or -errno */
-  session_journal_recover(fd0: number, fd1: number): number;
+  handover_journal_recover(fd0: number, fd1: number): number;
   /** after a live handover's import: 0 or -errno */
-  session_journal_rebase(fd0: number, fd1: number): number;
+  handover_journal_rebase(fd0: number, fd1: number): number;
   /** the stored epoch, set first when given (-ENOENT: no journal) */
-  session_journal_epoch(set?: number): number;
+  handover_journal_epoch(set?: number): number;
   /** the last recovery's figures */
-  session_journal_recovered(): number[];
-  session_journal_follow(fd0: number, fd1: number): number;
-  session_journal_follow_finish(): number;
-  session_journal_follow_drop(): void;
-  session_journal_gen(): number;
+  handover_journal_recovered(): number[];
+  handover_journal_follow(fd0: number, fd1: number): number;
+  handover_journal_follow_finish(): number;
+  handover_journal_follow_drop(): void;
+  handover_journal_gen(): number;
 
-  // ---- the ledgers' area (session/ledgers.c) ----
-  session_ledgers_open(): [number, ArrayBuffer] | number;
-  session_ledgers_map(fd: number): ArrayBuffer | number;
+  // ---- the ledgers' area (handover/ledgers.c) ----
+  handover_ledgers_open(): [number, ArrayBuffer] | number;
+  handover_ledgers_map(fd: number): ArrayBuffer | number;
 
-  // ---- the handover socket (session/handover.c) ----
-  hs_handover_listen(path: string): number;
-  hs_handover_accept(fd: number): number;
-  hs_handover_connect(path: string): number;
-  hs_handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
-  hs_handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
-  hs_handover_close(fd: number): number;
-  hs_handover_memfd(data: Buffer): number;
-  hs_handover_reserve_fds(fd: number): number;
+  // ---- the handover socket (handover/handover.c) ----
+  handover_listen(path: string): number;
+  handover_accept(fd: number): number;
+  handover_connect(path: string): number;
+  handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
+  handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
+  handover_close(fd: number): number;
+  handover_memfd(data: Buffer): number;
+  handover_reserve_fds(fd: number): number;
 
-  // ---- the holder (session/holder.c) and systemd's fd store ----
-  hs_holder_poll(fd: number, events: number): number;
+  // ---- the holder (handover/holder.c) and systemd's fd store ----
+  handover_holder_poll(fd: number, events: number): number;
   /** the process at the other end of a connection: its pid and a pidfd of it (-errno: none; -ESRCH: it is gone), or -errno */
-  hs_holder_peer(fd: number): { pid: number; pidfd: number } | number;
-  hs_holder_peer_pidfd(fd: number): { pid: number; pidfd: number } | number;
+  handover_holder_peer(fd: number): { pid: number; pidfd: number } | number;
+  handover_holder_peer_pidfd(fd: number): { pid: number; pidfd: number } | number;
   /** the serving session's descriptor (this process's) and INIT; null before the session started */
-  hs_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
-  hs_sd_notify_fds(socket: string, message: string, fds: number[]): number;
-  hs_sd_cloexec(fd: number): number;
+  handover_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
+  handover_sd_notify_fds(socket: string, message: string, fds: number[]): number;
+  handover_sd_cloexec(fd: number): number;
 
   // ---- system calls Node lacks, on libuv's pool (calls.c): cb(0) or cb(-errno) ----
-  fuse_native_utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void;
-  fuse_native_backing_mknod(path: string, mode: number, dev: number, cb: Cb): void;
-  fuse_native_backing_fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void;
-  fuse_native_umount2(mnt: string, flags: number, cb: Cb): void;
+  sys_utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void;
+  sys_backing_mknod(path: string, mode: number, dev: number, cb: Cb): void;
+  sys_backing_fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void;
+  sys_umount2(mnt: string, flags: number, cb: Cb): void;
   /** RLIMIT_NOFILE: [res, soft, hard] after setting what is not 0; Infinity = unlimited */
-  fuse_native_nofile(soft: number, hard: number): [number, number, number];
-  fuse_native_utf8_valid_buffer(buf: Uint8Array): boolean;
+  sys_nofile(soft: number, hard: number): [number, number, number];
+  sys_utf8_valid_buffer(buf: Uint8Array): boolean;
 
   // ---- the channel (channel.c) ----
   /** opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns the opens answered so */
-  fuse_native_set_noflush(on: boolean): number;
+  session_set_noflush(on: boolean): number;
   /** [opens, flushes] */
-  fuse_native_noflush_count(): [number, number];
-  fuse_native_set_single_reader(on: boolean): void;
+  session_noflush_count(): [number, number];
+  session_set_single_reader(on: boolean): void;
   /** [on, handoffs, revocations, read waits] */
-  fuse_native_lead_stats(): [number, number, number, number];
+  session_lead_stats(): [number, number, number, number];
 
   // ---- directory handles (dirhandles.c) ----
-  fuse_native_set_dir_caps(perUid: number, all: number): void;
-  fuse_native_set_open_files(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
+  fastpath_set_dir_caps(perUid: number, all: number): void;
+  fastpath_set_open_files(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
   /** [uid's, under the prefix, in all] */
-  fuse_native_dir_counts(uid: number, prefix: string): [number, number, number];
-  fuse_native_dir_stats(): { open: number; refused: number };
+  fastpath_dir_counts(uid: number, prefix: string): [number, number, number];
+  fastpath_dir_stats(): { open: number; refused: number };
 
   // ---- the data plane (dataplane.c, dataplane_write.c) ----
-  homesfs_dp_publish(fh: number, fd: number, flags: number, dev: bigint, ino: bigint, append: boolean): void;
-  homesfs_dp_set_flags(fh: number, flags: number): boolean;
-  homesfs_dp_unpublish(fh: number): boolean;
-  homesfs_dp_set_write_handler(handler: WriteHandler): void;
-  homesfs_dp_write_decision(id: number, offset: number, wait: boolean): boolean;
-  homesfs_dp_write_done(id: number, result: number): boolean;
+  fastpath_dp_publish(fh: number, fd: number, flags: number, dev: bigint, ino: bigint, append: boolean): void;
+  fastpath_dp_set_flags(fh: number, flags: number): boolean;
+  fastpath_dp_unpublish(fh: number): boolean;
+  fastpath_dp_set_write_handler(handler: WriteHandler): void;
+  fastpath_dp_write_decision(id: number, offset: number, wait: boolean): boolean;
+  fastpath_dp_write_done(id: number, result: number): boolean;
   /** [id, bytes, ...] of writes that landed whole since the last call, or null */
-  homesfs_dp_take_write_reports(): Float64Array | null;
-  homesfs_dp_set_release_deferred(on: boolean): void;
+  fastpath_dp_take_write_reports(): Float64Array | null;
+  fastpath_dp_set_release_deferred(on: boolean): void;
   /** [fh, ...] of the RELEASEs answered since the last call, oldest first, or null */
-  homesfs_dp_take_releases(): Float64Array | null;
-  homesfs_dp_stats(): DataPlaneStats;
+  fastpath_dp_take_releases(): Float64Array | null;
+  fastpath_dp_stats(): DataPlaneStats;
 
   // ---- the fast path (fastpath_*.c) ----
   fastpath_set_home(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
@@ -225,7 +225,7 @@ export interface AddonRaw {
   fastpath_stats(): FastPathStats;
 
   // ---- the removal claims C's unlinks and JS's removers share (removals.c) ----
-  homesfs_claim_enter(dev: bigint, ino: bigint): void;
-  homesfs_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
-  homesfs_claim_stats(): { inFlight: number; raced: number };
+  fastpath_claim_enter(dev: bigint, ino: bigint): void;
+  fastpath_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
+  fastpath_claim_stats(): { inFlight: number; raced: number };
 }

@@ -1,6 +1,6 @@
 // Every number C and TypeScript must agree on, defined once.
 //
-// The binding exports this list as `ABI` (seam.c); src/abi.ts holds the
+// The binding exports this list as `ABI` (addon.c); src/abi.ts holds the
 // same names and values, test/unit/abi.test.ts compares this file with it,
 // and the daemon compares the loaded binding's ABI with its own at start and
 // refuses a mismatch (exit 4: rebuild with `node scripts/build-native.mjs`).
@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 13
+#define HOMESFS_ABI_VERSION 14
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -18,13 +18,13 @@
   X(ACCT_RELEASED_BYTES, 0)   /* bytes of files removed here, for the ledger to release */ \
   X(ACCT_RELEASED_INODES, 1)  /* names/inodes removed here */ \
   X(ACCT_GROWN, 2)            /* bytes charged here to files, for the ledger to count */ \
-  X(ACCT_CREDIT, 3)           /* bytes JS reserved that writes here may still charge */ \
+  X(ACCT_CREDIT_BYTES, 3)     /* bytes JS reserved that writes here may still charge */ \
   X(ACCT_MAXFILE, 4)          /* the per-file limit (0: none), as the ledger has it */ \
   X(ACCT_INFLIGHT, 5)         /* writes decided here and not settled yet */ \
-  X(ACCT_REFUND, 6)           /* credit a write took and did not use: no longer reserved */ \
+  X(ACCT_REFUND, 6)           /* byte credit a write took and did not use: no longer reserved */ \
   X(ACCT_BUSY, 7)             /* unlinks and creates made here and not yet in JS's counts */ \
   X(ACCT_LEN, 8)              /* the array's length */ \
-  /* The ledgers' checkpoint area (session/ledgers.c, src/fs/ledger-area.ts): */ \
+  /* The ledgers' checkpoint area (handover/ledgers.c, src/fs/ledger-area.ts): */ \
   /* a header and this many slots of this size, each a home's, its         */ \
   /* accounting array first.                                               */ \
   X(LEDGER_SLOTS, 16384) \

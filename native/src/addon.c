@@ -1,17 +1,17 @@
 // homesfs.node: the addon's one entry point. Every export is ours: the
 // session (session/), the native fast path and data plane it answers from,
 // the system calls Node lacks, and the ABI the daemon checks first.
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 #include "abi.h"
-#include "calls.h"
-#include "channel.h"
-#include "dataplane.h"
-#include "dirhandles.h"
-#include "fastpath.h"
-#include "removals.h"
-#include "session/holder.h"
-#include "session/ledgers.h"
-#include "session/sdstore.h"
+#include "sys/calls.h"
+#include "session/channel.h"
+#include "fastpath/dataplane.h"
+#include "fastpath/dirhandles.h"
+#include "fastpath/fastpath.h"
+#include "fastpath/claims.h"
+#include "handover/holder.h"
+#include "handover/ledgers.h"
+#include "handover/sdstore.h"
 #include "session/session.h"
 
 // ABI: { VERSION, and every constant and string of abi.h }, for the daemon to compare
@@ -41,10 +41,10 @@ NAPI_INIT() {
   hs_holder_export(env, exports);
   hs_ledgers_export(env, exports);
   hs_sdstore_export(env, exports);
-  homesfs_calls_export(env, exports);
-  homesfs_channel_export(env, exports);
-  homesfs_dirhandles_export(env, exports);
-  homesfs_dp_export(env, exports);
-  homesfs_fastpath_export(env, exports);
-  homesfs_removals_export(env, exports);
+  hs_calls_export(env, exports);
+  hs_channel_export(env, exports);
+  hs_dirhandles_export(env, exports);
+  hs_dp_export(env, exports);
+  hs_fastpath_export(env, exports);
+  hs_claims_export(env, exports);
 }

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../src/session/nodes.h"
-#include "../src/session/nodes_journal.h"
+#include "../src/handover/nodes_journal.h"
 
 static double now_ns (void) {
   struct timespec t;

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../src/session/nodes.h"
-#include "../src/session/nodes_journal.h"
+#include "../src/handover/nodes_journal.h"
 
 enum { DIRS = 1000, PER_DIR = 1000 };
 static uint64_t dirs[DIRS];

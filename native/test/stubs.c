@@ -9,5 +9,5 @@
   void name(void); \
   void name(void) { fprintf(stderr, "stub %s called in a unit test\n", #name); abort(); }
 
-STUB(homesfs_fastpath_wl_begin)
-STUB(homesfs_fastpath_wl_end)
+STUB(hs_fastpath_wl_begin)
+STUB(hs_fastpath_wl_end)

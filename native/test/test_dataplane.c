@@ -1,6 +1,6 @@
 // dataplane.c's handle table and READ path, without Node: handles published
-// from C (homesfs_dp_publish_fd, as the native open does), read through
-// homesfs_dp_read from real files, unpublished while other threads read them
+// from C (hs_dp_publish_fd, as the native open does), read through
+// hs_dp_read from real files, unpublished while other threads read them
 // (AddressSanitizer reports an entry freed under a reader), and the deferred
 // RELEASE queue. dataplane.c is included for its statics, its allocations
 // made through test_malloc (which fails on cue); its Node calls link to
@@ -8,7 +8,7 @@
 #include <stddef.h>
 void *test_malloc(size_t n);
 #define malloc test_malloc
-#include "../src/dataplane.c"
+#include "../src/fastpath/dataplane.c"
 #undef malloc
 extern void *malloc(size_t n);  // stdlib.h declared it under the other name
 static int fail_mallocs = 0;
@@ -22,11 +22,11 @@ void *test_malloc(size_t n) {
 
 // The policy generation fastpath_state.c keeps; a test moves it as a set-profile would.
 static uint64_t policy_gen = 1;
-uint64_t homesfs_fastpath_policy_gen(void) { return __atomic_load_n(&policy_gen, __ATOMIC_ACQUIRE); }
+uint64_t hs_fastpath_policy_gen(void) { return __atomic_load_n(&policy_gen, __ATOMIC_ACQUIRE); }
 
 static uint64_t lead_releases = 0;
-void homesfs_lead_release(void) { __atomic_add_fetch(&lead_releases, 1, __ATOMIC_RELAXED); }
-void homesfs_lead_release_read(void) { homesfs_lead_release(); }
+void hs_lead_release(void) { __atomic_add_fetch(&lead_releases, 1, __ATOMIC_RELAXED); }
+void hs_lead_release_read(void) { hs_lead_release(); }
 
 #define FILES 8
 static int fds[FILES];
@@ -49,7 +49,7 @@ __attribute__((constructor)) static void make_files(void) {
 TEST(nothing_published_falls_back) {
   char buf[16];
   int res = -1;
-  CHECK_EQ(homesfs_dp_read(1, buf, sizeof(buf), 0, &res), 0);
+  CHECK_EQ(hs_dp_read(1, buf, sizeof(buf), 0, &res), 0);
   CHECK_EQ(res, -1);
 }
 
@@ -57,23 +57,23 @@ TEST(a_published_handle_is_read_here_until_unpublished) {
   char buf[100];
   int res = -1;
   uint64_t reads0 = dp_reads;
-  CHECK_EQ(homesfs_dp_publish_fd(7, fds[2], HOMESFS_DP_READ, 1, 2, 0, 0), 1);
-  CHECK_EQ(homesfs_dp_publish_fd(7, fds[3], HOMESFS_DP_READ, 1, 3, 0, 0), 0);   // already published
-  CHECK_EQ(homesfs_dp_read(7, buf, sizeof(buf), 10, &res), 1);
+  CHECK_EQ(hs_dp_publish_fd(7, fds[2], HOMESFS_DP_READ, 1, 2, 0, 0), 1);
+  CHECK_EQ(hs_dp_publish_fd(7, fds[3], HOMESFS_DP_READ, 1, 3, 0, 0), 0);   // already published
+  CHECK_EQ(hs_dp_read(7, buf, sizeof(buf), 10, &res), 1);
   CHECK_EQ(res, 100);
   CHECK_EQ(buf[0], 'c');
   CHECK_EQ(buf[99], 'c');
   CHECK_EQ(dp_reads, reads0 + 1);
-  CHECK_EQ(homesfs_dp_read(8, buf, sizeof(buf), 0, &res), 0);                // another handle
+  CHECK_EQ(hs_dp_read(8, buf, sizeof(buf), 0, &res), 0);                // another handle
   // across the end of the file: what there is; past it: 0 bytes, both answered
-  CHECK_EQ(homesfs_dp_read(7, buf, sizeof(buf), 4096 - 30, &res), 1);
+  CHECK_EQ(hs_dp_read(7, buf, sizeof(buf), 4096 - 30, &res), 1);
   CHECK_EQ(res, 30);
-  CHECK_EQ(homesfs_dp_read(7, buf, sizeof(buf), 1 << 20, &res), 1);
+  CHECK_EQ(hs_dp_read(7, buf, sizeof(buf), 1 << 20, &res), 1);
   CHECK_EQ(res, 0);
-  CHECK_EQ(homesfs_dp_unpublish_fd(7), 1);
-  CHECK_EQ(homesfs_dp_unpublish_fd(7), 0);
+  CHECK_EQ(hs_dp_unpublish_fd(7), 1);
+  CHECK_EQ(hs_dp_unpublish_fd(7), 0);
   res = -1;
-  CHECK_EQ(homesfs_dp_read(7, buf, sizeof(buf), 0, &res), 0);
+  CHECK_EQ(hs_dp_read(7, buf, sizeof(buf), 0, &res), 0);
   CHECK_EQ(res, -1);
   CHECK_EQ(dp_published, 0);
 }
@@ -82,39 +82,39 @@ TEST(a_handle_opened_natively_under_an_older_policy_falls_back) {
   char buf[16];
   int res = -1;
   // Stamped with the generation it was opened under: read here while it holds.
-  CHECK_EQ(homesfs_dp_publish_fd(21, fds[4], HOMESFS_DP_READ, 1, 21, 0, policy_gen), 1);
-  CHECK_EQ(homesfs_dp_read(21, buf, sizeof(buf), 0, &res), 1);
+  CHECK_EQ(hs_dp_publish_fd(21, fds[4], HOMESFS_DP_READ, 1, 21, 0, policy_gen), 1);
+  CHECK_EQ(hs_dp_read(21, buf, sizeof(buf), 0, &res), 1);
   CHECK_EQ(res, 16);
   // A policy change (a profile switch) makes it JavaScript's: its reads go there.
   __atomic_add_fetch(&policy_gen, 1, __ATOMIC_ACQ_REL);
   res = -1;
-  CHECK_EQ(homesfs_dp_read(21, buf, sizeof(buf), 0, &res), 0);
+  CHECK_EQ(hs_dp_read(21, buf, sizeof(buf), 0, &res), 0);
   CHECK_EQ(res, -1);
-  CHECK_EQ(homesfs_dp_unpublish_fd(21), 1);
+  CHECK_EQ(hs_dp_unpublish_fd(21), 1);
   // What JavaScript publishes (generation 0) holds under any policy.
-  CHECK_EQ(homesfs_dp_publish_fd(21, fds[4], HOMESFS_DP_READ, 1, 21, 0, 0), 1);
+  CHECK_EQ(hs_dp_publish_fd(21, fds[4], HOMESFS_DP_READ, 1, 21, 0, 0), 1);
   __atomic_add_fetch(&policy_gen, 1, __ATOMIC_ACQ_REL);
-  CHECK_EQ(homesfs_dp_read(21, buf, sizeof(buf), 0, &res), 1);
-  CHECK_EQ(homesfs_dp_unpublish_fd(21), 1);
+  CHECK_EQ(hs_dp_read(21, buf, sizeof(buf), 0, &res), 1);
+  CHECK_EQ(hs_dp_unpublish_fd(21), 1);
 }
 
 TEST(what_javascript_must_decide_falls_back) {
   char buf[16];
   int res = -1;
   uint64_t fallbacks0 = dp_fallbacks;
-  CHECK_EQ(homesfs_dp_publish_fd(9, fds[0], HOMESFS_DP_WRITE, 1, 0, 0, 0), 1);  // write-only
-  CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), 0, &res), 0);
-  CHECK_EQ(homesfs_dp_unpublish_fd(9), 1);
-  CHECK_EQ(homesfs_dp_publish_fd(9, fds[0], HOMESFS_DP_READ | 0x80, 1, 0, 0, 0), 1); // unknown flag bits dropped
+  CHECK_EQ(hs_dp_publish_fd(9, fds[0], HOMESFS_DP_WRITE, 1, 0, 0, 0), 1);  // write-only
+  CHECK_EQ(hs_dp_read(9, buf, sizeof(buf), 0, &res), 0);
+  CHECK_EQ(hs_dp_unpublish_fd(9), 1);
+  CHECK_EQ(hs_dp_publish_fd(9, fds[0], HOMESFS_DP_READ | 0x80, 1, 0, 0, 0), 1); // unknown flag bits dropped
   CHECK_EQ(dp_find(9)[0]->flags, HOMESFS_DP_READ);
   // offsets JavaScript cannot address (past 2^53 - 1), negative ones, a failed pread
-  CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), (off_t) HOMESFS_MAX_SAFE_INTEGER - 4, &res), 0);
-  CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), -1, &res), 0);
-  CHECK_EQ(homesfs_dp_unpublish_fd(9), 1);
+  CHECK_EQ(hs_dp_read(9, buf, sizeof(buf), (off_t) HOMESFS_MAX_SAFE_INTEGER - 4, &res), 0);
+  CHECK_EQ(hs_dp_read(9, buf, sizeof(buf), -1, &res), 0);
+  CHECK_EQ(hs_dp_unpublish_fd(9), 1);
   int d = open("/", O_RDONLY | O_DIRECTORY);
-  CHECK_EQ(homesfs_dp_publish_fd(9, d, HOMESFS_DP_READ, 1, 0, 0, 0), 1);
-  CHECK_EQ(homesfs_dp_read(9, buf, sizeof(buf), 0, &res), 0);                // EISDIR: JavaScript reads and answers
-  CHECK_EQ(homesfs_dp_unpublish_fd(9), 1);
+  CHECK_EQ(hs_dp_publish_fd(9, d, HOMESFS_DP_READ, 1, 0, 0, 0), 1);
+  CHECK_EQ(hs_dp_read(9, buf, sizeof(buf), 0, &res), 0);                // EISDIR: JavaScript reads and answers
+  CHECK_EQ(hs_dp_unpublish_fd(9), 1);
   close(d);
   CHECK_EQ(res, -1);
   CHECK_EQ(dp_fallbacks, fallbacks0 + 3);
@@ -124,16 +124,16 @@ TEST(many_handles_in_shared_buckets_each_read_their_own_file) {
   enum { N = 20000 };
   char buf[8];
   int res = 0, wrong = 0;
-  for (uint64_t fh = 1; fh <= N; fh++) CHECK_EQ(homesfs_dp_publish_fd(fh, fds[fh % FILES], HOMESFS_DP_READ, 0, fh, 0, 0), 1);
+  for (uint64_t fh = 1; fh <= N; fh++) CHECK_EQ(hs_dp_publish_fd(fh, fds[fh % FILES], HOMESFS_DP_READ, 0, fh, 0, 0), 1);
   CHECK_EQ(dp_published, N);
-  for (uint64_t fh = 2; fh <= N; fh += 2) CHECK_EQ(homesfs_dp_unpublish_fd(fh), 1);
+  for (uint64_t fh = 2; fh <= N; fh += 2) CHECK_EQ(hs_dp_unpublish_fd(fh), 1);
   for (uint64_t fh = 1; fh <= N; fh++) {
-    int got = homesfs_dp_read(fh, buf, sizeof(buf), 0, &res);
+    int got = hs_dp_read(fh, buf, sizeof(buf), 0, &res);
     if (fh % 2 == 0) { if (got != 0) wrong++; }
     else if (got != 1 || res != (int) sizeof(buf) || buf[0] != 'a' + (int) (fh % FILES)) wrong++;
   }
   CHECK_EQ(wrong, 0);
-  for (uint64_t fh = 1; fh <= N; fh += 2) CHECK_EQ(homesfs_dp_unpublish_fd(fh), 1);
+  for (uint64_t fh = 1; fh <= N; fh += 2) CHECK_EQ(hs_dp_unpublish_fd(fh), 1);
   CHECK_EQ(dp_published, 0);
   int left = 0;
   for (size_t b = 0; b < DP_BUCKETS; b++) left += dp_table[b] != NULL;
@@ -154,7 +154,7 @@ static void *reader(void *arg) {
     r = r * 6364136223846793005ULL + 1;
     uint64_t fh = 1 + (r >> 33) % HANDLES;
     int res = 0;
-    if (homesfs_dp_read(fh, buf, sizeof(buf), (off_t) ((r >> 20) % 3000), &res) == 1) {
+    if (hs_dp_read(fh, buf, sizeof(buf), (off_t) ((r >> 20) % 3000), &res) == 1) {
       __atomic_add_fetch(&served, 1, __ATOMIC_RELAXED);
       if (res <= 0 || buf[0] < 'a' || buf[0] >= 'a' + FILES || buf[res - 1] != buf[0]) __atomic_add_fetch(&bad_reads, 1, __ATOMIC_RELAXED);
     }
@@ -167,33 +167,33 @@ TEST(unpublish_racing_reads_is_safe) {
   for (int i = 0; i < READERS; i++) pthread_create(&t[i], NULL, reader, (void *) (uintptr_t) (i + 1));
   for (int round = 0; round < 20000; round++) {
     uint64_t fh = 1 + (uint64_t) round % HANDLES;
-    homesfs_dp_unpublish_fd(fh);
-    CHECK_EQ(homesfs_dp_publish_fd(fh, fds[round % FILES], HOMESFS_DP_READ, 0, 0, 0, 0), 1);
+    hs_dp_unpublish_fd(fh);
+    CHECK_EQ(hs_dp_publish_fd(fh, fds[round % FILES], HOMESFS_DP_READ, 0, 0, 0, 0), 1);
   }
   __atomic_store_n(&stop_readers, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < READERS; i++) pthread_join(t[i], NULL);
-  for (uint64_t fh = 1; fh <= HANDLES; fh++) CHECK_EQ(homesfs_dp_unpublish_fd(fh), 1);
+  for (uint64_t fh = 1; fh <= HANDLES; fh++) CHECK_EQ(hs_dp_unpublish_fd(fh), 1);
   CHECK_EQ(bad_reads, 0);
   CHECK(served > 0);
   CHECK_EQ(dp_published, 0);
 }
 
 TEST(deferred_releases_queue_in_order_only_when_switched_on) {
-  CHECK_EQ(homesfs_dp_release(5), 0);                 // off: JavaScript answers it
+  CHECK_EQ(hs_dp_release(5), 0);                 // off: JavaScript answers it
   CHECK(dp_releases.head == NULL);
   __atomic_store_n(&dp_release_deferred, 1, __ATOMIC_RELEASE);
-  for (uint64_t fh = 100; fh < 110; fh++) CHECK_EQ(homesfs_dp_release(fh), 1);
+  for (uint64_t fh = 100; fh < 110; fh++) CHECK_EQ(hs_dp_release(fh), 1);
   // No memory for the queue: JavaScript answers that one, nothing is queued.
   fail_mallocs = 1;
-  CHECK_EQ(homesfs_dp_release(999), 0);
+  CHECK_EQ(hs_dp_release(999), 0);
   CHECK_EQ(hq_count(&dp_releases), 10);
   // Taken whole (takeReleases), then given back (no memory for JavaScript's
   // array) after two more came: the ten in front, in order, then the two.
   hq_t taken = hq_take(&dp_releases);
   CHECK_EQ(taken.n, 10);
   CHECK_EQ(hq_count(&dp_releases), 0);
-  CHECK_EQ(homesfs_dp_release(110), 1);
-  CHECK_EQ(homesfs_dp_release(111), 1);
+  CHECK_EQ(hs_dp_release(110), 1);
+  CHECK_EQ(hs_dp_release(111), 1);
   hq_put_back(&dp_releases, taken);
   CHECK_EQ(hq_count(&dp_releases), 12);
   uint64_t want = 100;
@@ -202,14 +202,14 @@ TEST(deferred_releases_queue_in_order_only_when_switched_on) {
   CHECK(in_order);
   CHECK_EQ(want, 112);
   // One pushed after the put back goes last.
-  CHECK_EQ(homesfs_dp_release(112), 1);
+  CHECK_EQ(hs_dp_release(112), 1);
   CHECK_EQ(((dp_release_t *) dp_releases.tail)->fh, 112);
   // what JavaScript's take does to the queue
   taken = hq_take(&dp_releases);
   for (hq_link_t *l = taken.head; l != NULL; ) { dp_release_t *r = (dp_release_t *) l; l = l->next; free(r); }
   hq_put_back(&dp_releases, hq_take(&dp_releases));  // nothing taken: nothing changes
   CHECK(dp_releases.head == NULL);
-  CHECK_EQ(homesfs_dp_release(113), 1);                // and the emptied queue takes new ones
+  CHECK_EQ(hs_dp_release(113), 1);                // and the emptied queue takes new ones
   CHECK_EQ(((dp_release_t *) dp_releases.head)->fh, 113);
   taken = hq_take(&dp_releases);
   free(taken.head);

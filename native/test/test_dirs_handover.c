@@ -1,4 +1,4 @@
-// session/ops_dirs.c's handover: the table of open directories as bytes
+// handover/dirs_handover.c: the table of open directories as bytes
 // (hs_dirs_export) and read back by a successor (hs_dirs_import). The kernel
 // keeps the fh numbers it was given and reads listings from an offset into
 // them, so each record must come back under its number, with its caller, path
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "harness.h"
-#include "../src/dirhandles.h"
+#include "../src/fastpath/dirhandles.h"
 
 int hs_dirs_export (char **out, size_t *len);
 int hs_dirs_import (const char *buf, size_t len);
@@ -60,7 +60,7 @@ static buf_t exported (void) {
 
 static uint64_t handles (uint32_t uid) {
   uint64_t c[3];
-  homesfs_dh_counts(uid, "/", c);
+  hs_dh_counts(uid, "/", c);
   return c[0];
 }
 

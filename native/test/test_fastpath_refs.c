@@ -9,7 +9,7 @@
 // and every op racing republications, removals, clears and JS's adoptions
 // (ASan: nothing used after it was freed; LeakSanitizer at exit and the
 // descriptor count: no reference lost; TSan: no race).
-#include "../src/fastpath_internal.h"  // first: _GNU_SOURCE
+#include "../src/fastpath/fastpath_internal.h"  // first: _GNU_SOURCE
 #include <sched.h>
 #include <time.h>
 #include "harness.h"
@@ -20,8 +20,8 @@ extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
 extern int fp_test_fail_allocs;
 
 // Not under test here: the data plane (no home here publishes to it).
-int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
-int homesfs_dp_unpublish_fd(uint64_t fh) { abort(); }
+int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
+int hs_dp_unpublish_fd(uint64_t fh) { abort(); }
 
 #define P "/t/h"
 #define PLEN 4
@@ -170,7 +170,7 @@ TEST(a_removal_waits_for_the_pins_taken_before_it_and_the_descriptor_stays) {
   struct stat st;
   CHECK_EQ(fstat(pin.home->fd, &st), 0);
   CHECK_EQ(st.st_ino, home_ino);
-  CHECK_EQ(homesfs_fastpath_getattr(P "/f01", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/f01", &st), HOMESFS_FASTPATH_FALLBACK);
   fp_unpin(&pin);
   pthread_join(t, NULL);
   CHECK_EQ(fp_homes_alive, 0);
@@ -201,8 +201,8 @@ TEST(a_change_in_place_waits_only_for_the_ops_that_saw_the_old_state) {
     sched_yield();
   }
   struct stat st;
-  CHECK_EQ(homesfs_fastpath_chmod(P "/f02", 0600), HOMESFS_FASTPATH_FALLBACK);
-  CHECK_EQ(homesfs_fastpath_getattr(P "/f02", &st), 0);
+  CHECK_EQ(hs_fastpath_chmod(P "/f02", 0600), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/f02", &st), 0);
   // ... and the change returns once the one that pinned the old flags is done, whatever started since.
   CHECK(!ends_soon(t));
   fp_unpin(&old);
@@ -229,8 +229,8 @@ TEST(a_handle_is_freed_and_its_descriptor_let_go_only_after_the_fgetattr_using_i
   for (int i = 0; i < 16; i++) e->keep[i] = 07777;
   fp_handle_publish(e);
   struct stat st;
-  CHECK_EQ(homesfs_fastpath_fgetattr(fh, &st), 0);
-  // An fgetattr counted in, as homesfs_fastpath_fgetattr does under the read lock, and not done yet:
+  CHECK_EQ(hs_fastpath_fgetattr(fh, &st), 0);
+  // An fgetattr counted in, as hs_fastpath_fgetattr does under the read lock, and not done yet:
   pthread_rwlock_rdlock(&fp_lock);
   fp_handle_t *using = fp_handles[fh % FP_HANDLE_BUCKETS];
   while (using != NULL && using->fh != fh) using = using->next;
@@ -241,7 +241,7 @@ TEST(a_handle_is_freed_and_its_descriptor_let_go_only_after_the_fgetattr_using_i
   pthread_create(&t, NULL, remove_handle, &fh);
   // JS's removeHandle returns (and JS closes the descriptor) only once that fgetattr is done.
   CHECK(!ends_soon(t));
-  CHECK_EQ(homesfs_fastpath_fgetattr(fh, &st), HOMESFS_FASTPATH_FALLBACK);  // out of the table already
+  CHECK_EQ(hs_fastpath_fgetattr(fh, &st), HOMESFS_FASTPATH_FALLBACK);  // out of the table already
   CHECK_EQ(fstat(using->fd, &st), 0);
   fp_handle_done(using);
   CHECK(ends_soon(t));
@@ -250,18 +250,18 @@ TEST(a_handle_is_freed_and_its_descriptor_let_go_only_after_the_fgetattr_using_i
 
 TEST(a_write_ticket_keeps_its_inode_and_array_through_clear) {
   int64_t acct[HOMESFS_ACCT_LEN] = { 0 };
-  acct[HOMESFS_ACCT_CREDIT] = 1000;
+  acct[HOMESFS_ACCT_CREDIT_BYTES] = 1000;
   fp_acct_t *a = fp_acct_wrap(acct, HOMESFS_ACCT_LEN, NULL, NULL);
   REQUIRE(a != NULL);
   REQUIRE(fp_inode_delta(1, 77, 1) == 0);
   REQUIRE(fp_wl_delegate_to(1, 77, 100, a));
   fp_acct_put(a);  // the inode holds it now
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 77, 100, 50, 0, &t) == 0);
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 77, 100, 50, 0, &t) == 0);
   // Shutdown (or the inode's last close in JS) mid-write: the record leaves the table.
   fp_clear_all();
   CHECK(fp_find_inode(1, 77) == NULL);
-  homesfs_fastpath_wl_end(&t, 30);  // writes into the record and the array: both still the ticket's
+  hs_fastpath_wl_end(&t, 30);  // writes into the record and the array: both still the ticket's
   CHECK_EQ(acct[HOMESFS_ACCT_GROWN], 30);
   CHECK_EQ(acct[HOMESFS_ACCT_REFUND], 20);
   CHECK_EQ(acct[HOMESFS_ACCT_INFLIGHT], 0);
@@ -270,22 +270,22 @@ TEST(a_write_ticket_keeps_its_inode_and_array_through_clear) {
 
 TEST(wl_revoke_answers_in_flight_until_the_write_settles) {
   int64_t acct[HOMESFS_ACCT_LEN] = { 0 };
-  acct[HOMESFS_ACCT_CREDIT] = 1000;
+  acct[HOMESFS_ACCT_CREDIT_BYTES] = 1000;
   fp_acct_t *a = fp_acct_wrap(acct, HOMESFS_ACCT_LEN, NULL, NULL);
   REQUIRE(fp_inode_delta(1, 78, 1) == 0);
   REQUIRE(fp_wl_delegate_to(1, 78, 100, a));
-  homesfs_wl_ticket_t t, t2;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 78, 100, 50, 0, &t) == 0);
+  hs_wl_ticket_t t, t2;
+  REQUIRE(hs_fastpath_wl_begin(1, 78, 100, 50, 0, &t) == 0);
   CHECK(fp_wl_take_back(1, 78) == -1);                                        // in flight: ask again
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);  // no new decision meanwhile
+  CHECK_EQ(hs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);  // no new decision meanwhile
   CHECK(fp_wl_take_back(1, 78) == -1);
-  homesfs_fastpath_wl_end(&t, 50);
+  hs_fastpath_wl_end(&t, 50);
   CHECK(fp_wl_take_back(1, 78) == 150);                                       // settled: the size is JS's
   CHECK(fp_wl_take_back(1, 78) == -2);                                        // not handed over any more
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fp_wl_delegate_to(1, 78, 150, a));                                    // handed over again
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), 0);
-  homesfs_fastpath_wl_end(&t2, 10);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 78, 0, 10, 0, &t2), 0);
+  hs_fastpath_wl_end(&t2, 10);
   fp_acct_put(a);
   fp_inode_delta(1, 78, -1);
   fp_reap();
@@ -321,7 +321,7 @@ TEST(an_open_counted_during_a_native_unlink_reads_nlink_after_the_removal) {
   REQUIRE(probe_fd >= 0);
   int64_t inodes = pend[HOMESFS_ACCT_RELEASED_INODES];
   fp_test_unlink_checked = unlink_checked;
-  CHECK_EQ(homesfs_fastpath_unlink(P "/gone"), 0);
+  CHECK_EQ(hs_fastpath_unlink(P "/gone"), 0);
   fp_test_unlink_checked = NULL;
   CHECK_EQ(probe_ended, 0);
   // Once the unlink is done, the count goes on and reads nlink 0: JS's open answers ENOENT.
@@ -333,7 +333,7 @@ TEST(an_open_counted_during_a_native_unlink_reads_nlink_after_the_removal) {
   struct stat st;
   REQUIRE(fd >= 0 && fstat(fd, &st) == 0);
   fp_inode_delta((uint64_t) st.st_dev, (uint64_t) st.st_ino, 1);
-  CHECK_EQ(homesfs_fastpath_unlink(P "/f03"), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_unlink(P "/f03"), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(fstatat(home_dir, "f03", &st, 0), 0);
   fp_inode_delta((uint64_t) st.st_dev, (uint64_t) st.st_ino, -1);
   close(fd);
@@ -345,18 +345,18 @@ TEST(an_open_counted_during_a_native_unlink_reads_nlink_after_the_removal) {
 TEST(openat2_answering_enosys_turns_the_fast_path_off) {
   publish();
   struct stat st;
-  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), 0);
+  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), 0);
   __atomic_store_n(&fp_test_openat2_errno, ENOSYS, __ATOMIC_RELAXED);
-  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 0);
   __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
   // Off: everything goes to JS (nothing walks), until turned on again.
-  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
   __atomic_store_n(&fp_enabled, 1, __ATOMIC_RELEASE);
-  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), 0);
+  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), 0);
   // Another errno (EXDEV, ELOOP...) is JS's to log and map: the fast path stays on.
   __atomic_store_n(&fp_test_openat2_errno, EXDEV, __ATOMIC_RELAXED);
-  CHECK_EQ(homesfs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 1);
   __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
   fp_clear_all();
@@ -378,20 +378,20 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 500, uid, 0), -1);
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 501, uid, 0), 1);
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 502, uid, 1), 1);
-  CHECK_EQ(fp_credit_count, 2);
+  CHECK_EQ(fp_slot_count, 2);
   // An open or a create without memory: JS's, and the slot stays in its list.
   uint64_t fh = 0;
   int dio = 0;
   fail_allocs(1);
-  CHECK_EQ(homesfs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
   fail_allocs(1);
-  CHECK_EQ(homesfs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
   struct stat st;
   CHECK(fstatat(home_dir, "new", &st, 0) != 0);
-  CHECK_EQ(fp_credit_count, 2);
+  CHECK_EQ(fp_slot_count, 2);
   // An unlink that cannot mark its inode: JS's, and the name stays.
   fail_allocs(1);
-  CHECK_EQ(homesfs_fastpath_unlink(P "/f06"), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_unlink(P "/f06"), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(fstatat(home_dir, "f06", &st, 0), 0);
   // An inode JS cannot count: nothing counted.
   fail_allocs(1);
@@ -399,11 +399,11 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   CHECK(fp_find_inode(1, 79) == NULL);
   fail_allocs(0);
   // With memory, the slots are used.
-  CHECK_EQ(homesfs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), 0);
+  CHECK_EQ(hs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), 0);
   CHECK_EQ(fh, 501);
-  CHECK_EQ(homesfs_fastpath_release(fh), 1);  // closed before JS adopted it: the slot back in the list
-  CHECK_EQ(fp_credit_count, 2);
-  CHECK_EQ(homesfs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), 0);
+  CHECK_EQ(hs_fastpath_release(fh), 1);  // closed before JS adopted it: the slot back in the list
+  CHECK_EQ(fp_slot_count, 2);
+  CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), 0);
   CHECK_EQ(fh, 502);
   CHECK_EQ(adopt_all(), 1);
   unlinkat(home_dir, "new", 0);
@@ -469,14 +469,14 @@ static void *getattrs (void *arg) {
   char p[64];
   for (int i = 0; going(); i++, sched_yield()) {
     snprintf(p, sizeof(p), P "/f%02d", i % FILES);
-    homesfs_fastpath_getattr(p, &st);
+    hs_fastpath_getattr(p, &st);
     snprintf(p, sizeof(p), P "/d/f%d", i % 4);
-    homesfs_fastpath_getattr(p, &st);
-    homesfs_fastpath_getattr(P "/nope/x", &st);
-    homesfs_fastpath_fgetattr(1000 + (uint64_t) (i % 64), &st);
+    hs_fastpath_getattr(p, &st);
+    hs_fastpath_getattr(P "/nope/x", &st);
+    hs_fastpath_fgetattr(1000 + (uint64_t) (i % 64), &st);
     if (i % 16 == 0) {
       int n = 0;
-      homesfs_fastpath_readdir(i % 32 == 0 ? P : P "/d", &n, count_entry, 0, name_ok);
+      hs_fastpath_readdir(i % 32 == 0 ? P : P "/d", &n, count_entry, 0, name_ok);
     }
   }
   __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
@@ -490,9 +490,9 @@ static void *opens (void *arg) {
     snprintf(p, sizeof(p), P "/f%02d", i % FILES);
     uint64_t fh = 0;
     int dio = 0;
-    if (homesfs_fastpath_open(p, O_RDONLY, getuid(), &fh, &dio) == 0) {
-      homesfs_fastpath_fgetattr(fh, &st);
-      homesfs_fastpath_release(fh);  // 0 when JS adopted it first (then JS closed it)
+    if (hs_fastpath_open(p, O_RDONLY, getuid(), &fh, &dio) == 0) {
+      hs_fastpath_fgetattr(fh, &st);
+      hs_fastpath_release(fh);  // 0 when JS adopted it first (then JS closed it)
     }
     __atomic_add_fetch(&opens_done, 1, __ATOMIC_RELEASE);
   }
@@ -504,9 +504,9 @@ static void *setattrs (void *arg) {
   char p[64];
   for (int i = 0; going(); i++, sched_yield()) {
     snprintf(p, sizeof(p), P "/f%02d", i % FILES);
-    homesfs_fastpath_utimens(p, NULL);
-    homesfs_fastpath_chmod(p, i % 2 ? 0600 : 0640);
-    homesfs_fastpath_chown(p, UINT32_MAX, UINT32_MAX);
+    hs_fastpath_utimens(p, NULL);
+    hs_fastpath_chmod(p, i % 2 ? 0600 : 0640);
+    hs_fastpath_chown(p, UINT32_MAX, UINT32_MAX);
   }
   __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
   return NULL;
@@ -519,13 +519,13 @@ static void *creates_unlinks (void *arg) {
     uint64_t fh = 0;
     int dio = 0;
     path_of(p, sizeof(p), "c", i % 8);
-    if (homesfs_fastpath_create(p, 0600, O_RDWR | O_CREAT, getuid(), getgid(), &fh, &dio) != 0) {
+    if (hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, getuid(), getgid(), &fh, &dio) != 0) {
       snprintf(name, sizeof(name), "%s/c%d", home_path, i % 8);
       int fd = open(name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);  // JS's create, in effect
       if (fd >= 0) close(fd);
     }
     path_of(p, sizeof(p), "c", (i + 4) % 8);
-    if (homesfs_fastpath_unlink(p) == 0) {
+    if (hs_fastpath_unlink(p) == 0) {
       __atomic_add_fetch(&unlinked_natively, 1, __ATOMIC_RELAXED);
     } else {
       snprintf(name, sizeof(name), "%s/c%d", home_path, (i + 4) % 8);
@@ -536,7 +536,7 @@ static void *creates_unlinks (void *arg) {
     int fd = open(full, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0) close(fd);
     path_of(p, sizeof(p), "u", i);
-    if (homesfs_fastpath_unlink(p) == 0) __atomic_add_fetch(&unlinked_natively, 1, __ATOMIC_RELAXED);
+    if (hs_fastpath_unlink(p) == 0) __atomic_add_fetch(&unlinked_natively, 1, __ATOMIC_RELAXED);
     else unlink(full);  // JS's unlink, in effect
     __atomic_add_fetch(&creates_done, 1, __ATOMIC_RELEASE);
   }
@@ -549,10 +549,10 @@ static void *creates_unlinks (void *arg) {
 static int64_t wacct[HOMESFS_ACCT_LEN];
 static void *writes (void *arg) {
   for (int i = 0; going(); i++, sched_yield()) {
-    homesfs_wl_ticket_t t;
+    hs_wl_ticket_t t;
     uint32_t len = 1 + (uint32_t) (i % 200);
-    if (homesfs_fastpath_wl_begin(99, 1 + (uint64_t) (i % WINODES), (int64_t) (i % 5000), len, i % 3 == 0, &t) == 0) {
-      homesfs_fastpath_wl_end(&t, i % 7 == 0 ? (int64_t) len / 2 : (int64_t) len);
+    if (hs_fastpath_wl_begin(99, 1 + (uint64_t) (i % WINODES), (int64_t) (i % 5000), len, i % 3 == 0, &t) == 0) {
+      hs_fastpath_wl_end(&t, i % 7 == 0 ? (int64_t) len / 2 : (int64_t) len);
     }
   }
   __atomic_sub_fetch(&natives_left, 1, __ATOMIC_RELEASE);
@@ -620,8 +620,8 @@ TEST(every_op_racing_republications_removals_clears_and_adoptions) {
   int fds = count_fds();
   uint32_t unlinks0 = (uint32_t) __atomic_load_n(&fp_uanswered, __ATOMIC_RELAXED);
   int64_t released0 = pend[HOMESFS_ACCT_RELEASED_INODES];
-  uint64_t answered0 = fp_answered, opened0 = fp_oanswered, made0 = fp_canswered_create, decided0 = fp_wdecided, chmods0 = fp_canswered;
-  wacct[HOMESFS_ACCT_CREDIT] = 1LL << 40;
+  uint64_t answered0 = fp_answered, opened0 = fp_oanswered, made0 = fp_canswered_create, decided0 = fp_wdecided, chmods0 = fp_chmod_answered;
+  wacct[HOMESFS_ACCT_CREDIT_BYTES] = 1LL << 40;
   pthread_t t[5];
   void *(*fns[5])(void *) = { getattrs, opens, setattrs, creates_unlinks, writes };
   natives_left = 5;
@@ -632,18 +632,18 @@ TEST(every_op_racing_republications_removals_clears_and_adoptions) {
   CHECK_EQ(fp_homes_alive, 0);
   CHECK_EQ(fp_home_count, 0);
   CHECK_EQ(fp_pins_held(), 0);
-  CHECK_EQ(fp_credit_count, 0);
+  CHECK_EQ(fp_slot_count, 0);
   CHECK_EQ(count_fds(), fds);
   // Each kind was answered here some of the time (the race ran through the native paths, not only their fallbacks).
   CHECK(fp_answered > answered0);
   CHECK(fp_oanswered > opened0);
   CHECK(fp_canswered_create > made0);
   CHECK(fp_wdecided > decided0);
-  CHECK(fp_canswered > chmods0);
+  CHECK(fp_chmod_answered > chmods0);
   // Every native unlink's release reached the array it was made under (one array throughout here).
   CHECK(unlinked_natively > 0);
   CHECK_EQ((uint32_t) __atomic_load_n(&fp_uanswered, __ATOMIC_RELAXED) - unlinks0, unlinked_natively);
   CHECK_EQ(pend[HOMESFS_ACCT_RELEASED_INODES] - released0, (int64_t) unlinked_natively);
   CHECK_EQ(wacct[HOMESFS_ACCT_INFLIGHT], 0);
-  CHECK_EQ(wacct[HOMESFS_ACCT_CREDIT] + wacct[HOMESFS_ACCT_GROWN] + wacct[HOMESFS_ACCT_REFUND], 1LL << 40);
+  CHECK_EQ(wacct[HOMESFS_ACCT_CREDIT_BYTES] + wacct[HOMESFS_ACCT_GROWN] + wacct[HOMESFS_ACCT_REFUND], 1LL << 40);
 }

@@ -1,16 +1,16 @@
-// fastpath_write.c's WRITE decision (homesfs_fastpath_wl_begin / _end): the growth
+// fastpath_write.c's WRITE decision (hs_fastpath_wl_begin / _end): the growth
 // a write may charge from the byte credit JS reserved, and its settling when
 // the pwrite landed all, part or nothing. The inodes are entered in the
 // table as fastpath_inode and fastpath_wl_delegate do, through what
 // fastpath_internal.h shares; the fast path's files are linked in and their
 // Node calls link to generated stubs that abort (see the Makefile).
 #include <stdlib.h>
-#include "../src/fastpath_internal.h"
+#include "../src/fastpath/fastpath_internal.h"
 #include "harness.h"
 
 // Not under test here: the data plane's publication (the native open and create use it).
-int homesfs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
-int homesfs_dp_unpublish_fd(uint64_t fh) { abort(); }
+int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
+int hs_dp_unpublish_fd(uint64_t fh) { abort(); }
 
 static int64_t home_acct[HOMESFS_ACCT_LEN];
 
@@ -28,21 +28,21 @@ static uint64_t size_of(fp_inode_t *e) { return (uint64_t) fp_bits_double(e->siz
 
 static void reset(int64_t credit, int64_t maxfile) {
   memset(home_acct, 0, sizeof(home_acct));
-  home_acct[HOMESFS_ACCT_CREDIT] = credit;
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = credit;
   home_acct[HOMESFS_ACCT_MAXFILE] = maxfile;
 }
 
 TEST(a_write_inside_the_file_charges_nothing) {
   reset(500, 0);
   fp_inode_t *e = delegated(10, 1000);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 10, 0, 100, 0, &t) == 0);
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 10, 0, 100, 0, &t) == 0);
   CHECK_EQ(t.growth, 0);
   CHECK_EQ(t.start, 0);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 1);
   CHECK_EQ(e->busy, 1);
-  homesfs_fastpath_wl_end(&t, 100);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 500);
+  hs_fastpath_wl_end(&t, 100);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 500);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 0);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
   CHECK_EQ(e->busy, 0);
@@ -52,19 +52,19 @@ TEST(a_write_inside_the_file_charges_nothing) {
 TEST(a_write_past_the_end_takes_its_growth_from_the_credit) {
   reset(500, 0);
   fp_inode_t *e = delegated(11, 1000);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 11, 900, 300, 0, &t) == 0);
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 11, 900, 300, 0, &t) == 0);
   CHECK_EQ(t.growth, 200);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 300);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 300);
   CHECK_EQ(size_of(e), 1200);          // a getattr meanwhile says the size it will have
-  homesfs_fastpath_wl_end(&t, 300);
+  hs_fastpath_wl_end(&t, 300);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 200);
   CHECK_EQ(home_acct[HOMESFS_ACCT_REFUND], 0);
   // a write far past the end: the hole counts, as writeAt charges it
-  REQUIRE(homesfs_fastpath_wl_begin(1, 11, 1250, 10, 0, &t) == 0);
+  REQUIRE(hs_fastpath_wl_begin(1, 11, 1250, 10, 0, &t) == 0);
   CHECK_EQ(t.growth, 60);
-  homesfs_fastpath_wl_end(&t, 10);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 240);
+  hs_fastpath_wl_end(&t, 10);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 240);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 260);
   CHECK_EQ(size_of(e), 1260);
 }
@@ -72,67 +72,67 @@ TEST(a_write_past_the_end_takes_its_growth_from_the_credit) {
 TEST(an_append_writes_at_the_end_whatever_its_offset) {
   reset(1000, 0);
   fp_inode_t *e = delegated(12, 400);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 12, 0, 50, 1, &t) == 0);
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 12, 0, 50, 1, &t) == 0);
   CHECK_EQ(t.start, 400);
   CHECK_EQ(t.growth, 50);
-  homesfs_fastpath_wl_end(&t, 50);
+  hs_fastpath_wl_end(&t, 50);
   CHECK_EQ(size_of(e), 450);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 950);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 950);
 }
 
 TEST(what_only_javascript_may_decide_falls_back_and_changes_nothing) {
   reset(100, 2000);
   fp_inode_t *e = delegated(13, 1000);
-  homesfs_wl_ticket_t t;
+  hs_wl_ticket_t t;
   uint64_t fb = fp_wfallbacks;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1000, 101, 0, &t), HOMESFS_FASTPATH_FALLBACK);   // credit short by 1
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1000, 100, 0, &t), 0);                           // exactly the credit
-  homesfs_fastpath_wl_end(&t, 100);
-  home_acct[HOMESFS_ACCT_CREDIT] = 5000;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1990, 11, 0, &t), HOMESFS_FASTPATH_FALLBACK);    // past the per-file limit
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 9007199254740991LL - 5, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK); // past 2^53 - 1
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, -1, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
-  home_acct[HOMESFS_ACCT_CREDIT] = -1;                                                            // JS took the credit back
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 1100, 1, 0, &t), HOMESFS_FASTPATH_FALLBACK);
-  home_acct[HOMESFS_ACCT_CREDIT] = 5000;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 13, 0, 10, 0, &t) == 0);
-  homesfs_wl_ticket_t t2;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);      // one write at a time per inode
-  homesfs_fastpath_wl_end(&t, 10);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1000, 101, 0, &t), HOMESFS_FASTPATH_FALLBACK);   // credit short by 1
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1000, 100, 0, &t), 0);                           // exactly the credit
+  hs_fastpath_wl_end(&t, 100);
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = 5000;
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1990, 11, 0, &t), HOMESFS_FASTPATH_FALLBACK);    // past the per-file limit
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, (int64_t) HOMESFS_MAX_SAFE_INTEGER - 5, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK); // past 2^53 - 1
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, -1, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = -1;                                                            // JS took the credit back
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 1100, 1, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  home_acct[HOMESFS_ACCT_CREDIT_BYTES] = 5000;
+  REQUIRE(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t) == 0);
+  hs_wl_ticket_t t2;
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);      // one write at a time per inode
+  hs_fastpath_wl_end(&t, 10);
   // counted: the four refusals of a delegated inode (not the negative offset, not the busy one)
   CHECK_EQ(fp_wfallbacks, fb + 4);
   CHECK_EQ(size_of(e), 1100);
-  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT], 5000);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 5000);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 100);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
   // not delegated, or not known at all: JS's, and not counted as a delegated fallback
   e->deleg = 0;
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 13, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
-  CHECK_EQ(homesfs_fastpath_wl_begin(1, 999, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 13, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 999, 0, 10, 0, &t), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(fp_wfallbacks, fb + 4);
 }
 
 TEST(a_short_or_failed_write_charges_what_landed_and_refunds_the_rest) {
   reset(5000, 0);
   fp_inode_t *e = delegated(14, 1000);
-  homesfs_wl_ticket_t t;
-  REQUIRE(homesfs_fastpath_wl_begin(1, 14, 1100, 100, 0, &t) == 0);   // growth 200 (a hole of 100)
+  hs_wl_ticket_t t;
+  REQUIRE(hs_fastpath_wl_begin(1, 14, 1100, 100, 0, &t) == 0);   // growth 200 (a hole of 100)
   CHECK_EQ(t.growth, 200);
-  homesfs_fastpath_wl_end(&t, 50);                                     // landed up to 1150
+  hs_fastpath_wl_end(&t, 50);                                     // landed up to 1150
   CHECK_EQ(size_of(e), 1150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_REFUND], 50);
-  REQUIRE(homesfs_fastpath_wl_begin(1, 14, 1150, 100, 0, &t) == 0);
-  homesfs_fastpath_wl_end(&t, -5);                                     // EIO: nothing landed
+  REQUIRE(hs_fastpath_wl_begin(1, 14, 1150, 100, 0, &t) == 0);
+  hs_fastpath_wl_end(&t, -5);                                     // EIO: nothing landed
   CHECK_EQ(size_of(e), 1150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 150);
   CHECK_EQ(home_acct[HOMESFS_ACCT_REFUND], 150);
-  REQUIRE(homesfs_fastpath_wl_begin(1, 14, 2000, 100, 0, &t) == 0);
-  homesfs_fastpath_wl_end(&t, 0);                                      // far past the end, nothing written: the size stays
+  REQUIRE(hs_fastpath_wl_begin(1, 14, 2000, 100, 0, &t) == 0);
+  hs_fastpath_wl_end(&t, 0);                                      // far past the end, nothing written: the size stays
   CHECK_EQ(size_of(e), 1150);
   // every byte taken from the credit is charged or refunded
-  CHECK_EQ(5000 - home_acct[HOMESFS_ACCT_CREDIT], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
+  CHECK_EQ(5000 - home_acct[HOMESFS_ACCT_CREDIT_BYTES], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
 }
 
@@ -146,12 +146,12 @@ static void *writer(void *arg) {
   uint64_t r = ino * 0x9E3779B97F4A7C15ULL;
   for (int i = 0; i < 20000; i++) {
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-    homesfs_wl_ticket_t t;
+    hs_wl_ticket_t t;
     uint32_t len = 1 + (uint32_t) (r % 300);
-    if (homesfs_fastpath_wl_begin(1, ino, (int64_t) ((r >> 16) % 100000), len, (r >> 8) & 1, &t) != 0) continue;
-    if (__atomic_load_n(&home_acct[HOMESFS_ACCT_CREDIT], __ATOMIC_ACQUIRE) < 0) abort();
+    if (hs_fastpath_wl_begin(1, ino, (int64_t) ((r >> 16) % 100000), len, (r >> 8) & 1, &t) != 0) continue;
+    if (__atomic_load_n(&home_acct[HOMESFS_ACCT_CREDIT_BYTES], __ATOMIC_ACQUIRE) < 0) abort();
     int64_t n = (r >> 24) % 4 == 0 ? (int64_t) ((r >> 32) % len) : (int64_t) len;
-    homesfs_fastpath_wl_end(&t, (r >> 40) % 50 == 0 ? -28 : n);
+    hs_fastpath_wl_end(&t, (r >> 40) % 50 == 0 ? -28 : n);
   }
   return NULL;
 }
@@ -161,7 +161,7 @@ static int writers_done = 0;
 static int64_t topped = 0;
 static void *topper(void *arg) {
   while (!__atomic_load_n(&writers_done, __ATOMIC_ACQUIRE)) {
-    __atomic_add_fetch(&home_acct[HOMESFS_ACCT_CREDIT], 7, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&home_acct[HOMESFS_ACCT_CREDIT_BYTES], 7, __ATOMIC_ACQ_REL);
     topped += 7;
   }
   return NULL;
@@ -176,11 +176,11 @@ TEST(racing_writers_share_one_credit_exactly) {
   for (int i = 0; i < WRITERS; i++) pthread_join(t[i], NULL);
   __atomic_store_n(&writers_done, 1, __ATOMIC_RELEASE);
   pthread_join(js, NULL);
-  CHECK(home_acct[HOMESFS_ACCT_CREDIT] >= 0);
+  CHECK(home_acct[HOMESFS_ACCT_CREDIT_BYTES] >= 0);
   CHECK(home_acct[HOMESFS_ACCT_GROWN] > 0);
   CHECK(home_acct[HOMESFS_ACCT_REFUND] > 0);
   CHECK(topped > 0);
-  CHECK_EQ(300000 + topped - home_acct[HOMESFS_ACCT_CREDIT], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
+  CHECK_EQ(300000 + topped - home_acct[HOMESFS_ACCT_CREDIT_BYTES], home_acct[HOMESFS_ACCT_GROWN] + home_acct[HOMESFS_ACCT_REFUND]);
   // what was charged is what the files grew by
   uint64_t sizes = 0;
   for (int i = 0; i < WRITERS; i++) sizes += size_of(fp_find_inode(1, 100 + (uint64_t) i));

@@ -1,4 +1,4 @@
-// session/handover.c over real sockets in a temporary directory: listen,
+// handover/handover.c over real sockets in a temporary directory: listen,
 // connect and accept; a message and descriptors that are usable on the other
 // side (the same open file descriptions: offsets set by the sender are seen
 // by the receiver); more descriptors than one message carries, in batches;
@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "harness.h"
-#include "../src/session/handover.h"
+#include "../src/handover/handover.h"
 
 #define NOBODY 65534
 #define T_MS 10000

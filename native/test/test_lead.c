@@ -5,7 +5,7 @@
 // it: a lead posted twice lets two threads read at once for good, one never
 // posted stops every reader. channel.c is included for its static functions;
 // built without Node (HOMESFS_NO_NAPI), linked with libfuse (unused here).
-#include "../src/channel.c"
+#include "../src/session/channel.c"
 #include "harness.h"
 
 // The handle epoch channel.c names replies by (session/handles.c): none here.
@@ -13,87 +13,87 @@ uint32_t hs_fh_epoch (void) { return 0; }
 
 static int sem_value(void) {
   int v = -1;
-  sem_getvalue(&homesfs_lead_sem, &v);
+  sem_getvalue(&hs_lead_sem, &v);
   return v;
 }
 
-// What homesfs_lead_start does, without its watchdog thread: the tests call
-// homesfs_lead_revoke themselves, or start the real watchdog.
+// What hs_lead_start does, without its watchdog thread: the tests call
+// hs_lead_revoke themselves, or start the real watchdog.
 __attribute__((constructor)) static void lead_init(void) {
-  sem_init(&homesfs_lead_sem, 0, 1);
-  sem_init(&homesfs_wd_sem, 0, 0);
-  pthread_key_create(&homesfs_lead_key, homesfs_lead_exit);
-  homesfs_lead_on = 1;
+  sem_init(&hs_lead_sem, 0, 1);
+  sem_init(&hs_wd_sem, 0, 0);
+  pthread_key_create(&hs_lead_key, hs_lead_exit);
+  hs_lead_on = 1;
 }
 
 TEST(take_then_release_posts_once) {
-  homesfs_lead_take();
-  uint64_t mine = homesfs_lead_mine;
+  hs_lead_take();
+  uint64_t mine = hs_lead_mine;
   CHECK(mine != 0);
-  CHECK_EQ(homesfs_lead_cur, mine);
+  CHECK_EQ(hs_lead_cur, mine);
   CHECK_EQ(sem_value(), 0);
-  homesfs_lead_take();                  // still the leader: keeps it, no wait
-  CHECK_EQ(homesfs_lead_mine, mine);
+  hs_lead_take();                  // still the leader: keeps it, no wait
+  CHECK_EQ(hs_lead_mine, mine);
   CHECK_EQ(sem_value(), 0);
-  uint64_t handoffs = homesfs_lead_handoffs;
-  homesfs_lead_release();
-  CHECK_EQ(homesfs_lead_cur, 0);
-  CHECK_EQ(homesfs_lead_mine, 0);
+  uint64_t handoffs = hs_lead_handoffs;
+  hs_lead_release();
+  CHECK_EQ(hs_lead_cur, 0);
+  CHECK_EQ(hs_lead_mine, 0);
   CHECK_EQ(sem_value(), 1);
-  CHECK_EQ(homesfs_lead_handoffs, handoffs + 1);
-  homesfs_lead_release();               // not a leader any more: nothing
-  homesfs_lead_release_read();
+  CHECK_EQ(hs_lead_handoffs, handoffs + 1);
+  hs_lead_release();               // not a leader any more: nothing
+  hs_lead_release_read();
   CHECK_EQ(sem_value(), 1);
-  CHECK_EQ(homesfs_lead_handoffs, handoffs + 1);
+  CHECK_EQ(hs_lead_handoffs, handoffs + 1);
 }
 
 TEST(a_revoked_lead_is_posted_by_the_watchdog_only) {
-  homesfs_lead_take();
-  uint64_t mine = homesfs_lead_mine;
-  homesfs_lead_busy();
-  CHECK(homesfs_lead_busy_since != 0);
-  uint64_t revoked = homesfs_lead_revoked;
-  CHECK_EQ(homesfs_lead_revoke(mine), 1);
-  CHECK_EQ(homesfs_lead_revoked, revoked + 1);
-  CHECK_EQ(homesfs_lead_cur, 0);
-  CHECK_EQ(homesfs_lead_busy_since, 0);
+  hs_lead_take();
+  uint64_t mine = hs_lead_mine;
+  hs_lead_busy();
+  CHECK(hs_lead_busy_since != 0);
+  uint64_t revoked = hs_lead_revoked;
+  CHECK_EQ(hs_lead_revoke(mine), 1);
+  CHECK_EQ(hs_lead_revoked, revoked + 1);
+  CHECK_EQ(hs_lead_cur, 0);
+  CHECK_EQ(hs_lead_busy_since, 0);
   CHECK_EQ(sem_value(), 1);
-  CHECK_EQ(homesfs_lead_revoke(mine), 0);   // twice: nothing more
-  homesfs_lead_release();                   // the old leader gives it up late: no second post
+  CHECK_EQ(hs_lead_revoke(mine), 0);   // twice: nothing more
+  hs_lead_release();                   // the old leader gives it up late: no second post
   CHECK_EQ(sem_value(), 1);
-  homesfs_lead_take();                      // and takes a new lead through the semaphore
-  CHECK(homesfs_lead_mine > mine);
+  hs_lead_take();                      // and takes a new lead through the semaphore
+  CHECK(hs_lead_mine > mine);
   CHECK_EQ(sem_value(), 0);
-  homesfs_lead_release();
+  hs_lead_release();
   CHECK_EQ(sem_value(), 1);
 }
 
 TEST(a_revoked_leader_taking_again_waits_for_a_new_lead) {
-  homesfs_lead_take();
-  uint64_t mine = homesfs_lead_mine;
-  homesfs_lead_busy();
-  CHECK_EQ(homesfs_lead_revoke(mine), 1);
-  homesfs_lead_take();                      // before any release: becomes a follower, then leads anew
-  CHECK(homesfs_lead_mine != mine);
-  CHECK_EQ(homesfs_lead_cur, homesfs_lead_mine);
+  hs_lead_take();
+  uint64_t mine = hs_lead_mine;
+  hs_lead_busy();
+  CHECK_EQ(hs_lead_revoke(mine), 1);
+  hs_lead_take();                      // before any release: becomes a follower, then leads anew
+  CHECK(hs_lead_mine != mine);
+  CHECK_EQ(hs_lead_cur, hs_lead_mine);
   CHECK_EQ(sem_value(), 0);
-  homesfs_lead_release();
+  hs_lead_release();
   CHECK_EQ(sem_value(), 1);
 }
 
 TEST(a_revoke_after_the_release_does_nothing) {
-  homesfs_lead_take();
-  uint64_t mine = homesfs_lead_mine;
-  homesfs_lead_busy();
-  homesfs_lead_release();
-  CHECK_EQ(homesfs_lead_revoke(mine), 0);   // the watchdog saw the lead before the release
+  hs_lead_take();
+  uint64_t mine = hs_lead_mine;
+  hs_lead_busy();
+  hs_lead_release();
+  CHECK_EQ(hs_lead_revoke(mine), 0);   // the watchdog saw the lead before the release
   CHECK_EQ(sem_value(), 1);
 }
 
 static void *lead_and_exit(void *arg) {
-  homesfs_lead_take();
-  homesfs_lead_busy();
-  *(uint64_t *) arg = homesfs_lead_mine;
+  hs_lead_take();
+  hs_lead_busy();
+  *(uint64_t *) arg = hs_lead_mine;
   return NULL;                              // still leading: the thread key's destructor gives it up
 }
 
@@ -103,7 +103,7 @@ TEST(a_thread_that_exits_leading_gives_the_lead_up) {
   pthread_create(&t, NULL, lead_and_exit, &theirs);
   pthread_join(t, NULL);
   CHECK(theirs != 0);
-  CHECK_EQ(homesfs_lead_cur, 0);
+  CHECK_EQ(hs_lead_cur, 0);
   CHECK_EQ(sem_value(), 1);
 }
 
@@ -119,9 +119,9 @@ static uint64_t takes = 0, stalls = 0;
 static void *worker(void *arg) {
   uint64_t r = (uint64_t) (uintptr_t) arg * 0x9E3779B97F4A7C15ULL + 1;
   while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
-    homesfs_lead_take();
+    hs_lead_take();
     __atomic_add_fetch(&takes, 1, __ATOMIC_RELAXED);
-    homesfs_lead_busy();
+    hs_lead_busy();
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
     switch (r % 64) {
       case 0: {                             // a stall the watchdog must break
@@ -131,10 +131,10 @@ static void *worker(void *arg) {
         break;
       }
       case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8: case 9: case 10:
-        homesfs_lead_release();             // before JavaScript or a big write
+        hs_lead_release();             // before JavaScript or a big write
         break;
       case 11: case 12:
-        homesfs_lead_release_read();        // before a read that waits
+        hs_lead_release_read();        // before a read that waits
         break;
       default: {                            // answered natively
         struct timespec ts = { 0, 20000 };
@@ -142,21 +142,21 @@ static void *worker(void *arg) {
       }
     }
   }
-  homesfs_lead_release();
+  hs_lead_release();
   return NULL;
 }
 
 TEST(racing_workers_and_the_watchdog_post_every_lead_once) {
-  uint64_t revoked0 = homesfs_lead_revoked, handoffs0 = homesfs_lead_handoffs;
-  __atomic_store_n(&homesfs_lead_last, homesfs_now_ns(), __ATOMIC_SEQ_CST);
+  uint64_t revoked0 = hs_lead_revoked, handoffs0 = hs_lead_handoffs;
+  __atomic_store_n(&hs_lead_last, hs_now_ns(), __ATOMIC_SEQ_CST);
   pthread_t wd, w[WORKERS];
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  REQUIRE(pthread_create(&wd, &attr, homesfs_lead_watchdog, NULL) == 0);
+  REQUIRE(pthread_create(&wd, &attr, hs_lead_watchdog, NULL) == 0);
   for (int i = 0; i < WORKERS; i++) pthread_create(&w[i], NULL, worker, (void *) (uintptr_t) (i + 1));
-  int64_t end = homesfs_now_ns() + RUN_NS;
-  while (homesfs_now_ns() < end) {
+  int64_t end = hs_now_ns() + RUN_NS;
+  while (hs_now_ns() < end) {
     if (sem_value() > 1) sem_over = 1;
     struct timespec ts = { 0, 50000 };
     nanosleep(&ts, NULL);
@@ -175,11 +175,11 @@ TEST(racing_workers_and_the_watchdog_post_every_lead_once) {
   }
   CHECK_EQ(sem_over, 0);
   CHECK_EQ(sem_value(), 1);
-  CHECK_EQ(homesfs_lead_cur, 0);
+  CHECK_EQ(hs_lead_cur, 0);
   // all three ways a lead ends were exercised
-  CHECK(homesfs_lead_revoked > revoked0);
-  CHECK(homesfs_lead_handoffs > handoffs0);
-  CHECK(homesfs_lead_read_handoffs > 0);
+  CHECK(hs_lead_revoked > revoked0);
+  CHECK(hs_lead_handoffs > handoffs0);
+  CHECK(hs_lead_read_handoffs > 0);
   printf("# lead stress: %" PRIu64 " takes, %" PRIu64 " stalls, %" PRIu64 " revoked, %" PRIu64 " handoffs\n",
-         takes, stalls, homesfs_lead_revoked - revoked0, homesfs_lead_handoffs - handoffs0);
+         takes, stalls, hs_lead_revoked - revoked0, hs_lead_handoffs - handoffs0);
 }

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "harness.h"
-#include "hidden_name.h"
+#include "session/hidden_name.h"
 #include "nodes_helpers.h"
 
 // A file or directory of one link; hard links say how many they are (found_n).

@@ -1,4 +1,4 @@
-// session/nodes_journal.c: the node table journaled into two memfds, and
+// handover/nodes_journal.c: the node table journaled into two memfds, and
 // recovered from them by a fresh table as if the daemon had been killed. A
 // recovered table must be the original's (its export, with the nodes in ID
 // order: the export walks hash buckets, whose order is not the table's
@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include "harness.h"
 #include "nodes_helpers.h"
-#include "../src/session/nodes_journal.h"
-#include "../src/session/nodes_journal_internal.h"
+#include "../src/handover/nodes_journal.h"
+#include "../src/handover/nodes_journal_internal.h"
 
 static void fresh (void) {
   hs_nodes_clear();

@@ -1,4 +1,4 @@
-// session/sdstore.c, systemd's notify protocol as the fd store needs it, to a
+// handover/sdstore.c, systemd's notify protocol as the fd store needs it, to a
 // receiver of this file's on a real socket (as systemd's: SOCK_DGRAM with
 // SO_PASSCRED): a NOTIFY_SOCKET starting with '@' reaches the abstract name
 // (the '@' a NUL, no trailing NUL: sd_notify's reading), one starting with
@@ -19,7 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "harness.h"
-#include "../src/session/sdstore.h"
+#include "../src/handover/sdstore.h"
 
 // A notify socket as systemd binds it; `name` '@…' abstract, else a path.
 static int receiver (const char *name) {

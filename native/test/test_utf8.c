@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "harness.h"
-#include "../src/utf8.h"
+#include "../src/sys/utf8.h"
 
 static int ref_valid(const unsigned char *p, size_t n) {
   size_t i = 0;
@@ -37,7 +37,7 @@ static int ref_valid(const unsigned char *p, size_t n) {
 static int valid_exact(const unsigned char *p, size_t n) {
   unsigned char *b = malloc(n ? n : 1);
   memcpy(b, p, n);
-  int r = homesfs_utf8_valid_n(b, n);
+  int r = hs_utf8_valid_n(b, n);
   free(b);
   return r;
 }
@@ -86,11 +86,11 @@ TEST(named_edge_cases) {
   CHECK_EQ(V("\xE2x\xAC"), 0);
   CHECK_EQ(V("ok\xC3"), 0);
   // the NUL-terminated form: NULL is no path, and so valid
-  CHECK_EQ(homesfs_utf8_valid(NULL), 1);
-  CHECK_EQ(homesfs_utf8_valid("h\xC3\xA9llo"), 1);
-  CHECK_EQ(homesfs_utf8_valid("h\xC3llo"), 0);
+  CHECK_EQ(hs_utf8_valid(NULL), 1);
+  CHECK_EQ(hs_utf8_valid("h\xC3\xA9llo"), 1);
+  CHECK_EQ(hs_utf8_valid("h\xC3llo"), 0);
   // the length bounds the check: a valid prefix of an invalid buffer is valid
-  CHECK_EQ(homesfs_utf8_valid_n((const unsigned char *) "ab\xFF", 2), 1);
+  CHECK_EQ(hs_utf8_valid_n((const unsigned char *) "ab\xFF", 2), 1);
 }
 
 TEST(every_1_2_3_byte_sequence_agrees_with_the_reference) {
@@ -98,7 +98,7 @@ TEST(every_1_2_3_byte_sequence_agrees_with_the_reference) {
   long mismatches = 0, valid = 0;
   for (uint32_t v = 0; v < 256; v++) {
     b[0] = (unsigned char) v;
-    int r = homesfs_utf8_valid_n(b, 1);
+    int r = hs_utf8_valid_n(b, 1);
     if (r != ref_valid(b, 1)) mismatches++;
     valid += r;
   }
@@ -106,7 +106,7 @@ TEST(every_1_2_3_byte_sequence_agrees_with_the_reference) {
   valid = 0;
   for (uint32_t v = 0; v < 1u << 16; v++) {
     b[0] = (unsigned char) (v >> 8); b[1] = (unsigned char) v;
-    int r = homesfs_utf8_valid_n(b, 2);
+    int r = hs_utf8_valid_n(b, 2);
     if (r != ref_valid(b, 2)) mismatches++;
     valid += r;
   }
@@ -115,7 +115,7 @@ TEST(every_1_2_3_byte_sequence_agrees_with_the_reference) {
   valid = 0;
   for (uint32_t v = 0; v < 1u << 24; v++) {
     b[0] = (unsigned char) (v >> 16); b[1] = (unsigned char) (v >> 8); b[2] = (unsigned char) v;
-    int r = homesfs_utf8_valid_n(b, 3);
+    int r = hs_utf8_valid_n(b, 3);
     if (r != ref_valid(b, 3)) mismatches++;
     valid += r;
   }
@@ -139,7 +139,7 @@ TEST(four_byte_sequences_agree_with_the_reference) {
       for (size_t y = 0; y < nt; y++)
         for (size_t z = 0; z < nt; z++) {
           b[1] = tail[x]; b[2] = tail[y]; b[3] = tail[z];
-          int r = homesfs_utf8_valid_n(b, 4);
+          int r = hs_utf8_valid_n(b, 4);
           if (r != ref_valid(b, 4)) mismatches++;
           if (lead >= 0xF0 && x < 64 && y < 64 && z < 64) valid4 += r;
           checked++;
@@ -166,7 +166,7 @@ TEST(random_strings_agree_with_the_reference) {
       if ((t >> 40) & 1) c = (unsigned char) (0x80 | (c & 0x3F));
       b[k] = c;
     }
-    int r = (i % 64 == 0) ? valid_exact(b, n) : homesfs_utf8_valid_n(b, n);
+    int r = (i % 64 == 0) ? valid_exact(b, n) : hs_utf8_valid_n(b, n);
     if (r != ref_valid(b, n)) mismatches++;
     valid += r;
   }

@@ -39,7 +39,7 @@ const FuseOptions = z
     nativeWrite: z.boolean().default(true),
     /**
      * getattr/lookup answered on libfuse's threads from state the daemon
-     * publishes (native/src/fastpath_*.c); anything it is unsure of still goes to JS
+     * publishes (native/src/fastpath/fastpath_*.c); anything it is unsure of still goes to JS
      */
     nativeFastPath: z.boolean().default(true),
     /**
@@ -69,7 +69,7 @@ const FuseOptions = z
     /**
      * opens whose FLUSH needs no answer from the daemon (every handle but a
      * writer in a text home) are answered with FOPEN_NOFLUSH: the kernel then
-     * sends no FLUSH at their closes (Linux 5.17+; native/src/channel.c)
+     * sends no FLUSH at their closes (Linux 5.17+; native/src/session/channel.c)
      */
     noFlush: z.boolean().default(true),
     /**
@@ -77,7 +77,7 @@ const FuseOptions = z
      * it answers natively; it hands over before it waits for JS, writes more
      * than 32 KiB or reads what the page cache does not hold, and a watchdog
      * hands over for it when one request
-     * takes it 4 ms or more (native/src/channel.c). Off: libfuse's own loop,
+     * takes it 4 ms or more (native/src/session/channel.c). Off: libfuse's own loop,
      * every idle thread reading (a wake per request)
      */
     singleReader: z.boolean().default(true),

@@ -262,7 +262,7 @@ export interface StatusReport {
     fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number; inFlight: number; retiredHomes: number };
     /** RELEASEs the binding answered and this daemon carried out later (absent when fuse.nativeRelease is off) */
     releasesAnswered?: number;
-    /** the one claim table of removals (native/src/removals.c): inodes whose names are being removed, and removers that found the last name gone after another had given its bytes back */
+    /** the one claim table of removals (native/src/fastpath/claims.c): inodes whose names are being removed, and removers that found the last name gone after another had given its bytes back */
     removals?: { inFlight: number; raced: number };
     /** opens answered with FOPEN_NOFLUSH (their closes send no FLUSH), and the FLUSH requests that came (absent when fuse.noFlush is off) */
     noFlush?: { opens: number; flushes: number };

@@ -1,6 +1,6 @@
 /**
  * The homes' ledgers where a crash cannot take them: one memfd (the
- * binding's session/ledgers.c) the keeper holds beside the node table's
+ * binding's handover/ledgers.c) the keeper holds beside the node table's
  * journal, mapped shared, a slot per home. A slot holds the home's
  * accounting array (the one the binding adds its releases and growth to,
  * abi.h ACCT_*), the ledger's counts as it last applied them, the home's
@@ -30,8 +30,8 @@ import { ABI } from '../abi.js';
 import { homeId } from '../paths/parse.js';
 import type { AddonRaw } from '../addon-raw.js';
 
-/** The binding's area calls (session/ledgers.c). */
-export type LedgerAreaRaw = Pick<AddonRaw, 'session_ledgers_open' | 'session_ledgers_map'>;
+/** The binding's area calls (handover/ledgers.c). */
+export type LedgerAreaRaw = Pick<AddonRaw, 'handover_ledgers_open' | 'handover_ledgers_map'>;
 
 const SLOT_BYTES = ABI.LEDGER_SLOT_BYTES;
 const SLOT_WORDS = SLOT_BYTES / 8;
@@ -137,7 +137,7 @@ export class LedgerArea {
 
   /** A new, empty area. */
   static create(raw: LedgerAreaRaw): LedgerArea {
-    const r = raw.session_ledgers_open();
+    const r = raw.handover_ledgers_open();
     if (typeof r === 'number') throw new Error(`the ledgers' area could not be made: errno ${-r}`);
     const area = new LedgerArea(r[0], r[1], null);
     area.#init();
@@ -150,7 +150,7 @@ export class LedgerArea {
    * same memfd: nothing of it is trusted.
    */
   static kept(raw: LedgerAreaRaw, fd: number): LedgerArea {
-    const buf = raw.session_ledgers_map(fd);
+    const buf = raw.handover_ledgers_map(fd);
     if (typeof buf === 'number') throw new Error(`the kept ledgers' area could not be mapped: errno ${-buf}`);
     const w = new BigInt64Array(buf);
     const valid = w[H_MAGIC] === MAGIC && w[H_VERSION] === VERSION && w[H_STATE] === AREA_LIVE;
@@ -188,7 +188,7 @@ export class LedgerArea {
       w[b + W_BUSY] = 0n;
       w[b + ABI.ACCT_INFLIGHT] = 0n;
       w[b + ABI.ACCT_BUSY] = 0n;
-      w[b + ABI.ACCT_CREDIT] = 0n;
+      w[b + ABI.ACCT_CREDIT_BYTES] = 0n;
       w[b + ABI.ACCT_REFUND] = 0n;
       if (!ok) {
         // Not trusted from now on either, until a scan built the home's ledger again.
@@ -256,7 +256,7 @@ export class LedgerArea {
   #building(slot: number): void {
     const b = this.#base(slot);
     this.#words[b + W_STATE] = BUILDING;
-    for (const k of [ABI.ACCT_RELEASED_BYTES, ABI.ACCT_RELEASED_INODES, ABI.ACCT_GROWN, ABI.ACCT_CREDIT, ABI.ACCT_REFUND]) this.#words[b + k] = 0n;
+    for (const k of [ABI.ACCT_RELEASED_BYTES, ABI.ACCT_RELEASED_INODES, ABI.ACCT_GROWN, ABI.ACCT_CREDIT_BYTES, ABI.ACCT_REFUND]) this.#words[b + k] = 0n;
   }
 
   /**

@@ -12,7 +12,7 @@
  * keep the inode number from being reused.
  *
  * With native unlinks, C's and JS's removers must use one table: the binding's
- * (native/src/removals.c, through src/fuse/native-claims.ts). This one is for a
+ * (native/src/fastpath/claims.c, through src/fuse/native-claims.ts). This one is for a
  * context with JS's removers alone.
  */
 export interface RemovalClaims {

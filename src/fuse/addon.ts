@@ -144,40 +144,40 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     umount2(mnt: string, flags: number, cb: Cb): void {
       cbFirst('umount2', cb);
       if (badPath(mnt)) return void process.nextTick(cb, EINVAL);
-      raw.fuse_native_umount2(mnt, flags | 0, cb);
+      raw.sys_umount2(mnt, flags | 0, cb);
     },
     /** utimensat(AT_FDCWD, path, [atime, mtime], AT_SYMLINK_NOFOLLOW) on libuv's pool */
     utimensat(p: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void {
       cbFirst('utimensat', cb);
       if (badPath(p)) return void process.nextTick(cb, EINVAL);
-      raw.fuse_native_utimensat(p, atime, mtime, cb);
+      raw.sys_utimensat(p, atime, mtime, cb);
     },
     /** mknod(path, mode, dev) on libuv's pool (Node has none) */
     mknod(p: string, mode: number, dev: number, cb: Cb): void {
       cbFirst('mknod', cb);
       if (badPath(p)) return void process.nextTick(cb, EINVAL);
-      raw.fuse_native_backing_mknod(p, mode >>> 0, dev >>> 0, cb);
+      raw.sys_backing_mknod(p, mode >>> 0, dev >>> 0, cb);
     },
     /** fallocate(fd, mode, offset, length) on libuv's pool (Node has none) */
     fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void {
       cbFirst('fallocate', cb);
-      raw.fuse_native_backing_fallocate(fd, mode, offset, length, cb);
+      raw.sys_backing_fallocate(fd, mode, offset, length, cb);
     },
     /** RLIMIT_NOFILE: read it, or set it (0 keeps a value); Infinity = unlimited */
     nofile(soft = 0, hard = 0): { res: number; soft: number; hard: number } {
-      const [res, s, h] = raw.fuse_native_nofile(soft, hard);
+      const [res, s, h] = raw.sys_nofile(soft, hard);
       return { res, soft: s, hard: h };
     },
     /** OPENDIR counted per caller uid (0 not) and in all; past a cap (0: none) EMFILE */
     setDirHandleCaps(perUid: number, all: number): void {
-      raw.fuse_native_set_dir_caps(perUid >>> 0, all >>> 0);
+      raw.fastpath_set_dir_caps(perUid >>> 0, all >>> 0);
     },
-    dirHandleStats: (): { open: number; refused: number } => raw.fuse_native_dir_stats(),
+    dirHandleStats: (): { open: number; refused: number } => raw.fastpath_dir_stats(),
     /** directory handles open: uid's (0 for uid 0), under the home's prefix ("/<tenant>/<key>"), in all */
-    dirHandleCounts: (uid: number, prefix: string): [number, number, number] => raw.fuse_native_dir_counts(uid >>> 0, prefix),
+    dirHandleCounts: (uid: number, prefix: string): [number, number, number] => raw.fastpath_dir_counts(uid >>> 0, prefix),
     /** JS's open files (uid's, the home's with its cap, all) and the caps per uid and in all, which OPENDIR counts its handles beside */
     setOpenFileCounts(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void {
-      raw.fuse_native_set_open_files(uid >>> 0, uidFiles >>> 0, prefix, homeFiles >>> 0, homeCap >>> 0, total >>> 0, capPerUid >>> 0, capAll >>> 0);
+      raw.fastpath_set_open_files(uid >>> 0, uidFiles >>> 0, prefix, homeFiles >>> 0, homeCap >>> 0, total >>> 0, capPerUid >>> 0, capAll >>> 0);
     },
     /**
      * The data plane (dataplane.c): READs of fh (DP_READ) answered with
@@ -188,38 +188,38 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
      * fastpath_write.c decides.
      */
     publish(fh: number, fd: number, flags: number, dev = 0n, ino = 0n, append = false): void {
-      raw.homesfs_dp_publish(fh, fd, flags, dev, ino, !!append);
+      raw.fastpath_dp_publish(fh, fd, flags, dev, ino, !!append);
     },
-    setPublishFlags: (fh: number, flags: number): boolean => raw.homesfs_dp_set_flags(fh, flags),
-    unpublish: (fh: number): boolean => raw.homesfs_dp_unpublish(fh),
+    setPublishFlags: (fh: number, flags: number): boolean => raw.fastpath_dp_set_flags(fh, flags),
+    unpublish: (fh: number): boolean => raw.fastpath_dp_unpublish(fh),
     /** once per process; the handler must not throw (see WriteHandler) */
     setWriteHandler(handler: WriteHandler): void {
       if (typeof handler !== 'function') throw new TypeError('setWriteHandler: handler must be a function');
-      raw.homesfs_dp_set_write_handler(handler);
+      raw.fastpath_dp_set_write_handler(handler);
     },
-    writeDecision: (id: number, offset: number, wait = false): boolean => raw.homesfs_dp_write_decision(id, offset, !!wait),
-    writeDone: (id: number, result: number): boolean => raw.homesfs_dp_write_done(id, result),
+    writeDecision: (id: number, offset: number, wait = false): boolean => raw.fastpath_dp_write_decision(id, offset, !!wait),
+    writeDone: (id: number, result: number): boolean => raw.fastpath_dp_write_done(id, result),
     /** [id, bytes, ...] of writes that landed whole since the last call (answered already), or null */
-    takeWriteReports: (): Float64Array | null => raw.homesfs_dp_take_write_reports(),
+    takeWriteReports: (): Float64Array | null => raw.fastpath_dp_take_write_reports(),
     /** RELEASE answered on libfuse's thread and queued (true), or sent to ops.release */
     setReleaseDeferred(on: boolean): void {
-      raw.homesfs_dp_set_release_deferred(Boolean(on));
+      raw.fastpath_dp_set_release_deferred(Boolean(on));
     },
     /** [fh, ...] of the RELEASEs answered since the last call, oldest first, or null */
-    takeReleases: (): Float64Array | null => raw.homesfs_dp_take_releases(),
-    dataPlaneStats: (): DataPlaneStats => raw.homesfs_dp_stats(),
+    takeReleases: (): Float64Array | null => raw.fastpath_dp_take_releases(),
+    dataPlaneStats: (): DataPlaneStats => raw.fastpath_dp_stats(),
     /** opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns opens answered so */
-    setNoFlush: (on: boolean): number => raw.fuse_native_set_noflush(!!on),
+    setNoFlush: (on: boolean): number => raw.session_set_noflush(!!on),
     noFlushCount(): { opens: number; flushes: number } {
-      const [opens, flushes] = raw.fuse_native_noflush_count();
+      const [opens, flushes] = raw.session_noflush_count();
       return { opens, flushes };
     },
     /** one thread reads the device at a time, from the next mount on */
     setSingleReader(on: boolean): void {
-      raw.fuse_native_set_single_reader(!!on);
+      raw.session_set_single_reader(!!on);
     },
     leadStats(): { on: boolean; handoffs: number; revocations: number; readWaits: number } {
-      const [on, handoffs, revocations, readWaits] = raw.fuse_native_lead_stats();
+      const [on, handoffs, revocations, readWaits] = raw.session_lead_stats();
       return { on: on === 1, handoffs, revocations, readWaits };
     },
     /**
@@ -249,7 +249,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     },
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => raw.session_inval_progress(),
-    _isValidUtf8: (buf: Uint8Array): boolean => raw.fuse_native_utf8_valid_buffer(buf),
+    _isValidUtf8: (buf: Uint8Array): boolean => raw.sys_utf8_valid_buffer(buf),
   } satisfies Omit<FuseClass, 'native' | 'BINDING_PATH' | 'fastPath'>;
   Object.assign(Fuse, statics);
 

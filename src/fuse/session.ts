@@ -25,9 +25,9 @@ export type SessionRaw = Pick<
   | 'session_paused'
   | 'session_resume'
   | 'session_handed'
-  | 'hs_session_reply'
-  | 'hs_session_unref'
-  | 'fuse_native_set_flush_gate'
+  | 'session_reply'
+  | 'session_unref'
+  | 'session_set_flush_gate'
 >;
 
 export type { Handed };
@@ -213,7 +213,7 @@ export class FuseSession implements FuseInstance {
         if (answered) return;
         answered = true;
         held.delete(id);
-        raw.hs_session_reply(id, res, ...values);
+        raw.session_reply(id, res, ...values);
         // After the answer: a crash before it leaves the change marked in flight.
         untrack?.();
       };
@@ -240,7 +240,7 @@ export class FuseSession implements FuseInstance {
   }
 
   unmount(cb: (err: Error | null) => void): void {
-    this.raw.hs_session_unref();
+    this.raw.session_unref();
     this.unmountImpl(this.mnt, cb);
   }
 
@@ -252,6 +252,6 @@ export class FuseSession implements FuseInstance {
   /** slot fh & 0xffff > 0 of the caller's Uint16Array(65536): FLUSH of fh goes to ops.flush; 0: answered natively */
   setFlushGate(gate: Uint16Array): void {
     if (!(gate instanceof Uint16Array) || gate.length !== 65536) throw new TypeError('the flush gate is a Uint16Array(65536)');
-    this.raw.fuse_native_set_flush_gate(Buffer.from(gate.buffer, gate.byteOffset, gate.byteLength));
+    this.raw.session_set_flush_gate(Buffer.from(gate.buffer, gate.byteOffset, gate.byteLength));
   }
 }

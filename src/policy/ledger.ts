@@ -105,7 +105,7 @@ export interface LedgerSnapshot {
 export type Undo = () => void;
 
 /** Slots of the shared array (see the file comment), as native/src/abi.h defines them. */
-export const { ACCT_RELEASED_BYTES, ACCT_RELEASED_INODES, ACCT_GROWN, ACCT_CREDIT, ACCT_MAXFILE, ACCT_INFLIGHT, ACCT_REFUND, ACCT_LEN } = ABI;
+export const { ACCT_RELEASED_BYTES, ACCT_RELEASED_INODES, ACCT_GROWN, ACCT_CREDIT_BYTES, ACCT_MAXFILE, ACCT_INFLIGHT, ACCT_REFUND, ACCT_LEN } = ABI;
 
 function assertCount(what: string, n: number): void {
   // Sizes arrive from stat() and FUSE offsets; a NaN or fraction here would
@@ -351,14 +351,14 @@ export class Ledger {
     const p = this.#pending;
     if (p === null || p.length < ACCT_LEN || n === 0) return;
     this.#reservedBytes += n;
-    Atomics.add(p, ACCT_CREDIT, BigInt(n));
+    Atomics.add(p, ACCT_CREDIT_BYTES, BigInt(n));
   }
 
   /** Take the binding's unused credit back; returns how much there was. */
   reclaimBytes(): number {
     const p = this.#pending;
     if (p === null || p.length < ACCT_LEN) return 0;
-    const back = Number(Atomics.exchange(p, ACCT_CREDIT, 0n));
+    const back = Number(Atomics.exchange(p, ACCT_CREDIT_BYTES, 0n));
     this.#reservedBytes = Math.max(0, this.#reservedBytes - back);
     return back;
   }
@@ -372,7 +372,7 @@ export class Ledger {
   /** What the binding's credit holds now (for tests and views). */
   get credit(): number {
     const p = this.#pending;
-    return p === null || p.length < ACCT_LEN ? 0 : Number(Atomics.load(p, ACCT_CREDIT));
+    return p === null || p.length < ACCT_LEN ? 0 : Number(Atomics.load(p, ACCT_CREDIT_BYTES));
   }
 
   get pool(): TenantPool | null {

@@ -1,4 +1,4 @@
-// Fuse.umount2 and Fuse.nofile (src/fuse/addon.ts over native/src/calls.c): the
+// Fuse.umount2 and Fuse.nofile (src/fuse/addon.ts over native/src/sys/calls.c): the
 // daemon unmounts without a child process and without a descriptor, and sets
 // its own RLIMIT_NOFILE. Each case runs in a child node process: the limits
 // it changes are that process's own.

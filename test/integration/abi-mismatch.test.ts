@@ -44,9 +44,9 @@ describe('a daemon and an addon built from other sources', () => {
   });
 
   it('a build whose slots differ, or one from before the ABI existed, is refused the same way', async () => {
-    const moved = await serve(tree('moved', 'binding.ABI = Object.assign({}, binding.ABI, { ACCT_CREDIT: 7 })'));
+    const moved = await serve(tree('moved', 'binding.ABI = Object.assign({}, binding.ABI, { ACCT_CREDIT_BYTES: 7 })'));
     expect(moved.code).toBe(4);
-    expect(moved.stderr + moved.stdout).toMatch(/ACCT_CREDIT is 7 in the addon, 3 here/);
+    expect(moved.stderr + moved.stdout).toMatch(/ACCT_CREDIT_BYTES is 7 in the addon, 3 here/);
     const none = await serve(tree('none', 'delete binding.ABI'));
     expect(none.code).toBe(4);
     expect(none.stderr + none.stdout).toMatch(/the addon exports no ABI/);

@@ -1,4 +1,4 @@
-// The native getattr/lookup fast path (native/src/fastpath_attr.c, src/fuse/fastpath.ts)
+// The native getattr/lookup fast path (native/src/fastpath/fastpath_attr.c, src/fuse/fastpath.ts)
 // must change time, never behaviour. A random tree per profile is lstat'ed
 // path by path through a daemon with the fast path and through one without,
 // on the same backing, and every field must match.

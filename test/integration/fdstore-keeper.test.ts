@@ -8,7 +8,7 @@ import { canMount, runAsync, skipReason, startDaemon, type RunningDaemon } from 
 
 /**
  * systemd's fd store as the keeper (src/holder/fdstore.ts,
- * native/src/session/sdstore.c), at its edges, with the fake store of
+ * native/src/handover/sdstore.c), at its edges, with the fake store of
  * fdstore.test.ts (fixtures/fdstore.py) in systemd's place:
  * - NOTIFY_SOCKET as systemd sets it for a service, an abstract name
  *   ('@/org/freedesktop/systemd1/notify/…'): the daemon stores its session

@@ -61,7 +61,7 @@ describe('the native ABI', () => {
     expect(abiMismatches({ ...ABI })).toEqual([]);
     expect(abiMismatches(undefined)).toEqual(['the addon exports no ABI (built before it had one)']);
     expect(abiMismatches({ ...ABI, VERSION: ABI.VERSION - 1 })).toEqual([`ABI version ${ABI.VERSION - 1}, this daemon needs ${ABI.VERSION}`]);
-    expect(abiMismatches({ ...ABI, ACCT_CREDIT: 9 })).toEqual([`ACCT_CREDIT is 9 in the addon, ${ABI.ACCT_CREDIT} here`]);
+    expect(abiMismatches({ ...ABI, ACCT_CREDIT_BYTES: 9 })).toEqual([`ACCT_CREDIT_BYTES is 9 in the addon, ${ABI.ACCT_CREDIT_BYTES} here`]);
     const { REC_CREATED: _gone, ...missing } = ABI;
     expect(abiMismatches(missing)).toEqual([`REC_CREATED is undefined in the addon, ${ABI.REC_CREATED} here`]);
     expect(abiMismatches({ ...ABI, NEW_THING: 1 })).toEqual(['NEW_THING is in the addon only']);
@@ -72,7 +72,7 @@ describe('the native ABI', () => {
     const files = sources('native/src', /\.[ch]$/)
       .map((f) => f.slice('native/src/'.length))
       .filter((f) => f !== 'abi.h');
-    expect(files).toEqual(expect.arrayContaining(['fastpath_state.c', 'session/ops_files.c', 'addon.c']));
+    expect(files).toEqual(expect.arrayContaining(['fastpath/fastpath_state.c', 'session/ops_files.c', 'addon.c']));
     for (const file of files) {
       const text = readFileSync(join(ROOT, 'native/src', file), 'utf8');
       for (const n of names) expect(text, `${file} defines ${n} itself`).not.toMatch(new RegExp(`#define \\w*_${n}\\b`));

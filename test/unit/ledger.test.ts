@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { HomesError } from '../../src/errors.js';
-import { ACCT_CREDIT, ACCT_GROWN, ACCT_LEN, ACCT_MAXFILE, ACCT_REFUND, ACCT_RELEASED_BYTES, ACCT_RELEASED_INODES, effectiveSoft, Ledger, TenantPool, type Limits, type SoftCrossing, type Undo } from '../../src/policy/ledger.js';
+import { ACCT_CREDIT_BYTES, ACCT_GROWN, ACCT_LEN, ACCT_MAXFILE, ACCT_REFUND, ACCT_RELEASED_BYTES, ACCT_RELEASED_INODES, effectiveSoft, Ledger, TenantPool, type Limits, type SoftCrossing, type Undo } from '../../src/policy/ledger.js';
 
 const OFF: Limits = { maxHomeBytes: 0, maxInodes: 0, maxFileBytes: 0 };
 
@@ -520,11 +520,11 @@ describe('Ledger: inodes reserved for creates made outside JavaScript (the nativ
 
 describe('Ledger: byte credit for writes decided outside JavaScript (the native write decision)', () => {
   const limits: Limits = { maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0 };
-  /** What the binding does for a write it decides (fastpath_write.c homesfs_fastpath_wl_begin/end): take growth from credit, or ask JS. */
+  /** What the binding does for a write it decides (fastpath_write.c hs_fastpath_wl_begin/end): take growth from credit, or ask JS. */
   const nativeGrow = (p: BigInt64Array, growth: number, landed = growth): boolean => {
-    const c = Atomics.load(p, ACCT_CREDIT);
+    const c = Atomics.load(p, ACCT_CREDIT_BYTES);
     if (c < BigInt(growth)) return false;
-    Atomics.sub(p, ACCT_CREDIT, BigInt(growth));
+    Atomics.sub(p, ACCT_CREDIT_BYTES, BigInt(growth));
     Atomics.add(p, ACCT_GROWN, BigInt(landed));
     if (landed < growth) Atomics.add(p, ACCT_REFUND, BigInt(growth - landed));
     return true;
@@ -581,7 +581,7 @@ describe('Ledger: byte credit for writes decided outside JavaScript (the native 
     const l = new Ledger(limits, { bytes: 0, inodes: 0 }, null, p);
     l.reserveBytes(600);
     // taken from the credit, not reported yet (the pwrite is running)
-    Atomics.sub(p, ACCT_CREDIT, 600n);
+    Atomics.sub(p, ACCT_CREDIT_BYTES, 600n);
     let err: unknown;
     try {
       l.resize(0, 500);
@@ -601,11 +601,11 @@ describe('Ledger: byte credit for writes decided outside JavaScript (the native 
     expect(p[ACCT_MAXFILE]).toBe(77n);
     l.reserveBytes(300);
     l.setLimits({ ...limits, maxFileBytes: 5 });
-    expect([p[ACCT_MAXFILE], p[ACCT_CREDIT], BigInt(l.reservedBytes)]).toEqual([5n, 0n, 0n]);
+    expect([p[ACCT_MAXFILE], p[ACCT_CREDIT_BYTES], BigInt(l.reservedBytes)]).toEqual([5n, 0n, 0n]);
     l.reserveBytes(300);
     nativeGrow(p, 100);
     l.detach();
-    expect([p[ACCT_CREDIT], pool.bytes]).toEqual([0n, 0]);
+    expect([p[ACCT_CREDIT_BYTES], pool.bytes]).toEqual([0n, 0]);
   });
 
   it('model: with credit granted, used natively and taken back in any order, every JS check answers as the plain ledger does', () => {
@@ -766,7 +766,7 @@ describe('Ledger: soft limits', () => {
     const pending = new BigInt64Array(ACCT_LEN);
     const { l, heard } = watched({ maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 100 }, { bytes: 90, inodes: 0 }, pending);
     l.reserveBytes(50);
-    Atomics.sub(pending, ACCT_CREDIT, 20n);
+    Atomics.sub(pending, ACCT_CREDIT_BYTES, 20n);
     Atomics.add(pending, ACCT_GROWN, 20n);
     expect(l.soft().bytes.over).toBe(true);
     expect(heard).toEqual([{ what: 'bytes', used: 110, soft: 100, hard: 1000 }]);

@@ -5,7 +5,7 @@ import { loadFuse } from '../../src/fuse/binding.js';
 import { nativeRemovals } from '../../src/fuse/native-claims.js';
 
 /**
- * The claim on an inode's last names (fs/removal-claims.ts, native/src/removals.c):
+ * The claim on an inode's last names (fs/removal-claims.ts, native/src/fastpath/claims.c):
  * of the removers registered on an inode, the first to leave having seen
  * nlink 0 settles it, once per registration epoch; the entry goes with the
  * last registrant. The binding's table and JS's own must decide alike.

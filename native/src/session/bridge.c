@@ -1,84 +1,18 @@
-// Requests handed to JavaScript and its answers (see bridge.h).
+// Requests handed to JavaScript: the queue the session's workers post to
+// (see bridge.h; the JavaScript side is bridge_napi.c).
 //
-// Invariants: the queue (q_head/q_tail, q_len) is guarded by q_mu, held only
-// to link or take calls. The table of calls JavaScript holds (slots) belongs
-// to the JavaScript thread alone: it is filled when a call is dispatched and
-// emptied by reply(), both on that thread. An id names a slot and the
-// generation it was filled in, so an answer given twice, or for a call that
-// is gone, finds nothing and is refused (a TypeError in JavaScript), never
-// another request.
+// Invariants: the queue (q_head/q_tail) is guarded by q_mu, held only to link
+// or take calls; the counts are atomics.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-#include <uv.h>
-#include <napi-macros.h>
 
-#include "../abi.h"
-#include "bridge.h"
+#include "session/bridge.h"
 
-#define SLOT_BITS 22
-#define SLOT_MAX (1u << SLOT_BITS)
-
-static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;  // a leaf: the queue only
 static hs_call_t *q_head, *q_tail;
 static uint64_t q_posted, q_answered;   // atomics
-
-static napi_env b_env;
-static napi_ref b_dispatch;
-static uv_async_t b_async;
-static int b_started;
-
-typedef struct {
-  hs_call_t *call;
-  uint32_t gen;
-  uint32_t next_free;
-} slot_t;
-static slot_t *slots;
-static uint32_t n_slots, free_slot = UINT32_MAX;
-
-static int slot_take (hs_call_t *c, double *id) {
-  uint32_t i;
-  if (free_slot != UINT32_MAX) {
-    i = free_slot;
-    free_slot = slots[i].next_free;
-  } else {
-    if (n_slots == SLOT_MAX) return -ENOMEM;
-    uint32_t ncap = n_slots == 0 ? 256 : n_slots * 2;
-    if (ncap > SLOT_MAX) ncap = SLOT_MAX;
-    // Grown only here, on the JavaScript thread: no one else reads it.
-    slot_t *ns = realloc(slots, ncap * sizeof(*ns));
-    if (ns == NULL) return -ENOMEM;
-    memset(ns + n_slots, 0, (ncap - n_slots) * sizeof(*ns));
-    slots = ns;
-    for (uint32_t k = ncap - 1; k > n_slots; k--) {
-      slots[k].next_free = free_slot;
-      free_slot = k;
-    }
-    i = n_slots;
-    n_slots = ncap;
-  }
-  slots[i].call = c;
-  slots[i].gen++;
-  *id = (double) slots[i].gen * (double) SLOT_MAX + (double) i;
-  return 0;
-}
-
-static hs_call_t *slot_give (double id) {
-  if (!(id >= 0) || id > (double) HOMESFS_MAX_SAFE_INTEGER) return NULL;
-  uint64_t v = (uint64_t) id;
-  uint32_t i = (uint32_t) (v % SLOT_MAX);
-  uint64_t gen = v / SLOT_MAX;
-  if (i >= n_slots || slots[i].call == NULL || slots[i].gen != gen) return NULL;
-  hs_call_t *c = slots[i].call;
-  slots[i].call = NULL;
-  slots[i].next_free = free_slot;
-  free_slot = i;
-  return c;
-}
 
 void hs_bridge_post (hs_call_t *c) {
   c->qnext = NULL;
@@ -88,123 +22,21 @@ void hs_bridge_post (hs_call_t *c) {
   else q_head = c;
   q_tail = c;
   pthread_mutex_unlock(&q_mu);
-  uv_async_send(&b_async);
-}
-
-// JavaScript threw, or could not be called: the request gets EIO, never silence.
-static void fail_call (napi_env env, hs_call_t *c, double id) {
-  if (slot_give(id) == c) {
-    __atomic_add_fetch(&q_answered, 1, __ATOMIC_RELAXED);
-    c->done(env, c, -EIO, NULL, 0);
-  }
-}
-
-static void dispatch_one (napi_env env, napi_value fn, napi_value global, hs_call_t *c) {
-  double id = 0;
-  if (slot_take(c, &id) != 0) {
-    __atomic_add_fetch(&q_answered, 1, __ATOMIC_RELAXED);
-    c->done(env, c, -ENOMEM, NULL, 0);
-    return;
-  }
-  napi_value argv[5 + HS_CALL_ARGS];
-  napi_create_uint32(env, c->op, &argv[0]);
-  napi_create_double(env, id, &argv[1]);
-  napi_create_uint32(env, c->uid, &argv[2]);
-  napi_create_uint32(env, c->gid, &argv[3]);
-  napi_create_uint32(env, c->pid, &argv[4]);
-  size_t argc = 5 + c->args(env, c, argv + 5);
-  // The call may be answered, and freed, inside: it is not touched after this.
-  napi_status st = napi_make_callback(env, NULL, global, fn, argc, argv, NULL);
-  if (st != napi_ok) {
-    bool pending = false;
-    if (napi_is_exception_pending(env, &pending) == napi_ok && pending) {
-      napi_value ex;
-      napi_get_and_clear_last_exception(env, &ex);
-    }
-    fail_call(env, c, id);
-  }
-}
-
-static void drain (uv_async_t *h) {
-  (void) h;
-  napi_env env = b_env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
-  napi_value fn, global;
-  napi_get_reference_value(env, b_dispatch, &fn);
-  napi_get_global(env, &global);
-  for (;;) {
-    pthread_mutex_lock(&q_mu);
-    hs_call_t *c = q_head;
-    q_head = q_tail = NULL;
-    pthread_mutex_unlock(&q_mu);
-    if (c == NULL) break;
-    while (c != NULL) {
-      hs_call_t *next = c->qnext;
-      napi_handle_scope inner;
-      napi_open_handle_scope(env, &inner);
-      dispatch_one(env, fn, global, c);
-      napi_close_handle_scope(env, inner);
-      c = next;
-    }
-  }
-  napi_close_handle_scope(env, scope);
-}
-
-int hs_bridge_start (napi_env env, napi_value dispatch) {
-  if (b_started) return -EEXIST;
-  if (napi_create_reference(env, dispatch, 1, &b_dispatch) != napi_ok) return -EINVAL;
-  uv_loop_t *loop = NULL;
-  if (napi_get_uv_event_loop(env, &loop) != napi_ok || uv_async_init(loop, &b_async, drain) != 0) return -EIO;
-  // A mounted session keeps the process alive, as a server socket does, until hs_bridge_unref.
-  b_env = env;
-  b_started = 1;
-  return 0;
-}
-
-void hs_bridge_unref (void) {
-  if (b_started) uv_unref((uv_handle_t *) &b_async);
-}
-
-size_t hs_bridge_stop (void) {
-  size_t held = 0;
-  for (uint32_t i = 0; i < n_slots; i++) held += slots[i].call != NULL;
-  return held;
+  hs_bridge_wake();
 }
 
 uint64_t hs_bridge_pending (void) {
   return __atomic_load_n(&q_posted, __ATOMIC_RELAXED) - __atomic_load_n(&q_answered, __ATOMIC_RELAXED);
 }
 
-// reply(id, res, ...values): the daemon's answer to a call.
-NAPI_METHOD(hs_session_reply) {
-  size_t argc = 2 + HS_CALL_ARGS;
-  napi_value argv[2 + HS_CALL_ARGS];
-  NAPI_STATUS_THROWS(napi_get_cb_info(env, info, &argc, argv, NULL, NULL))
-  double id = -1;
-  int32_t res = 0;
-  if (argc < 2 || napi_get_value_double(env, argv[0], &id) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "reply(id, res, ...values)");
-    return NULL;
-  }
-  if (napi_get_value_int32(env, argv[1], &res) != napi_ok) res = -EIO;
-  hs_call_t *c = slot_give(id);
-  if (c == NULL) {
-    napi_throw_type_error(env, "ENOENT", "reply: no such call (answered twice?)");
-    return NULL;
-  }
+hs_call_t *hs_bridge_take (void) {
+  pthread_mutex_lock(&q_mu);
+  hs_call_t *c = q_head;
+  q_head = q_tail = NULL;
+  pthread_mutex_unlock(&q_mu);
+  return c;
+}
+
+void hs_bridge_answered (void) {
   __atomic_add_fetch(&q_answered, 1, __ATOMIC_RELAXED);
-  c->done(env, c, res, argv + 2, argc - 2);
-  return NULL;
-}
-
-// unref(): the session no longer keeps the process alive (the daemon unmounted it).
-NAPI_METHOD(hs_session_unref) {
-  hs_bridge_unref();
-  return NULL;
-}
-
-void hs_bridge_export (napi_env env, napi_value exports) {
-  NAPI_EXPORT_FUNCTION(hs_session_reply)
-  NAPI_EXPORT_FUNCTION(hs_session_unref)
 }

@@ -39,6 +39,11 @@ void hs_bridge_post (hs_call_t *c);
 size_t hs_bridge_stop (void);
 // Calls posted and not answered yet (for status).
 uint64_t hs_bridge_pending (void);
+// Between bridge.c's queue and bridge_napi.c: the JS thread takes the queue
+// whole and counts each answer; a post wakes it (any thread).
+hs_call_t *hs_bridge_take (void);
+void hs_bridge_answered (void);
+void hs_bridge_wake (void);
 
 void hs_bridge_export (napi_env env, napi_value exports);
 #endif

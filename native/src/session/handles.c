@@ -25,8 +25,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "handles.h"
-#include "nodes.h"
+#include "session/handles.h"
+#include "session/nodes.h"
 
 #ifndef FUSE_UNIQUE_RESEND
 #define FUSE_UNIQUE_RESEND (1ULL << 63)

@@ -40,10 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../channel.h"
-#include "../lead.h"
-#include "handles.h"
-#include "loop.h"
+#include "session/channel.h"
+#include "session/lead.h"
+#include "session/handles.h"
+#include "session/loop.h"
 
 #define HS_MAX_WORKERS 64
 #define HS_MAX_IDLE 8
@@ -154,8 +154,8 @@ static void end_loop (void) {
   __atomic_store_n(&w_state, HS_LOOP_ENDED, __ATOMIC_SEQ_CST);
   pthread_cond_broadcast(&w_cond);
   pthread_mutex_unlock(&w_mu);
-  homesfs_lead_release();
-  homesfs_chan_stop(1);
+  hs_lead_release();
+  hs_chan_stop(1);
   hs_loop_kick();
   pthread_mutex_lock(&w_mu);
 }
@@ -237,7 +237,7 @@ void hs_loop_pause (void) {
   pthread_mutex_lock(&w_mu);
   __atomic_store_n(&w_pause, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&w_mu);
-  homesfs_chan_stop(1);
+  hs_chan_stop(1);
   hs_loop_kick();
 }
 
@@ -257,7 +257,7 @@ int hs_loop_paused (void) {
 }
 
 void hs_loop_resume (void) {
-  homesfs_chan_stop(0);
+  hs_chan_stop(0);
   pthread_mutex_lock(&w_mu);
   __atomic_store_n(&w_pause, 0, __ATOMIC_SEQ_CST);
   pthread_cond_broadcast(&w_cond);

@@ -11,33 +11,12 @@
 #include <sys/types.h>
 #include <string.h>
 
-#include "../abi.h"
-#include "marshal.h"
+#include "abi.h"
+#include "session/marshal.h"
 
-napi_value hs_js_str (napi_env env, const char *s) {
-  napi_value v;
-  if (s == NULL) napi_get_null(env, &v);
-  else napi_create_string_utf8(env, s, NAPI_AUTO_LENGTH, &v);
-  return v;
-}
 
-napi_value hs_js_u32 (napi_env env, uint32_t u) {
-  napi_value v;
-  napi_create_uint32(env, u, &v);
-  return v;
-}
 
-napi_value hs_js_num (napi_env env, double d) {
-  napi_value v;
-  napi_create_double(env, d, &v);
-  return v;
-}
 
-napi_value hs_js_bool (napi_env env, int b) {
-  napi_value v;
-  napi_get_boolean(env, b != 0, &v);
-  return v;
-}
 
 napi_value hs_js_time (napi_env env, const struct timespec *ts) {
   napi_value out, v;
@@ -109,17 +88,4 @@ int hs_statvfs_from_js (napi_env env, napi_value v, struct statvfs *sv) {
   return 0;
 }
 
-const char *hs_bytes_from_js (napi_env env, napi_value v, size_t *len) {
-  bool is_ta = false;
-  void *data = NULL;
-  *len = 0;
-  if (v == NULL || napi_is_typedarray(env, v, &is_ta) != napi_ok || !is_ta) return NULL;
-  if (napi_get_buffer_info(env, v, &data, len) != napi_ok) return NULL;
-  return (const char *) data;
-}
 
-uint32_t hs_u32_from_js (napi_env env, const napi_value *values, size_t n, size_t i, uint32_t dflt) {
-  uint32_t u = dflt;
-  if (i < n && napi_get_value_uint32(env, values[i], &u) != napi_ok) u = dflt;
-  return u;
-}

@@ -21,9 +21,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../abi.h"
-#include "../hidden_name.h"
-#include "nodes_internal.h"
+#include "abi.h"
+#include "session/hidden_name.h"
+#include "session/nodes_internal.h"
 
 hs_nt_t hs_nt = { .mu = PTHREAD_MUTEX_INITIALIZER, .next_id = HS_ROOT_ID + 1 };
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "nodes.h"
+#include "session/nodes.h"
 
 #pragma GCC visibility push(hidden)
 

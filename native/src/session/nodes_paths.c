@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nodes_internal.h"
+#include "session/nodes_internal.h"
 
 #define HS_WRITE (-1)
 #define HS_WAIT INT_MIN

@@ -28,7 +28,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "nodes_internal.h"
+#include "session/nodes_internal.h"
 
 #define EFF_BUCKETS 256
 static nt_eff_t *eff_tab[EFF_BUCKETS];

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nodes_internal.h"
+#include "session/nodes_internal.h"
 
 static uint64_t walk_gen = 0;   // hs_nodes_below's walks
 

@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <fuse_lowlevel.h>
 
-#include "../abi.h"
-#include "bridge.h"
-#include "marshal.h"
-#include "nodes.h"
+#include "abi.h"
+#include "session/bridge.h"
+#include "session/marshal.h"
+#include "session/nodes.h"
 
 // How the kernel may cache what the session answers (set at mount).
 typedef struct {
@@ -122,7 +122,7 @@ void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 void hs_ll_releasedir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void hs_ll_fsyncdir (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 
-// Open directories as bytes for a successor (ops_dirs.c): 0 or -errno.
+// Open directories as bytes for a successor (handover/dirs_handover.c): 0 or -errno.
 int hs_dirs_export (char **out, size_t *len);
 int hs_dirs_import (const char *buf, size_t len);
 // Every open directory forgotten (an adoption that failed, tests).

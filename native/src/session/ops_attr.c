@@ -12,24 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fastpath.h"
-#include "ops.h"
+#include "fastpath/fastpath.h"
+#include "session/ops.h"
+#include "session/ops_steps.h"
 
 // ---- requests that only need a path and answer an errno ------------------------------
-
-static size_t path_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->path);
-  switch (op->call.op) {
-    case HOMESFS_OP_ACCESS: argv[1] = hs_js_u32(env, op->mask); return 2;
-    default: return 1;
-  }
-}
-
-static void errno_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) values; (void) n;
-  op_reply_err((hs_op_t *) c, res > 0 ? 0 : res);
-}
 
 // ---- LOOKUP, FORGET ---------------------------------------------------------------
 
@@ -67,7 +54,7 @@ void hs_ll_getattr (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   if (fi != NULL) {
     // fstat: a handle needs no name (a file unlinked while open has none).
     struct stat st;
-    if (homesfs_fastpath_fgetattr(fi->fh, &st) == 0) return op_reply_attr(op, &st);
+    if (hs_fastpath_fgetattr(fi->fh, &st) == 0) return op_reply_attr(op, &st);
     if (op_lock_nullok(op, op->node) != 0) return;
     return op_fgetattr(op, op->path, fi->fh, attr_then);
   }
@@ -77,60 +64,25 @@ void hs_ll_getattr (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
 
 // ---- SETATTR: chmod, chown, truncate, utimens in libfuse's order, then getattr --------
 
-static void setattr_next (hs_op_t *op);
-
-static size_t setattr_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->path);
-  switch (op->call.op) {
-    case HOMESFS_OP_CHMOD:
-      argv[1] = hs_js_u32(env, op->mode);
-      return 2;
-    case HOMESFS_OP_CHOWN:
-      argv[1] = hs_js_u32(env, op->uid);
-      argv[2] = hs_js_u32(env, op->gid);
-      return 3;
-    case HOMESFS_OP_TRUNCATE:
-      argv[1] = hs_js_num(env, (double) op->size);
-      return 2;
-    case HOMESFS_OP_FTRUNCATE:
-      argv[1] = hs_js_num(env, (double) op->fi.fh);
-      argv[2] = hs_js_num(env, (double) op->size);
-      return 3;
-    default: { // UTIMENS
-      argv[1] = hs_js_time(env, &op->attr.st_atim);
-      argv[2] = hs_js_time(env, &op->attr.st_mtim);
-      return 3;
-    }
-  }
-}
-
-static void setattr_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) values; (void) n;
-  hs_op_t *op = (hs_op_t *) c;
-  if (res < 0) return op_reply_err(op, res);
-  setattr_next(op);
-}
-
 static void setattr_js (hs_op_t *op, uint32_t jsop) {
   op->call.op = jsop;
-  op_js(op, setattr_args, setattr_done);
+  op_js(op, ops_setattr_args, ops_setattr_done);
 }
 
-static void setattr_next (hs_op_t *op) {
+void ops_setattr_next (hs_op_t *op) {
   int set = op->to_set;
   if (op->path == NULL && (set & ~FUSE_SET_ATTR_SIZE) != 0) return op_reply_err(op, -ENOENT);
   if (set & FUSE_SET_ATTR_MODE) {
     op->to_set &= ~FUSE_SET_ATTR_MODE;
     op->mode = op->attr.st_mode;
-    if (homesfs_fastpath_chmod(op->path, op->mode) == 0) return setattr_next(op);
+    if (hs_fastpath_chmod(op->path, op->mode) == 0) return ops_setattr_next(op);
     return setattr_js(op, HOMESFS_OP_CHMOD);
   }
   if (set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
     op->to_set &= ~(FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID);
     op->uid = (set & FUSE_SET_ATTR_UID) ? (uint32_t) op->attr.st_uid : (uint32_t) -1;
     op->gid = (set & FUSE_SET_ATTR_GID) ? (uint32_t) op->attr.st_gid : (uint32_t) -1;
-    if (homesfs_fastpath_chown(op->path, op->uid, op->gid) == 0) return setattr_next(op);
+    if (hs_fastpath_chown(op->path, op->uid, op->gid) == 0) return ops_setattr_next(op);
     return setattr_js(op, HOMESFS_OP_CHOWN);
   }
   if (set & FUSE_SET_ATTR_SIZE) {
@@ -146,7 +98,7 @@ static void setattr_next (hs_op_t *op) {
     if (set & FUSE_SET_ATTR_MTIME_NOW) m->tv_nsec = UTIME_NOW;
     else if (!(set & FUSE_SET_ATTR_MTIME)) m->tv_nsec = UTIME_OMIT;
     const struct timespec tv[2] = { *a, *m };
-    if (homesfs_fastpath_utimens(op->path, tv) == 0) return setattr_next(op);
+    if (hs_fastpath_utimens(op->path, tv) == 0) return ops_setattr_next(op);
     return setattr_js(op, HOMESFS_OP_UTIMENS);
   }
   if (op->has_fi) return op_fgetattr(op, op->path, op->fi.fh, attr_then);
@@ -169,7 +121,7 @@ void hs_ll_setattr (fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_se
   } else if (op_lock(op, op->node, NULL, 0) != 0) {
     return;
   }
-  setattr_next(op);
+  ops_setattr_next(op);
 }
 
 // ---- ACCESS, READLINK, STATFS ---------------------------------------------------------
@@ -180,17 +132,7 @@ void hs_ll_access (fuse_req_t req, fuse_ino_t ino, int mask) {
   if ((op->node = op_node(op, ino)) == NULL) return;
   if (op_lock(op, op->node, NULL, 0) != 0) return;
   op->mask = (uint32_t) mask;
-  op_js(op, path_args, errno_done);
-}
-
-static void readlink_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  if (res < 0) return op_reply_err(op, res);
-  char target[PATH_MAX + 1];
-  size_t len = 0;
-  if (n < 1 || napi_get_value_string_utf8(env, values[0], target, sizeof(target), &len) != napi_ok) return op_reply_err(op, -EIO);
-  fuse_reply_readlink(op->req, target);
-  op_finish(op);
+  op_js(op, ops_path_args, ops_errno_done);
 }
 
 void hs_ll_readlink (fuse_req_t req, fuse_ino_t ino) {
@@ -198,16 +140,7 @@ void hs_ll_readlink (fuse_req_t req, fuse_ino_t ino) {
   if (op == NULL) return;
   if ((op->node = op_node(op, ino)) == NULL) return;
   if (op_lock(op, op->node, NULL, 0) != 0) return;
-  op_js(op, path_args, readlink_done);
-}
-
-static void statfs_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  struct statvfs sv;
-  if (res == 0) res = n >= 1 ? hs_statvfs_from_js(env, values[0], &sv) : -EIO;
-  if (res < 0) return op_reply_err(op, res);
-  fuse_reply_statfs(op->req, &sv);
-  op_finish(op);
+  op_js(op, ops_path_args, ops_readlink_done);
 }
 
 void hs_ll_statfs (fuse_req_t req, fuse_ino_t ino) {
@@ -215,5 +148,5 @@ void hs_ll_statfs (fuse_req_t req, fuse_ino_t ino) {
   if (op == NULL) return;
   if ((op->node = op_node(op, ino)) == NULL) return;
   if (op_lock(op, op->node, NULL, 0) != 0) return;
-  op_js(op, path_args, statfs_done);
+  op_js(op, ops_path_args, ops_statfs_done);
 }

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../fastpath.h"
-#include "../utf8.h"
-#include "handles.h"
-#include "ops.h"
+#include "fastpath/fastpath.h"
+#include "sys/utf8.h"
+#include "session/handles.h"
+#include "session/ops.h"
+#include "session/ops_steps.h"
 
 hs_conf_t hs_conf = { 1.0, 1.0, 0.0, 0, 0 };
 
@@ -139,7 +140,7 @@ int op_lock_nullok (hs_op_t *op, hs_node_t *n) {
 }
 
 int op_name_ok (hs_op_t *op, const char *name) {
-  if (homesfs_utf8_valid(name)) return 0;
+  if (hs_utf8_valid(name)) return 0;
   op_reply_err(op, -EILSEQ);
   return -1;
 }
@@ -152,36 +153,18 @@ void op_js (hs_op_t *op, hs_call_args_fn args, hs_call_done_fn done) {
 
 // ---- getattr steps ------------------------------------------------------------------
 
-static size_t getattr_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->spath);
-  if (op->call.op == HOMESFS_OP_GETATTR) return 1;
-  argv[1] = hs_js_num(env, (double) op->fh);
-  return 2;
-}
-
-// values: the stat, then (optional) true when its attributes are volatile.
-static void getattr_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  struct stat st;
-  if (res == 0) res = n >= 1 ? hs_stat_from_js(env, values[0], &st) : -EIO;
-  bool vol = false;
-  op->attr_volatile = res == 0 && n >= 2 && napi_get_value_bool(env, values[1], &vol) == napi_ok && vol;
-  op->then(op, res > 0 ? -EIO : res, &st);
-}
-
 static void getattr_js (hs_op_t *op, uint32_t jsop, const char *path) {
   free(op->spath);
   op->spath = path != NULL ? strdup(path) : NULL;
   if (path != NULL && op->spath == NULL) return op->then(op, -ENOMEM, NULL);
   op->call.op = jsop;
-  op_js(op, getattr_args, getattr_done);
+  op_js(op, ops_getattr_args, ops_getattr_done);
 }
 
 void op_getattr_path (hs_op_t *op, const char *path, op_stat_then then) {
   struct stat st;
   op->then = then;
-  int fp = homesfs_fastpath_getattr(path, &st);
+  int fp = hs_fastpath_getattr(path, &st);
   if (fp != HOMESFS_FASTPATH_FALLBACK) return then(op, fp, &st);
   getattr_js(op, HOMESFS_OP_GETATTR, path);
 }
@@ -190,6 +173,6 @@ void op_fgetattr (hs_op_t *op, const char *path, uint64_t fh, op_stat_then then)
   struct stat st;
   op->then = then;
   op->fh = fh;
-  if (homesfs_fastpath_fgetattr(fh, &st) == 0) return then(op, 0, &st);
+  if (hs_fastpath_fgetattr(fh, &st) == 0) return then(op, 0, &st);
   getattr_js(op, HOMESFS_OP_FGETATTR, path);
 }

@@ -25,50 +25,26 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../dirhandles.h"
-#include "../fastpath.h"
-#include "../utf8.h"
-#include "handles.h"
-#include "ops.h"
+#include "fastpath/dirhandles.h"
+#include "fastpath/fastpath.h"
+#include "sys/utf8.h"
+#include "session/handles.h"
+#include "session/dirs.h"
+#include "session/ops.h"
+#include "session/ops_steps.h"
 
-// libfuse's inode number for an entry it knows nothing of (fuse.h's FUSE_UNKNOWN_INO).
-#define UNKNOWN_INO 0xffffffffu
-
-typedef struct {
-  pthread_mutex_t mu;
-  uint32_t uid;          // who opened it, and where: counted again after a handover
-  char *path;
-  uint64_t count_fh;     // dirhandles.c's token, 0: none
-  char *contents;        // a whole listing, as direntries
-  size_t len, size;
-  int filled;
-} hs_dh_t;
-
-static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st);
-
-// Fills one READDIR reply from an offset on (entries with their own offsets),
-// or, for entries given with offset 0 (libfuse's "the whole listing"), the
-// directory handle's listing, from which replies are then cut.
-typedef struct {
-  fuse_req_t req;
-  char *out;
-  size_t len, size;
-  hs_dh_t *dh;
-  int whole;
-} fill_t;
-
-static int fill (void *ctx, const char *name, const struct stat *st, off_t off) {
-  fill_t *f = ctx;
+int ops_dir_fill (void *ctx, const char *name, const struct stat *st, off_t off) {
+  ops_dir_fill_t *f = ctx;
   struct stat unknown;
   if (st == NULL) {
     memset(&unknown, 0, sizeof(unknown));
-    unknown.st_ino = UNKNOWN_INO;
+    unknown.st_ino = HS_UNKNOWN_INO;
     st = &unknown;
   }
   if (off == 0) {
     if (!f->whole) f->dh->len = 0;
     f->whole = 1;
-    return append(f->dh, f->req, name, st) != 0;
+    return ops_dir_append(f->dh, f->req, name, st) != 0;
   }
   size_t need = fuse_add_direntry(f->req, NULL, 0, name, NULL, 0);
   if (need > f->size - f->len) return 1;
@@ -78,7 +54,7 @@ static int fill (void *ctx, const char *name, const struct stat *st, off_t off) 
 }
 
 // Appends an entry to a whole listing (its offset: where the next one starts).
-static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st) {
+int ops_dir_append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct stat *st) {
   size_t need = fuse_add_direntry(req, NULL, 0, name, NULL, 0);
   if (dh->len + need > dh->size) {
     size_t nsize = dh->size == 0 ? 4096 : dh->size;
@@ -94,7 +70,7 @@ static int append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct s
 }
 
 // Under dh->mu: the part of a whole listing from the request's offset; unlocks.
-static void reply_slice (hs_op_t *op, hs_dh_t *dh) {
+void ops_dir_reply_slice (hs_op_t *op, hs_dh_t *dh) {
   size_t off = (size_t) op->offset, size = op->len;
   if (off >= dh->len) size = 0;
   else if (off + size > dh->len) size = dh->len - off;
@@ -104,7 +80,7 @@ static void reply_slice (hs_op_t *op, hs_dh_t *dh) {
 }
 
 // Under dh->mu: answers err and unlocks.
-static void reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err) {
+void ops_dir_reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err) {
   pthread_mutex_unlock(&dh->mu);
   op_reply_err(op, err);
 }
@@ -113,12 +89,12 @@ static void reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err) {
 // The kernel's fh is an index here (plus one), not a pointer, so a successor
 // can be handed the records under the same numbers (lock order: see the top).
 
-static pthread_mutex_t dt_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t dt_mu = PTHREAD_MUTEX_INITIALIZER;  // the table; before a record's mu
 static hs_dh_t **dt;
 static uint64_t dt_cap, dt_used, dt_next;
 
 // The record under a new number, or 0 (no memory).
-static uint64_t dt_put (hs_dh_t *dh, uint64_t want) {
+uint64_t hs_dt_put (hs_dh_t *dh, uint64_t want) {
   pthread_mutex_lock(&dt_mu);
   uint64_t id = 0;
   if (want != 0 && want > dt_cap) {
@@ -157,7 +133,7 @@ static uint64_t dt_put (hs_dh_t *dh, uint64_t want) {
   return id;
 }
 
-static hs_dh_t *dt_get (uint64_t id, int remove) {
+hs_dh_t *hs_dt_get (uint64_t id, int remove) {
   pthread_mutex_lock(&dt_mu);
   hs_dh_t *dh = id >= 1 && id <= dt_cap ? dt[id - 1] : NULL;
   if (dh != NULL && remove) {
@@ -168,9 +144,9 @@ static hs_dh_t *dt_get (uint64_t id, int remove) {
   return dh;
 }
 
-static void dh_free (hs_dh_t *dh) {
+void hs_dh_free (hs_dh_t *dh) {
   pthread_mutex_destroy(&dh->mu);
-  if (dh->count_fh != 0) homesfs_dh_give(dh->count_fh);
+  if (dh->count_fh != 0) hs_dh_give(dh->count_fh);
   free(dh->path);
   free(dh->contents);
   free(dh);
@@ -215,7 +191,7 @@ void hs_ll_opendir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     return op_reply_err(op, -ENOMEM);
   }
   dh->uid = op->call.uid;
-  int err = homesfs_dh_take(op->call.uid, op->path, &dh->count_fh);
+  int err = hs_dh_take(op->call.uid, op->path, &dh->count_fh);
   if (err != 0) {
     free(dh->path);
     free(dh);
@@ -223,103 +199,32 @@ void hs_ll_opendir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   }
   pthread_mutex_init(&dh->mu, NULL);
   op->fi = *fi;
-  if ((op->fi.fh = dt_put(dh, 0)) == 0) {
-    dh_free(dh);
+  if ((op->fi.fh = hs_dt_put(dh, 0)) == 0) {
+    hs_dh_free(dh);
     return op_reply_err(op, -ENOMEM);
   }
-  if (reply_opendir(req, &op->fi) == -ENOENT) dh_free(dt_get(op->fi.fh, 1));
+  if (reply_opendir(req, &op->fi) == -ENOENT) hs_dh_free(hs_dt_get(op->fi.fh, 1));
   op_finish(op);
 }
 
 void hs_ll_releasedir (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   (void) ino;
-  hs_dh_t *dh = dt_get(fi->fh, 1);
+  hs_dh_t *dh = hs_dt_get(fi->fh, 1);
   if (dh != NULL) {
     // A READDIR whose reply was just read may still be writing it.
     pthread_mutex_lock(&dh->mu);
     pthread_mutex_unlock(&dh->mu);
-    dh_free(dh);
+    hs_dh_free(dh);
   }
   fuse_reply_err(req, 0);
 }
 
 // ---- READDIR ------------------------------------------------------------------------
 
-static size_t readdir_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->path);
-  argv[1] = hs_js_num(env, (double) op->offset);
-  return 2;
-}
-
-// The i-th entry's stat as JavaScript gave it: a full stat, a mode alone (d_type), or nothing.
-static const struct stat *entry_stat (napi_env env, napi_value stats, uint32_t i, struct stat *st) {
-  napi_value v;
-  napi_valuetype t = napi_undefined;
-  if (stats == NULL || napi_get_element(env, stats, i, &v) != napi_ok || napi_typeof(env, v, &t) != napi_ok) return NULL;
-  if (t == napi_number) {
-    uint32_t mode = 0;
-    napi_get_value_uint32(env, v, &mode);
-    if (mode == 0) return NULL;
-    memset(st, 0, sizeof(*st));
-    st->st_mode = mode;
-    st->st_ino = UNKNOWN_INO;
-    return st;
-  }
-  return t == napi_object && hs_stat_from_js(env, v, st) == 0 ? st : NULL;
-}
-
-static uint32_t array_len (napi_env env, napi_value v) {
-  bool is = false;
-  uint32_t n = 0;
-  if (v != NULL && napi_is_array(env, v, &is) == napi_ok && is) napi_get_array_length(env, v, &n);
-  return n;
-}
-
-static void readdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  hs_dh_t *dh = op->dh;
-  if (res < 0) return op_reply_err(op, res);
-  pthread_mutex_lock(&dh->mu);
-  napi_value names = n >= 1 ? values[0] : NULL, stats = n >= 2 ? values[1] : NULL, offs = n >= 3 ? values[2] : NULL;
-  uint32_t count = array_len(env, names);
-  if (array_len(env, stats) != count) stats = NULL;
-  bool streamed = false;
-  if (offs != NULL) napi_is_array(env, offs, &streamed);
-  uint32_t noffs = array_len(env, offs);
-  fill_t f = { op->req, op->data, 0, op->len, dh, 0 };
-  if (!streamed) {
-    dh->len = 0;
-    dh->filled = 1;
-  }
-  char name[1024];
-  for (uint32_t i = 0; i < count; i++) {
-    napi_value v;
-    size_t len = 0;
-    if (napi_get_element(env, names, i, &v) != napi_ok) break;
-    if (napi_get_value_string_utf8(env, v, name, sizeof(name), &len) != napi_ok) continue;
-    struct stat st;
-    const struct stat *stp = entry_stat(env, stats, i, &st);
-    if (streamed) {
-      int64_t off = 0;
-      // An entry without a usable offset would restart the listing: stop there.
-      if (i >= noffs || napi_get_element(env, offs, i, &v) != napi_ok || napi_get_value_int64(env, v, &off) != napi_ok || off <= 0) break;
-      if (fill(&f, name, stp, (off_t) off) != 0) break;
-    } else if (append(dh, op->req, name, stp != NULL ? stp : &(struct stat) { .st_ino = UNKNOWN_INO }) != 0) {
-      dh->filled = 0;
-      return reply_err_unlock(op, dh, -ENOMEM);
-    }
-  }
-  if (!streamed) return reply_slice(op, dh);
-  fuse_reply_buf(op->req, f.len > 0 ? f.out : NULL, f.len);
-  pthread_mutex_unlock(&dh->mu);
-  op_finish(op);
-}
-
 void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   hs_op_t *op = op_new(req, HOMESFS_OP_READDIR);
   if (op == NULL) return;
-  hs_dh_t *dh = dt_get(fi->fh, 0);
+  hs_dh_t *dh = hs_dt_get(fi->fh, 0);
   if (dh == NULL) return op_reply_err(op, -EBADF);
   op->dh = dh;
   op->offset = off;
@@ -327,49 +232,37 @@ void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   pthread_mutex_lock(&dh->mu);
   // SUS: a rewound listing is read again.
   if (off == 0) dh->filled = 0;
-  if (dh->filled) return reply_slice(op, dh);
-  if ((op->node = hs_node_get(ino)) == NULL) return reply_err_unlock(op, dh, -ESTALE);
+  if (dh->filled) return ops_dir_reply_slice(op, dh);
+  if ((op->node = hs_node_get(ino)) == NULL) return ops_dir_reply_err_unlock(op, dh, -ESTALE);
   int err = hs_path_lock(op->node, NULL, 0, &op->path, &op->pl);
   if (err == 0) op->locked = 1;
-  else if (err != -ENOENT) return reply_err_unlock(op, dh, err);
-  if ((op->data = malloc(size > 0 ? size : 1)) == NULL) return reply_err_unlock(op, dh, -ENOMEM);
-  fill_t f = { req, op->data, 0, size, dh, 0 };
+  else if (err != -ENOENT) return ops_dir_reply_err_unlock(op, dh, err);
+  if ((op->data = malloc(size > 0 ? size : 1)) == NULL) return ops_dir_reply_err_unlock(op, dh, -ENOMEM);
+  ops_dir_fill_t f = { req, op->data, 0, size, dh, 0 };
   if (op->path == NULL) {
     // A directory removed while a process still lists it: empty, as on any filesystem.
-    struct stat st = { .st_ino = UNKNOWN_INO, .st_mode = S_IFDIR };
-    if (off == 0 && fill(&f, ".", &st, 1) == 0) fill(&f, "..", &st, 2);
+    struct stat st = { .st_ino = HS_UNKNOWN_INO, .st_mode = S_IFDIR };
+    if (off == 0 && ops_dir_fill(&f, ".", &st, 1) == 0) ops_dir_fill(&f, "..", &st, 2);
     fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
     pthread_mutex_unlock(&dh->mu);
     return op_finish(op);
   }
-  int fr = homesfs_fastpath_readdir(op->path, &f, fill, off, homesfs_utf8_valid_n);
+  int fr = hs_fastpath_readdir(op->path, &f, ops_dir_fill, off, hs_utf8_valid_n);
   if (fr != HOMESFS_FASTPATH_FALLBACK) {
-    if (fr < 0) return reply_err_unlock(op, dh, fr);
+    if (fr < 0) return ops_dir_reply_err_unlock(op, dh, fr);
     if (f.whole) {
       dh->filled = 1;
-      return reply_slice(op, dh);
+      return ops_dir_reply_slice(op, dh);
     }
     fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
     pthread_mutex_unlock(&dh->mu);
     return op_finish(op);
   }
   pthread_mutex_unlock(&dh->mu);
-  op_js(op, readdir_args, readdir_done);
+  op_js(op, ops_readdir_args, ops_readdir_done);
 }
 
 // ---- FSYNCDIR ---------------------------------------------------------------------------
-
-static size_t fsyncdir_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->path);
-  argv[1] = hs_js_bool(env, op->datasync);
-  return 2;
-}
-
-static void fsyncdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) values; (void) n;
-  op_reply_err((hs_op_t *) c, res > 0 ? 0 : res);
-}
 
 void hs_ll_fsyncdir (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
   (void) fi;
@@ -380,146 +273,24 @@ void hs_ll_fsyncdir (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
   // A directory removed while open has nothing left to flush.
   if (op->path == NULL) return op_reply_err(op, 0);
   op->datasync = datasync;
-  op_js(op, fsyncdir_args, fsyncdir_done);
+  op_js(op, ops_fsyncdir_args, ops_fsyncdir_done);
 }
 
-// ---- handover: open directories as bytes ------------------------------------------------
-// Layout: u64 count; per record u64 fh, u32 uid, u32 filled, u32 path length,
-// u64 listing length, the path, the listing (a whole listing the kernel may
-// still read from an offset into it).
-
-static int put_bytes (char **buf, size_t *len, size_t *cap, const void *v, size_t n) {
-  if (*len + n > *cap) {
-    size_t ncap = *cap == 0 ? 4096 : *cap;
-    while (ncap < *len + n) ncap *= 2;
-    char *nb = realloc(*buf, ncap);
-    if (nb == NULL) return -ENOMEM;
-    *buf = nb;
-    *cap = ncap;
-  }
-  memcpy(*buf + *len, v, n);
-  *len += n;
-  return 0;
-}
-
-int hs_dirs_export (char **out, size_t *outlen) {
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
+// Under dt_mu, then each record's mu (the order everywhere): a READDIR still
+// filling one is seen whole or not at all. Stops at the first nonzero return.
+int hs_dt_each (int (*fn) (void *ctx, uint64_t fh, hs_dh_t *dh), void *ctx, uint64_t *count) {
   int err = 0;
   pthread_mutex_lock(&dt_mu);
-  uint64_t count = dt_used;
-  err |= put_bytes(&buf, &len, &cap, &count, sizeof(count));
+  *count = dt_used;
   for (uint64_t i = 0; i < dt_cap && err == 0; i++) {
     hs_dh_t *dh = dt[i];
     if (dh == NULL) continue;
-    // dt_mu, then the record's mu (the order everywhere): a READDIR still
-    // filling it would be seen whole or not at all.
     pthread_mutex_lock(&dh->mu);
-    uint64_t fh = i + 1, clen = dh->filled ? dh->len : 0;
-    uint32_t uid = dh->uid, filled = (uint32_t) dh->filled, plen = (uint32_t) strlen(dh->path);
-    err |= put_bytes(&buf, &len, &cap, &fh, sizeof(fh));
-    err |= put_bytes(&buf, &len, &cap, &uid, sizeof(uid));
-    err |= put_bytes(&buf, &len, &cap, &filled, sizeof(filled));
-    err |= put_bytes(&buf, &len, &cap, &plen, sizeof(plen));
-    err |= put_bytes(&buf, &len, &cap, &clen, sizeof(clen));
-    err |= put_bytes(&buf, &len, &cap, dh->path, plen);
-    if (clen > 0) err |= put_bytes(&buf, &len, &cap, dh->contents, clen);
+    err = fn(ctx, i + 1, dh);
     pthread_mutex_unlock(&dh->mu);
   }
   pthread_mutex_unlock(&dt_mu);
-  if (err != 0) {
-    free(buf);
-    return -ENOMEM;
-  }
-  *out = buf;
-  *outlen = len;
-  return 0;
-}
-
-// The largest fh a successor takes (the table is an array of that many).
-#define DT_MAX_FH (1u << 20)
-
-typedef struct {
-  uint64_t fh, clen;
-  uint32_t uid, filled, plen;
-  const char *path, *contents;
-} dt_rec_t;
-
-// The next record of a buffer, checked: 0, or -EINVAL.
-static int dt_take (const char *buf, size_t len, size_t *at, dt_rec_t *r) {
-#define TAKE(v) do { if (len - *at < sizeof(v)) return -EINVAL; memcpy(&(v), buf + *at, sizeof(v)); *at += sizeof(v); } while (0)
-  TAKE(r->fh); TAKE(r->uid); TAKE(r->filled); TAKE(r->plen); TAKE(r->clen);
-#undef TAKE
-  if (r->fh == 0 || r->fh > DT_MAX_FH || r->plen == 0 || r->plen > 65536) return -EINVAL;
-  if (len - *at < r->plen || len - *at - r->plen < r->clen) return -EINVAL;
-  r->path = buf + *at;
-  r->contents = buf + *at + r->plen;
-  *at += r->plen + r->clen;
-  if (r->path[0] != '/' || memchr(r->path, '\0', r->plen) != NULL) return -EINVAL;
-  return 0;
-}
-
-static hs_dh_t *dh_of (const dt_rec_t *r) {
-  hs_dh_t *dh = calloc(1, sizeof(*dh));
-  if (dh == NULL || (dh->path = strndup(r->path, r->plen)) == NULL) {
-    free(dh);
-    return NULL;
-  }
-  if (r->clen > 0) {
-    if ((dh->contents = malloc(r->clen)) == NULL) {
-      free(dh->path);
-      free(dh);
-      return NULL;
-    }
-    memcpy(dh->contents, r->contents, r->clen);
-    dh->len = dh->size = r->clen;
-  }
-  dh->filled = r->filled != 0;
-  dh->uid = r->uid;
-  pthread_mutex_init(&dh->mu, NULL);
-  return dh;
-}
-
-// Removes the records of buf's first `n` (an import that failed).
-static void dt_unput (const char *buf, size_t len, uint64_t n) {
-  size_t at = sizeof(uint64_t);
-  dt_rec_t r;
-  for (uint64_t k = 0; k < n && dt_take(buf, len, &at, &r) == 0; k++) {
-    hs_dh_t *dh = dt_get(r.fh, 1);
-    if (dh != NULL) dh_free(dh);
-  }
-}
-
-// Counts each again under its caller and home (caps passed meanwhile are not
-// enforced on handles already open). Checked whole first; then all or
-// nothing: 0, -EINVAL for a malformed buffer or an fh taken, -ENOMEM.
-int hs_dirs_import (const char *buf, size_t len) {
-  size_t at = 0;
-  uint64_t count;
-  dt_rec_t r;
-  if (len < sizeof(count)) return -EINVAL;
-  memcpy(&count, buf, sizeof(count));
-  at = sizeof(count);
-  for (uint64_t k = 0; k < count; k++) {
-    if (dt_take(buf, len, &at, &r) != 0) return -EINVAL;
-  }
-  if (at != len) return -EINVAL;
-  at = sizeof(count);
-  for (uint64_t k = 0; k < count; k++) {
-    dt_take(buf, len, &at, &r);
-    hs_dh_t *dh = dh_of(&r);
-    int err = dh == NULL ? -ENOMEM : 0;
-    if (dh != NULL && homesfs_dh_take(dh->uid, dh->path, &dh->count_fh) != 0) dh->count_fh = 0;
-    if (dh != NULL && dt_put(dh, r.fh) != r.fh) {
-      dh_free(dh);
-      err = -EINVAL;
-    }
-    if (err != 0) {
-      dt_unput(buf, len, k);
-      return err;
-    }
-  }
-  return 0;
+  return err;
 }
 
 void hs_dirs_clear (void) {
@@ -530,7 +301,7 @@ void hs_dirs_clear (void) {
   dt_cap = dt_used = dt_next = 0;
   pthread_mutex_unlock(&dt_mu);
   for (uint64_t i = 0; i < cap; i++) {
-    if (tab[i] != NULL) dh_free(tab[i]);
+    if (tab[i] != NULL) hs_dh_free(tab[i]);
   }
   free(tab);
 }
@@ -549,12 +320,12 @@ int hs_reopen_dir (uint64_t nodeid, uint32_t uid, uint64_t *inner) {
   if (err == 0 && ((dh = calloc(1, sizeof(*dh))) == NULL || (dh->path = strdup(path)) == NULL)) err = -ENOMEM;
   if (err == 0) {
     dh->uid = uid;
-    err = homesfs_dh_take(uid, path, &dh->count_fh);
+    err = hs_dh_take(uid, path, &dh->count_fh);
   }
   if (err == 0) {
     pthread_mutex_init(&dh->mu, NULL);
-    if ((*inner = dt_put(dh, 0)) == 0) {
-      dh_free(dh);
+    if ((*inner = hs_dt_put(dh, 0)) == 0) {
+      hs_dh_free(dh);
       err = -ENOMEM;
     }
     dh = NULL;

@@ -24,63 +24,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../channel.h"
-#include "../dataplane.h"
-#include "../fastpath.h"
-#include "handles.h"
-#include "ops.h"
+#include "session/channel.h"
+#include "fastpath/dataplane.h"
+#include "fastpath/fastpath.h"
+#include "session/handles.h"
+#include "session/ops.h"
+#include "session/ops_steps.h"
 
 #define STEP_MKNOD 1
-
-static size_t file_args (napi_env env, hs_call_t *c, napi_value *argv) {
-  hs_op_t *op = (hs_op_t *) c;
-  argv[0] = hs_js_str(env, op->path);
-  switch (op->call.op) {
-    case HOMESFS_OP_OPEN:
-      argv[1] = hs_js_u32(env, op->flags);
-      napi_create_bigint_uint64(env, op->reopen_ino, &argv[2]);
-      return 3;
-    case HOMESFS_OP_CREATE:
-      argv[1] = hs_js_u32(env, op->mode);
-      argv[2] = hs_js_u32(env, op->flags);
-      return 3;
-    case HOMESFS_OP_READ:
-      argv[1] = hs_js_num(env, (double) op->fh);
-      argv[2] = hs_js_num(env, (double) op->len);
-      argv[3] = hs_js_num(env, (double) op->offset);
-      return 4;
-    case HOMESFS_OP_WRITE: {
-      void *copy = NULL;
-      argv[1] = hs_js_num(env, (double) op->fh);
-      // JavaScript gets its own copy: it may keep it after the answer.
-      napi_create_buffer_copy(env, op->len, op->data, &copy, &argv[2]);
-      argv[3] = hs_js_num(env, (double) op->offset);
-      return 4;
-    }
-    case HOMESFS_OP_FSYNC:
-      argv[1] = hs_js_num(env, (double) op->fh);
-      argv[2] = hs_js_bool(env, op->datasync);
-      return 3;
-    case HOMESFS_OP_FALLOCATE:
-      argv[1] = hs_js_num(env, (double) op->fh);
-      argv[2] = hs_js_u32(env, op->mode);
-      argv[3] = hs_js_num(env, (double) op->offset);
-      argv[4] = hs_js_num(env, (double) op->length);
-      return 5;
-    case HOMESFS_OP_UNLINK:
-      // Only the release's: the hidden name of a node whose last handle went (src/fs/hidden.ts).
-      argv[1] = hs_js_u32(env, 1);
-      return 2;
-    default: // FLUSH, RELEASE
-      argv[1] = hs_js_num(env, (double) op->fh);
-      return 2;
-  }
-}
-
-static void errno_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) values; (void) n;
-  op_reply_err((hs_op_t *) c, res > 0 ? 0 : res);
-}
 
 // A handle op: its node referenced and its path peeked, or answered (-1).
 static int op_handle (hs_op_t *op, fuse_ino_t ino, const struct fuse_file_info *fi) {
@@ -94,13 +45,8 @@ static int op_handle (hs_op_t *op, fuse_ino_t ino, const struct fuse_file_info *
 
 // ---- releasing a handle nobody else will -----------------------------------------
 
-static void released_quietly (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) res; (void) values; (void) n;
-  op_finish((hs_op_t *) c);
-}
-
 void hs_release_handle (hs_op_t *from, uint64_t fh, const char *path) {
-  if (homesfs_fastpath_release(fh) || homesfs_dp_release(fh)) return;
+  if (hs_fastpath_release(fh) || hs_dp_release(fh)) return;
   hs_op_t *op = op_new(NULL, HOMESFS_OP_RELEASE);
   if (op == NULL) return; // the handle stays open until the daemon exits: nothing better is left
   op->call.uid = from->call.uid;
@@ -108,23 +54,23 @@ void hs_release_handle (hs_op_t *from, uint64_t fh, const char *path) {
   op->call.pid = from->call.pid;
   op->fh = fh;
   op->path = path != NULL ? strdup(path) : NULL;
-  op_js(op, file_args, released_quietly);
+  op_js(op, ops_file_args, ops_released_quietly);
 }
 
 // ---- OPEN ---------------------------------------------------------------------------
 
-static void apply_open_opts (struct fuse_file_info *fi, uint32_t opts) {
+void ops_apply_open_opts (struct fuse_file_info *fi, uint32_t opts) {
   fi->direct_io = (opts & HOMESFS_OPEN_OPT_DIRECT_IO) ? 1 : 0;
   fi->keep_cache = (opts & HOMESFS_OPEN_OPT_KEEP_CACHE) ? 1 : 0;
   fi->nonseekable = (opts & HOMESFS_OPEN_OPT_NONSEEKABLE) ? 1 : 0;
 }
 
-static void open_reply (hs_op_t *op) {
+void ops_open_reply (hs_op_t *op) {
   if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
   // Under the request's unique: a resent OPEN whose first run counted this open does not again.
   hs_node_opened_by(op->node, op->unique);
   op->kept = 1;
-  homesfs_noflush_after_open(0, &op->fi);
+  hs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
   if (fuse_reply_open(op->req, &out) == -ENOENT) {
@@ -136,16 +82,6 @@ static void open_reply (hs_op_t *op) {
   op_finish(op);
 }
 
-static void open_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  if (res < 0) return op_reply_err(op, res);
-  uint32_t fh = hs_u32_from_js(env, values, n, 0, 0);
-  // fh 0 means "no handle": the kernel would send 0 anyway.
-  op->fi.fh = fh;
-  apply_open_opts(&op->fi, hs_u32_from_js(env, values, n, 1, 0));
-  open_reply(op);
-}
-
 void hs_ll_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   hs_op_t *op = op_new(req, HOMESFS_OP_OPEN);
   if (op == NULL) return;
@@ -155,19 +91,19 @@ void hs_ll_open (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   if (op_lock(op, op->node, NULL, 0) != 0) return;
   uint64_t fh = 0;
   int dio = 0;
-  if (homesfs_fastpath_open(op->path, fi->flags, op->call.uid, &fh, &dio) == 0) {
+  if (hs_fastpath_open(op->path, fi->flags, op->call.uid, &fh, &dio) == 0) {
     op->fi.fh = fh;
     op->fi.direct_io = dio ? 1 : 0;
     op->fi.keep_cache = 0;
     op->fi.nonseekable = 0;
-    return open_reply(op);
+    return ops_open_reply(op);
   }
-  op_js(op, file_args, open_done);
+  op_js(op, ops_file_args, ops_open_done);
 }
 
 // ---- CREATE (and MKNOD of a regular file) ---------------------------------------------
 
-static void create_then (hs_op_t *op, int res, const struct stat *st) {
+void ops_create_then (hs_op_t *op, int res, const struct stat *st) {
   if (res == 0 && !S_ISREG(st->st_mode)) res = -EIO;
   if (res == 0) res = op_entry(op, op->dir, op->name, st);
   if (res != 0) {
@@ -187,7 +123,7 @@ static void create_then (hs_op_t *op, int res, const struct stat *st) {
     hs_node_opened_by(n, op->unique);
     op->kept = 1;
   }
-  homesfs_noflush_after_open(0, &op->fi);
+  hs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
   if (fuse_reply_create(op->req, &op->e, &out) == -ENOENT) {
@@ -200,26 +136,18 @@ static void create_then (hs_op_t *op, int res, const struct stat *st) {
   op_finish(op);
 }
 
-static void create_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  if (res < 0) return op_reply_err(op, res);
-  op->fi.fh = hs_u32_from_js(env, values, n, 0, 0);
-  apply_open_opts(&op->fi, hs_u32_from_js(env, values, n, 1, 0));
-  op_fgetattr(op, op->path, op->fi.fh, create_then);
-}
-
 static void create_go (hs_op_t *op) {
   uint64_t fh = 0;
   int dio = 0;
-  if (homesfs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
+  if (hs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
     op->fi.fh = fh;
     op->fi.direct_io = dio ? 1 : 0;
     op->fi.keep_cache = 0;
     op->fi.nonseekable = 0;
-    return op_fgetattr(op, op->path, fh, create_then);
+    return op_fgetattr(op, op->path, fh, ops_create_then);
   }
   op->call.op = HOMESFS_OP_CREATE;
-  op_js(op, file_args, create_done);
+  op_js(op, ops_file_args, ops_create_done);
 }
 
 void hs_create_for_mknod (hs_op_t *op) {
@@ -245,17 +173,6 @@ void hs_ll_create (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 
 // ---- READ, WRITE ----------------------------------------------------------------------
 
-static void read_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  if (res < 0) return op_reply_err(op, res);
-  size_t got = 0;
-  const char *bytes = n >= 1 ? hs_bytes_from_js(env, values[0], &got) : NULL;
-  if ((size_t) res > op->len) return op_reply_err(op, -ERANGE);
-  if (res > 0 && (bytes == NULL || got < (size_t) res)) return op_reply_err(op, -EIO);
-  fuse_reply_buf(op->req, bytes, (size_t) res);
-  op_finish(op);
-}
-
 void hs_ll_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   // A read the data plane serves needs no record: the buffer is this thread's.
   static __thread char *buf;
@@ -268,7 +185,7 @@ void hs_ll_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
     }
   }
   int res = 0;
-  if (buf_size >= size && homesfs_dp_read(fi->fh, buf, size, off, &res)) {
+  if (buf_size >= size && hs_dp_read(fi->fh, buf, size, off, &res)) {
     if (res < 0) fuse_reply_err(req, -res);
     else fuse_reply_buf(req, buf, (size_t) res);
     return;
@@ -278,16 +195,7 @@ void hs_ll_read (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct 
   if (op_handle(op, ino, fi) != 0) return;
   op->len = size;
   op->offset = off;
-  op_js(op, file_args, read_done);
-}
-
-static void write_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) values; (void) n;
-  hs_op_t *op = (hs_op_t *) c;
-  if (res < 0) return op_reply_err(op, res);
-  if ((size_t) res > op->len) return op_reply_err(op, -EIO);
-  fuse_reply_write(op->req, (size_t) res);
-  op_finish(op);
+  op_js(op, ops_file_args, ops_read_done);
 }
 
 void hs_ll_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
@@ -296,7 +204,7 @@ void hs_ll_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
   if (op_handle(op, ino, fi) != 0) return;
   int res = 0;
   const uint32_t caller[3] = { op->call.uid, op->call.gid, op->call.pid };
-  if (homesfs_dp_write(op->path, fi->fh, buf, size, off, caller, &res)) {
+  if (hs_dp_write(op->path, fi->fh, buf, size, off, caller, &res)) {
     if (res < 0) return op_reply_err(op, res);
     fuse_reply_write(req, (size_t) res);
     return op_finish(op);
@@ -306,24 +214,24 @@ void hs_ll_write (fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, 
   memcpy(op->data, buf, size);
   op->len = size;
   op->offset = off;
-  op_js(op, file_args, write_done);
+  op_js(op, ops_file_args, ops_write_done);
 }
 
 // ---- FLUSH, RELEASE, FSYNC, FALLOCATE -------------------------------------------------
 
 void hs_ll_flush (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-  if (homesfs_flush_is_noop(fi)) {
+  if (hs_flush_is_noop(fi)) {
     fuse_reply_err(req, 0);
     return;
   }
   hs_op_t *op = op_new(req, HOMESFS_OP_FLUSH);
   if (op == NULL) return;
   if (op_handle(op, ino, fi) != 0) return;
-  op_js(op, file_args, errno_done);
+  op_js(op, ops_file_args, ops_errno_done);
 }
 
 // After the handle is released: a hidden name whose last handle this was goes too.
-static void release_node (hs_op_t *op) {
+void ops_release_node (hs_op_t *op) {
   char *hidden = NULL;
   // Under the request's unique: a resent RELEASE whose first run took this release off does not again.
   int last = hs_node_released_by(op->node, &hidden, op->unique);
@@ -332,19 +240,7 @@ static void release_node (hs_op_t *op) {
   free(op->path);
   op->path = hidden;
   op->call.op = HOMESFS_OP_UNLINK;
-  op_js(op, file_args, errno_done);
-}
-
-static void release_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  (void) env; (void) res; (void) values; (void) n;
-  hs_op_t *op = (hs_op_t *) c;
-  if (op->call.op == HOMESFS_OP_FLUSH) {
-    // RELEASE with FUSE_RELEASE_FLUSH: the flush is done, now the release (the kernel ignores both answers).
-    op->call.op = HOMESFS_OP_RELEASE;
-    if (homesfs_fastpath_release(op->fh) || homesfs_dp_release(op->fh)) return release_node(op);
-    return op_js(op, file_args, release_done);
-  }
-  release_node(op);
+  op_js(op, ops_file_args, ops_errno_done);
 }
 
 void hs_ll_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
@@ -354,15 +250,15 @@ void hs_ll_release (fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   op->fi = *fi;
   op->fh = fi->fh;
   // No handle: a dead daemon's that was never reopened; only the node's open count goes.
-  if (fi->fh == 0) return release_node(op);
-  if (fi->flush && !homesfs_flush_is_noop(fi)) {
+  if (fi->fh == 0) return ops_release_node(op);
+  if (fi->flush && !hs_flush_is_noop(fi)) {
     op->path = hs_path_peek(op->node);
     op->call.op = HOMESFS_OP_FLUSH;
-    return op_js(op, file_args, release_done);
+    return op_js(op, ops_file_args, ops_release_done);
   }
-  if (homesfs_fastpath_release(fi->fh) || homesfs_dp_release(fi->fh)) return release_node(op);
+  if (hs_fastpath_release(fi->fh) || hs_dp_release(fi->fh)) return ops_release_node(op);
   op->path = hs_path_peek(op->node);
-  op_js(op, file_args, release_done);
+  op_js(op, ops_file_args, ops_release_done);
 }
 
 void hs_ll_fsync (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
@@ -370,7 +266,7 @@ void hs_ll_fsync (fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file
   if (op == NULL) return;
   if (op_handle(op, ino, fi) != 0) return;
   op->datasync = datasync;
-  op_js(op, file_args, errno_done);
+  op_js(op, ops_file_args, ops_errno_done);
 }
 
 void hs_ll_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length, struct fuse_file_info *fi) {
@@ -380,30 +276,10 @@ void hs_ll_fallocate (fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, of
   op->mode = (uint32_t) mode;
   op->offset = offset;
   op->length = length;
-  op_js(op, file_args, errno_done);
+  op_js(op, ops_file_args, ops_errno_done);
 }
 
 // ---- reopening a dead daemon's handle (handles.c) ------------------------------------
-
-typedef struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cond;
-  int done, res;
-  uint64_t fh;
-} reopen_wait_t;
-
-static void reopen_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
-  hs_op_t *op = (hs_op_t *) c;
-  reopen_wait_t *w = op->dh;
-  uint64_t fh = res < 0 ? 0 : hs_u32_from_js(env, values, n, 0, 0);
-  op_finish(op);
-  pthread_mutex_lock(&w->mu);
-  w->res = res < 0 ? res : 0;
-  w->fh = fh;
-  w->done = 1;
-  pthread_cond_signal(&w->cond);
-  pthread_mutex_unlock(&w->mu);
-}
 
 // An open as JavaScript's OPEN does it, told it reopens a dead handle (the
 // node's inode number: JavaScript refuses a file that is not that inode, or
@@ -426,7 +302,7 @@ int hs_reopen_file (uint64_t nodeid, int flags, uint32_t uid, uint32_t gid, uint
   uint64_t ino = hs_node_ino(n);
   if (ino == 0) err = -EIO;  // no inode to hold the reopen to
   else {
-    reopen_wait_t w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
+    ops_reopen_wait_t w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
     hs_op_t *op = op_new(NULL, HOMESFS_OP_OPEN);
     if (op == NULL) err = -ENOMEM;
     else {
@@ -440,7 +316,7 @@ int hs_reopen_file (uint64_t nodeid, int flags, uint32_t uid, uint32_t gid, uint
         op_finish(op);
         err = -ENOMEM;
       } else {
-        op_js(op, file_args, reopen_done);
+        op_js(op, ops_file_args, ops_reopen_done);
         pthread_mutex_lock(&w.mu);
         while (!w.done) pthread_cond_wait(&w.cond, &w.mu);
         pthread_mutex_unlock(&w.mu);

@@ -8,10 +8,12 @@
 // worker ever waits for JavaScript.
 //
 // A session starts either by mounting, or by adopting the device of a daemon
-// that hands its session over (hs_session_adopt: the descriptor, the kernel's
-// INIT request replayed into this session's libfuse state, the node table
-// and open directories as they were). The workers (loop.c) stop at a request
-// boundary for a handover of this session, and go on if it fails.
+// that hands its session over or died (handover/session_adopt.c: the
+// descriptor, the kernel's INIT request replayed into this session's libfuse
+// state, the node table and open directories as they were), which shares
+// hs_session_new and hs_session_serve with the mount (session_internal.h).
+// The workers (loop.c) stop at a request boundary for a handover of this
+// session, and go on if it fails.
 //
 // Invariants: one session per process (s_se, s_ch are set once and never
 // freed: a reply JavaScript gives after the loop ended finds a closed
@@ -28,20 +30,22 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/uio.h>
-#include <napi-macros.h>
+#include "sys/napi_args.h"
 
-#include "../channel.h"
-#include "handles.h"
-#include "ops.h"
-#include "handover.h"
-#include "loop.h"
-#include "inval.h"
-#include "nodes_journal.h"
-#include "session.h"
-
+#include "session/channel.h"
+#include "session/handles.h"
+#include "session/ops.h"
+#include "handover/handover.h"
+#include "session/loop.h"
+#include "session/inval.h"
+#include "handover/nodes_journal.h"
+#include "session/session.h"
+#include "session/session_internal.h"
 
 static struct fuse_session *s_se;
 static struct fuse_chan *s_ch;
+
+static int s_inited;  // atomic: ll_init ran (an adopted session's replayed INIT was accepted)
 
 // INIT reached the session: JavaScript hears that the mount answers. Nothing waits for its answer.
 static size_t no_args (napi_env env, hs_call_t *c, napi_value *argv) {
@@ -53,8 +57,6 @@ static void init_done (napi_env env, hs_call_t *c, int32_t res, napi_value *valu
   (void) env; (void) res; (void) values; (void) n;
   op_finish((hs_op_t *) c);
 }
-
-static int s_inited;  // atomic: ll_init ran (an adopted session's replayed INIT was accepted)
 
 static void ll_init (void *userdata, struct fuse_conn_info *conn) {
   (void) userdata; (void) conn;
@@ -98,7 +100,6 @@ static const struct fuse_lowlevel_ops ll_ops = {
   // keeps POSIX and BSD locks itself, right while this is the backing's only mount.
 };
 
-
 // An option string "-o a,b" as libfuse arguments; "" for none.
 static int make_args (struct fuse_args *args, const char *opts) {
   *args = (struct fuse_args) FUSE_ARGS_INIT(0, NULL);
@@ -125,7 +126,7 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
   int fd = fuse_chan_fd(ch);
   int flags = fcntl(fd, F_GETFD);
   if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-  ch = homesfs_wrap_chan(ch);
+  ch = hs_wrap_chan(ch);
   struct fuse_session *se = fuse_lowlevel_new(&largs, &ll_ops, sizeof(ll_ops), NULL);
   fuse_opt_free_args(&largs);
   if (se == NULL) {
@@ -133,12 +134,7 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
     return -EINVAL;
   }
   fuse_session_add_chan(se, ch);
-  homesfs_lead_start();
-  s_se = se;
-  s_ch = ch;
-  // The kernel's caches are invalidated through this channel from now on (inval.c).
-  hs_inval_start(ch);
-  int err = hs_loop_start(se, ch);
+  int err = hs_session_serve(se, ch);
   if (err != 0) {
     fuse_session_remove_chan(ch);
     fuse_unmount(mnt, ch);
@@ -146,138 +142,6 @@ int hs_session_mount (const char *mnt, const char *mount_opts, const char *ll_op
     s_ch = NULL;
   }
   return err;
-}
-
-// The reply to a replayed INIT went to the kernel already, from the daemon it was sent to.
-static int discard_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
-  (void) ch; (void) iov; (void) count;
-  return 0;
-}
-
-// An INIT request as the kernel sent it: its header's length and opcode.
-static int is_init (const char *init, size_t len) {
-  uint32_t hlen, opcode;
-  if (len < 40) return 0;  // struct fuse_in_header
-  memcpy(&hlen, init, sizeof(hlen));
-  memcpy(&opcode, init + 4, sizeof(opcode));
-  return hlen == len && opcode == 26;  // FUSE_INIT
-}
-
-// The new session on fd (owned: closed on failure), INIT replayed into it. 0 or -errno.
-static int adopt_session (int fd, size_t bufsize, const char *init, size_t init_len, const char *ll_opts, struct fuse_session **sep, struct fuse_chan **chp) {
-  struct fuse_args largs;
-  struct fuse_chan *ch = homesfs_chan_on_fd(fd, bufsize);
-  if (ch == NULL) {
-    close(fd);
-    return -ENOMEM;
-  }
-  if (make_args(&largs, ll_opts) != 0) {
-    fuse_opt_free_args(&largs);
-    fuse_chan_destroy(ch);
-    return -ENOMEM;
-  }
-  struct fuse_session *se = fuse_lowlevel_new(&largs, &ll_ops, sizeof(ll_ops), NULL);
-  fuse_opt_free_args(&largs);
-  struct fuse_chan_ops discard = { .send = discard_send };
-  struct fuse_chan *replay = se != NULL ? fuse_chan_new(&discard, -1, bufsize, NULL) : NULL;
-  if (replay == NULL) {
-    if (se != NULL) fuse_session_destroy(se);
-    fuse_chan_destroy(ch);
-    return se == NULL ? -EINVAL : -ENOMEM;
-  }
-  fuse_session_add_chan(se, ch);
-  // libfuse refuses every request before INIT: the kernel's, replayed, sets
-  // the same negotiated state (its reply goes nowhere: the kernel had it).
-  // ll_init runs only for an INIT libfuse accepted.
-  __atomic_store_n(&s_inited, 0, __ATOMIC_SEQ_CST);
-  fuse_session_process(se, init, init_len, replay);
-  fuse_chan_destroy(replay);
-  if (!__atomic_load_n(&s_inited, __ATOMIC_SEQ_CST)) {
-    fuse_session_destroy(se);  // destroys ch, which closes fd
-    return -EPROTO;
-  }
-  *sep = se;
-  *chp = ch;
-  return 0;
-}
-
-// Before it serves: the table it imported goes, so that a retry starts fresh.
-static void adopt_undo (void) {
-  hs_dirs_clear();
-  hs_nodes_clear();
-  hs_nodes_init();
-}
-
-// A successor imports the node table early (hs_session_preimport: on a thread
-// of its own while JavaScript adopts the rest; nodes_handover.c), and the
-// adopt finishes that import.
-int hs_session_preimport (const char *nodes, size_t len) {
-  if (s_se != NULL) return -EEXIST;
-  hs_nodes_init();
-  return hs_nodes_import_start(nodes, len);
-}
-
-int hs_session_adopt (int fd, size_t bufsize, const char *init, size_t init_len, const char *nodes, size_t nodes_len, const char *dirs, size_t dirs_len, const char *ll_opts) {
-  int err = 0;
-  if (s_se != NULL) err = -EEXIST;
-  else if (!is_init(init, init_len)) err = -EINVAL;
-  if (err == 0) {
-    hs_nodes_init();
-    // No table handed over: this successor loaded it by following the journal (nodes_journal.h).
-    if (nodes_len == 0) err = hs_journal_followed() ? 0 : -EINVAL;
-    else err = hs_nodes_import_finish(nodes, nodes_len);
-    if (err != 0) adopt_undo();
-    else if ((err = hs_dirs_import(dirs, dirs_len)) != 0) adopt_undo();
-  }
-  if (err != 0) {
-    close(fd);
-    return err;
-  }
-  struct fuse_session *se = NULL;
-  struct fuse_chan *ch = NULL;
-  if ((err = adopt_session(fd, bufsize, init, init_len, ll_opts, &se, &ch)) != 0) {
-    adopt_undo();
-    return err;
-  }
-  hs_loop_keep_init(init, init_len);
-  homesfs_lead_start();
-  s_se = se;
-  s_ch = ch;
-  hs_inval_start(ch);
-  return hs_loop_start(se, ch);
-}
-
-// The kernel sends again every request the connection's daemons read but
-// never answered (Linux 6.9+, FUSE_NOTIFY_RESEND; their uniques marked with
-// bit 63). Written before the first read, so none is read twice.
-#define HS_NOTIFY_RESEND 7
-static int notify_resend (struct fuse_chan *ch) {
-  struct { uint32_t len; int32_t error; uint64_t unique; } out = { 16, HS_NOTIFY_RESEND, 0 };
-  struct iovec iov = { &out, sizeof(out) };
-  return fuse_chan_send(ch, &iov, 1);
-}
-
-int hs_session_revive (int fd, size_t bufsize, const char *init, size_t init_len, uint32_t epoch, const char *ll_opts, int *resent) {
-  if (s_se != NULL) {
-    close(fd);
-    return -EEXIST;
-  }
-  if (!is_init(init, init_len)) {
-    close(fd);
-    return -EINVAL;
-  }
-  struct fuse_session *se = NULL;
-  struct fuse_chan *ch = NULL;
-  int err = adopt_session(fd, bufsize, init, init_len, ll_opts, &se, &ch);
-  if (err != 0) return err;
-  hs_fh_set_epoch(epoch);
-  hs_loop_keep_init(init, init_len);
-  *resent = notify_resend(ch);
-  homesfs_lead_start();
-  s_se = se;
-  s_ch = ch;
-  hs_inval_start(ch);
-  return hs_loop_start(se, ch);
 }
 
 uint32_t hs_session_loop_state (void) {
@@ -291,300 +155,36 @@ int hs_session_chan_fd (int *fd, size_t *bufsize) {
   return 0;
 }
 
-// ---- exports ---------------------------------------------------------------------
+// ---- what a successor's start shares with a mount (handover/session_adopt.c) ----
 
-// The session's configuration and dispatch from JavaScript (mount and adopt share them).
-static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
-  double conf[5] = { 1, 1, 0, 0, 0 };
-  for (uint32_t i = 0; i < 5; i++) {
-    napi_value v;
-    if (napi_get_element(env, arr, i, &v) != napi_ok || napi_get_value_double(env, v, &conf[i]) != napi_ok) {
-      napi_throw_type_error(env, "EINVAL", "[attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove]");
-      return -1;
-    }
-  }
-  napi_valuetype t;
-  if (napi_typeof(env, dispatch, &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "dispatch must be a function");
-    return -1;
-  }
-  hs_conf.attr_timeout = conf[0];
-  hs_conf.entry_timeout = conf[1];
-  hs_conf.negative_timeout = conf[2];
-  hs_conf.kernel_cache = conf[3] != 0;
-  hs_conf.hard_remove = conf[4] != 0;
-  return 0;
+int hs_session_started (void) {
+  return s_se != NULL;
 }
 
-// A buffer's bytes (NULL: not a buffer). An empty buffer may have no data
-// pointer: it reads as "" (the adopt's nodes are empty when the successor
-// followed the journal).
-static const char *buf_of (napi_env env, napi_value v, size_t *len) {
-  void *data = NULL;
-  if (napi_get_buffer_info(env, v, &data, len) != napi_ok) return NULL;
-  return data != NULL ? data : "";
-}
-
-// mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove], dispatch)
-NAPI_METHOD(hs_session_mount_js) {
-  NAPI_ARGV(5)
-  NAPI_ARGV_UTF8(mnt, 4096, 0)
-  NAPI_ARGV_UTF8(mopts, 4096, 1)
-  NAPI_ARGV_UTF8(lopts, 4096, 2)
-  if (conf_from_js(env, argv[3], argv[4]) != 0) return NULL;
-  int err = hs_bridge_start(env, argv[4]);
-  if (err == 0) err = hs_session_mount(mnt, mopts, lopts);
-  if (err != 0) {
-    char msg[128];
-    snprintf(msg, sizeof(msg), "mount failed: %s", strerror(-err));
-    napi_throw_error(env, "EIO", msg);
-  }
-  return NULL;
-}
-
-NAPI_METHOD(hs_session_loop_state_js) {
-  napi_value out;
-  napi_create_uint32(env, hs_session_loop_state(), &out);
-  return out;
-}
-
-// -> [nodes in the table, of them reachable by inode number, calls JavaScript has not answered]
-NAPI_METHOD(hs_session_stats_js) {
-  uint64_t nodes = 0, known = 0;
-  hs_nodes_stats(&nodes, &known);
-  napi_value out, v;
-  napi_create_array_with_length(env, 3, &out);
-  napi_create_double(env, (double) nodes, &v);
-  napi_set_element(env, out, 0, v);
-  napi_create_double(env, (double) known, &v);
-  napi_set_element(env, out, 1, v);
-  napi_create_double(env, (double) hs_bridge_pending(), &v);
-  napi_set_element(env, out, 2, v);
-  return out;
-}
-
-// adopt(fd, bufsize, init, nodes, dirs, lowlevelOpts, conf, dispatch): serve a handed-over session.
-NAPI_METHOD(hs_session_adopt_js) {
-  NAPI_ARGV(8)
-  NAPI_ARGV_INT32(fd, 0)
-  NAPI_ARGV_UINT32(bufsize, 1)
-  size_t ilen = 0, nlen = 0, dlen = 0;
-  const char *init = buf_of(env, argv[2], &ilen), *nodes = buf_of(env, argv[3], &nlen), *dirs = buf_of(env, argv[4], &dlen);
-  if (init == NULL || nodes == NULL || dirs == NULL) {
-    napi_throw_type_error(env, "EINVAL", "adopt: init, nodes and dirs are buffers");
+struct fuse_session *hs_session_new (const char *ll_opts) {
+  struct fuse_args largs;
+  if (make_args(&largs, ll_opts) != 0) {
+    fuse_opt_free_args(&largs);
     return NULL;
   }
-  NAPI_ARGV_UTF8(lopts, 4096, 5)
-  if (conf_from_js(env, argv[6], argv[7]) != 0) return NULL;
-  int err = hs_bridge_start(env, argv[7]);
-  if (err == 0) err = hs_session_adopt(fd, bufsize, init, ilen, nodes, nlen, dirs, dlen, lopts);
-  napi_value out;
-  napi_create_int32(env, err, &out);
-  return out;
+  struct fuse_session *se = fuse_lowlevel_new(&largs, &ll_ops, sizeof(ll_ops), NULL);
+  fuse_opt_free_args(&largs);
+  return se;
 }
 
-// revive(fd, bufsize, init, epoch, lowlevelOpts, conf, dispatch): serve the
-// session of a daemon that died (its descriptor and INIT kept by a holder),
-// on the node table recovered before this (the journal's) -> [0 or -errno,
-// the resend notification's result].
-NAPI_METHOD(hs_session_revive_js) {
-  NAPI_ARGV(7)
-  NAPI_ARGV_INT32(fd, 0)
-  NAPI_ARGV_UINT32(bufsize, 1)
-  size_t ilen = 0;
-  const char *init = buf_of(env, argv[2], &ilen);
-  if (init == NULL) {
-    napi_throw_type_error(env, "EINVAL", "revive: init is a buffer");
-    return NULL;
-  }
-  NAPI_ARGV_UINT32(epoch, 3)
-  NAPI_ARGV_UTF8(lopts, 4096, 4)
-  if (conf_from_js(env, argv[5], argv[6]) != 0) return NULL;
-  int resent = 0;
-  int err = hs_bridge_start(env, argv[6]);
-  if (err == 0) err = hs_session_revive(fd, bufsize, init, ilen, epoch, lopts, &resent);
-  napi_value out, v;
-  napi_create_array_with_length(env, 2, &out);
-  napi_create_int32(env, err, &v);
-  napi_set_element(env, out, 0, v);
-  napi_create_int32(env, resent, &v);
-  napi_set_element(env, out, 1, v);
-  return out;
+void hs_session_inited_reset (void) {
+  __atomic_store_n(&s_inited, 0, __ATOMIC_SEQ_CST);
 }
 
-// fhEpoch(set?) -> the epoch this daemon's handles carry (handles.h).
-NAPI_METHOD(hs_session_fh_epoch_js) {
-  NAPI_ARGV(1)
-  napi_valuetype t = napi_undefined;
-  if (argc >= 1) napi_typeof(env, argv[0], &t);
-  if (t == napi_number) {
-    uint32_t e = 0;
-    napi_get_value_uint32(env, argv[0], &e);
-    hs_fh_set_epoch(e);
-  }
-  napi_value out;
-  napi_create_uint32(env, hs_fh_epoch(), &out);
-  return out;
+int hs_session_inited (void) {
+  return __atomic_load_n(&s_inited, __ATOMIC_SEQ_CST);
 }
 
-// -> [requests sent again, of them answered EIO, dead handles reopened]
-NAPI_METHOD(hs_session_handle_stats_js) {
-  uint64_t a = 0, b = 0, c = 0;
-  hs_handles_stats(&a, &b, &c);
-  napi_value out, v;
-  napi_create_array_with_length(env, 3, &out);
-  uint64_t all[3] = { a, b, c };
-  for (uint32_t i = 0; i < 3; i++) {
-    napi_create_double(env, (double) all[i], &v);
-    napi_set_element(env, out, i, v);
-  }
-  return out;
-}
-
-// deadHandles() -> a Buffer of (dead handle, ours) u64 pairs, host order (handles.h), or -errno
-NAPI_METHOD(hs_session_dead_export_js) {
-  uint64_t *pairs = NULL;
-  size_t n = 0;
-  int err = hs_handles_export(&pairs, &n);
-  napi_value out;
-  if (err != 0) napi_create_int32(env, err, &out);
-  else {
-    void *copy = NULL;
-    napi_create_buffer_copy(env, n * 2 * sizeof(uint64_t), pairs, &copy, &out);
-  }
-  free(pairs);
-  return out;
-}
-
-// deadHandlesImport(buffer) -> 0 or -errno (-EINVAL: not whole pairs)
-NAPI_METHOD(hs_session_dead_import_js) {
-  NAPI_ARGV(1)
-  size_t len = 0;
-  const char *b = buf_of(env, argv[0], &len);
-  napi_value out;
-  if (b == NULL || len % (2 * sizeof(uint64_t)) != 0) {
-    napi_create_int32(env, -EINVAL, &out);
-    return out;
-  }
-  size_t n = len / (2 * sizeof(uint64_t));
-  uint64_t *pairs = malloc(len > 0 ? len : 1);
-  int err = pairs == NULL ? -ENOMEM : 0;
-  if (err == 0) {
-    memcpy(pairs, b, len);
-    err = hs_handles_import(pairs, n);
-  }
-  free(pairs);
-  napi_create_int32(env, err, &out);
-  return out;
-}
-
-// preimport(nodes): start importing a handed-over node table (see above) -> 0 or -errno.
-NAPI_METHOD(hs_session_preimport_js) {
-  NAPI_ARGV(1)
-  size_t len = 0;
-  const char *nodes = buf_of(env, argv[0], &len);
-  if (nodes == NULL) {
-    napi_throw_type_error(env, "EINVAL", "preimport: nodes is a buffer");
-    return NULL;
-  }
-  napi_value out;
-  napi_create_int32(env, hs_session_preimport(nodes, len), &out);
-  return out;
-}
-
-// pause(): stop reading at request boundaries (never blocks); paused() -> every worker parked
-NAPI_METHOD(hs_session_pause_js) {
-  hs_loop_pause();
-  return NULL;
-}
-
-NAPI_METHOD(hs_session_paused_js) {
-  hs_loop_kick();
-  napi_value out;
-  napi_get_boolean(env, hs_loop_paused() && hs_bridge_pending() == 0, &out);
-  return out;
-}
-
-NAPI_METHOD(hs_session_resume_js) {
-  hs_loop_resume();
-  return NULL;
-}
-
-// handed(withNodes = true) -> { fd, bufsize, init, nodes, dirs }: what a
-// successor needs, taken while paused; nodes empty when not asked for (a
-// successor that followed the journal has the table).
-NAPI_METHOD(hs_session_handed_js) {
-  size_t argc = 1;
-  napi_value argv[1];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  bool with_nodes = true;
-  if (argc >= 1) napi_get_value_bool(env, argv[0], &with_nodes);
-  char *init = NULL, *nodes = NULL, *dirs = NULL;
-  size_t ilen = 0, nlen = 0, dlen = 0;
-  if (s_ch == NULL || !hs_loop_paused()) {
-    napi_throw_error(env, "EBUSY", "handed: the session is not paused");
-    return NULL;
-  }
-  int err = hs_loop_init_request(&init, &ilen);
-  if (err == 0 && with_nodes) err = hs_nodes_export(&nodes, &nlen);
-  if (err == 0) err = hs_dirs_export(&dirs, &dlen);
-  napi_value out = NULL, v;
-  if (err == 0) {
-    void *copy;
-    napi_create_object(env, &out);
-    napi_create_int32(env, fuse_chan_fd(s_ch), &v);
-    napi_set_named_property(env, out, "fd", v);
-    napi_create_uint32(env, (uint32_t) fuse_chan_bufsize(s_ch), &v);
-    napi_set_named_property(env, out, "bufsize", v);
-    napi_create_buffer_copy(env, ilen, init, &copy, &v);
-    napi_set_named_property(env, out, "init", v);
-    napi_create_buffer_copy(env, nlen, nodes, &copy, &v);
-    napi_set_named_property(env, out, "nodes", v);
-    napi_create_buffer_copy(env, dlen, dirs, &copy, &v);
-    napi_set_named_property(env, out, "dirs", v);
-    napi_create_uint32(env, hs_fh_epoch(), &v);
-    napi_set_named_property(env, out, "epoch", v);
-  } else {
-    napi_throw_error(env, "EIO", "handed: the session's state could not be taken");
-  }
-  free(init);
-  free(nodes);
-  free(dirs);
-  return out;
-}
-
-void hs_session_export (napi_env env, napi_value exports) {
-  napi_value fn;
-  napi_create_function(env, NULL, 0, hs_session_mount_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_mount", fn);
-  napi_create_function(env, NULL, 0, hs_session_loop_state_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_loop_state", fn);
-  napi_create_function(env, NULL, 0, hs_session_stats_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_stats", fn);
-  napi_create_function(env, NULL, 0, hs_session_adopt_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_adopt", fn);
-  napi_create_function(env, NULL, 0, hs_session_revive_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_revive", fn);
-  napi_create_function(env, NULL, 0, hs_session_fh_epoch_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_fh_epoch", fn);
-  napi_create_function(env, NULL, 0, hs_session_handle_stats_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_handle_stats", fn);
-  napi_create_function(env, NULL, 0, hs_session_dead_export_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_dead_handles", fn);
-  napi_create_function(env, NULL, 0, hs_session_dead_import_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_dead_handles_import", fn);
-  napi_create_function(env, NULL, 0, hs_session_preimport_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_preimport", fn);
-  napi_create_function(env, NULL, 0, hs_session_pause_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_pause", fn);
-  napi_create_function(env, NULL, 0, hs_session_paused_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_paused", fn);
-  napi_create_function(env, NULL, 0, hs_session_resume_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_resume", fn);
-  napi_create_function(env, NULL, 0, hs_session_handed_js, NULL, &fn);
-  napi_set_named_property(env, exports, "session_handed", fn);
-  hs_bridge_export(env, exports);
-  hs_handover_export(env, exports);
-  hs_inval_export(env, exports);
-  hs_journal_export(env, exports);
+int hs_session_serve (struct fuse_session *se, struct fuse_chan *ch) {
+  hs_lead_start();
+  s_se = se;
+  s_ch = ch;
+  // The kernel's caches are invalidated through this channel from now on (inval.c).
+  hs_inval_start(ch);
+  return hs_loop_start(se, ch);
 }

@@ -1,0 +1,42 @@
+// homesfs data plane: READ and WRITE answered on the session's worker from
+// descriptors that JavaScript publishes per file handle. JavaScript decides
+// which handles qualify and every write's charge; this file only serves what
+// it was given (see dataplane.c).
+#ifndef HOMESFS_DATAPLANE_H
+#define HOMESFS_DATAPLANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <node_api.h>
+
+// Called first by the read op. Returns 1 when the read was answered here
+// (*res is the byte count), 0 when it must go to JavaScript as before: the
+// handle is not published for reads, the range is beyond what JavaScript can
+// address, or the backing read failed (JavaScript repeats it, answers and
+// logs the errno).
+int hs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res);
+
+// Called first by the write op. Returns 1 when the write was answered here
+// (*res is the byte count or -errno, as JavaScript decided), 0 when it must
+// go to JavaScript with its data as before.
+// caller: the writer's uid, gid and pid (for JavaScript's decision and its log lines).
+int hs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, const uint32_t caller[3], int *res);
+
+// Called first by the release op. Returns 1 when the RELEASE was answered
+// here and queued for JavaScript (deferral on), 0 when it must go to
+// JavaScript as before.
+int hs_dp_release(uint64_t fh);
+
+// publish(fh, fd, flags) from C, for a handle opened natively under policy
+// generation gen (hs_fastpath_policy_gen, read with the home's flags):
+// served only while the generation stays, or once JavaScript set its flags. 1 when published.
+int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen);
+
+// unpublish from C: on return no read or write uses the descriptor. -> whether it was published.
+int hs_dp_unpublish_fd(uint64_t fh);
+
+// Adds the data plane's functions to the module's exports.
+void hs_dp_export(napi_env env, napi_value exports);
+
+#endif

@@ -1,0 +1,178 @@
+// CREATE answered here (fastpath_set_create) from the create slots JS grants
+// (fastpath_grant_create: an open-file slot, an inode the ledger reserved, a
+// handle number). Invariants: a create pins its home from its check until its
+// record is queued (no lock held across its syscalls), so making the home
+// immutable (fastpath_set_mutable) returns only after every create it raced
+// is queued for JS; a file made but not as JS would make it is removed again.
+
+#include "fastpath/fastpath_internal.h"
+#include "fastpath/dataplane.h"
+
+uint64_t fp_canswered_create = 0;  // create, atomic
+uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it), atomic
+
+// Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner
+// (as given), or the caller with a setgid parent's group. -1: the parent
+// cannot be read (JS decides).
+static int fp_create_owner (const fp_pin_t *pin, int pfd, uint32_t uid, uint32_t gid, uint32_t *own_uid, uint32_t *own_gid) {
+  if (pin->pol.create_owner != 1) return 0;
+  struct stat pst;
+  *own_uid = uid;
+  *own_gid = gid;
+  if (fstat(pfd, &pst) != 0) return -1;
+  if ((pst.st_mode & S_ISGID) != 0) *own_gid = (uint32_t) -1;
+  return 0;
+}
+
+// The new file `name` in pfd, made as JS's createIn makes it, *st its fstat:
+// its descriptor, or -1 with nothing left behind.
+static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int flags, mode_t m, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
+  // As file.ts backingFlags: read-only stays read-only, anything else is read-write (the UTF-8 check reads around writes).
+  int acc = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
+  int fd = openat(pfd, name, acc | (flags & O_APPEND) | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, m);
+  if (fd < 0) return -1;
+  int known = fstat(fd, st) == 0;
+  if (!(known && S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
+        fchown(fd, own_uid, own_gid) == 0)) {
+    // Made but not as JS would have it: nothing is left. The name is
+    // removed only while it is still the file made here (another may
+    // have been renamed over it since); Linux has no unlink by
+    // descriptor, so this narrows the window to the two calls. A file
+    // whose identity is unknown (fstat failed) is left where it is.
+    struct stat named;
+    if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev && named.st_ino == st->st_ino) unlinkat(pfd, name, 0);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The create slot of the pinned home granted for uid, taken (with its count
+// beside the directory handles), or NULL.
+static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const char *path, size_t plen) {
+  void *dh = hs_dh_file_take(uid, path, plen);  // as for opens: directory handles may hold the room
+  if (dh == NULL) return NULL;
+  fp_open_rec_t *slot = NULL;
+  pthread_mutex_lock(&fp_open_lock);
+  for (hq_link_t **pp = &home->cslots; *pp != NULL; pp = &(*pp)->next) {
+    if (fp_rec(*pp)->uid == uid) { slot = fp_rec(*pp); *pp = slot->link.next; fp_slot_count--; break; }
+  }
+  pthread_mutex_unlock(&fp_open_lock);
+  if (slot == NULL) hs_dh_file_give(uid, dh);
+  else slot->dh = dh;
+  return slot;
+}
+
+// The new file made in the pinned home for a create slot taken for it
+// (*slot): its descriptor and *st, or -1 with nothing made (the slot, if
+// one was taken, still in *slot).
+static int fp_create_in (const fp_pin_t *pin, const char *path, size_t plen, const char *rel, uint32_t mode, int flags,
+                         uint32_t uid, uint32_t gid, struct stat *st, fp_open_rec_t **slot) {
+  const fp_home_t *home = pin->home;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+  uint32_t depth = 1;
+  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
+  if ((pin->pol.max_depth != 0 && depth > pin->pol.max_depth) || !pin->names_ok) return -1;
+  mode_t m = (mode_t) ((mode & pin->pol.mode_m) | pin->pol.mode_or);
+  // setuid/setgid asked: JS sets them again after the chown (which clears them), by descriptor.
+  if ((m & 06000) != 0) return -1;
+  int pfd = fp_open_parent(home->fd, rel, last_slash);
+  if (pfd < 0) return -1;
+  int fd = -1;
+  uint32_t own_uid = home->uid, own_gid = home->gid;
+  if ((*slot = fp_take_create_slot(pin->home, uid, path, plen)) != NULL && fp_create_owner(pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
+    fd = fp_create_file(home, pfd, name, flags, m, own_uid, own_gid, st);
+  }
+  if (pfd != home->fd) close(pfd);
+  return fd;
+}
+
+// CREATE: JS's createIn for a new name, step for step, in a
+// mutable home JS opened for it (binary content, owner-only ownership, no
+// per-directory entry limit, a new file's mode of the form published): the
+// depth, the confined walk to the parent, a create slot for the caller's uid
+// (an open-file slot, an inode the ledger already reserved, a handle number),
+// O_CREAT|O_EXCL|O_NOFOLLOW|O_NONBLOCK with the published mode, a regular file
+// on the home's device, fchown to the published owner, the inode counted open
+// and the handle published, the data plane told, the create queued for JS,
+// which adopts it (and commits the reserved inode) before anything else. A
+// name that exists (O_CREAT without O_EXCL opens it; O_TRUNC truncates it, a
+// ledger change) and every doubt go to JS, with nothing made. A failure
+// after the file was made removes it again before JS is asked. The home stays
+// pinned until the record is queued, and every exit gives the slot it took back.
+int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen;
+  const char *rel;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_pol_t *pol = &pin.pol;
+  if (!pol->create_on || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
+
+  fp_handle_t *he = calloc(1, sizeof(*he));
+  fp_inode_t *fresh = calloc(1, sizeof(*fresh));
+  fp_open_rec_t *slot = NULL;
+  struct stat st;
+  // Busy from before the file can exist until JS counted it (open-slots.ts
+  // settleOpens): a crash in between leaves the home's checkpoint marked
+  // (src/fs/ledger-area.ts), never short of the inode.
+  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
+  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
+  int fd = he != NULL && fresh != NULL ? fp_create_in(&pin, path, plen, rel, mode, flags, uid, gid, &st, &slot) : -1;
+  if (fd < 0) {
+    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
+    free(he);
+    free(fresh);
+    if (slot != NULL) { fp_dh_give(slot); fp_queue(slot); } // kind is still UNUSED_CREATE: slot and inode go back
+    fp_unpin(&pin);
+    __atomic_add_fetch(&fp_cfallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  uint32_t oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
+  fp_handle_fill(he, slot->fh, fd, pin.home);
+  uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
+  uint32_t handle = slot->fh;
+  // A new file: its charged size is 0, and where JS let it, C owns it from
+  // the start, so its first writes need no decision from JS either.
+  fresh->size_bits = 0;  // the bits of 0.0
+  fresh->has_size = 1;
+  if (pol->wl_on && pol->pending->len >= HOMESFS_ACCT_LEN) {
+    fresh->deleg = 1;
+    fresh->acct = pol->pending;
+    fp_acct_get(fresh->acct);
+  }
+  fp_open_register(dev, ino, he, fresh);
+  // What a handle of a binary home publishes (context.ts publishData): reads, and, writable, writes decided without their data.
+  uint32_t dp = ((pol->open_flags & HOMESFS_OPEN_DP_READ) != 0 ? 1u : 0u) | ((oflags & O_ACCMODE) != O_RDONLY && (pol->open_flags & HOMESFS_OPEN_DP_WRITE) != 0 ? 2u : 0u);
+  slot->published = dp != 0 && hs_dp_publish_fd(handle, fd, dp, dev, ino, (oflags & O_APPEND) != 0, pin.gen) ? dp : 0;
+  slot->kind = HOMESFS_REC_CREATED;
+  slot->fd = fd;
+  slot->dev = dev;
+  slot->ino = ino;
+  slot->oflags = oflags;
+  fp_queue(slot);
+  *direct_io = (pol->open_flags & HOMESFS_OPEN_DIRECT_IO) != 0;
+  fp_unpin(&pin);
+  *fh = handle;
+  __atomic_add_fetch(&fp_canswered_create, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+struct fp_create_change { int on, caller_owns; uint32_t m, or, depth; };
+
+static void fp_change_create (fp_home_t *e, void *arg) {
+  const struct fp_create_change *c = arg;
+  if (!c->on) fp_return_create_slots(e);
+  e->pol.create_on = c->on ? 1 : 0;
+  e->pol.create_owner = c->caller_owns ? 1 : 0;
+  e->pol.mode_m = c->m;
+  e->pol.mode_or = c->or;
+  e->pol.max_depth = c->depth;
+}
+
+int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or, uint32_t depth, int caller_owns) {
+  struct fp_create_change c = { on, caller_owns, m, or, depth };
+  return fp_home_change(prefix, n, token, fp_change_create, &c);
+}

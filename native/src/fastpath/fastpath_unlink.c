@@ -1,0 +1,190 @@
+// UNLINK in a home JS made mutable, and the threshold above which a file is
+// left to JS to free (fastpath_set_free_inline_max). The removal runs with
+// its home pinned and no lock held across a syscall; the inode is marked as
+// being unlinked here (fp_unlinking) from before its open check to after the
+// fstat that follows the unlinkat, and claimed in claims.c across the
+// unlinkat and that fstat; what left the home is only ever added to its
+// pending array, atomically.
+
+#include "fastpath/fastpath_internal.h"
+#include "fastpath/claims.h"
+
+uint64_t fp_uanswered = 0;   // unlink, atomic
+// A regular file with more allocated bytes than this is left to JS, which
+// frees it off its thread: freeing a file's extents (at the close of the
+// last descriptor after the unlink) takes time in proportion to them (seconds
+// for a big fragmented file), and C unlinks and closes on the session's worker
+// with its home pinned, which a change of that home (on JS's thread) waits
+// for. JS sets it (fastpath_set_free_inline_max, from src/backing/freeing.ts,
+// the one definition); until then no file with allocated blocks is unlinked here.
+uint64_t fp_free_inline_max = 0; // atomic
+uint64_t fp_ubig = 0;        // unlinks left to JS for their size, atomic
+uint64_t fp_ufallbacks = 0;  // unlink (only counted in homes JS made mutable), atomic
+
+// ---- inodes a native unlink is removing a name of ---------------------------------
+// JS counts an inode open (fastpath_inode +1, attachInode) and then reads its
+// nlink: 0 means a removal took the last name first and the open answers
+// ENOENT. A native unlink checks that the inode is not open and then removes
+// the name. For that to hold, the unlink's check and its unlinkat must not
+// straddle the count: an unlink marks the inode here before its check and
+// unmarks it after the fstat that follows its unlinkat, and a count (JS's, or
+// a native open's registration) waits, after it is made, until the inode is
+// unmarked (fp_unlinking_wait). Either the check came after the count (it saw
+// the inode open: JS unlinks), or the mark came before the count, and the
+// nlink read comes after the unlinkat. The wait is on JS's thread for one
+// inode's unlinkat, which never waits for JS; an inode no native unlink is
+// removing costs one atomic load.
+
+typedef struct fp_unlinking {
+  struct fp_unlinking *next;
+  uint64_t dev, ino;
+  uint32_t n;
+} fp_unlinking_t;
+
+#define FP_UNLINKING_BUCKETS 64
+static pthread_mutex_t fp_unlinking_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fp_unlinked = PTHREAD_COND_INITIALIZER;
+static fp_unlinking_t *fp_unlinking[FP_UNLINKING_BUCKETS];  // under fp_unlinking_lock
+static uint32_t fp_unlinking_count = 0;  // marks, written under fp_unlinking_lock, read atomically
+
+static fp_unlinking_t ** fp_unlinking_at (uint64_t dev, uint64_t ino) {
+  fp_unlinking_t **at = &fp_unlinking[fp_inode_bucket(dev, ino) % FP_UNLINKING_BUCKETS];
+  while (*at != NULL && ((*at)->dev != dev || (*at)->ino != ino)) at = &(*at)->next;
+  return at;
+}
+
+// 0 marked; -1 no memory (the unlink goes to JS).
+static int fp_unlinking_mark (uint64_t dev, uint64_t ino) {
+  int res = 0;
+  pthread_mutex_lock(&fp_unlinking_lock);
+  fp_unlinking_t **at = fp_unlinking_at(dev, ino);
+  if (*at == NULL && (*at = calloc(1, sizeof(fp_unlinking_t))) != NULL) { (*at)->dev = dev; (*at)->ino = ino; }
+  if (*at == NULL) res = -1;
+  else { (*at)->n++; __atomic_add_fetch(&fp_unlinking_count, 1, __ATOMIC_SEQ_CST); }
+  pthread_mutex_unlock(&fp_unlinking_lock);
+  return res;
+}
+
+static void fp_unlinking_unmark (uint64_t dev, uint64_t ino) {
+  pthread_mutex_lock(&fp_unlinking_lock);
+  fp_unlinking_t **at = fp_unlinking_at(dev, ino);
+  fp_unlinking_t *e = *at;
+  if (e != NULL && --e->n == 0) {
+    *at = e->next;
+    free(e);
+    pthread_cond_broadcast(&fp_unlinked);
+  }
+  __atomic_sub_fetch(&fp_unlinking_count, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&fp_unlinking_lock);
+}
+
+// After (dev, ino) was counted open, with no lock held: until no native
+// unlink that may have missed the count is past its check.
+void fp_unlinking_wait (uint64_t dev, uint64_t ino) {
+  // The count was made under fp_lock's write lock, the mark before the unlink's
+  // read lock: a mark that matters is visible here (see above).
+  if (__atomic_load_n(&fp_unlinking_count, __ATOMIC_SEQ_CST) == 0) return;
+  pthread_mutex_lock(&fp_unlinking_lock);
+  while (*fp_unlinking_at(dev, ino) != NULL) pthread_cond_wait(&fp_unlinked, &fp_unlinking_lock);
+  pthread_mutex_unlock(&fp_unlinking_lock);
+}
+
+// ---- UNLINK -------------------------------------------------------------------------------
+// The copy of dir.ts's unlink and FsContext.settleRemoved for a home JS made
+// mutable (its ledger built, no rescan gate closed, no tenant budget whose
+// checks would need every byte at once). The home is pinned: a change of it
+// (made immutable, republished, removed) returns only after this is done. The
+// parent is reached by the confined walk, the node taken as an O_PATH
+// descriptor, and the name removed only if the node is on the home's device,
+// not a directory (EISDIR: JS) and not open in JS (that file's bytes stay until
+// its last close: JS marks it; the mark above keeps an open from slipping in
+// between). The name is one inode in the ledger, added to the home's pending
+// pair (which the TypeScript ledger takes before it answers anything); nlink,
+// read from the node after the removal, says whether it was the last name,
+// whose removal adds the bytes (regular files) too.
+// Any failure before the removal goes to JS, which repeats it and maps and
+// logs the errno (nothing has changed); after it, nothing can fail.
+
+// Whether removing this name frees few blocks, if any: the rule of
+// src/backing/freeing.ts slowToFree, with its threshold (fp_free_inline_max).
+static int fp_frees_quickly (const struct stat *st) {
+  if (!S_ISREG(st->st_mode)) return 1;
+  if ((uint64_t) st->st_blocks * 512u <= __atomic_load_n(&fp_free_inline_max, __ATOMIC_RELAXED)) return 1;
+  __atomic_add_fetch(&fp_ubig, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+// The name removed if the node (st, its O_PATH descriptor node) is not open in
+// JS: 1 done, its release added to pending; 0 nothing changed. Marked (above)
+// and claimed (claims.c) across the unlinkat and the fstat after it.
+static int fp_unlink_node (int pfd, const char *name, int node, const struct stat *st, int64_t *pending) {
+  uint64_t dev = (uint64_t) st->st_dev, ino = (uint64_t) st->st_ino;
+  if (fp_unlinking_mark(dev, ino) != 0) return 0;
+  pthread_rwlock_rdlock(&fp_lock);
+  int open = fp_inode_open(dev, ino);
+  pthread_rwlock_unlock(&fp_lock);
+  int done = 0;
+#ifdef HOMESFS_TEST_HOOKS
+  if (!open && fp_test_unlink_checked != NULL) fp_test_unlink_checked(dev, ino);
+#endif
+  if (!open && hs_claim_enter(dev, ino) == 0) {
+    int gone = 0;
+    struct stat after;
+    // Busy across the removal and its release (src/fs/ledger-area.ts): a crash
+    // between them leaves the home's checkpoint marked, never counting a name that went.
+    __atomic_add_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
+    if (unlinkat(pfd, name, 0) == 0) {
+      // fstat of an O_PATH descriptor does not fail; if it did, the name was the last one only if nlink said so before
+      if (fstat(node, &after) != 0) { after = *st; after.st_nlink = st->st_nlink > 0 ? st->st_nlink - 1 : 0; }
+      gone = after.st_nlink == 0;
+      done = 1;
+    }
+    // Another name of the inode may go at the same time, in C or JS: of all
+    // that see nlink 0, one gives the bytes back.
+    int settles = hs_claim_leave(dev, ino, gone);
+    if (done) {
+      // Every name is an inode in the ledger (src/fs/context.ts removal): this one
+      // goes whatever remains; the bytes with the last name.
+      if (settles && S_ISREG(after.st_mode)) __atomic_add_fetch(&pending[HOMESFS_ACCT_RELEASED_BYTES], (int64_t) after.st_size, __ATOMIC_SEQ_CST);
+      __atomic_add_fetch(&pending[HOMESFS_ACCT_RELEASED_INODES], 1, __ATOMIC_SEQ_CST);
+    }
+    __atomic_sub_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
+  }
+  fp_unlinking_unmark(dev, ino);
+  return done;
+}
+
+int hs_fastpath_unlink (const char *path) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen;
+  const char *rel;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+
+  int done = 0;
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_t *home = pin.home;
+  // The pending array is the home's while the pin is held (fp_home_set_pending drains the pins before it lets one go).
+  int counted = pin.pol.pending != NULL && pin.pol.pending->len >= HOMESFS_ACCT_LEN && pin.names_ok;
+  if (counted) {
+    int pfd = fp_open_parent(home->fd, rel, last_slash);
+    if (pfd >= 0) {
+      int node = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      struct stat st;
+      if (node >= 0 && fstat(node, &st) == 0 &&
+          (uint64_t) st.st_dev == home->dev &&
+          !S_ISDIR(st.st_mode) &&
+          fp_frees_quickly(&st)) {
+        done = fp_unlink_node(pfd, name, node, &st, pin.pol.pending->data);
+      }
+      // The last close of an unlinked file frees its blocks: no lock held, only this home's pin.
+      if (node >= 0) close(node);
+      if (pfd != home->fd) close(pfd);
+    }
+  }
+  fp_unpin(&pin);
+  if (counted) __atomic_add_fetch(done ? &fp_uanswered : &fp_ufallbacks, 1, __ATOMIC_RELAXED);
+  return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
+}
