@@ -3,7 +3,7 @@
  * session (the /dev/fuse connection with its negotiated INIT, the node table,
  * open directories and open files) over a root-only socket, so processes in
  * homes see a pause instead of ENOTCONN. The protocol, step by step, and why
- * each step is safe, is in native-notes/fuse-native.md ("Handing the session
+ * each step is safe, is in native-notes/native-layer.md ("Handing the session
  * over").
  *
  *   homesfs reload, before it starts the successor:

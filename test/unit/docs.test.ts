@@ -171,7 +171,7 @@ const slug = (heading: string) =>
     .replace(/ /g, '-');
 
 describe('links between the pages', () => {
-  const pages = ['README.md', ...readdirSync(join(ROOT, 'docs')).map((f) => `docs/${f}`), 'bench/results.md', 'deploy/kubernetes/README.md', 'native-notes/fuse-native.md'];
+  const pages = ['README.md', ...readdirSync(join(ROOT, 'docs')).map((f) => `docs/${f}`), 'bench/results.md', 'deploy/kubernetes/README.md', 'native-notes/native-layer.md'];
   const anchors = (path: string) => {
     const text = read(path).replace(/^```[\s\S]*?^```$/gm, '');
     return new Set([...text.matchAll(/^#{1,6} (.+)$/gm)].map((m) => slug(m[1]!)));
@@ -202,7 +202,7 @@ describe('links between the pages', () => {
  * equal. A name in it that the code or the tests no longer have fails here.
  */
 describe('native-notes: answers C gives itself', () => {
-  const notes = read('native-notes/fuse-native.md');
+  const notes = read('native-notes/native-layer.md');
   const section = /^### 6\.7 Answers C gives itself\n([\s\S]*?)^##? /m.exec(notes)?.[1] ?? '';
   const rows = [...section.matchAll(/^\| (?!Rule \||---)(.+) \|$/gm)].map((m) => m[1]!.split(/ \| /));
   /** The `a: b` items of a cell (text outside backticks is prose). */

@@ -12,7 +12,7 @@
 //
 // GETATTR (and so LOOKUP, which libfuse 2.9 answers with the
 // getattr op) answered on the session's worker thread from state JS publishes.
-// See fastpath_internal.h (the files, the locks) and native-notes/fuse-native.md in homesfs.
+// See fastpath_internal.h (the files, the locks) and native-notes/native-layer.md in homesfs.
 #ifndef HOMESFS_FASTPATH_H
 #define HOMESFS_FASTPATH_H
 
