@@ -229,7 +229,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     for (const o of left) log.warn({ home: o.home, orphan: o.name, err: o.error }, 'could not remove an orphan; it stays (unlisted, charged to its home) until a later start');
   }
 
-  // The native getattr/lookup fast path: JS publishes, libfuse's threads answer.
+  // The native getattr/lookup fast path: JS publishes, the session's worker threads answer.
   // Directory handles hold no descriptor (listings are streamed): the binding counts them against caps of their own
   // (what libfuse may hold for them), and each as one open file against the open-file caps, beside JS's files.
   Fuse.setDirHandleCaps(config.limits.dirHandlesPerUid, config.limits.dirHandles);

@@ -33,12 +33,12 @@ const FuseOptions = z
     /** libfuse 2.9 caps requests at 128 KiB whatever is asked */
     maxWrite: byteSizeSchema(z.number().int().min(4096).max(131072)).default(131072),
     kernelCache: z.boolean().default(false),
-    /** READs of handles whose reads need no policy answered in the binding (pread on libfuse's thread) */
+    /** READs of handles whose reads need no policy answered in the binding (pread on a session worker thread) */
     nativeRead: z.boolean().default(true),
     /** WRITEs of binary-content handles decided in JS without their data, written in the binding */
     nativeWrite: z.boolean().default(true),
     /**
-     * getattr/lookup answered on libfuse's threads from state the daemon
+     * getattr/lookup answered on the session's worker threads from state the daemon
      * publishes (native/src/fastpath/fastpath_*.c); anything it is unsure of still goes to JS
      */
     nativeFastPath: z.boolean().default(true),
@@ -73,7 +73,7 @@ const FuseOptions = z
      */
     noFlush: z.boolean().default(true),
     /**
-     * one libfuse thread reads the device at a time and keeps doing so while
+     * one session worker thread reads the device at a time and keeps doing so while
      * it answers natively; it hands over before it waits for JS, writes more
      * than 32 KiB or reads what the page cache does not hold, and a watchdog
      * hands over for it when one request
@@ -85,12 +85,12 @@ const FuseOptions = z
      * with the fast path: UTIMENS by path, CHMOD by path where the profile's
      * chmod decision is a plain mask (home, posix), and CHOWN by path where it
      * changes nothing (to the home's owner) or the profile allows it, done on
-     * libfuse's threads
+     * the session's worker threads
      */
     nativeSetattr: z.boolean().default(true),
     /**
      * RELEASE (sent by the kernel after close(2) has returned; its result is
-     * ignored) answered on libfuse's thread; the daemon closes the handle
+     * ignored) answered on a session worker thread; the daemon closes the handle
      * before the next request it serves, the next control command, or on a
      * timer (10 ms after activity, backing off to 1 s while idle)
      */

@@ -153,7 +153,7 @@ export abstract class OpenInodes extends HomeRegistry {
   private async takeSize(inode: OpenInode): Promise<void> {
     for (let tries = 0; ; tries++) {
       if (this.takeSizeNow(inode)) return;
-      // One pwrite on libfuse's thread: yield to the event loop, then back off to a millisecond.
+      // One pwrite on a session worker thread: yield to the event loop, then back off to a millisecond.
       await new Promise<void>((resolve) => (tries < 16 ? setImmediate(resolve) : setTimeout(resolve, 1)));
     }
   }

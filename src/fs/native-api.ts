@@ -113,7 +113,7 @@ export const NATIVE_OPEN_DIRECT_IO = ABI.OPEN_DIRECT_IO;
 export const NATIVE_OPEN_WRITE = ABI.OPEN_DP_WRITE;
 
 /**
- * RELEASEs the binding answered on libfuse's thread (the kernel ignores their
+ * RELEASEs the binding answered on a session worker thread (the kernel ignores their
  * result) and queued: JavaScript carries each out later, exactly as if the
  * request had come then. Until it is taken the handle is simply still open
  * here, which is what it would be had the kernel sent the RELEASE later.
@@ -150,9 +150,9 @@ export interface DataPlaneStats {
 
 /**
  * The binding's data plane (dataplane.c). READs of a handle published with
- * DP_READ are a pread on libfuse's thread. WRITEs of a handle published with
+ * DP_READ are a pread on a session worker thread. WRITEs of a handle published with
  * DP_WRITE come here without their data (serveWrites): the charge is decided
- * by file.writeNative, the pwrite happens on libfuse's thread. It serves only
+ * by file.writeNative, the pwrite happens on a session worker thread. It serves only
  * what is published here; which handles qualify is decided in TypeScript
  * (readsNeedNoPolicy, writesNeedNoData).
  */

@@ -15,7 +15,7 @@ export abstract class NativePublication extends OpenSlots {
   /**
    * Published to the binding (setFlushGate): slot fh & 0xffff counts the open
    * handles in it whose FLUSH must reach JS. Every other FLUSH (one per close
-   * of every descriptor) is answered on libfuse's thread: flush is a no-op in
+   * of every descriptor) is answered on a session worker thread: flush is a no-op in
    * JS unless the handle writes into a text home, which checks the tail.
    */
   readonly flushGate = new Uint16Array(65536);

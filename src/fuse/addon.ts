@@ -181,7 +181,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     },
     /**
      * The data plane (dataplane.c): READs of fh (DP_READ) answered with
-     * pread(fd) on libfuse's thread; WRITEs (DP_WRITE) decided by the write
+     * pread(fd) on a session worker thread; WRITEs (DP_WRITE) decided by the write
      * handler without their data, then pwrite(fd) there. Publish before
      * answering the open; unpublish before closing fd (it waits for syscalls
      * in flight). dev, ino and append name the inode for writes whose growth
@@ -201,7 +201,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     writeDone: (id: number, result: number): boolean => raw.fastpath_dp_write_done(id, result),
     /** [id, bytes, ...] of writes that landed whole since the last call (answered already), or null */
     takeWriteReports: (): Float64Array | null => raw.fastpath_dp_take_write_reports(),
-    /** RELEASE answered on libfuse's thread and queued (true), or sent to ops.release */
+    /** RELEASE answered on a session worker thread and queued (true), or sent to ops.release */
     setReleaseDeferred(on: boolean): void {
       raw.fastpath_dp_set_release_deferred(Boolean(on));
     },

@@ -228,7 +228,7 @@ export class MountManager {
   /**
    * OPENDIRs the binding refused (EMFILE: limits.dirHandles*, or files and
    * directories at the uid's or the home's open-file cap; ENFILE: the daemon's)
-   * since the last probe, as one line: they are answered on libfuse's threads,
+   * since the last probe, as one line: they are answered on the session's worker threads,
    * which do not log.
    */
   private logDirRefusals(): void {
@@ -366,7 +366,7 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
         finish: (res) => void writeDone(id, res),
       });
     } catch {
-      // Never leave libfuse's thread waiting: the data goes to ops.write, which answers.
+      // Never leave a session worker thread waiting: the data goes to ops.write, which answers.
       writeDecision(id, -1);
     }
   };
@@ -396,7 +396,7 @@ const RELEASE_POLL_MAX_MS = 1000;
 
 /**
  * RELEASE answered by the binding (`fuse.nativeRelease`). Saves the JS thread's wake and
- * libfuse's thread the wait for it: RELEASE is a third of the context switches
+ * a session worker thread the wait for it: RELEASE is a third of the context switches
  * of an open+close. The queue is taken before every request (FsContext.settle);
  * the poll is for the last close before a quiet spell, so the daemon's
  * descriptor follows the caller's close within a second even then.

@@ -32,7 +32,7 @@
  * changes neither, and an undo restores both.
  *
  * Releases made elsewhere: with the binding's native unlink, a file's last
- * name can go on libfuse's thread, which adds what left the home to the
+ * name can go on a session worker thread, which adds what left the home to the
  * ledger's `pending` pair [bytes, inodes] (atomically). The ledger takes that
  * pair before it answers anything (every getter, check and change), so no
  * decision is ever made on counts that miss a removal. Only releases arrive

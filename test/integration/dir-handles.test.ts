@@ -164,7 +164,7 @@ for fd in fds: os.close(fd)`,
     const s = await status();
     expect(s).toMatchObject({ open: 0, perUidCap: 50, cap: 80 });
     expect(s.refused).toBeGreaterThanOrEqual(2);
-    // answered on libfuse's threads; the daemon logs them at its next probe
+    // answered on the session's worker threads; the daemon logs them at its next probe
     const line = await d.waitForLog((l) => l.msg.startsWith('directory opens refused'), 10_000);
     expect(line).toMatchObject({ op: 'opendir', errno: 'EMFILE' });
   });

@@ -13,7 +13,7 @@ import { metricSample, scrapeMetrics } from '../helpers/metrics.js';
 
 /**
  * Issue 13, the ledger's check-and-reserve moved into the binding
- * (fuse.nativeWriteDecision): a WRITE's growth is decided on libfuse's thread
+ * (fuse.nativeWriteDecision): a WRITE's growth is decided on a session worker thread
  * from byte credit the TypeScript ledger reserved ahead. The TypeScript
  * ledger stays the specification: the same random operation sequences (writes,
  * appends, truncates, fallocate, O_TRUNC opens, unlinks, closes) run against a

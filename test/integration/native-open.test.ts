@@ -11,7 +11,7 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13: read-only OPENs of regular files in binary homes are answered on
- * libfuse's thread (fuse.nativeOpen) with open-file slots the daemon granted
+ * a session worker thread (fuse.nativeOpen) with open-file slots the daemon granted
  * the binding beforehand, and adopted by the daemon before it serves anything
  * else. What must hold: the caps stay exact (a slot granted and unused is no
  * open file, and is taken back before any open is refused), a policy change

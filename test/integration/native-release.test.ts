@@ -6,7 +6,7 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13: RELEASE (sent after close(2) has returned, its result ignored by
- * the kernel) is answered on libfuse's thread and queued (fuse.nativeRelease);
+ * the kernel) is answered on a session worker thread and queued (fuse.nativeRelease);
  * the daemon carries it out before the next request it serves, the next
  * control command, or on its poll timer. What must hold: nothing any caller
  * can see depends on when that happens. A closed file's open-file slot, the

@@ -11,7 +11,7 @@ import { ownerSuite } from '../helpers/owner-suite.js';
 
 /**
  * Issue 13, mutating operations: UNLINK of a file JS does not hold open is
- * done on libfuse's thread (fuse.nativeUnlink, with the fast path) in homes
+ * done on a session worker thread (fuse.nativeUnlink, with the fast path) in homes
  * whose ledger is built, with no rescan holding the gate and no tenant budget.
  * What leaves the home goes into its pending pair, which the TypeScript ledger
  * takes before it answers anything: the budget stays exact at write time, the

@@ -8,7 +8,7 @@ import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt } from '../helpers/owner-suite.js';
 
 /**
- * fuse.singleReader (on by default): one libfuse thread reads the device at
+ * fuse.singleReader (on by default): one session worker thread reads the device at
  * a time and keeps the lead while it answers natively. What must hold is
  * that no home can hold the others up through it: a native answer that blocks in the backing (here a WRITE on a frozen
  * filesystem, whose pwrite waits in the kernel until the thaw) loses the lead
