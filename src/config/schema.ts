@@ -43,20 +43,20 @@ const FuseOptions = z
      */
     nativeFastPath: z.boolean().default(true),
     /**
-     * with the fast path: unlinks of files not open in JS done on libfuse's
-     * threads in homes whose ledger is built and whose tenant has no budget;
+     * with the fast path: unlinks of files not open in JS done on the session's
+     * worker threads in homes whose ledger is built and whose tenant has no budget;
      * what leaves the home reaches the ledger before its next answer
      */
     nativeUnlink: z.boolean().default(true),
     /**
      * with the fast path: read-only opens of regular files by a home's owner,
-     * in homes whose content needs no read policy, answered on libfuse's
-     * threads with open-file slots the daemon granted beforehand
+     * in homes whose content needs no read policy, answered on the session's
+     * worker threads with open-file slots the daemon granted beforehand
      */
     nativeOpen: z.boolean().default(true),
     /**
-     * with native opens: new files of binary homes made on libfuse's
-     * threads (owned as JS owns them: the home's owner, or the caller under
+     * with native opens: new files of binary homes made on the session's
+     * worker threads (owned as JS owns them: the home's owner, or the caller under
      * chown: allow), with an open-file slot and an inode the daemon reserved
      * beforehand
      */

@@ -15,8 +15,8 @@ import { regularBytes } from '../helpers/backing.js';
 /**
  * Issue 13, the data path: WRITEs of handles in binary-content homes are
  * decided in JavaScript from (fh, offset, length) alone (the same ledger code
- * as a write JavaScript performs) and written by the binding on libfuse's
- * thread (fuse.nativeWrite, on by default). The ledger rules do not change:
+ * as a write JavaScript performs) and written by the binding on a session
+ * worker thread (fuse.nativeWrite, on by default). The ledger rules do not change:
  * a refused write changes nothing, no write is acknowledged and then dropped,
  * budgets are exact at write time. The metrics endpoint says which path served.
  */

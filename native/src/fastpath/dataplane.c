@@ -5,8 +5,8 @@
 // to the libuv threadpool for the pread/pwrite and the way back. For a handle
 // published here:
 //
-// * READ (flag HOMESFS_DP_READ: its reads need no policy) is a pread on libfuse's
-//   thread; JavaScript is not involved at all.
+// * READ (flag HOMESFS_DP_READ: its reads need no policy) is a pread on a session
+//   worker thread; JavaScript is not involved at all.
 // * WRITE (flag HOMESFS_DP_WRITE: its content needs no check, only the byte ledger)
 //   asks JavaScript for the decision with (fh, offset, length) and no data.
 //   JavaScript charges the ledger exactly as for a write it performs itself
