@@ -148,7 +148,7 @@ log(`OK: ${addon} (ABI ${abi}; ${fuseLine.trim()})`);
   const inWorker =
     `const { parentPort } = require('node:worker_threads'); const fs = require('node:fs');` +
     `const s = require(${JSON.stringify(scandir)});` +
-    `const fd = fs.openSync(${JSON.stringify(nativeDir)}, fs.constants.O_DIRECTORY);` +    `parentPort.postMessage({ version: s.SCANDIR_VERSION, count: s.sys_scandir(fd).count });`;
+    `const fd = fs.openSync(${JSON.stringify(nativeDir)}, fs.constants.O_DIRECTORY);` +    `parentPort.postMessage({ version: s.SCANDIR_VERSION, count: s.hs_sys_scandir(fd).count });`;
   const main =
     `const w = new (require('node:worker_threads').Worker)(${JSON.stringify(inWorker)}, { eval: true });` +
     `w.on('message', (m) => { process.stdout.write(JSON.stringify(m)); process.exit(0); });` +

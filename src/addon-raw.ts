@@ -18,7 +18,7 @@ type Dispatch = (op: number, id: number, uid: number, gid: number, pid: number, 
 /** (0, id, fh, offset, length, path, uid, gid, pid): decide a write; (1, id, result): its pwrite returned result. */
 export type WriteHandler = (kind: number, id: number, a: number, b: number, c: number, path: string | null, uid: number, gid: number, pid: number) => void;
 
-/** What a successor needs of a paused session (session.c `session_handed`). */
+/** What a successor needs of a paused session (session.c `hs_session_handed`). */
 export interface Handed {
   /** the /dev/fuse descriptor (this process's; sent as a copy) */
   fd: number;
@@ -32,7 +32,7 @@ export interface Handed {
   epoch?: number;
 }
 
-/** The fast path's counters (fastpath_napi.c `fastpath_stats`). */
+/** The fast path's counters (fastpath_napi.c `hs_fastpath_stats`). */
 export interface FastPathStats {
   enabled: boolean;
   answered: number;
@@ -65,7 +65,7 @@ export interface FastPathStats {
   retiredHomes: number;
 }
 
-/** The data plane's counters (dataplane.c `fastpath_dp_stats`). */
+/** The data plane's counters (dataplane.c `hs_fastpath_dp_stats`). */
 export interface DataPlaneStats {
   published: number;
   reads: number;
@@ -82,150 +82,150 @@ export interface AddonRaw {
   readonly ABI: Readonly<Record<string, number>>;
 
   // ---- the session (native/src/session/session.c, bridge.c, loop.c) ----
-  session_mount(mnt: string, mountOpts: string, lowlevelOpts: string, conf: number[], dispatch: Dispatch): void;
+  hs_session_mount(mnt: string, mountOpts: string, lowlevelOpts: string, conf: number[], dispatch: Dispatch): void;
   /** 0 not started, 1 serving, 2 ended */
-  session_loop_state(): number;
+  hs_session_loop_state(): number;
   /** [nodes, of them reachable by inode number, -] (nodes.c) */
-  session_stats(): [number, number, number];
-  session_adopt(fd: number, bufsize: number, init: Buffer, nodes: Buffer, dirs: Buffer, lowlevelOpts: string, conf: number[], dispatch: Dispatch): number;
+  hs_session_stats(): [number, number, number];
+  hs_session_adopt(fd: number, bufsize: number, init: Buffer, nodes: Buffer, dirs: Buffer, lowlevelOpts: string, conf: number[], dispatch: Dispatch): number;
   /** [0 or -errno, the resend notification's result] */
-  session_revive(fd: number, bufsize: number, init: Buffer, epoch: number, lowlevelOpts: string, conf: number[], dispatch: Dispatch): [number, number];
+  hs_session_revive(fd: number, bufsize: number, init: Buffer, epoch: number, lowlevelOpts: string, conf: number[], dispatch: Dispatch): [number, number];
   /** the handles' epoch, set first when given */
-  session_fh_epoch(set?: number): number;
+  hs_session_fh_epoch(set?: number): number;
   /** [requests resent, of them answered EIO, dead handles reopened] (handles.c) */
-  session_handle_stats(): [number, number, number];
+  hs_session_handle_stats(): [number, number, number];
   /** the dead handles this daemon reopened (handles.h), serialised for a successor, or -errno */
-  session_dead_handles(): Buffer | number;
-  session_dead_handles_import(pairs: Buffer): number;
+  hs_session_dead_handles(): Buffer | number;
+  hs_session_dead_handles_import(pairs: Buffer): number;
   /** a successor's head start: import the node table on a thread of its own; adopt waits for it */
-  session_preimport(nodes: Buffer): number;
-  session_pause(): void;
-  session_paused(): boolean;
-  session_resume(): void;
+  hs_session_preimport(nodes: Buffer): number;
+  hs_session_pause(): void;
+  hs_session_paused(): boolean;
+  hs_session_resume(): void;
   /** `withNodes` false: `nodes` is empty (a successor that followed the journal has them) */
-  session_handed(withNodes?: boolean): Handed;
-  session_reply(id: number, res: number, ...values: unknown[]): void;
-  session_unref(): void;
+  hs_session_handed(withNodes?: boolean): Handed;
+  hs_session_reply(id: number, res: number, ...values: unknown[]): void;
+  hs_session_unref(): void;
   /** slot fh & 0xffff > 0 of a Uint16Array(65536): FLUSH of fh goes to JavaScript */
-  session_set_flush_gate(gate: Buffer): void;
+  hs_session_set_flush_gate(gate: Buffer): void;
 
   // ---- the kernel's caches (session/inval.c) ----
   /** kind: ABI.INVAL_*; the notifications queued */
-  session_invalidate(kind: number, path: string): number;
+  hs_session_invalidate(kind: number, path: string): number;
   /** [queued, sent, not cached, failed, pending] */
-  session_inval_stats(): [number, number, number, number, number];
+  hs_session_inval_stats(): [number, number, number, number, number];
   /** [entries queued, of them sent] */
-  session_inval_progress(): [number, number];
+  hs_session_inval_progress(): [number, number];
 
   // ---- the node table's journal (session/nodes_journal*.c, journal_js.c) ----
   /** two memfds for a keeper ([fd0, fd1]), or -errno */
-  handover_journal_open(): [number, number] | number;
+  hs_handover_journal_open(): [number, number] | number;
   /** a fresh table from them: the stored epoch, or -errno */
-  handover_journal_recover(fd0: number, fd1: number): number;
+  hs_handover_journal_recover(fd0: number, fd1: number): number;
   /** after a live handover's import: 0 or -errno */
-  handover_journal_rebase(fd0: number, fd1: number): number;
+  hs_handover_journal_rebase(fd0: number, fd1: number): number;
   /** the stored epoch, set first when given (-ENOENT: no journal) */
-  handover_journal_epoch(set?: number): number;
+  hs_handover_journal_epoch(set?: number): number;
   /** the last recovery's figures */
-  handover_journal_recovered(): number[];
-  handover_journal_follow(fd0: number, fd1: number): number;
-  handover_journal_follow_finish(): number;
-  handover_journal_follow_drop(): void;
-  handover_journal_gen(): number;
+  hs_handover_journal_recovered(): number[];
+  hs_handover_journal_follow(fd0: number, fd1: number): number;
+  hs_handover_journal_follow_finish(): number;
+  hs_handover_journal_follow_drop(): void;
+  hs_handover_journal_gen(): number;
 
   // ---- the ledgers' area (handover/ledgers.c) ----
-  handover_ledgers_open(): [number, ArrayBuffer] | number;
-  handover_ledgers_map(fd: number): ArrayBuffer | number;
+  hs_handover_ledgers_open(): [number, ArrayBuffer] | number;
+  hs_handover_ledgers_map(fd: number): ArrayBuffer | number;
 
   // ---- the handover socket (handover/handover.c) ----
-  handover_listen(path: string): number;
-  handover_accept(fd: number): number;
-  handover_connect(path: string): number;
-  handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
-  handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
-  handover_close(fd: number): number;
-  handover_memfd(data: Buffer): number;
-  handover_reserve_fds(fd: number): number;
+  hs_handover_listen(path: string): number;
+  hs_handover_accept(fd: number): number;
+  hs_handover_connect(path: string): number;
+  hs_handover_send(fd: number, data: Buffer, fds: number[], timeoutMs: number): number;
+  hs_handover_recv(fd: number, timeoutMs: number): { res: number; data?: Buffer; fds: number[] };
+  hs_handover_close(fd: number): number;
+  hs_handover_memfd(data: Buffer): number;
+  hs_handover_reserve_fds(fd: number): number;
 
   // ---- the holder (handover/holder.c) and systemd's fd store ----
-  handover_holder_poll(fd: number, events: number): number;
+  hs_handover_holder_poll(fd: number, events: number): number;
   /** the process at the other end of a connection: its pid and a pidfd of it (-errno: none; -ESRCH: it is gone), or -errno */
-  handover_holder_peer(fd: number): { pid: number; pidfd: number } | number;
-  handover_holder_peer_pidfd(fd: number): { pid: number; pidfd: number } | number;
+  hs_handover_holder_peer(fd: number): { pid: number; pidfd: number } | number;
+  hs_handover_holder_peer_pidfd(fd: number): { pid: number; pidfd: number } | number;
   /** the serving session's descriptor (this process's) and INIT; null before the session started */
-  handover_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
-  handover_sd_notify_fds(socket: string, message: string, fds: number[]): number;
-  handover_sd_cloexec(fd: number): number;
+  hs_handover_holder_session(): { fd: number; bufsize: number; init: Buffer } | null;
+  hs_handover_sd_notify_fds(socket: string, message: string, fds: number[]): number;
+  hs_handover_sd_cloexec(fd: number): number;
 
   // ---- system calls Node lacks, on libuv's pool (calls.c): cb(0) or cb(-errno) ----
-  sys_utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void;
-  sys_backing_mknod(path: string, mode: number, dev: number, cb: Cb): void;
-  sys_backing_fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void;
-  sys_umount2(mnt: string, flags: number, cb: Cb): void;
+  hs_sys_utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void;
+  hs_sys_backing_mknod(path: string, mode: number, dev: number, cb: Cb): void;
+  hs_sys_backing_fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void;
+  hs_sys_umount2(mnt: string, flags: number, cb: Cb): void;
   /** RLIMIT_NOFILE: [res, soft, hard] after setting what is not 0; Infinity = unlimited */
-  sys_nofile(soft: number, hard: number): [number, number, number];
-  sys_utf8_valid_buffer(buf: Uint8Array): boolean;
+  hs_sys_nofile(soft: number, hard: number): [number, number, number];
+  hs_sys_utf8_valid_buffer(buf: Uint8Array): boolean;
 
   // ---- the channel (channel.c) ----
   /** opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns the opens answered so */
-  session_set_noflush(on: boolean): number;
+  hs_session_set_noflush(on: boolean): number;
   /** [opens, flushes] */
-  session_noflush_count(): [number, number];
-  session_set_single_reader(on: boolean): void;
+  hs_session_noflush_count(): [number, number];
+  hs_session_set_single_reader(on: boolean): void;
   /** [on, handoffs, revocations, read waits] */
-  session_lead_stats(): [number, number, number, number];
+  hs_session_lead_stats(): [number, number, number, number];
 
   // ---- directory handles (dirhandles.c) ----
-  fastpath_set_dir_caps(perUid: number, all: number): void;
-  fastpath_set_open_files(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
+  hs_fastpath_set_dir_caps(perUid: number, all: number): void;
+  hs_fastpath_set_open_files(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
   /** [uid's, under the prefix, in all] */
-  fastpath_dir_counts(uid: number, prefix: string): [number, number, number];
-  fastpath_dir_stats(): { open: number; refused: number };
+  hs_fastpath_dir_counts(uid: number, prefix: string): [number, number, number];
+  hs_fastpath_dir_stats(): { open: number; refused: number };
 
   // ---- the data plane (dataplane.c, dataplane_write.c) ----
-  fastpath_dp_publish(fh: number, fd: number, flags: number, dev: bigint, ino: bigint, append: boolean): void;
-  fastpath_dp_set_flags(fh: number, flags: number): boolean;
-  fastpath_dp_unpublish(fh: number): boolean;
-  fastpath_dp_set_write_handler(handler: WriteHandler): void;
-  fastpath_dp_write_decision(id: number, offset: number, wait: boolean): boolean;
-  fastpath_dp_write_done(id: number, result: number): boolean;
+  hs_fastpath_dp_publish(fh: number, fd: number, flags: number, dev: bigint, ino: bigint, append: boolean): void;
+  hs_fastpath_dp_set_flags(fh: number, flags: number): boolean;
+  hs_fastpath_dp_unpublish(fh: number): boolean;
+  hs_fastpath_dp_set_write_handler(handler: WriteHandler): void;
+  hs_fastpath_dp_write_decision(id: number, offset: number, wait: boolean): boolean;
+  hs_fastpath_dp_write_done(id: number, result: number): boolean;
   /** [id, bytes, ...] of writes that landed whole since the last call, or null */
-  fastpath_dp_take_write_reports(): Float64Array | null;
-  fastpath_dp_set_release_deferred(on: boolean): void;
+  hs_fastpath_dp_take_write_reports(): Float64Array | null;
+  hs_fastpath_dp_set_release_deferred(on: boolean): void;
   /** [fh, ...] of the RELEASEs answered since the last call, oldest first, or null */
-  fastpath_dp_take_releases(): Float64Array | null;
-  fastpath_dp_stats(): DataPlaneStats;
+  hs_fastpath_dp_take_releases(): Float64Array | null;
+  hs_fastpath_dp_stats(): DataPlaneStats;
 
   // ---- the fast path (fastpath_*.c) ----
-  fastpath_set_home(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
+  hs_fastpath_set_home(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void;
   /** token -1: whatever is published there */
-  fastpath_remove_home(prefix: string, token: number): boolean;
-  fastpath_set_mutable(prefix: string, token: number, pending: BigInt64Array | null): boolean;
-  fastpath_inode(dev: bigint, ino: bigint, delta: number): void;
-  fastpath_inode_size(dev: bigint, ino: bigint, size: number): void;
-  fastpath_wl_delegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
+  hs_fastpath_remove_home(prefix: string, token: number): boolean;
+  hs_fastpath_set_mutable(prefix: string, token: number, pending: BigInt64Array | null): boolean;
+  hs_fastpath_inode(dev: bigint, ino: bigint, delta: number): void;
+  hs_fastpath_inode_size(dev: bigint, ino: bigint, size: number): void;
+  hs_fastpath_wl_delegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
   /** the size, now JS's; -1 a native write is in flight (ask again); -2 not handed over */
-  fastpath_wl_revoke(dev: bigint, ino: bigint): number;
-  fastpath_wl_size(dev: bigint, ino: bigint): number;
-  fastpath_set_write_credit(prefix: string, token: number, on: boolean): boolean;
-  fastpath_set_handle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
-  fastpath_remove_handle(fh: number): void;
-  fastpath_set_reserved(names: string[]): void;
-  fastpath_set_open(prefix: string, token: number, flags: number): boolean;
-  fastpath_set_attr_ops(prefix: string, token: number, flags: number, chmodM: number, chmodK: number): boolean;
-  fastpath_grant(prefix: string, token: number, fh: number, uid: number): boolean;
-  fastpath_set_create(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
-  fastpath_grant_create(prefix: string, token: number, fh: number, uid: number): boolean;
-  fastpath_reclaim(): number;
+  hs_fastpath_wl_revoke(dev: bigint, ino: bigint): number;
+  hs_fastpath_wl_size(dev: bigint, ino: bigint): number;
+  hs_fastpath_set_write_credit(prefix: string, token: number, on: boolean): boolean;
+  hs_fastpath_set_handle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
+  hs_fastpath_remove_handle(fh: number): void;
+  hs_fastpath_set_reserved(names: string[]): void;
+  hs_fastpath_set_open(prefix: string, token: number, flags: number): boolean;
+  hs_fastpath_set_attr_ops(prefix: string, token: number, flags: number, chmodM: number, chmodK: number): boolean;
+  hs_fastpath_grant(prefix: string, token: number, fh: number, uid: number): boolean;
+  hs_fastpath_set_create(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
+  hs_fastpath_grant_create(prefix: string, token: number, fh: number, uid: number): boolean;
+  hs_fastpath_reclaim(): number;
   /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */
-  fastpath_take_opens(): BigUint64Array | null;
-  fastpath_set_free_inline_max(bytes: number): void;
-  fastpath_enable(on: boolean): void;
-  fastpath_clear(): void;
-  fastpath_stats(): FastPathStats;
+  hs_fastpath_take_opens(): BigUint64Array | null;
+  hs_fastpath_set_free_inline_max(bytes: number): void;
+  hs_fastpath_enable(on: boolean): void;
+  hs_fastpath_clear(): void;
+  hs_fastpath_stats(): FastPathStats;
 
   // ---- the removal claims C's unlinks and JS's removers share (removals.c) ----
-  fastpath_claim_enter(dev: bigint, ino: bigint): void;
-  fastpath_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
-  fastpath_claim_stats(): { inFlight: number; raced: number };
+  hs_fastpath_claim_enter(dev: bigint, ino: bigint): void;
+  hs_fastpath_claim_leave(dev: bigint, ino: bigint, gone: boolean): boolean;
+  hs_fastpath_claim_stats(): { inFlight: number; raced: number };
 }

@@ -11,7 +11,7 @@ import { closeSync } from 'node:fs';
 import type { AddonRaw } from './addon-raw.js';
 
 /** The addon's journal and handle-epoch exports. */
-export type JournalRaw = Pick<AddonRaw, 'handover_journal_open' | 'handover_journal_recover' | 'handover_journal_follow' | 'handover_journal_follow_finish' | 'handover_journal_follow_drop' | 'handover_journal_gen' | 'session_fh_epoch' | 'handover_journal_epoch' | 'handover_journal_recovered'>;
+export type JournalRaw = Pick<AddonRaw, 'hs_handover_journal_open' | 'hs_handover_journal_recover' | 'hs_handover_journal_follow' | 'hs_handover_journal_follow_finish' | 'hs_handover_journal_follow_drop' | 'hs_handover_journal_gen' | 'hs_session_fh_epoch' | 'hs_handover_journal_epoch' | 'hs_handover_journal_recovered'>;
 
 /** What a recovery read and how long its two parts took (nodes_journal.h: hs_journal_recovered). */
 export interface JournalRecovery {
@@ -27,7 +27,7 @@ export interface JournalRecovery {
 
 /** The last recovery's figures, for the resumed daemon's log. */
 export function journalRecovery(raw: JournalRaw): JournalRecovery {
-  const [snapBytes, snapNodes, logBytes, records, importNs, replayNs, cpuNs] = raw.handover_journal_recovered() as [number, number, number, number, number, number, number];
+  const [snapBytes, snapNodes, logBytes, records, importNs, replayNs, cpuNs] = raw.hs_handover_journal_recovered() as [number, number, number, number, number, number, number];
   const mib = (b: number) => Math.round((b / 1048576) * 10) / 10;
   const ms = (ns: number) => Math.round(ns / 1e5) / 10;
   return { snapshotNodes: snapNodes, snapshotMiB: mib(snapBytes), records, logMiB: mib(logBytes), importMs: ms(importNs), replayMs: ms(replayNs), cpuMs: ms(cpuNs) };
@@ -37,11 +37,11 @@ let fds: number[] = [];
 
 /** Starts journaling into two new memfds (a snapshot of the table as it is, then every change). */
 export function openJournal(raw: JournalRaw): void {
-  const r = raw.handover_journal_open();
+  const r = raw.hs_handover_journal_open();
   if (typeof r === 'number') throw new Error(`the node table's journal could not be opened: errno ${-r}`);
   fds = [...r];
   // From its first record on, the journal names the epoch this daemon's handles carry.
-  storeEpoch(raw, raw.session_fh_epoch());
+  storeEpoch(raw, raw.hs_session_fh_epoch());
 }
 
 /**
@@ -53,7 +53,7 @@ export function openJournal(raw: JournalRaw): void {
  * before registering still leaves its epoch where the next one looks.
  */
 export function storeEpoch(raw: JournalRaw, epoch: number): void {
-  const r = raw.handover_journal_epoch(epoch);
+  const r = raw.hs_handover_journal_epoch(epoch);
   if (r !== epoch) throw new Error(`the epoch could not be stored in the node table's journal: ${r < 0 ? `errno ${-r}` : `it holds ${r}`}`);
 }
 
@@ -66,7 +66,7 @@ export function storeEpoch(raw: JournalRaw, epoch: number): void {
 export function recoverJournal(raw: JournalRaw, kept: number[]): number {
   // A third descriptor is the ledgers' area (fs/ledger-area.ts), the daemon's to map.
   if (kept.length !== 2 && kept.length !== 3) throw new Error(`the holder kept ${kept.length} journal descriptors, not 2 or 3: the node table cannot be rebuilt`);
-  const r = raw.handover_journal_recover(kept[0]!, kept[1]!);
+  const r = raw.hs_handover_journal_recover(kept[0]!, kept[1]!);
   if (r < 0) throw new Error(`the node table's journal could not be replayed: errno ${-r}`);
   fds = kept.slice(0, 2);
   return r;
@@ -87,7 +87,7 @@ export function journalFds(): number[] {
 export function followJournal(raw: JournalRaw, fds: readonly number[]): { gen: number } | { errno: number } {
   try {
     if (fds.length !== 2) return { errno: 22 };
-    const r = raw.handover_journal_follow(fds[0]!, fds[1]!);
+    const r = raw.hs_handover_journal_follow(fds[0]!, fds[1]!);
     return r < 0 ? { errno: -r } : { gen: r };
   } finally {
     for (const fd of fds) closeSync(fd);
@@ -96,11 +96,11 @@ export function followJournal(raw: JournalRaw, fds: readonly number[]): { gen: n
 
 /** The generation this daemon's journal writes now, or null (no journal). */
 export function journalGen(raw: JournalRaw): number | null {
-  const g = raw.handover_journal_gen();
+  const g = raw.hs_handover_journal_gen();
   return g > 0 ? g : null;
 }
 
 /** The epoch this daemon's file handles carry (session/handles.h), told to the holder with each registration. */
 export function journalEpoch(raw: JournalRaw): number {
-  return raw.session_fh_epoch();
+  return raw.hs_session_fh_epoch();
 }

@@ -49,7 +49,7 @@ export async function resumeSession(kept: Kept, mount: MountManager, raw: Journa
 }
 
 /** The session's map of dead handles (session/handles.h). */
-export type DeadHandlesRaw = Pick<AddonRaw, 'session_dead_handles' | 'session_dead_handles_import'>;
+export type DeadHandlesRaw = Pick<AddonRaw, 'hs_session_dead_handles' | 'hs_session_dead_handles_import'>;
 
 /**
  * A live handover after a crash: the dead handles this daemon reopened, as
@@ -57,7 +57,7 @@ export type DeadHandlesRaw = Pick<AddonRaw, 'session_dead_handles' | 'session_de
  * none (a state without them is what every earlier build sends and takes).
  */
 export function exportDeadHandles(raw: DeadHandlesRaw): string | undefined {
-  const b = raw.session_dead_handles();
+  const b = raw.hs_session_dead_handles();
   if (typeof b === 'number') throw new Error(`the dead handles' map could not be exported: errno ${-b}`);
   return b.length > 0 ? b.toString('base64') : undefined;
 }
@@ -69,7 +69,7 @@ export function exportDeadHandles(raw: DeadHandlesRaw): string | undefined {
  * left open after the dead handle's RELEASE.
  */
 export function importDeadHandles(raw: DeadHandlesRaw, b64: string): void {
-  const r = raw.session_dead_handles_import(Buffer.from(b64, 'base64'));
+  const r = raw.hs_session_dead_handles_import(Buffer.from(b64, 'base64'));
   if (r !== 0) throw new Error(`the dead handles' map could not be taken over: errno ${-r}`);
 }
 

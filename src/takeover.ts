@@ -145,7 +145,7 @@ export async function askForLogs(raw: HandoverRaw, config: Config): Promise<{ st
     await c.send(req);
     const { msg, fds } = await c.recv(5_000);
     if ((msg as { logs?: unknown }).logs === true && fds.length === 2) return { stdout: fds[0]!, stderr: fds[1]! };
-    for (const fd of fds) raw.handover_close(fd);
+    for (const fd of fds) raw.hs_handover_close(fd);
     return null;
   } finally {
     c.close();
@@ -187,7 +187,7 @@ export function listenForSuccessors(raw: HandoverRaw, host: HandingHost): Handov
 async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): Promise<void> {
   const log = host.log;
   const { msg, fds: stray } = await c.recv(5_000);
-  for (const fd of stray) raw.handover_close(fd);
+  for (const fd of stray) raw.hs_handover_close(fd);
   if ((msg as Partial<LogsRequest>).logs === true) {
     // `homesfs reload` starts the successor with these as its stdout and stderr: it
     // then logs where this daemon logs (the same open files: a pipe, the journal's
@@ -291,7 +291,7 @@ async function handOver(raw: HandoverRaw, c: HandoverConn, host: HandingHost): P
       });
       await c.sendFds([session.fd, ...locks.map((l) => l.fd), ...blobs, ...fs.fds]);
     } finally {
-      for (const fd of blobs) raw.handover_close(fd);
+      for (const fd of blobs) raw.hs_handover_close(fd);
     }
     marks.mark('sent');
     log.debug({ successor: hello.pid, steps: marks, nodes: session.nodes.length, files: fs.fds.length }, 'handover: sent, waiting for READY');
@@ -435,7 +435,7 @@ async function takeOverWith(version: number, ...[raw, config, log, parseFs, node
   try {
     // The descriptors come inside the pause; a table grown for them then waits
     // out an RCU grace period at each doubling (handover.c hs_ho_reserve_fds).
-    const table = raw.handover_reserve_fds(c.fd);
+    const table = raw.hs_handover_reserve_fds(c.fd);
     if (table < 0) log.debug({ errno: -table }, "descriptor table not grown to the serving daemon's: grown as the descriptors come");
     const hello: Hello = { hello: version, backing: path.resolve(config.backing), mount: path.resolve(config.mount), state: path.resolve(stateFileOf(config)), pid: process.pid };
     if (version === TAKEOVER_PROTOCOL) hello.journal = follow !== undefined;
@@ -446,12 +446,12 @@ async function takeOverWith(version: number, ...[raw, config, log, parseFs, node
       // Before the pause: the serving daemon serves on while the table is loaded.
       const t0 = clock();
       if (offer.journal === true && follow !== undefined && sent.length === 2) followed = follow.start(sent);
-      else for (const fd of sent) raw.handover_close(fd);
+      else for (const fd of sent) raw.hs_handover_close(fd);
       log.info({ followed, ms: Math.round(clock() - t0) }, followed !== null ? "node table loaded from the serving daemon's journal" : 'node table to be handed over');
       await c.send({ go: true, followed });
       ({ msg } = await c.recv(DRAIN_WAIT_MS + 5_000));
     } else {
-      for (const fd of sent) raw.handover_close(fd);
+      for (const fd of sent) raw.hs_handover_close(fd);
     }
     const head = msg as { refused?: string; state?: number; generation?: number; pausedAt?: number; bufsize?: number; epoch?: number; locks?: unknown; files?: number; nodes?: unknown };
     if (head.refused !== undefined) {
@@ -475,7 +475,7 @@ async function takeOverWith(version: number, ...[raw, config, log, parseFs, node
     const fds = await c.recvFds(5_000);
     const nl = lockFiles.length;
     if (fds.length !== 1 + nl + 4 + head.files) {
-      for (const fd of fds) raw.handover_close(fd);
+      for (const fd of fds) raw.hs_handover_close(fd);
       throw new HandoverError('the serving daemon sent another number of descriptors than it announced');
     }
     marks.mark('fdsReceived');
@@ -483,7 +483,7 @@ async function takeOverWith(version: number, ...[raw, config, log, parseFs, node
       const why = follow!.finish();
       followed = null;
       if (why !== null) {
-        for (const fd of fds) raw.handover_close(fd);
+        for (const fd of fds) raw.hs_handover_close(fd);
         throw new HandoverError(`the node table could not be caught up from the journal: ${why}`);
       }
       marks.mark('nodesCaughtUp');
@@ -496,7 +496,7 @@ async function takeOverWith(version: number, ...[raw, config, log, parseFs, node
       if (!fromJournal) nodesRead?.(values[1]!);
       fs = parseFs(JSON.parse(values[3]!.toString('utf8')));
     } catch (err) {
-      for (const fd of [fds[0]!, ...fds.slice(1, 1 + nl), ...fds.slice(1 + nl + 4)]) raw.handover_close(fd);
+      for (const fd of [fds[0]!, ...fds.slice(1, 1 + nl), ...fds.slice(1 + nl + 4)]) raw.hs_handover_close(fd);
       throw err;
     }
     const [init, nodes, dirs] = values as [Buffer, Buffer, Buffer];

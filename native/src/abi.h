@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 14
+#define HOMESFS_ABI_VERSION 15
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -87,7 +87,7 @@
   X(OPEN_OPT_NONSEEKABLE, 4) \
   /* A stat as JavaScript hands it over: this many uint32 (session/marshal.c). */ \
   X(STAT_WORDS, 22) \
-  /* What session_invalidate(kind, path) drops from the kernel's caches    */ \
+  /* What hs_session_invalidate(kind, path) drops from the kernel's caches    */ \
   /* (session/inval.c).                                                     */ \
   X(INVAL_PATH, 0)            /* the name, its node's and its directory's attributes */ \
   X(INVAL_TREE, 1)            /* the attributes of every node at or below the path */ \

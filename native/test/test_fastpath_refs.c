@@ -1,6 +1,6 @@
 // References in the fast path (fastpath_refs.c; fastpath_internal.h,
 // "Lifetimes"), against a real directory tree: a pinned home outlives its
-// removal and fastpath_clear with its descriptor open; a removal or a change
+// removal and hs_fastpath_clear with its descriptor open; a removal or a change
 // of a home waits for the ops that pinned it before, and only for those; a
 // write ticket keeps its inode record and accounting array through a clear;
 // a native unlink and an open counted meanwhile keep JS's order (the open

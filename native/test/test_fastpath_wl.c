@@ -1,7 +1,7 @@
 // fastpath_write.c's WRITE decision (hs_fastpath_wl_begin / _end): the growth
 // a write may charge from the byte credit JS reserved, and its settling when
 // the pwrite landed all, part or nothing. The inodes are entered in the
-// table as fastpath_inode and fastpath_wl_delegate do, through what
+// table as hs_fastpath_inode and hs_fastpath_wl_delegate do, through what
 // fastpath_internal.h shares; the fast path's files are linked in and their
 // Node calls link to generated stubs that abort (see the Makefile).
 #include <stdlib.h>
@@ -15,7 +15,7 @@ int hs_dp_unpublish_fd(uint64_t fh) { abort(); }
 static int64_t home_acct[HOMESFS_ACCT_LEN];
 
 // An inode of `size` bytes whose charged size C owns, charging acct: counted
-// open and handed over as JS does (fastpath_inode, fastpath_wl_delegate).
+// open and handed over as JS does (hs_fastpath_inode, hs_fastpath_wl_delegate).
 static fp_inode_t *delegated(uint64_t ino, uint64_t size) {
   pthread_once(&fp_once, fp_init_lock);
   fp_acct_t *a = fp_acct_wrap(home_acct, HOMESFS_ACCT_LEN, NULL, NULL);

@@ -21,7 +21,7 @@ import { Turns } from '../policy/turns.js';
  * of 4 KiB (about 0.6 ms each measured on the test VMs' ext4 once written
  * back), so the common small file keeps the fast synchronous path and a
  * bigger one pays a threadpool round trip (~20 us) it cannot notice. The
- * binding gets this value (fastpath_set_free_inline_max).
+ * binding gets this value (hs_fastpath_set_free_inline_max).
  */
 export const INLINE_FREE_MAX_BYTES = 64 * 1024;
 

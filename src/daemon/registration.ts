@@ -34,7 +34,7 @@ export class SessionRegistration {
   async register(s: { configPath: string | null; generation: number; resumed: boolean; journalRaw: JournalRaw; ledgers: LedgerArea | null }): Promise<void> {
     if (!this.config.crashSurvival) return;
     const hlog = this.log.child({ component: 'holder' });
-    const session = this.raw.handover_holder_session();
+    const session = this.raw.hs_handover_holder_session();
     try {
       if (session === null) throw new Error('the session has no descriptor or INIT to hand over');
       if (!s.resumed) openJournal(s.journalRaw);

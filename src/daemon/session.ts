@@ -96,10 +96,10 @@ export async function takeOverSession(
         return null;
       },
       finish: () => {
-        const r = journalRaw.handover_journal_follow_finish();
+        const r = journalRaw.hs_handover_journal_follow_finish();
         return r === 0 ? null : `errno ${-r}`;
       },
-      drop: () => journalRaw.handover_journal_follow_drop(),
+      drop: () => journalRaw.hs_handover_journal_follow_drop(),
     };
     return await takeOverFrom(
       raw,

@@ -97,7 +97,7 @@ export abstract class OpenInodes extends HomeRegistry {
     // accessor makes one that forgets to tell it impossible.
     const attrs = this.deps.attrs;
     let size = initial;
-    // Only a file the binding made can be its own before JS has a record of it (fastpath_set_write_credit).
+    // Only a file the binding made can be its own before JS has a record of it (hs_fastpath_set_write_credit).
     const owned = madeNatively && attrs?.writeDecisions ? attrs.wlSize(dev, ino) : -1;
     const inode: OpenInode = {
       key: inodeKey(dev, ino),

@@ -31,7 +31,7 @@ import { homeId } from '../paths/parse.js';
 import type { AddonRaw } from '../addon-raw.js';
 
 /** The binding's area calls (handover/ledgers.c). */
-export type LedgerAreaRaw = Pick<AddonRaw, 'handover_ledgers_open' | 'handover_ledgers_map'>;
+export type LedgerAreaRaw = Pick<AddonRaw, 'hs_handover_ledgers_open' | 'hs_handover_ledgers_map'>;
 
 const SLOT_BYTES = ABI.LEDGER_SLOT_BYTES;
 const SLOT_WORDS = SLOT_BYTES / 8;
@@ -137,7 +137,7 @@ export class LedgerArea {
 
   /** A new, empty area. */
   static create(raw: LedgerAreaRaw): LedgerArea {
-    const r = raw.handover_ledgers_open();
+    const r = raw.hs_handover_ledgers_open();
     if (typeof r === 'number') throw new Error(`the ledgers' area could not be made: errno ${-r}`);
     const area = new LedgerArea(r[0], r[1], null);
     area.#init();
@@ -150,7 +150,7 @@ export class LedgerArea {
    * same memfd: nothing of it is trusted.
    */
   static kept(raw: LedgerAreaRaw, fd: number): LedgerArea {
-    const buf = raw.handover_ledgers_map(fd);
+    const buf = raw.hs_handover_ledgers_map(fd);
     if (typeof buf === 'number') throw new Error(`the kept ledgers' area could not be mapped: errno ${-buf}`);
     const w = new BigInt64Array(buf);
     const valid = w[H_MAGIC] === MAGIC && w[H_VERSION] === VERSION && w[H_STATE] === AREA_LIVE;

@@ -154,7 +154,7 @@ export abstract class NativePublication extends OpenSlots {
     hs.nativeUnlink = on;
     // Byte credit goes with it: taken back first, then the binding waits for the writes that took some (mutable(hs)).
     if (!on) hs.ledger.reclaimBytes();
-    // Made immutable, the binding gives its create slots back (fastpath_set_mutable) and makes no more files there.
+    // Made immutable, the binding gives its create slots back (hs_fastpath_set_mutable) and makes no more files there.
     this.deps.attrs?.mutable(hs);
     if (!on) hs.ledger.takePending();
     this.refreshNativeCreate(hs);

@@ -27,7 +27,7 @@ export function walkTreeNative(
   const result: ScanResult = { bytes: 0, inodes: 0, excluded: [] };
   let sinceReport = 0;
   const list = (fd: number): Array<{ name: Buffer }> => {
-    const l = lister.sys_scandir(fd);
+    const l = lister.hs_sys_scandir(fd);
     const { type, nlink, size, dev, ino } = l;
     const enter: Array<{ name: Buffer }> = [];
     for (let i = 0; i < l.count; i++) {

@@ -10,7 +10,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** One directory, as scandir.c's sys_scandir() returns it: facts only, no decision. */
+/** One directory, as scandir.c's hs_sys_scandir() returns it: facts only, no decision. */
 export interface Listing {
   count: number;
   /** (st_mode >> 12) & 15, or 0: the lstat failed (vanished since getdents) */
@@ -25,7 +25,7 @@ export interface Listing {
 }
 
 export interface Lister {
-  sys_scandir(dirFd: number): Listing;
+  hs_sys_scandir(dirFd: number): Listing;
 }
 
 export const S_DIR = 4;
@@ -43,7 +43,7 @@ export function loadLister(): Lister | null {
   try {
     const require = createRequire(import.meta.url);
     const mod = require(path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../native/addon/scandir.node')) as Partial<Lister> & { SCANDIR_VERSION?: number };
-    if (mod.SCANDIR_VERSION !== VERSION || typeof mod.sys_scandir !== 'function') return null;
+    if (mod.SCANDIR_VERSION !== VERSION || typeof mod.hs_sys_scandir !== 'function') return null;
     return mod as Lister;
   } catch {
     return null;

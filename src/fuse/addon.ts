@@ -144,40 +144,40 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     umount2(mnt: string, flags: number, cb: Cb): void {
       cbFirst('umount2', cb);
       if (badPath(mnt)) return void process.nextTick(cb, EINVAL);
-      raw.sys_umount2(mnt, flags | 0, cb);
+      raw.hs_sys_umount2(mnt, flags | 0, cb);
     },
     /** utimensat(AT_FDCWD, path, [atime, mtime], AT_SYMLINK_NOFOLLOW) on libuv's pool */
     utimensat(p: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void {
       cbFirst('utimensat', cb);
       if (badPath(p)) return void process.nextTick(cb, EINVAL);
-      raw.sys_utimensat(p, atime, mtime, cb);
+      raw.hs_sys_utimensat(p, atime, mtime, cb);
     },
     /** mknod(path, mode, dev) on libuv's pool (Node has none) */
     mknod(p: string, mode: number, dev: number, cb: Cb): void {
       cbFirst('mknod', cb);
       if (badPath(p)) return void process.nextTick(cb, EINVAL);
-      raw.sys_backing_mknod(p, mode >>> 0, dev >>> 0, cb);
+      raw.hs_sys_backing_mknod(p, mode >>> 0, dev >>> 0, cb);
     },
     /** fallocate(fd, mode, offset, length) on libuv's pool (Node has none) */
     fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void {
       cbFirst('fallocate', cb);
-      raw.sys_backing_fallocate(fd, mode, offset, length, cb);
+      raw.hs_sys_backing_fallocate(fd, mode, offset, length, cb);
     },
     /** RLIMIT_NOFILE: read it, or set it (0 keeps a value); Infinity = unlimited */
     nofile(soft = 0, hard = 0): { res: number; soft: number; hard: number } {
-      const [res, s, h] = raw.sys_nofile(soft, hard);
+      const [res, s, h] = raw.hs_sys_nofile(soft, hard);
       return { res, soft: s, hard: h };
     },
     /** OPENDIR counted per caller uid (0 not) and in all; past a cap (0: none) EMFILE */
     setDirHandleCaps(perUid: number, all: number): void {
-      raw.fastpath_set_dir_caps(perUid >>> 0, all >>> 0);
+      raw.hs_fastpath_set_dir_caps(perUid >>> 0, all >>> 0);
     },
-    dirHandleStats: (): { open: number; refused: number } => raw.fastpath_dir_stats(),
+    dirHandleStats: (): { open: number; refused: number } => raw.hs_fastpath_dir_stats(),
     /** directory handles open: uid's (0 for uid 0), under the home's prefix ("/<tenant>/<key>"), in all */
-    dirHandleCounts: (uid: number, prefix: string): [number, number, number] => raw.fastpath_dir_counts(uid >>> 0, prefix),
+    dirHandleCounts: (uid: number, prefix: string): [number, number, number] => raw.hs_fastpath_dir_counts(uid >>> 0, prefix),
     /** JS's open files (uid's, the home's with its cap, all) and the caps per uid and in all, which OPENDIR counts its handles beside */
     setOpenFileCounts(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void {
-      raw.fastpath_set_open_files(uid >>> 0, uidFiles >>> 0, prefix, homeFiles >>> 0, homeCap >>> 0, total >>> 0, capPerUid >>> 0, capAll >>> 0);
+      raw.hs_fastpath_set_open_files(uid >>> 0, uidFiles >>> 0, prefix, homeFiles >>> 0, homeCap >>> 0, total >>> 0, capPerUid >>> 0, capAll >>> 0);
     },
     /**
      * The data plane (dataplane.c): READs of fh (DP_READ) answered with
@@ -188,38 +188,38 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
      * fastpath_write.c decides.
      */
     publish(fh: number, fd: number, flags: number, dev = 0n, ino = 0n, append = false): void {
-      raw.fastpath_dp_publish(fh, fd, flags, dev, ino, !!append);
+      raw.hs_fastpath_dp_publish(fh, fd, flags, dev, ino, !!append);
     },
-    setPublishFlags: (fh: number, flags: number): boolean => raw.fastpath_dp_set_flags(fh, flags),
-    unpublish: (fh: number): boolean => raw.fastpath_dp_unpublish(fh),
+    setPublishFlags: (fh: number, flags: number): boolean => raw.hs_fastpath_dp_set_flags(fh, flags),
+    unpublish: (fh: number): boolean => raw.hs_fastpath_dp_unpublish(fh),
     /** once per process; the handler must not throw (see WriteHandler) */
     setWriteHandler(handler: WriteHandler): void {
       if (typeof handler !== 'function') throw new TypeError('setWriteHandler: handler must be a function');
-      raw.fastpath_dp_set_write_handler(handler);
+      raw.hs_fastpath_dp_set_write_handler(handler);
     },
-    writeDecision: (id: number, offset: number, wait = false): boolean => raw.fastpath_dp_write_decision(id, offset, !!wait),
-    writeDone: (id: number, result: number): boolean => raw.fastpath_dp_write_done(id, result),
+    writeDecision: (id: number, offset: number, wait = false): boolean => raw.hs_fastpath_dp_write_decision(id, offset, !!wait),
+    writeDone: (id: number, result: number): boolean => raw.hs_fastpath_dp_write_done(id, result),
     /** [id, bytes, ...] of writes that landed whole since the last call (answered already), or null */
-    takeWriteReports: (): Float64Array | null => raw.fastpath_dp_take_write_reports(),
+    takeWriteReports: (): Float64Array | null => raw.hs_fastpath_dp_take_write_reports(),
     /** RELEASE answered on a session worker thread and queued (true), or sent to ops.release */
     setReleaseDeferred(on: boolean): void {
-      raw.fastpath_dp_set_release_deferred(Boolean(on));
+      raw.hs_fastpath_dp_set_release_deferred(Boolean(on));
     },
     /** [fh, ...] of the RELEASEs answered since the last call, oldest first, or null */
-    takeReleases: (): Float64Array | null => raw.fastpath_dp_take_releases(),
-    dataPlaneStats: (): DataPlaneStats => raw.fastpath_dp_stats(),
+    takeReleases: (): Float64Array | null => raw.hs_fastpath_dp_take_releases(),
+    dataPlaneStats: (): DataPlaneStats => raw.hs_fastpath_dp_stats(),
     /** opens of handles in a zero flush-gate slot answered with FOPEN_NOFLUSH; returns opens answered so */
-    setNoFlush: (on: boolean): number => raw.session_set_noflush(!!on),
+    setNoFlush: (on: boolean): number => raw.hs_session_set_noflush(!!on),
     noFlushCount(): { opens: number; flushes: number } {
-      const [opens, flushes] = raw.session_noflush_count();
+      const [opens, flushes] = raw.hs_session_noflush_count();
       return { opens, flushes };
     },
     /** one thread reads the device at a time, from the next mount on */
     setSingleReader(on: boolean): void {
-      raw.session_set_single_reader(!!on);
+      raw.hs_session_set_single_reader(!!on);
     },
     leadStats(): { on: boolean; handoffs: number; revocations: number; readWaits: number } {
-      const [on, handoffs, revocations, readWaits] = raw.session_lead_stats();
+      const [on, handoffs, revocations, readWaits] = raw.hs_session_lead_stats();
       return { on: on === 1, handoffs, revocations, readWaits };
     },
     /**
@@ -227,14 +227,14 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
      * ABI.INVAL_*): queued for the session's invalidation thread, never
      * waited for. Returns the notifications queued, or -errno.
      */
-    invalidate: (kind: number, p: string): number => raw.session_invalidate(kind >>> 0, String(p)),
+    invalidate: (kind: number, p: string): number => raw.hs_session_invalidate(kind >>> 0, String(p)),
     invalidationStats(): { queued: number; sent: number; notCached: number; failed: number; pending: number } {
-      const [queued, sent, notCached, failed, pending] = raw.session_inval_stats();
+      const [queued, sent, notCached, failed, pending] = raw.hs_session_inval_stats();
       return { queued, sent, notCached, failed, pending };
     },
     /** the session's node table (session/nodes.c): nodes the kernel may name, of them reachable by inode number */
     nodeStats(): { nodes: number; byInode: number } {
-      const [nodes, byInode] = raw.session_stats();
+      const [nodes, byInode] = raw.hs_session_stats();
       return { nodes, byInode };
     },
     /**
@@ -242,62 +242,62 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
      * thread of its own while JavaScript adopts the rest (session.c,
      * hs_session_preimport); the session's adopt waits for it. 0 or -errno.
      */
-    preimportNodes: (nodes: Buffer): number => raw.session_preimport(nodes),
+    preimportNodes: (nodes: Buffer): number => raw.hs_session_preimport(nodes),
     handleStats(): { epoch: number; resent: number; refused: number; reopened: number } {
-      const [resent, refused, reopened] = raw.session_handle_stats();
-      return { epoch: raw.session_fh_epoch(), resent, refused, reopened };
+      const [resent, refused, reopened] = raw.hs_session_handle_stats();
+      return { epoch: raw.hs_session_fh_epoch(), resent, refused, reopened };
     },
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
-    invalidationProgress: (): [number, number] => raw.session_inval_progress(),
-    _isValidUtf8: (buf: Uint8Array): boolean => raw.sys_utf8_valid_buffer(buf),
+    invalidationProgress: (): [number, number] => raw.hs_session_inval_progress(),
+    _isValidUtf8: (buf: Uint8Array): boolean => raw.hs_sys_utf8_valid_buffer(buf),
   } satisfies Omit<FuseClass, 'native' | 'BINDING_PATH' | 'fastPath'>;
   Object.assign(Fuse, statics);
 
   /** The native getattr/lookup/open/create/unlink/setattr table (fastpath_*.c): one per process. */
   Fuse.fastPath = {
     setHome(prefix: string, fd: number, dev: bigint, uid: number, gid: number, ownerFromStat: boolean, maxName: number, types: number, masks: Uint32Array, token: number): void {
-      raw.fastpath_set_home(prefix, fd, dev, uid >>> 0, gid >>> 0, !!ownerFromStat, maxName >>> 0, types >>> 0, masks, token);
+      raw.hs_fastpath_set_home(prefix, fd, dev, uid >>> 0, gid >>> 0, !!ownerFromStat, maxName >>> 0, types >>> 0, masks, token);
     },
-    removeHome: (prefix: string, token?: number): boolean => raw.fastpath_remove_home(prefix, token === undefined ? -1 : token),
-    setMutable: (prefix: string, token: number, pending?: BigInt64Array | null): boolean => raw.fastpath_set_mutable(prefix, token, pending ?? null),
+    removeHome: (prefix: string, token?: number): boolean => raw.hs_fastpath_remove_home(prefix, token === undefined ? -1 : token),
+    setMutable: (prefix: string, token: number, pending?: BigInt64Array | null): boolean => raw.hs_fastpath_set_mutable(prefix, token, pending ?? null),
     setFreeInlineMax(bytes: number): void {
-      raw.fastpath_set_free_inline_max(bytes);
+      raw.hs_fastpath_set_free_inline_max(bytes);
     },
     inode(dev: bigint, ino: bigint, delta: number): void {
-      raw.fastpath_inode(dev, ino, delta);
+      raw.hs_fastpath_inode(dev, ino, delta);
     },
     inodeSize(dev: bigint, ino: bigint, size: number): void {
-      raw.fastpath_inode_size(dev, ino, size);
+      raw.hs_fastpath_inode_size(dev, ino, size);
     },
-    wlDelegate: (dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean => raw.fastpath_wl_delegate(dev, ino, size, acct),
-    wlRevoke: (dev: bigint, ino: bigint): number => raw.fastpath_wl_revoke(dev, ino),
-    wlSize: (dev: bigint, ino: bigint): number => raw.fastpath_wl_size(dev, ino),
-    setWriteCredit: (prefix: string, token: number, on: boolean): boolean => raw.fastpath_set_write_credit(prefix, token, !!on),
+    wlDelegate: (dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean => raw.hs_fastpath_wl_delegate(dev, ino, size, acct),
+    wlRevoke: (dev: bigint, ino: bigint): number => raw.hs_fastpath_wl_revoke(dev, ino),
+    wlSize: (dev: bigint, ino: bigint): number => raw.hs_fastpath_wl_size(dev, ino),
+    setWriteCredit: (prefix: string, token: number, on: boolean): boolean => raw.hs_fastpath_set_write_credit(prefix, token, !!on),
     setHandle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void {
-      raw.fastpath_set_handle(fh >>> 0, fd, uid >>> 0, gid >>> 0, !!ownerFromStat, types >>> 0, masks);
+      raw.hs_fastpath_set_handle(fh >>> 0, fd, uid >>> 0, gid >>> 0, !!ownerFromStat, types >>> 0, masks);
     },
     removeHandle(fh: number): void {
-      raw.fastpath_remove_handle(fh >>> 0);
+      raw.hs_fastpath_remove_handle(fh >>> 0);
     },
     setReserved(names: string[]): void {
-      raw.fastpath_set_reserved(names);
+      raw.hs_fastpath_set_reserved(names);
     },
-    setOpen: (prefix: string, token: number, flags: number): boolean => raw.fastpath_set_open(prefix, token, flags >>> 0),
+    setOpen: (prefix: string, token: number, flags: number): boolean => raw.hs_fastpath_set_open(prefix, token, flags >>> 0),
     setAttrOps: (prefix: string, token: number, flags: number, chmodM: number, chmodK: number): boolean =>
-      raw.fastpath_set_attr_ops(prefix, token, flags >>> 0, chmodM >>> 0, chmodK >>> 0),
+      raw.hs_fastpath_set_attr_ops(prefix, token, flags >>> 0, chmodM >>> 0, chmodK >>> 0),
     setCreate: (prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean =>
-      raw.fastpath_set_create(prefix, token, !!on, modeM >>> 0, modeOr >>> 0, maxDepth >>> 0, !!ownerIsCaller),
-    grantCreate: (prefix: string, token: number, fh: number, uid: number): boolean => raw.fastpath_grant_create(prefix, token, fh >>> 0, uid >>> 0),
-    grant: (prefix: string, token: number, fh: number, uid: number): boolean => raw.fastpath_grant(prefix, token, fh >>> 0, uid >>> 0),
-    reclaim: (): number => raw.fastpath_reclaim(),
+      raw.hs_fastpath_set_create(prefix, token, !!on, modeM >>> 0, modeOr >>> 0, maxDepth >>> 0, !!ownerIsCaller),
+    grantCreate: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant_create(prefix, token, fh >>> 0, uid >>> 0),
+    grant: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant(prefix, token, fh >>> 0, uid >>> 0),
+    reclaim: (): number => raw.hs_fastpath_reclaim(),
     /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */
-    takeOpens: (): BigUint64Array | null => raw.fastpath_take_opens(),
+    takeOpens: (): BigUint64Array | null => raw.hs_fastpath_take_opens(),
     enable(on: boolean): void {
-      raw.fastpath_enable(!!on);
+      raw.hs_fastpath_enable(!!on);
     },
     clear(): void {
-      raw.fastpath_clear();
+      raw.hs_fastpath_clear();
     },
-    stats: (): FastPathStats => raw.fastpath_stats(),
+    stats: (): FastPathStats => raw.hs_fastpath_stats(),
   } satisfies FastPathNative;
 }

@@ -13,7 +13,7 @@
 import { closeSync, fstatSync, lstatSync, readSync, statSync, unlinkSync } from 'node:fs';
 import type { AddonRaw } from '../addon-raw.js';
 
-type HandoverRaw = Pick<AddonRaw, 'handover_listen' | 'handover_accept' | 'handover_connect' | 'handover_send' | 'handover_recv' | 'handover_close' | 'handover_memfd' | 'handover_reserve_fds'>;
+type HandoverRaw = Pick<AddonRaw, 'hs_handover_listen' | 'hs_handover_accept' | 'hs_handover_connect' | 'hs_handover_send' | 'hs_handover_recv' | 'hs_handover_close' | 'hs_handover_memfd' | 'hs_handover_reserve_fds'>;
 
 const MAX_FDS = 253;
 const EAGAIN = 11;
@@ -45,7 +45,7 @@ export class HandoverConn {
   }
 
   private async sendBuf(data: Buffer, fds: number[] = []): Promise<void> {
-    const res = this.raw.handover_send(this.fd, data, fds, 5000);
+    const res = this.raw.hs_handover_send(this.fd, data, fds, 5000);
     if (res < 0) throw new HandoverError(`handover send failed: errno ${-res}`, -res);
   }
 
@@ -56,7 +56,7 @@ export class HandoverConn {
     try {
       msg = JSON.parse(r.data.toString('utf8'));
     } catch {
-      for (const fd of r.fds) this.raw.handover_close(fd);
+      for (const fd of r.fds) this.raw.hs_handover_close(fd);
       throw new HandoverError('handover: a message that is not JSON');
     }
     return { msg, fds: r.fds };
@@ -65,7 +65,7 @@ export class HandoverConn {
   private async recvRaw(timeoutMs: number): Promise<{ data: Buffer; fds: number[] }> {
     const until = Date.now() + timeoutMs;
     for (;;) {
-      const r = this.raw.handover_recv(this.fd, 0);
+      const r = this.raw.hs_handover_recv(this.fd, 0);
       if (r.res >= 0 && r.data) return { data: r.data, fds: r.fds };
       if (r.res !== -EAGAIN && r.res !== -ETIMEDOUT) throw new HandoverError(`handover receive failed: errno ${-r.res}`, -r.res);
       if (Date.now() >= until) throw new HandoverError('handover: the other side did not answer in time', ETIMEDOUT);
@@ -91,11 +91,11 @@ export class HandoverConn {
         if (r.fds.length === 0) throw new HandoverError('handover: a descriptor batch without descriptors');
       }
     } catch (err) {
-      for (const fd of out) this.raw.handover_close(fd);
+      for (const fd of out) this.raw.hs_handover_close(fd);
       throw err;
     }
     if (out.length !== n) {
-      for (const fd of out) this.raw.handover_close(fd);
+      for (const fd of out) this.raw.hs_handover_close(fd);
       throw new HandoverError('handover: more descriptors than announced');
     }
     return out;
@@ -105,8 +105,8 @@ export class HandoverConn {
   async gone(timeoutMs: number): Promise<boolean> {
     const until = Date.now() + timeoutMs;
     for (;;) {
-      const r = this.raw.handover_recv(this.fd, 0);
-      if (r.res >= 0 || r.fds.length > 0) for (const fd of r.fds) this.raw.handover_close(fd);
+      const r = this.raw.hs_handover_recv(this.fd, 0);
+      if (r.res >= 0 || r.fds.length > 0) for (const fd of r.fds) this.raw.hs_handover_close(fd);
       if (r.res < 0 && r.res !== -EAGAIN && r.res !== -ETIMEDOUT) return true;
       if (r.res === 0) return true;
       if (Date.now() >= until) return false;
@@ -117,7 +117,7 @@ export class HandoverConn {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.raw.handover_close(this.fd);
+    this.raw.hs_handover_close(this.fd);
   }
 }
 
@@ -138,7 +138,7 @@ export class HandoverListener {
   ) {}
 
   static listen(raw: HandoverRaw, path: string): HandoverListener {
-    const fd = raw.handover_listen(path);
+    const fd = raw.hs_handover_listen(path);
     if (fd < 0) throw new HandoverError(`handover socket ${path}: errno ${-fd}`, -fd);
     let made: { dev: number; ino: number } | null = null;
     try {
@@ -155,7 +155,7 @@ export class HandoverListener {
     let busy = false;
     this.timer = setInterval(() => {
       if (busy) return;
-      const fd = this.raw.handover_accept(this.fd);
+      const fd = this.raw.hs_handover_accept(this.fd);
       if (fd === -EAGAIN) return;
       if (fd < 0) return onRefused(-fd);
       busy = true;
@@ -184,13 +184,13 @@ export class HandoverListener {
         // gone already, or unreadable: nothing of ours to remove, and a close never fails
       }
     }
-    this.raw.handover_close(this.fd);
+    this.raw.hs_handover_close(this.fd);
   }
 }
 
 /** A value of any size as one descriptor to send (a sealed memfd: handover.c); the caller closes it once sent. */
 export function blobFd(raw: HandoverRaw, b: Buffer): number {
-  const fd = raw.handover_memfd(b);
+  const fd = raw.hs_handover_memfd(b);
   if (fd < 0) throw new HandoverError(`handover: no descriptor for a value: errno ${-fd}`, -fd);
   return fd;
 }
@@ -213,7 +213,7 @@ export function readBlob(fd: number, max = 1 << 30): Buffer {
 }
 
 export function handoverConnect(raw: HandoverRaw, path: string): HandoverConn {
-  const fd = raw.handover_connect(path);
+  const fd = raw.hs_handover_connect(path);
   if (fd < 0) throw new HandoverError(`cannot reach the serving daemon's handover socket ${path}: errno ${-fd}`, -fd);
   return new HandoverConn(raw, fd);
 }

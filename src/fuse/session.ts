@@ -15,19 +15,19 @@ const EIO = -5;
 /** The addon's session exports (native/src/session/session.c, bridge.c). */
 export type SessionRaw = Pick<
   AddonRaw,
-  | 'session_mount'
-  | 'session_loop_state'
-  | 'session_adopt'
-  | 'session_revive'
-  | 'session_fh_epoch'
-  | 'session_handle_stats'
-  | 'session_pause'
-  | 'session_paused'
-  | 'session_resume'
-  | 'session_handed'
-  | 'session_reply'
-  | 'session_unref'
-  | 'session_set_flush_gate'
+  | 'hs_session_mount'
+  | 'hs_session_loop_state'
+  | 'hs_session_adopt'
+  | 'hs_session_revive'
+  | 'hs_session_fh_epoch'
+  | 'hs_session_handle_stats'
+  | 'hs_session_pause'
+  | 'hs_session_paused'
+  | 'hs_session_resume'
+  | 'hs_session_handed'
+  | 'hs_session_reply'
+  | 'hs_session_unref'
+  | 'hs_session_set_flush_gate'
 >;
 
 export type { Handed };
@@ -47,7 +47,7 @@ export function nextEpoch(epoch: number): number {
   return n === 0 ? 1 : n;
 }
 
-type Dispatch = Parameters<AddonRaw['session_mount']>[4];
+type Dispatch = Parameters<AddonRaw['hs_session_mount']>[4];
 
 export interface SessionOptions {
   allowOther?: boolean;
@@ -131,7 +131,7 @@ export class FuseSession implements FuseInstance {
   ) {}
 
   mount(cb: (err: Error | null) => void): void {
-    this.start(cb, (o, conf, dispatch) => this.raw.session_mount(this.mnt, o.mount, o.lowlevel, conf, dispatch));
+    this.start(cb, (o, conf, dispatch) => this.raw.hs_session_mount(this.mnt, o.mount, o.lowlevel, conf, dispatch));
   }
 
   /**
@@ -141,8 +141,8 @@ export class FuseSession implements FuseInstance {
    */
   adopt(h: Handed, cb: (err: Error | null) => void): void {
     this.start(cb, (o, conf, dispatch) => {
-      this.raw.session_fh_epoch(h.epoch ?? 0);
-      const res = this.raw.session_adopt(h.fd, h.bufsize, h.init, h.nodes, h.dirs, o.lowlevel, conf, dispatch);
+      this.raw.hs_session_fh_epoch(h.epoch ?? 0);
+      const res = this.raw.hs_session_adopt(h.fd, h.bufsize, h.init, h.nodes, h.dirs, o.lowlevel, conf, dispatch);
       if (res !== 0) throw new Error(`adopting the session failed: errno ${-res}`);
     });
   }
@@ -156,7 +156,7 @@ export class FuseSession implements FuseInstance {
    */
   revive(k: Kept, cb: (err: Error | null) => void): void {
     this.start(cb, (o, conf, dispatch) => {
-      const [res, resend] = this.raw.session_revive(k.fd, k.bufsize, k.init, k.epoch, o.lowlevel, conf, dispatch);
+      const [res, resend] = this.raw.hs_session_revive(k.fd, k.bufsize, k.init, k.epoch, o.lowlevel, conf, dispatch);
       if (res !== 0) throw new Error(`reviving the session failed: errno ${-res}`);
       this.resendResult = resend;
     });
@@ -167,13 +167,13 @@ export class FuseSession implements FuseInstance {
 
   /** Requests sent again, of them answered EIO, dead handles reopened (handles.c). */
   handleStats(): { resent: number; refused: number; reopened: number; epoch: number } {
-    const [resent, refused, reopened] = this.raw.session_handle_stats();
-    return { resent, refused, reopened, epoch: this.raw.session_fh_epoch() };
+    const [resent, refused, reopened] = this.raw.hs_session_handle_stats();
+    return { resent, refused, reopened, epoch: this.raw.hs_session_fh_epoch() };
   }
 
   /** Stop reading requests at request boundaries (never blocks). */
   pause(): void {
-    this.raw.session_pause();
+    this.raw.hs_session_pause();
   }
 
   /**
@@ -188,16 +188,16 @@ export class FuseSession implements FuseInstance {
 
   /** Every worker parked and no request waiting for JavaScript. */
   paused(): boolean {
-    return this.raw.session_paused();
+    return this.raw.hs_session_paused();
   }
 
   resume(): void {
-    this.raw.session_resume();
+    this.raw.hs_session_resume();
   }
 
   /** `withNodes` false: no node table (a successor that followed the journal has it); `nodes` is empty. */
   handed(withNodes = true): Handed {
-    return this.raw.session_handed(withNodes);
+    return this.raw.hs_session_handed(withNodes);
   }
 
   private start(cb: (err: Error | null) => void, begin: (o: { mount: string; lowlevel: string }, conf: number[], dispatch: Dispatch) => void): void {
@@ -213,7 +213,7 @@ export class FuseSession implements FuseInstance {
         if (answered) return;
         answered = true;
         held.delete(id);
-        raw.session_reply(id, res, ...values);
+        raw.hs_session_reply(id, res, ...values);
         // After the answer: a crash before it leaves the change marked in flight.
         untrack?.();
       };
@@ -240,18 +240,18 @@ export class FuseSession implements FuseInstance {
   }
 
   unmount(cb: (err: Error | null) => void): void {
-    this.raw.session_unref();
+    this.raw.hs_session_unref();
     this.unmountImpl(this.mnt, cb);
   }
 
   /** 0 not started, 1 serving, 2 ended (the mount went: an external umount -l) */
   loopState(): number {
-    return this.raw.session_loop_state();
+    return this.raw.hs_session_loop_state();
   }
 
   /** slot fh & 0xffff > 0 of the caller's Uint16Array(65536): FLUSH of fh goes to ops.flush; 0: answered natively */
   setFlushGate(gate: Uint16Array): void {
     if (!(gate instanceof Uint16Array) || gate.length !== 65536) throw new TypeError('the flush gate is a Uint16Array(65536)');
-    this.raw.session_set_flush_gate(Buffer.from(gate.buffer, gate.byteOffset, gate.byteLength));
+    this.raw.hs_session_set_flush_gate(Buffer.from(gate.buffer, gate.byteOffset, gate.byteLength));
   }
 }

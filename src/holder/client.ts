@@ -52,7 +52,7 @@ export interface RegisterArgs {
   generation: number;
   epoch: number;
   build: string;
-  /** handover_holder_session: the session's descriptor (ours: copies go) and INIT */
+  /** hs_handover_holder_session: the session's descriptor (ours: copies go) and INIT */
   session: { fd: number; bufsize: number; init: Buffer };
   /** ours: copies go */
   journalFds: number[];
@@ -60,7 +60,7 @@ export interface RegisterArgs {
 
 /** A connection to the holder listening on `socket`, or null when none does (no file, or nobody behind it). */
 function connect(raw: HandoverRaw, socket: string): HandoverConn | null {
-  const fd = raw.handover_connect(socket);
+  const fd = raw.hs_handover_connect(socket);
   if (fd === -ENOENT || fd === -ECONNREFUSED) return null;
   if (fd < 0) throw new Error(`holder socket ${socket}: errno ${-fd}`);
   return new HandoverConn(raw, fd);
@@ -119,7 +119,7 @@ export function dropKept(k: Kept): void {
 }
 
 /** What client.ts needs beyond the handover channel: the holder's identity from a connection. */
-export type HolderClientRaw = HandoverRaw & Pick<AddonRaw, 'handover_holder_peer_pidfd'>;
+export type HolderClientRaw = HandoverRaw & Pick<AddonRaw, 'hs_handover_holder_peer_pidfd'>;
 
 /** The holder process that answered a registration, as this process can watch it. */
 export interface HolderPeer {
@@ -168,7 +168,7 @@ export async function register(raw: HolderClientRaw, config: Config, a: Register
   let initFd = -1;
   try {
     // Who answered, taken before anything is sent: the holder that will hold our copies.
-    const peer = raw.handover_holder_peer_pidfd(c.fd);
+    const peer = raw.hs_handover_holder_peer_pidfd(c.fd);
     holder = typeof peer === 'number' ? { pid: 0, pidfd: null } : { pid: peer.pid, pidfd: peer.pidfd >= 0 ? peer.pidfd : null };
     initFd = blobFd(raw, a.session.init);
     await c.send({ op: 'register', protocol: HOLDER_PROTOCOL, reg, journal: a.journalFds.length }, [a.session.fd, initFd, ...a.journalFds]);
@@ -180,7 +180,7 @@ export async function register(raw: HolderClientRaw, config: Config, a: Register
   } catch (err) {
     throw new RegisterError((err as Error).message, holder);
   } finally {
-    if (initFd >= 0) raw.handover_close(initFd);
+    if (initFd >= 0) raw.hs_handover_close(initFd);
     c.close();
   }
 }

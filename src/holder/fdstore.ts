@@ -31,7 +31,7 @@ import { MAX_JOURNAL_FDS, Registration, sameTree } from './protocol.js';
 import type { AddonRaw } from '../addon-raw.js';
 
 /** The addon's notify-with-descriptors exports (native/src/handover/sdstore.c). */
-export type SdStoreRaw = Pick<AddonRaw, 'handover_sd_notify_fds' | 'handover_sd_cloexec'>;
+export type SdStoreRaw = Pick<AddonRaw, 'hs_handover_sd_notify_fds' | 'hs_handover_sd_cloexec'>;
 
 export const FDNAME_FUSE = 'homesfs-fuse';
 export const FDNAME_REGISTRATION = 'homesfs-registration';
@@ -52,7 +52,7 @@ export function notifySocket(env: NodeJS.ProcessEnv = process.env): string | nul
 }
 
 function notify(raw: SdStoreRaw, socket: string, message: string, fds: number[] = []): void {
-  const r = raw.handover_sd_notify_fds(socket, message, fds);
+  const r = raw.hs_handover_sd_notify_fds(socket, message, fds);
   if (r < 0) throw new Error(`the notify socket ${socket} refused ${message.split('\n').join(' ')}: errno ${-r}`);
 }
 
@@ -89,7 +89,7 @@ export function storeRegistration(raw: SdStoreRaw & HandoverRaw, socket: string,
     notify(raw, socket, `FDSTORE=1\nFDNAME=${FDNAME_REGISTRATION}`, [blob]);
     notify(raw, socket, `FDSTORE=1\nFDNAME=${FDNAME_FUSE}`, [a.session.fd]);
   } finally {
-    raw.handover_close(blob);
+    raw.hs_handover_close(blob);
   }
 }
 
@@ -113,7 +113,7 @@ export function takeStored(raw: SdStoreRaw, config: Config, env: NodeJS.ProcessE
   const byName = new Map<string, number[]>();
   for (let i = 0; i < n; i++) {
     const fd = SD_LISTEN_FDS_START + i;
-    raw.handover_sd_cloexec(fd);
+    raw.hs_handover_sd_cloexec(fd);
     const name = names[i] ?? 'unknown';
     byName.set(name, [...(byName.get(name) ?? []), fd]);
   }

@@ -32,7 +32,7 @@ import { HandoverError, HandoverListener, type HandoverConn, type HandoverRaw } 
 import { fdCount, HOLDER_PROTOCOL, parseRequest, sameTree, type HolderStatus, type Registration, type Request } from './protocol.js';
 import type { AddonRaw } from '../addon-raw.js';
 
-export type HolderRaw = HandoverRaw & Pick<AddonRaw, 'handover_holder_poll' | 'handover_holder_peer' | 'handover_holder_session'>;
+export type HolderRaw = HandoverRaw & Pick<AddonRaw, 'hs_handover_holder_poll' | 'hs_handover_holder_peer' | 'hs_handover_holder_session'>;
 
 const POLLIN = 0x1;
 const POLLERR = 0x8;
@@ -109,9 +109,9 @@ export class Holder {
       if (Date.now() - this.started > IDLE_EXIT_MS) this.stop(0, 'nothing was registered');
       return;
     }
-    const r = this.raw.handover_holder_poll(h.fuseFd, 0);
+    const r = this.raw.hs_handover_holder_poll(h.fuseFd, 0);
     if (r < 0 || (r & (POLLERR | POLLHUP | POLLNVAL)) !== 0) return this.stop(0, 'the session is gone (unmounted or aborted)');
-    if (h.daemonAlive && h.pidfd !== null && (this.raw.handover_holder_poll(h.pidfd, POLLIN) & POLLIN) !== 0) {
+    if (h.daemonAlive && h.pidfd !== null && (this.raw.hs_handover_holder_poll(h.pidfd, POLLIN) & POLLIN) !== 0) {
       h.daemonAlive = false;
       this.log.warn({ daemon: h.reg.pid, mount: h.reg.mount, generation: h.reg.generation }, 'the daemon died: its session is kept for the next serve --config of this configuration');
     }
@@ -173,10 +173,10 @@ export class Holder {
    * is that very process. A dead daemon releases nothing: its session is kept for the next start.
    */
   private notTheDaemon(conn: number, h: Held): string | null {
-    const peer = this.raw.handover_holder_peer(conn);
+    const peer = this.raw.hs_handover_holder_peer(conn);
     if (typeof peer === 'number') return `the releasing process cannot be identified: errno ${-peer}`;
     if (peer.pidfd >= 0) this.closeAll([peer.pidfd]);
-    if (h.pidfd !== null && (this.raw.handover_holder_poll(h.pidfd, POLLIN) & POLLIN) !== 0) h.daemonAlive = false;
+    if (h.pidfd !== null && (this.raw.hs_handover_holder_poll(h.pidfd, POLLIN) & POLLIN) !== 0) h.daemonAlive = false;
     if (!h.daemonAlive) return `the registered daemon (pid ${h.reg.pid}) is gone: its session is kept for the next start`;
     if (peer.pid !== h.reg.pid) return `pid ${peer.pid} is not the registered daemon (${h.reg.pid})`;
     return null;
@@ -192,7 +192,7 @@ export class Holder {
       this.closeAll(fds);
       return { refused: `this holder keeps the session of another tree: ${sameTree(reg, prev.reg)}` };
     }
-    const peer = this.raw.handover_holder_peer(conn);
+    const peer = this.raw.hs_handover_holder_peer(conn);
     if (typeof peer === 'number') {
       this.closeAll(fds);
       return { error: `the registering process cannot be identified: errno ${-peer}` };
@@ -204,7 +204,7 @@ export class Holder {
     }
     // Gone already (killed between its send and now): kept for the next start to resume, not
     // taken for a daemon that runs (which would refuse every start until the holder is killed).
-    const gone = peer.pidfd === -ESRCH || (peer.pidfd >= 0 && (this.raw.handover_holder_poll(peer.pidfd, POLLIN) & POLLIN) !== 0);
+    const gone = peer.pidfd === -ESRCH || (peer.pidfd >= 0 && (this.raw.hs_handover_holder_poll(peer.pidfd, POLLIN) & POLLIN) !== 0);
     let pidfd: number | null = peer.pidfd >= 0 ? peer.pidfd : null;
     if (gone && pidfd !== null) {
       this.closeAll([pidfd]);

@@ -39,7 +39,7 @@ import { register, RegisterError, type HolderClientRaw, type HolderPeer, type Re
 import { holderSocket } from './protocol.js';
 import type { AddonRaw } from '../addon-raw.js';
 
-export type HolderLinkRaw = HolderClientRaw & Pick<AddonRaw, 'handover_holder_poll'>;
+export type HolderLinkRaw = HolderClientRaw & Pick<AddonRaw, 'hs_handover_holder_poll'>;
 
 const POLLIN = 0x1;
 /** How often the holder is looked at, and a lost one's socket asked. */
@@ -162,13 +162,13 @@ export class HolderLink {
     // No pidfd: its exit cannot be seen (taken for alive; `homesctl status` asks the holder itself).
     if (h.pidfd === null) return false;
     // A pidfd that cannot be polled any more is taken for gone: asking again costs one registration.
-    const r = this.raw.handover_holder_poll(h.pidfd, POLLIN);
+    const r = this.raw.hs_handover_holder_poll(h.pidfd, POLLIN);
     return r < 0 || (r & POLLIN) !== 0;
   }
 
   private close(h: HolderPeer | null): void {
     if (h === null || h.pidfd === null) return;
-    this.raw.handover_close(h.pidfd);
+    this.raw.hs_handover_close(h.pidfd);
     h.pidfd = null;
   }
 }

@@ -32,9 +32,9 @@ function main(): void {
   );
   const raw = loadFuse().native;
   // One holder per socket: a second one spawned in a race leaves the first in place.
-  const probe = raw.handover_connect(values.socket);
+  const probe = raw.hs_handover_connect(values.socket);
   if (probe >= 0) {
-    raw.handover_close(probe);
+    raw.hs_handover_close(probe);
     log.info({ socket: values.socket }, 'a holder already answers on this socket: leaving');
     process.exit(0);
   }

@@ -169,7 +169,7 @@ describe('native scan lister (scandir.node)', () => {
     symlinkSync(outside, join(root, 'out'));
     const fd = openDir(root);
     try {
-      const l = lister!.sys_scandir(fd);
+      const l = lister!.hs_sys_scandir(fd);
       const byName = new Map<string, number>();
       for (let i = 0; i < l.count; i++) byName.set(nameAt(l, i).toString('latin1'), i);
       expect([...byName.keys()].sort()).toEqual(['bad-\xff', 'out']);
@@ -187,7 +187,7 @@ describe('native scan lister (scandir.node)', () => {
     writeFileSync(f, '');
     const fd = openSync(f, O_PATH);
     try {
-      expect(() => lister!.sys_scandir(fd)).toThrow(expect.objectContaining({ code: 'ENOTDIR' }));
+      expect(() => lister!.hs_sys_scandir(fd)).toThrow(expect.objectContaining({ code: 'ENOTDIR' }));
     } finally {
       closeSync(fd);
     }
@@ -204,8 +204,8 @@ describe('native scan lister (scandir.node)', () => {
       // does when its fstatat fails (type 0)
       let staged = false;
       const racing: Lister = {
-        sys_scandir(dirFd) {
-          const l = lister!.sys_scandir(dirFd);
+        hs_sys_scandir(dirFd) {
+          const l = lister!.hs_sys_scandir(dirFd);
           for (let i = 0; !staged && i < l.count; i++) {
             if (nameAt(l, i).toString() !== 'b') continue;
             unlinkSync(join(root, 'b'));

@@ -40,23 +40,23 @@ else if (op === 'claim') {
   out.claim = r.kind === 'kept' ? { kind: 'kept', generation: r.kept.generation, backing: r.kept.backing } : r;
 } else if (op === 'release') {
   // A release as any root process can send one: naming a pid, from a connection of its own.
-  const fd = raw.handover_connect(dir + '/holder.sock');
+  const fd = raw.hs_handover_connect(dir + '/holder.sock');
   if (fd < 0) throw new Error('connect: errno ' + -fd);
-  const sent = raw.handover_send(fd, Buffer.from(JSON.stringify({ op: 'release', protocol: 1, backing, mount, pid: Number(namedPid) })), [], 5000);
+  const sent = raw.hs_handover_send(fd, Buffer.from(JSON.stringify({ op: 'release', protocol: 1, backing, mount, pid: Number(namedPid) })), [], 5000);
   if (sent < 0) throw new Error('send: errno ' + -sent);
-  const r = raw.handover_recv(fd, 5000);
+  const r = raw.hs_handover_recv(fd, 5000);
   out.reply = r.res >= 0 ? JSON.parse(r.data.toString()) : { errno: -r.res };
 } else {
   // As client.register sends it: the session's descriptor, INIT's, the journal's two.
-  const fds = ['session', 'INIT', 'journal0', 'journal1'].map((s) => raw.handover_memfd(Buffer.from(s)));
+  const fds = ['session', 'INIT', 'journal0', 'journal1'].map((s) => raw.hs_handover_memfd(Buffer.from(s)));
   const pid = namedPid === 'self' ? process.pid : Number(namedPid);
   const reg = { backing, mount, configPath: null, pid, generation: Number(op.slice('register'.length) || 1), epoch: 1, bufsize: 135168, build: 'probe' };
-  const fd = raw.handover_connect(dir + '/holder.sock');
+  const fd = raw.hs_handover_connect(dir + '/holder.sock');
   if (fd < 0) throw new Error('connect: errno ' + -fd);
-  const sent = raw.handover_send(fd, Buffer.from(JSON.stringify({ op: 'register', protocol: 1, reg, journal: 2 })), fds, 5000);
+  const sent = raw.hs_handover_send(fd, Buffer.from(JSON.stringify({ op: 'register', protocol: 1, reg, journal: 2 })), fds, 5000);
   if (sent < 0) throw new Error('send: errno ' + -sent);
   if (wait === 'wait' || wait === 'stay') {
-    const r = raw.handover_recv(fd, 5000);
+    const r = raw.hs_handover_recv(fd, 5000);
     out.reply = r.res >= 0 ? JSON.parse(r.data.toString()) : { errno: -r.res };
   }
 }

@@ -60,12 +60,12 @@ try {
     if (r.kind === 'kept') client.dropKept(r.kept);
     out = r.kind === 'kept' ? { kind: 'kept' } : r;
   } else {
-    const fd = raw.handover_connect(sock);
+    const fd = raw.hs_handover_connect(sock);
     if (fd < 0) throw new Error('connect: errno ' + -fd);
     const body = op === 'garbage' ? Buffer.from([0, 0xff, 0x7b, 0x0a]) : Buffer.from(JSON.stringify({ op: 'bogus', protocol: 1 }));
-    const sent = raw.handover_send(fd, body, [], 5000);
+    const sent = raw.hs_handover_send(fd, body, [], 5000);
     if (sent < 0) throw new Error('send: errno ' + -sent);
-    const r = raw.handover_recv(fd, 5000);
+    const r = raw.hs_handover_recv(fd, 5000);
     out = r.res >= 0 ? JSON.parse(r.data.toString()) : { errno: -r.res };
   }
 } catch (e) {

@@ -47,7 +47,7 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
   /** A serving daemon whose journal writes generation `gen` (null: no journal); what it was asked is recorded. */
   const serve = (gen: number | null, over: Partial<HandingHost> = {}) => {
     const calls = { handed: [] as boolean[], resumed: 0 };
-    const journal = gen === null ? [] : [raw.handover_memfd(Buffer.from('j0')), raw.handover_memfd(Buffer.from('j1'))];
+    const journal = gen === null ? [] : [raw.hs_handover_memfd(Buffer.from('j0')), raw.hs_handover_memfd(Buffer.from('j1'))];
     const session = openSync('/dev/null', 'r');
     opened.push(session, ...journal);
     const host: HandingHost = {
@@ -88,7 +88,7 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
     const f: Follower = {
       start: (fds) => {
         did.push(`start ${fds.length}`);
-        for (const fd of fds) raw.handover_close(fd);
+        for (const fd of fds) raw.hs_handover_close(fd);
         return gen;
       },
       finish: () => (did.push('finish'), null),
@@ -101,7 +101,7 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
     const nodesRead: Buffer[] = [];
     const r = await takeOverFrom(raw, config, log, (v) => v as typeof EMPTY_FS, (b) => nodesRead.push(b), f);
     r.abandon('test');
-    raw.handover_close(r.session.fd);
+    raw.hs_handover_close(r.session.fd);
     return { r, nodesRead };
   };
 
@@ -149,10 +149,10 @@ describe.skipIf(!isRoot)('takeover protocol: the node table from the journal or 
         const hello = msg as { hello: number };
         hellos.push(hello.hello);
         if (hello.hello !== 2) return c.send({ refused: `protocol ${hello.hello} is not 2` });
-        const blobs = [Buffer.from('init'), EXPORT, Buffer.from('dirs'), Buffer.from(JSON.stringify(EMPTY_FS))].map((b) => raw.handover_memfd(b));
+        const blobs = [Buffer.from('init'), EXPORT, Buffer.from('dirs'), Buffer.from(JSON.stringify(EMPTY_FS))].map((b) => raw.hs_handover_memfd(b));
         await c.send({ state: 2, generation: 2, pausedAt: Date.now(), bufsize: 4096, epoch: 0, locks: [], files: 0 });
         await c.sendFds([session, ...blobs]);
-        for (const fd of blobs) raw.handover_close(fd);
+        for (const fd of blobs) raw.hs_handover_close(fd);
         await c.recv(5_000).catch(() => undefined);
       },
       () => undefined,

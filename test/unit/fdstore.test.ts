@@ -12,12 +12,12 @@ function fakeRaw() {
   return {
     sent,
     closed,
-    handover_sd_notify_fds: (_s: string, msg: string, fds: number[]) => (sent.push({ msg, fds }), 0),
-    handover_sd_cloexec: () => {
+    hs_handover_sd_notify_fds: (_s: string, msg: string, fds: number[]) => (sent.push({ msg, fds }), 0),
+    hs_handover_sd_cloexec: () => {
       throw new Error('no descriptor may be touched');
     },
-    handover_memfd: () => next++,
-    handover_close: (fd: number) => (closed.push(fd), 0),
+    hs_handover_memfd: () => next++,
+    hs_handover_close: (fd: number) => (closed.push(fd), 0),
   } as const;
 }
 

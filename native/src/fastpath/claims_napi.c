@@ -10,7 +10,7 @@
 #include "sys/napi_args.h"
 #include "fastpath/claims.h"
 
-// fastpath_claim_enter(dev: bigint, ino: bigint)
+// hs_fastpath_claim_enter(dev: bigint, ino: bigint)
 static NAPI_METHOD(hs_fastpath_claim_enter_js) {
   NAPI_ARGV(2)
   uint64_t dev, ino;
@@ -22,7 +22,7 @@ static NAPI_METHOD(hs_fastpath_claim_enter_js) {
   return NULL;
 }
 
-// fastpath_claim_leave(dev: bigint, ino: bigint, gone: boolean) -> whether this remover settles the inode
+// hs_fastpath_claim_leave(dev: bigint, ino: bigint, gone: boolean) -> whether this remover settles the inode
 static NAPI_METHOD(hs_fastpath_claim_leave_js) {
   NAPI_ARGV(3)
   uint64_t dev, ino;
@@ -34,7 +34,7 @@ static NAPI_METHOD(hs_fastpath_claim_leave_js) {
   return hs_js_bool(env, hs_claim_leave(dev, ino, gone) != 0);
 }
 
-// fastpath_claim_stats() -> { inFlight, raced }: inodes entered and not left, and removers that saw nlink 0 after another settled it
+// hs_fastpath_claim_stats() -> { inFlight, raced }: inodes entered and not left, and removers that saw nlink 0 after another settled it
 static NAPI_METHOD(hs_fastpath_claim_stats_js) {
   uint64_t in_flight = 0, raced = 0;
   hs_claim_stats(&in_flight, &raced);
@@ -46,7 +46,7 @@ static NAPI_METHOD(hs_fastpath_claim_stats_js) {
 }
 
 void hs_claims_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "fastpath_claim_enter", hs_fastpath_claim_enter_js);
-  hs_export_fn(env, exports, "fastpath_claim_leave", hs_fastpath_claim_leave_js);
-  hs_export_fn(env, exports, "fastpath_claim_stats", hs_fastpath_claim_stats_js);
+  hs_export_fn(env, exports, "hs_fastpath_claim_enter", hs_fastpath_claim_enter_js);
+  hs_export_fn(env, exports, "hs_fastpath_claim_leave", hs_fastpath_claim_leave_js);
+  hs_export_fn(env, exports, "hs_fastpath_claim_stats", hs_fastpath_claim_stats_js);
 }

@@ -141,16 +141,16 @@ static NAPI_METHOD(hs_fastpath_dp_stats_js) {
 }
 
 void hs_dp_export(napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "fastpath_dp_publish", hs_fastpath_dp_publish_js);
-  hs_export_fn(env, exports, "fastpath_dp_set_flags", hs_fastpath_dp_set_flags_js);
-  hs_export_fn(env, exports, "fastpath_dp_unpublish", hs_fastpath_dp_unpublish_js);
-  hs_export_fn(env, exports, "fastpath_dp_set_write_handler", hs_fastpath_dp_set_write_handler_js);
-  hs_export_fn(env, exports, "fastpath_dp_write_decision", hs_fastpath_dp_write_decision_js);
-  hs_export_fn(env, exports, "fastpath_dp_write_done", hs_fastpath_dp_write_done_js);
-  hs_export_fn(env, exports, "fastpath_dp_take_write_reports", hs_fastpath_dp_take_write_reports_js);
-  hs_export_fn(env, exports, "fastpath_dp_set_release_deferred", hs_fastpath_dp_set_release_deferred_js);
-  hs_export_fn(env, exports, "fastpath_dp_take_releases", hs_fastpath_dp_take_releases_js);
-  hs_export_fn(env, exports, "fastpath_dp_stats", hs_fastpath_dp_stats_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_publish", hs_fastpath_dp_publish_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_set_flags", hs_fastpath_dp_set_flags_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_unpublish", hs_fastpath_dp_unpublish_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_set_write_handler", hs_fastpath_dp_set_write_handler_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_write_decision", hs_fastpath_dp_write_decision_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_write_done", hs_fastpath_dp_write_done_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_take_write_reports", hs_fastpath_dp_take_write_reports_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_set_release_deferred", hs_fastpath_dp_set_release_deferred_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_take_releases", hs_fastpath_dp_take_releases_js);
+  hs_export_fn(env, exports, "hs_fastpath_dp_stats", hs_fastpath_dp_stats_js);
 }
 
 // On the JS thread: hand one message to the handler set by setWriteHandler.

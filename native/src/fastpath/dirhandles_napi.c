@@ -76,8 +76,8 @@ NAPI_METHOD(hs_fastpath_dir_stats_js) {
 }
 
 void hs_dirhandles_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "fastpath_set_dir_caps", hs_fastpath_set_dir_caps_js);
-  hs_export_fn(env, exports, "fastpath_set_open_files", hs_fastpath_set_open_files_js);
-  hs_export_fn(env, exports, "fastpath_dir_counts", hs_fastpath_dir_counts_js);
-  hs_export_fn(env, exports, "fastpath_dir_stats", hs_fastpath_dir_stats_js);
+  hs_export_fn(env, exports, "hs_fastpath_set_dir_caps", hs_fastpath_set_dir_caps_js);
+  hs_export_fn(env, exports, "hs_fastpath_set_open_files", hs_fastpath_set_open_files_js);
+  hs_export_fn(env, exports, "hs_fastpath_dir_counts", hs_fastpath_dir_counts_js);
+  hs_export_fn(env, exports, "hs_fastpath_dir_stats", hs_fastpath_dir_stats_js);
 }

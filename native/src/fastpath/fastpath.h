@@ -28,7 +28,7 @@
 // HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was written).
 int hs_fastpath_getattr (const char *path, struct stat *st);
 
-// fgetattr of a handle JS published (fastpath_set_handle): 0 answered, else fallback.
+// fgetattr of a handle JS published (hs_fastpath_set_handle): 0 answered, else fallback.
 int hs_fastpath_fgetattr (uint64_t fh, struct stat *st);
 
 // libfuse 2.9's fuse_fill_dir_t, without including fuse.h here.
@@ -47,7 +47,7 @@ int hs_fastpath_unlink (const char *path);
 
 // OPEN, read-only, in a home JS opened for it, by the uid JS granted slots
 // to: 0 answered (*fh is the handle, *direct_io its open flag; JS adopts it
-// through fastpath_take_opens), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing
+// through hs_fastpath_take_opens), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing
 // was changed; a slot taken is given back through the same queue).
 int hs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, int *direct_io);
 
@@ -62,7 +62,7 @@ int hs_fastpath_chmod (const char *path, uint32_t mode);
 int hs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid);
 
 // CREATE of a new name in a home JS opened for it: 0 answered (*fh the
-// handle, *direct_io its open flag; JS adopts it through fastpath_take_opens),
+// handle, *direct_io its open flag; JS adopts it through hs_fastpath_take_opens),
 // HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made; a slot taken goes back).
 int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io);
 

@@ -1,8 +1,8 @@
-// CREATE answered here (fastpath_set_create) from the create slots JS grants
-// (fastpath_grant_create: an open-file slot, an inode the ledger reserved, a
+// CREATE answered here (hs_fastpath_set_create) from the create slots JS grants
+// (hs_fastpath_grant_create: an open-file slot, an inode the ledger reserved, a
 // handle number). Invariants: a create pins its home from its check until its
 // record is queued (no lock held across its syscalls), so making the home
-// immutable (fastpath_set_mutable) returns only after every create it raced
+// immutable (hs_fastpath_set_mutable) returns only after every create it raced
 // is queued for JS; a file made but not as JS would make it is removed again.
 
 #include "fastpath/fastpath_internal.h"

@@ -53,7 +53,7 @@
 //     their counts, every fp_home_t's pol and epoch, fp_inode_t.count, and who
 //     is in a table. Held only for a lookup, a pin (below) or a change: never
 //     across a syscall. Under the read lock, fp_inode_t.size_bits/has_size are
-//     written atomically (fastpath_inode_size).
+//     written atomically (hs_fastpath_inode_size).
 //   - fp_open_lock (mutex): every home's open and create slot lists (slots, cslots),
 //     fp_slot_count, fp_slot_gen and the queue for JS (fp_opens, whose
 //     count release reads without the lock, atomically).
@@ -172,19 +172,19 @@ typedef struct fp_acct {
 // What JS changes in place in a published home (under the write lock, epoch
 // flipped: fp_home_change); a native op decides from the copy its pin took.
 typedef struct fp_home_pol {
-  // Set while JS lets C unlink in this home (fastpath_set_mutable): JS's
+  // Set while JS lets C unlink in this home (hs_fastpath_set_mutable): JS's
   // BigInt64Array [bytes, inodes, ...] the ledger takes releases from.
   fp_acct_t *pending;
-  // Read-only opens answered here (fastpath_set_open): HOMESFS_OPEN_* flags.
+  // Read-only opens answered here (hs_fastpath_set_open): HOMESFS_OPEN_* flags.
   uint32_t open_flags;
-  // SETATTRs by path answered here (fastpath_set_attr_ops): HOMESFS_ATTR_* flags,
+  // SETATTRs by path answered here (hs_fastpath_set_attr_ops): HOMESFS_ATTR_* flags,
   // and chmod's form: new = asked & chmod_m, nothing changed when that equals
   // current & chmod_k (JS publishes it only for a profile whose chmodDecision
   // has that form).
   uint32_t attr_flags;
   uint32_t chmod_m;
   uint32_t chmod_k;
-  // CREATE answered here (fastpath_set_create), only while the home is
+  // CREATE answered here (hs_fastpath_set_create), only while the home is
   // mutable too (pending set): the new file's mode is (asked & mode_m) |
   // mode_or, its owner the published one, its depth at most max_depth (0: no
   // limit).
@@ -194,7 +194,7 @@ typedef struct fp_home_pol {
   uint32_t mode_or;
   uint32_t max_depth;
   // Files made here start with their size owned by C, charged from
-  // the byte credit in pending, when JS set it (fastpath_set_write_credit).
+  // the byte credit in pending, when JS set it (hs_fastpath_set_write_credit).
   uint32_t wl_on;
 } fp_home_pol_t;
 
@@ -243,7 +243,7 @@ typedef struct fp_inode {
   uint32_t count;       // under fp_lock: opens JS (and native opens) hold
   uint32_t refs;        // atomic: 1 while in fp_inodes, + 1 per write ticket
   // The size JS charges the open file (its ledger's record), once JS published
-  // it (fastpath_inode_size): a getattr then answers max(charged, on disk), as
+  // it (hs_fastpath_inode_size): a getattr then answers max(charged, on disk), as
   // JS does; before that, JS answers. Written under the read lock, read
   // atomically: a double's bits.
   uint64_t size_bits;

@@ -1,6 +1,6 @@
 // The fast path's JavaScript side (JS main thread): every export of
 // fastpath_*.c, the prologue they share (fp_prefix_token), and
-// fastpath_stats. Locks are fastpath_internal.h's: a publication takes
+// hs_fastpath_stats. Locks are fastpath_internal.h's: a publication takes
 // fp_lock's write lock (and fp_open_lock for the slot lists, fp_wlock for an
 // inode's write state); stats reads the slot count under fp_open_lock, then
 // the table sizes and the pins under fp_lock's read lock (never both at
@@ -41,7 +41,7 @@ fp_acct_t * fp_acct_of_js (napi_env env, napi_value array, int64_t *data, size_t
   return a;
 }
 
-// fastpath_stats() -> { enabled, answered, fallbacks, negative, unlinkAnswered, unlinkFallbacks, unlinkSlowFrees, readdirAnswered, readdirFallbacks, fgetattrAnswered, fgetattrFallbacks, ..., homes, inodes, handles, inFlight, retiredHomes }
+// hs_fastpath_stats() -> { enabled, answered, fallbacks, negative, unlinkAnswered, unlinkFallbacks, unlinkSlowFrees, readdirAnswered, readdirFallbacks, fgetattrAnswered, fgetattrFallbacks, ..., homes, inodes, handles, inFlight, retiredHomes }
 // inFlight: native ops holding a published home now (its pins); retiredHomes:
 // homes withdrawn or replaced that a native op still holds.
 static napi_value fp_stats (napi_env env, napi_callback_info info) {
@@ -87,39 +87,39 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
 
 void hs_fastpath_export (napi_env env, napi_value exports) {
   pthread_once(&fp_once, fp_init_lock);
-  hs_export_fn(env, exports, "fastpath_set_home", fp_set_home);
-  hs_export_fn(env, exports, "fastpath_remove_home", fp_remove_home);
-  hs_export_fn(env, exports, "fastpath_set_mutable", fp_set_mutable);
-  hs_export_fn(env, exports, "fastpath_inode", fp_inode);
-  hs_export_fn(env, exports, "fastpath_inode_size", fp_inode_size);
-  hs_export_fn(env, exports, "fastpath_wl_delegate", fp_wl_delegate);
-  hs_export_fn(env, exports, "fastpath_wl_revoke", fp_wl_revoke);
-  hs_export_fn(env, exports, "fastpath_wl_size", fp_wl_size);
-  hs_export_fn(env, exports, "fastpath_set_write_credit", fp_set_write_credit);
-  hs_export_fn(env, exports, "fastpath_set_handle", fp_set_handle);
-  hs_export_fn(env, exports, "fastpath_remove_handle", fp_remove_handle);
-  hs_export_fn(env, exports, "fastpath_set_reserved", fp_set_reserved);
-  hs_export_fn(env, exports, "fastpath_set_open", fp_set_open);
-  hs_export_fn(env, exports, "fastpath_set_attr_ops", fp_set_attr_ops);
-  hs_export_fn(env, exports, "fastpath_grant", fp_grant);
-  hs_export_fn(env, exports, "fastpath_set_create", fp_set_create);
-  hs_export_fn(env, exports, "fastpath_grant_create", fp_grant_create);
-  hs_export_fn(env, exports, "fastpath_reclaim", fp_reclaim);
-  hs_export_fn(env, exports, "fastpath_take_opens", fp_take_opens);
-  hs_export_fn(env, exports, "fastpath_set_free_inline_max", fp_set_free_inline_max);
-  hs_export_fn(env, exports, "fastpath_enable", fp_enable);
-  hs_export_fn(env, exports, "fastpath_clear", fp_clear);
-  hs_export_fn(env, exports, "fastpath_stats", fp_stats);
+  hs_export_fn(env, exports, "hs_fastpath_set_home", fp_set_home);
+  hs_export_fn(env, exports, "hs_fastpath_remove_home", fp_remove_home);
+  hs_export_fn(env, exports, "hs_fastpath_set_mutable", fp_set_mutable);
+  hs_export_fn(env, exports, "hs_fastpath_inode", fp_inode);
+  hs_export_fn(env, exports, "hs_fastpath_inode_size", fp_inode_size);
+  hs_export_fn(env, exports, "hs_fastpath_wl_delegate", fp_wl_delegate);
+  hs_export_fn(env, exports, "hs_fastpath_wl_revoke", fp_wl_revoke);
+  hs_export_fn(env, exports, "hs_fastpath_wl_size", fp_wl_size);
+  hs_export_fn(env, exports, "hs_fastpath_set_write_credit", fp_set_write_credit);
+  hs_export_fn(env, exports, "hs_fastpath_set_handle", fp_set_handle);
+  hs_export_fn(env, exports, "hs_fastpath_remove_handle", fp_remove_handle);
+  hs_export_fn(env, exports, "hs_fastpath_set_reserved", fp_set_reserved);
+  hs_export_fn(env, exports, "hs_fastpath_set_open", fp_set_open);
+  hs_export_fn(env, exports, "hs_fastpath_set_attr_ops", fp_set_attr_ops);
+  hs_export_fn(env, exports, "hs_fastpath_grant", fp_grant);
+  hs_export_fn(env, exports, "hs_fastpath_set_create", fp_set_create);
+  hs_export_fn(env, exports, "hs_fastpath_grant_create", fp_grant_create);
+  hs_export_fn(env, exports, "hs_fastpath_reclaim", fp_reclaim);
+  hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
+  hs_export_fn(env, exports, "hs_fastpath_set_free_inline_max", fp_set_free_inline_max);
+  hs_export_fn(env, exports, "hs_fastpath_enable", fp_enable);
+  hs_export_fn(env, exports, "hs_fastpath_clear", fp_clear);
+  hs_export_fn(env, exports, "hs_fastpath_stats", fp_stats);
 }
 
-// fastpath_set_home(prefix, fd, dev, uid, gid, ownerFromStat, maxName, types, masks: Uint32Array(32), token)
+// hs_fastpath_set_home(prefix, fd, dev, uid, gid, ownerFromStat, maxName, types, masks: Uint32Array(32), token)
 napi_value fp_set_home (napi_env env, napi_callback_info info) {
   fp_reap();
   NAPI_ARGV(10)
-  if (argc < 10) FP_THROW("fastpath_set_home: 10 arguments");
+  if (argc < 10) FP_THROW("hs_fastpath_set_home: 10 arguments");
   size_t plen = 0;
   char *prefix = hs_arg_string(env, argv[0], &plen);
-  if (prefix == NULL || plen < 4 || prefix[0] != '/') { free(prefix); FP_THROW("fastpath_set_home: prefix is /<tenant>/<key>"); }
+  if (prefix == NULL || plen < 4 || prefix[0] != '/') { free(prefix); FP_THROW("hs_fastpath_set_home: prefix is /<tenant>/<key>"); }
   int32_t fd = -1;
   uint64_t dev = 0;
   uint32_t uid = 0, gid = 0, max_name = 0, types = 0;
@@ -140,14 +140,14 @@ napi_value fp_set_home (napi_env env, napi_callback_info info) {
       napi_get_typedarray_info(env, argv[8], &tt, &len, &data, &ab, &off) != napi_ok || tt != napi_uint32_array || len < 2 * HOMESFS_MODE_TYPES ||
       napi_get_value_double(env, argv[9], &token) != napi_ok || !(token >= 0)) {
     free(prefix);
-    FP_THROW("fastpath_set_home: bad arguments");
+    FP_THROW("hs_fastpath_set_home: bad arguments");
   }
   // C's own descriptor: closed with the home, at its last reference.
   fp_home_t *e = fp_home_new(prefix, plen, fd);
   free(prefix);
   if (e == NULL) {
     int err = errno;
-    napi_throw_error(env, err == ENOMEM ? "ENOMEM" : err == EBADF ? "EBADF" : "EMFILE", err == ENOMEM ? "fastpath_set_home: out of memory" : "fastpath_set_home: cannot dup the home descriptor");
+    napi_throw_error(env, err == ENOMEM ? "ENOMEM" : err == EBADF ? "EBADF" : "EMFILE", err == ENOMEM ? "hs_fastpath_set_home: out of memory" : "hs_fastpath_set_home: cannot dup the home descriptor");
     return NULL;
   }
   const uint32_t *m = (const uint32_t *) data;
@@ -163,21 +163,21 @@ napi_value fp_set_home (napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// fastpath_remove_home(prefix, token) -> removed? (token < 0: whatever is
+// hs_fastpath_remove_home(prefix, token) -> removed? (token < 0: whatever is
 // published). Returns once no native op of it is past its checks.
 napi_value fp_remove_home (napi_env env, napi_callback_info info) {
   fp_reap();
   napi_value argv[2];
   size_t plen = 0;
   double token = -1;
-  char *prefix = fp_prefix_token(env, info, 2, argv, &plen, &token, "fastpath_remove_home: (prefix, token)");
+  char *prefix = fp_prefix_token(env, info, 2, argv, &plen, &token, "hs_fastpath_remove_home: (prefix, token)");
   if (prefix == NULL) return NULL;
   int removed = fp_home_remove(prefix, plen, token);
   free(prefix);
   return hs_js_bool(env, removed != 0);
 }
 
-// fastpath_set_mutable(prefix, token, pending: BigInt64Array(2) | null) -> set?
+// hs_fastpath_set_mutable(prefix, token, pending: BigInt64Array(2) | null) -> set?
 // pending: C may unlink in that home and adds what leaves it there; null: C
 // may not (returns once no native unlink or create of that home is in flight,
 // and no write decided here with its array).
@@ -186,7 +186,7 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
   napi_value argv[3];
   size_t plen = 0;
   double token = -1;
-  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, "fastpath_set_mutable: (prefix, token, pending)");
+  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, "hs_fastpath_set_mutable: (prefix, token, pending)");
   if (prefix == NULL) return NULL;
   napi_valuetype t = napi_undefined;
   napi_typeof(env, argv[2], &t);
@@ -198,7 +198,7 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
     void *d = NULL;
     if (napi_get_typedarray_info(env, argv[2], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < 2) {
       free(prefix);
-      FP_THROW("fastpath_set_mutable: pending is a BigInt64Array of 2, or null");
+      FP_THROW("hs_fastpath_set_mutable: pending is a BigInt64Array of 2, or null");
     }
     a = fp_acct_of_js(env, argv[2], (int64_t *) d, len);
     if (a == NULL) { free(prefix); return NULL; }
@@ -209,7 +209,7 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
   return hs_js_bool(env, set != 0);
 }
 
-// fastpath_inode_size(dev, ino, size): the size JS charges an inode it holds
+// hs_fastpath_inode_size(dev, ino, size): the size JS charges an inode it holds
 // open (every change of its record). Nothing when the inode is not tracked.
 napi_value fp_inode_size (napi_env env, napi_callback_info info) {
   NAPI_ARGV(3)
@@ -218,7 +218,7 @@ napi_value fp_inode_size (napi_env env, napi_callback_info info) {
   if (argc < 3 ||
       !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) ||
       napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > HS_JS_MAX_SAFE) {
-    FP_THROW("fastpath_inode_size: (dev, ino, size >= 0)");
+    FP_THROW("hs_fastpath_inode_size: (dev, ino, size >= 0)");
   }
   uint64_t bits;
   memcpy(&bits, &size, sizeof(bits));
@@ -232,7 +232,7 @@ napi_value fp_inode_size (napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// fastpath_inode(dev, ino, delta): delta +1 when JS starts tracking an open inode, -1 when it stops.
+// hs_fastpath_inode(dev, ino, delta): delta +1 when JS starts tracking an open inode, -1 when it stops.
 napi_value fp_inode (napi_env env, napi_callback_info info) {
   fp_reap();
   NAPI_ARGV(3)
@@ -241,13 +241,13 @@ napi_value fp_inode (napi_env env, napi_callback_info info) {
   if (argc < 3 ||
       !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) ||
       napi_get_value_int32(env, argv[2], &delta) != napi_ok || (delta != 1 && delta != -1)) {
-    FP_THROW("fastpath_inode: (dev, ino, +1|-1)");
+    FP_THROW("hs_fastpath_inode: (dev, ino, +1|-1)");
   }
-  if (fp_inode_delta(dev, ino, delta) != 0) napi_throw_error(env, "ENOMEM", "fastpath_inode: out of memory");
+  if (fp_inode_delta(dev, ino, delta) != 0) napi_throw_error(env, "ENOMEM", "hs_fastpath_inode: out of memory");
   return NULL;
 }
 
-// fastpath_set_handle(fh, fd, uid, gid, ownerFromStat, types, masks: Uint32Array(32)): publish or replace.
+// hs_fastpath_set_handle(fh, fd, uid, gid, ownerFromStat, types, masks: Uint32Array(32)): publish or replace.
 napi_value fp_set_handle (napi_env env, napi_callback_info info) {
   NAPI_ARGV(7)
   uint32_t fh = 0, uid = 0, gid = 0, types = 0;
@@ -265,10 +265,10 @@ napi_value fp_set_handle (napi_env env, napi_callback_info info) {
       napi_get_value_bool(env, argv[4], &from_stat) != napi_ok ||
       napi_get_value_uint32(env, argv[5], &types) != napi_ok ||
       napi_get_typedarray_info(env, argv[6], &tt, &len, &data, &ab, &off) != napi_ok || tt != napi_uint32_array || len < 2 * HOMESFS_MODE_TYPES) {
-    FP_THROW("fastpath_set_handle: bad arguments");
+    FP_THROW("hs_fastpath_set_handle: bad arguments");
   }
   fp_handle_t *e = calloc(1, sizeof(*e));
-  if (e == NULL) { napi_throw_error(env, "ENOMEM", "fastpath_set_handle: out of memory"); return NULL; }
+  if (e == NULL) { napi_throw_error(env, "ENOMEM", "hs_fastpath_set_handle: out of memory"); return NULL; }
   const uint32_t *m = (const uint32_t *) data;
   e->fh = fh;
   e->fd = fd;
@@ -281,36 +281,36 @@ napi_value fp_set_handle (napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// fastpath_remove_handle(fh): before JS closes the handle's descriptor.
+// hs_fastpath_remove_handle(fh): before JS closes the handle's descriptor.
 napi_value fp_remove_handle (napi_env env, napi_callback_info info) {
   NAPI_ARGV(1)
   uint32_t fh = 0;
   if (argc < 1 || napi_get_value_uint32(env, argv[0], &fh) != napi_ok) {
-    FP_THROW("fastpath_remove_handle: a handle number");
+    FP_THROW("hs_fastpath_remove_handle: a handle number");
   }
   fp_handle_remove(fh);
   return NULL;
 }
 
-// fastpath_enable(on): off, every getattr goes to JS (the table is kept).
+// hs_fastpath_enable(on): off, every getattr goes to JS (the table is kept).
 napi_value fp_enable (napi_env env, napi_callback_info info) {
   NAPI_ARGV(1)
   bool on = false;
   if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) {
-    FP_THROW("fastpath_enable: a boolean");
+    FP_THROW("hs_fastpath_enable: a boolean");
   }
   __atomic_store_n(&fp_enabled, on ? 1 : 0, __ATOMIC_RELEASE);
   return NULL;
 }
 
-// fastpath_clear(): every home and open inode dropped (shutdown, tests).
+// hs_fastpath_clear(): every home and open inode dropped (shutdown, tests).
 napi_value fp_clear (napi_env env, napi_callback_info info) {
   fp_clear_all();
   fp_reap();
   return NULL;
 }
 
-// fastpath_set_open(prefix, token, flags) -> set? Read-only opens of that
+// hs_fastpath_set_open(prefix, token, flags) -> set? Read-only opens of that
 // home answered here (flags & 1; 2: publish them for native reads; 4:
 // direct_io), or not (0: every slot granted so far goes back, queued for
 // takeOpens). Returns once no native open of the home is past its checks
@@ -320,7 +320,7 @@ napi_value fp_set_open (napi_env env, napi_callback_info info) {
   size_t plen = 0;
   double token = -1;
   uint32_t flags = 0;
-  const char *usage = "fastpath_set_open: (prefix, token, OPEN_* flags)";
+  const char *usage = "hs_fastpath_set_open: (prefix, token, OPEN_* flags)";
   const uint32_t known = HOMESFS_OPEN_ON | HOMESFS_OPEN_DP_READ | HOMESFS_OPEN_DIRECT_IO | HOMESFS_OPEN_DP_WRITE;
   char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
   if (prefix == NULL) return NULL;
@@ -330,20 +330,20 @@ napi_value fp_set_open (napi_env env, napi_callback_info info) {
   return hs_js_bool(env, set != 0);
 }
 
-// fastpath_grant(prefix, token, fh, uid) -> granted? One open-file slot JS
+// hs_fastpath_grant(prefix, token, fh, uid) -> granted? One open-file slot JS
 // took for caller uid, with the handle number JS reserved for it. False
 // (nothing kept) when the home is not open for native opens.
 napi_value fp_grant (napi_env env, napi_callback_info info) {
   return fp_grant_slot(env, info, 0);
 }
 
-// fastpath_grant / fastpath_grant_create: (prefix, token, fh, uid) -> granted?
+// hs_fastpath_grant / hs_fastpath_grant_create: (prefix, token, fh, uid) -> granted?
 napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create) {
   napi_value argv[4];
   size_t plen = 0;
   double token = -1;
   uint32_t fh = 0, uid = 0;
-  const char *usage = create ? "fastpath_grant_create: (prefix, token, fh > 0, uid)" : "fastpath_grant: (prefix, token, fh > 0, uid)";
+  const char *usage = create ? "hs_fastpath_grant_create: (prefix, token, fh > 0, uid)" : "hs_fastpath_grant: (prefix, token, fh > 0, uid)";
   char *prefix = fp_prefix_token(env, info, 4, argv, &plen, &token, usage);
   if (prefix == NULL) return NULL;
   if (napi_get_value_uint32(env, argv[2], &fh) != napi_ok || fh == 0 || napi_get_value_uint32(env, argv[3], &uid) != napi_ok) {
@@ -352,11 +352,11 @@ napi_value fp_grant_slot (napi_env env, napi_callback_info info, int create) {
   }
   int granted = fp_slot_grant(prefix, plen, token, fh, uid, create);
   free(prefix);
-  if (granted < 0) { napi_throw_error(env, "ENOMEM", create ? "fastpath_grant_create: out of memory" : "fastpath_grant: out of memory"); return NULL; }
+  if (granted < 0) { napi_throw_error(env, "ENOMEM", create ? "hs_fastpath_grant_create: out of memory" : "hs_fastpath_grant: out of memory"); return NULL; }
   return hs_js_bool(env, granted != 0);
 }
 
-// fastpath_reclaim() -> how many: every home's unused slots back to JS
+// hs_fastpath_reclaim() -> how many: every home's unused slots back to JS
 // (queued for takeOpens), e.g. when a cap would refuse an open otherwise.
 napi_value fp_reclaim (napi_env env, napi_callback_info info) {
   uint32_t before = 0;
@@ -377,7 +377,7 @@ napi_value fp_reclaim (napi_env env, napi_callback_info info) {
   return out;
 }
 
-// fastpath_take_opens() -> BigUint64Array [kind, fh, fd, published, dev, ino, oflags, ...]
+// hs_fastpath_take_opens() -> BigUint64Array [kind, fh, fd, published, dev, ino, oflags, ...]
 // (kind 1: opened here, adopt it; 2: a slot given back unused; 3: created here,
 // adopt it and commit its inode; 4: a create slot given back), oldest first; null when none.
 napi_value fp_take_opens (napi_env env, napi_callback_info info) {
@@ -385,7 +385,7 @@ napi_value fp_take_opens (napi_env env, napi_callback_info info) {
   return hq_take_to_js(env, &fp_opens, &fp_open_lock, napi_biguint64_array, sizeof(uint64_t), 7, fp_open_fill);
 }
 
-// fastpath_wl_delegate(dev, ino, size, acct: BigInt64Array(8)) -> kept?
+// hs_fastpath_wl_delegate(dev, ino, size, acct: BigInt64Array(8)) -> kept?
 // From now on C owns the inode's charged size (starting at size) and decides
 // the growth of its writes from acct's byte credit, which it keeps a reference of.
 // Only for an inode JS tracks and has taken back (or never handed over): JS
@@ -404,7 +404,7 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
       !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino) ||
       napi_get_value_double(env, argv[2], &size) != napi_ok || !(size >= 0) || size > HS_JS_MAX_SAFE ||
       napi_get_typedarray_info(env, argv[3], &tt, &len, &d, &ab, &off) != napi_ok || tt != napi_bigint64_array || len < HOMESFS_ACCT_LEN) {
-    FP_THROW("fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
+    FP_THROW("hs_fastpath_wl_delegate: (dev, ino, size >= 0, BigInt64Array(8))");
   }
   fp_acct_t *a = fp_acct_of_inode(dev, ino, (int64_t *) d);
   if (a == NULL && (a = fp_acct_of_js(env, argv[3], (int64_t *) d, len)) == NULL) return NULL;
@@ -414,22 +414,22 @@ napi_value fp_wl_delegate (napi_env env, napi_callback_info info) {
   return hs_js_bool(env, kept != 0);
 }
 
-// fastpath_wl_revoke(dev, ino) -> fp_wl_take_back's answer.
+// hs_fastpath_wl_revoke(dev, ino) -> fp_wl_take_back's answer.
 napi_value fp_wl_revoke (napi_env env, napi_callback_info info) {
   NAPI_ARGV(2)
   uint64_t dev = 0, ino = 0;
   if (argc < 2 || !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
-    FP_THROW("fastpath_wl_revoke: (dev, ino)");
+    FP_THROW("hs_fastpath_wl_revoke: (dev, ino)");
   }
   return hs_js_num(env, fp_wl_take_back(dev, ino));
 }
 
-// fastpath_wl_size(dev, ino) -> the charged size while C owns it, else -1.
+// hs_fastpath_wl_size(dev, ino) -> the charged size while C owns it, else -1.
 napi_value fp_wl_size (napi_env env, napi_callback_info info) {
   NAPI_ARGV(2)
   uint64_t dev = 0, ino = 0;
   if (argc < 2 || !hs_arg_u64(env, argv[0], &dev) || !hs_arg_u64(env, argv[1], &ino)) {
-    FP_THROW("fastpath_wl_size: (dev, ino)");
+    FP_THROW("hs_fastpath_wl_size: (dev, ino)");
   }
   double out_size = -1;
   pthread_rwlock_rdlock(&fp_lock);
@@ -443,14 +443,14 @@ napi_value fp_wl_size (napi_env env, napi_callback_info info) {
   return hs_js_num(env, out_size);
 }
 
-// fastpath_set_write_credit(prefix, token, on) -> set? Files made here in
+// hs_fastpath_set_write_credit(prefix, token, on) -> set? Files made here in
 // that home start handed over (their first writes decided here too).
 napi_value fp_set_write_credit (napi_env env, napi_callback_info info) {
   napi_value argv[3];
   size_t plen = 0;
   double token = -1;
   bool on = false;
-  const char *usage = "fastpath_set_write_credit: (prefix, token, on)";
+  const char *usage = "hs_fastpath_set_write_credit: (prefix, token, on)";
   char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
   if (prefix == NULL) return NULL;
   if (napi_get_value_bool(env, argv[2], &on) != napi_ok) { free(prefix); FP_THROW(usage); }
@@ -459,7 +459,7 @@ napi_value fp_set_write_credit (napi_env env, napi_callback_info info) {
   return hs_js_bool(env, set != 0);
 }
 
-// fastpath_set_reserved(names: string[]): components only JS answers; "x*" = every name beginning with x.
+// hs_fastpath_set_reserved(names: string[]): components only JS answers; "x*" = every name beginning with x.
 napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
   NAPI_ARGV(1)
   bool is_array = false;
@@ -467,7 +467,7 @@ napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
   if (argc < 1 ||
       napi_is_array(env, argv[0], &is_array) != napi_ok || !is_array ||
       napi_get_array_length(env, argv[0], &n) != napi_ok || n > FP_MAX_RESERVED) {
-    FP_THROW("fastpath_set_reserved: an array of at most 32 names");
+    FP_THROW("hs_fastpath_set_reserved: an array of at most 32 names");
   }
   fp_reserved_t next[FP_MAX_RESERVED];
   for (uint32_t i = 0; i < n; i++) {
@@ -475,7 +475,7 @@ napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
     size_t len = 0;
     napi_get_element(env, argv[0], i, &v);
     if (napi_get_value_string_utf8(env, v, next[i].name, FP_RESERVED_LEN, &len) != napi_ok || len == 0 || len >= FP_RESERVED_LEN - 1) {
-      FP_THROW("fastpath_set_reserved: names are non-empty strings shorter than 62 bytes");
+      FP_THROW("hs_fastpath_set_reserved: names are non-empty strings shorter than 62 bytes");
     }
     next[i].prefix = next[i].name[len - 1] == '*';
     if (next[i].prefix) next[i].name[--len] = 0;
@@ -488,12 +488,12 @@ napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// fastpath_set_free_inline_max(bytes): see fp_free_inline_max.
+// hs_fastpath_set_free_inline_max(bytes): see fp_free_inline_max.
 napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info) {
   NAPI_ARGV(1)
   double v = -1;
   if (argc < 1 || napi_get_value_double(env, argv[0], &v) != napi_ok || !(v >= 0)) {
-    FP_THROW("fastpath_set_free_inline_max: a byte count >= 0");
+    FP_THROW("hs_fastpath_set_free_inline_max: a byte count >= 0");
   }
   __atomic_store_n(&fp_free_inline_max, (uint64_t) v, __ATOMIC_RELAXED);
   return NULL;
@@ -512,7 +512,7 @@ fp_acct_t * fp_acct_wrap (int64_t *data, size_t len, napi_env env, napi_ref ref)
   return a;
 }
 
-// fastpath_set_attr_ops(prefix, token, flags, chmodM, chmodK) -> set? UTIMENS
+// hs_fastpath_set_attr_ops(prefix, token, flags, chmodM, chmodK) -> set? UTIMENS
 // (flags & 1), CHMOD (flags & 2: new mode = asked & chmodM, unchanged when
 // equal to current & chmodK) and CHOWN (flags & 4: owner-only's no-op; 8:
 // allow's lchown) by path answered here, or not (0). Returns once none of
@@ -522,7 +522,7 @@ napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
   size_t plen = 0;
   double token = -1;
   uint32_t flags = 0, m = 0, k = 0;
-  const char *usage = "fastpath_set_attr_ops: (prefix, token, ATTR_* flags (not both chown kinds), chmodM, chmodK)";
+  const char *usage = "hs_fastpath_set_attr_ops: (prefix, token, ATTR_* flags (not both chown kinds), chmodM, chmodK)";
   const uint32_t chowns = HOMESFS_ATTR_CHOWN_OWNER | HOMESFS_ATTR_CHOWN_ALLOW;
   const uint32_t known = HOMESFS_ATTR_UTIMENS | HOMESFS_ATTR_CHMOD | chowns;
   char *prefix = fp_prefix_token(env, info, 5, argv, &plen, &token, usage);
@@ -538,7 +538,7 @@ napi_value fp_set_attr_ops (napi_env env, napi_callback_info info) {
   return hs_js_bool(env, set != 0);
 }
 
-// fastpath_set_create(prefix, token, on, modeM, modeOr, maxDepth, ownerIsCaller) -> set?
+// hs_fastpath_set_create(prefix, token, on, modeM, modeOr, maxDepth, ownerIsCaller) -> set?
 // CREATE answered here (while the home is also open for native opens and
 // mutable), the new file's mode (asked & modeM) | modeOr, at most maxDepth
 // components deep (0: any). Off gives every create slot back. Returns once no
@@ -549,7 +549,7 @@ napi_value fp_set_create (napi_env env, napi_callback_info info) {
   double token = -1;
   bool on = false, caller_owns = false;
   uint32_t m = 0, or = 0, depth = 0;
-  const char *usage = "fastpath_set_create: (prefix, token, on, modeM, modeOr: permission bits, maxDepth, ownerIsCaller)";
+  const char *usage = "hs_fastpath_set_create: (prefix, token, on, modeM, modeOr: permission bits, maxDepth, ownerIsCaller)";
   char *prefix = fp_prefix_token(env, info, 7, argv, &plen, &token, usage);
   if (prefix == NULL) return NULL;
   if (napi_get_value_bool(env, argv[2], &on) != napi_ok ||
@@ -565,7 +565,7 @@ napi_value fp_set_create (napi_env env, napi_callback_info info) {
   return hs_js_bool(env, set != 0);
 }
 
-// fastpath_grant_create(prefix, token, fh, uid) -> granted? One create slot:
+// hs_fastpath_grant_create(prefix, token, fh, uid) -> granted? One create slot:
 // an open-file slot JS took for uid, an inode its ledger reserved, and a
 // handle number. False (nothing kept) when the home is not open for creates.
 napi_value fp_grant_create (napi_env env, napi_callback_info info) {

@@ -1,7 +1,7 @@
 // Read-only OPEN answered here, the RELEASE of a handle opened here before
-// JS adopted it, the open-file slots JS grants (fastpath_grant, _reclaim,
+// JS adopted it, the open-file slots JS grants (hs_fastpath_grant, _reclaim,
 // _set_open) and the queue JS adopts handles and takes slots back from
-// (fastpath_take_opens). Invariants: every slot is JS's own accounting, lent
+// (hs_fastpath_take_opens). Invariants: every slot is JS's own accounting, lent
 // here; it is in exactly one place (a home's list, a native open's hands, or
 // the queue), and it never goes back to a list once fp_slot_gen moved
 // after it was taken. The lists, the queue and the generation are under
@@ -88,7 +88,7 @@ void fp_return_slots (fp_home_t *e) {
 }
 
 // The inode counted open and the handle published, under the write lock (as
-// fastpath_inode(+1) and fastpath_set_handle do for JS); then, as for JS, a
+// hs_fastpath_inode(+1) and hs_fastpath_set_handle do for JS); then, as for JS, a
 // native unlink of the inode past its open check is waited out, so the
 // caller's nlink read comes after it. fresh (calloc'ed) is the inode's record
 // if it has none; freed (with the array it holds) otherwise.
@@ -315,7 +315,7 @@ int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint
 }
 
 // The queue for JS taken whole (oldest first), and given back in front of
-// what was queued since: what fastpath_take_opens does (hq_take_to_js), for
+// what was queued since: what hs_fastpath_take_opens does (hq_take_to_js), for
 // the unit tests, which take it without N-API.
 hq_t fp_opens_take (void) {
   pthread_mutex_lock(&fp_open_lock);

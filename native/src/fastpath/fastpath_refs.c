@@ -87,7 +87,7 @@ void fp_drain (fp_home_t *e, unsigned mask) {
   pthread_mutex_unlock(&fp_drain_lock);
 }
 
-// Pins held now on published homes (fastpath_stats' inFlight): native ops between their home's lookup and their end.
+// Pins held now on published homes (hs_fastpath_stats' inFlight): native ops between their home's lookup and their end.
 uint32_t fp_pins_held (void) {
   uint32_t n = 0;
   pthread_rwlock_rdlock(&fp_lock);

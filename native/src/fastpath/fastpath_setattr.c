@@ -1,5 +1,5 @@
 // UTIMENS, CHMOD and CHOWN by path in a home JS published them for
-// (fastpath_set_attr_ops). Each pins its home from its check to its change
+// (hs_fastpath_set_attr_ops). Each pins its home from its check to its change
 // and decides from the flags and masks it pinned; a change of them returns
 // only once no op that pinned the old ones is still running (fp_home_change),
 // so none is past its check with flags JS has since withdrawn. No lock is

@@ -1,7 +1,7 @@
 // The fast path's tables and their lock (fastpath_internal.h has the lock
 // map): the homes, the inodes open in JS, the handles JS published for
 // fgetattr; their lookups, the policy generation, and JS's publication into
-// them (fastpath_set_home, _remove_home, _set_mutable, _inode, _inode_size,
+// them (hs_fastpath_set_home, _remove_home, _set_mutable, _inode, _inode_size,
 // _set_handle, _remove_handle, _enable, _clear). The reserved names and the
 // confined walk every op shares are fastpath_walk.c.
 // Invariants: a table changes only under the write lock, never held across a

@@ -1,5 +1,5 @@
 // UNLINK in a home JS made mutable, and the threshold above which a file is
-// left to JS to free (fastpath_set_free_inline_max). The removal runs with
+// left to JS to free (hs_fastpath_set_free_inline_max). The removal runs with
 // its home pinned and no lock held across a syscall; the inode is marked as
 // being unlinked here (fp_unlinking) from before its open check to after the
 // fstat that follows the unlinkat, and claimed in claims.c across the
@@ -15,14 +15,14 @@ uint64_t fp_uanswered = 0;   // unlink, atomic
 // last descriptor after the unlink) takes time in proportion to them (seconds
 // for a big fragmented file), and C unlinks and closes on the session's worker
 // with its home pinned, which a change of that home (on JS's thread) waits
-// for. JS sets it (fastpath_set_free_inline_max, from src/backing/freeing.ts,
+// for. JS sets it (hs_fastpath_set_free_inline_max, from src/backing/freeing.ts,
 // the one definition); until then no file with allocated blocks is unlinked here.
 uint64_t fp_free_inline_max = 0; // atomic
 uint64_t fp_ubig = 0;        // unlinks left to JS for their size, atomic
 uint64_t fp_ufallbacks = 0;  // unlink (only counted in homes JS made mutable), atomic
 
 // ---- inodes a native unlink is removing a name of ---------------------------------
-// JS counts an inode open (fastpath_inode +1, attachInode) and then reads its
+// JS counts an inode open (hs_fastpath_inode +1, attachInode) and then reads its
 // nlink: 0 means a removal took the last name first and the open answers
 // ENOENT. A native unlink checks that the inode is not open and then removes
 // the name. For that to hold, the unlink's check and its unlinkat must not

@@ -2,7 +2,7 @@
 // home may have (none empty, ".", "..", reserved for JavaScript or too long),
 // where a home ends in a path, and openat2 with RESOLVE_BENEATH and no
 // symlinks, mount crossings or magic links. And the reserved names JS
-// publishes (fastpath_set_reserved).
+// publishes (hs_fastpath_set_reserved).
 // Lock: the reserved names change only under fp_lock's write lock and are
 // read under its read lock (fp_components_ok's callers hold it).
 

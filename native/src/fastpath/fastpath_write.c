@@ -1,10 +1,10 @@
 // A WRITE's growth decided here, on the session's worker, for an inode whose
 // charged size JS handed over, and JS's side of the hand-over
-// (fastpath_wl_delegate, _wl_revoke, _wl_size, _set_write_credit).
+// (hs_fastpath_wl_delegate, _wl_revoke, _wl_size, _set_write_credit).
 // Invariants: an inode's deleg/busy/acct change under fp_wlock, taken inside
 // fp_lock's read lock so the inode is in its table (wl_end excepted: its
 // ticket holds a reference of the inode record and of the accounting array,
-// so neither is freed under it, whatever JS or fastpath_clear did meanwhile);
+// so neither is freed under it, whatever JS or hs_fastpath_clear did meanwhile);
 // at most one write decided here is in flight per inode (busy), and JS takes
 // an inode back only once none is.
 
@@ -14,7 +14,7 @@
 // A WRITE of a handle published for native writes (dataplane.c) costs JS one
 // decision: the ledger's check-and-reserve of the growth. Here that decision
 // is made on the session's worker for an inode whose charged size JS handed over
-// (fastpath_wl_delegate, or a file made here in a home JS let do so), from
+// (hs_fastpath_wl_delegate, or a file made here in a home JS let do so), from
 // bytes JS reserved ahead in its ledger (src/policy/ledger.ts reserveBytes),
 // which stay counted against the home's budget until they are used or taken
 // back. The home's accounting array (JS's BigInt64Array, the same one native
@@ -28,7 +28,7 @@
 // an exhausted credit, an inode JS holds) goes to JS as before, which decides,
 // logs a refusal and tops the credit up. Writes of one inode are one at a time
 // here, as under JS's per-file lock (busy); JS takes an inode back
-// (fastpath_wl_revoke) before any size change of its own, and gets it only
+// (hs_fastpath_wl_revoke) before any size change of its own, and gets it only
 // once no write decided here is in flight on it.
 pthread_mutex_t fp_wlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fp_wcond = PTHREAD_COND_INITIALIZER;

@@ -360,13 +360,13 @@ NAPI_METHOD(hs_handover_close_js) {
 }
 
 void hs_handover_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "handover_listen", hs_handover_listen_js);
-  hs_export_fn(env, exports, "handover_accept", hs_handover_accept_js);
-  hs_export_fn(env, exports, "handover_connect", hs_handover_connect_js);
-  hs_export_fn(env, exports, "handover_send", hs_handover_send_js);
-  hs_export_fn(env, exports, "handover_recv", hs_handover_recv_js);
-  hs_export_fn(env, exports, "handover_close", hs_handover_close_js);
-  hs_export_fn(env, exports, "handover_memfd", hs_handover_memfd_js);
-  hs_export_fn(env, exports, "handover_reserve_fds", hs_handover_reserve_fds_js);
+  hs_export_fn(env, exports, "hs_handover_listen", hs_handover_listen_js);
+  hs_export_fn(env, exports, "hs_handover_accept", hs_handover_accept_js);
+  hs_export_fn(env, exports, "hs_handover_connect", hs_handover_connect_js);
+  hs_export_fn(env, exports, "hs_handover_send", hs_handover_send_js);
+  hs_export_fn(env, exports, "hs_handover_recv", hs_handover_recv_js);
+  hs_export_fn(env, exports, "hs_handover_close", hs_handover_close_js);
+  hs_export_fn(env, exports, "hs_handover_memfd", hs_handover_memfd_js);
+  hs_export_fn(env, exports, "hs_handover_reserve_fds", hs_handover_reserve_fds_js);
 }
 #endif

@@ -145,7 +145,7 @@ NAPI_METHOD(hs_holder_peer_pidfd_js) {
 
 // held() -> { fd, bufsize, init } of the serving session (this process's
 // descriptor, sent as a copy), or null before INIT came. Unlike
-// session_handed, no pause: nothing here changes while the session serves.
+// hs_session_handed, no pause: nothing here changes while the session serves.
 NAPI_METHOD(hs_holder_session_js) {
   int fd = -1;
   size_t bufsize = 0;
@@ -167,8 +167,8 @@ NAPI_METHOD(hs_holder_session_js) {
 }
 
 void hs_holder_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "handover_holder_poll", hs_holder_poll_js);
-  hs_export_fn(env, exports, "handover_holder_peer", hs_holder_peer_js);
-  hs_export_fn(env, exports, "handover_holder_peer_pidfd", hs_holder_peer_pidfd_js);
-  hs_export_fn(env, exports, "handover_holder_session", hs_holder_session_js);
+  hs_export_fn(env, exports, "hs_handover_holder_poll", hs_holder_poll_js);
+  hs_export_fn(env, exports, "hs_handover_holder_peer", hs_holder_peer_js);
+  hs_export_fn(env, exports, "hs_handover_holder_peer_pidfd", hs_holder_peer_pidfd_js);
+  hs_export_fn(env, exports, "hs_handover_holder_session", hs_holder_session_js);
 }

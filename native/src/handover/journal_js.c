@@ -101,13 +101,13 @@ NAPI_METHOD(hs_journal_recovered_js) {
 }
 
 void hs_journal_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "handover_journal_recovered", hs_journal_recovered_js);
-  hs_export_fn(env, exports, "handover_journal_follow", hs_journal_follow_js);
-  hs_export_fn(env, exports, "handover_journal_follow_finish", hs_journal_follow_finish_js);
-  hs_export_fn(env, exports, "handover_journal_follow_drop", hs_journal_follow_drop_js);
-  hs_export_fn(env, exports, "handover_journal_gen", hs_journal_gen_js);
-  hs_export_fn(env, exports, "handover_journal_open", hs_journal_open_js);
-  hs_export_fn(env, exports, "handover_journal_recover", hs_journal_recover_js);
-  hs_export_fn(env, exports, "handover_journal_rebase", hs_journal_rebase_js);
-  hs_export_fn(env, exports, "handover_journal_epoch", hs_journal_epoch_js);
+  hs_export_fn(env, exports, "hs_handover_journal_recovered", hs_journal_recovered_js);
+  hs_export_fn(env, exports, "hs_handover_journal_follow", hs_journal_follow_js);
+  hs_export_fn(env, exports, "hs_handover_journal_follow_finish", hs_journal_follow_finish_js);
+  hs_export_fn(env, exports, "hs_handover_journal_follow_drop", hs_journal_follow_drop_js);
+  hs_export_fn(env, exports, "hs_handover_journal_gen", hs_journal_gen_js);
+  hs_export_fn(env, exports, "hs_handover_journal_open", hs_journal_open_js);
+  hs_export_fn(env, exports, "hs_handover_journal_recover", hs_journal_recover_js);
+  hs_export_fn(env, exports, "hs_handover_journal_rebase", hs_journal_rebase_js);
+  hs_export_fn(env, exports, "hs_handover_journal_epoch", hs_journal_epoch_js);
 }

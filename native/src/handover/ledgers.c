@@ -80,6 +80,6 @@ NAPI_METHOD(hs_ledgers_map_js) {
 }
 
 void hs_ledgers_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "handover_ledgers_open", hs_ledgers_open_js);
-  hs_export_fn(env, exports, "handover_ledgers_map", hs_ledgers_map_js);
+  hs_export_fn(env, exports, "hs_handover_ledgers_open", hs_ledgers_open_js);
+  hs_export_fn(env, exports, "hs_handover_ledgers_map", hs_ledgers_map_js);
 }

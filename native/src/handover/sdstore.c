@@ -143,7 +143,7 @@ NAPI_METHOD(hs_sd_cloexec_js) {
 }
 
 void hs_sdstore_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "handover_sd_notify_fds", hs_sd_notify_fds_js);
-  hs_export_fn(env, exports, "handover_sd_cloexec", hs_sd_cloexec_js);
+  hs_export_fn(env, exports, "hs_handover_sd_notify_fds", hs_sd_notify_fds_js);
+  hs_export_fn(env, exports, "hs_handover_sd_cloexec", hs_sd_cloexec_js);
 }
 #endif

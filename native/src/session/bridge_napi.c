@@ -183,6 +183,6 @@ NAPI_METHOD(hs_session_unref_js) {
 }
 
 void hs_bridge_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "session_reply", hs_session_reply_js);
-  hs_export_fn(env, exports, "session_unref", hs_session_unref_js);
+  hs_export_fn(env, exports, "hs_session_reply", hs_session_reply_js);
+  hs_export_fn(env, exports, "hs_session_unref", hs_session_unref_js);
 }

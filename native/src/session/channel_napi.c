@@ -92,9 +92,9 @@ NAPI_METHOD(hs_session_noflush_count_js) {
 }
 
 void hs_channel_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "session_set_flush_gate", hs_session_set_flush_gate_js);
-  hs_export_fn(env, exports, "session_set_noflush", hs_session_set_noflush_js);
-  hs_export_fn(env, exports, "session_noflush_count", hs_session_noflush_count_js);
-  hs_export_fn(env, exports, "session_set_single_reader", hs_session_set_single_reader_js);
-  hs_export_fn(env, exports, "session_lead_stats", hs_session_lead_stats_js);
+  hs_export_fn(env, exports, "hs_session_set_flush_gate", hs_session_set_flush_gate_js);
+  hs_export_fn(env, exports, "hs_session_set_noflush", hs_session_set_noflush_js);
+  hs_export_fn(env, exports, "hs_session_noflush_count", hs_session_noflush_count_js);
+  hs_export_fn(env, exports, "hs_session_set_single_reader", hs_session_set_single_reader_js);
+  hs_export_fn(env, exports, "hs_session_lead_stats", hs_session_lead_stats_js);
 }

@@ -13,7 +13,7 @@
 #include "session/nodes.h"
 #include "sys/napi_args.h"
 
-// session_invalidate(kind, path): HOMESFS_INVAL_PATH the name and its node,
+// hs_session_invalidate(kind, path): HOMESFS_INVAL_PATH the name and its node,
 // _TREE every node at or below it, _ENTRY the name only. -> entries queued,
 // or -errno (never waits for the kernel).
 NAPI_METHOD(hs_inval_js) {
@@ -21,7 +21,7 @@ NAPI_METHOD(hs_inval_js) {
   NAPI_ARGV_UINT32(kind, 0)
   size_t len = 0;
   if (napi_get_value_string_utf8(env, argv[1], NULL, 0, &len) != napi_ok) {
-    napi_throw_type_error(env, "EINVAL", "session_invalidate(kind, path): path is a string");
+    napi_throw_type_error(env, "EINVAL", "hs_session_invalidate(kind, path): path is a string");
     return NULL;
   }
   char *path = malloc(len + 1);
@@ -64,7 +64,7 @@ NAPI_METHOD(hs_inval_progress_js) {
 }
 
 void hs_inval_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "session_invalidate", hs_inval_js);
-  hs_export_fn(env, exports, "session_inval_stats", hs_inval_stats_js);
-  hs_export_fn(env, exports, "session_inval_progress", hs_inval_progress_js);
+  hs_export_fn(env, exports, "hs_session_invalidate", hs_inval_js);
+  hs_export_fn(env, exports, "hs_session_inval_stats", hs_inval_stats_js);
+  hs_export_fn(env, exports, "hs_session_inval_progress", hs_inval_progress_js);
 }

@@ -271,20 +271,20 @@ NAPI_METHOD(hs_session_handed_js) {
 }
 
 void hs_session_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "session_mount", hs_session_mount_js);
-  hs_export_fn(env, exports, "session_loop_state", hs_session_loop_state_js);
-  hs_export_fn(env, exports, "session_stats", hs_session_stats_js);
-  hs_export_fn(env, exports, "session_adopt", hs_session_adopt_js);
-  hs_export_fn(env, exports, "session_revive", hs_session_revive_js);
-  hs_export_fn(env, exports, "session_fh_epoch", hs_session_fh_epoch_js);
-  hs_export_fn(env, exports, "session_handle_stats", hs_session_handle_stats_js);
-  hs_export_fn(env, exports, "session_dead_handles", hs_session_dead_export_js);
-  hs_export_fn(env, exports, "session_dead_handles_import", hs_session_dead_import_js);
-  hs_export_fn(env, exports, "session_preimport", hs_session_preimport_js);
-  hs_export_fn(env, exports, "session_pause", hs_session_pause_js);
-  hs_export_fn(env, exports, "session_paused", hs_session_paused_js);
-  hs_export_fn(env, exports, "session_resume", hs_session_resume_js);
-  hs_export_fn(env, exports, "session_handed", hs_session_handed_js);
+  hs_export_fn(env, exports, "hs_session_mount", hs_session_mount_js);
+  hs_export_fn(env, exports, "hs_session_loop_state", hs_session_loop_state_js);
+  hs_export_fn(env, exports, "hs_session_stats", hs_session_stats_js);
+  hs_export_fn(env, exports, "hs_session_adopt", hs_session_adopt_js);
+  hs_export_fn(env, exports, "hs_session_revive", hs_session_revive_js);
+  hs_export_fn(env, exports, "hs_session_fh_epoch", hs_session_fh_epoch_js);
+  hs_export_fn(env, exports, "hs_session_handle_stats", hs_session_handle_stats_js);
+  hs_export_fn(env, exports, "hs_session_dead_handles", hs_session_dead_export_js);
+  hs_export_fn(env, exports, "hs_session_dead_handles_import", hs_session_dead_import_js);
+  hs_export_fn(env, exports, "hs_session_preimport", hs_session_preimport_js);
+  hs_export_fn(env, exports, "hs_session_pause", hs_session_pause_js);
+  hs_export_fn(env, exports, "hs_session_paused", hs_session_paused_js);
+  hs_export_fn(env, exports, "hs_session_resume", hs_session_resume_js);
+  hs_export_fn(env, exports, "hs_session_handed", hs_session_handed_js);
   hs_bridge_export(env, exports);
   hs_handover_export(env, exports);
   hs_inval_export(env, exports);

@@ -318,10 +318,10 @@ NAPI_METHOD(hs_sys_nofile_js) {
 }
 
 void hs_calls_export (napi_env env, napi_value exports) {
-  hs_export_fn(env, exports, "sys_utimensat", hs_sys_utimensat_js);
-  hs_export_fn(env, exports, "sys_backing_mknod", hs_sys_backing_mknod_js);
-  hs_export_fn(env, exports, "sys_backing_fallocate", hs_sys_backing_fallocate_js);
-  hs_export_fn(env, exports, "sys_umount2", hs_sys_umount2_js);
-  hs_export_fn(env, exports, "sys_nofile", hs_sys_nofile_js);
-  hs_export_fn(env, exports, "sys_utf8_valid_buffer", hs_sys_utf8_valid_buffer_js);
+  hs_export_fn(env, exports, "hs_sys_utimensat", hs_sys_utimensat_js);
+  hs_export_fn(env, exports, "hs_sys_backing_mknod", hs_sys_backing_mknod_js);
+  hs_export_fn(env, exports, "hs_sys_backing_fallocate", hs_sys_backing_fallocate_js);
+  hs_export_fn(env, exports, "hs_sys_umount2", hs_sys_umount2_js);
+  hs_export_fn(env, exports, "hs_sys_nofile", hs_sys_nofile_js);
+  hs_export_fn(env, exports, "hs_sys_utf8_valid_buffer", hs_sys_utf8_valid_buffer_js);
 }

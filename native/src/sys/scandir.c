@@ -6,7 +6,7 @@
 // tables of the session, the fast path and the data plane. This file has no
 // static state at all, so each worker may load it.
 //
-// sys_scandir(dirFd) lists one directory and lstat's each entry, relative to the
+// hs_sys_scandir(dirFd) lists one directory and lstat's each entry, relative to the
 // directory only (never a path, never a symlink followed), and hands back raw
 // facts in a few typed arrays. It decides nothing: which entries count, hard
 // links, exclusions, what to descend into, vanished entries: all of that stays
@@ -92,7 +92,7 @@ static napi_value view(napi_env env, napi_typedarray_type t, size_t n, napi_valu
   return v;
 }
 
-// sys_scandir(dirFd) -> { count, type, nlink, size, dev, ino, names, nameEnd }
+// hs_sys_scandir(dirFd) -> { count, type, nlink, size, dev, ino, names, nameEnd }
 //   type[i]   (st_mode >> 12) & 15: 4 dir, 8 file, 10 symlink, 1 FIFO, 12 socket...;
 //             0 when the lstat failed (the entry vanished between getdents and fstatat)
 //   nlink, size: Float64Array; dev, ino: BigUint64Array (keys must be exact)
@@ -103,7 +103,7 @@ static napi_value list(napi_env env, napi_callback_info info) {
   int32_t dirfd;
   if (argc < 1 ||
       napi_get_value_int32(env, argv[0], &dirfd) != napi_ok) {
-    napi_throw_type_error(env, NULL, "sys_scandir(dirFd): dirFd must be a number");
+    napi_throw_type_error(env, NULL, "hs_sys_scandir(dirFd): dirFd must be a number");
     return NULL;
   }
   // The walker's descriptors are O_PATH, which getdents refuses: a fresh
@@ -170,7 +170,7 @@ static napi_value list(napi_env env, napi_callback_info info) {
 
 NAPI_MODULE_INIT() {
   napi_value version;
-  hs_export_fn(env, exports, "sys_scandir", list);
+  hs_export_fn(env, exports, "hs_sys_scandir", list);
   napi_create_uint32(env, SCANDIR_VERSION, &version);
   napi_set_named_property(env, exports, "SCANDIR_VERSION", version);
   return exports;
