@@ -67,6 +67,7 @@
       "src/session/inval.c",
       "src/session/inval_napi.c",
       "src/session/loop.c",
+      "src/session/proto.c",
       "src/session/marshal.c",
       "src/session/nodes.c",
       "src/session/nodes_paths.c",

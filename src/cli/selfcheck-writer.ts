@@ -1,4 +1,4 @@
-// Child process of the daemon: writes 1 MiB in a single write(2) to the
+// Child process of the daemon: writes 2 MiB in a single write(2) to the
 // self-check file so the daemon can see how the kernel splits it (see
 // fuse/selfcheck.ts). It runs outside the daemon's event loop.
 //
@@ -7,7 +7,7 @@
 // is nothing to open), and before a byte is written the descriptor must be on
 // the device of the top-most mount at the mount point, which must be a
 // fuse.homesfs mount, and carry the synthetic inode number (given). A resumed daemon
-// whose mount was detached under it would otherwise write 1 MiB onto whatever
+// whose mount was detached under it would otherwise write 2 MiB onto whatever
 // disk holds the mount point. Exit 4: not our live mount, nothing written.
 import { closeSync, constants, fstatSync, openSync, readFileSync, writeSync } from 'node:fs';
 import path from 'node:path';

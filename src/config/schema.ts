@@ -30,8 +30,8 @@ const FuseOptions = z
     attrTimeout: z.number().min(0).max(3600).default(300),
     entryTimeout: z.number().min(0).max(3600).default(300),
     negativeTimeout: z.number().min(0).max(3600).default(0),
-    /** libfuse 2.9 caps requests at 128 KiB whatever is asked */
-    maxWrite: byteSizeSchema(z.number().int().min(4096).max(131072)).default(131072),
+    /** the largest WRITE asked of the kernel at INIT; 1 MiB (256 pages) is the kernel's cap (session/proto.h) */
+    maxWrite: byteSizeSchema(z.number().int().min(4096).max(1048576)).default(1048576),
     kernelCache: z.boolean().default(false),
     /** READs of handles whose reads need no policy answered in the binding (pread on a session worker thread) */
     nativeRead: z.boolean().default(true),

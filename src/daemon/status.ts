@@ -95,6 +95,7 @@ export async function statusReport(s: StatusSources): Promise<StatusReport> {
       abi: ABI.VERSION,
       selfCheck: sc.state,
       maxWriteRequest: sc.maxWriteRequest,
+      protocol: Fuse.protocol(),
       ...(sc.detail ? { detail: sc.detail } : {}),
       ...(fastPath ? { fastPath: fastPathReport(fastPath.stats()) } : {}),
       ...(releases ? { releasesAnswered: releases.answered() } : {}),

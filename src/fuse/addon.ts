@@ -50,6 +50,18 @@ export interface FastPathNative {
 }
 
 /** The daemon's Fuse class: the session, and the addon's other exports as addon.ts wraps them. */
+/** What INIT settled (zeros before it) and the largest requests seen since. */
+export interface ProtocolInfo {
+  /** 7.<minor>: the version both speak */
+  minor: number;
+  kernelMinor: number;
+  maxWrite: number;
+  maxPages: number;
+  flags: number;
+  largestRead: number;
+  largestWrite: number;
+}
+
 export interface FuseClass {
   new (mnt: string, serve: Serve, opts: SessionOptions): FuseInstance;
   /** the addon itself, for the modules that take a part of it (a Pick of AddonRaw) */
@@ -105,6 +117,8 @@ export interface FuseClass {
   handleStats(): { epoch: number; resent: number; refused: number; reopened: number };
   /** [entries queued, of them sent]: sent in the order queued */
   invalidationProgress(): [number, number];
+  /** the protocol the session and the kernel agreed at INIT (session/proto.c), and the largest READ and WRITE the kernel has sent */
+  protocol(): ProtocolInfo;
   /** start importing a handed-over node table before the session is adopted; 0 or -errno */
   preimportNodes(nodes: Buffer): number;
   /** strict UTF-8, as C checks names (tests compare it with TextDecoder's) */
@@ -249,6 +263,10 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     },
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => raw.hs_session_inval_progress(),
+    protocol(): ProtocolInfo {
+      const [minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite] = raw.hs_session_proto();
+      return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite };
+    },
     _isValidUtf8: (buf: Uint8Array): boolean => raw.hs_sys_utf8_valid_buffer(buf),
   } satisfies Omit<FuseClass, 'native' | 'BINDING_PATH' | 'fastPath'>;
   Object.assign(Fuse, statics);

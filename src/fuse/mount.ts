@@ -165,7 +165,8 @@ export class MountManager {
       nodev: true,
       bigWrites: true,
       maxWrite: f.maxWrite,
-      maxRead: 131072,
+      // As large as the largest request INIT negotiates (session/proto.h): a READ of 1 MiB is one request.
+      maxRead: 1 << 20,
       attrTimeout: f.attrTimeout,
       entryTimeout: f.entryTimeout,
       negativeTimeout: f.negativeTimeout,
@@ -192,7 +193,7 @@ export class MountManager {
   }
 
   async runSelfCheck(): Promise<void> {
-    const r = await this.selfCheck.run(this.mnt, 30_000);
+    const r = await this.selfCheck.run(this.mnt, 30_000, this.Fuse.protocol().maxWrite);
     (r.state === 'ok' ? this.log.info.bind(this.log) : this.log.error.bind(this.log))({ selfCheck: r }, 'write-size self-check');
   }
 

@@ -25,6 +25,7 @@
 #include "session/loop.h"
 #include "session/nodes.h"
 #include "session/ops.h"
+#include "session/proto.h"
 #include "session/session.h"
 #include "session/session_internal.h"
 
@@ -34,17 +35,18 @@ static int discard_send (struct fuse_chan *ch, const struct iovec iov[], size_t 
   return 0;
 }
 
-// An INIT request as the kernel sent it: its header's length and opcode.
+// A kept INIT: the request as the kernel sent it (its header's length and
+// opcode), and the answer the kernel was sent after it, if the predecessor
+// kept one (proto.h). The negotiated state is taken from it.
 static int is_init (const char *init, size_t len) {
-  uint32_t hlen, opcode;
-  if (len < 40) return 0;  // struct fuse_in_header
-  memcpy(&hlen, init, sizeof(hlen));
-  memcpy(&opcode, init + 4, sizeof(opcode));
-  return hlen == len && opcode == 26;  // FUSE_INIT
+  return hs_proto_adopt(init, len) != 0;
 }
 
 // The new session on fd (owned: closed on failure), INIT replayed into it. 0 or -errno.
 static int adopt_session (int fd, size_t bufsize, const char *init, size_t init_len, const char *ll_opts, struct fuse_session **sep, struct fuse_chan **chp) {
+  // Never smaller than the requests this build negotiates: a predecessor's
+  // smaller buffer size is for requests as large as its own, which fit.
+  if (bufsize < HS_PROTO_BUFSIZE) bufsize = HS_PROTO_BUFSIZE;
   struct fuse_chan *ch = hs_chan_on_fd(fd, bufsize);
   if (ch == NULL) {
     close(fd);
@@ -63,7 +65,7 @@ static int adopt_session (int fd, size_t bufsize, const char *init, size_t init_
   // the same negotiated state (its reply goes nowhere: the kernel had it).
   // ll_init runs only for an INIT libfuse accepted.
   hs_session_inited_reset();
-  fuse_session_process(se, init, init_len, replay);
+  fuse_session_process(se, init, hs_proto_adopt(init, init_len), replay);
   fuse_chan_destroy(replay);
   if (!hs_session_inited()) {
     fuse_session_destroy(se);  // destroys ch, which closes fd

@@ -37,6 +37,7 @@
 #endif
 
 #include "session/channel.h"
+#include "session/proto.h"
 #include "session/channel_internal.h"
 #include "session/lead.h"
 #include "session/handles.h"
@@ -375,7 +376,8 @@ struct fuse_chan * hs_chan_on_fd (int fd, size_t bufsize) {
 struct fuse_chan * hs_wrap_chan (struct fuse_chan *ch) {
   int fd = fcntl(fuse_chan_fd(ch), F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return ch;
-  struct fuse_chan *wrapped = hs_chan_on_fd(fd, fuse_chan_bufsize(ch));
+  // Buffers for the largest request proto.c negotiates (libfuse 2.9 made 132 KiB ones).
+  struct fuse_chan *wrapped = hs_chan_on_fd(fd, HS_PROTO_BUFSIZE);
   if (wrapped == NULL) {
     close(fd);
     return ch;

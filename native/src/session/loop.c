@@ -1,5 +1,5 @@
 // The session's workers: threads that read requests from the device and
-// process them (libfuse decodes, our ops answer), started as needed, and
+// process them (proto.c and libfuse decode, our ops answer), started as needed, and
 // stopped at a request boundary for a handover (loop.h).
 //
 // Lock: w_mu guards the worker list and counts, the saved INIT and the
@@ -44,6 +44,7 @@
 #include "session/lead.h"
 #include "session/handles.h"
 #include "session/loop.h"
+#include "session/proto.h"
 
 #define HS_MAX_WORKERS 64
 #define HS_MAX_IDLE 8
@@ -67,7 +68,7 @@ static int w_ended;
 static struct fuse_session *w_se;
 static struct fuse_chan *w_ch;
 static size_t w_bufsize;
-static char *w_init;         // the kernel's INIT request, as read
+static char *w_init;         // the kernel's INIT request, as read, and the answer sent (proto.h)
 static size_t w_init_len;
 static uint32_t w_state;     // atomic: HS_LOOP_*
 
@@ -130,7 +131,8 @@ static void retire (hs_worker_t *w) {
   free(w);
 }
 
-// The INIT request is kept: a successor's session replays it (session.c).
+// The INIT request, and the answer sent if proto.c wrote it, are kept: a
+// successor's session replays the one and takes the other (session_adopt.c).
 static void keep_init (const char *buf, size_t len) {
   if (len < 8) return;
   uint32_t opcode;
@@ -197,8 +199,8 @@ static void *worker_main (void *arg) {
     w_idle--;
     if (w_idle == 0 && w_total < HS_MAX_WORKERS) spawn();
     pthread_mutex_unlock(&w_mu);
-    keep_init(buf, (size_t) res);
-    if (!hs_handles_filter(buf, (size_t) res, w_ch)) fuse_session_process(w_se, buf, (size_t) res, w_ch);
+    size_t len = (size_t) res;
+    if (!hs_proto_filter(buf, &len, w_se, w_ch) && !hs_handles_filter(buf, len, w_ch)) fuse_session_process(w_se, buf, len, w_ch);
     pthread_mutex_lock(&w_mu);
     w_idle++;
   }

@@ -20,6 +20,7 @@
 #include "session/inval.h"
 #include "handover/nodes_journal.h"
 #include "session/session.h"
+#include "session/proto.h"
 
 // The session's configuration and dispatch from JavaScript (mount and adopt share them).
 static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
@@ -160,6 +161,22 @@ NAPI_METHOD(hs_session_handle_stats_js) {
   return out;
 }
 
+// protocol() -> [minor, kernel's minor, max write, max pages, INIT flags,
+// largest READ, largest WRITE] (proto.h; zeros before INIT)
+NAPI_METHOD(hs_session_proto_js) {
+  hs_proto_t p = hs_proto_get();
+  uint32_t r = 0, w = 0;
+  hs_proto_largest(&r, &w);
+  uint32_t all[7] = { p.minor, p.kernel_minor, p.max_write, p.max_pages, p.flags, r, w };
+  napi_value out, v;
+  napi_create_array_with_length(env, 7, &out);
+  for (uint32_t i = 0; i < 7; i++) {
+    napi_create_uint32(env, all[i], &v);
+    napi_set_element(env, out, i, v);
+  }
+  return out;
+}
+
 // deadHandles() -> a Buffer of (dead handle, ours) u64 pairs, host order (handles.h), or -errno
 NAPI_METHOD(hs_session_dead_export_js) {
   uint64_t *pairs = NULL;
@@ -278,6 +295,7 @@ void hs_session_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_session_revive", hs_session_revive_js);
   hs_export_fn(env, exports, "hs_session_fh_epoch", hs_session_fh_epoch_js);
   hs_export_fn(env, exports, "hs_session_handle_stats", hs_session_handle_stats_js);
+  hs_export_fn(env, exports, "hs_session_proto", hs_session_proto_js);
   hs_export_fn(env, exports, "hs_session_dead_handles", hs_session_dead_export_js);
   hs_export_fn(env, exports, "hs_session_dead_handles_import", hs_session_dead_import_js);
   hs_export_fn(env, exports, "hs_session_preimport", hs_session_preimport_js);

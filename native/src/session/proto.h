@@ -1,0 +1,80 @@
+// The kernel's FUSE protocol where this session speaks it itself, before
+// libfuse 2.9 decodes a request (proto.c): the INIT negotiation, and the
+// requests of protocol versions libfuse 2.9 (7.19) never knew.
+//
+// INIT: libfuse 2.9 computes its answer as before (its options, the flags
+// it takes), into a buffer; this layer raises the answer to the protocol
+// version it handles (HS_PROTO_MINOR, or the kernel's if lower) and to
+// 1 MiB requests (FUSE_MAX_PAGES), and sends it. The kernel's request and
+// the answer sent are kept together (hs_proto_init_blob): a successor
+// replays the request into its libfuse and takes the negotiated answer as
+// the kernel has it, so it never assumes a request size or a flag its
+// predecessor did not negotiate (a predecessor that kept only the request
+// negotiated as libfuse 2.9 does: hs_proto_adopt).
+//
+// Requests libfuse 2.9 does not know become ones it does, with what it
+// cannot carry kept for the op on the same thread: RENAME2 becomes RENAME,
+// its flags in hs_req_rename_flags.
+//
+// Threads: hs_proto_filter runs on the session's worker threads, one
+// request each; hs_proto_info on the JavaScript thread. The negotiated state
+// is written while no other request can be read (INIT comes first on a
+// connection; an adoption sets it before its workers start), then only read.
+#ifndef HOMESFS_PROTO_H
+#define HOMESFS_PROTO_H
+#include <stddef.h>
+#include <stdint.h>
+#include <linux/fuse.h>
+#include <fuse_lowlevel.h>
+
+// The protocol version this session handles in full: every request the
+// kernel may send at it is decoded here or by libfuse 2.9, or answered
+// ENOSYS where the kernel has a fallback. 7.38 is the newest that Debian 12's
+// <linux/fuse.h> (linux-libc-dev 6.1) describes.
+#define HS_PROTO_MINOR 38
+// The largest request the session asks for: 256 pages, the kernel's cap
+// (fuse_max_pages_limit's default, Linux fs/fuse/inode.c).
+#define HS_PROTO_MAX_PAGES 256
+#define HS_PROTO_MAX_WRITE (HS_PROTO_MAX_PAGES * 4096)
+// A worker's request buffer: the largest WRITE with its headers, plus room
+// (the kernel refuses a read of the device with less:
+// fuse_dev_do_read's check, Linux fs/fuse/dev.c).
+#define HS_PROTO_BUFSIZE (HS_PROTO_MAX_WRITE + 4096)
+
+#ifndef FUSE_RENAME2
+#define FUSE_RENAME2 45
+#endif
+
+typedef struct {
+  uint32_t minor;      // the version both speak (the answer's)
+  uint32_t max_write;  // the largest WRITE the kernel sends
+  uint32_t max_pages;  // the largest request in pages (32 unless FUSE_MAX_PAGES)
+  uint32_t flags;      // the answer's flags
+  uint32_t kernel_minor;  // what the kernel offered
+} hs_proto_t;
+
+// The flags of the RENAME2 this thread is serving (0 for a plain RENAME).
+extern __thread uint32_t hs_req_rename_flags;
+
+// Before hs_handles_filter: an INIT is answered here (1); a request libfuse
+// 2.9 does not know is rewritten, in place, into one it does (*len updated,
+// 0). 0 for anything else.
+int hs_proto_filter (char *buf, size_t *len, struct fuse_session *se, struct fuse_chan *ch);
+
+// Pure: libfuse's INIT answer (lib, lib_len bytes: a fuse_out_header and a
+// fuse_init_out as long as its version has it) amended to what this session
+// handles, for the kernel's INIT (in). Writes the answer to out (at least
+// sizeof(struct fuse_out_header) + sizeof(struct fuse_init_out) bytes) and
+// returns its length, 0 when libfuse's answer is an error (sent as is).
+size_t hs_proto_amend_init (const struct fuse_init_in *in, const char *lib, size_t lib_len, char *out, hs_proto_t *neg);
+
+// What a successor takes from a predecessor's kept INIT: the request (its
+// header's length), and the answer after it, if any. Sets the negotiated
+// state; returns the request's length, or 0 if blob is no INIT.
+size_t hs_proto_adopt (const char *blob, size_t len);
+
+// The negotiated state (zeros before INIT).
+hs_proto_t hs_proto_get (void);
+// The largest READ and WRITE the kernel has sent so far.
+void hs_proto_largest (uint32_t *read, uint32_t *write);
+#endif
