@@ -7,6 +7,7 @@ import type { Logger } from '../log.js';
 import type { OpMetrics } from '../metrics/ops.js';
 import { serveOps } from './ops.js';
 import type { FuseClass, FuseInstance, WriteHandler } from './binding.js';
+import { READAHEAD_KB, raiseReadahead } from './readahead.js';
 import { SelfCheck } from './selfcheck.js';
 import { inspectMountPoint } from './dead-mount.js';
 import type { Handed, Kept } from './session.js';
@@ -117,6 +118,10 @@ export class MountManager {
   async mount(): Promise<void> {
     await this.clearStale();
     await this.start((fuse, cb) => fuse.mount(cb), 'mounted');
+    // A successor serves the same mount and its bdi: only a new mount sets it.
+    const why = await raiseReadahead(this.mnt);
+    if (why === null) this.log.info({ readaheadKb: READAHEAD_KB }, 'read-ahead raised to the largest request');
+    else this.log.warn({ readaheadKb: READAHEAD_KB, error: why }, 'read-ahead left at the kernel default');
   }
 
   /** Serve the session a predecessor handed over (takeover.ts): the mount stays as it is. */

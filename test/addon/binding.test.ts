@@ -351,12 +351,13 @@ print(json.dumps({'ls': ls, 'r1': r1, 'r2': r2, 'exists': os.path.exists(d)}))
     expect(nullPathOps).toContain('release');
   }, 30_000);
 
-  it('dd bs=1M writes arrive as 128 KiB requests (big_writes)', async () => {
+  it('dd bs=1M writes arrive as one 1 MiB request (FUSE_MAX_PAGES, asked at INIT: session/proto.c)', async () => {
     const mark = events.length;
     await run('dd', ['if=/dev/zero', `of=${M('dd.bin')}`, 'bs=1M', 'count=1', 'status=none']);
     await waitFor((e) => e.op === 'release' && e.path === '/dd.bin', mark);
     const writes = since(mark).filter((e) => e.op === 'write' && e.path === '/dd.bin');
-    expect(writes.map((e) => e.len)).toEqual(Array(8).fill(131072));
+    // libfuse 2.9 alone answered INIT at 7.19: eight of 128 KiB.
+    expect(writes.map((e) => e.len)).toEqual([1048576]);
   }, 30_000);
 
   it('readdir carries d_type from a mode-only stat (file, dir, symlink, fifo)', async () => {

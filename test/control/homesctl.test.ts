@@ -205,7 +205,7 @@ describe('homesctl status', () => {
     expect(out).toMatch(/^Mount:\s+\/homes$/m);
     expect(out).toMatch(/^Mounted:\s+yes$/m);
     expect(out).toMatch(/^Loop:\s+running$/m);
-    expect(out).toMatch(/^Native:\s+ok \(ABI 6, max write 128\.0 KiB\)$/m);
+    expect(out).toMatch(/^Native:\s+ok \(ABI 6, FUSE 7\.38, max write 1\.0 MiB\)$/m);
     expect(out).toMatch(/^Uptime:\s+1h 2m 3s$/m);
     expect(out).toMatch(/^Config:\s+\/etc\/homesfs\/config\.json$/m);
     expect(out).toMatch(/^Descriptors:\s+1100 in use of 65536 \(RLIMIT_NOFILE, hard 65536; the hard limit\), 2048 reserved for the daemon$/m);
@@ -1047,7 +1047,7 @@ describe('homesctl status: the native counters', () => {
       expect(r.code).toBe(0);
       const native = r.stdout.split('\n').find((l) => l.startsWith('Native:'))!;
       // 1370+3+62+5+31+7+1+2+0+40 + 25 releases; 17+0+0+1+2+1+3+6 to JS
-      expect(native).toMatch(/^Native:\s+ok \(ABI 6, max write 128\.0 KiB\); 1546 requests answered natively, 30 handed to JS \(--verbose: per kind\)$/);
+      expect(native).toMatch(/^Native:\s+ok \(ABI 6, FUSE 7\.38, max write 1\.0 MiB\); 1546 requests answered natively, 30 handed to JS \(--verbose: per kind\)$/);
       expect(r.stdout).not.toMatch(/Native counters/);
       for (const l of r.stdout.split('\n')) expect(l.length, l).toBeLessThan(140);
 

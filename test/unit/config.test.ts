@@ -56,7 +56,7 @@ describe('buildConfig: defaults', () => {
       attrTimeout: 300,
       entryTimeout: 300,
       negativeTimeout: 0,
-      maxWrite: 131072,
+      maxWrite: 1048576,
       kernelCache: false,
       nativeRead: true,
       nativeWrite: true,
@@ -141,7 +141,7 @@ describe('buildConfig: refusals', () => {
     ['relative mount', { ...MIN, mount: './homes' }, [/^mount: must be an absolute path$/]],
     ['relative socket', { ...MIN, socket: 'admin.sock' }, [/^socket: must be an absolute path$/]],
     ['bad logLevel', { ...MIN, logLevel: 'verbose' }, [/^logLevel: /]],
-    ['maxWrite too big', { ...MIN, fuse: { maxWrite: 262144 } }, [/^fuse\.maxWrite: /]],
+    ['maxWrite too big', { ...MIN, fuse: { maxWrite: 2097152 } }, [/^fuse\.maxWrite: /]],
     ['maxWrite too small', { ...MIN, fuse: { maxWrite: 1024 } }, [/^fuse\.maxWrite: /]],
     ['probe interval too small', { ...MIN, probe: { intervalMs: 10 } }, [/^probe\.intervalMs: /]],
     ['negative uid', { ...MIN, homes: { 'a/b': { owner: { uid: -1, gid: 0 } } } }, [/^homes\.a\/b\.owner\.uid: /]],
@@ -357,7 +357,7 @@ describe('loadConfig', () => {
     expect(l.path).toBe(p);
     expect(l.config.backing).toBe(MIN.backing);
     expect(l.config.socket).toBe('/run/homesfs/admin.sock');
-    expect(l.config.fuse.maxWrite).toBe(131072);
+    expect(l.config.fuse.maxWrite).toBe(1048576);
   });
 
   it('a file without backing is refused (demo defaults apply only without a file)', () => {
@@ -379,7 +379,7 @@ describe('loadConfig', () => {
     expect(l.config.defaultProfile).toBe('scratch'); // from the file
     // Overrides replace top-level keys whole (shallow merge).
     expect(l.config.fuse.debug).toBe(true);
-    expect(l.config.fuse.maxWrite).toBe(131072);
+    expect(l.config.fuse.maxWrite).toBe(1048576);
   });
 
   it('flags are validated like file values', () => {
@@ -501,7 +501,7 @@ describe('buildConfig: sizes as on the command line', () => {
     ['too large', { tenants: { acme: { maxBytes: '9P' } } }, /^tenants\.acme\.maxBytes: '9P' is too large/],
     ['a boolean', { tenants: { acme: { maxBytes: true } } }, /^tenants\.acme\.maxBytes: expected a size: a whole number of bytes or a string such as "2G"/],
     ['a fractional number', { tenants: { acme: { maxBytes: 1.5 } } }, /^tenants\.acme\.maxBytes: .*int/],
-    ['maxWrite over 128 KiB as a size', { fuse: { maxWrite: '1M' } }, /^fuse\.maxWrite: .*131072/],
+    ['maxWrite over 1 MiB as a size', { fuse: { maxWrite: '2M' } }, /^fuse\.maxWrite: .*1048576/],
     ['a size for a count rlimit', { exec: { rlimits: { nofile: { soft: '1K', hard: 4096 } } } }, /^exec\.rlimits\.nofile\.soft: a whole number \(0 or more\) or "unlimited"$/],
     ['a bad size for a byte rlimit', { exec: { rlimits: { fsize: { soft: '1Q', hard: 'unlimited' } } } }, /^exec\.rlimits\.fsize\.soft: '1Q': unknown unit 'Q'/],
     ['soft over hard in sizes', { exec: { rlimits: { as: { soft: '2G', hard: '1G' } } } }, /^exec\.rlimits\.as: soft must not exceed hard$/],

@@ -265,6 +265,8 @@ export function renderStatus(s: StatusReport, verbose = false): string {
       ? 'never'
       : `${s.mount.lastProbeAt} (${s.mount.lastProbeOk ? 'ok' : `failed${s.mount.lastProbeError ? `: ${s.mount.lastProbeError}` : ''}`})`;
   const nativeExtra = [`ABI ${s.native.abi}`];
+  const p = s.native.protocol;
+  if (p.minor > 0) nativeExtra.push(`FUSE 7.${p.minor}`);
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
   const totals = nativeTotals(s.native);

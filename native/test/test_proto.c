@@ -1,0 +1,257 @@
+// session/proto.c, the protocol layer in front of libfuse 2.9, fed requests
+// laid out as the kernel sends them: INIT is answered by libfuse's answer
+// raised to 7.38 (never above the kernel's minor) and to 1 MiB requests when
+// the kernel offers FUSE_MAX_PAGES, never with FUSE_INIT_EXT (libfuse knows
+// no flags2), and kept with the request; a kept INIT gives a successor the
+// negotiated state, and one kept without an answer (a predecessor that let
+// libfuse answer) gives libfuse 2.9's; RENAME2 becomes RENAME with its
+// flags on the thread; READ and WRITE sizes are counted. A real libfuse 2.9
+// session computes the answer; the channel's send is this file's.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <linux/fuse.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include "harness.h"
+#include "../src/session/proto.h"
+
+// ---- what proto.c calls ----------------------------------------------------------------
+
+static char kept[4096];
+static size_t kept_len;
+
+void hs_loop_keep_init (const char *buf, size_t len) {
+  if (len <= sizeof(kept)) {
+    memcpy(kept, buf, len);
+    kept_len = len;
+  }
+}
+
+static char sent[4096];
+static size_t sent_len;
+
+static int test_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
+  (void) ch;
+  sent_len = 0;
+  for (size_t i = 0; i < count; i++) {
+    memcpy(sent + sent_len, iov[i].iov_base, iov[i].iov_len);
+    sent_len += iov[i].iov_len;
+  }
+  return 0;
+}
+
+static int inited;
+static void ll_init (void *u, struct fuse_conn_info *c) {
+  (void) u; (void) c;
+  inited++;
+}
+
+// A libfuse 2.9 session as the daemon makes one (big_writes, max_write), and a channel of HS_PROTO_BUFSIZE.
+static struct fuse_session *session (const char *max_write, struct fuse_chan **ch) {
+  static const struct fuse_lowlevel_ops ops = { .init = ll_init };
+  struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+  fuse_opt_add_arg(&args, "test");
+  fuse_opt_add_arg(&args, "-o");
+  fuse_opt_add_arg(&args, max_write);
+  struct fuse_session *se = fuse_lowlevel_new(&args, &ops, sizeof(ops), NULL);
+  fuse_opt_free_args(&args);
+  static struct fuse_chan_ops cops = { .send = test_send };
+  *ch = fuse_chan_new(&cops, -1, HS_PROTO_BUFSIZE, NULL);
+  fuse_session_add_chan(se, *ch);
+  return se;
+}
+
+// An INIT as a kernel of minor `minor` sends it, offering `flags`.
+static size_t init_request (char *buf, uint32_t minor, uint32_t flags) {
+  struct fuse_in_header h = { .len = sizeof(h) + sizeof(struct fuse_init_in), .opcode = FUSE_INIT, .unique = 2 };
+  struct fuse_init_in in = { .major = 7, .minor = minor, .max_readahead = 131072, .flags = flags };
+  memcpy(buf, &h, sizeof(h));
+  memcpy(buf + sizeof(h), &in, sizeof(in));
+  return h.len;
+}
+
+static struct fuse_init_out answer (void) {
+  struct fuse_init_out io;
+  memset(&io, 0, sizeof(io));
+  memcpy(&io, sent + sizeof(struct fuse_out_header), sizeof(io));
+  return io;
+}
+
+#define OFFERED (FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT | FUSE_DO_READDIRPLUS | FUSE_PARALLEL_DIROPS)
+
+TEST(init_is_raised_to_our_minor_and_1_MiB_requests) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes,max_write=1048576", &ch);
+  char req[256];
+  size_t len = init_request(req, 44, OFFERED);
+  inited = 0;
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK_EQ(inited, 1);
+  struct fuse_out_header oh;
+  memcpy(&oh, sent, sizeof(oh));
+  CHECK_EQ(oh.error, 0);
+  CHECK_EQ(oh.len, sizeof(oh) + sizeof(struct fuse_init_out));
+  CHECK_EQ(sent_len, oh.len);
+  struct fuse_init_out io = answer();
+  CHECK_EQ(io.major, 7);
+  CHECK_EQ(io.minor, HS_PROTO_MINOR);
+  CHECK_EQ(io.max_write, 1048576);
+  CHECK_EQ(io.max_pages, 256);
+  CHECK(io.flags & FUSE_MAX_PAGES);
+  CHECK(io.flags & FUSE_BIG_WRITES);
+  // What libfuse 2.9 never takes stays unasked.
+  CHECK(!(io.flags & FUSE_INIT_EXT));
+  CHECK(!(io.flags & FUSE_DO_READDIRPLUS));
+  CHECK(!(io.flags & FUSE_PARALLEL_DIROPS));
+  hs_proto_t p = hs_proto_get();
+  CHECK_EQ(p.minor, HS_PROTO_MINOR);
+  CHECK_EQ(p.kernel_minor, 44);
+  CHECK_EQ(p.max_write, 1048576);
+  CHECK_EQ(p.max_pages, 256);
+  // Kept: the request, then the answer sent.
+  CHECK_EQ(kept_len, len + sent_len);
+  CHECK(memcmp(kept, req, len) == 0);
+  CHECK(memcmp(kept + len, sent, sent_len) == 0);
+  fuse_session_destroy(se);
+}
+
+TEST(an_older_kernel_keeps_its_minor_and_without_max_pages_its_request_size) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes,max_write=1048576", &ch);
+  char req[256];
+  size_t len = init_request(req, 27, FUSE_ASYNC_READ | FUSE_BIG_WRITES);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  struct fuse_init_out io = answer();
+  CHECK_EQ(io.minor, 27);
+  CHECK(!(io.flags & FUSE_MAX_PAGES));
+  // 32 pages, the kernel's size without FUSE_MAX_PAGES.
+  CHECK_EQ(io.max_write, 131072);
+  CHECK_EQ(hs_proto_get().max_pages, 32);
+  fuse_session_destroy(se);
+}
+
+TEST(a_smaller_max_write_asks_for_as_many_pages) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes,max_write=262144", &ch);
+  char req[256];
+  size_t len = init_request(req, 44, OFFERED);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  struct fuse_init_out io = answer();
+  CHECK_EQ(io.max_write, 262144);
+  CHECK_EQ(io.max_pages, 64);
+  fuse_session_destroy(se);
+}
+
+TEST(a_kernel_of_another_major_gets_libfuses_answer_as_is) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes", &ch);
+  char req[256];
+  size_t len = init_request(req, 1, 0);
+  struct fuse_init_in in;
+  memcpy(&in, req + sizeof(struct fuse_in_header), sizeof(in));
+  in.major = 8;
+  memcpy(req + sizeof(struct fuse_in_header), &in, sizeof(in));
+  kept_len = 0;
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  struct fuse_init_out io = answer();
+  // libfuse answers "7" for the kernel to ask again; nothing is amended or kept.
+  CHECK_EQ(io.major, 7);
+  CHECK(!(io.flags & FUSE_MAX_PAGES));
+  CHECK_EQ(kept_len, 0);
+  fuse_session_destroy(se);
+}
+
+TEST(a_kept_init_gives_the_successor_what_was_negotiated) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes,max_write=1048576", &ch);
+  char req[256];
+  size_t len = init_request(req, 44, OFFERED);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  char blob[512];
+  size_t blen = kept_len;
+  memcpy(blob, kept, blen);
+  fuse_session_destroy(se);
+  // A successor's state starts from nothing but the blob.
+  CHECK_EQ(hs_proto_adopt(blob, blen), len);
+  hs_proto_t p = hs_proto_get();
+  CHECK_EQ(p.minor, HS_PROTO_MINOR);
+  CHECK_EQ(p.max_write, 1048576);
+  CHECK_EQ(p.max_pages, 256);
+  CHECK_EQ(p.kernel_minor, 44);
+  // A predecessor that kept the request alone let libfuse 2.9 answer: 7.19, 128 KiB.
+  CHECK_EQ(hs_proto_adopt(blob, len), len);
+  p = hs_proto_get();
+  CHECK_EQ(p.minor, 19);
+  CHECK_EQ(p.max_write, 131072);
+  CHECK_EQ(p.max_pages, 32);
+  // Not an INIT, or cut short: refused.
+  CHECK_EQ(hs_proto_adopt(blob, len - 1), 0);
+  struct fuse_in_header h;
+  memcpy(&h, blob, sizeof(h));
+  h.opcode = FUSE_LOOKUP;
+  memcpy(blob, &h, sizeof(h));
+  CHECK_EQ(hs_proto_adopt(blob, blen), 0);
+}
+
+TEST(rename2_becomes_rename_with_its_flags_on_the_thread) {
+  char buf[256];
+  struct fuse_in_header h = { .opcode = FUSE_RENAME2, .unique = 9, .nodeid = 5 };
+  struct fuse_rename2_in r2 = { .newdir = 7, .flags = 1 };
+  const char names[] = "old\0new";
+  h.len = sizeof(h) + sizeof(r2) + sizeof(names);
+  memcpy(buf, &h, sizeof(h));
+  memcpy(buf + sizeof(h), &r2, sizeof(r2));
+  memcpy(buf + sizeof(h) + sizeof(r2), names, sizeof(names));
+  size_t len = h.len;
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  CHECK_EQ(hs_req_rename_flags, 1);
+  struct fuse_in_header out;
+  memcpy(&out, buf, sizeof(out));
+  CHECK_EQ(out.opcode, FUSE_RENAME);
+  CHECK_EQ(out.len, len);
+  CHECK_EQ(len, sizeof(h) + sizeof(struct fuse_rename_in) + sizeof(names));
+  struct fuse_rename_in r;
+  memcpy(&r, buf + sizeof(h), sizeof(r));
+  CHECK_EQ(r.newdir, 7);
+  CHECK(memcmp(buf + sizeof(h) + sizeof(r), names, sizeof(names)) == 0);
+  // The next request on the thread carries no flags.
+  struct fuse_in_header plain = { .len = sizeof(plain), .opcode = FUSE_GETATTR };
+  memcpy(buf, &plain, sizeof(plain));
+  len = sizeof(plain);
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  CHECK_EQ(hs_req_rename_flags, 0);
+  // A RENAME2 too short for its header is left for libfuse (ENOSYS).
+  h.len = sizeof(h) + 4;
+  memcpy(buf, &h, sizeof(h));
+  len = h.len;
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  memcpy(&out, buf, sizeof(out));
+  CHECK_EQ(out.opcode, FUSE_RENAME2);
+}
+
+TEST(the_largest_read_and_write_are_counted) {
+  char buf[256];
+  struct fuse_in_header h = { .len = sizeof(h) + sizeof(struct fuse_read_in), .opcode = FUSE_READ };
+  struct fuse_read_in r = { .size = 1048576 };
+  memcpy(buf, &h, sizeof(h));
+  memcpy(buf + sizeof(h), &r, sizeof(r));
+  size_t len = h.len;
+  hs_proto_filter(buf, &len, NULL, NULL);
+  r.size = 4096;
+  memcpy(buf + sizeof(h), &r, sizeof(r));
+  hs_proto_filter(buf, &len, NULL, NULL);
+  struct fuse_write_in w = { .size = 65536 };
+  h.opcode = FUSE_WRITE;
+  h.len = sizeof(h) + sizeof(w);
+  memcpy(buf, &h, sizeof(h));
+  memcpy(buf + sizeof(h), &w, sizeof(w));
+  len = h.len;
+  hs_proto_filter(buf, &len, NULL, NULL);
+  uint32_t rd, wr;
+  hs_proto_largest(&rd, &wr);
+  CHECK_EQ(rd, 1048576);
+  CHECK_EQ(wr, 65536);
+}
