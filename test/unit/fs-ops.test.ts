@@ -48,7 +48,7 @@ async function fixture(): Promise<Fixture> {
     const p = BUILTIN_PROFILES.home;
     return { name: 'home', profile: p, limits: { maxHomeBytes: p.maxHomeBytes, maxInodes: p.maxInodes, maxFileBytes: p.maxFileBytes } };
   };
-  const ctx = new FsContext({ store, log, profileFor, tenantBudgetFor: () => 0, utimensat: notUsed, mknod: notUsed, fallocate: notUsed, mountRoot: '/homes' });
+  const ctx = new FsContext({ store, log, profileFor, tenantBudgetFor: () => 0, utimensat: notUsed, mknod: notUsed, fallocate: notUsed, renameat2: notUsed, mountRoot: '/homes' });
   for (const key of ['a', 'b']) await store.createHome({ tenant: 't', key }, OWNER);
   return {
     dir: d,
