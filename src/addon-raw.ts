@@ -163,6 +163,8 @@ export interface AddonRaw {
   hs_sys_utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void;
   hs_sys_backing_mknod(path: string, mode: number, dev: number, cb: Cb): void;
   hs_sys_backing_fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void;
+  /** renameat2(olddirfd, oldname, newdirfd, newname, flags): single components only (EINVAL otherwise) */
+  hs_sys_backing_renameat2(oldDirFd: number, oldName: string, newDirFd: number, newName: string, flags: number, cb: Cb): void;
   hs_sys_umount2(mnt: string, flags: number, cb: Cb): void;
   /** RLIMIT_NOFILE: [res, soft, hard] after setting what is not 0; Infinity = unlimited */
   hs_sys_nofile(soft: number, hard: number): [number, number, number];

@@ -20,7 +20,7 @@ import { loadFuse, NativeBindingError } from './fuse/binding.js';
 import { NativeFastPath } from './fuse/fastpath.js';
 import type { HandoverListener } from './fuse/handover-channel.js';
 import { applyNofile } from './fuse/limits.js';
-import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeUtimensat } from './fuse/mount.js';
+import { kernelCache, MountManager, nativeDataPlane, nativeMknod, nativeFallocate, nativeReleases, nativeRenameat2, nativeUtimensat } from './fuse/mount.js';
 import { nativeRemovals } from './fuse/native-claims.js';
 import { notifySocket } from './holder/fdstore.js';
 import { HomeManager } from './homes/manager.js';
@@ -260,6 +260,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     utimensat: nativeUtimensat(Fuse),
     mknod: nativeMknod(Fuse),
     fallocate: nativeFallocate(Fuse),
+    renameat2: nativeRenameat2(Fuse),
     mountRoot: config.mount,
     openFiles: { perUid: config.limits.openFilesPerUid, forHandles: nofile.forHandles },
     ...(dirHandles ? { dirHandles } : {}),

@@ -112,6 +112,41 @@ TEST(renames_move_names) {
   hs_node_put(r);
 }
 
+TEST(exchanges_swap_names) {
+  hs_nodes_clear();
+  hs_nodes_init();
+  hs_node_t *r = root();
+  hs_node_t *d1 = hs_node_get(found(r, "d1", 10, S_IFDIR));
+  hs_node_t *d2 = hs_node_get(found(r, "d2", 11, S_IFDIR));
+  // A directory with a child in d1, a hard-linked file in d2 (its other name in d1).
+  uint64_t sub = found(d1, "sub", 12, S_IFDIR);
+  hs_node_t *subn = hs_node_get(sub);
+  uint64_t c = found(subn, "c", 13, S_IFREG);
+  uint64_t f = found_n(d1, "other", 14, S_IFREG, 2);
+  CHECK_EQ(found_n(d2, "f", 14, S_IFREG, 2), f);
+  CHECK_EQ(hs_node_exchanged(d1, "sub", d2, "f"), 0);
+  // Each name names the other node; the child follows its directory.
+  CHECK_PATH(sub, "/d2/f");
+  CHECK_PATH(c, "/d2/f/c");
+  hs_node_removed(d1, "other");
+  CHECK_PATH(f, "/d1/sub");
+  // Lookups of the two names find the swapped nodes again (no new node).
+  CHECK_EQ(found(d2, "f", 12, S_IFDIR), sub);
+  CHECK_EQ(found_n(d1, "sub", 14, S_IFREG, 1), f);
+  // And back: the table is as before.
+  CHECK_EQ(hs_node_exchanged(d2, "f", d1, "sub"), 0);
+  CHECK_PATH(sub, "/d1/sub");
+  CHECK_PATH(c, "/d1/sub/c");
+  CHECK_PATH(f, "/d2/f");
+  // One side unknown to the table: the known node moves, the other name is left for its lookup.
+  CHECK_EQ(hs_node_exchanged(d2, "f", d2, "unknown"), 0);
+  CHECK_PATH(f, "/d2/unknown");
+  hs_node_put(subn);
+  hs_node_put(d1);
+  hs_node_put(d2);
+  hs_node_put(r);
+}
+
 TEST(hidden_names_and_opens) {
   hs_nodes_clear();
   hs_nodes_init();

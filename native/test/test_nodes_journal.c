@@ -222,7 +222,9 @@ static void step (model_t *m, int compact) {
   case 5: { hs_node_t *d = hs_node_get(some_dir(m)); if (d) hs_node_removed(d, name); hs_node_put(d); break; }
   case 6: {
     hs_node_t *d1 = hs_node_get(some_dir(m)), *d2 = hs_node_get(some_dir(m));
-    if (d1 && d2) CHECK_EQ(hs_node_renamed(d1, name, d2, NAMES[rnd(m, 6)]), 0);
+    // One in three an exchange (renameat2 RENAME_EXCHANGE): its own record.
+    if (d1 && d2 && rnd(m, 3) == 0) CHECK_EQ(hs_node_exchanged(d1, name, d2, NAMES[rnd(m, 6)]), 0);
+    else if (d1 && d2) CHECK_EQ(hs_node_renamed(d1, name, d2, NAMES[rnd(m, 6)]), 0);
     hs_node_put(d1); hs_node_put(d2);
     break;
   }

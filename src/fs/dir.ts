@@ -272,10 +272,22 @@ function sameHome(a: HomeRef, b: HomeRef): boolean {
   return a.tenant === b.tenant && a.key === b.key;
 }
 
-/** The control socket's helper renaming a home: the one rename allowed at the home level. */
-async function admittedHomeRename(ctx: FsContext, from: string, to: string, caller: Caller): Promise<boolean> {
+/** renameat2(2)'s flags (linux/fs.h) the daemon takes, each alone; RENAME_WHITEOUT (4) is not one of them. */
+export const RENAME_NOREPLACE = 1;
+export const RENAME_EXCHANGE = 2;
+
+/**
+ * The control socket's helper renaming a home: the one rename allowed at the
+ * home level. It is a plain rename(2) (src/cli/rename-helper.ts): with flags
+ * it is refused (EINVAL) and the admission stays for the helper's own
+ * request. NOREPLACE would add nothing (the helper's rename never replaces:
+ * RENAME_BLOCKED below) and EXCHANGE would swap two homes' trees under the
+ * state the registry keeps by name.
+ */
+async function admittedHomeRename(ctx: FsContext, from: string, to: string, caller: Caller, flags: number): Promise<boolean> {
   const a = ctx.admission;
   if (!a || a.pid !== caller.pid || a.from !== from || a.to !== to) return false;
+  if (flags !== 0) throw new HomesError('INVALID_ARGUMENT', `a home is renamed without renameat2 flags (got ${flags})`);
   const [, tenant = '', fromKey = ''] = from.split('/');
   const [, toTenant = '', toKey = ''] = to.split('/');
   if (tenant !== toTenant) return false;
@@ -293,13 +305,26 @@ async function admittedHomeRename(ctx: FsContext, from: string, to: string, call
   return true;
 }
 
-/** `hide`: the session hides an open file whose last name goes (`to`, a hidden name at its home's root: hidden.ts). */
-export async function rename(ctx: FsContext, from: string, to: string, caller: Caller, hide = false): Promise<void> {
-  if (await admittedHomeRename(ctx, from, to, caller)) return;
+/**
+ * `hide`: the session hides an open file whose last name goes (`to`, a hidden
+ * name at its home's root: hidden.ts). `flags`: renameat2(2)'s, RENAME_NOREPLACE
+ * or RENAME_EXCHANGE alone (anything else, RENAME_WHITEOUT included, EINVAL),
+ * under the same rules as a rename (renameFlagged).
+ */
+export async function rename(ctx: FsContext, from: string, to: string, caller: Caller, hide = false, flags = 0): Promise<void> {
+  // As the kernel: a bad flag is EINVAL before anything about the names.
+  if (flags !== 0 && flags !== RENAME_NOREPLACE && flags !== RENAME_EXCHANGE) {
+    throw new HomesError('INVALID_ARGUMENT', `renameat2 flags ${flags}: only RENAME_NOREPLACE or RENAME_EXCHANGE, alone, are supported`);
+  }
+  if (await admittedHomeRename(ctx, from, to, caller, flags)) return;
   const src = ctx.parseInHome(from, 'rename');
   const dst = ctx.parseInHome(to, 'rename');
   // Between homes: EXDEV, so mv(1) copies and deletes, and the target's budget applies.
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'rename between two homes');
+  if (flags !== 0) {
+    if (hide) throw new HomesError('IO', 'a hiding takes no renameat2 flags');
+    return renameFlagged(ctx, src, dst, flags);
+  }
   if (hide) {
     if (dst.dir.length !== 0 || !HIDDEN_NAME.test(dst.name)) throw new HomesError('IO', `a hiding names ${to}, not a hidden name at its home's root`);
     return ctx.changing(src.home, (hs) => ctx.store.withDir(hs.backing, src.dir, (dirFd) => hideOpenFile(ctx, hs, dirFd, src.name, to, dst.name)));
@@ -353,6 +378,56 @@ export async function rename(ctx: FsContext, from: string, to: string, caller: C
           if (removing) ctx.leaveRemoval(removing);
           // What was replaced lives on in `replaced` until this close frees it.
           if (replaced !== null) await ctx.closeRemoved(hs, replaced, slow, release);
+        }
+      }),
+    );
+  });
+}
+
+type Named = { home: HomeRef; dir: readonly string[]; name: string };
+
+/**
+ * renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE, in one home: the rules
+ * of a rename (names, the depth cap with the subtree a directory takes along,
+ * the reserved name at the home's root), then one renameat2 in the backing
+ * tree, which decides atomically what a check before it could only race:
+ * NOREPLACE fails with EEXIST on a name that exists by then, EXCHANGE with
+ * ENOENT when either is missing. Nothing is replaced or removed, so no
+ * hiding, no removal and no change to the ledger (the same bytes and inodes,
+ * under other names). EXCHANGE moves both nodes: each is checked as the one
+ * moved to the other's place.
+ */
+async function renameFlagged(ctx: FsContext, src: Named, dst: Named, flags: number): Promise<void> {
+  const exchange = flags === RENAME_EXCHANGE;
+  await ctx.changing(src.home, async (hs) => {
+    await ctx.prepareNewEntry(hs, dst.dir, dst.name, true);
+    if (exchange) await ctx.prepareNewEntry(hs, src.dir, src.name, true);
+    await ctx.store.withDir(hs.backing, src.dir, (srcDir) =>
+      ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
+        checkComponent(dst.name, hs.profile.maxNameBytes);
+        if (exchange) checkComponent(src.name, hs.profile.maxNameBytes);
+        const cap = hs.profile.maxDepth;
+        if (cap > 0 && dst.dir.length + 1 > cap) {
+          throw new HomesError('OP_REFUSED', `nesting deeper than ${cap} levels is not allowed in profile ${hs.profileName}`);
+        }
+        // What arrives at each name: the source always, the target too for an exchange.
+        const moves: { fromDir: number; name: string; depth: number; to: Named }[] = [{ fromDir: srcDir, name: src.name, depth: src.dir.length, to: dst }];
+        if (exchange) moves.push({ fromDir: dstDir, name: dst.name, depth: dst.dir.length, to: src });
+        for (const m of moves) {
+          if (m.to.dir.length === 0 && m.to.name === RESERVED_DIR) {
+            const st = await sys.lstat(sys.fdPath(m.fromDir, m.name));
+            await ctx.prepareNewEntry(hs, m.to.dir, m.to.name, st.isDirectory());
+          }
+          // A directory moved deeper takes its subtree along (as in rename).
+          if (cap > 0 && m.to.dir.length > m.depth && (await subtreeDeeperThan(m.fromDir, m.name, cap - m.to.dir.length - 1))) {
+            throw new HomesError('OP_REFUSED', `nesting deeper than ${cap} levels is not allowed in profile ${hs.profileName} (the directory moved holds deeper levels)`);
+          }
+        }
+        try {
+          await ctx.deps.renameat2(srcDir, src.name, dstDir, dst.name, flags);
+        } finally {
+          // As after every rename: what moved is known only racily (see DirCache).
+          ctx.store.dirsChanged(hs.backing);
         }
       }),
     );

@@ -56,6 +56,12 @@ export interface FsDeps {
   mknod: (path: string, mode: number, dev: number) => Promise<void>;
   /** fallocate(2) on a backing descriptor (Node has none), provided by the addon (calls.c) */
   fallocate: (fd: number, mode: number, offset: number, length: number) => Promise<void>;
+  /**
+   * renameat2(2) of a single component below one backing directory
+   * descriptor to one below another, with RENAME_NOREPLACE or
+   * RENAME_EXCHANGE (Node has none), provided by the addon (calls.c)
+   */
+  renameat2: (oldDirFd: number, oldName: string, newDirFd: number, newName: string, flags: number) => Promise<void>;
   /** the mount point: absolute link targets under <mount>/<tenant>/<key> stay in that home */
   mountRoot: string;
   /**

@@ -79,6 +79,8 @@ export interface FuseClass {
   setOpenFileCounts(uid: number, uidFiles: number, prefix: string, homeFiles: number, homeCap: number, total: number, capPerUid: number, capAll: number): void;
   /** fallocate(2) on the libuv threadpool; cb(0) or cb(-errno) */
   fallocate(fd: number, mode: number, offset: number, length: number, cb: (errno: number) => void): void;
+  /** renameat2(2) of single components below two directory descriptors on the libuv threadpool; cb(0) or cb(-errno) */
+  renameat2(oldDirFd: number, oldName: string, newDirFd: number, newName: string, flags: number, cb: (errno: number) => void): void;
   unmount(mnt: string, cb: (err: Error | null) => void): void;
   /** umount2(2) on the libuv threadpool: no child process, no descriptor. cb(0) or cb(-errno). */
   umount2(mnt: string, flags: number, cb: (errno: number) => void): void;
@@ -176,6 +178,12 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     fallocate(fd: number, mode: number, offset: number, length: number, cb: Cb): void {
       cbFirst('fallocate', cb);
       raw.hs_sys_backing_fallocate(fd, mode, offset, length, cb);
+    },
+    /** renameat2(olddirfd, oldname, newdirfd, newname, flags) on libuv's pool (Node has none); names are single components */
+    renameat2(oldDirFd: number, oldName: string, newDirFd: number, newName: string, flags: number, cb: Cb): void {
+      cbFirst('renameat2', cb);
+      if (badPath(oldName) || badPath(newName)) return void process.nextTick(cb, EINVAL);
+      raw.hs_sys_backing_renameat2(oldDirFd, oldName, newDirFd, newName, flags >>> 0, cb);
     },
     /** RLIMIT_NOFILE: read it, or set it (0 keeps a value); Infinity = unlimited */
     nofile(soft = 0, hard = 0): { res: number; soft: number; hard: number } {

@@ -299,6 +299,14 @@ export function nativeMknod(Fuse: FuseClass) {
     new Promise((resolve, reject) => Fuse.mknod(path, mode, dev, (res) => (res === 0 ? resolve() : reject(nativeError('mknod', res)))));
 }
 
+/** renameat2(2) between two backing directory descriptors, through the binding (Node has none). */
+export function nativeRenameat2(Fuse: FuseClass) {
+  return (oldDirFd: number, oldName: string, newDirFd: number, newName: string, flags: number): Promise<void> =>
+    new Promise((resolve, reject) => {
+      Fuse.renameat2(oldDirFd, oldName, newDirFd, newName, flags, (res) => (res === 0 ? resolve() : reject(nativeError('renameat2', res))));
+    });
+}
+
 /** fallocate(2) on a backing descriptor, through the binding (Node has none). */
 export function nativeFallocate(Fuse: FuseClass) {
   return (fd: number, mode: number, offset: number, length: number): Promise<void> =>

@@ -42,6 +42,8 @@ const REFUSALS = new Set<HomesCode>([
   'NAME_TOO_LONG',
   'NOT_UTF8_NAME',
   'SYMLINK_ESCAPES',
+  // arguments no op of the mount takes (renameat2's RENAME_WHITEOUT, a mknod file type): refused, as their callers should hear
+  'INVALID_ARGUMENT',
   // fallocate modes the budgets cannot charge (policy/fallocate.ts): refused like any other policy answer
   'NOT_SUPPORTED',
 ]);
@@ -282,10 +284,11 @@ export const OPS: Readonly<Partial<Record<number, AnyRow>>> = {
     reply: done,
   }),
   [ABI.OP_RENAME]: row({
-    // hide: the session hides an open file whose last name goes (`to` a hidden name at its home's root: fs/hidden.ts)
-    args: ([from, to, hide]) => [P(from), P(to), hide === 1] as const,
-    name: ([, , hide]) => (hide ? 'hide' : 'rename'),
-    fs: (ctx, [from, to, hide], caller) => dir.rename(ctx, from, to, caller, hide),
+    // hide: the session hides an open file whose last name goes (`to` a hidden name at its home's root: fs/hidden.ts);
+    // flags: renameat2's (0 for rename(2); a hiding has none)
+    args: ([from, to, hide, flags]) => [P(from), P(to), hide === 1, typeof flags === 'number' ? flags >>> 0 : 0] as const,
+    name: ([, , hide, flags]) => (hide ? 'hide' : flags === dir.RENAME_EXCHANGE ? 'rename exchange' : flags === dir.RENAME_NOREPLACE ? 'rename noreplace' : 'rename'),
+    fs: (ctx, [from, to, hide, flags], caller) => dir.rename(ctx, from, to, caller, hide, flags),
     reply: done,
   }),
   [ABI.OP_LINK]: row({

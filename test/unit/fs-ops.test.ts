@@ -14,6 +14,8 @@ import type { ProfileChoice } from '../../dist/fs/home-registry.js';
 import type { Caller } from '../../src/fs/state.js';
 import type { HomeRef } from '../../src/paths/parse.js';
 import { BUILTIN_PROFILES } from '../../dist/policy/profiles.js';
+import { loadFuse } from '../../dist/fuse/binding.js';
+import { nativeRenameat2 } from '../../dist/fuse/mount.js';
 
 /**
  * The operations of src/fs on a real backing directory, without a mount: the
@@ -26,6 +28,8 @@ import { BUILTIN_PROFILES } from '../../dist/policy/profiles.js';
 const OWNER = { uid: 4242, gid: 4242 };
 const CALLER: Caller = { ...OWNER, pid: process.pid };
 const notUsed = () => Promise.reject(new Error('not used by these tests'));
+/** renameat2 through the addon (calls.c), as the daemon has it */
+const renameat2 = nativeRenameat2(loadFuse());
 const asRoot = process.getuid?.() === 0;
 
 interface Fixture {
@@ -48,7 +52,7 @@ async function fixture(): Promise<Fixture> {
     const p = BUILTIN_PROFILES.home;
     return { name: 'home', profile: p, limits: { maxHomeBytes: p.maxHomeBytes, maxInodes: p.maxInodes, maxFileBytes: p.maxFileBytes } };
   };
-  const ctx = new FsContext({ store, log, profileFor, tenantBudgetFor: () => 0, utimensat: notUsed, mknod: notUsed, fallocate: notUsed, mountRoot: '/homes' });
+  const ctx = new FsContext({ store, log, profileFor, tenantBudgetFor: () => 0, utimensat: notUsed, mknod: notUsed, fallocate: notUsed, renameat2, mountRoot: '/homes' });
   for (const key of ['a', 'b']) await store.createHome({ tenant: 't', key }, OWNER);
   return {
     dir: d,
@@ -148,6 +152,35 @@ describe.skipIf(!asRoot)('fs operations without a mount', () => {
     await dir.rename(f.ctx, '/t/a/x', '/t/a/y', CALLER);
     expect(await f.usage('t/a')).toEqual({ bytes: 5, inodes: 1 });
     expect(await readFile(join(f.dir, 't/a/y'), 'utf8')).toBe('12345');
+  });
+
+  it('renameat2 flags: NOREPLACE never replaces, EXCHANGE swaps without touching the ledger, other flags are EINVAL first', async () => {
+    await put('/t/a/x', '12345');
+    await put('/t/a/y', '123');
+    const code = (p: Promise<unknown>) => p.then(() => 'ok', (e: unknown) => (e as { code?: string }).code);
+    expect(await code(dir.rename(f.ctx, '/t/a/x', '/t/a/y', CALLER, false, dir.RENAME_NOREPLACE))).toBe('EEXIST');
+    expect(await readFile(join(f.dir, 't/a/y'), 'utf8')).toBe('123');
+    expect(await f.usage('t/a')).toEqual({ bytes: 8, inodes: 2 });
+    await dir.rename(f.ctx, '/t/a/x', '/t/a/y', CALLER, false, dir.RENAME_EXCHANGE);
+    expect(await readFile(join(f.dir, 't/a/x'), 'utf8')).toBe('123');
+    expect(await readFile(join(f.dir, 't/a/y'), 'utf8')).toBe('12345');
+    expect(await f.usage('t/a')).toEqual({ bytes: 8, inodes: 2 });
+    expect(await code(dir.rename(f.ctx, '/t/a/x', '/t/a/none', CALLER, false, dir.RENAME_EXCHANGE))).toBe('ENOENT');
+    await dir.rename(f.ctx, '/t/a/x', '/t/a/z', CALLER, false, dir.RENAME_NOREPLACE);
+    expect((await readdir(join(f.dir, 't/a'))).sort()).toEqual(['y', 'z']);
+    // RENAME_WHITEOUT, and NOREPLACE|EXCHANGE: EINVAL, even between two homes (the kernel's order)
+    for (const flags of [4, 3, 5, 8]) {
+      expect((await f.refused(dir.rename(f.ctx, '/t/a/y', '/t/b/y', CALLER, false, flags))).errno).toBe(22);
+    }
+    expect((await f.refused(dir.rename(f.ctx, '/t/a/y', '/t/b/y', CALLER, false, dir.RENAME_EXCHANGE))).errno).toBe(18); // EXDEV
+    expect(await f.usage('t/a')).toEqual({ bytes: 8, inodes: 2 });
+    // The helper's home rename takes no flags: EINVAL, and its admission stays for its own request.
+    let renamed = 0;
+    f.ctx.admission = { pid: CALLER.pid, from: '/t/a', to: '/t/c', onRenamed: () => void renamed++ };
+    expect((await f.refused(dir.rename(f.ctx, '/t/a', '/t/c', CALLER, false, dir.RENAME_NOREPLACE))).errno).toBe(22);
+    expect(f.ctx.admission).not.toBeNull();
+    expect(renamed).toBe(0);
+    f.ctx.admission = null;
   });
 
   it('scratch: text only (EILSEQ for a broken UTF-8 write, nothing kept) and no links (EPERM)', async () => {

@@ -47,6 +47,7 @@ describe.skipIf(!asRoot)('the home manager without a mount', () => {
       utimensat: notUsed,
       mknod: notUsed,
       fallocate: notUsed,
+      renameat2: notUsed,
       mountRoot: join(dir, 'homes'),
     });
     manager = new HomeManager(ctx, state, loaded, log, null, async (uids, gids) => ({

@@ -397,6 +397,11 @@ void nt_jr_renamed (uint64_t op, const char *on, uint64_t np, const char *nn) {
   jr_append(&b, on, nn);
 }
 
+void nt_jr_exchanged (uint64_t op, const char *on, uint64_t np, const char *nn) {
+  jr_body_t b = { .kind = HS_JR_EXCHANGED, .len1 = (uint32_t) strlen(on), .len2 = (uint32_t) strlen(nn), .a = op, .b = np };
+  jr_append(&b, on, nn);
+}
+
 void nt_jr_value (uint32_t kind, uint64_t v) {
   jr_body_t b = { .kind = kind, .a = v };
   jr_append(&b, "", "");

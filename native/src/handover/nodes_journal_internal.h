@@ -31,7 +31,8 @@ typedef struct {
 // A record's body (after its commit word), then len1 + len2 bytes of names.
 // FOUND: a parent, b ino, c the node ID given, type, nlink, name1.
 // FORGET: a node, b count. REMOVED: a parent, name1. RENAMED: a old parent,
-// b new parent, name1 old, name2 new. OPENED, RELEASED: a node, b the
+// b new parent, name1 old, name2 new. EXCHANGED: as RENAMED (the two names
+// swapped their nodes). OPENED, RELEASED: a node, b the
 // unique of the request (0: none). ANSWERED, REFUSED: a a unique. PENDING
 // (only after a snapshot): a a unique, b its node, c OPENED or RELEASED.
 // The others (nt_jr_value): a.

@@ -101,6 +101,17 @@ static void jr_apply_renamed (const jr_body_t *b, const char *on, const char *nn
   hs_node_put(np);
 }
 
+// An exchanged record: as a renamed one, a directory the replay does not
+// know leaves the name in the other unreachable (it named what was there).
+static void jr_apply_exchanged (const jr_body_t *b, const char *on, const char *nn) {
+  hs_node_t *op = hs_node_get(b->a), *np = hs_node_get(b->b);
+  if (op != NULL && np != NULL) hs_node_exchanged(op, on, np, nn);
+  else if (np != NULL) hs_node_removed(np, nn);
+  else if (op != NULL) hs_node_removed(op, on);
+  hs_node_put(op);
+  hs_node_put(np);
+}
+
 // One record replayed. 0, or -EINVAL when it does not replay as it ran.
 static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
   hs_node_t *n = NULL;
@@ -118,6 +129,7 @@ static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
     if ((n = hs_node_get(b->a)) != NULL) hs_node_removed(n, n1);
     break;
   case HS_JR_RENAMED: jr_apply_renamed(b, n1, n2); return 0;
+  case HS_JR_EXCHANGED: jr_apply_exchanged(b, n1, n2); return 0;
   case HS_JR_OPENED:
   case HS_JR_HIDDEN:
   case HS_JR_RELEASED:

@@ -436,6 +436,39 @@ int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *n
   return err;
 }
 
+// Under hs_nt.mu: (parent, name) names n now (a name of an exchange). 0 or -ENOMEM.
+static int exchange_add (hs_node_t *parent, const char *name, hs_node_t *n) {
+  if (n == NULL) return 0;
+  int err = nt_alias_add(parent, name, n);
+  if (err == 0) nt_ino_add(n);
+  return err;
+}
+
+int hs_node_exchanged (hs_node_t *op, const char *on, hs_node_t *np, const char *nn) {
+  int err = 0;
+  pthread_mutex_lock(&hs_nt.mu);
+  hs_alias_t *a = nt_alias_find(op, on), *b = nt_alias_find(np, nn);
+  hs_node_t *na = a != NULL ? a->node : NULL, *nb = b != NULL ? b->node : NULL;
+  // Two names of one inode swap to the same; a name the table never knew
+  // leaves the other one unknown too (its next lookup finds what is there).
+  if (na != nb) {
+    // Held while their names move: a node with no name and no lookup is freed.
+    if (na != NULL) na->refs++;
+    if (nb != NULL) nb->refs++;
+    if (a != NULL) nt_alias_del(a);
+    if (b != NULL) nt_alias_del(b);
+    // Each keeps its other names (a hard-linked file's): only these two swap.
+    err = exchange_add(op, on, nb);
+    int err2 = exchange_add(np, nn, na);
+    if (err == 0) err = err2;
+    if (na != NULL) { na->refs--; nt_node_free_if_unused(na); }
+    if (nb != NULL) { nb->refs--; nt_node_free_if_unused(nb); }
+  }
+  if (hs_nt.journal != NULL) nt_jr_exchanged(op->nodeid, on, np->nodeid, nn);
+  nt_unlock();
+  return err;
+}
+
 // ---- opens and hidden names ------------------------------------------------------
 
 // Under hs_nt.mu: whether `unique` is a resent request whose first run's

@@ -77,6 +77,10 @@ void hs_node_forget (uint64_t nodeid, uint64_t nlookup);
 void hs_node_removed (hs_node_t *parent, const char *name);
 // (op, on) was renamed to (np, nn): whatever (np, nn) named loses that name. 0 or -ENOMEM.
 int hs_node_renamed (hs_node_t *op, const char *on, hs_node_t *np, const char *nn);
+// (op, on) and (np, nn) were exchanged (renameat2 RENAME_EXCHANGE): each name
+// now names the node the other named (a directory keeps its children, a
+// hard-linked file its other names). 0 or -ENOMEM.
+int hs_node_exchanged (hs_node_t *op, const char *on, hs_node_t *np, const char *nn);
 
 // Opens and hidden names (files unlinked while open keep a name of the form
 // .fuse_hiddenXXXXXXXXYYYYYYYY until their last release, as libfuse 2.9's

@@ -96,11 +96,12 @@ void nt_jr_found (uint64_t parent, const char *name, uint64_t ino, uint32_t type
 void nt_jr_forget (uint64_t nodeid, uint64_t nlookup);
 void nt_jr_removed (uint64_t parent, const char *name);
 void nt_jr_renamed (uint64_t op, const char *on, uint64_t np, const char *nn);
+void nt_jr_exchanged (uint64_t op, const char *on, uint64_t np, const char *nn);
 // HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED (a node), HS_JR_HIDE_CTR, HS_JR_NEXT_ID (a value).
 // HS_JR_ANSWERED, HS_JR_REFUSED (a request's unique: nodes_requests.c);
 // HS_JR_PENDING (written after a snapshot only: a unique, a node, a kind).
 enum { HS_JR_FOUND = 1, HS_JR_FORGET, HS_JR_REMOVED, HS_JR_RENAMED, HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED, HS_JR_HIDE_CTR, HS_JR_NEXT_ID,
-       HS_JR_ANSWERED, HS_JR_REFUSED, HS_JR_PENDING };
+       HS_JR_ANSWERED, HS_JR_REFUSED, HS_JR_PENDING, HS_JR_EXCHANGED };
 void nt_jr_value (uint32_t kind, uint64_t v);
 // OPENED and RELEASED with the unique of the request they answer (b; 0: none).
 void nt_jr_value2 (uint32_t kind, uint64_t a, uint64_t b);

@@ -18,6 +18,7 @@
 #include "fastpath/fastpath.h"
 #include "session/ops.h"
 #include "session/ops_steps.h"
+#include "session/proto.h"
 
 static void rename_go (hs_op_t *op);
 
@@ -164,8 +165,15 @@ void hs_ll_rename (fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
   int err = hs_path_lock2(op->dir, name, op->dir2, newname, 1, &op->path, &op->path2, &op->pl, &op->pl2);
   if (err != 0) return op_reply_err(op, err);
   op->locked = op->locked2 = 1;
-  // An open file renamed over keeps a hidden name until its last close.
-  if (!hs_conf.hard_remove && hs_node_must_hide(op->dir2, newname)) {
+  // renameat2's flags (a RENAME2 that proto.c rewrote on this thread; 0 for a
+  // plain RENAME). Which flags are allowed is JavaScript's decision, logged
+  // like any refusal (src/fs/dir.ts): EINVAL for any but NOREPLACE or
+  // EXCHANGE alone. The table follows only what JavaScript did.
+  op->flags = hs_req_rename_flags;
+  // An open file renamed over keeps a hidden name until its last close. With
+  // flags nothing is renamed over (NOREPLACE fails on an existing target,
+  // EXCHANGE keeps both), so nothing is hidden.
+  if (op->flags == 0 && !hs_conf.hard_remove && hs_node_must_hide(op->dir2, newname)) {
     op->step = 1;
     return hide(op, op->dir2, newname, op->path2);
   }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include "fastpath/fastpath.h"
 #include "session/ops.h"
@@ -27,10 +28,16 @@ size_t ops_name_args (napi_env env, hs_call_t *c, napi_value *argv) {
       argv[1] = hs_js_str(env, op->path);
       return 2;
     case HOMESFS_OP_LINK:
-    case HOMESFS_OP_RENAME:
       argv[0] = hs_js_str(env, op->path);
       argv[1] = hs_js_str(env, op->path2);
       return 2;
+    case HOMESFS_OP_RENAME:
+      // [from, to, hide, flags]: hide 0 (a hiding is ops_hide_args), flags renameat2's
+      argv[0] = hs_js_str(env, op->path);
+      argv[1] = hs_js_str(env, op->path2);
+      argv[2] = hs_js_u32(env, 0);
+      argv[3] = hs_js_u32(env, op->flags);
+      return 4;
     default: // UNLINK, RMDIR
       argv[0] = hs_js_str(env, op->path);
       return 1;
@@ -97,6 +104,8 @@ void ops_renamed_done (napi_env env, hs_call_t *c, int32_t res, napi_value *valu
   (void) env; (void) values; (void) n;
   hs_op_t *op = (hs_op_t *) c;
   if (res < 0) return op_reply_err(op, res);
-  int err = hs_node_renamed(op->dir, op->name, op->dir2, op->name2);
+  // JavaScript swapped the two names (it refuses any other flags): so does the table.
+  int err = op->flags == RENAME_EXCHANGE ? hs_node_exchanged(op->dir, op->name, op->dir2, op->name2)
+                                         : hs_node_renamed(op->dir, op->name, op->dir2, op->name2);
   op_reply_err(op, err);
 }

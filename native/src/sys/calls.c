@@ -1,6 +1,7 @@
 // System calls JS needs and Node lacks, run on libuv's thread pool so the JS
 // thread never blocks on the disk: utimensat without following symlinks,
-// fallocate with every mode, mknod, umount2 with flags, RLIMIT_NOFILE; and
+// fallocate with every mode, mknod, renameat2 with flags, umount2 with
+// flags, RLIMIT_NOFILE; and
 // the UTF-8 check of a buffer. Each takes its arguments, validates them
 // (TypeError EINVAL on a wrong type, never a crash) and calls back with 0 or
 // -errno. No global state.
@@ -40,7 +41,8 @@ typedef struct calls_req {
   napi_ref cb;
   int (*run) (struct calls_req *r);
   char *path;
-  int fd;
+  char *path2;                 // renameat2's new name
+  int fd, fd2;
   int flags;
   mode_t mode;
   dev_t dev;
@@ -57,6 +59,7 @@ static void calls_execute (napi_env env, void *data) {
 
 static void calls_free (calls_req_t *r) {
   free(r->path);
+  free(r->path2);
   free(r);
 }
 
@@ -259,6 +262,57 @@ NAPI_METHOD(hs_sys_backing_mknod_js) {
   return calls_queue(env, r, calls_mknod, argv[3], "mknod");
 }
 
+// ---- Fuse.renameat2(olddirfd, oldname, newdirfd, newname, flags, cb) -----------------
+// Node has no renameat2: the daemon's RENAME_NOREPLACE (atomic: no check
+// then rename that a racing create could slip between) and RENAME_EXCHANGE
+// in the backing tree. Both names are single components below directory
+// descriptors the daemon holds, so nothing on the way can be a symlink, and
+// rename never follows its last components. A name with a '/' (or empty,
+// "." or "..") is refused here too: EINVAL, nothing renamed.
+
+static int calls_component_ok (const char *name) {
+  return name[0] != 0 && strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+static int calls_renameat2 (calls_req_t *r) {
+  return renameat2(r->fd, r->path, r->fd2, r->path2, (unsigned int) r->flags) == 0 ? 0 : -errno;
+}
+
+NAPI_METHOD(hs_sys_backing_renameat2_js) {
+  NAPI_ARGV(6)
+  int32_t fd = -1, fd2 = -1;
+  uint32_t flags = 0;
+  if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_int32(env, argv[2], &fd2) != napi_ok ||
+      napi_get_value_uint32(env, argv[4], &flags) != napi_ok || fd < 0 || fd2 < 0) {
+    calls_type_error(env, "renameat2: olddirfd >= 0, newdirfd >= 0 and flags must be numbers");
+    return NULL;
+  }
+  calls_req_t *r = calls_new(env, argv, 1, 5, "renameat2");
+  if (r == NULL) return NULL;
+  size_t len = 0;
+  napi_valuetype t;
+  if (napi_typeof(env, argv[3], &t) != napi_ok || t != napi_string || napi_get_value_string_utf8(env, argv[3], NULL, 0, &len) != napi_ok) {
+    calls_free(r);
+    calls_type_error(env, "renameat2: newname must be a string");
+    return NULL;
+  }
+  if ((r->path2 = malloc(len + 1)) == NULL) {
+    calls_free(r);
+    napi_throw_error(env, "ENOMEM", "renameat2: out of memory");
+    return NULL;
+  }
+  napi_get_value_string_utf8(env, argv[3], r->path2, len + 1, &len);
+  if (strlen(r->path2) != len || !calls_component_ok(r->path) || !calls_component_ok(r->path2)) {
+    calls_free(r);
+    calls_type_error(env, "renameat2: names must be single components without NUL bytes");
+    return NULL;
+  }
+  r->fd = fd;
+  r->fd2 = fd2;
+  r->flags = (int) flags;
+  return calls_queue(env, r, calls_renameat2, argv[5], "renameat2");
+}
+
 // ---- Fuse.umount2(mnt, flags, cb) ------------------------------------------------
 // The daemon unmounts without a child process and without a descriptor (under
 // descriptor pressure `umount` could not even be spawned). Off the JS thread,
@@ -321,6 +375,7 @@ void hs_calls_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_sys_utimensat", hs_sys_utimensat_js);
   hs_export_fn(env, exports, "hs_sys_backing_mknod", hs_sys_backing_mknod_js);
   hs_export_fn(env, exports, "hs_sys_backing_fallocate", hs_sys_backing_fallocate_js);
+  hs_export_fn(env, exports, "hs_sys_backing_renameat2", hs_sys_backing_renameat2_js);
   hs_export_fn(env, exports, "hs_sys_umount2", hs_sys_umount2_js);
   hs_export_fn(env, exports, "hs_sys_nofile", hs_sys_nofile_js);
   hs_export_fn(env, exports, "hs_sys_utf8_valid_buffer", hs_sys_utf8_valid_buffer_js);
