@@ -78,6 +78,7 @@
       "src/session/ops_common.c",
       "src/session/ops_common_napi.c",
       "src/session/ops_dirs.c",
+      "src/session/ops_dirs_plus.c",
       "src/session/ops_dirs_napi.c",
       "src/session/ops_files.c",
       "src/session/ops_files_napi.c",

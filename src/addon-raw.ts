@@ -94,8 +94,8 @@ export interface AddonRaw {
   hs_session_fh_epoch(set?: number): number;
   /** [requests resent, of them answered EIO, dead handles reopened] (handles.c) */
   hs_session_handle_stats(): [number, number, number];
-  /** [minor, kernel's minor, max write, max pages, INIT flags, largest READ, largest WRITE] (session/proto.h) */
-  hs_session_proto(): [number, number, number, number, number, number, number];
+  /** [minor, kernel's minor, max write, max pages, INIT flags, largest READ, largest WRITE, LOOKUPs, READDIRPLUSes] (session/proto.h) */
+  hs_session_proto(): [number, number, number, number, number, number, number, number, number];
   /** the dead handles this daemon reopened (handles.h), serialised for a successor, or -errno */
   hs_session_dead_handles(): Buffer | number;
   hs_session_dead_handles_import(pairs: Buffer): number;

@@ -80,7 +80,7 @@ static struct fuse_init_out answer (void) {
   return io;
 }
 
-#define OFFERED (FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT | FUSE_DO_READDIRPLUS | FUSE_PARALLEL_DIROPS)
+#define OFFERED (FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT | FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS)
 
 TEST(init_is_raised_to_our_minor_and_1_MiB_requests) {
   struct fuse_chan *ch;
@@ -102,9 +102,11 @@ TEST(init_is_raised_to_our_minor_and_1_MiB_requests) {
   CHECK_EQ(io.max_pages, 256);
   CHECK(io.flags & FUSE_MAX_PAGES);
   CHECK(io.flags & FUSE_BIG_WRITES);
-  // What libfuse 2.9 never takes stays unasked.
+  // READDIRPLUS, in the kernel's adaptive mode (ops_dirs_plus.c answers it).
+  CHECK(io.flags & FUSE_DO_READDIRPLUS);
+  CHECK(io.flags & FUSE_READDIRPLUS_AUTO);
+  // What neither libfuse 2.9 nor this layer handles stays unasked.
   CHECK(!(io.flags & FUSE_INIT_EXT));
-  CHECK(!(io.flags & FUSE_DO_READDIRPLUS));
   CHECK(!(io.flags & FUSE_PARALLEL_DIROPS));
   hs_proto_t p = hs_proto_get();
   CHECK_EQ(p.minor, HS_PROTO_MINOR);
@@ -131,6 +133,62 @@ TEST(an_older_kernel_keeps_its_minor_and_without_max_pages_its_request_size) {
   CHECK_EQ(io.max_write, 131072);
   CHECK_EQ(hs_proto_get().max_pages, 32);
   fuse_session_destroy(se);
+}
+
+TEST(readdirplus_is_asked_only_when_wanted_and_offered) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes", &ch);
+  char req[256];
+  hs_proto_want_plus(0);
+  size_t len = init_request(req, 44, OFFERED);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK(!(answer().flags & (FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO)));
+  fuse_session_destroy(se);
+  // libfuse answers one INIT per session: a new one for each.
+  hs_proto_want_plus(1);
+  se = session("big_writes", &ch);
+  len = init_request(req, 44, FUSE_DO_READDIRPLUS);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK(answer().flags & FUSE_DO_READDIRPLUS);
+  CHECK(!(answer().flags & FUSE_READDIRPLUS_AUTO));
+  fuse_session_destroy(se);
+  se = session("big_writes", &ch);
+  len = init_request(req, 44, FUSE_READDIRPLUS_AUTO);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK(!(answer().flags & (FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO)));
+  fuse_session_destroy(se);
+}
+
+TEST(readdirplus_becomes_readdir_marked_on_the_thread) {
+  char buf[256];
+  struct fuse_in_header h = { .len = sizeof(h) + sizeof(struct fuse_read_in), .opcode = FUSE_READDIRPLUS, .unique = 4, .nodeid = 1 };
+  struct fuse_read_in r = { .fh = 77, .offset = 12, .size = 4096 };
+  memcpy(buf, &h, sizeof(h));
+  memcpy(buf + sizeof(h), &r, sizeof(r));
+  size_t len = h.len;
+  uint64_t lookups0, plus0, lookups1, plus1;
+  hs_proto_counts(&lookups0, &plus0);
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  CHECK_EQ(hs_proto_plus(), 1);
+  struct fuse_in_header out;
+  memcpy(&out, buf, sizeof(out));
+  CHECK_EQ(out.opcode, FUSE_READDIR);
+  CHECK_EQ(len, h.len);
+  struct fuse_read_in r2;
+  memcpy(&r2, buf + sizeof(h), sizeof(r2));
+  CHECK_EQ(r2.fh, 77);
+  CHECK_EQ(r2.offset, 12);
+  // A plain READDIR, and a LOOKUP (counted), carry no mark.
+  h.opcode = FUSE_READDIR;
+  memcpy(buf, &h, sizeof(h));
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  CHECK_EQ(hs_proto_plus(), 0);
+  h.opcode = FUSE_LOOKUP;
+  memcpy(buf, &h, sizeof(h));
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  hs_proto_counts(&lookups1, &plus1);
+  CHECK_EQ(lookups1 - lookups0, 1);
+  CHECK_EQ(plus1 - plus0, 1);
 }
 
 TEST(a_smaller_max_write_asks_for_as_many_pages) {

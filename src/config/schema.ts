@@ -33,6 +33,11 @@ const FuseOptions = z
     /** the largest WRITE asked of the kernel at INIT; 1 MiB (256 pages) is the kernel's cap (session/proto.h) */
     maxWrite: byteSizeSchema(z.number().int().min(4096).max(1048576)).default(1048576),
     kernelCache: z.boolean().default(false),
+    /**
+     * listings answer each entry's attributes and node with its name (READDIRPLUS, asked at
+     * INIT), from the fast path's answers: `ls -l` and `find -printf` need no LOOKUP per name
+     */
+    readdirplus: z.boolean().default(true),
     /** READs of handles whose reads need no policy answered in the binding (pread on a session worker thread) */
     nativeRead: z.boolean().default(true),
     /** WRITEs of binary-content handles decided in JS without their data, written in the binding */

@@ -257,8 +257,8 @@ export interface StatusReport {
     abi: number;
     selfCheck: 'pending' | 'ok' | 'failed';
     maxWriteRequest: number | null;
-    /** what INIT settled with the kernel (session/proto.c): protocol 7.<minor>, the largest WRITE and request in pages, the INIT flags; and the largest READ and WRITE the kernel has sent since */
-    protocol: { minor: number; kernelMinor: number; maxWrite: number; maxPages: number; flags: number; largestRead: number; largestWrite: number };
+    /** what INIT settled with the kernel (session/proto.c): protocol 7.<minor>, the largest WRITE and request in pages, the INIT flags; and the largest READ and WRITE, and how many LOOKUPs and READDIRPLUSes, the kernel has sent since */
+    protocol: { minor: number; kernelMinor: number; maxWrite: number; maxPages: number; flags: number; largestRead: number; largestWrite: number; lookups: number; readdirplus: number };
     detail?: string;
     /** the native getattr/lookup fast path (absent when fuse.nativeFastPath is off): requests answered natively and handed to JS; inFlight: native operations holding a home now; retiredHomes: homes withdrawn or replaced that one still holds */
     fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number; inFlight: number; retiredHomes: number };

@@ -60,6 +60,9 @@ export interface ProtocolInfo {
   flags: number;
   largestRead: number;
   largestWrite: number;
+  /** LOOKUP and READDIRPLUS requests the kernel has sent */
+  lookups: number;
+  readdirplus: number;
 }
 
 export interface FuseClass {
@@ -272,8 +275,8 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => raw.hs_session_inval_progress(),
     protocol(): ProtocolInfo {
-      const [minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite] = raw.hs_session_proto();
-      return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite };
+      const [minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus] = raw.hs_session_proto();
+      return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus };
     },
     _isValidUtf8: (buf: Uint8Array): boolean => raw.hs_sys_utf8_valid_buffer(buf),
   } satisfies Omit<FuseClass, 'native' | 'BINDING_PATH' | 'fastPath'>;

@@ -176,6 +176,7 @@ export class MountManager {
       entryTimeout: f.entryTimeout,
       negativeTimeout: f.negativeTimeout,
       kernelCache: f.kernelCache,
+      readdirplus: f.readdirplus,
       fsname: 'homesfs',
       subtype: 'homesfs',
       debug: f.debug,

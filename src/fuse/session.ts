@@ -61,6 +61,8 @@ export interface SessionOptions {
   entryTimeout?: number;
   negativeTimeout?: number;
   kernelCache?: boolean;
+  /** ask the kernel for READDIRPLUS at INIT: listings carry each entry's attributes and node (session/ops_dirs_plus.c) */
+  readdirplus?: boolean;
   /** a file unlinked while open loses its name at once (no hidden name; handle ops get a null path) */
   hardRemove?: boolean;
   fsname?: string;
@@ -230,7 +232,7 @@ export class FuseSession implements FuseInstance {
       }
     };
     const o = sessionOptions(this.opts);
-    const conf = [this.opts.attrTimeout ?? 1, this.opts.entryTimeout ?? 1, this.opts.negativeTimeout ?? 0, this.opts.kernelCache ? 1 : 0, this.opts.hardRemove ? 1 : 0];
+    const conf = [this.opts.attrTimeout ?? 1, this.opts.entryTimeout ?? 1, this.opts.negativeTimeout ?? 0, this.opts.kernelCache ? 1 : 0, this.opts.hardRemove ? 1 : 0, this.opts.readdirplus ? 1 : 0];
     try {
       begin(o, conf, dispatch);
     } catch (err) {

@@ -58,6 +58,7 @@ describe('buildConfig: defaults', () => {
       negativeTimeout: 0,
       maxWrite: 1048576,
       kernelCache: false,
+      readdirplus: true,
       nativeRead: true,
       nativeWrite: true,
       nativeFastPath: true,

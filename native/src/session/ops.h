@@ -60,6 +60,7 @@ struct hs_op {
   char *spath;                 // the path a JavaScript step names (a copy)
   void (*then) (hs_op_t *op, int res, const struct stat *st); // after a getattr step
   int attr_volatile;           // JavaScript's attributes change without a request (a status file): not cached
+  int plus;                    // a READDIRPLUS: 1 answered with lookups (a worker), 2 without (the JavaScript thread)
 };
 
 hs_op_t *op_new (fuse_req_t req, uint32_t jsop);

@@ -32,6 +32,7 @@
 #include "session/dirs.h"
 #include "session/ops.h"
 #include "session/ops_steps.h"
+#include "session/proto.h"
 
 int ops_dir_fill (void *ctx, const char *name, const struct stat *st, off_t off) {
   ops_dir_fill_t *f = ctx;
@@ -69,12 +70,20 @@ int ops_dir_append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct 
   return 0;
 }
 
+void ops_dir_reply_list (hs_op_t *op, const char *list, size_t len) {
+  if (op->plus) return ops_dir_reply_plus(op, list, len, op->plus == 1);
+  if (op->req != NULL) fuse_reply_buf(op->req, len > 0 ? list : NULL, len);
+  op->req = NULL;
+}
+
 // Under dh->mu: the part of a whole listing from the request's offset; unlocks.
 void ops_dir_reply_slice (hs_op_t *op, hs_dh_t *dh) {
   size_t off = (size_t) op->offset, size = op->len;
   if (off >= dh->len) size = 0;
+  // READDIRPLUS's entries are larger: the rest of the listing, cut to fit there.
+  else if (op->plus) size = dh->len - off;
   else if (off + size > dh->len) size = dh->len - off;
-  fuse_reply_buf(op->req, size > 0 ? dh->contents + off : NULL, size);
+  ops_dir_reply_list(op, size > 0 ? dh->contents + off : NULL, size);
   pthread_mutex_unlock(&dh->mu);
   op_finish(op);
 }
@@ -229,6 +238,11 @@ void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   op->dh = dh;
   op->offset = off;
   op->len = size;
+  if (hs_proto_plus()) {
+    op->plus = 1;
+    // The directory whose names the entries' lookups are in (none: no attributes).
+    op->dir = hs_node_get(ino);
+  }
   pthread_mutex_lock(&dh->mu);
   // SUS: a rewound listing is read again.
   if (off == 0) dh->filled = 0;
@@ -243,7 +257,7 @@ void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     // A directory removed while a process still lists it: empty, as on any filesystem.
     struct stat st = { .st_ino = HS_UNKNOWN_INO, .st_mode = S_IFDIR };
     if (off == 0 && ops_dir_fill(&f, ".", &st, 1) == 0) ops_dir_fill(&f, "..", &st, 2);
-    fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
+    ops_dir_reply_list(op, f.out, f.len);
     pthread_mutex_unlock(&dh->mu);
     return op_finish(op);
   }
@@ -254,7 +268,7 @@ void hs_ll_readdir (fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
       dh->filled = 1;
       return ops_dir_reply_slice(op, dh);
     }
-    fuse_reply_buf(req, f.len > 0 ? f.out : NULL, f.len);
+    ops_dir_reply_list(op, f.out, f.len);
     pthread_mutex_unlock(&dh->mu);
     return op_finish(op);
   }

@@ -50,6 +50,8 @@ void ops_readdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *valu
   hs_op_t *op = (hs_op_t *) c;
   hs_dh_t *dh = op->dh;
   if (res < 0) return op_reply_err(op, res);
+  // On this thread a READDIRPLUS's entries carry no attributes (ops_dirs_plus.c).
+  if (op->plus) op->plus = 2;
   pthread_mutex_lock(&dh->mu);
   napi_value names = n >= 1 ? values[0] : NULL, stats = n >= 2 ? values[1] : NULL, offs = n >= 3 ? values[2] : NULL;
   uint32_t count = array_len(env, names);
@@ -81,7 +83,7 @@ void ops_readdir_done (napi_env env, hs_call_t *c, int32_t res, napi_value *valu
     }
   }
   if (!streamed) return ops_dir_reply_slice(op, dh);
-  fuse_reply_buf(op->req, f.len > 0 ? f.out : NULL, f.len);
+  ops_dir_reply_list(op, f.out, f.len);
   pthread_mutex_unlock(&dh->mu);
   op_finish(op);
 }

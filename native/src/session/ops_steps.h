@@ -92,5 +92,10 @@ int ops_dir_append (hs_dh_t *dh, fuse_req_t req, const char *name, const struct 
 int ops_dir_fill (void *ctx, const char *name, const struct stat *st, off_t off);
 void ops_dir_reply_err_unlock (hs_op_t *op, hs_dh_t *dh, int err);
 void ops_dir_reply_slice (hs_op_t *op, hs_dh_t *dh);
+// A READDIR's answer from READDIR-form entries (list, len bytes): as they are,
+// or for a READDIRPLUS in its form (ops_dirs_plus.c). The request is answered
+// (op->req is NULL after); the caller finishes the op.
+void ops_dir_reply_list (hs_op_t *op, const char *list, size_t len);
+void ops_dir_reply_plus (hs_op_t *op, const char *list, size_t len, int lookups);
 
 #endif

@@ -17,9 +17,16 @@
 #include "session/proto.h"
 
 __thread uint32_t hs_req_rename_flags;
+static __thread uint32_t hs_req_plus;
+
+int hs_proto_plus (void) {
+  return hs_req_plus != 0;
+}
 
 static hs_proto_t s_neg;
 static uint32_t s_largest_read, s_largest_write;  // atomics
+static uint64_t s_lookups, s_plus;                // atomics
+static int s_want_plus = 1;                       // set by the JavaScript thread before the mount
 
 // What libfuse 2.9 negotiates: its protocol version and, as its options
 // allow, 128 KiB requests (its channel's 132 KiB buffer less 4 KiB).
@@ -51,6 +58,8 @@ size_t hs_proto_amend_init (const struct fuse_init_in *in, const char *lib, size
     io.flags |= FUSE_MAX_PAGES;
     io.max_pages = (uint16_t) max_pages;
   }
+  // Listings with attributes, answered from the fast path's answers (ops_dirs_plus.c).
+  if (s_want_plus && io.minor >= 21 && (in->flags & FUSE_DO_READDIRPLUS)) io.flags |= FUSE_DO_READDIRPLUS | (in->flags & FUSE_READDIRPLUS_AUTO);
   // A WRITE is at most max_pages long, whatever max_write says.
   if (io.max_write > max_pages * 4096) io.max_write = max_pages * 4096;
   // What libfuse 2.9 does not know stays unasked: no flags2 (FUSE_INIT_EXT unset).
@@ -126,6 +135,7 @@ static void note_largest (uint32_t *at, uint32_t size) {
 
 int hs_proto_filter (char *buf, size_t *len, struct fuse_session *se, struct fuse_chan *ch) {
   hs_req_rename_flags = 0;
+  hs_req_plus = 0;
   struct fuse_in_header h;
   if (*len < sizeof(h)) return 0;
   memcpy(&h, buf, sizeof(h));
@@ -147,6 +157,16 @@ int hs_proto_filter (char *buf, size_t *len, struct fuse_session *se, struct fus
         memcpy(&w, arg, sizeof(w));
         note_largest(&s_largest_write, w.size);
       }
+      return 0;
+    case FUSE_LOOKUP:
+      __atomic_add_fetch(&s_lookups, 1, __ATOMIC_RELAXED);
+      return 0;
+    case FUSE_READDIRPLUS:
+      // The same fuse_read_in as READDIR; the answer's form is READDIRPLUS's.
+      __atomic_add_fetch(&s_plus, 1, __ATOMIC_RELAXED);
+      h.opcode = FUSE_READDIR;
+      memcpy(buf, &h, sizeof(h));
+      hs_req_plus = 1;
       return 0;
     case FUSE_RENAME2: {
       // struct fuse_rename2_in then the two names; RENAME's is fuse_rename_in
@@ -198,8 +218,17 @@ size_t hs_proto_adopt (const char *blob, size_t len) {
   return h.len;
 }
 
+void hs_proto_want_plus (int on) {
+  s_want_plus = on;
+}
+
 hs_proto_t hs_proto_get (void) {
   return s_neg;
+}
+
+void hs_proto_counts (uint64_t *lookups, uint64_t *plus) {
+  *lookups = __atomic_load_n(&s_lookups, __ATOMIC_RELAXED);
+  *plus = __atomic_load_n(&s_plus, __ATOMIC_RELAXED);
 }
 
 void hs_proto_largest (uint32_t *read, uint32_t *write) {

@@ -14,7 +14,11 @@
 //
 // Requests libfuse 2.9 does not know become ones it does, with what it
 // cannot carry kept for the op on the same thread: RENAME2 becomes RENAME,
-// its flags in hs_req_rename_flags.
+// its flags in hs_req_rename_flags; READDIRPLUS becomes READDIR, marked in
+// hs_req_plus (the listing is answered in READDIRPLUS's form:
+// ops_dirs_plus.c). READDIRPLUS is asked for at INIT when the kernel offers
+// it (and READDIRPLUS_AUTO with it: the kernel asks for attributes only
+// where its lookups showed they are wanted).
 //
 // Threads: hs_proto_filter runs on the session's worker threads, one
 // request each; hs_proto_info on the JavaScript thread. The negotiated state
@@ -44,6 +48,9 @@
 #ifndef FUSE_RENAME2
 #define FUSE_RENAME2 45
 #endif
+#ifndef FUSE_READDIRPLUS
+#define FUSE_READDIRPLUS 44
+#endif
 
 typedef struct {
   uint32_t minor;      // the version both speak (the answer's)
@@ -55,6 +62,9 @@ typedef struct {
 
 // The flags of the RENAME2 this thread is serving (0 for a plain RENAME).
 extern __thread uint32_t hs_req_rename_flags;
+// 1 while this thread serves a READDIRPLUS (decoded as a READDIR). A call,
+// not the thread-local itself: the C tests stub what ops_dirs.c calls.
+int hs_proto_plus (void);
 
 // Before hs_handles_filter: an INIT is answered here (1); a request libfuse
 // 2.9 does not know is rewritten, in place, into one it does (*len updated,
@@ -73,8 +83,13 @@ size_t hs_proto_amend_init (const struct fuse_init_in *in, const char *lib, size
 // state; returns the request's length, or 0 if blob is no INIT.
 size_t hs_proto_adopt (const char *blob, size_t len);
 
+// Whether INIT asks for READDIRPLUS (fuse.readdirplus; set before the mount).
+void hs_proto_want_plus (int on);
+
 // The negotiated state (zeros before INIT).
 hs_proto_t hs_proto_get (void);
 // The largest READ and WRITE the kernel has sent so far.
 void hs_proto_largest (uint32_t *read, uint32_t *write);
+// How many LOOKUPs and READDIRPLUSes the kernel has sent so far.
+void hs_proto_counts (uint64_t *lookups, uint64_t *plus);
 #endif

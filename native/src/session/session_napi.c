@@ -24,11 +24,11 @@
 
 // The session's configuration and dispatch from JavaScript (mount and adopt share them).
 static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
-  double conf[5] = { 1, 1, 0, 0, 0 };
-  for (uint32_t i = 0; i < 5; i++) {
+  double conf[6] = { 1, 1, 0, 0, 0, 0 };
+  for (uint32_t i = 0; i < 6; i++) {
     napi_value v;
     if (napi_get_element(env, arr, i, &v) != napi_ok || napi_get_value_double(env, v, &conf[i]) != napi_ok) {
-      napi_throw_type_error(env, "EINVAL", "[attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove]");
+      napi_throw_type_error(env, "EINVAL", "[attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove, readdirplus]");
       return -1;
     }
   }
@@ -42,10 +42,12 @@ static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
   hs_conf.negative_timeout = conf[2];
   hs_conf.kernel_cache = conf[3] != 0;
   hs_conf.hard_remove = conf[4] != 0;
+  // Asked at INIT (a mount's; an adopted session keeps what its INIT settled).
+  hs_proto_want_plus(conf[5] != 0);
   return 0;
 }
 
-// mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove], dispatch)
+// mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove, readdirplus], dispatch)
 NAPI_METHOD(hs_session_mount_js) {
   NAPI_ARGV(5)
   NAPI_ARGV_UTF8(mnt, 4096, 0)
@@ -162,16 +164,18 @@ NAPI_METHOD(hs_session_handle_stats_js) {
 }
 
 // protocol() -> [minor, kernel's minor, max write, max pages, INIT flags,
-// largest READ, largest WRITE] (proto.h; zeros before INIT)
+// largest READ, largest WRITE, LOOKUPs, READDIRPLUSes] (proto.h; zeros before INIT)
 NAPI_METHOD(hs_session_proto_js) {
   hs_proto_t p = hs_proto_get();
   uint32_t r = 0, w = 0;
+  uint64_t lookups = 0, plus = 0;
   hs_proto_largest(&r, &w);
-  uint32_t all[7] = { p.minor, p.kernel_minor, p.max_write, p.max_pages, p.flags, r, w };
+  hs_proto_counts(&lookups, &plus);
+  double all[9] = { p.minor, p.kernel_minor, p.max_write, p.max_pages, p.flags, r, w, (double) lookups, (double) plus };
   napi_value out, v;
-  napi_create_array_with_length(env, 7, &out);
-  for (uint32_t i = 0; i < 7; i++) {
-    napi_create_uint32(env, all[i], &v);
+  napi_create_array_with_length(env, 9, &out);
+  for (uint32_t i = 0; i < 9; i++) {
+    napi_create_double(env, all[i], &v);
     napi_set_element(env, out, i, v);
   }
   return out;
