@@ -67,7 +67,7 @@ const PROFILES = {
 };
 
 /** the switches that move serving into C: every `fuse.*` boolean on by default (a test below holds the list to the schema) */
-const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush'] as const;
+const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
 type Switch = (typeof SWITCHES)[number];
 
 /** What a daemon counted of its native serving (status --verbose --json's native block, the data plane's metrics), and its homes' ledgers. */
@@ -107,6 +107,8 @@ const VARIANTS: Variant[] = [
   { name: 'nativeWriteDecision', off: { nativeWriteDecision: false }, native: (c) => fp(c, 'writesDecided') },
   { name: 'singleReader', off: { singleReader: false }, native: (c) => (c.status.native.singleReader?.on ? c.status.native.singleReader.handoffs : 0) },
   { name: 'noFlush', off: { noFlush: false }, native: (c) => c.status.native.noFlush?.opens ?? 0 },
+  // Listings answered with attributes (session/ops_dirs_plus.c): the kernel's READDIRPLUS requests.
+  { name: 'readdirplus', off: { readdirplus: false }, native: (c) => (c.status.native.protocol as { readdirplus?: number } | undefined)?.readdirplus ?? 0 },
   // Both halves of the data plane off: every READ and WRITE of binary homes in JavaScript.
   { name: 'dataPlane', off: { nativeRead: false, nativeWrite: false }, native: (c) => metric(c, 'homesfs_native_reads_total') + metric(c, 'homesfs_native_writes_total'), js: jsData },
 ];
