@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 18,
+  VERSION: 19,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -73,6 +73,7 @@ export const ABI = {
   HIDDEN_DIGITS: 16,
   MODE_TYPES: 16,
   NAME_MAX: 255,
+  OPEN_TMPFILE: 4194304,
   MAX_SAFE_INTEGER: 9007199254740991,
   HIDDEN_PREFIX: '.fuse_hidden',
 } as const;

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 18
+#define HOMESFS_ABI_VERSION 19
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -103,6 +103,10 @@
   /* The longest name component, in bytes (Linux NAME_MAX): no profile's   */ \
   /* maxNameBytes exceeds it, and no longer name is served.                */ \
   X(NAME_MAX, 255) \
+  /* The open flag that marks a CREATE as O_TMPFILE (O_TMPFILE without     */ \
+  /* O_DIRECTORY: 020000000): the session keeps it in the flags it hands   */ \
+  /* JavaScript for a FUSE_TMPFILE (session/ops_files.c; src/fs/file.ts). */ \
+  X(OPEN_TMPFILE, 4194304) \
   /* 2^53 - 1, the largest integer a JavaScript number holds exactly         */ \
   /* (Number.MAX_SAFE_INTEGER): offsets, sizes and ids beyond it are never  */ \
   /* handed to or taken from JavaScript. The one value wider than 32 bits.  */ \

@@ -191,6 +191,29 @@ TEST(readdirplus_becomes_readdir_marked_on_the_thread) {
   CHECK_EQ(plus1 - plus0, 1);
 }
 
+TEST(tmpfile_becomes_create_marked_on_the_thread) {
+  char buf[256];
+  struct fuse_in_header h = { .opcode = FUSE_TMPFILE, .unique = 6, .nodeid = 9 };
+  struct fuse_create_in c = { .flags = 0x410002, .mode = 0100600, .umask = 022 };
+  h.len = sizeof(h) + sizeof(c) + 2;
+  memcpy(buf, &h, sizeof(h));
+  memcpy(buf + sizeof(h), &c, sizeof(c));
+  memcpy(buf + sizeof(h) + sizeof(c), "/", 2);
+  size_t len = h.len;
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  CHECK_EQ(hs_proto_tmpfile(), 1);
+  struct fuse_in_header out;
+  memcpy(&out, buf, sizeof(out));
+  CHECK_EQ(out.opcode, FUSE_CREATE);
+  CHECK_EQ(len, h.len);
+  // The arguments are CREATE's as they came.
+  CHECK(memcmp(buf + sizeof(h), &c, sizeof(c)) == 0);
+  h.opcode = FUSE_CREATE;
+  memcpy(buf, &h, sizeof(h));
+  CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
+  CHECK_EQ(hs_proto_tmpfile(), 0);
+}
+
 TEST(a_smaller_max_write_asks_for_as_many_pages) {
   struct fuse_chan *ch;
   struct fuse_session *se = session("big_writes,max_write=262144", &ch);

@@ -11,7 +11,8 @@ import type { FsContext } from './context.js';
 import type { Removing } from './inodes.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
 import { forgetHidden, hideOpenFile, HIDDEN_NAME, withEntryOnly, withOrphan } from './hidden.js';
-import type { Caller, HomeState } from './state.js';
+import type { Caller, HomeState, OpenInode } from './state.js';
+import { orphanName } from '../paths/hidden-names.js';
 
 /** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
 export interface Listing {
@@ -465,6 +466,9 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
   const src = ctx.parseInHome(from, 'link');
   const dst = ctx.parseInHome(to, 'link');
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'hard link between two homes');
+  // The kernel links a file with no name only when it is an O_TMPFILE's (file.ts createUnnamed).
+  const unnamed = ctx.hidden.get(from);
+  if (unnamed !== undefined) return nameUnnamed(ctx, from, src.name, dst, unnamed.inode);
   await ctx.changing(src.home, async (hs) => {
     if (hs.profile.hardLinks === 'deny') throw new HomesError('OP_REFUSED', `hard links are not allowed in profile ${hs.profileName}`);
     await ctx.prepareNewEntry(hs, dst.dir, dst.name, false);
@@ -490,6 +494,40 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
         }
       }),
     );
+  });
+}
+
+/**
+ * linkat(2) of an O_TMPFILE file: its first name, as a create's (the name's
+ * checks, its inode), and its bytes stay with it from now on. Its orphan
+ * becomes that name (linked there, then unlinked, the home busy throughout),
+ * and it is hidden no more: the session's table drops the hidden name with
+ * the LINK's answer (a file of one link has one name), and its last release
+ * unlinks nothing. A hard link in a profile that denies them is still a
+ * file's first name, as a create is.
+ */
+async function nameUnnamed(ctx: FsContext, from: string, hidden: string, dst: Named, inode: OpenInode): Promise<void> {
+  await ctx.changing(dst.home, async (hs) => {
+    await ctx.prepareNewEntry(hs, dst.dir, dst.name, false);
+    await ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
+      await ctx.checkNewEntry(hs, dstDir, dst.dir, dst.name);
+      await ctx.store.withDir(hs.backing, [], async (rootFd) => {
+        const orphan = sys.fdPathRaw(rootFd, orphanName(hidden));
+        const undo = ctx.addInode(hs);
+        try {
+          // linkat without AT_SYMLINK_FOLLOW: the orphan is a regular file the daemon made.
+          await sys.link(orphan, sys.fdPath(dstDir, dst.name));
+        } catch (err) {
+          undo();
+          throw err;
+        }
+        inode.orphaned = false;
+        inode.unlinked = false;
+        forgetHidden(ctx, from);
+        await sys.unlink(orphan);
+        for (const h of ctx.handles.values()) if (h.inode === inode) ctx.deps.attrs?.handle(h);
+      });
+    });
   });
 }
 

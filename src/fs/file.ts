@@ -12,6 +12,7 @@ import type { OpenSlot } from '../policy/openfiles.js';
 import type { FsContext } from './context.js';
 import { homeNodeAttr } from './present.js';
 import { withEntry } from './hidden.js';
+import { isHiddenName, orphanName } from '../paths/hidden-names.js';
 import type { Caller, FileHandle, HomeState, OpenInode } from './state.js';
 import { statusText } from './status.js';
 
@@ -235,6 +236,7 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
     // Before anything is made (a `.homesfs` directory, the file): a refused create changes nothing.
     const slot = await ctx.openSlot(hs, caller);
     try {
+      if (flags & ABI.OPEN_TMPFILE) return await createUnnamed(ctx, hs, vp, path, mode, flags & ~ABI.OPEN_TMPFILE, caller, slot);
       await ctx.prepareNewEntry(hs, vp.dir, vp.name, false);
       const r = await createIn(ctx, hs, vp, mode, flags, caller, slot);
       // This caller's next creates in the home may be made by the binding (fuse.nativeCreate).
@@ -243,6 +245,57 @@ export async function create(ctx: FsContext, path: string, mode: number, flags: 
     } catch (err) {
       // Idempotent: a handle released by createIn's own clean-up has given it back already.
       slot.release();
+      throw err;
+    }
+  });
+}
+
+/**
+ * An O_TMPFILE open (the session's CREATE marked ABI.OPEN_TMPFILE, under a
+ * hidden name at the home's root: native/src/session/ops_files.c). The file
+ * is made straight at that name's orphan, so no directory ever lists it, and
+ * is registered as a file unlinked while open (hidden.ts): charged as a
+ * create whose name went at once (the inode checked against the budget and
+ * given back; the bytes it gets until its last close), unless a LINK names
+ * it (dir.ts nameUnnamed). Content, modes and open-file caps are any file's.
+ */
+async function createUnnamed(
+  ctx: FsContext,
+  hs: HomeState,
+  vp: { dir: readonly string[]; name: string; rel: readonly string[] },
+  path: string,
+  mode: number,
+  flags: number,
+  caller: Caller,
+  slot: OpenSlot,
+): Promise<OpenResult> {
+  if (vp.dir.length !== 0 || !isHiddenName(vp.name)) throw new HomesError('IO', `an O_TMPFILE file is made under a hidden name at its home's root, not ${path}`);
+  const perms = effectiveFileMode(hs.profile, mode & 0o7777);
+  return ctx.store.withDir(hs.backing, [], async (rootFd) => {
+    const orphan = sys.fdPathRaw(rootFd, orphanName(vp.name));
+    const undo = ctx.addInode(hs);
+    let fd: number;
+    try {
+      fd = await sys.open(orphan, backingFlags(flags) | C.O_CREAT | C.O_EXCL, perms);
+    } catch (err) {
+      undo();
+      throw err;
+    }
+    try {
+      const st = await sys.fstat(fd);
+      await ctx.ownNew(hs, rootFd, vp.name, caller, perms, fd);
+      const res = attach(ctx, hs, fd, st, flags, vp.rel, slot);
+      // Its name went at once: the inode goes back now, the bytes at the last close.
+      undo();
+      const inode = ctx.handles.get(res.fh)!.inode;
+      inode.orphaned = true;
+      inode.unlinked = true;
+      ctx.hidden.set(path, { inode, home: hs });
+      for (const h of ctx.handles.values()) if (h.inode === inode) ctx.deps.attrs?.handle(h);
+      return res;
+    } catch (err) {
+      await sys.close(fd).catch(() => undefined);
+      await sys.unlink(orphan).catch(() => undefined);
       throw err;
     }
   });

@@ -525,6 +525,17 @@ int hs_node_hidden_name (hs_node_t *parent, const char *name, hs_node_t *in, cha
   return err;
 }
 
+void hs_node_tmp_name (hs_node_t *in, char *buf, size_t size) {
+  pthread_mutex_lock(&hs_nt.mu);
+  do {
+    hs_nt.hide_ctr++;
+    uint64_t digits = (uint64_t) 0xffffffffu << 32 | (uint32_t) hs_nt.hide_ctr;
+    snprintf(buf, size, "%s%0*" PRIx64, HOMESFS_HIDDEN_PREFIX, (int) HOMESFS_HIDDEN_DIGITS, digits);
+  } while (nt_alias_find(in, buf) != NULL);
+  if (hs_nt.journal != NULL) nt_jr_value(HS_JR_HIDE_CTR, hs_nt.hide_ctr);
+  nt_unlock();
+}
+
 void hs_node_mark_hidden (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   n->hidden = 1;

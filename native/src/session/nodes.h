@@ -92,6 +92,10 @@ int hs_node_must_hide (hs_node_t *parent, const char *name);
 // A hidden name for the node named (parent, name), free in directory `in`
 // (where it goes: its home's root) (buf of 64), or -ENOENT.
 int hs_node_hidden_name (hs_node_t *parent, const char *name, hs_node_t *in, char *buf, size_t size);
+// A hidden name free in directory `in`, for a file made with no name (an
+// O_TMPFILE open: ops_files.c) (buf of 64). Its digits start with ffffffff,
+// never a node id's of the names hs_node_hidden_name makes for live nodes.
+void hs_node_tmp_name (hs_node_t *in, char *buf, size_t size);
 // After the rename to the hidden name went through.
 void hs_node_mark_hidden (hs_node_t *n);
 // The session's hiding went through (the node renamed to its hidden name):

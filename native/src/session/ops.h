@@ -61,6 +61,7 @@ struct hs_op {
   void (*then) (hs_op_t *op, int res, const struct stat *st); // after a getattr step
   int attr_volatile;           // JavaScript's attributes change without a request (a status file): not cached
   int plus;                    // a READDIRPLUS: 1 answered with lookups (a worker), 2 without (the JavaScript thread)
+  int tmpfile;                 // a CREATE that is an O_TMPFILE open: the file has a hidden name from the start
 };
 
 hs_op_t *op_new (fuse_req_t req, uint32_t jsop);

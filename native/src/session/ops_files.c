@@ -30,6 +30,7 @@
 #include "session/handles.h"
 #include "session/ops.h"
 #include "session/ops_steps.h"
+#include "session/proto.h"
 
 #define STEP_MKNOD 1
 
@@ -122,6 +123,9 @@ void ops_create_then (hs_op_t *op, int res, const struct stat *st) {
   if (n != NULL) {
     hs_node_opened_by(n, op->unique);
     op->kept = 1;
+    // An O_TMPFILE's file is hidden from the start (JavaScript made it at its
+    // home's orphan): its last release unlinks it, unless a LINK named it.
+    if (op->tmpfile) hs_node_mark_hidden(n);
   }
   hs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
@@ -139,7 +143,8 @@ void ops_create_then (hs_op_t *op, int res, const struct stat *st) {
 static void create_go (hs_op_t *op) {
   uint64_t fh = 0;
   int dio = 0;
-  if (hs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
+  // An O_TMPFILE's file is made by JavaScript only (at the home's orphan, never in a directory).
+  if (!op->tmpfile && hs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
     op->fi.fh = fh;
     op->fi.direct_io = dio ? 1 : 0;
     op->fi.keep_cache = 0;
@@ -158,9 +163,38 @@ void hs_create_for_mknod (hs_op_t *op) {
   create_go(op);
 }
 
+// An O_TMPFILE open (proto.c: a TMPFILE decoded as a CREATE named "/"): the
+// file is made under a hidden name at the home's root, as a file unlinked
+// while open keeps one (nodes.h), and JavaScript makes it straight at the
+// home's orphan (src/fs/file.ts), so no listing ever shows it. The flags
+// JavaScript gets keep HOMESFS_OPEN_TMPFILE, which marks it.
+// glibc: O_TMPFILE is __O_TMPFILE, which is 020000000 | O_DIRECTORY.
+_Static_assert(HOMESFS_OPEN_TMPFILE == (O_TMPFILE & ~O_DIRECTORY), "abi.h OPEN_TMPFILE is O_TMPFILE without O_DIRECTORY");
+
+static void tmpfile_create (hs_op_t *op, hs_node_t *dir, mode_t mode, struct fuse_file_info *fi) {
+  char hidden[64];
+  op->tmpfile = 1;
+  // The directory it was opened in must be in a home (the daemon's own levels make nothing).
+  if ((op->dir = hs_node_home(dir)) == NULL) return op_reply_err(op, -EOPNOTSUPP);
+  hs_node_tmp_name(op->dir, hidden, sizeof(hidden));
+  if ((op->name = strdup(hidden)) == NULL) return op_reply_err(op, -ENOMEM);
+  op->fi = *fi;
+  op->mode = (uint32_t) mode;
+  // O_TMPFILE is __O_TMPFILE | O_DIRECTORY: the file is made with O_CREAT | O_EXCL, the mark kept.
+  op->flags = ((uint32_t) fi->flags & ~(uint32_t) O_DIRECTORY) | O_CREAT | O_EXCL | HOMESFS_OPEN_TMPFILE;
+  if (op_lock(op, op->dir, hidden, 0) != 0) return;
+  create_go(op);
+}
+
 void hs_ll_create (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi) {
   hs_op_t *op = op_new(req, HOMESFS_OP_CREATE);
   if (op == NULL) return;
+  if (hs_proto_tmpfile()) {
+    hs_node_t *dir = op_node(op, parent);
+    if (dir == NULL) return;
+    tmpfile_create(op, dir, mode, fi);
+    return hs_node_put(dir);
+  }
   if ((op->dir = op_node(op, parent)) == NULL) return;
   if (op_name_ok(op, name) != 0) return;
   if ((op->name = strdup(name)) == NULL) return op_reply_err(op, -ENOMEM);

@@ -18,6 +18,11 @@
 
 __thread uint32_t hs_req_rename_flags;
 static __thread uint32_t hs_req_plus;
+static __thread uint32_t hs_req_tmpfile;
+
+int hs_proto_tmpfile (void) {
+  return hs_req_tmpfile != 0;
+}
 
 int hs_proto_plus (void) {
   return hs_req_plus != 0;
@@ -136,6 +141,7 @@ static void note_largest (uint32_t *at, uint32_t size) {
 int hs_proto_filter (char *buf, size_t *len, struct fuse_session *se, struct fuse_chan *ch) {
   hs_req_rename_flags = 0;
   hs_req_plus = 0;
+  hs_req_tmpfile = 0;
   struct fuse_in_header h;
   if (*len < sizeof(h)) return 0;
   memcpy(&h, buf, sizeof(h));
@@ -167,6 +173,12 @@ int hs_proto_filter (char *buf, size_t *len, struct fuse_session *se, struct fus
       h.opcode = FUSE_READDIR;
       memcpy(buf, &h, sizeof(h));
       hs_req_plus = 1;
+      return 0;
+    case FUSE_TMPFILE:
+      // fuse_create_in and a name, as CREATE's (fuse_create_open, Linux fs/fuse/dir.c).
+      h.opcode = FUSE_CREATE;
+      memcpy(buf, &h, sizeof(h));
+      hs_req_tmpfile = 1;
       return 0;
     case FUSE_RENAME2: {
       // struct fuse_rename2_in then the two names; RENAME's is fuse_rename_in

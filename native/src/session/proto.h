@@ -14,9 +14,11 @@
 //
 // Requests libfuse 2.9 does not know become ones it does, with what it
 // cannot carry kept for the op on the same thread: RENAME2 becomes RENAME,
-// its flags in hs_req_rename_flags; READDIRPLUS becomes READDIR, marked in
-// hs_req_plus (the listing is answered in READDIRPLUS's form:
-// ops_dirs_plus.c). READDIRPLUS is asked for at INIT when the kernel offers
+// its flags in hs_req_rename_flags; READDIRPLUS becomes READDIR, marked for
+// the thread (hs_proto_plus: the listing is answered in READDIRPLUS's form,
+// ops_dirs_plus.c); TMPFILE (an O_TMPFILE open) becomes a CREATE marked for
+// the thread (hs_proto_tmpfile: its name is "/", which the create replaces
+// by a hidden name at the home's root, ops_files.c). READDIRPLUS is asked for at INIT when the kernel offers
 // it (and READDIRPLUS_AUTO with it: the kernel asks for attributes only
 // where its lookups showed they are wanted).
 //
@@ -51,6 +53,9 @@
 #ifndef FUSE_READDIRPLUS
 #define FUSE_READDIRPLUS 44
 #endif
+#ifndef FUSE_TMPFILE
+#define FUSE_TMPFILE 51
+#endif
 
 typedef struct {
   uint32_t minor;      // the version both speak (the answer's)
@@ -65,6 +70,8 @@ extern __thread uint32_t hs_req_rename_flags;
 // 1 while this thread serves a READDIRPLUS (decoded as a READDIR). A call,
 // not the thread-local itself: the C tests stub what ops_dirs.c calls.
 int hs_proto_plus (void);
+// 1 while this thread serves a TMPFILE (decoded as a CREATE).
+int hs_proto_tmpfile (void);
 
 // Before hs_handles_filter: an INIT is answered here (1); a request libfuse
 // 2.9 does not know is rewritten, in place, into one it does (*len updated,

@@ -1,0 +1,172 @@
+import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { pyAs } from '../helpers/neighbour.js';
+import { ownerRange } from '../helpers/owner-ids.js';
+
+/**
+ * O_TMPFILE (the kernel's FUSE_TMPFILE: native/src/session/proto.c,
+ * ops_files.c; src/fs/file.ts createUnnamed): a file with no name, made
+ * straight at its home's orphan, charged while open as any file's bytes, gone
+ * at the last close; linkat(2) of it gives it its first name as a create does
+ * (dir.ts nameUnnamed), and between homes EXDEV. Before, the kernel answered
+ * EOPNOTSUPP.
+ */
+
+const OWNERS = ownerRange(import.meta.filename);
+const U = { uid: OWNERS.from + 1, gid: OWNERS.from + 1 };
+const V = { uid: OWNERS.from + 2, gid: OWNERS.from + 2 };
+const W = { uid: OWNERS.from + 3, gid: OWNERS.from + 3 };
+const ROOT_USER = { uid: 0, gid: 0 };
+
+if (!canMount) console.warn(`tmpfile integration suite skipped: ${skipReason}`);
+
+interface Home {
+  tenant: string;
+  key: string;
+  bytes: number;
+  inodes: number;
+}
+
+describe.skipIf(!canMount)('O_TMPFILE', () => {
+  let d: RunningDaemon;
+  let tmp = '';
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-tmpfile-'));
+    chmodSync(tmp, 0o755);
+    d = await startDaemon({
+      awaitLedgers: true,
+      homes: { 'tf/a': { owner: U, profile: 'home' }, 'tf/b': { owner: W, profile: 'home' }, 'tf/s': { owner: V, profile: 'scratch' } },
+      create: ['tf/a', 'tf/b', 'tf/s'],
+      config: { owners: OWNERS },
+    });
+  }, 60_000);
+  afterAll(async () => {
+    await d?.stop();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  const home = async (key: string): Promise<Home> => {
+    const st = (await d.status()) as unknown as { homes: Home[] };
+    return st.homes.find((h) => h.tenant === 'tf' && h.key === key)!;
+  };
+  const orphans = (key: string) => readdirSync(d.backingOf('tf', key), { encoding: 'buffer' }).filter((n) => n[0] === 0xff);
+  const noOrphans = async (key: string) => {
+    // The RELEASE reaches the daemon after close(2) returned.
+    for (let i = 0; i < 100 && orphans(key).length > 0; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(orphans(key)).toEqual([]);
+  };
+  const drift = async (key: string) => JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'rescan', `tf/${key}`])).stdout) as { drift: { bytes: number; inodes: number } };
+
+  it('a file with no name: listed nowhere, its bytes charged while it is open, gone at the close', async () => {
+    const before = await home('a');
+    // The script waits (stdin) while the file is open, so the test can read the ledger then.
+    const script = `import json, os, sys
+h = sys.argv[1]
+os.mkdir(h + '/d')
+fd = os.open(h + '/d', os.O_TMPFILE | os.O_RDWR, 0o600)
+os.write(fd, b'x' * 5000)
+st = os.fstat(fd)
+os.lseek(fd, 0, 0)
+back = os.read(fd, 10)
+print(json.dumps([st.st_nlink, st.st_size, oct(st.st_mode & 0o777), back.decode(), os.listdir(h + '/d'), sorted(os.listdir(h))]), flush=True)
+with open(sys.argv[2], 'w') as f: f.write('open')
+while not os.path.exists(sys.argv[3]): pass
+os.close(fd)
+`;
+    const marks = mkdtempSync(join(tmp, 'marks-'));
+    chmodSync(marks, 0o1777);
+    const opened = join(marks, 'opened');
+    const go = join(marks, 'go');
+    const run = pyAs(tmp, U, script, d.home('tf', 'a'), opened, go);
+    for (let i = 0; i < 200 && !(await import('node:fs')).existsSync(opened); i++) await new Promise((r) => setTimeout(r, 25));
+    const during = await home('a');
+    // One orphan at the home's root holds it; the ledger counts its bytes, and no name (the directory's own inode aside).
+    expect(orphans('a')).toHaveLength(1);
+    expect({ bytes: during.bytes - before.bytes, inodes: during.inodes - before.inodes }).toEqual({ bytes: 5000, inodes: 1 });
+    (await import('node:fs')).writeFileSync(go, '');
+    expect(JSON.parse(await run)).toEqual([0, 5000, '0o600', 'xxxxxxxxxx', [], ['d']]);
+    await noOrphans('a');
+    const after = await home('a');
+    expect({ bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes }).toEqual({ bytes: 0, inodes: 1 });
+    expect((await drift('a')).drift).toEqual({ bytes: 0, inodes: 0 });
+  }, 60_000);
+
+  it('linkat gives it its first name, as a create; a second linkat is a hard link; into another home EXDEV', async () => {
+    // Between homes, as root (no owner may write another's home): EXDEV, nothing made on either side.
+    const cross = `import errno, os, sys
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def linkfd(fd, dst):
+    # linkat(2) with AT_SYMLINK_FOLLOW (os.link calls link(2), which links the /proc symlink itself)
+    if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, dst.encode(), 0x400) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), dst)
+fd = os.open(sys.argv[1], os.O_TMPFILE | os.O_RDWR, 0o600)
+try:
+    linkfd(fd, sys.argv[2] + '/stolen')
+    print('linked')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+os.close(fd)
+`;
+    expect(await pyAs(tmp, ROOT_USER, cross, d.home('tf', 'a'), d.home('tf', 'b'))).toBe('EXDEV');
+    await noOrphans('a');
+    const before = await home('a');
+    const script = `import errno, json, os, sys
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def linkfd(fd, dst):
+    # linkat(2) with AT_SYMLINK_FOLLOW (os.link calls link(2), which links the /proc symlink itself)
+    if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, dst.encode(), 0x400) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), dst)
+h = sys.argv[1]
+fd = os.open(h, os.O_TMPFILE | os.O_RDWR, 0o600)
+os.write(fd, b'y' * 3000)
+linkfd(fd, h + '/named')
+n1 = os.fstat(fd).st_nlink
+linkfd(fd, h + '/again')
+n2 = os.fstat(fd).st_nlink
+os.close(fd)
+print(json.dumps([n1, n2, open(h + '/named').read() == 'y' * 3000, os.stat(h + '/again').st_ino == os.stat(h + '/named').st_ino, sorted(os.listdir(h))]))
+`;
+    const out = JSON.parse(await pyAs(tmp, U, script, d.home('tf', 'a'))) as unknown[];
+    expect(out).toEqual([1, 2, true, true, ['again', 'd', 'named']]);
+    await noOrphans('a');
+    const after = await home('a');
+    // Two names (each an inode), its bytes once.
+    expect({ bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes }).toEqual({ bytes: 3000, inodes: 2 });
+    expect((await drift('a')).drift).toEqual({ bytes: 0, inodes: 0 });
+    expect(readdirSync(d.backingOf('tf', 'b'))).toEqual([]);
+  }, 60_000);
+
+  it("in a scratch home it is scratch's file: text only, 0600", async () => {
+    const script = `import errno, json, os, sys
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def linkfd(fd, dst):
+    # linkat(2) with AT_SYMLINK_FOLLOW (os.link calls link(2), which links the /proc symlink itself)
+    if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, dst.encode(), 0x400) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), dst)
+h = sys.argv[1]
+fd = os.open(h, os.O_TMPFILE | os.O_RDWR, 0o644)
+os.write(fd, 'héllo\\n'.encode())
+try:
+    os.write(fd, b'\\xff\\xfe')
+    bad = 'written'
+except OSError as e:
+    bad = errno.errorcode[e.errno]
+mode = oct(os.fstat(fd).st_mode & 0o777)
+linkfd(fd, h + '/note')
+os.close(fd)
+print(json.dumps([bad, mode, open(h + '/note', encoding='utf-8').read()]))
+`;
+    expect(JSON.parse(await pyAs(tmp, V, script, d.home('tf', 's')))).toEqual(['EILSEQ', '0o600', 'héllo\n']);
+    await noOrphans('s');
+    expect((await drift('s')).drift).toEqual({ bytes: 0, inodes: 0 });
+  }, 60_000);
+});
