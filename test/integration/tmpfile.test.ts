@@ -1,8 +1,11 @@
-import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESCTL, HOMESFS, runAsync, skipReason, startDaemon, SYSTEM_PATH, type RunningDaemon } from '../helpers/daemon.js';
+import { serving, startSuccessor, type Successor } from '../helpers/takeover.js';
 import { pyAs } from '../helpers/neighbour.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 
@@ -43,7 +46,12 @@ describe.skipIf(!canMount)('O_TMPFILE', () => {
       config: { owners: OWNERS },
     });
   }, 60_000);
+  let successor: Successor | null = null;
   afterAll(async () => {
+    if (successor && successor.proc.exitCode === null && successor.proc.signalCode === null) {
+      successor.proc.kill('SIGTERM');
+      await successor.exited;
+    }
     await d?.stop();
     if (tmp) rmSync(tmp, { recursive: true, force: true });
   });
@@ -169,4 +177,53 @@ print(json.dumps([bad, mode, open(h + '/note', encoding='utf-8').read()]))
     await noOrphans('s');
     expect((await drift('s')).drift).toEqual({ bytes: 0, inodes: 0 });
   }, 60_000);
+
+  it('open across a live upgrade: written before and after, then named; nothing lost, no orphan, the ledger exact', async () => {
+    const before = await home('a');
+    // An agent that keeps its O_TMPFILE descriptor open while the daemon is replaced under it.
+    const agentPy = join(tmp, 'agent.py');
+    writeFileSync(
+      agentPy,
+      `import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = None
+for line in sys.stdin:
+    cmd = line.split()
+    try:
+        if cmd[0] == 'open':
+            fd = os.open(cmd[1], os.O_TMPFILE | os.O_RDWR, 0o600)
+            print(json.dumps({'ok': True}), flush=True)
+        elif cmd[0] == 'write':
+            os.write(fd, cmd[1].encode())
+            print(json.dumps({'ok': True, 'size': os.fstat(fd).st_size}), flush=True)
+        elif cmd[0] == 'name':
+            if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, cmd[1].encode(), 0x400) != 0:
+                raise OSError(ctypes.get_errno(), 'linkat')
+            os.close(fd)
+            print(json.dumps({'ok': True}), flush=True)
+    except OSError as e:
+        print(json.dumps({'ok': False, 'errno': e.errno}), flush=True)
+`,
+      { mode: 0o644 },
+    );
+    const agent = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', agentPy], { env: { PATH: SYSTEM_PATH }, stdio: ['pipe', 'pipe', 'inherit'] });
+    const waiting: Array<(v: unknown) => void> = [];
+    createInterface({ input: agent.stdout! }).on('line', (l) => waiting.shift()?.(JSON.parse(l)));
+    const ask = <V>(line: string) => new Promise<V>((resolve) => (waiting.push(resolve as (v: unknown) => void), agent.stdin!.write(`${line}\n`)));
+    try {
+      expect(await ask(`open ${d.home('tf', 'a')}`)).toEqual({ ok: true });
+      expect(await ask('write before-')).toEqual({ ok: true, size: 7 });
+      successor = startSuccessor(HOMESFS, join(d.dir, 'config.json'), true);
+      expect(await serving(successor)).toBe(true);
+      expect(await ask('write after')).toEqual({ ok: true, size: 12 });
+      expect(await ask(`name ${d.home('tf', 'a')}/upgraded`)).toEqual({ ok: true });
+    } finally {
+      agent.kill('SIGKILL');
+    }
+    expect(readFileSync(join(d.backingOf('tf', 'a'), 'upgraded'), 'utf8')).toBe('before-after');
+    await noOrphans('a');
+    const after = await home('a');
+    expect({ bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes }).toEqual({ bytes: 12, inodes: 1 });
+    expect((await drift('a')).drift).toEqual({ bytes: 0, inodes: 0 });
+  }, 120_000);
 });
