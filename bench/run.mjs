@@ -1151,7 +1151,8 @@ async function main() {
   out.push(`backings (raw, homesfs, ${bIds.join(', ')}) all on: ${fsNote}`);
   if (ONLY) out.push(`workloads: ${[...ONLY].join(', ')} (BENCH_ONLY)`);
   if (process.env.BENCH_CONFIG) out.push(`daemon configuration += ${process.env.BENCH_CONFIG} (BENCH_CONFIG)`);
-  out.push(`homesfs: native maxWriteRequest=${status.native?.maxWriteRequest ?? '?'}; ${bIds.map((b) => `${b}: ${bindfsNotes[b]}`).join('; ')}`);
+  const proto = status.native?.protocol;
+  out.push(`homesfs: ${proto ? `FUSE 7.${proto.minor} (kernel 7.${proto.kernelMinor}), requests up to ${proto.maxWrite} bytes${proto.flags & (1 << 13) ? ', READDIRPLUS' : ''}` : 'FUSE 7.19 (libfuse 2.9), requests up to 131072 bytes'}; ${bIds.map((b) => `${b}: ${bindfsNotes[b]}`).join('; ')}`);
   out.push(
     `load average (1 min) over the run: min ${Math.min(...loads).toFixed(2)}, median ${median(loads).toFixed(2)}, max ${Math.max(...loads).toFixed(2)}` +
       `; /proc/loadavg at start "${loadStart}", at end "${loadEnd}"`,

@@ -256,3 +256,11 @@ export function runAs(uid: number, gid: number, script: string, opts: { cwd?: st
     env: { PATH: SYSTEM_PATH, LANG: 'C.UTF-8', ...opts.env },
   });
 }
+
+/** Changes the configuration file of `d` (read at its next start or reload). */
+export function rewriteConfig(d: Pick<RunningDaemon, 'dir'>, change: (c: Record<string, unknown>) => void): void {
+  const file = join(d.dir, 'config.json');
+  const c = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+  change(c);
+  writeFileSync(file, JSON.stringify(c));
+}

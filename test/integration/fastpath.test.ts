@@ -3,12 +3,12 @@
 // path by path through a daemon with the fast path and through one without,
 // on the same backing, and every field must match.
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, readFileSync, renameSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, renameSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon, rewriteConfig } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 import { ownersFrom } from '../helpers/owner-suite.js';
 
@@ -25,13 +25,6 @@ const OWNER = ownersFrom(BASE + 17, Object.keys(HOMES), 10);
 /** Longer than scratch's maxNameBytes, within NAME_MAX. */
 const LONG_NAME = 'y'.repeat(200);
 const PROFILES = { odd: { ...BUILTIN_PROFILES.home, chmod: 'allow', fileMode: 0o640, dirMode: 'asked', allowUserExec: true } };
-
-function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) => void): void {
-  const file = join(d.dir, 'config.json');
-  const c = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-  change(c);
-  writeFileSync(file, JSON.stringify(c));
-}
 
 type FastPathStats = { answered: number; fallbacks: number; fgetattrAnswered: number; readdirAnswered: number; openAnswered: number; openFallbacks: number };
 async function fastPathStats(d: RunningDaemon): Promise<FastPathStats | undefined> {

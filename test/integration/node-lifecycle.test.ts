@@ -1,10 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
-import { HOMESCTL, HOMESFS, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type LogLine, type RunningDaemon } from '../helpers/daemon.js';
+import { HOMESCTL, HOMESFS, SYSTEM_PATH, canMount, runAsync, skipReason, startDaemon, type LogLine, type RunningDaemon, rewriteConfig } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 
 if (!canMount) console.warn(`node lifecycle integration suite skipped: ${skipReason}`);
@@ -41,13 +41,6 @@ function holder(uid: number, script: string, args: string[] = []): ChildProcess 
 }
 
 const exitOf = (p: ChildProcess) => (p.exitCode !== null || p.signalCode !== null ? Promise.resolve(p.exitCode) : new Promise<number | null>((r) => p.on('exit', (c) => r(c))));
-
-function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) => void): void {
-  const file = join(d.dir, 'config.json');
-  const c = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-  change(c);
-  writeFileSync(file, JSON.stringify(c));
-}
 
 describe.skipIf(!canMount)('on the node: readiness, reload, shutdown, crashes', () => {
   it('tells systemd READY=1 only once the mount answers (a fake NOTIFY_SOCKET), and STOPPING=1 on SIGTERM', async () => {

@@ -1,7 +1,7 @@
-import { chownSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { canMount, runAs, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
+import { canMount, runAs, skipReason, startDaemon, type RunningDaemon, rewriteConfig } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 
 /**
@@ -26,13 +26,6 @@ interface Protocol {
   readdirplus: number;
 }
 const FUSE_DO_READDIRPLUS = 1 << 13;
-
-function rewriteConfig(d: RunningDaemon, change: (c: Record<string, unknown>) => void): void {
-  const file = join(d.dir, 'config.json');
-  const c = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-  change(c);
-  writeFileSync(file, JSON.stringify(c));
-}
 
 describe.skipIf(!canMount)('READDIRPLUS: listings with attributes', () => {
   let d: RunningDaemon;

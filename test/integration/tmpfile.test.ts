@@ -26,6 +26,15 @@ const ROOT_USER = { uid: 0, gid: 0 };
 
 if (!canMount) console.warn(`tmpfile integration suite skipped: ${skipReason}`);
 
+/** Python: linkfd(fd, dst), linkat(2) of a descriptor's file with AT_SYMLINK_FOLLOW (os.link calls link(2), which would link the /proc symlink itself). */
+const LINKFD = `import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def linkfd(fd, dst):
+    if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, dst.encode(), 0x400) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), dst)
+`;
+
 interface Home {
   tenant: string;
   key: string;
@@ -105,14 +114,7 @@ os.close(fd)
   it('linkat gives it its first name, as a create; a second linkat is a hard link; into another home EXDEV', async () => {
     // Between homes, as root (no owner may write another's home): EXDEV, nothing made on either side.
     const cross = `import errno, os, sys
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-def linkfd(fd, dst):
-    # linkat(2) with AT_SYMLINK_FOLLOW (os.link calls link(2), which links the /proc symlink itself)
-    if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, dst.encode(), 0x400) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), dst)
-fd = os.open(sys.argv[1], os.O_TMPFILE | os.O_RDWR, 0o600)
+${LINKFD}fd = os.open(sys.argv[1], os.O_TMPFILE | os.O_RDWR, 0o600)
 try:
     linkfd(fd, sys.argv[2] + '/stolen')
     print('linked')
@@ -124,14 +126,7 @@ os.close(fd)
     await noOrphans('a');
     const before = await home('a');
     const script = `import errno, json, os, sys
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-def linkfd(fd, dst):
-    # linkat(2) with AT_SYMLINK_FOLLOW (os.link calls link(2), which links the /proc symlink itself)
-    if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, dst.encode(), 0x400) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), dst)
-h = sys.argv[1]
+${LINKFD}h = sys.argv[1]
 fd = os.open(h, os.O_TMPFILE | os.O_RDWR, 0o600)
 os.write(fd, b'y' * 3000)
 linkfd(fd, h + '/named')
@@ -153,14 +148,7 @@ print(json.dumps([n1, n2, open(h + '/named').read() == 'y' * 3000, os.stat(h + '
 
   it("in a scratch home it is scratch's file: text only, 0600", async () => {
     const script = `import errno, json, os, sys
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-def linkfd(fd, dst):
-    # linkat(2) with AT_SYMLINK_FOLLOW (os.link calls link(2), which links the /proc symlink itself)
-    if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, dst.encode(), 0x400) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), dst)
-h = sys.argv[1]
+${LINKFD}h = sys.argv[1]
 fd = os.open(h, os.O_TMPFILE | os.O_RDWR, 0o644)
 os.write(fd, 'héllo\\n'.encode())
 try:
