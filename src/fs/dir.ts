@@ -11,7 +11,7 @@ import type { FsContext } from './context.js';
 import type { Removing } from './inodes.js';
 import { dirEntryAttr, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFMT, S_IFREG, S_IFSOCK, type DirEntryAttr } from './present.js';
 import { forgetHidden, hideOpenFile, HIDDEN_NAME, withEntryOnly, withOrphan } from './hidden.js';
-import type { Caller, HomeState, OpenInode } from './state.js';
+import type { Caller, HomeState } from './state.js';
 import { orphanName } from '../paths/hidden-names.js';
 
 /** A listing: names and, for each, what the kernel puts in d_ino and d_type. */
@@ -467,8 +467,7 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
   const dst = ctx.parseInHome(to, 'link');
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'hard link between two homes');
   // The kernel links a file with no name only when it is an O_TMPFILE's (file.ts createUnnamed).
-  const unnamed = ctx.hidden.get(from);
-  if (unnamed !== undefined) return nameUnnamed(ctx, from, src.name, dst, unnamed.inode);
+  if (ctx.hidden.has(from)) return nameUnnamed(ctx, from, src.name, dst);
   await ctx.changing(src.home, async (hs) => {
     if (hs.profile.hardLinks === 'deny') throw new HomesError('OP_REFUSED', `hard links are not allowed in profile ${hs.profileName}`);
     await ctx.prepareNewEntry(hs, dst.dir, dst.name, false);
@@ -506,12 +505,18 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
  * unlinks nothing. A hard link in a profile that denies them is still a
  * file's first name, as a create is.
  */
-async function nameUnnamed(ctx: FsContext, from: string, hidden: string, dst: Named, inode: OpenInode): Promise<void> {
+async function nameUnnamed(ctx: FsContext, from: string, hidden: string, dst: Named): Promise<void> {
   await ctx.changing(dst.home, async (hs) => {
     await ctx.prepareNewEntry(hs, dst.dir, dst.name, false);
     await ctx.store.withDir(hs.backing, dst.dir, async (dstDir) => {
       await ctx.checkNewEntry(hs, dstDir, dst.dir, dst.name);
       await ctx.store.withDir(hs.backing, [], async (rootFd) => {
+        // Claimed with no await between the look and the claim: a second LINK racing this one
+        // finds it gone (ENOENT), never names the file twice as its first name.
+        const claimed = ctx.hidden.get(from);
+        if (claimed === undefined) throw new HomesError('NOT_FOUND', `${hidden}: the file was closed or named meanwhile`);
+        forgetHidden(ctx, from);
+        const { inode } = claimed;
         const orphan = sys.fdPathRaw(rootFd, orphanName(hidden));
         const undo = ctx.addInode(hs);
         try {
@@ -519,11 +524,12 @@ async function nameUnnamed(ctx: FsContext, from: string, hidden: string, dst: Na
           await sys.link(orphan, sys.fdPath(dstDir, dst.name));
         } catch (err) {
           undo();
+          // Still open (not released meanwhile): still the unnamed file it was.
+          if (inode.handles > 0) ctx.hidden.set(from, claimed);
           throw err;
         }
         inode.orphaned = false;
         inode.unlinked = false;
-        forgetHidden(ctx, from);
         await sys.unlink(orphan);
         for (const h of ctx.handles.values()) if (h.inode === inode) ctx.deps.attrs?.handle(h);
       });

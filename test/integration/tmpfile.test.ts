@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { tmpdir } from 'node:os';
@@ -34,6 +34,40 @@ def linkfd(fd, dst):
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e), dst)
 `;
+
+/** An agent keeping an O_TMPFILE descriptor open: `open DIR`, `write TEXT`, `name PATH` (linkat, then close), `close`; one JSON line per command. */
+const AGENT = `import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = None
+for line in sys.stdin:
+    cmd = line.split()
+    try:
+        if cmd[0] == 'open':
+            fd = os.open(cmd[1], os.O_TMPFILE | os.O_RDWR, 0o600)
+            print(json.dumps({'ok': True}), flush=True)
+        elif cmd[0] == 'write':
+            os.write(fd, cmd[1].encode())
+            print(json.dumps({'ok': True, 'size': os.fstat(fd).st_size}), flush=True)
+        elif cmd[0] == 'name':
+            if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, cmd[1].encode(), 0x400) != 0:
+                raise OSError(ctypes.get_errno(), 'linkat')
+            os.close(fd)
+            print(json.dumps({'ok': True}), flush=True)
+        elif cmd[0] == 'close':
+            os.close(fd)
+            print(json.dumps({'ok': True}), flush=True)
+    except OSError as e:
+        print(json.dumps({'ok': False, 'errno': e.errno}), flush=True)
+`;
+
+/** The agent as `who`, and a way to ask it. */
+function startAgent(script: string, who: { uid: number; gid: number }): { agent: ChildProcess; ask: <V>(line: string) => Promise<V> } {
+  const agent = spawn('setpriv', [`--reuid=${who.uid}`, `--regid=${who.gid}`, '--clear-groups', 'python3', script], { env: { PATH: SYSTEM_PATH }, stdio: ['pipe', 'pipe', 'inherit'] });
+  const waiting: Array<(v: unknown) => void> = [];
+  createInterface({ input: agent.stdout! }).on('line', (l) => waiting.shift()?.(JSON.parse(l)));
+  const ask = <V>(line: string) => new Promise<V>((resolve) => (waiting.push(resolve as (v: unknown) => void), agent.stdin!.write(`${line}\n`)));
+  return { agent, ask };
+}
 
 interface Home {
   tenant: string;
@@ -170,34 +204,8 @@ print(json.dumps([bad, mode, open(h + '/note', encoding='utf-8').read()]))
     const before = await home('a');
     // An agent that keeps its O_TMPFILE descriptor open while the daemon is replaced under it.
     const agentPy = join(tmp, 'agent.py');
-    writeFileSync(
-      agentPy,
-      `import ctypes, json, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-fd = None
-for line in sys.stdin:
-    cmd = line.split()
-    try:
-        if cmd[0] == 'open':
-            fd = os.open(cmd[1], os.O_TMPFILE | os.O_RDWR, 0o600)
-            print(json.dumps({'ok': True}), flush=True)
-        elif cmd[0] == 'write':
-            os.write(fd, cmd[1].encode())
-            print(json.dumps({'ok': True, 'size': os.fstat(fd).st_size}), flush=True)
-        elif cmd[0] == 'name':
-            if libc.linkat(-100, ('/proc/self/fd/%d' % fd).encode(), -100, cmd[1].encode(), 0x400) != 0:
-                raise OSError(ctypes.get_errno(), 'linkat')
-            os.close(fd)
-            print(json.dumps({'ok': True}), flush=True)
-    except OSError as e:
-        print(json.dumps({'ok': False, 'errno': e.errno}), flush=True)
-`,
-      { mode: 0o644 },
-    );
-    const agent = spawn('setpriv', [`--reuid=${U.uid}`, `--regid=${U.gid}`, '--clear-groups', 'python3', agentPy], { env: { PATH: SYSTEM_PATH }, stdio: ['pipe', 'pipe', 'inherit'] });
-    const waiting: Array<(v: unknown) => void> = [];
-    createInterface({ input: agent.stdout! }).on('line', (l) => waiting.shift()?.(JSON.parse(l)));
-    const ask = <V>(line: string) => new Promise<V>((resolve) => (waiting.push(resolve as (v: unknown) => void), agent.stdin!.write(`${line}\n`)));
+    writeFileSync(agentPy, AGENT, { mode: 0o644 });
+    const { agent, ask } = startAgent(agentPy, U);
     try {
       expect(await ask(`open ${d.home('tf', 'a')}`)).toEqual({ ok: true });
       expect(await ask('write before-')).toEqual({ ok: true, size: 7 });
@@ -213,5 +221,60 @@ for line in sys.stdin:
     const after = await home('a');
     expect({ bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes }).toEqual({ bytes: 12, inodes: 1 });
     expect((await drift('a')).drift).toEqual({ bytes: 0, inodes: 0 });
+  }, 120_000);
+});
+
+describe.skipIf(!canMount)('O_TMPFILE across a crash', () => {
+  let d: RunningDaemon;
+  let tmp = '';
+  let resumed: Successor | null = null;
+  let holderPid: number | null = null;
+  const X = { uid: OWNERS.from + 4, gid: OWNERS.from + 4 };
+  beforeAll(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'homesfs-tmpfile-crash-'));
+    chmodSync(tmp, 0o755);
+    d = await startDaemon({ awaitLedgers: true, homes: { 'tc/a': { owner: X, profile: 'home' } }, create: ['tc/a'], config: { owners: OWNERS, crashSurvival: true } });
+  }, 60_000);
+  afterAll(async () => {
+    if (resumed && resumed.proc.exitCode === null && resumed.proc.signalCode === null) {
+      resumed.proc.kill('SIGTERM');
+      await resumed.exited;
+    }
+    if (holderPid !== null) {
+      try {
+        process.kill(holderPid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    await d?.stop();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('written before and after a kill -9, then named: nothing lost, no orphan, the ledger exact', async () => {
+    holderPid = ((await d.status()) as unknown as { holder: { pid: number | null } }).holder.pid;
+    expect(holderPid).not.toBeNull();
+    const agentPy = join(tmp, 'agent.py');
+    writeFileSync(agentPy, AGENT, { mode: 0o644 });
+    const { agent, ask } = startAgent(agentPy, X);
+    try {
+      expect(await ask(`open ${d.home('tc', 'a')}`)).toEqual({ ok: true });
+      expect(await ask('write before-')).toEqual({ ok: true, size: 7 });
+      d.proc.kill('SIGKILL');
+      await d.exited;
+      resumed = startSuccessor(HOMESFS, join(d.dir, 'config.json'), false);
+      expect(await serving(resumed)).toBe(true);
+      expect(await ask('write after')).toEqual({ ok: true, size: 12 });
+      expect(await ask(`name ${d.home('tc', 'a')}/named`)).toEqual({ ok: true });
+    } finally {
+      agent.kill('SIGKILL');
+    }
+    const orphans = () => readdirSync(d.backingOf('tc', 'a'), { encoding: 'buffer' }).filter((n) => n[0] === 0xff);
+    for (let i = 0; i < 100 && orphans().length > 0; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(orphans()).toEqual([]);
+    expect(readdirSync(d.backingOf('tc', 'a'))).toEqual(['named']);
+    expect(readFileSync(join(d.backingOf('tc', 'a'), 'named'), 'utf8')).toBe('before-after');
+    const r = JSON.parse((await runAsync(process.execPath, [HOMESCTL, '--socket', d.socket, '--json', 'rescan', 'tc/a'])).stdout) as { drift: { bytes: number; inodes: number } };
+    expect(r.drift).toEqual({ bytes: 0, inodes: 0 });
   }, 120_000);
 });
