@@ -63,6 +63,7 @@ for line in sys.stdin:
 `;
 
 interface Protocol {
+  flags: number;
   minor: number;
   kernelMinor: number;
   maxWrite: number;
@@ -114,6 +115,8 @@ describe.skipIf(!canMount)('1 MiB requests, negotiated at INIT and kept across a
     const file = join(d!.home(T, 'work'), 'big.bin');
 
     const first = await protocol();
+    // READDIRPLUS is among what the kernel has from INIT (session/proto.c): each successor reports the same flags.
+    expect(first.flags & (1 << 13)).toBe(1 << 13);
     expect(first.maxWrite).toBe(MIB);
     expect(first.maxPages).toBe(256);
     expect(first.minor).toBe(Math.min(38, first.kernelMinor));
@@ -130,7 +133,7 @@ describe.skipIf(!canMount)('1 MiB requests, negotiated at INIT and kept across a
     resumed = startSuccessor(HOMESFS, join(d!.dir, 'config.json'), false);
     expect(await serving(resumed)).toBe(true);
     let now = await protocol();
-    expect(now).toMatchObject({ minor: first.minor, kernelMinor: first.kernelMinor, maxWrite: MIB, maxPages: 256 });
+    expect(now).toMatchObject({ minor: first.minor, kernelMinor: first.kernelMinor, maxWrite: MIB, maxPages: 256, flags: first.flags });
     expect(await ask('write 4')).toEqual({ ok: true, size: 8 * MIB });
     now = await protocol();
     expect(now.largestWrite).toBe(MIB);
@@ -140,7 +143,7 @@ describe.skipIf(!canMount)('1 MiB requests, negotiated at INIT and kept across a
     expect(await serving(upgraded)).toBe(true);
     expect(await resumed.exited).toBe(0);
     now = await protocol();
-    expect(now).toMatchObject({ minor: first.minor, kernelMinor: first.kernelMinor, maxWrite: MIB, maxPages: 256 });
+    expect(now).toMatchObject({ minor: first.minor, kernelMinor: first.kernelMinor, maxWrite: MIB, maxPages: 256, flags: first.flags });
     expect(await ask('write 4')).toEqual({ ok: true, size: 12 * MIB });
     expect((await protocol()).largestWrite).toBe(MIB);
 
