@@ -200,6 +200,25 @@ print(json.dumps([bad, mode, open(h + '/note', encoding='utf-8').read()]))
     expect((await drift('s')).drift).toEqual({ bytes: 0, inodes: 0 });
   }, 60_000);
 
+  it("Python's tempfile.TemporaryFile takes O_TMPFILE here (before, it fell back to a named file it unlinked)", async () => {
+    const before = await home('a');
+    const script = `import json, os, sys, tempfile
+listed = sorted(os.listdir(sys.argv[1]))
+with tempfile.TemporaryFile(dir=sys.argv[1]) as f:
+    f.write(b'z' * 4096)
+    f.flush()
+    f.seek(0)
+    back = f.read()
+    # O_TMPFILE's file has no name: /proc shows the directory itself (a fallback shows its tmpXXXX name)
+    target = os.readlink('/proc/self/fd/%d' % f.fileno())
+    print(json.dumps([len(back), os.fstat(f.fileno()).st_nlink, target.endswith('/' + os.path.basename(sys.argv[1]) + '// (deleted)'), sorted(os.listdir(sys.argv[1])) == listed]))
+`;
+    expect(JSON.parse(await pyAs(tmp, U, script, d.home('tf', 'a')))).toEqual([4096, 0, true, true]);
+    await noOrphans('a');
+    const after = await home('a');
+    expect({ bytes: after.bytes - before.bytes, inodes: after.inodes - before.inodes }).toEqual({ bytes: 0, inodes: 0 });
+  }, 60_000);
+
   it('open across a live upgrade: written before and after, then named; nothing lost, no orphan, the ledger exact', async () => {
     const before = await home('a');
     // An agent that keeps its O_TMPFILE descriptor open while the daemon is replaced under it.
