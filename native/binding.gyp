@@ -68,6 +68,7 @@
       "src/session/inval_napi.c",
       "src/session/loop.c",
       "src/session/proto.c",
+      "src/session/passthrough.c",
       "src/session/marshal.c",
       "src/session/nodes.c",
       "src/session/nodes_paths.c",

@@ -159,8 +159,8 @@ TEST(inconsistent_tables_are_refused_with_nothing_imported) {
   char *p = patched(buf, len, 0, "XXXX", 4);
   check_refused(p, len, "magic");
   free(p);
-  uint32_t v2 = 2;
-  p = patched(buf, len, 4, &v2, 4);
+  uint32_t v3 = 3;
+  p = patched(buf, len, 4, &v3, 4);
   check_refused(p, len, "version");
   free(p);
   // A next ID the successor would give out again.

@@ -1118,3 +1118,134 @@ TEST(compactions_racing_the_follow_never_give_another_table) {
   fprintf(stderr, "  %d of 12 follows (9 of them with compactions meanwhile) ended on the table\n", same);
   CHECK(same > 0);
 }
+
+// ---- passthrough families (nodes.h) ------------------------------------------------
+
+static int32_t closed_ids[16];
+static int n_closed;
+static void record_close (int32_t id) {
+  if (n_closed < 16) closed_ids[n_closed] = id;
+  n_closed++;
+}
+
+static int open_mode (uint64_t id, uint64_t unique, int need, int32_t new_id, int32_t *got, int32_t *spare) {
+  hs_node_t *n = hs_node_get(id);
+  int m = hs_node_open_mode(n, unique, need, new_id, got, spare);
+  hs_node_put(n);
+  return m;
+}
+
+static int32_t backing_of (uint64_t id) {
+  hs_node_t *n = hs_node_get(id);
+  int32_t b = hs_node_backing(n);
+  hs_node_put(n);
+  return b;
+}
+
+// The kernel's one I/O mode per inode, as the daemon keeps it: a family
+// begun by a plain reader is passed through with one ID, which every other
+// open of the file answers with; a cached family stays cached. Across a
+// kill -9 the journal gives the successor each file's ID (never closing one
+// a record gave up: the dead daemon did), and so does a handover; the last
+// release closes the ID once.
+TEST(passthrough_families_keep_one_id_across_crashes_and_handovers) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_backing_close = record_close;
+  n_closed = 0;
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1), g = found_n(r, "g", 101, S_IFREG, 1);
+  hs_node_put(r);
+  int32_t id = 0, spare = 0;
+  CHECK_EQ(open_mode(f, 10, HS_OPEN_PLAIN_READER, 5, &id, &spare), HS_IO_PT);
+  CHECK_EQ(id, 5);
+  CHECK_EQ(spare, 0);
+  CHECK_EQ(open_mode(f, 11, HS_OPEN_PLAIN_READER, 0, &id, &spare), HS_IO_PT);
+  CHECK_EQ(id, 5);
+  CHECK_EQ(open_mode(f, 12, HS_OPEN_PLAIN, 0, &id, &spare), HS_IO_PT_DIRECT);
+  CHECK_EQ(id, 5);
+  // Refused and not counted: its home's content policy must see what an mmap would bypass.
+  CHECK_EQ(open_mode(f, 13, HS_OPEN_POLICY, 0, &id, &spare), HS_IO_REFUSE);
+  // An ID made for an open that found the family begun is the caller's to close.
+  CHECK_EQ(open_mode(f, 14, HS_OPEN_PLAIN_READER, 9, &id, &spare), HS_IO_PT);
+  CHECK_EQ(id, 5);
+  CHECK_EQ(spare, 9);
+  // A writer first: the family is cached, its readers too (with an ID at hand).
+  CHECK_EQ(open_mode(g, 20, HS_OPEN_PLAIN, 0, &id, &spare), HS_IO_CACHED);
+  CHECK_EQ(open_mode(g, 21, HS_OPEN_PLAIN_READER, 7, &id, &spare), HS_IO_CACHED);
+  CHECK_EQ(spare, 7);
+  CHECK_EQ(hs_nodes_backing_count(), 1);
+  for (uint64_t u = 10; u <= 21; u++) hs_node_answered(u);
+
+  crash(fds);
+  CHECK_EQ(n_closed, 0);
+  CHECK_EQ(backing_of(f), 5);
+  CHECK_EQ(backing_of(g), 0);
+  CHECK_EQ(hs_nodes_backing_count(), 1);
+  // The successor answers f's opens with the kernel's ID, g's cached.
+  CHECK_EQ(open_mode(f, 30, HS_OPEN_PLAIN, 0, &id, &spare), HS_IO_PT_DIRECT);
+  CHECK_EQ(id, 5);
+  CHECK_EQ(open_mode(g, 31, HS_OPEN_PLAIN_READER, 8, &id, &spare), HS_IO_CACHED);
+  CHECK_EQ(spare, 8);
+  // A resent open counted by its first run: the same mode, counted once.
+  CHECK_EQ(open_mode(f, 32, HS_OPEN_PLAIN_READER, 0, &id, &spare), HS_IO_PT);
+  crash(fds);
+  CHECK_EQ(open_mode(f, RESEND | 32, HS_OPEN_PLAIN_READER, 0, &id, &spare), HS_IO_PT);
+  CHECK_EQ(id, 5);
+  hs_node_answered(RESEND | 32);
+  hs_node_answered(30);
+  hs_node_answered(31);
+
+  // A live handover: the table as bytes carries the ID.
+  char *buf = NULL;
+  size_t len = 0;
+  REQUIRE(hs_nodes_export(&buf, &len) == 0);
+  hs_journal_close();
+  fresh();
+  CHECK_EQ(hs_nodes_import(buf, len), 0);
+  free(buf);
+  CHECK_EQ(backing_of(f), 5);
+  CHECK_EQ(hs_nodes_backing_count(), 1);
+  CHECK_EQ(n_closed, 0);
+  // f has six opens (10, 11, 12, 14, 30, 32): the sixth release closes 5, once.
+  char *p = NULL;
+  for (uint64_t u = 40; u < 45; u++) CHECK_EQ(released(f, u, &p), 0);
+  CHECK_EQ(n_closed, 0);
+  CHECK_EQ(backing_of(f), 5);
+  CHECK_EQ(released(f, 45, &p), 0);
+  CHECK_EQ(n_closed, 1);
+  CHECK_EQ(closed_ids[0], 5);
+  CHECK_EQ(backing_of(f), 0);
+  CHECK_EQ(hs_nodes_backing_count(), 0);
+  // The file's next open begins a family anew.
+  CHECK_EQ(open_mode(f, 50, HS_OPEN_PLAIN_READER, 6, &id, &spare), HS_IO_PT);
+  CHECK_EQ(id, 6);
+  hs_node_backing_close = NULL;
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// A journal whose records gave an ID up replays without closing it again
+// (the kernel may have given the number to another file since).
+TEST(a_replayed_release_closes_no_id) {
+  fresh();
+  int fds[2];
+  REQUIRE(hs_journal_open(fds) == 0);
+  hs_node_backing_close = record_close;
+  n_closed = 0;
+  hs_node_t *r = root();
+  uint64_t f = found_n(r, "f", 100, S_IFREG, 1);
+  hs_node_put(r);
+  int32_t id = 0, spare = 0;
+  CHECK_EQ(open_mode(f, 0, HS_OPEN_PLAIN_READER, 3, &id, &spare), HS_IO_PT);
+  char *p = NULL;
+  CHECK_EQ(released(f, 0, &p), 0);
+  CHECK_EQ(n_closed, 1);
+  crash(fds);
+  CHECK_EQ(n_closed, 1);
+  CHECK_EQ(backing_of(f), 0);
+  CHECK_EQ(hs_nodes_backing_count(), 0);
+  hs_node_backing_close = NULL;
+  close_fds(fds);
+}

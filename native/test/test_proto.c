@@ -1,8 +1,8 @@
 // session/proto.c, the protocol layer in front of libfuse 2.9, fed requests
 // laid out as the kernel sends them: INIT is answered by libfuse's answer
-// raised to 7.38 (never above the kernel's minor) and to 1 MiB requests when
-// the kernel offers FUSE_MAX_PAGES, never with FUSE_INIT_EXT (libfuse knows
-// no flags2), and kept with the request; a kept INIT gives a successor the
+// raised to 7.40 (never above the kernel's minor) and to 1 MiB requests when
+// the kernel offers FUSE_MAX_PAGES, with FUSE_INIT_EXT and flags2 only for
+// passthrough (libfuse knows no flags2), and kept with the request; a kept INIT gives a successor the
 // negotiated state, and one kept without an answer (a predecessor that let
 // libfuse answer) gives libfuse 2.9's; RENAME2 becomes RENAME with its
 // flags on the thread; READ and WRITE sizes are counted. A real libfuse 2.9
@@ -64,13 +64,17 @@ static struct fuse_session *session (const char *max_write, struct fuse_chan **c
   return se;
 }
 
-// An INIT as a kernel of minor `minor` sends it, offering `flags`.
-static size_t init_request (char *buf, uint32_t minor, uint32_t flags) {
+// An INIT as a kernel of minor `minor` sends it, offering `flags` (and flags2 `flags2`).
+static size_t init_request2 (char *buf, uint32_t minor, uint32_t flags, uint32_t flags2) {
   struct fuse_in_header h = { .len = sizeof(h) + sizeof(struct fuse_init_in), .opcode = FUSE_INIT, .unique = 2 };
-  struct fuse_init_in in = { .major = 7, .minor = minor, .max_readahead = 131072, .flags = flags };
+  struct fuse_init_in in = { .major = 7, .minor = minor, .max_readahead = 131072, .flags = flags, .flags2 = flags2 };
   memcpy(buf, &h, sizeof(h));
   memcpy(buf + sizeof(h), &in, sizeof(in));
   return h.len;
+}
+
+static size_t init_request (char *buf, uint32_t minor, uint32_t flags) {
+  return init_request2(buf, minor, flags, 0);
 }
 
 static struct fuse_init_out answer (void) {
@@ -105,8 +109,9 @@ TEST(init_is_raised_to_our_minor_and_1_MiB_requests) {
   // READDIRPLUS, in the kernel's adaptive mode (ops_dirs_plus.c answers it).
   CHECK(io.flags & FUSE_DO_READDIRPLUS);
   CHECK(io.flags & FUSE_READDIRPLUS_AUTO);
-  // What neither libfuse 2.9 nor this layer handles stays unasked.
+  // What neither libfuse 2.9 nor this layer handles stays unasked (INIT_EXT: passthrough, not offered here).
   CHECK(!(io.flags & FUSE_INIT_EXT));
+  CHECK_EQ(io.flags2, 0);
   CHECK(!(io.flags & FUSE_PARALLEL_DIROPS));
   hs_proto_t p = hs_proto_get();
   CHECK_EQ(p.minor, HS_PROTO_MINOR);
@@ -118,6 +123,60 @@ TEST(init_is_raised_to_our_minor_and_1_MiB_requests) {
   CHECK(memcmp(kept, req, len) == 0);
   CHECK(memcmp(kept + len, sent, sent_len) == 0);
   fuse_session_destroy(se);
+}
+
+// fuse_init_out's max_stack_depth (7.40) is the 7.38 header's unused[0].
+static uint32_t stack_depth (void) {
+  return answer().unused[0];
+}
+
+TEST(passthrough_is_asked_with_init_ext_only_when_wanted_and_offered) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes", &ch);
+  char req[256];
+  size_t len = init_request2(req, 45, OFFERED, HS_FUSE2_PASSTHROUGH | 0xffu);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  struct fuse_init_out io = answer();
+  CHECK(io.flags & FUSE_INIT_EXT);
+  // Only passthrough of all the kernel offers in flags2.
+  CHECK_EQ(io.flags2, HS_FUSE2_PASSTHROUGH);
+  CHECK_EQ(stack_depth(), HS_PROTO_STACK_DEPTH);
+  CHECK_EQ(hs_proto_get().flags2, HS_FUSE2_PASSTHROUGH);
+  CHECK_EQ(hs_proto_passthrough(), 1);
+  // A successor takes it from the kept INIT.
+  char blob[4096];
+  size_t blen = kept_len;
+  memcpy(blob, kept, blen);
+  fuse_session_destroy(se);
+  // Not offered (no FUSE_INIT_EXT from the kernel, or no flag in flags2): not asked.
+  se = session("big_writes", &ch);
+  len = init_request2(req, 45, OFFERED & ~FUSE_INIT_EXT, HS_FUSE2_PASSTHROUGH);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK(!(answer().flags & FUSE_INIT_EXT));
+  CHECK_EQ(answer().flags2, 0);
+  CHECK_EQ(stack_depth(), 0);
+  CHECK_EQ(hs_proto_passthrough(), 0);
+  fuse_session_destroy(se);
+  // An older kernel (7.39): not asked either.
+  se = session("big_writes", &ch);
+  len = init_request2(req, 39, OFFERED, HS_FUSE2_PASSTHROUGH);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK_EQ(answer().flags2, 0);
+  fuse_session_destroy(se);
+  // Not wanted (fuse.passthrough false).
+  hs_proto_want_passthrough(0);
+  se = session("big_writes", &ch);
+  len = init_request2(req, 45, OFFERED, HS_FUSE2_PASSTHROUGH);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK(!(answer().flags & FUSE_INIT_EXT));
+  CHECK_EQ(answer().flags2, 0);
+  fuse_session_destroy(se);
+  // Adopted: what the predecessor negotiated; used only while still wanted.
+  CHECK_EQ(hs_proto_adopt(blob, blen), len);
+  CHECK_EQ(hs_proto_get().flags2, HS_FUSE2_PASSTHROUGH);
+  CHECK_EQ(hs_proto_passthrough(), 0);
+  hs_proto_want_passthrough(1);
+  CHECK_EQ(hs_proto_passthrough(), 1);
 }
 
 TEST(an_older_kernel_keeps_its_minor_and_without_max_pages_its_request_size) {
@@ -166,8 +225,8 @@ TEST(readdirplus_becomes_readdir_marked_on_the_thread) {
   memcpy(buf, &h, sizeof(h));
   memcpy(buf + sizeof(h), &r, sizeof(r));
   size_t len = h.len;
-  uint64_t lookups0, plus0, lookups1, plus1;
-  hs_proto_counts(&lookups0, &plus0);
+  uint64_t lookups0, plus0, lookups1, plus1, reads0, reads1;
+  hs_proto_counts(&lookups0, &plus0, &reads0);
   CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
   CHECK_EQ(hs_proto_plus(), 1);
   struct fuse_in_header out;
@@ -186,7 +245,7 @@ TEST(readdirplus_becomes_readdir_marked_on_the_thread) {
   h.opcode = FUSE_LOOKUP;
   memcpy(buf, &h, sizeof(h));
   CHECK_EQ(hs_proto_filter(buf, &len, NULL, NULL), 0);
-  hs_proto_counts(&lookups1, &plus1);
+  hs_proto_counts(&lookups1, &plus1, &reads1);
   CHECK_EQ(lookups1 - lookups0, 1);
   CHECK_EQ(plus1 - plus0, 1);
 }

@@ -38,6 +38,12 @@ const FuseOptions = z
      * INIT), from the fast path's answers: `ls -l` and `find -printf` need no LOOKUP per name
      */
     readdirplus: z.boolean().default(true),
+    /**
+     * read-only opens of files whose reads need no policy (content: binary) are passed through
+     * (FUSE_PASSTHROUGH, Linux 6.9+): the kernel reads the backing file itself. Needs
+     * nativeRead and nativeWrite (session/nodes.h: the family of opens of one file)
+     */
+    passthrough: z.boolean().default(true),
     /** READs of handles whose reads need no policy answered in the binding (pread on a session worker thread) */
     nativeRead: z.boolean().default(true),
     /** WRITEs of binary-content handles decided in JS without their data, written in the binding */

@@ -6,6 +6,22 @@ import type { ExecPolicy } from '../exec/policy.js';
  */
 
 /** The outcome of a reload (SIGHUP or `reload`), also shown by `status` as the last one. */
+/** Passthrough opens as `status` shows them (src/fuse/addon.ts PassthroughInfo) */
+export interface PassthroughStatus {
+  negotiated: boolean;
+  offered: boolean;
+  active: boolean;
+  opens: number;
+  opensDirect: number;
+  refused: number;
+  idsOpened: number;
+  idsClosed: number;
+  idFailures: number;
+  lastError: number;
+  disabled: boolean;
+  files: number;
+}
+
 export interface ReloadResult {
   /** ISO 8601 */
   at: string;
@@ -257,8 +273,8 @@ export interface StatusReport {
     abi: number;
     selfCheck: 'pending' | 'ok' | 'failed';
     maxWriteRequest: number | null;
-    /** what INIT settled with the kernel (session/proto.c): protocol 7.<minor>, the largest WRITE and request in pages, the INIT flags; and the largest READ and WRITE, and how many LOOKUPs and READDIRPLUSes, the kernel has sent since */
-    protocol: { minor: number; kernelMinor: number; maxWrite: number; maxPages: number; flags: number; largestRead: number; largestWrite: number; lookups: number; readdirplus: number };
+    /** what INIT settled with the kernel (session/proto.c): protocol 7.<minor>, the largest WRITE and request in pages, the INIT flags; and the largest READ and WRITE, and how many LOOKUPs, READDIRPLUSes and READs, the kernel has sent since; passthrough opens */
+    protocol: { minor: number; kernelMinor: number; maxWrite: number; maxPages: number; flags: number; largestRead: number; largestWrite: number; lookups: number; readdirplus: number; reads: number; passthrough: PassthroughStatus };
     detail?: string;
     /** the native getattr/lookup fast path (absent when fuse.nativeFastPath is off): requests answered natively and handed to JS; inFlight: native operations holding a home now; retiredHomes: homes withdrawn or replaced that one still holds */
     fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number; inFlight: number; retiredHomes: number };

@@ -60,9 +60,35 @@ export interface ProtocolInfo {
   flags: number;
   largestRead: number;
   largestWrite: number;
-  /** LOOKUP and READDIRPLUS requests the kernel has sent */
+  /** LOOKUP, READDIRPLUS and READ requests the kernel has sent */
   lookups: number;
   readdirplus: number;
+  reads: number;
+  passthrough: PassthroughInfo;
+}
+
+/** Passthrough opens (session/passthrough.c, nodes.h) */
+export interface PassthroughInfo {
+  /** negotiated at INIT (by this daemon or the one whose session it adopted) */
+  negotiated: boolean;
+  /** the kernel offered it */
+  offered: boolean;
+  /** new files' opens may be passed through now */
+  active: boolean;
+  /** opens answered passed through: readers, and the others of a passed-through file (direct I/O) */
+  opens: number;
+  opensDirect: number;
+  /** opens refused (ETXTBSY): their home's content policy must see the data of a file passed through */
+  refused: number;
+  /** backing IDs opened and closed, backing opens that failed and the last one's errno */
+  idsOpened: number;
+  idsClosed: number;
+  idFailures: number;
+  lastError: number;
+  /** a failure every file would share (no privilege, no kernel support) turned it off */
+  disabled: boolean;
+  /** files passed through now (nodes holding a backing ID) */
+  files: number;
 }
 
 export interface FuseClass {
@@ -275,8 +301,10 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => raw.hs_session_inval_progress(),
     protocol(): ProtocolInfo {
-      const [minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus] = raw.hs_session_proto();
-      return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus };
+      const [minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus, reads] = raw.hs_session_proto();
+      const [negotiated, offered, active, opens, opensDirect, refused, idsOpened, idsClosed, idFailures, lastError, disabled, files] = raw.hs_session_passthrough();
+      const passthrough = { negotiated: negotiated !== 0, offered: offered !== 0, active: active !== 0, opens, opensDirect, refused, idsOpened, idsClosed, idFailures, lastError, disabled: disabled !== 0, files };
+      return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus, reads, passthrough };
     },
     _isValidUtf8: (buf: Uint8Array): boolean => raw.hs_sys_utf8_valid_buffer(buf),
   } satisfies Omit<FuseClass, 'native' | 'BINDING_PATH' | 'fastPath'>;

@@ -177,6 +177,8 @@ export class MountManager {
       negativeTimeout: f.negativeTimeout,
       kernelCache: f.kernelCache,
       readdirplus: f.readdirplus,
+      // A family's other opens follow its readers only where their writes need no data (nodes.h).
+      passthrough: f.passthrough && f.nativeRead && f.nativeWrite,
       fsname: 'homesfs',
       subtype: 'homesfs',
       debug: f.debug,

@@ -63,6 +63,8 @@ export interface SessionOptions {
   kernelCache?: boolean;
   /** ask the kernel for READDIRPLUS at INIT: listings carry each entry's attributes and node (session/ops_dirs_plus.c) */
   readdirplus?: boolean;
+  /** ask the kernel for passthrough at INIT and pass plain readers through (session/nodes.h, ops_files.c) */
+  passthrough?: boolean;
   /** a file unlinked while open loses its name at once (no hidden name; handle ops get a null path) */
   hardRemove?: boolean;
   fsname?: string;
@@ -232,7 +234,7 @@ export class FuseSession implements FuseInstance {
       }
     };
     const o = sessionOptions(this.opts);
-    const conf = [this.opts.attrTimeout ?? 1, this.opts.entryTimeout ?? 1, this.opts.negativeTimeout ?? 0, this.opts.kernelCache ? 1 : 0, this.opts.hardRemove ? 1 : 0, this.opts.readdirplus ? 1 : 0];
+    const conf = [this.opts.attrTimeout ?? 1, this.opts.entryTimeout ?? 1, this.opts.negativeTimeout ?? 0, this.opts.kernelCache ? 1 : 0, this.opts.hardRemove ? 1 : 0, this.opts.readdirplus ? 1 : 0, this.opts.passthrough ? 1 : 0];
     try {
       begin(o, conf, dispatch);
     } catch (err) {

@@ -9,7 +9,7 @@ import { ownerRange } from '../helpers/owner-ids.js';
 import { serving, startSuccessor, type Successor } from '../helpers/takeover.js';
 
 /**
- * The protocol INIT settles (native/src/session/proto.c): 7.38 (or the
+ * The protocol INIT settles (native/src/session/proto.c): 7.40 (or the
  * kernel's, if older) and 1 MiB requests. An agent's 1 MiB reads and writes
  * reach the daemon whole, and keep doing so across a crash and a live
  * upgrade with the file open mid-write: each successor takes the negotiated
@@ -119,7 +119,7 @@ describe.skipIf(!canMount)('1 MiB requests, negotiated at INIT and kept across a
     expect(first.flags & (1 << 13)).toBe(1 << 13);
     expect(first.maxWrite).toBe(MIB);
     expect(first.maxPages).toBe(256);
-    expect(first.minor).toBe(Math.min(38, first.kernelMinor));
+    expect(first.minor).toBe(Math.min(40, first.kernelMinor));
     expect(await ask(`open ${file}`)).toEqual({ ok: true });
     expect(await ask('write 4')).toEqual({ ok: true, size: 4 * MIB });
     const read = await ask<{ ok: boolean; size: number }>(`read ${file}`);

@@ -96,6 +96,24 @@ void dp_put(dp_entry_t *e) {
   pthread_mutex_unlock(&dp_lock);
 }
 
+int hs_dp_published(uint64_t fh, uint32_t *flags, int (*fn)(int fd, void *ctx), void *ctx) {
+  *flags = 0;
+  if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return -1;
+  pthread_mutex_lock(&dp_lock);
+  dp_entry_t *e = *dp_find(fh);
+  if (e != NULL && dp_current(e)) {
+    *flags = e->flags;
+    e->inflight++;
+  } else {
+    e = NULL;
+  }
+  pthread_mutex_unlock(&dp_lock);
+  if (e == NULL) return -1;
+  int res = fn != NULL ? fn(e->fd, ctx) : 0;
+  dp_put(e);
+  return res;
+}
+
 int hs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res) {
   // Nothing published yet (or ever): not even the lock.
   if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;

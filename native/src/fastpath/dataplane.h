@@ -36,6 +36,12 @@ int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t
 // unpublish from C: on return no read or write uses the descriptor. -> whether it was published.
 int hs_dp_unpublish_fd(uint64_t fh);
 
+// What is published for handle fh under the policy now: 0 and its DP_*
+// flags in *flags, and with fn, fn's result for its descriptor (called while
+// the descriptor cannot be closed: an open's backing ID is made from it);
+// -1 when nothing current is published (the flags then 0).
+int hs_dp_published(uint64_t fh, uint32_t *flags, int (*fn)(int fd, void *ctx), void *ctx);
+
 // Adds the data plane's functions to the module's exports.
 void hs_dp_export(napi_env env, napi_value exports);
 

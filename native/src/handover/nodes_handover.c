@@ -17,10 +17,12 @@
 // (host byte order: both run on one machine): "HSNT", u32 version, u64
 // next_id, u64 hide_ctr, u64 nodes; per node u64 nodeid, u64 ino, u32 type,
 // u32 open_count, u32 hidden, u32 aliases, u64 nlookup; per alias u64 parent
-// nodeid, u32 length, the name's bytes.
+// nodeid, u32 length, the name's bytes. Version 2 (passthrough): `hidden` is
+// the backing ID shifted left by one, or'd with the hidden bit (IDs are
+// positive ints: 31 bits); a version 1 table (no passthrough) is read too.
 
 #define NT_MAGIC 0x544e5348u  // "HSNT"
-#define NT_VERSION 1u
+#define NT_VERSION 2u
 
 static int reserve (nt_buf_t *b, size_t n) {
   if (b->len + n <= b->cap) return 0;
@@ -66,7 +68,7 @@ int nt_export_locked (nt_buf_t *b) {
       PUT(b, (uint64_t) n->ino);
       PUT(b, (uint32_t) n->type);
       PUT(b, (uint32_t) n->open_count);
-      PUT(b, (uint32_t) n->hidden);
+      PUT(b, ((uint32_t) n->pt_id << 1) | (n->hidden ? 1u : 0u));
       PUT(b, na);
       PUT(b, (uint64_t) n->nlookup);
       for (hs_alias_t *a = n->aliases; a != NULL; a = a->next) {
@@ -121,6 +123,7 @@ static void import_undo (uint64_t root_refs) {
   memset(hs_nt.id_tab, 0, hs_nt.id_size * sizeof(*hs_nt.id_tab));
   memset(hs_nt.ino_tab, 0, hs_nt.ino_size * sizeof(*hs_nt.ino_tab));
   hs_nt.alias_count = hs_nt.ino_count = hs_nt.id_count = 0;
+  nt_backing_nodes = 0;
   hs_nt.root->id_next = NULL;
   hs_nt.root->in_ino = 0;
   hs_nt.root->aliases = NULL;
@@ -187,7 +190,7 @@ static size_t import_prefetch (const nt_in_t *in, size_t at, int link, int stage
 // Reads the node records: the first pass makes the nodes (into `made`, in
 // record order), the second (`link`) their names (every parent exists by
 // then) and the inode index.
-static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link, hs_node_t **made) {
+static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link, hs_node_t **made, uint32_t version) {
   size_t far = in->at, near = in->at;
   for (int k = 0; k < IMPORT_AHEAD && far != 0; k++) far = import_prefetch(in, far, link, 0);
   for (int k = 0; k < IMPORT_AHEAD / 2 && near != 0; k++) near = import_prefetch(in, near, link, 1);
@@ -208,7 +211,8 @@ static int import_pass (nt_in_t *in, uint64_t count, uint64_t next, int link, hs
       n->ino = ino;
       n->type = type & S_IFMT;
       n->open_count = open_count;
-      n->hidden = hidden != 0;
+      n->hidden = version >= 2 ? (hidden & 1u) != 0 : hidden != 0;
+      if (version >= 2 && (hidden >> 1) != 0) nt_set_backing(n, (int32_t) (hidden >> 1));
       n->nlookup = nlookup;
       nt_id_add(n);
       made[i] = n;
@@ -248,7 +252,7 @@ int hs_nodes_import (const char *buf, size_t len) {
     goto out;
   }
   GET(&in, magic); GET(&in, version); GET(&in, nid); GET(&in, hctr); GET(&in, count);
-  if (magic != NT_MAGIC || version != NT_VERSION) goto out;
+  if (magic != NT_MAGIC || version < 1 || version > NT_VERSION) goto out;
   // A count the buffer cannot hold is refused before anything is allocated for it.
   if (count > (len - in.at) / NT_MIN_RECORD) goto out;
   if ((made = malloc((count + 1) * sizeof(*made))) == NULL) {
@@ -259,10 +263,10 @@ int hs_nodes_import (const char *buf, size_t len) {
   nt_presize((size_t) count + 1);
   uint64_t root_refs = hs_nt.root->refs;
   size_t at = in.at;
-  err = import_pass(&in, count, nid, 0, made);
+  err = import_pass(&in, count, nid, 0, made, version);
   if (err == 0) {
     in.at = at;
-    err = import_pass(&in, count, nid, 1, made);
+    err = import_pass(&in, count, nid, 1, made, version);
   }
   // Every byte is a record: a longer buffer is not this table.
   if (err == 0 && in.at != in.len) err = -EINVAL;

@@ -113,7 +113,7 @@ static void jr_apply_exchanged (const jr_body_t *b, const char *on, const char *
 }
 
 // One record replayed. 0, or -EINVAL when it does not replay as it ran.
-static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
+static int jr_apply_one (const jr_body_t *b, const char *n1, const char *n2) {
   hs_node_t *n = NULL;
   switch (b->kind) {
   case HS_JR_FOUND: {
@@ -145,6 +145,13 @@ static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
       free(path);
     }
     break;
+  case HS_JR_BACKING:
+    // A node the replay does not know was forgotten: its ID was closed with it.
+    if ((n = hs_node_get(b->a)) == NULL) return 0;
+    pthread_mutex_lock(&hs_nt.mu);
+    nt_set_backing(n, (int32_t) (uint32_t) b->b);
+    nt_unlock();
+    break;
   case HS_JR_ANSWERED: hs_node_answered(b->a); return 0;
   case HS_JR_REFUSED: hs_node_refused(b->a); return 0;
   case HS_JR_PENDING:
@@ -159,6 +166,15 @@ static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
   }
   hs_node_put(n);
   return 0;
+}
+
+// A record replayed: what its releases give up was closed by the daemon
+// that wrote it (nodes_internal.h, nt_replaying).
+static int jr_apply (const jr_body_t *b, const char *n1, const char *n2) {
+  nt_replaying = 1;
+  int err = jr_apply_one(b, n1, n2);
+  nt_replaying = 0;
+  return err;
 }
 
 // The last recovery's figures (hs_journal_recovered): the recovering

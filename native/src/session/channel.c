@@ -41,6 +41,7 @@
 #include "session/channel_internal.h"
 #include "session/lead.h"
 #include "session/handles.h"
+#include "session/passthrough.h"
 
 // The flush gate: a table of 65536 counters that JS owns and writes (see
 // Fuse.prototype.setFlushGate). Slot fh & 0xffff counts the open handles in
@@ -79,7 +80,8 @@ int hs_flush_is_noop (const struct fuse_file_info *info) {
 // in a text home) is in a raised slot, raised before JS answers its open.
 #define HOMESFS_FOPEN_NOFLUSH (1u << 5)
 struct hs_out_header { uint32_t len; int32_t error; uint64_t unique; };
-struct hs_open_out { uint64_t fh; uint32_t open_flags; uint32_t padding; };
+// 7.40's fuse_open_out: backing_id where 7.38 has padding (proto.h).
+struct hs_open_out { uint64_t fh; uint32_t open_flags; int32_t backing_id; };
 
 int hs_noflush_on = 0;                // atomic; setNoFlush
 uint64_t hs_noflush_count = 0;        // opens answered with it, atomic
@@ -329,21 +331,34 @@ restart:;
 
 // A writev of a reply (ENOENT: the request was interrupted, not an error to
 // print), with the flag set in the reply to an open marked above.
+// The reply's fuse_open_out, if it is a successful open's: OPEN's reply ends
+// with it, CREATE's (after fuse_entry_out) too.
+static struct hs_open_out * open_out_of (const struct iovec iov[], size_t count) {
+  if (count < 2 || iov[0].iov_len < sizeof(struct hs_out_header)) return NULL;
+  const struct hs_out_header *oh = (const struct hs_out_header *) iov[0].iov_base;
+  const struct iovec *last = &iov[count - 1];
+  if (oh->error != 0 || last->iov_len < sizeof(struct hs_open_out)) return NULL;
+  return (struct hs_open_out *) ((char *) last->iov_base + last->iov_len - sizeof(struct hs_open_out));
+}
+
 static int hs_chan_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
   if (iov == NULL) return 0;
   if (hs_noflush_pending) {
     hs_noflush_pending = 0;
-    if (count >= 2 && iov[0].iov_len >= sizeof(struct hs_out_header)) {
-      const struct hs_out_header *oh = (const struct hs_out_header *) iov[0].iov_base;
-      const struct iovec *last = &iov[count - 1];
-      // OPEN's reply ends with fuse_open_out, CREATE's (after fuse_entry_out) too.
-      if (oh->error == 0 && last->iov_len >= sizeof(struct hs_open_out)) {
-        struct hs_open_out *oo = (struct hs_open_out *) ((char *) last->iov_base + last->iov_len - sizeof(*oo));
-        if (oo->fh == hs_noflush_fh) {
-          oo->open_flags |= HOMESFS_FOPEN_NOFLUSH;
-          __atomic_add_fetch(&hs_noflush_count, 1, __ATOMIC_RELAXED);
-        }
-      }
+    struct hs_open_out *oo = open_out_of(iov, count);
+    if (oo != NULL && oo->fh == hs_noflush_fh) {
+      oo->open_flags |= HOMESFS_FOPEN_NOFLUSH;
+      __atomic_add_fetch(&hs_noflush_count, 1, __ATOMIC_RELAXED);
+    }
+  }
+  uint64_t pt_fh;
+  int32_t pt_id;
+  if (hs_pt_take_mark(&pt_fh, &pt_id)) {
+    // Passed through (ops_files.c): libfuse 2.9 wrote the rest of the flags.
+    struct hs_open_out *oo = open_out_of(iov, count);
+    if (oo != NULL && oo->fh == pt_fh) {
+      oo->open_flags |= HS_FOPEN_PASSTHROUGH;
+      oo->backing_id = pt_id;
     }
   }
   ssize_t res = writev(fuse_chan_fd(ch), iov, (int) count);
@@ -364,6 +379,7 @@ static void hs_chan_destroy (struct fuse_chan *ch) {
 // Our channel on /dev/fuse descriptor fd (owned by it from now on), with
 // requests of up to bufsize bytes; NULL when it cannot be made.
 struct fuse_chan * hs_chan_on_fd (int fd, size_t bufsize) {
+  hs_pt_set_dev(fd);
   struct fuse_chan_ops op;
   memset(&op, 0, sizeof(op));
   op.receive = hs_chan_receive;

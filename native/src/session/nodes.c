@@ -202,6 +202,8 @@ void nt_node_free_if_unused (hs_node_t *n) {
   n->refs++; // its aliases' removal must not come back here
   while (n->aliases != NULL) nt_alias_del(n->aliases);
   n->refs--;
+  // Forgotten by the kernel with releases still to come: no file of it is open there.
+  nt_close_backing(nt_family_end(n));
   nt_ino_del(n);
   hs_node_t **pp = &hs_nt.id_tab[hash64(n->nodeid) & (hs_nt.id_size - 1)];
   while (*pp != n) pp = &(*pp)->id_next;
@@ -254,6 +256,7 @@ void hs_nodes_clear (void) {
   hs_nt.id_count = hs_nt.ino_count = hs_nt.alias_count = 0;
   hs_nt.next_id = HS_ROOT_ID + 1;
   hs_nt.hide_ctr = 0;
+  nt_backing_nodes = 0;
   nt_eff_clear();
   nt_jr_detach();
   nt_unlock();
@@ -483,6 +486,86 @@ void hs_node_opened (hs_node_t *n) {
   hs_node_opened_by(n, 0);
 }
 
+void (*hs_node_backing_close) (int32_t id) = NULL;
+int nt_replaying = 0;
+uint64_t nt_backing_nodes = 0;  // nodes with a pt_id, under hs_nt.mu
+
+// Under hs_nt.mu: n's family ends (its last open released): its ID is
+// journaled gone and returned for the caller to close once unlocked (0: none
+// to close: none held, or a replay's).
+int32_t nt_family_end (hs_node_t *n) {
+  int32_t id = n->pt_id;
+  if (id == 0) return 0;
+  n->pt_id = 0;
+  nt_backing_nodes--;
+  // Journaled before the close: a crash between leaves an ID open (a
+  // backing file held until the connection ends), never a node naming an ID
+  // the kernel may give to another file.
+  if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_BACKING, n->nodeid, 0);
+  return nt_replaying ? 0 : id;
+}
+
+void nt_close_backing (int32_t id) {
+  if (id != 0 && hs_node_backing_close != NULL) hs_node_backing_close(id);
+}
+
+int hs_node_family_free (hs_node_t *n) {
+  pthread_mutex_lock(&hs_nt.mu);
+  int free_ = n->open_count == 0 && n->pt_id == 0;
+  nt_unlock();
+  return free_;
+}
+
+int32_t hs_node_backing (hs_node_t *n) {
+  pthread_mutex_lock(&hs_nt.mu);
+  int32_t id = n->pt_id;
+  nt_unlock();
+  return id;
+}
+
+uint64_t hs_nodes_backing_count (void) {
+  pthread_mutex_lock(&hs_nt.mu);
+  uint64_t c = nt_backing_nodes;
+  nt_unlock();
+  return c;
+}
+
+// Under hs_nt.mu: the node's family takes backing ID id (journaled before the
+// OPENED record that follows, so a replay has the ID before the open).
+void nt_set_backing (hs_node_t *n, int32_t id) {
+  if (n->pt_id == 0 && id != 0) nt_backing_nodes++;
+  else if (n->pt_id != 0 && id == 0) nt_backing_nodes--;
+  n->pt_id = id;
+  if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_BACKING, n->nodeid, (uint64_t) (uint32_t) id);
+}
+
+int hs_node_open_mode (hs_node_t *n, uint64_t unique, int need, int32_t new_id, int32_t *id, int32_t *spare) {
+  uint64_t u = unique & ~HS_UNIQUE_RESEND;
+  int mode = HS_IO_CACHED;
+  *id = 0;
+  *spare = new_id;
+  pthread_mutex_lock(&hs_nt.mu);
+  // Resent: its first run counted this open (in the family it is in now).
+  int done = already_done(unique, HS_JR_OPENED, n);
+  uint32_t others = n->open_count - (done && n->open_count > 0 ? 1 : 0);
+  if (n->pt_id != 0) {
+    mode = need == HS_OPEN_PLAIN_READER ? HS_IO_PT : need == HS_OPEN_PLAIN ? HS_IO_PT_DIRECT : HS_IO_REFUSE;
+    *id = n->pt_id;
+  } else if (others == 0 && need == HS_OPEN_PLAIN_READER && new_id > 0) {
+    nt_set_backing(n, new_id);
+    *spare = 0;
+    *id = new_id;
+    mode = HS_IO_PT;
+  }
+  if (mode != HS_IO_REFUSE && !done) {
+    n->open_count++;
+    if (u != 0) nt_eff_put(u, HS_JR_OPENED, n->nodeid);
+    if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_OPENED, n->nodeid, u);
+  }
+  nt_unlock();
+  return mode;
+}
+
 void hs_node_opened_by (hs_node_t *n, uint64_t unique) {
   uint64_t u = unique & ~HS_UNIQUE_RESEND;
   pthread_mutex_lock(&hs_nt.mu);
@@ -582,6 +665,7 @@ int hs_node_released_by (hs_node_t *n, char **path, uint64_t unique) {
     return unlink_hidden;
   }
   if (n->open_count > 0) n->open_count--;
+  int32_t gone = n->open_count == 0 ? nt_family_end(n) : 0;
   if (n->hidden && n->open_count == 0) {
     n->hidden = 0;
     // Only the hidden name this table made is unlinked, never a name the node
@@ -591,6 +675,7 @@ int hs_node_released_by (hs_node_t *n, char **path, uint64_t unique) {
   if (u != 0) nt_eff_put(u, HS_JR_RELEASED, n->nodeid);
   if (hs_nt.journal != NULL) nt_jr_value2(HS_JR_RELEASED, n->nodeid, u);
   nt_unlock();
+  nt_close_backing(gone);
   return unlink_hidden;
 }
 

@@ -130,6 +130,49 @@ void hs_node_answered (uint64_t unique);
 // the open its first run counted is taken back (the kernel got no handle),
 // journaled.
 void hs_node_refused (uint64_t unique);
+// Passthrough (Linux 6.9+, fs/fuse/iomode.c). The kernel keeps each inode in
+// one I/O mode: while one open of it is passed through (FOPEN_PASSTHROUGH,
+// with a backing ID), every other open of it must be passed through too, with
+// the same backing file, or it fails with EIO; a passthrough open of an inode
+// with cached opens fails the same way. The daemon cannot see the kernel's
+// opens, only its own, which are never fewer: the kernel drops an open's mode
+// before it sends the RELEASE (fuse_file_put) and takes it up only after the
+// answer. So each node's opens form one family, decided by the open that
+// finds none counted:
+// - passed through (pt_id set): readers HS_IO_PT; every other open
+//   HS_IO_PT_DIRECT (FOPEN_PASSTHROUGH | FOPEN_DIRECT_IO: its reads and writes
+//   still come to the daemon, only an mmap maps the backing file), or, when
+//   its home's content policy must see its data (which such an mmap would
+//   not), HS_IO_REFUSE, not counted;
+// - cached: every open HS_IO_CACHED, as without passthrough.
+// The family ends with the node's last release, which gives its backing ID
+// back (hs_node_backing_close). The ID is journaled and handed over with the
+// node, so a successor answers with the ID the kernel's files use.
+#define HS_IO_CACHED 0
+#define HS_IO_PT 1
+#define HS_IO_PT_DIRECT 2
+#define HS_IO_REFUSE 3
+// What an open's handle needs: HS_OPEN_PLAIN_READER (read-only, its reads
+// need no policy: it may be passed through), HS_OPEN_PLAIN (its data need no
+// policy), HS_OPEN_POLICY (its home's content policy sees its data).
+#define HS_OPEN_PLAIN_READER 0
+#define HS_OPEN_PLAIN 1
+#define HS_OPEN_POLICY 2
+// Whether an open of n now would begin its family (nothing counted, no
+// backing ID): a reader that may be passed through needs an ID made first.
+int hs_node_family_free (hs_node_t *n);
+// Counts the open as hs_node_opened_by does (not a refused one) and returns
+// its mode. new_id: a backing ID made for it (0: none); it becomes the node's
+// when this open begins a passed-through family, else it is returned in
+// *spare for the caller to close. *id: the ID to answer with.
+int hs_node_open_mode (hs_node_t *n, uint64_t unique, int need, int32_t new_id, int32_t *id, int32_t *spare);
+// Gives a backing ID back (the session: FUSE_DEV_IOC_BACKING_CLOSE on its
+// device). NULL: nothing is closed (tests).
+extern void (*hs_node_backing_close) (int32_t id);
+// The node's backing ID (0: none), and how many nodes hold one.
+int32_t hs_node_backing (hs_node_t *n);
+uint64_t hs_nodes_backing_count (void);
+
 // For tests and status: how many requests' changes are kept.
 uint64_t hs_nodes_pending (void);
 

@@ -33,6 +33,9 @@ struct hs_node {
   uint64_t refs;       // threads using it, child aliases, held path locks
   int treelock;
   uint32_t open_count;
+  // The backing ID (FUSE_DEV_IOC_BACKING_OPEN) every open of this node is
+  // passed through with, while one is (0: none): see hs_node_open_mode.
+  int32_t pt_id;
   int hidden;
   int in_ino;          // in the ino index
   uint64_t walk_gen;   // hs_nodes_below: the walk that last decided walk_below
@@ -97,14 +100,28 @@ void nt_jr_forget (uint64_t nodeid, uint64_t nlookup);
 void nt_jr_removed (uint64_t parent, const char *name);
 void nt_jr_renamed (uint64_t op, const char *on, uint64_t np, const char *nn);
 void nt_jr_exchanged (uint64_t op, const char *on, uint64_t np, const char *nn);
-// HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED (a node), HS_JR_HIDE_CTR, HS_JR_NEXT_ID (a value).
+// HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED (a node), HS_JR_HIDE_CTR, HS_JR_NEXT_ID (a value);
+// HS_JR_BACKING (a node and its backing ID, 0 when it has none any more).
 // HS_JR_ANSWERED, HS_JR_REFUSED (a request's unique: nodes_requests.c);
 // HS_JR_PENDING (written after a snapshot only: a unique, a node, a kind).
 enum { HS_JR_FOUND = 1, HS_JR_FORGET, HS_JR_REMOVED, HS_JR_RENAMED, HS_JR_OPENED, HS_JR_HIDDEN, HS_JR_RELEASED, HS_JR_HIDE_CTR, HS_JR_NEXT_ID,
-       HS_JR_ANSWERED, HS_JR_REFUSED, HS_JR_PENDING, HS_JR_EXCHANGED };
+       HS_JR_ANSWERED, HS_JR_REFUSED, HS_JR_PENDING, HS_JR_EXCHANGED, HS_JR_BACKING };
 void nt_jr_value (uint32_t kind, uint64_t v);
 // OPENED and RELEASED with the unique of the request they answer (b; 0: none).
 void nt_jr_value2 (uint32_t kind, uint64_t a, uint64_t b);
+
+// Set while a journal's records are applied (a recovery, a follower): the
+// backing IDs their records gave up were closed by the daemon that wrote
+// them (or are another's by now), so none is closed again.
+extern int nt_replaying;
+// Passthrough families (nodes.h): the node takes backing ID id (0: none),
+// journaled; its family ends at its last release: its ID journaled gone and
+// returned to be closed once hs_nt.mu is dropped (nt_close_backing; 0 when
+// nothing is to be closed).
+void nt_set_backing (hs_node_t *n, int32_t id);
+int32_t nt_family_end (hs_node_t *n);
+void nt_close_backing (int32_t id);
+extern uint64_t nt_backing_nodes;  // nodes with a backing ID
 
 // Requests whose effect is in the table (and journaled) but whose answer may
 // not have reached the kernel (nodes_requests.c): a unique (the resend bit

@@ -99,18 +99,20 @@ void hs_node_answered (uint64_t unique) {
 // mount reaches the name, and a file just made has no other).
 void hs_node_refused (uint64_t unique) {
   uint64_t u = unique & ~HS_UNIQUE_RESEND;
+  int32_t gone = 0;
   if (u == 0) return;
   pthread_mutex_lock(&hs_nt.mu);
   nt_eff_t *e = nt_eff_find(u);
   if (e != NULL) {
     if (e->kind == HS_JR_OPENED) {
       hs_node_t *n = hs_nt.id_tab != NULL ? nt_id_find(e->nodeid) : NULL;
-      if (n != NULL && n->open_count > 0) n->open_count--;
+      if (n != NULL && n->open_count > 0 && --n->open_count == 0) gone = nt_family_end(n);
     }
     nt_eff_del(u);
     if (hs_nt.journal != NULL) nt_jr_value(HS_JR_REFUSED, u);
   }
   nt_unlock();
+  nt_close_backing(gone);
 }
 
 uint64_t hs_nodes_pending (void) {

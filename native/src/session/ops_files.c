@@ -27,9 +27,11 @@
 #include "session/channel.h"
 #include "fastpath/dataplane.h"
 #include "fastpath/fastpath.h"
+#include "abi.h"
 #include "session/handles.h"
 #include "session/ops.h"
 #include "session/ops_steps.h"
+#include "session/passthrough.h"
 #include "session/proto.h"
 
 #define STEP_MKNOD 1
@@ -58,6 +60,56 @@ void hs_release_handle (hs_op_t *from, uint64_t fh, const char *path) {
   op_js(op, ops_file_args, ops_released_quietly);
 }
 
+// ---- the I/O mode of an open (passthrough) ----------------------------------------
+//
+// Which opens are passed through: an open is a plain reader when it is
+// read-only and JavaScript published its handle for native reads (its home's
+// content needs no look at the data: src/fs/publication.ts, DP_READ), plain
+// when every access it has is published so (DP_READ for reading, DP_WRITE for
+// writing: the daemon decides each write from its offset and length alone),
+// and under policy otherwise (a text home). A plain reader that begins its
+// node's family is passed through; the rest follow the family (nodes.h).
+// A policy open is refused in a passed-through family: the mmap such an open
+// would get maps the backing file, which no content check sees.
+
+static int backing_id_of (int fd, void *ctx) {
+  int32_t id = hs_pt_backing_open(fd);
+  *(int32_t *) ctx = id > 0 ? id : 0;
+  return 0;
+}
+
+// Counts the open of op->fi.fh on node n under its mode and sets the answer's
+// flags for it. 0, or -ETXTBSY: refused, nothing counted.
+static int open_io (hs_op_t *op, hs_node_t *n) {
+  // Never negotiated: no node has a family to keep.
+  if (hs_proto_get().flags2 == 0) {
+    hs_node_opened_by(n, op->unique);
+    return 0;
+  }
+  int acc = op->fi.flags & O_ACCMODE;
+  uint32_t dp = 0;
+  int32_t new_id = 0, id = 0, spare = 0;
+  int begin = acc == O_RDONLY && S_ISREG(hs_node_type(hs_node_id(n))) && hs_pt_may_begin() && hs_node_family_free(n);
+  hs_dp_published(op->fi.fh, &dp, begin ? backing_id_of : NULL, &new_id);
+  int need = HS_OPEN_POLICY;
+  if (acc == O_RDONLY && (dp & HOMESFS_DP_READ)) need = HS_OPEN_PLAIN_READER;
+  else if (acc == O_WRONLY && (dp & HOMESFS_DP_WRITE)) need = HS_OPEN_PLAIN;
+  else if (acc == O_RDWR && (dp & HOMESFS_DP_READ) && (dp & HOMESFS_DP_WRITE)) need = HS_OPEN_PLAIN;
+  int mode = hs_node_open_mode(n, op->unique, need, new_id, &id, &spare);
+  hs_pt_backing_close(spare);
+  hs_pt_count(mode);
+  if (mode == HS_IO_REFUSE) return -ETXTBSY;
+  if (mode == HS_IO_PT || mode == HS_IO_PT_DIRECT) {
+    // The kernel refuses a passed-through open with any flag but
+    // FOPEN_DIRECT_IO and FOPEN_NOFLUSH (FOPEN_PASSTHROUGH_MASK, Linux fs/fuse/iomode.c).
+    op->fi.direct_io = mode == HS_IO_PT_DIRECT;
+    op->fi.keep_cache = 0;
+    op->fi.nonseekable = 0;
+    hs_pt_mark(hs_fh_out(op->fi.fh), id);
+  }
+  return 0;
+}
+
 // ---- OPEN ---------------------------------------------------------------------------
 
 void ops_apply_open_opts (struct fuse_file_info *fi, uint32_t opts) {
@@ -69,9 +121,13 @@ void ops_apply_open_opts (struct fuse_file_info *fi, uint32_t opts) {
 void ops_open_reply (hs_op_t *op) {
   if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
   // Under the request's unique: a resent OPEN whose first run counted this open does not again.
-  hs_node_opened_by(op->node, op->unique);
-  op->kept = 1;
   hs_noflush_after_open(0, &op->fi);
+  if (open_io(op, op->node) != 0) {
+    hs_noflush_after_open(-1, NULL);
+    hs_release_handle(op, op->fi.fh, op->path);
+    return op_reply_err(op, -ETXTBSY);
+  }
+  op->kept = 1;
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
   if (fuse_reply_open(op->req, &out) == -ENOENT) {
@@ -120,14 +176,22 @@ void ops_create_then (hs_op_t *op, int res, const struct stat *st) {
     return op_finish(op);
   }
   if (hs_conf.kernel_cache) op->fi.keep_cache = 1;
+  hs_noflush_after_open(0, &op->fi);
   if (n != NULL) {
-    hs_node_opened_by(n, op->unique);
+    if (open_io(op, n) != 0) {
+      // A CREATE of a name that existed, in a passed-through family.
+      hs_noflush_after_open(-1, NULL);
+      hs_release_handle(op, op->fi.fh, op->path);
+      // The entry is not answered: the lookup op_entry counted goes again.
+      hs_node_forget(op->e.ino, 1);
+      hs_node_put(n);
+      return op_reply_err(op, -ETXTBSY);
+    }
     op->kept = 1;
     // An O_TMPFILE's file is hidden from the start (JavaScript made it at its
     // home's orphan): its last release unlinks it, unless a LINK named it.
     if (op->tmpfile) hs_node_mark_hidden(n);
   }
-  hs_noflush_after_open(0, &op->fi);
   struct fuse_file_info out = op->fi;
   out.fh = hs_fh_out(op->fi.fh);
   if (fuse_reply_create(op->req, &op->e, &out) == -ENOENT) {

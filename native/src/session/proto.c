@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -30,8 +31,21 @@ int hs_proto_plus (void) {
 
 static hs_proto_t s_neg;
 static uint32_t s_largest_read, s_largest_write;  // atomics
-static uint64_t s_lookups, s_plus;                // atomics
+static uint64_t s_lookups, s_plus, s_reads;       // atomics
 static int s_want_plus = 1;                       // set by the JavaScript thread before the mount
+static int s_want_pt = 1;                         // likewise
+
+// fuse_init_out as 7.40 lays it out (the 7.38 header's unused[0] is max_stack_depth).
+struct hs_init_out {
+  uint32_t major, minor, max_readahead, flags;
+  uint16_t max_background, congestion_threshold;
+  uint32_t max_write, time_gran;
+  uint16_t max_pages, map_alignment;
+  uint32_t flags2, max_stack_depth;
+  uint32_t unused[6];
+};
+_Static_assert(sizeof(struct hs_init_out) == sizeof(struct fuse_init_out), "7.40's fuse_init_out is 7.38's size");
+_Static_assert(offsetof(struct hs_init_out, flags2) == offsetof(struct fuse_init_out, flags2), "flags2 where 7.38 has it");
 
 // What libfuse 2.9 negotiates: its protocol version and, as its options
 // allow, 128 KiB requests (its channel's 132 KiB buffer less 4 KiB).
@@ -67,16 +81,32 @@ size_t hs_proto_amend_init (const struct fuse_init_in *in, const char *lib, size
   if (s_want_plus && io.minor >= 21 && (in->flags & FUSE_DO_READDIRPLUS)) io.flags |= FUSE_DO_READDIRPLUS | (in->flags & FUSE_READDIRPLUS_AUTO);
   // A WRITE is at most max_pages long, whatever max_write says.
   if (io.max_write > max_pages * 4096) io.max_write = max_pages * 4096;
-  // What libfuse 2.9 does not know stays unasked: no flags2 (FUSE_INIT_EXT unset).
+  // What libfuse 2.9 does not know stays unasked: flags2 only for passthrough.
   io.flags &= ~FUSE_INIT_EXT;
-  oh.len = sizeof(oh) + sizeof(io);
+  io.flags2 = 0;
+  struct hs_init_out ext;
+  memcpy(&ext, &io, sizeof(ext));
+  ext.max_stack_depth = 0;
+  // Passthrough (ops_files.c, nodes.h): the kernel reads flags2 only with
+  // FUSE_INIT_EXT, and takes passthrough only with a stack depth of 1 or 2
+  // and no writeback cache (process_init_reply, Linux fs/fuse/inode.c).
+  if (s_want_pt && io.minor >= 40 && (in->flags & FUSE_INIT_EXT) && (in->flags2 & HS_FUSE2_PASSTHROUGH) && !(io.flags & FUSE_WRITEBACK_CACHE)) {
+    ext.flags |= FUSE_INIT_EXT;
+    ext.flags2 = HS_FUSE2_PASSTHROUGH;
+    ext.max_stack_depth = HS_PROTO_STACK_DEPTH;
+  }
+  oh.len = sizeof(oh) + sizeof(ext);
   memcpy(out, &oh, sizeof(oh));
-  memcpy(out + sizeof(oh), &io, sizeof(io));
+  memcpy(out + sizeof(oh), &ext, sizeof(ext));
+  io.flags = ext.flags;
+  io.flags2 = ext.flags2;
   neg->minor = io.minor;
   neg->max_write = io.max_write;
   neg->max_pages = max_pages;
   neg->flags = io.flags;
   neg->kernel_minor = in->minor;
+  neg->flags2 = (io.flags & FUSE_INIT_EXT) ? io.flags2 : 0;
+  neg->kernel_flags2 = (in->flags & FUSE_INIT_EXT) ? in->flags2 : 0;
   return oh.len;
 }
 
@@ -151,6 +181,7 @@ int hs_proto_filter (char *buf, size_t *len, struct fuse_session *se, struct fus
     case FUSE_INIT:
       return serve_init(buf, *len, se, ch);
     case FUSE_READ:
+      __atomic_add_fetch(&s_reads, 1, __ATOMIC_RELAXED);
       if (alen >= sizeof(struct fuse_read_in)) {
         struct fuse_read_in r;
         memcpy(&r, arg, sizeof(r));
@@ -208,7 +239,7 @@ size_t hs_proto_adopt (const char *blob, size_t len) {
   struct fuse_init_in in;
   memset(&in, 0, sizeof(in));
   memcpy(&in, blob + sizeof(h), min_u32(h.len - (uint32_t) sizeof(h), sizeof(in)));
-  hs_proto_t neg = { .kernel_minor = in.minor };
+  hs_proto_t neg = { .kernel_minor = in.minor, .kernel_flags2 = (in.flags & FUSE_INIT_EXT) ? in.flags2 : 0 };
   size_t rest = len - h.len;
   struct fuse_out_header oh;
   if (rest >= sizeof(oh) + 8) {
@@ -220,6 +251,7 @@ size_t hs_proto_adopt (const char *blob, size_t len) {
     neg.flags = io.flags;
     neg.max_write = io.max_write;
     neg.max_pages = (io.flags & FUSE_MAX_PAGES) ? io.max_pages : 32;
+    neg.flags2 = (io.flags & FUSE_INIT_EXT) ? io.flags2 : 0;
   } else {
     // Kept by a daemon that let libfuse 2.9 answer.
     neg.minor = min_u32(in.minor, LIBFUSE_MINOR);
@@ -234,11 +266,20 @@ void hs_proto_want_plus (int on) {
   s_want_plus = on;
 }
 
+void hs_proto_want_passthrough (int on) {
+  s_want_pt = on;
+}
+
+int hs_proto_passthrough (void) {
+  return s_want_pt && (s_neg.flags2 & HS_FUSE2_PASSTHROUGH) != 0;
+}
+
 hs_proto_t hs_proto_get (void) {
   return s_neg;
 }
 
-void hs_proto_counts (uint64_t *lookups, uint64_t *plus) {
+void hs_proto_counts (uint64_t *lookups, uint64_t *plus, uint64_t *reads) {
+  *reads = __atomic_load_n(&s_reads, __ATOMIC_RELAXED);
   *lookups = __atomic_load_n(&s_lookups, __ATOMIC_RELAXED);
   *plus = __atomic_load_n(&s_plus, __ATOMIC_RELAXED);
 }

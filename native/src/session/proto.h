@@ -30,14 +30,29 @@
 #define HOMESFS_PROTO_H
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <linux/fuse.h>
 #include <fuse_lowlevel.h>
 
 // The protocol version this session handles in full: every request the
 // kernel may send at it is decoded here or by libfuse 2.9, or answered
-// ENOSYS where the kernel has a fallback. 7.38 is the newest that Debian 12's
-// <linux/fuse.h> (linux-libc-dev 6.1) describes.
-#define HS_PROTO_MINOR 38
+// ENOSYS where the kernel has a fallback (7.39's STATX: the kernel then asks
+// GETATTR, fuse_update_get_attr). Debian 12's <linux/fuse.h> (linux-libc-dev
+// 6.1) describes 7.38; what 7.40 added that this session uses is defined
+// below, from the kernel's include/uapi/linux/fuse.h.
+#define HS_PROTO_MINOR 40
+// 7.40: passthrough. FUSE_PASSTHROUGH is bit 37 of the flags, i.e. bit 5 of
+// flags2 (read only with FUSE_INIT_EXT); fuse_init_out's max_stack_depth
+// took unused[0]; fuse_open_out's backing_id took its padding.
+#define HS_FUSE2_PASSTHROUGH (1u << 5)
+#define HS_FOPEN_PASSTHROUGH (1u << 7)
+// The backing file's stack depth the session declares: 1 (a plain local
+// filesystem). A backing directory on overlayfs or another FUSE mount has a
+// depth of its own, and its backing opens fail (ELOOP): its opens stay cached.
+#define HS_PROTO_STACK_DEPTH 1
+struct hs_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
+#define HS_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct hs_backing_map)
+#define HS_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 // The largest request the session asks for: 256 pages, the kernel's cap
 // (fuse_max_pages_limit's default, Linux fs/fuse/inode.c).
 #define HS_PROTO_MAX_PAGES 256
@@ -63,6 +78,8 @@ typedef struct {
   uint32_t max_pages;  // the largest request in pages (32 unless FUSE_MAX_PAGES)
   uint32_t flags;      // the answer's flags
   uint32_t kernel_minor;  // what the kernel offered
+  uint32_t flags2;     // the answer's flags2 (with FUSE_INIT_EXT in flags)
+  uint32_t kernel_flags2;  // what the kernel offered in flags2
 } hs_proto_t;
 
 // The flags of the RENAME2 this thread is serving (0 for a plain RENAME).
@@ -92,11 +109,16 @@ size_t hs_proto_adopt (const char *blob, size_t len);
 
 // Whether INIT asks for READDIRPLUS (fuse.readdirplus; set before the mount).
 void hs_proto_want_plus (int on);
+// Whether INIT asks for passthrough (fuse.passthrough; set before the mount).
+void hs_proto_want_passthrough (int on);
+// Whether the session has passthrough: negotiated (by it or its predecessor)
+// and still wanted.
+int hs_proto_passthrough (void);
 
 // The negotiated state (zeros before INIT).
 hs_proto_t hs_proto_get (void);
 // The largest READ and WRITE the kernel has sent so far.
 void hs_proto_largest (uint32_t *read, uint32_t *write);
-// How many LOOKUPs and READDIRPLUSes the kernel has sent so far.
-void hs_proto_counts (uint64_t *lookups, uint64_t *plus);
+// How many LOOKUPs, READDIRPLUSes and READs the kernel has sent so far.
+void hs_proto_counts (uint64_t *lookups, uint64_t *plus, uint64_t *reads);
 #endif

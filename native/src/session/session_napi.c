@@ -21,14 +21,16 @@
 #include "handover/nodes_journal.h"
 #include "session/session.h"
 #include "session/proto.h"
+#include "session/passthrough.h"
+#include "session/nodes.h"
 
 // The session's configuration and dispatch from JavaScript (mount and adopt share them).
 static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
-  double conf[6] = { 1, 1, 0, 0, 0, 0 };
-  for (uint32_t i = 0; i < 6; i++) {
+  double conf[7] = { 1, 1, 0, 0, 0, 0, 0 };
+  for (uint32_t i = 0; i < 7; i++) {
     napi_value v;
     if (napi_get_element(env, arr, i, &v) != napi_ok || napi_get_value_double(env, v, &conf[i]) != napi_ok) {
-      napi_throw_type_error(env, "EINVAL", "[attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove, readdirplus]");
+      napi_throw_type_error(env, "EINVAL", "[attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove, readdirplus, passthrough]");
       return -1;
     }
   }
@@ -44,10 +46,12 @@ static int conf_from_js (napi_env env, napi_value arr, napi_value dispatch) {
   hs_conf.hard_remove = conf[4] != 0;
   // Asked at INIT (a mount's; an adopted session keeps what its INIT settled).
   hs_proto_want_plus(conf[5] != 0);
+  // Asked at INIT too; an adopted session passes through new files only if it is still wanted.
+  hs_proto_want_passthrough(conf[6] != 0);
   return 0;
 }
 
-// mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove, readdirplus], dispatch)
+// mount(mnt, mountOpts, lowlevelOpts, [attrTimeout, entryTimeout, negativeTimeout, kernelCache, hardRemove, readdirplus, passthrough], dispatch)
 NAPI_METHOD(hs_session_mount_js) {
   NAPI_ARGV(5)
   NAPI_ARGV_UTF8(mnt, 4096, 0)
@@ -168,13 +172,35 @@ NAPI_METHOD(hs_session_handle_stats_js) {
 NAPI_METHOD(hs_session_proto_js) {
   hs_proto_t p = hs_proto_get();
   uint32_t r = 0, w = 0;
-  uint64_t lookups = 0, plus = 0;
+  uint64_t lookups = 0, plus = 0, reads = 0;
   hs_proto_largest(&r, &w);
-  hs_proto_counts(&lookups, &plus);
-  double all[9] = { p.minor, p.kernel_minor, p.max_write, p.max_pages, p.flags, r, w, (double) lookups, (double) plus };
+  hs_proto_counts(&lookups, &plus, &reads);
+  double all[10] = { p.minor, p.kernel_minor, p.max_write, p.max_pages, p.flags, r, w, (double) lookups, (double) plus, (double) reads };
   napi_value out, v;
-  napi_create_array_with_length(env, 9, &out);
-  for (uint32_t i = 0; i < 9; i++) {
+  napi_create_array_with_length(env, 10, &out);
+  for (uint32_t i = 0; i < 10; i++) {
+    napi_create_double(env, all[i], &v);
+    napi_set_element(env, out, i, v);
+  }
+  return out;
+}
+
+// passthrough() -> [negotiated, kernel offers it, new families allowed, opens
+// passed through, opens passed through with direct I/O, opens refused, backing
+// IDs opened, closed, failed, the last failure's errno, turned off, nodes
+// holding an ID now]
+NAPI_METHOD(hs_session_passthrough_js) {
+  hs_proto_t p = hs_proto_get();
+  hs_pt_stats_t s = hs_pt_stats();
+  double all[12] = {
+    (p.flags2 & HS_FUSE2_PASSTHROUGH) ? 1 : 0, (p.kernel_flags2 & HS_FUSE2_PASSTHROUGH) ? 1 : 0, hs_pt_may_begin(),
+    (double) s.opens_pt, (double) s.opens_pt_direct, (double) s.refused,
+    (double) s.ids_opened, (double) s.ids_closed, (double) s.id_failures, s.last_error, s.disabled,
+    (double) hs_nodes_backing_count(),
+  };
+  napi_value out, v;
+  napi_create_array_with_length(env, 12, &out);
+  for (uint32_t i = 0; i < 12; i++) {
     napi_create_double(env, all[i], &v);
     napi_set_element(env, out, i, v);
   }
@@ -300,6 +326,7 @@ void hs_session_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_session_fh_epoch", hs_session_fh_epoch_js);
   hs_export_fn(env, exports, "hs_session_handle_stats", hs_session_handle_stats_js);
   hs_export_fn(env, exports, "hs_session_proto", hs_session_proto_js);
+  hs_export_fn(env, exports, "hs_session_passthrough", hs_session_passthrough_js);
   hs_export_fn(env, exports, "hs_session_dead_handles", hs_session_dead_export_js);
   hs_export_fn(env, exports, "hs_session_dead_handles_import", hs_session_dead_import_js);
   hs_export_fn(env, exports, "hs_session_preimport", hs_session_preimport_js);

@@ -267,6 +267,8 @@ export function renderStatus(s: StatusReport, verbose = false): string {
   const nativeExtra = [`ABI ${s.native.abi}`];
   const p = s.native.protocol;
   if (p.minor > 0) nativeExtra.push(`FUSE 7.${p.minor}`);
+  // Older daemons report no passthrough.
+  if (p.passthrough?.negotiated) nativeExtra.push(p.passthrough.active ? `passthrough (${p.passthrough.files} files now)` : 'passthrough off');
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
   const totals = nativeTotals(s.native);
