@@ -88,7 +88,8 @@ describe.skipIf(!canMount)('native reads (fuse.nativeRead): the same bytes, with
       awaitLedgers: true,
       create: Object.keys(HOMES),
       homes: HOMES,
-      config: { owners: OWNERS, profiles: { roomy, rawdirect, rawtext }, metrics: { socket: metricsSocket } },
+      // Read-only opens come to the binding's reads only without passthrough (passthrough.test.ts has it on).
+      config: { owners: OWNERS, profiles: { roomy, rawdirect, rawtext }, metrics: { socket: metricsSocket }, fuse: { passthrough: false } },
     });
   }, 60_000);
 

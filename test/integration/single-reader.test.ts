@@ -38,6 +38,8 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
   const s = ext4Suite({
     size: '64M',
     homes: HOMES,
+    // Reads from the disk must reach the daemon: no passthrough (passthrough.test.ts).
+    config: { fuse: { passthrough: false } },
     beforeStop: () => {
       if (frozen) spawnSync('fsfreeze', ['-u', s.fs], { env: { PATH: SYSTEM_PATH } });
     },

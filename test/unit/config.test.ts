@@ -59,6 +59,7 @@ describe('buildConfig: defaults', () => {
       maxWrite: 1048576,
       kernelCache: false,
       readdirplus: true,
+      passthrough: true,
       nativeRead: true,
       nativeWrite: true,
       nativeFastPath: true,
