@@ -66,6 +66,12 @@ int hs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid);
 // HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made; a slot taken goes back).
 int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io);
 
+// MKDIR of a new name in a home JS opened for creates and mkdirs: 0 made
+// (JS counts it through hs_fastpath_take_opens; the caller answers with a
+// getattr of the path), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made;
+// a slot taken goes back).
+int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid);
+
 // Adds the fastpath_* functions to the module's exports.
 // A WRITE's growth decided here (fastpath_write.c): what wl_begin took, for
 // wl_end to settle. It holds a reference of the inode's record and of the
