@@ -1,9 +1,13 @@
-// CREATE answered here (hs_fastpath_set_create) from the create slots JS grants
-// (hs_fastpath_grant_create: an open-file slot, an inode the ledger reserved, a
-// handle number). Invariants: a create pins its home from its check until its
-// record is queued (no lock held across its syscalls), so making the home
-// immutable (hs_fastpath_set_mutable) returns only after every create it raced
-// is queued for JS; a file made but not as JS would make it is removed again.
+// CREATE and MKDIR answered here (hs_fastpath_set_create, _set_mkdir) from the
+// create slots JS grants (hs_fastpath_grant_create: an open-file slot, an inode
+// the ledger reserved, a handle number; a mkdir uses only the inode). Threads:
+// the session's workers make; JS publishes and grants on its main thread.
+// Locks: the slot lists are under fp_open_lock, the pol a pin copied under
+// none (fastpath_internal.h). Invariants: a create or mkdir pins its home from
+// its check until its record is queued (no lock held across its syscalls), so
+// making the home immutable (hs_fastpath_set_mutable) returns only after every
+// one it raced is queued for JS; a node made but not as JS would make it is
+// removed again.
 
 #include "fastpath/fastpath_internal.h"
 #include "fastpath/dataplane.h"
