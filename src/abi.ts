@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 19,
+  VERSION: 20,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -26,6 +26,7 @@ export const ABI = {
   REC_UNUSED: 2,
   REC_CREATED: 3,
   REC_UNUSED_CREATE: 4,
+  REC_MKDIR: 5,
   ATTR_UTIMENS: 1,
   ATTR_CHMOD: 2,
   ATTR_CHOWN_OWNER: 4,

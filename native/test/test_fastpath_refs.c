@@ -445,6 +445,68 @@ TEST(what_the_queue_could_not_give_js_goes_back_in_front) {
   fp_reap();
 }
 
+// A mkdir made here takes the inode of a create slot of the caller's (its
+// record REC_MKDIR, no descriptor, no count beside the directory handles);
+// with no slot, off, at an existing name, past the depth limit or with
+// setgid asked it is JS's, nothing made and any slot taken queued back.
+TEST(a_mkdir_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_made) {
+  double token = publish();
+  turn_on(token);
+  uint32_t uid = getuid();
+  struct stat st;
+  // Not published for mkdirs: JS's, even with a slot.
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 700, uid, 1), 1);
+  CHECK_EQ(hs_fastpath_mkdir(P "/nd", 0755, uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fstatat(home_dir, "nd", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  CHECK_EQ(fp_home_set_mkdir(P, PLEN, token, 1, 07777, 0), 1);
+  // Made: the directory with the mode asked (under the umask, as JS's mkdir), one record for JS.
+  mode_t um = umask(022);
+  int64_t busy0 = pend[HOMESFS_ACCT_BUSY];  // what the tests before left there
+  CHECK_EQ(hs_fastpath_mkdir(P "/nd", 0775, uid, getgid()), 0);
+  CHECK_EQ(fstatat(home_dir, "nd", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(S_ISDIR(st.st_mode));
+  CHECK_EQ(st.st_mode & 07777, 0755);
+  CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0 + 1);  // until JS counts it
+  hq_t q = fp_opens_take();
+  CHECK_EQ(q.n, 1);
+  fp_open_rec_t *r = fp_rec(q.head);
+  CHECK_EQ(r->kind, HOMESFS_REC_MKDIR);
+  CHECK_EQ(r->fh, 700);
+  CHECK_EQ(r->fd, -1);
+  CHECK_EQ(r->ino, (uint64_t) st.st_ino);
+  CHECK(r->dh == NULL);
+  free(r);
+  pend[HOMESFS_ACCT_BUSY] = busy0;
+  // No slot left: JS's.
+  CHECK_EQ(hs_fastpath_mkdir(P "/nd2", 0700, uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fstatat(home_dir, "nd2", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  // Past the depth limit, setgid asked: JS's before any slot is taken. An
+  // existing name (a directory, a file): JS's, the slot queued back unused.
+  CHECK_EQ(fp_home_set_create(P, PLEN, token, 1, 07777, 0, 2, 0), 1);
+  const char *doubts[] = { P "/nd/a/b", P "/sg", P "/nd", P "/f00" };
+  const uint32_t modes[] = { 0700, 02755, 0700, 0700 };
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 701, uid, 1), 1);
+  for (int i = 0; i < 4; i++) {
+    CHECK_EQ(hs_fastpath_mkdir(doubts[i], modes[i], uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+    CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0);
+    q = fp_opens_take();
+    CHECK_EQ(q.n, i < 2 ? 0u : 1u);
+    CHECK_EQ(fp_slot_count, i < 2 ? 1u : 0u);
+    if (q.n == 0) continue;
+    CHECK_EQ(fp_rec(q.head)->kind, HOMESFS_REC_UNUSED_CREATE);
+    free(fp_rec(q.head));
+    if (i == 2) CHECK_EQ(fp_slot_grant(P, PLEN, token, 702, uid, 1), 1);
+  }
+  CHECK(fstatat(home_dir, "sg", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  CHECK_EQ(fstatat(home_dir, "f00", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(S_ISREG(st.st_mode));
+  umask(um);
+  unlinkat(home_dir, "nd", AT_REMOVEDIR);
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
+}
+
 // ---- everything at once ----------------------------------------------------------------------
 
 // The JS thread's rounds; the native threads go on until it has done them.

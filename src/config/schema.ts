@@ -73,6 +73,12 @@ const FuseOptions = z
      */
     nativeCreate: z.boolean().default(true),
     /**
+     * with native creates: new directories of homes where creates are native
+     * made on the session's worker threads too (mode and owner as JS gives
+     * them), each with the inode of a create slot
+     */
+    nativeMkdir: z.boolean().default(true),
+    /**
      * with nativeWrite and the fast path: the growth of a WRITE decided in
      * the binding from byte credit the ledger reserved ahead (fastpath_write.c)
      */

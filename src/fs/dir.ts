@@ -213,6 +213,8 @@ export async function mkdir(ctx: FsContext, path: string, mode: number, caller: 
       }
       await ctx.ownNew(hs, dirFd, vp.name, caller, effectiveDirMode(hs.profile, mode & 0o7777));
     });
+    // This caller's next mkdirs in the home may be made by the binding (fuse.nativeMkdir), with create slots' inodes.
+    if (hs.nativeCreate?.dir) ctx.wantCredits(hs, caller.uid, true);
   });
 }
 

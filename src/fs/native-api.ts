@@ -63,6 +63,10 @@ export interface AttrPublisher {
   readonly creates: boolean;
   /** the new file's mode as (asked & m) | or, if the profile's effectiveFileMode has that form */
   fileModeMasks(profile: Profile): { m: number; or: number } | null;
+  /** whether the binding can make new directories where it makes files (config fuse.nativeMkdir) */
+  readonly mkdirs: boolean;
+  /** the new directory's mode as (asked & m) | or, if the profile's effectiveDirMode has that form */
+  dirModeMasks(profile: Profile): { m: number; or: number } | null;
   /** hs.nativeCreate changed: let the binding make files there, or stop it (its unused create slots come back through takeOpens) */
   createPolicy(hs: HomeState): void;
   /** one create slot (an open-file slot for uid and an inode the ledger reserved) with a reserved handle number; false: not kept */
@@ -72,7 +76,8 @@ export interface AttrPublisher {
   /**
    * [kind, fh, fd, published, dev, ino, open flags, ...]: 1 a handle the binding
    * opened, 2 an open slot it gives back, 3 a file it made, 4 a create slot it
-   * gives back (with its inode); null when none
+   * gives back (with its inode), 5 a directory it made with a create slot's
+   * inode (the open-file slot back); null when none
    */
   takeOpens(): BigUint64Array | null;
   clear(): void;

@@ -253,7 +253,8 @@ export abstract class OpenSlots extends OpenInodes {
    * What the binding queued about native opens and creates: handles it opened
    * or files it made (adopted here), slots it gives back. Records are
    * [kind, fh, fd, published, dev, ino, open flags]; kinds 1 opened, 2 an open
-   * slot back, 3 created, 4 a create slot back (its inode too).
+   * slot back, 3 created, 4 a create slot back (its inode too), 5 a directory
+   * made with a create slot's inode.
    */
   private settleOpens(opens: BigUint64Array): void {
     for (let i = 0; i < opens.length; i += 7) {
@@ -268,6 +269,17 @@ export abstract class OpenSlots extends OpenInodes {
       }
       this.credits.delete(fh);
       this.countCredit(credit.hs, credit.uid, credit.ledger !== null, -1);
+      if (kind === ABI.REC_MKDIR) {
+        // A directory the binding made (dir.ts mkdir's step for step): the slot's inode is its charge, all a directory
+        // has (it counts no bytes); the open-file slot and the handle number go back unused.
+        credit.ledger?.commitReservedInode();
+        const p = credit.hs.pending;
+        if (p.length >= ABI.ACCT_LEN && Atomics.load(p, ABI.ACCT_BUSY) > 0n) Atomics.sub(p, ABI.ACCT_BUSY, 1n);
+        credit.slot.release();
+        this.handles.unreserve(fh);
+        this.wantCredits(credit.hs, credit.uid, true);
+        continue;
+      }
       if (kind === ABI.REC_UNUSED || kind === ABI.REC_UNUSED_CREATE) {
         // The inode goes back to the ledger it was reserved in (a rescan may have replaced the home's since).
         credit.ledger?.releaseReservedInode();

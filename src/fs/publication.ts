@@ -120,16 +120,23 @@ export abstract class NativePublication extends OpenSlots {
    * entry limit needs a listing, and the new file's mode has the form
    * (asked & m) | or (fileModeMasks). Its owner on disk is diskOwner's: the
    * home's owner, or with chown 'allow' the caller, a setgid parent's group
-   * kept (ownNew). Told to the binding before anything that changed it is
-   * answered; off, its create slots come back with their inodes.
+   * kept (ownNew). New directories too (mkdir, with a create slot's inode)
+   * where effectiveDirMode has that form (dirModeMasks). Told to the binding
+   * before anything that changed it is answered; off, its create slots come
+   * back with their inodes.
    */
   refreshNativeCreate(hs: HomeState): void {
     const attrs = this.deps.attrs;
     const masks = attrs?.creates && hs.nativeOpen !== 0 && hs.nativeUnlink && hs.profile.maxEntriesPerDir === 0 ? attrs.fileModeMasks(hs.profile) : null;
-    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow' } : null;
+    // New directories too (mkdir in dir.ts), where the binding has them and effectiveDirMode has the form.
+    const dir = masks && attrs?.mkdirs ? attrs.dirModeMasks(hs.profile) : null;
+    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow', dir } : null;
     const was = hs.nativeCreate;
+    const sameDir = (a: { m: number; or: number } | null, b: { m: number; or: number } | null) => (a === null ? b === null : b !== null && a.m === b.m && a.or === b.or);
     const same =
-      want === null ? was === null : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns;
+      want === null
+        ? was === null
+        : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns && sameDir(want.dir, was.dir);
     if (same) return;
     hs.nativeCreate = want;
     attrs?.createPolicy(hs);

@@ -109,8 +109,11 @@ export interface HomeState {
   nativeUnlink: boolean;
   /** read-only opens the binding may answer in this home: 0 = none, else NATIVE_OPEN_* flags (FsContext.refreshNativeOpen decides) */
   nativeOpen: number;
-  /** the binding makes new files here, with this mode form and depth limit (FsContext.refreshNativeCreate decides); null: it does not */
-  nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean } | null;
+  /**
+   * the binding makes new files here, with this mode form and depth limit, and new directories with dir's mode form
+   * (dir null: it makes none) (FsContext.refreshNativeCreate decides); null: it does neither
+   */
+  nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean; dir: { m: number; or: number } | null } | null;
   /** of openHandles, the slots granted to the binding for native opens and creates and not used yet; per caller uid, each kind */
   openCredits: number;
   readonly creditsByUid: Map<number, number>;

@@ -34,6 +34,8 @@ export interface FastPathNative {
   /** CREATE of new names answered natively; one create slot (open-file slot for uid, reserved inode, fh) */
   setCreate(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
   grantCreate(prefix: string, token: number, fh: number, uid: number): boolean;
+  /** MKDIR of new names answered natively while creates are, the new directory's mode (asked & modeM) | modeOr, with a create slot's inode */
+  setMkdir(prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean;
   reclaim(): number;
   /** writes' growth decided natively for inodes handed over (acct: the home's BigInt64Array(8), policy/ledger.ts) */
   wlDelegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
@@ -345,6 +347,8 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     setCreate: (prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean =>
       raw.hs_fastpath_set_create(prefix, token, !!on, modeM >>> 0, modeOr >>> 0, maxDepth >>> 0, !!ownerIsCaller),
     grantCreate: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant_create(prefix, token, fh >>> 0, uid >>> 0),
+    setMkdir: (prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean =>
+      raw.hs_fastpath_set_mkdir(prefix, token, !!on, modeM >>> 0, modeOr >>> 0),
     grant: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant(prefix, token, fh >>> 0, uid >>> 0),
     reclaim: (): number => raw.hs_fastpath_reclaim(),
     /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */

@@ -7,7 +7,7 @@ import { presentedMode } from '../fs/present.js';
 import type { FileHandle, HomeState } from '../fs/state.js';
 import type { Logger } from '../log.js';
 import { RESERVED_DIR } from '../paths/reserved.js';
-import { chmodDecision, effectiveFileMode, type Profile } from '../policy/profiles.js';
+import { chmodDecision, effectiveDirMode, effectiveFileMode, type Profile } from '../policy/profiles.js';
 import type { FastPathNative } from './binding.js';
 
 /** Every file type the kernel knows, as mode >> 12. */
@@ -118,6 +118,24 @@ export function fileModeMasks(profile: Profile): { m: number; or: number } | nul
   return found;
 }
 
+const dirModeCache = new WeakMap<Profile, { m: number; or: number } | null>();
+
+/**
+ * A new directory's mode in the native mkdir is JS's effectiveDirMode in the
+ * same form, found the same way; a mkdir whose mode comes out with setuid or
+ * setgid stays with JS (ownNew sets them again after the chown).
+ */
+export function dirModeMasks(profile: Profile): { m: number; or: number } | null {
+  if (dirModeCache.has(profile)) return dirModeCache.get(profile)!;
+  const or = effectiveDirMode(profile, 0);
+  const m = effectiveDirMode(profile, 0o7777) & ~or;
+  let ok = (or & ~0o7777) === 0 && (m & ~0o7777) === 0;
+  for (let asked = 0; asked <= 0o7777 && ok; asked++) ok = effectiveDirMode(profile, asked) === ((asked & m) | or);
+  const found = ok ? { m, or } : null;
+  dirModeCache.set(profile, found);
+  return found;
+}
+
 /** Names below a home that only JS answers (the native walk hands them over). */
 export const JS_ONLY_NAMES = [RESERVED_DIR, `${HIDDEN_NAME_PREFIX}*`];
 
@@ -140,6 +158,8 @@ export class NativeFastPath implements AttrPublisher {
   readonly setattrs: boolean;
   /** whether the binding makes new files where the fs layer lets it */
   readonly creates: boolean;
+  /** whether the binding makes new directories where it makes files */
+  readonly mkdirs: boolean;
   /** whether the binding decides writes' growth for inodes the fs layer hands over */
   readonly writeDecisions: boolean;
 
@@ -151,12 +171,15 @@ export class NativeFastPath implements AttrPublisher {
     nativeSetattr = true,
     nativeCreate = true,
     nativeWriteDecision = true,
+    nativeMkdir = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
     this.setattrs = nativeSetattr;
     // A native create opens what it makes: it needs the native opens.
     this.creates = nativeCreate && nativeOpen;
+    // A native mkdir charges a create slot's inode: it needs the native creates.
+    this.mkdirs = nativeMkdir && this.creates;
     this.writeDecisions = nativeWriteDecision;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
@@ -209,12 +232,17 @@ export class NativeFastPath implements AttrPublisher {
     return fileModeMasks(profile);
   }
 
+  dirModeMasks(profile: Profile): { m: number; or: number } | null {
+    return dirModeMasks(profile);
+  }
+
   createPolicy(hs: HomeState): void {
     const prefix = this.prefixOf.get(hs);
     if (prefix === undefined || !this.creates) return;
     const c = hs.nativeCreate;
     const token = this.byPrefix.get(prefix)!.token;
     this.native.setCreate(prefix, token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
+    if (this.mkdirs) this.native.setMkdir(prefix, token, (c?.dir ?? null) !== null, c?.dir?.m ?? 0, c?.dir?.or ?? 0);
     // Files made there start handed over (FsContext.handSize): their first writes are decided in the binding too.
     if (this.writeDecisions) this.native.setWriteCredit(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
   }
@@ -321,5 +349,6 @@ export function warmProfileMasks(profiles: Iterable<Profile>): void {
     presentationMasks(p);
     chmodMasks(p);
     fileModeMasks(p);
+    dirModeMasks(p);
   }
 }

@@ -66,6 +66,7 @@ describe('buildConfig: defaults', () => {
       nativeUnlink: true,
       nativeOpen: true,
       nativeCreate: true,
+      nativeMkdir: true,
       nativeWriteDecision: true,
       noFlush: true,
       singleReader: true,

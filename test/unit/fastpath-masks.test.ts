@@ -1,8 +1,8 @@
 import type { BigIntStats } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { chmodMasks, fileModeMasks, presentationMasks } from '../../src/fuse/fastpath.js';
+import { chmodMasks, dirModeMasks, fileModeMasks, presentationMasks } from '../../src/fuse/fastpath.js';
 import { presentedMode } from '../../src/fs/present.js';
-import { BUILTIN_PROFILES, chmodDecision, effectiveFileMode, type Profile } from '../../src/policy/profiles.js';
+import { BUILTIN_PROFILES, chmodDecision, effectiveDirMode, effectiveFileMode, type Profile } from '../../src/policy/profiles.js';
 
 const TYPES = { fifo: 0o01, chr: 0o02, dir: 0o04, blk: 0o06, reg: 0o10, lnk: 0o12, sock: 0o14 };
 
@@ -78,5 +78,17 @@ describe('native create mode masks', () => {
 
   it('exist for the built-in profiles, so that their creates can be the binding\'s', () => {
     for (const profile of Object.values(BUILTIN_PROFILES)) expect(fileModeMasks(profile)).not.toBeNull();
+  });
+
+  for (const [name, profile] of [...Object.entries(BUILTIN_PROFILES), ['forced', forced] as const, ['asked', asked] as const]) {
+    it(`give effectiveDirMode's answer for profile ${name}, for every asked mode (the mkdir's form, fastpath_create.c hs_fastpath_mkdir)`, () => {
+      const masks = dirModeMasks(profile);
+      if (masks === null) return;
+      for (let ask = 0; ask <= 0o7777; ask++) expect((ask & masks.m) | masks.or).toBe(effectiveDirMode(profile, ask));
+    });
+  }
+
+  it('exist for the built-in profiles, so that their mkdirs can be the binding\'s', () => {
+    for (const profile of Object.values(BUILTIN_PROFILES)) expect(dirModeMasks(profile)).not.toBeNull();
   });
 });

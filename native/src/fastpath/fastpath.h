@@ -1,6 +1,6 @@
 // native/src/fastpath/: what the session answers in C from state JS
 // publishes: the fast path (fastpath_*.c: getattr, readdir, open, create,
-// unlink, setattr, writes' growth), the data plane (dataplane*.c: reads,
+// mkdir, unlink, setattr, writes' growth), the data plane (dataplane*.c: reads,
 // writes, releases of native handles), the directory-handle caps
 // (dirhandles.c), the one claim on an inode's last names (claims.c) and
 // the queues JS takes whole (queue.h).
@@ -65,6 +65,12 @@ int hs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid);
 // handle, *direct_io its open flag; JS adopts it through hs_fastpath_take_opens),
 // HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made; a slot taken goes back).
 int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io);
+
+// MKDIR of a new name in a home JS opened for creates and mkdirs: 0 made
+// (JS counts it through hs_fastpath_take_opens; the caller answers with a
+// getattr of the path), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made;
+// a slot taken goes back).
+int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid);
 
 // Adds the fastpath_* functions to the module's exports.
 // A WRITE's growth decided here (fastpath_write.c): what wl_begin took, for

@@ -1,15 +1,21 @@
-// CREATE answered here (hs_fastpath_set_create) from the create slots JS grants
-// (hs_fastpath_grant_create: an open-file slot, an inode the ledger reserved, a
-// handle number). Invariants: a create pins its home from its check until its
-// record is queued (no lock held across its syscalls), so making the home
-// immutable (hs_fastpath_set_mutable) returns only after every create it raced
-// is queued for JS; a file made but not as JS would make it is removed again.
+// CREATE and MKDIR answered here (hs_fastpath_set_create, _set_mkdir) from the
+// create slots JS grants (hs_fastpath_grant_create: an open-file slot, an inode
+// the ledger reserved, a handle number; a mkdir uses only the inode). Threads:
+// the session's workers make; JS publishes and grants on its main thread.
+// Locks: the slot lists are under fp_open_lock, the pol a pin copied under
+// none (fastpath_internal.h). Invariants: a create or mkdir pins its home from
+// its check until its record is queued (no lock held across its syscalls), so
+// making the home immutable (hs_fastpath_set_mutable) returns only after every
+// one it raced is queued for JS; a node made but not as JS would make it is
+// removed again.
 
 #include "fastpath/fastpath_internal.h"
 #include "fastpath/dataplane.h"
 
 uint64_t fp_canswered_create = 0;  // create, atomic
 uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it), atomic
+uint64_t fp_manswered = 0;   // mkdir, atomic
+uint64_t fp_mfallbacks = 0;  // mkdir (only counted in homes JS opened for it), atomic
 
 // Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner
 // (as given), or the caller with a setgid parent's group. -1: the parent
@@ -47,17 +53,23 @@ static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int
   return fd;
 }
 
-// The create slot of the pinned home granted for uid, taken (with its count
-// beside the directory handles), or NULL.
-static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const char *path, size_t plen) {
-  void *dh = hs_dh_file_take(uid, path, plen);  // as for opens: directory handles may hold the room
-  if (dh == NULL) return NULL;
+// Under nothing: the create slot of the home granted for uid, out of its list, or NULL.
+static fp_open_rec_t * fp_take_cslot (fp_home_t *home, uint32_t uid) {
   fp_open_rec_t *slot = NULL;
   pthread_mutex_lock(&fp_open_lock);
   for (hq_link_t **pp = &home->cslots; *pp != NULL; pp = &(*pp)->next) {
     if (fp_rec(*pp)->uid == uid) { slot = fp_rec(*pp); *pp = slot->link.next; fp_slot_count--; break; }
   }
   pthread_mutex_unlock(&fp_open_lock);
+  return slot;
+}
+
+// The create slot of the pinned home granted for uid, taken (with its count
+// beside the directory handles), or NULL.
+static fp_open_rec_t * fp_take_create_slot (fp_home_t *home, uint32_t uid, const char *path, size_t plen) {
+  void *dh = hs_dh_file_take(uid, path, plen);  // as for opens: directory handles may hold the room
+  if (dh == NULL) return NULL;
+  fp_open_rec_t *slot = fp_take_cslot(home, uid);
   if (slot == NULL) hs_dh_file_give(uid, dh);
   else slot->dh = dh;
   return slot;
@@ -175,4 +187,106 @@ static void fp_change_create (fp_home_t *e, void *arg) {
 int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or, uint32_t depth, int caller_owns) {
   struct fp_create_change c = { on, caller_owns, m, or, depth };
   return fp_home_change(prefix, n, token, fp_change_create, &c);
+}
+
+// ---- MKDIR ----------------------------------------------------------------------
+// Answered on the session's worker thread that took the request, under no
+// lock across its syscalls (the home pinned from its check until its record
+// is queued, as a create). JS's mkdir (src/fs/dir.ts) charges one inode and
+// no bytes (directories count 0, policy/ledger.ts), so a create slot's
+// reserved inode is all it needs: its open-file slot and handle number go
+// back to JS unused with the record (REC_MKDIR), and no count beside the
+// directory handles is taken for it (nothing is opened).
+
+// The directory `name` in pfd, made as JS's mkdir and ownNew make it (mkdir
+// with the mode, then the owner by name without following): 0 with *st its
+// fstat, or -1 with nothing left behind.
+static int fp_mkdir_dir (const fp_home_t *home, int pfd, const char *name, mode_t m, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
+  if (mkdirat(pfd, name, m) != 0) return -1;
+  // O_PATH: the owner is changed by descriptor whatever the new mode lets root's own reads do.
+  int fd = openat(pfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int known = fd >= 0 && fstat(fd, st) == 0;
+  int ok = known && S_ISDIR(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
+           fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0;
+  if (!ok) {
+    // As for a file (fp_create_file): removed only while the name is still
+    // the directory made here; an empty one only, which rmdir checks itself.
+    struct stat named;
+    if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev && named.st_ino == st->st_ino) unlinkat(pfd, name, AT_REMOVEDIR);
+  }
+  if (fd >= 0) close(fd);
+  return ok ? 0 : -1;
+}
+
+// JS's mkdir for a new name, step for step, in a home open for creates and
+// mkdirs (the conditions of a create, and the new directory's mode of the
+// form published): the depth limit and names as for a create, the confined
+// walk to the parent, a create slot for the caller's uid, mkdirat with
+// (asked & dmode_m) | dmode_or, a directory on the home's device, owned as a
+// new file is (fp_create_owner), the record queued for JS, which commits the
+// slot's inode and takes the open-file slot back before it serves anything
+// else. Setuid or setgid asked (JS chmods after the chown), a name that
+// exists and every doubt go to JS with nothing made.
+int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen;
+  const char *rel;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_pol_t *pol = &pin.pol;
+  if (!pol->create_on || !pol->mkdir_on || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
+  fp_home_t *home = pin.home;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+  uint32_t depth = 1;
+  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
+  mode_t m = (mode_t) ((mode & pol->dmode_m) | pol->dmode_or);
+  int made = -1;
+  fp_open_rec_t *slot = NULL;
+  struct stat st;
+  // Busy from before the directory can exist until JS counted it, as for a create.
+  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
+  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
+  if (*name != 0 && (pol->max_depth == 0 || depth <= pol->max_depth) && pin.names_ok && (m & 06000) == 0) {
+    int pfd = fp_open_parent(home->fd, rel, last_slash);
+    if (pfd >= 0) {
+      uint32_t own_uid = home->uid, own_gid = home->gid;
+      if ((slot = fp_take_cslot(home, uid)) != NULL && fp_create_owner(&pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
+        made = fp_mkdir_dir(home, pfd, name, m, own_uid, own_gid, &st);
+      }
+      if (pfd != home->fd) close(pfd);
+    }
+  }
+  if (made != 0) {
+    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
+    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
+    fp_unpin(&pin);
+    __atomic_add_fetch(&fp_mfallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  slot->kind = HOMESFS_REC_MKDIR;
+  slot->fd = -1;
+  slot->published = 0;
+  slot->dev = (uint64_t) st.st_dev;
+  slot->ino = (uint64_t) st.st_ino;
+  slot->oflags = 0;
+  fp_queue(slot);
+  fp_unpin(&pin);
+  __atomic_add_fetch(&fp_manswered, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+struct fp_mkdir_change { int on; uint32_t m, or; };
+
+static void fp_change_mkdir (fp_home_t *e, void *arg) {
+  const struct fp_mkdir_change *c = arg;
+  e->pol.mkdir_on = c->on ? 1 : 0;
+  e->pol.dmode_m = c->m;
+  e->pol.dmode_or = c->or;
+}
+
+int fp_home_set_mkdir (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or) {
+  struct fp_mkdir_change c = { on, m, or };
+  return fp_home_change(prefix, n, token, fp_change_mkdir, &c);
 }

@@ -193,6 +193,12 @@ typedef struct fp_home_pol {
   uint32_t mode_m;
   uint32_t mode_or;
   uint32_t max_depth;
+  // MKDIR answered here too (hs_fastpath_set_mkdir), only while creates are:
+  // the new directory's mode is (asked & dmode_m) | dmode_or, its owner and
+  // depth limit as a new file's, its inode a create slot's.
+  uint32_t mkdir_on;
+  uint32_t dmode_m;
+  uint32_t dmode_or;
   // Files made here start with their size owned by C, charged from
   // the byte credit in pending, when JS set it (hs_fastpath_set_write_credit).
   uint32_t wl_on;
@@ -429,6 +435,9 @@ extern uint64_t fp_canswered_create, fp_cfallbacks;
 int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or, uint32_t depth, int caller_owns);
 napi_value fp_set_create (napi_env env, napi_callback_info info);
 napi_value fp_grant_create (napi_env env, napi_callback_info info);
+extern uint64_t fp_manswered, fp_mfallbacks;
+int fp_home_set_mkdir (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or);
+napi_value fp_set_mkdir (napi_env env, napi_callback_info info);
 
 // ---- fastpath_write.c ----
 extern uint64_t fp_wdecided, fp_wfallbacks;

@@ -65,6 +65,8 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "setattrFallbacks", (double) __atomic_load_n(&fp_sfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "createAnswered", (double) __atomic_load_n(&fp_canswered_create, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "createFallbacks", (double) __atomic_load_n(&fp_cfallbacks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "mkdirAnswered", (double) __atomic_load_n(&fp_manswered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "mkdirFallbacks", (double) __atomic_load_n(&fp_mfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openAnswered", (double) __atomic_load_n(&fp_oanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openClosedNatively", (double) __atomic_load_n(&fp_oclosed, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openFallbacks", (double) __atomic_load_n(&fp_ofallbacks, __ATOMIC_RELAXED));
@@ -104,6 +106,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_grant", fp_grant);
   hs_export_fn(env, exports, "hs_fastpath_set_create", fp_set_create);
   hs_export_fn(env, exports, "hs_fastpath_grant_create", fp_grant_create);
+  hs_export_fn(env, exports, "hs_fastpath_set_mkdir", fp_set_mkdir);
   hs_export_fn(env, exports, "hs_fastpath_reclaim", fp_reclaim);
   hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
   hs_export_fn(env, exports, "hs_fastpath_set_free_inline_max", fp_set_free_inline_max);
@@ -561,6 +564,31 @@ napi_value fp_set_create (napi_env env, napi_callback_info info) {
     FP_THROW(usage);
   }
   int set = fp_home_set_create(prefix, plen, token, on, m, or, depth, caller_owns);
+  free(prefix);
+  return hs_js_bool(env, set != 0);
+}
+
+// hs_fastpath_set_mkdir(prefix, token, on, modeM, modeOr) -> set?
+// MKDIR answered here while creates are too (hs_fastpath_set_create), with a
+// create slot's inode, the new directory's mode (asked & modeM) | modeOr.
+// Returns once no native mkdir of the home is past its checks with the old
+// settings.
+napi_value fp_set_mkdir (napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  size_t plen = 0;
+  double token = -1;
+  bool on = false;
+  uint32_t m = 0, or = 0;
+  const char *usage = "hs_fastpath_set_mkdir: (prefix, token, on, modeM, modeOr: permission bits)";
+  char *prefix = fp_prefix_token(env, info, 5, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_bool(env, argv[2], &on) != napi_ok ||
+      napi_get_value_uint32(env, argv[3], &m) != napi_ok || (m & ~07777u) != 0 ||
+      napi_get_value_uint32(env, argv[4], &or) != napi_ok || (or & ~07777u) != 0) {
+    free(prefix);
+    FP_THROW(usage);
+  }
+  int set = fp_home_set_mkdir(prefix, plen, token, on, m, or);
   free(prefix);
   return hs_js_bool(env, set != 0);
 }

@@ -56,6 +56,9 @@ void hs_ll_mkdir (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
   if (op == NULL) return;
   if (op_named(op, parent, name, 0) != 0) return;
   op->mode = (uint32_t) mode;
+  // Made in C where JS published it may be (fastpath_create.c); answered, as
+  // JS's mkdir is, with the entry a getattr of the new path gives.
+  if (hs_fastpath_mkdir(op->path, op->mode, op->call.uid, op->call.gid) == 0) return op_getattr_path(op, op->path, ops_entry_then);
   op_js(op, ops_name_args, ops_made_done);
 }
 
