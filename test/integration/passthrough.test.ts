@@ -323,6 +323,40 @@ describe.skipIf(!canMount)('passthrough across a kill -9 and a live upgrade', ()
   }, 180_000);
 });
 
+describe.skipIf(!canMount)('passthrough across a live upgrade without a journal (the node table handed over as bytes)', () => {
+  let d: RunningDaemon | null = null;
+  let agent: Agent | null = null;
+  let upgraded: Successor | null = null;
+
+  afterAll(async () => {
+    agent?.proc.kill('SIGKILL');
+    if (upgraded && upgraded.proc.exitCode === null && upgraded.proc.signalCode === null) upgraded.proc.kill('SIGTERM');
+    await upgraded?.exited;
+    await d?.stop();
+  });
+
+  it("the successor imports each file's backing ID with its node: the next opens are in the kernel's mode", async () => {
+    d = await startDaemon({ awaitLedgers: true, homes: { [`${T}/work`]: { owner: OWNER, profile: 'small' } }, create: [`${T}/work`], config: { owners: OWNERS, profiles: PROFILES, crashSurvival: false } });
+    agent = startAgent(d);
+    const file = await makeFile(d, 'handed.bin', 2);
+    const r1 = await agent.ask(`open ${file} r`);
+    expect(r1.ok).toBe(true);
+    upgraded = startSuccessor(HOMESFS, join(d.dir, 'config.json'), true);
+    expect(await serving(upgraded)).toBe(true);
+    expect(await d.exited).toBe(0);
+    const w = await agent.ask(`open ${file} w`);
+    const r2 = await agent.ask(`open ${file} r`);
+    expect([w.ok, r2.ok]).toEqual([true, true]);
+    expect((await statusOf(d)).pt).toMatchObject({ files: 1, opens: 1, opensDirect: 1, idsOpened: 0 });
+    expect(await agent.ask(`write ${w.fd} 8 handover`)).toEqual({ ok: true, n: 8 });
+    for (const h of [r1, r2]) expect(await agent.ask(`read ${h.fd}`)).toMatchObject({ ok: true, size: 2 * MIB + 8, tail: 'handover' });
+    for (const h of [r1, r2, w]) expect(await agent.ask(`close ${h.fd}`)).toEqual({ ok: true });
+    expect((await statusOf(d)).pt).toMatchObject({ files: 0, idsClosed: 1 });
+    upgraded.proc.kill('SIGTERM');
+    expect(await upgraded.exited).toBe(0);
+  }, 120_000);
+});
+
 describe.skipIf(!canMount)('fuse.passthrough: false', () => {
   let d: RunningDaemon | null = null;
   afterAll(async () => {
