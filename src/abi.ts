@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 21,
+  VERSION: 22,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -75,6 +75,7 @@ export const ABI = {
   MODE_TYPES: 16,
   NAME_MAX: 255,
   OPEN_TMPFILE: 4194304,
+  DIRCACHE_READLINK_MAX: 4000,
   MAX_SAFE_INTEGER: 9007199254740991,
   HIDDEN_PREFIX: '.fuse_hidden',
 } as const;

@@ -53,6 +53,8 @@ export interface FastPathStats {
   createFallbacks: number;
   mkdirAnswered: number;
   mkdirFallbacks: number;
+  rmdirAnswered: number;
+  rmdirFallbacks: number;
   openAnswered: number;
   openClosedNatively: number;
   openFallbacks: number;
@@ -228,6 +230,7 @@ export interface AddonRaw {
   /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */
   hs_fastpath_take_opens(): BigUint64Array | null;
   hs_fastpath_set_free_inline_max(bytes: number): void;
+  hs_fastpath_set_rmdir(on: boolean): void;
   hs_fastpath_enable(on: boolean): void;
   hs_fastpath_clear(): void;
   hs_fastpath_stats(): FastPathStats;

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 21
+#define HOMESFS_ABI_VERSION 22
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -108,6 +108,9 @@
   /* O_DIRECTORY: 020000000): the session keeps it in the flags it hands   */ \
   /* JavaScript for a FUSE_TMPFILE (session/ops_files.c; src/fs/file.ts). */ \
   X(OPEN_TMPFILE, 4194304) \
+  /* The longest backing path of a directory the directory cache checks by */ \
+  /* procfs (src/backing/dircache.ts); a longer one is trusted by generation. */ \
+  X(DIRCACHE_READLINK_MAX, 4000) \
   /* 2^53 - 1, the largest integer a JavaScript number holds exactly         */ \
   /* (Number.MAX_SAFE_INTEGER): offsets, sizes and ids beyond it are never  */ \
   /* handed to or taken from JavaScript. The one value wider than 32 bits.  */ \

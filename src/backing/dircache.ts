@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import { ABI } from '../abi.js';
 import * as sys from './sys.js';
 
 /** What the cache needs of a home (a BackingHome). */
@@ -28,7 +29,8 @@ export interface Lease {
 }
 
 /** Longest real path procfs reads back (d_path fills one page); past it, readlink fails. */
-const READLINK_MAX = 4000;
+// One definition with the binding's native rmdir (native/src/fastpath/fastpath_unlink.c).
+const READLINK_MAX = ABI.DIRCACHE_READLINK_MAX;
 /** On a long walk, every ANCHOR-th level is cached too: a later miss below starts from there. */
 const ANCHOR = 32;
 

@@ -78,6 +78,8 @@ const FuseOptions = z
      * them), each with the inode of a create slot
      */
     nativeMkdir: z.boolean().default(true),
+    /** RMDIR of an empty directory done in the binding, in homes where it unlinks (fastpath_unlink.c); anything else JS's */
+    nativeRmdir: z.boolean().default(true),
     /**
      * with nativeWrite and the fast path: the growth of a WRITE decided in
      * the binding from byte credit the ledger reserved ahead (fastpath_write.c)

@@ -21,6 +21,8 @@ export interface FastPathNative {
   setMutable(prefix: string, token: number, pending: BigInt64Array | null): boolean;
   /** regular files with more allocated bytes are never unlinked natively: JS frees them off its thread */
   setFreeInlineMax(bytes: number): void;
+  /** RMDIRs of mutable homes done natively (config fuse.nativeRmdir) */
+  setRmdir(on: boolean): void;
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
   /** the size JS charges an inode it tracks; getattrs of it are then answered natively */
   inodeSize(dev: bigint, ino: bigint, size: number): void;
@@ -321,6 +323,9 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     setMutable: (prefix: string, token: number, pending?: BigInt64Array | null): boolean => raw.hs_fastpath_set_mutable(prefix, token, pending ?? null),
     setFreeInlineMax(bytes: number): void {
       raw.hs_fastpath_set_free_inline_max(bytes);
+    },
+    setRmdir(on: boolean): void {
+      raw.hs_fastpath_set_rmdir(on);
     },
     inode(dev: bigint, ino: bigint, delta: number): void {
       raw.hs_fastpath_inode(dev, ino, delta);

@@ -160,6 +160,8 @@ export class NativeFastPath implements AttrPublisher {
   readonly creates: boolean;
   /** whether the binding makes new directories where it makes files */
   readonly mkdirs: boolean;
+  /** whether the binding removes empty directories where it unlinks (config fuse.nativeRmdir) */
+  readonly rmdirs: boolean;
   /** whether the binding decides writes' growth for inodes the fs layer hands over */
   readonly writeDecisions: boolean;
 
@@ -172,6 +174,7 @@ export class NativeFastPath implements AttrPublisher {
     nativeCreate = true,
     nativeWriteDecision = true,
     nativeMkdir = true,
+    nativeRmdir = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
@@ -181,9 +184,12 @@ export class NativeFastPath implements AttrPublisher {
     // A native mkdir charges a create slot's inode: it needs the native creates.
     this.mkdirs = nativeMkdir && this.creates;
     this.writeDecisions = nativeWriteDecision;
+    // A native rmdir releases its inode where native unlinks release theirs: the homes made mutable for them.
+    this.rmdirs = nativeRmdir && nativeUnlink;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.setFreeInlineMax(INLINE_FREE_MAX_BYTES);
+    native.setRmdir(this.rmdirs);
     native.enable(true);
   }
 

@@ -74,7 +74,7 @@ const PROFILES = {
 };
 
 /** the switches that move serving into C: every `fuse.*` boolean on by default (a test below holds the list to the schema) */
-const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
+const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeRmdir', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
 type Switch = (typeof SWITCHES)[number];
 
 /** What a daemon counted of its native serving (status --verbose --json's native block, the data plane's metrics), and its homes' ledgers. */
@@ -109,6 +109,7 @@ const VARIANTS: Variant[] = [
   { name: 'nativeCreate', off: { nativeCreate: false }, native: (c) => fp(c, 'createAnswered') },
   // Directories made in the binding with create slots' inodes (fastpath_create.c hs_fastpath_mkdir).
   { name: 'nativeMkdir', off: { nativeMkdir: false }, native: (c) => fp(c, 'mkdirAnswered') },
+  { name: 'nativeRmdir', off: { nativeRmdir: false }, native: (c) => fp(c, 'rmdirAnswered') },
   { name: 'nativeSetattr', off: { nativeSetattr: false }, native: (c) => fp(c, 'utimensAnswered') + fp(c, 'chmodAnswered') + fp(c, 'chownAnswered') },
   { name: 'nativeRelease', off: { nativeRelease: false }, native: (c) => c.status.native.releasesAnswered ?? 0 },
   { name: 'nativeRead', off: { nativeRead: false }, native: (c) => metric(c, 'homesfs_native_reads_total'), js: (c) => metric(c, 'homesfs_fuse_requests_total{op="read"}') },

@@ -67,6 +67,7 @@ describe('buildConfig: defaults', () => {
       nativeOpen: true,
       nativeCreate: true,
       nativeMkdir: true,
+      nativeRmdir: true,
       nativeWriteDecision: true,
       noFlush: true,
       singleReader: true,

@@ -44,6 +44,9 @@ int hs_fastpath_readdir (const char *path, void *buf, hs_fill_t filler, off_t of
 // UNLINK in a home JS made mutable: 0 done (what left the home is in its
 // pending pair), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was changed).
 int hs_fastpath_unlink (const char *path);
+// RMDIR of an empty directory in a home JS made mutable (fuse.nativeRmdir):
+// 0 removed (its inode released to the ledger), or FALLBACK: JS's.
+int hs_fastpath_rmdir (const char *path);
 
 // OPEN, read-only, in a home JS opened for it, by the uid JS granted slots
 // to: 0 answered (*fh is the handle, *direct_io its open flag; JS adopts it

@@ -397,6 +397,8 @@ extern uint64_t fp_answered, fp_fallbacks, fp_fanswered, fp_ffallbacks, fp_negat
 
 // ---- fastpath_unlink.c ----
 extern uint64_t fp_uanswered, fp_ubig, fp_ufallbacks;
+extern uint64_t fp_rmdir_on, fp_rdanswered, fp_rdfallbacks;
+napi_value fp_set_rmdir (napi_env env, napi_callback_info info);
 void fp_unlinking_wait (uint64_t dev, uint64_t ino);
 napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info);
 extern uint64_t fp_free_inline_max;  // atomic; set by JS (fastpath_napi.c)

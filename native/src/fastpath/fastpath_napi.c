@@ -67,6 +67,8 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "createFallbacks", (double) __atomic_load_n(&fp_cfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "mkdirAnswered", (double) __atomic_load_n(&fp_manswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "mkdirFallbacks", (double) __atomic_load_n(&fp_mfallbacks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "rmdirAnswered", (double) __atomic_load_n(&fp_rdanswered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "rmdirFallbacks", (double) __atomic_load_n(&fp_rdfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openAnswered", (double) __atomic_load_n(&fp_oanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openClosedNatively", (double) __atomic_load_n(&fp_oclosed, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openFallbacks", (double) __atomic_load_n(&fp_ofallbacks, __ATOMIC_RELAXED));
@@ -110,6 +112,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_reclaim", fp_reclaim);
   hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
   hs_export_fn(env, exports, "hs_fastpath_set_free_inline_max", fp_set_free_inline_max);
+  hs_export_fn(env, exports, "hs_fastpath_set_rmdir", fp_set_rmdir);
   hs_export_fn(env, exports, "hs_fastpath_enable", fp_enable);
   hs_export_fn(env, exports, "hs_fastpath_clear", fp_clear);
   hs_export_fn(env, exports, "hs_fastpath_stats", fp_stats);
@@ -488,6 +491,15 @@ napi_value fp_set_reserved (napi_env env, napi_callback_info info) {
   memcpy(fp_reserved, next, sizeof(fp_reserved_t) * n);
   fp_reserved_n = n;
   pthread_rwlock_unlock(&fp_lock);
+  return NULL;
+}
+
+// hs_fastpath_set_rmdir(on): RMDIR in mutable homes (fp_rmdir_on, fastpath_unlink.c).
+napi_value fp_set_rmdir (napi_env env, napi_callback_info info) {
+  NAPI_ARGV(1)
+  bool on = false;
+  if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) FP_THROW("hs_fastpath_set_rmdir: a boolean");
+  __atomic_store_n(&fp_rmdir_on, on ? 1 : 0, __ATOMIC_RELAXED);
   return NULL;
 }
 

@@ -188,3 +188,64 @@ int hs_fastpath_unlink (const char *path) {
   if (counted) __atomic_add_fetch(done ? &fp_uanswered : &fp_ufallbacks, 1, __ATOMIC_RELAXED);
   return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
 }
+
+// ---- RMDIR ------------------------------------------------------------------------------
+// The copy of dir.ts's rmdir for a home JS made mutable (fuse.nativeRmdir, set
+// once at start: fp_rmdir_on): the parent reached by the confined walk, the
+// node an O_PATH descriptor of a directory on the home's device, removed with
+// unlinkat(AT_REMOVEDIR) under the home's busy count, and its one inode added
+// to the home's pending pair (a directory holds no bytes in the ledger). Any
+// failure (ENOTEMPTY, a name gone, anything the walk refuses) goes to JS,
+// which repeats it and maps and logs the errno: a failed rmdir changes nothing.
+//
+// JS's rmdir also moves the home's directory generation (src/backing/store.ts
+// dirsChanged), by which its directory cache trusts descriptors whose path
+// procfs cannot read back (HOMESFS_DIRCACHE_READLINK_MAX bytes and longer,
+// src/backing/dircache.ts). A directory removed here has a shorter backing
+// path: no such descriptor is of it, and none of anything below it (it is
+// empty: every directory that was below was removed before, by JS when deep).
+uint64_t fp_rmdir_on = 0;       // atomic, set by JS at start
+uint64_t fp_rdanswered = 0;     // atomic
+uint64_t fp_rdfallbacks = 0;    // rmdir (only counted in homes JS made mutable), atomic
+
+int hs_fastpath_rmdir (const char *path) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE) || !__atomic_load_n(&fp_rmdir_on, __ATOMIC_RELAXED)) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen;
+  const char *rel;
+  // the root, a tenant, a home itself: JS's (it refuses them)
+  if (fp_split_path(path, &plen, &rel) != 0 || rel[0] == '\0') return HOMESFS_FASTPATH_FALLBACK;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+
+  int done = 0;
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_t *home = pin.home;
+  int counted = pin.pol.pending != NULL && pin.pol.pending->len >= HOMESFS_ACCT_LEN && pin.names_ok;
+  if (counted) {
+    int pfd = fp_open_parent(home->fd, rel, last_slash);
+    if (pfd >= 0) {
+      int node = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      struct stat st;
+      char where[64], real[HOMESFS_DIRCACHE_READLINK_MAX];
+      snprintf(where, sizeof(where), "/proc/self/fd/%d", pfd);
+      ssize_t rl = readlink(where, real, sizeof(real));
+      // The directory's backing path: the parent's, a slash and the name (see above).
+      int shallow = rl > 0 && (size_t) rl + 1 + strlen(name) < HOMESFS_DIRCACHE_READLINK_MAX;
+      if (node >= 0 && shallow && fstat(node, &st) == 0 && (uint64_t) st.st_dev == home->dev && S_ISDIR(st.st_mode)) {
+        int64_t *pending = pin.pol.pending->data;
+        __atomic_add_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
+        if (unlinkat(pfd, name, AT_REMOVEDIR) == 0) {
+          __atomic_add_fetch(&pending[HOMESFS_ACCT_RELEASED_INODES], 1, __ATOMIC_SEQ_CST);
+          done = 1;
+        }
+        __atomic_sub_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
+      }
+      if (node >= 0) close(node);
+      if (pfd != home->fd) close(pfd);
+    }
+  }
+  fp_unpin(&pin);
+  if (counted) __atomic_add_fetch(done ? &fp_rdanswered : &fp_rdfallbacks, 1, __ATOMIC_RELAXED);
+  return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
+}

@@ -146,6 +146,10 @@ void hs_ll_rmdir (fuse_req_t req, fuse_ino_t parent, const char *name) {
   hs_op_t *op = op_new(req, HOMESFS_OP_RMDIR);
   if (op == NULL) return;
   if (op_named(op, parent, name, 1) != 0) return;
+  if (hs_fastpath_rmdir(op->path) == 0) {
+    hs_node_removed(op->dir, name);
+    return op_reply_err(op, 0);
+  }
   op_js(op, ops_name_args, ops_removed_done);
 }
 

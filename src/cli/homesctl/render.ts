@@ -234,6 +234,7 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
       ['open', `${f.openAnswered} answered (${f.openClosedNatively ?? 0} closed before the daemon adopted them), ${f.openFallbacks} to JS`],
       ['create', `${f.createAnswered} made, ${f.createFallbacks} to JS`],
       ['mkdir', `${f.mkdirAnswered ?? 0} made, ${f.mkdirFallbacks ?? 0} to JS`],
+      ['rmdir', `${f.rmdirAnswered ?? 0} removed, ${f.rmdirFallbacks ?? 0} to JS`],
       ['setattr', `utimens ${f.utimensAnswered}, chmod ${f.chmodAnswered}, chown ${f.chownAnswered} done; ${f.setattrFallbacks} to JS`],
       ['write', `${f.writesDecided ?? 0} decisions made, ${f.writeDecisionFallbacks ?? 0} to JS`],
       ['in flight', `${f.inFlight ?? 0} native operation${f.inFlight === 1 ? '' : 's'} holding a home (${f.retiredHomes ?? 0} withdrawn home${f.retiredHomes === 1 ? '' : 's'} still held)`],
@@ -243,6 +244,10 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
   if (n.noFlush !== undefined) rows.push(['no FLUSH', `${n.noFlush.opens} opens without FLUSH (${n.noFlush.flushes} FLUSH requests)`]);
   if (n.singleReader !== undefined) {
     rows.push(['single reader', `${n.singleReader.handoffs} handoffs (${n.singleReader.readWaits ?? 0} before reads from disk), ${n.singleReader.revocations} taken by the watchdog`]);
+  }
+  const pt = n.protocol.passthrough;
+  if (pt?.negotiated) {
+    rows.push(['passthrough', `${pt.opens} opens passed through, ${pt.opensDirect} with direct I/O, ${pt.refused} refused; ${pt.files} files now`]);
   }
   if (n.invalidations !== undefined) {
     const i = n.invalidations;
@@ -255,8 +260,8 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
 function nativeTotals(n: StatusReport['native']): { answered: number; toJs: number } | null {
   const f = n.fastPath;
   if (!f && n.releasesAnswered === undefined) return null;
-  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + (f.mkdirAnswered ?? 0) + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) : 0;
-  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + (f.mkdirFallbacks ?? 0) + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) : 0;
+  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + (f.mkdirAnswered ?? 0) + (f.rmdirAnswered ?? 0) + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) : 0;
+  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + (f.mkdirFallbacks ?? 0) + (f.rmdirFallbacks ?? 0) + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) : 0;
   return { answered: answered + (n.releasesAnswered ?? 0), toJs };
 }
 
@@ -269,7 +274,7 @@ export function renderStatus(s: StatusReport, verbose = false): string {
   const p = s.native.protocol;
   if (p.minor > 0) nativeExtra.push(`FUSE 7.${p.minor}`);
   // Older daemons report no passthrough.
-  if (p.passthrough?.negotiated) nativeExtra.push(p.passthrough.active ? `passthrough (${p.passthrough.files} files now)` : 'passthrough off');
+  if (p.passthrough?.negotiated) nativeExtra.push(p.passthrough.active ? 'passthrough' : 'passthrough off');
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
   const totals = nativeTotals(s.native);
