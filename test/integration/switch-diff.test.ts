@@ -283,6 +283,10 @@ function sequence(seed: number, kind: Kind, u: Record<Who, Owner>): Step[] {
     O('mkdir', 'd0', 0o777),
     O('mkdir', 'd1', 0o755),
     O('mkdir', 'd1/d2', 0o700),
+    // An empty directory made and removed (the random middle's rmdirs mostly meet full ones), and a full one refused.
+    O('mkdir', 'd3', 0o755),
+    O('rmdir', 'd3'),
+    O('rmdir', 'd1'),
     // The per-file cap; then the home's budget, filled until refused, and room made again.
     O('open', 0, 'f0', 'creat', 0o644),
     O('pwrite', 0, 0, M, 'a', 66),
