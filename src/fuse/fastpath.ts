@@ -160,6 +160,8 @@ export class NativeFastPath implements AttrPublisher {
   readonly creates: boolean;
   /** whether the binding makes new directories where it makes files */
   readonly mkdirs: boolean;
+  /** whether the binding renames regular files where it unlinks */
+  readonly renames: boolean;
   /** whether the binding decides writes' growth for inodes the fs layer hands over */
   readonly writeDecisions: boolean;
 
@@ -172,6 +174,7 @@ export class NativeFastPath implements AttrPublisher {
     nativeCreate = true,
     nativeWriteDecision = true,
     nativeMkdir = true,
+    nativeRename = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
@@ -181,6 +184,8 @@ export class NativeFastPath implements AttrPublisher {
     // A native mkdir charges a create slot's inode: it needs the native creates.
     this.mkdirs = nativeMkdir && this.creates;
     this.writeDecisions = nativeWriteDecision;
+    // A native rename over a file releases it into the pending pair a native unlink uses: it needs those.
+    this.renames = nativeRename && nativeUnlink;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.setFreeInlineMax(INLINE_FREE_MAX_BYTES);
@@ -212,6 +217,7 @@ export class NativeFastPath implements AttrPublisher {
     if (hs.nativeUnlink) this.mutable(hs);
     if (hs.nativeOpen !== 0) this.openPolicy(hs);
     if (hs.nativeCreate !== null) this.createPolicy(hs);
+    if (hs.nativeRename !== null) this.renamePolicy(hs);
     if (this.setattrs) {
       // UTIMENS needs no decision (attr.ts utimens); CHMOD only where the profile's decision has the masks'
       // form; CHOWN is lchown where the profile allows it, else only the no-op to the published owner.
@@ -245,6 +251,13 @@ export class NativeFastPath implements AttrPublisher {
     if (this.mkdirs) this.native.setMkdir(prefix, token, (c?.dir ?? null) !== null, c?.dir?.m ?? 0, c?.dir?.or ?? 0);
     // Files made there start handed over (FsContext.handSize): their first writes are decided in the binding too.
     if (this.writeDecisions) this.native.setWriteCredit(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
+  }
+
+  renamePolicy(hs: HomeState): void {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix === undefined || !this.renames) return;
+    const r = hs.nativeRename;
+    this.native.setRename(prefix, this.byPrefix.get(prefix)!.token, r !== null, r?.maxDepth ?? 0);
   }
 
   wlDelegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean {

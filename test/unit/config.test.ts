@@ -67,6 +67,7 @@ describe('buildConfig: defaults', () => {
       nativeOpen: true,
       nativeCreate: true,
       nativeMkdir: true,
+      nativeRename: true,
       nativeWriteDecision: true,
       noFlush: true,
       singleReader: true,

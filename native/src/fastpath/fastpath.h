@@ -45,6 +45,11 @@ int hs_fastpath_readdir (const char *path, void *buf, hs_fill_t filler, off_t of
 // pending pair), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was changed).
 int hs_fastpath_unlink (const char *path);
 
+// RENAME (flags 0 or RENAME_NOREPLACE) of a regular file within a home JS
+// opened for it: 0 done (a replaced file's release is in the home's pending
+// pair), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was changed).
+int hs_fastpath_rename (const char *path, const char *path2, uint32_t flags);
+
 // OPEN, read-only, in a home JS opened for it, by the uid JS granted slots
 // to: 0 answered (*fh is the handle, *direct_io its open flag; JS adopts it
 // through hs_fastpath_take_opens), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing
