@@ -109,6 +109,8 @@ const VARIANTS: Variant[] = [
   { name: 'nativeCreate', off: { nativeCreate: false }, native: (c) => fp(c, 'createAnswered') },
   // Directories made in the binding with create slots' inodes (fastpath_create.c hs_fastpath_mkdir).
   { name: 'nativeMkdir', off: { nativeMkdir: false }, native: (c) => fp(c, 'mkdirAnswered') },
+  // Regular files renamed within a home in the binding (fastpath_unlink.c hs_fastpath_rename).
+  { name: 'nativeRename', off: { nativeRename: false }, native: (c) => fp(c, 'renameAnswered') },
   { name: 'nativeSetattr', off: { nativeSetattr: false }, native: (c) => fp(c, 'utimensAnswered') + fp(c, 'chmodAnswered') + fp(c, 'chownAnswered') },
   { name: 'nativeRelease', off: { nativeRelease: false }, native: (c) => c.status.native.releasesAnswered ?? 0 },
   { name: 'nativeRead', off: { nativeRead: false }, native: (c) => metric(c, 'homesfs_native_reads_total'), js: (c) => metric(c, 'homesfs_fuse_requests_total{op="read"}') },
