@@ -1,6 +1,6 @@
 // native/src/fastpath/: what the session answers in C from state JS
 // publishes: the fast path (fastpath_*.c: getattr, readdir, open, create,
-// mkdir, unlink, setattr, writes' growth), the data plane (dataplane*.c: reads,
+// mkdir, unlink, rename, setattr, writes' growth), the data plane (dataplane*.c: reads,
 // writes, releases of native handles), the directory-handle caps
 // (dirhandles.c), the one claim on an inode's last names (claims.c) and
 // the queues JS takes whole (queue.h).

@@ -4,7 +4,9 @@
 // being unlinked here (fp_unlinking) from before its open check to after the
 // fstat that follows the unlinkat, and claimed in claims.c across the
 // unlinkat and that fstat; what left the home is only ever added to its
-// pending array, atomically.
+// pending array, atomically. RENAME of a regular file within a home
+// (hs_fastpath_rename, at the end) lives here too: a name it replaces goes
+// through the same marks, claim and release as an unlinked one.
 
 #include "fastpath/fastpath_internal.h"
 #include "fastpath/claims.h"
