@@ -74,7 +74,7 @@ const PROFILES = {
 };
 
 /** the switches that move serving into C: every `fuse.*` boolean on by default (a test below holds the list to the schema) */
-const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
+const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeRename', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
 type Switch = (typeof SWITCHES)[number];
 
 /** What a daemon counted of its native serving (status --verbose --json's native block, the data plane's metrics), and its homes' ledgers. */
@@ -194,7 +194,8 @@ function table(r: () => number, rows: Array<[number, Gen]>): Gen {
 
 /**
  * The op list for one home: a fixed prologue (the file the cap phase opens,
- * directories, the per-file cap and the home's budget met), a random middle
+ * directories, the per-file cap and the home's budget met, renames of closed
+ * files), a random middle
  * of the owner's, the peer's and the other's syscalls, and the caps phase
  * (creates and opens until a cap refuses them, the owner's and the peer's,
  * after barriers that wait until no RELEASE is in flight: close(2) returns
@@ -295,7 +296,10 @@ function sequence(seed: number, kind: Kind, u: Record<Who, Owner>): Step[] {
   ];
   const fills = Math.floor(PROFILE[kind].budget / M) + 1;
   for (let k = 0; k < fills; k++) steps.push(O('open', 1, `fill${k}`, 'excl', 0o600), O('pwrite', 1, 0, M, 'a', 67 + k), O('close', 1));
+  // Once every RELEASE is served, renames of closed files: to a new name, and over another (its bytes freed).
+  steps.push({ who: 'settle' }, O('rename', 'fill0', 'fillr'), O('rename', 'fill1', 'fill2'));
   for (let k = 0; k < fills; k++) steps.push(O('unlink', `fill${k}`));
+  steps.push(O('unlink', 'fillr'));
   for (let i = 0; i < OPS; i++) {
     const x = r();
     steps.push(x < 0.65 ? O(...owner()) : x < 0.9 ? P(...peer()) : X(...other()));
