@@ -81,6 +81,13 @@ const FuseOptions = z
     /** RMDIR of an empty directory done in the binding, in homes where it unlinks (fastpath_unlink.c); anything else JS's */
     nativeRmdir: z.boolean().default(true),
     /**
+     * with native unlinks: a rename (flags 0 or RENAME_NOREPLACE) of a regular
+     * file within a mutable binary home, over nothing or over a regular file,
+     * neither open in the daemon, done on the session's worker threads (a
+     * replaced file's bytes and inode released as a native unlink releases them)
+     */
+    nativeRename: z.boolean().default(true),
+    /**
      * with nativeWrite and the fast path: the growth of a WRITE decided in
      * the binding from byte credit the ledger reserved ahead (fastpath_write.c)
      */

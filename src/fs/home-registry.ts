@@ -442,6 +442,7 @@ export abstract class HomeRegistry {
       nativeUnlink: false,
       nativeOpen: 0,
       nativeCreate: null,
+      nativeRename: null,
       openCredits: 0,
       creditsByUid: new Map(),
       createCreditsByUid: new Map(),

@@ -67,6 +67,10 @@ export interface AttrPublisher {
   readonly mkdirs: boolean;
   /** the new directory's mode as (asked & m) | or, if the profile's effectiveDirMode has that form */
   dirModeMasks(profile: Profile): { m: number; or: number } | null;
+  /** whether the binding can rename regular files within a home where it unlinks (config fuse.nativeRename) */
+  readonly renames: boolean;
+  /** hs.nativeRename changed: let the binding rename files there (with its depth limit), or stop it (returns once none is in flight) */
+  renamePolicy(hs: HomeState): void;
   /** hs.nativeCreate changed: let the binding make files there, or stop it (its unused create slots come back through takeOpens) */
   createPolicy(hs: HomeState): void;
   /** one create slot (an open-file slot for uid and an inode the ledger reserved) with a reserved handle number; false: not kept */

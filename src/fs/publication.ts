@@ -126,6 +126,7 @@ export abstract class NativePublication extends OpenSlots {
    * back with their inodes.
    */
   refreshNativeCreate(hs: HomeState): void {
+    this.refreshNativeRename(hs);
     const attrs = this.deps.attrs;
     const masks = attrs?.creates && hs.nativeOpen !== 0 && hs.nativeUnlink && hs.profile.maxEntriesPerDir === 0 ? attrs.fileModeMasks(hs.profile) : null;
     // New directories too (mkdir in dir.ts), where the binding has them and effectiveDirMode has the form.
@@ -140,6 +141,25 @@ export abstract class NativePublication extends OpenSlots {
     if (same) return;
     hs.nativeCreate = want;
     attrs?.createPolicy(hs);
+  }
+
+  /**
+   * Whether the binding renames regular files in the home (dir.ts rename for
+   * a file not open, over nothing or over a regular file not open): it
+   * unlinks there (the same ledger conditions: a replaced file is released as
+   * an unlinked one), the content is binary, and no per-directory entry limit
+   * needs a listing; the target's depth is checked against maxDepth there.
+   * Told to the binding before anything that changed it is answered (called
+   * wherever native creates are decided again: the open policy, mutability).
+   */
+  refreshNativeRename(hs: HomeState): void {
+    const attrs = this.deps.attrs;
+    const on = attrs?.renames === true && hs.nativeUnlink && hs.profile.content !== 'utf8' && hs.profile.maxEntriesPerDir === 0;
+    const want = on ? { maxDepth: hs.profile.maxDepth } : null;
+    const was = hs.nativeRename;
+    if (want === null ? was === null : was !== null && was.maxDepth === want.maxDepth) return;
+    hs.nativeRename = want;
+    attrs?.renamePolicy(hs);
   }
 
   /**

@@ -114,6 +114,11 @@ export interface HomeState {
    * (dir null: it makes none) (FsContext.refreshNativeCreate decides); null: it does neither
    */
   nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean; dir: { m: number; or: number } | null } | null;
+  /**
+   * the binding renames regular files within this home (not open, over nothing or a regular file), the target at most
+   * maxDepth deep (0: no limit) (FsContext.refreshNativeRename decides); null: it does not
+   */
+  nativeRename: { maxDepth: number } | null;
   /** of openHandles, the slots granted to the binding for native opens and creates and not used yet; per caller uid, each kind */
   openCredits: number;
   readonly creditsByUid: Map<number, number>;

@@ -38,6 +38,8 @@ export interface FastPathNative {
   grantCreate(prefix: string, token: number, fh: number, uid: number): boolean;
   /** MKDIR of new names answered natively while creates are, the new directory's mode (asked & modeM) | modeOr, with a create slot's inode */
   setMkdir(prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean;
+  /** RENAME of regular files within the home answered natively while it is mutable, the target at most maxDepth deep (0: no limit) */
+  setRename(prefix: string, token: number, on: boolean, maxDepth: number): boolean;
   reclaim(): number;
   /** writes' growth decided natively for inodes handed over (acct: the home's BigInt64Array(8), policy/ledger.ts) */
   wlDelegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
@@ -354,6 +356,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     grantCreate: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant_create(prefix, token, fh >>> 0, uid >>> 0),
     setMkdir: (prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean =>
       raw.hs_fastpath_set_mkdir(prefix, token, !!on, modeM >>> 0, modeOr >>> 0),
+    setRename: (prefix: string, token: number, on: boolean, maxDepth: number): boolean => raw.hs_fastpath_set_rename(prefix, token, !!on, maxDepth >>> 0),
     grant: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant(prefix, token, fh >>> 0, uid >>> 0),
     reclaim: (): number => raw.hs_fastpath_reclaim(),
     /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */

@@ -162,6 +162,8 @@ export class NativeFastPath implements AttrPublisher {
   readonly mkdirs: boolean;
   /** whether the binding removes empty directories where it unlinks (config fuse.nativeRmdir) */
   readonly rmdirs: boolean;
+  /** whether the binding renames regular files where it unlinks */
+  readonly renames: boolean;
   /** whether the binding decides writes' growth for inodes the fs layer hands over */
   readonly writeDecisions: boolean;
 
@@ -175,6 +177,7 @@ export class NativeFastPath implements AttrPublisher {
     nativeWriteDecision = true,
     nativeMkdir = true,
     nativeRmdir = true,
+    nativeRename = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
@@ -186,6 +189,8 @@ export class NativeFastPath implements AttrPublisher {
     this.writeDecisions = nativeWriteDecision;
     // A native rmdir releases its inode where native unlinks release theirs: the homes made mutable for them.
     this.rmdirs = nativeRmdir && nativeUnlink;
+    // A native rename over a file releases it into the pending pair a native unlink uses: it needs those.
+    this.renames = nativeRename && nativeUnlink;
     native.clear();
     native.setReserved(JS_ONLY_NAMES);
     native.setFreeInlineMax(INLINE_FREE_MAX_BYTES);
@@ -218,6 +223,7 @@ export class NativeFastPath implements AttrPublisher {
     if (hs.nativeUnlink) this.mutable(hs);
     if (hs.nativeOpen !== 0) this.openPolicy(hs);
     if (hs.nativeCreate !== null) this.createPolicy(hs);
+    if (hs.nativeRename !== null) this.renamePolicy(hs);
     if (this.setattrs) {
       // UTIMENS needs no decision (attr.ts utimens); CHMOD only where the profile's decision has the masks'
       // form; CHOWN is lchown where the profile allows it, else only the no-op to the published owner.
@@ -251,6 +257,13 @@ export class NativeFastPath implements AttrPublisher {
     if (this.mkdirs) this.native.setMkdir(prefix, token, (c?.dir ?? null) !== null, c?.dir?.m ?? 0, c?.dir?.or ?? 0);
     // Files made there start handed over (FsContext.handSize): their first writes are decided in the binding too.
     if (this.writeDecisions) this.native.setWriteCredit(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
+  }
+
+  renamePolicy(hs: HomeState): void {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix === undefined || !this.renames) return;
+    const r = hs.nativeRename;
+    this.native.setRename(prefix, this.byPrefix.get(prefix)!.token, r !== null, r?.maxDepth ?? 0);
   }
 
   wlDelegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean {

@@ -74,7 +74,7 @@ const PROFILES = {
 };
 
 /** the switches that move serving into C: every `fuse.*` boolean on by default (a test below holds the list to the schema) */
-const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeRmdir', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
+const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeRmdir', 'nativeRename', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
 type Switch = (typeof SWITCHES)[number];
 
 /** What a daemon counted of its native serving (status --verbose --json's native block, the data plane's metrics), and its homes' ledgers. */
@@ -110,6 +110,8 @@ const VARIANTS: Variant[] = [
   // Directories made in the binding with create slots' inodes (fastpath_create.c hs_fastpath_mkdir).
   { name: 'nativeMkdir', off: { nativeMkdir: false }, native: (c) => fp(c, 'mkdirAnswered') },
   { name: 'nativeRmdir', off: { nativeRmdir: false }, native: (c) => fp(c, 'rmdirAnswered') },
+  // Regular files renamed within a home in the binding (fastpath_unlink.c hs_fastpath_rename).
+  { name: 'nativeRename', off: { nativeRename: false }, native: (c) => fp(c, 'renameAnswered') },
   { name: 'nativeSetattr', off: { nativeSetattr: false }, native: (c) => fp(c, 'utimensAnswered') + fp(c, 'chmodAnswered') + fp(c, 'chownAnswered') },
   { name: 'nativeRelease', off: { nativeRelease: false }, native: (c) => c.status.native.releasesAnswered ?? 0 },
   { name: 'nativeRead', off: { nativeRead: false }, native: (c) => metric(c, 'homesfs_native_reads_total'), js: (c) => metric(c, 'homesfs_fuse_requests_total{op="read"}') },
@@ -193,7 +195,8 @@ function table(r: () => number, rows: Array<[number, Gen]>): Gen {
 
 /**
  * The op list for one home: a fixed prologue (the file the cap phase opens,
- * directories, the per-file cap and the home's budget met), a random middle
+ * directories, the per-file cap and the home's budget met, renames of closed
+ * files), a random middle
  * of the owner's, the peer's and the other's syscalls, and the caps phase
  * (creates and opens until a cap refuses them, the owner's and the peer's,
  * after barriers that wait until no RELEASE is in flight: close(2) returns
@@ -298,7 +301,10 @@ function sequence(seed: number, kind: Kind, u: Record<Who, Owner>): Step[] {
   ];
   const fills = Math.floor(PROFILE[kind].budget / M) + 1;
   for (let k = 0; k < fills; k++) steps.push(O('open', 1, `fill${k}`, 'excl', 0o600), O('pwrite', 1, 0, M, 'a', 67 + k), O('close', 1));
+  // Once every RELEASE is served, renames of closed files: to a new name, and over another (its bytes freed).
+  steps.push({ who: 'settle' }, O('rename', 'fill0', 'fillr'), O('rename', 'fill1', 'fill2'));
   for (let k = 0; k < fills; k++) steps.push(O('unlink', `fill${k}`));
+  steps.push(O('unlink', 'fillr'));
   for (let i = 0; i < OPS; i++) {
     const x = r();
     steps.push(x < 0.65 ? O(...owner()) : x < 0.9 ? P(...peer()) : X(...other()));

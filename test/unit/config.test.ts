@@ -68,6 +68,7 @@ describe('buildConfig: defaults', () => {
       nativeCreate: true,
       nativeMkdir: true,
       nativeRmdir: true,
+      nativeRename: true,
       nativeWriteDecision: true,
       noFlush: true,
       singleReader: true,

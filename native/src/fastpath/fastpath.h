@@ -1,6 +1,6 @@
 // native/src/fastpath/: what the session answers in C from state JS
 // publishes: the fast path (fastpath_*.c: getattr, readdir, open, create,
-// mkdir, unlink, setattr, writes' growth), the data plane (dataplane*.c: reads,
+// mkdir, unlink, rename, setattr, writes' growth), the data plane (dataplane*.c: reads,
 // writes, releases of native handles), the directory-handle caps
 // (dirhandles.c), the one claim on an inode's last names (claims.c) and
 // the queues JS takes whole (queue.h).
@@ -47,6 +47,11 @@ int hs_fastpath_unlink (const char *path);
 // RMDIR of an empty directory in a home JS made mutable (fuse.nativeRmdir):
 // 0 removed (its inode released to the ledger), or FALLBACK: JS's.
 int hs_fastpath_rmdir (const char *path);
+
+// RENAME (flags 0 or RENAME_NOREPLACE) of a regular file within a home JS
+// opened for it: 0 done (a replaced file's release is in the home's pending
+// pair), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was changed).
+int hs_fastpath_rename (const char *path, const char *path2, uint32_t flags);
 
 // OPEN, read-only, in a home JS opened for it, by the uid JS granted slots
 // to: 0 answered (*fh is the handle, *direct_io its open flag; JS adopts it

@@ -31,7 +31,7 @@
 //   fastpath_refs.c     references: pins and the wait for them, last references,
 //                       a handle's users, the accounting arrays' holders
 //   fastpath_attr.c     GETATTR (and so LOOKUP), fgetattr, READDIR
-//   fastpath_unlink.c   UNLINK
+//   fastpath_unlink.c   UNLINK, and RENAME of a regular file (which removes a name as an unlink does)
 //   fastpath_setattr.c  UTIMENS, CHMOD, CHOWN by path
 //   fastpath_open.c     OPEN, RELEASE of unadopted handles, open slots, the queue JS takes
 //   fastpath_create.c   CREATE and its slots
@@ -199,6 +199,11 @@ typedef struct fp_home_pol {
   uint32_t mkdir_on;
   uint32_t dmode_m;
   uint32_t dmode_or;
+  // RENAME of a regular file within the home answered here
+  // (hs_fastpath_set_rename), only while the home is mutable too (pending
+  // set): the target's depth at most rename_depth (0: no limit).
+  uint32_t rename_on;
+  uint32_t rename_depth;
   // Files made here start with their size owned by C, charged from
   // the byte credit in pending, when JS set it (hs_fastpath_set_write_credit).
   uint32_t wl_on;
@@ -401,6 +406,9 @@ extern uint64_t fp_rmdir_on, fp_rdanswered, fp_rdfallbacks;
 napi_value fp_set_rmdir (napi_env env, napi_callback_info info);
 void fp_unlinking_wait (uint64_t dev, uint64_t ino);
 napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info);
+extern uint64_t fp_rnanswered, fp_rnfallbacks;
+int fp_home_set_rename (const char *prefix, size_t n, double token, int on, uint32_t depth);
+napi_value fp_set_rename (napi_env env, napi_callback_info info);
 extern uint64_t fp_free_inline_max;  // atomic; set by JS (fastpath_napi.c)
 
 // ---- fastpath_setattr.c ----

@@ -69,6 +69,8 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "mkdirFallbacks", (double) __atomic_load_n(&fp_mfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "rmdirAnswered", (double) __atomic_load_n(&fp_rdanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "rmdirFallbacks", (double) __atomic_load_n(&fp_rdfallbacks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "renameAnswered", (double) __atomic_load_n(&fp_rnanswered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "renameFallbacks", (double) __atomic_load_n(&fp_rnfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openAnswered", (double) __atomic_load_n(&fp_oanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openClosedNatively", (double) __atomic_load_n(&fp_oclosed, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openFallbacks", (double) __atomic_load_n(&fp_ofallbacks, __ATOMIC_RELAXED));
@@ -109,6 +111,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_set_create", fp_set_create);
   hs_export_fn(env, exports, "hs_fastpath_grant_create", fp_grant_create);
   hs_export_fn(env, exports, "hs_fastpath_set_mkdir", fp_set_mkdir);
+  hs_export_fn(env, exports, "hs_fastpath_set_rename", fp_set_rename);
   hs_export_fn(env, exports, "hs_fastpath_reclaim", fp_reclaim);
   hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
   hs_export_fn(env, exports, "hs_fastpath_set_free_inline_max", fp_set_free_inline_max);
@@ -601,6 +604,28 @@ napi_value fp_set_mkdir (napi_env env, napi_callback_info info) {
     FP_THROW(usage);
   }
   int set = fp_home_set_mkdir(prefix, plen, token, on, m, or);
+  free(prefix);
+  return hs_js_bool(env, set != 0);
+}
+
+// hs_fastpath_set_rename(prefix, token, on, maxDepth) -> set?
+// RENAME of a regular file within the home answered here while it is mutable,
+// the target's depth at most maxDepth (0: no limit). Returns once no native
+// rename of the home is past its checks with the old settings.
+napi_value fp_set_rename (napi_env env, napi_callback_info info) {
+  napi_value argv[4];
+  size_t plen = 0;
+  double token = -1;
+  bool on = false;
+  uint32_t depth = 0;
+  const char *usage = "hs_fastpath_set_rename: (prefix, token, on, maxDepth)";
+  char *prefix = fp_prefix_token(env, info, 4, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_bool(env, argv[2], &on) != napi_ok || napi_get_value_uint32(env, argv[3], &depth) != napi_ok) {
+    free(prefix);
+    FP_THROW(usage);
+  }
+  int set = fp_home_set_rename(prefix, plen, token, on, depth);
   free(prefix);
   return hs_js_bool(env, set != 0);
 }

@@ -4,7 +4,9 @@
 // being unlinked here (fp_unlinking) from before its open check to after the
 // fstat that follows the unlinkat, and claimed in claims.c across the
 // unlinkat and that fstat; what left the home is only ever added to its
-// pending array, atomically.
+// pending array, atomically. RENAME of a regular file within a home
+// (hs_fastpath_rename, at the end) lives here too: a name it replaces goes
+// through the same marks, claim and release as an unlinked one.
 
 #include "fastpath/fastpath_internal.h"
 #include "fastpath/claims.h"
@@ -117,11 +119,17 @@ static int fp_frees_quickly (const struct stat *st) {
 // The name removed if the node (st, its O_PATH descriptor node) is not open in
 // JS: 1 done, its release added to pending; 0 nothing changed. Marked (above)
 // and claimed (claims.c) across the unlinkat and the fstat after it.
-static int fp_unlink_node (int pfd, const char *name, int node, const struct stat *st, int64_t *pending) {
+// A rename over it (sname not NULL: the source sname in spfd, *sst its
+// fstat) removes the name the same way, by renameat2 of the source onto it:
+// the source is marked too and must not be open either.
+static int fp_unlink_node (int pfd, const char *name, int node, const struct stat *st, int64_t *pending,
+                           int spfd, const char *sname, const struct stat *sst) {
   uint64_t dev = (uint64_t) st->st_dev, ino = (uint64_t) st->st_ino;
   if (fp_unlinking_mark(dev, ino) != 0) return 0;
+  int smarked = sname != NULL && fp_unlinking_mark((uint64_t) sst->st_dev, (uint64_t) sst->st_ino) == 0;
+  if (sname != NULL && !smarked) { fp_unlinking_unmark(dev, ino); return 0; }
   pthread_rwlock_rdlock(&fp_lock);
-  int open = fp_inode_open(dev, ino);
+  int open = fp_inode_open(dev, ino) || (sname != NULL && fp_inode_open((uint64_t) sst->st_dev, (uint64_t) sst->st_ino));
   pthread_rwlock_unlock(&fp_lock);
   int done = 0;
 #ifdef HOMESFS_TEST_HOOKS
@@ -133,7 +141,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
     // Busy across the removal and its release (src/fs/ledger-area.ts): a crash
     // between them leaves the home's checkpoint marked, never counting a name that went.
     __atomic_add_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
-    if (unlinkat(pfd, name, 0) == 0) {
+    if ((sname == NULL ? unlinkat(pfd, name, 0) : renameat2(spfd, sname, pfd, name, 0)) == 0) {
       // fstat of an O_PATH descriptor does not fail; if it did, the name was the last one only if nlink said so before
       if (fstat(node, &after) != 0) { after = *st; after.st_nlink = st->st_nlink > 0 ? st->st_nlink - 1 : 0; }
       gone = after.st_nlink == 0;
@@ -150,6 +158,7 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
     }
     __atomic_sub_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
   }
+  if (smarked) fp_unlinking_unmark((uint64_t) sst->st_dev, (uint64_t) sst->st_ino);
   fp_unlinking_unmark(dev, ino);
   return done;
 }
@@ -177,7 +186,7 @@ int hs_fastpath_unlink (const char *path) {
           (uint64_t) st.st_dev == home->dev &&
           !S_ISDIR(st.st_mode) &&
           fp_frees_quickly(&st)) {
-        done = fp_unlink_node(pfd, name, node, &st, pin.pol.pending->data);
+        done = fp_unlink_node(pfd, name, node, &st, pin.pol.pending->data, -1, NULL, NULL);
       }
       // The last close of an unlinked file frees its blocks: no lock held, only this home's pin.
       if (node >= 0) close(node);
@@ -248,4 +257,102 @@ int hs_fastpath_rmdir (const char *path) {
   fp_unpin(&pin);
   if (counted) __atomic_add_fetch(done ? &fp_rdanswered : &fp_rdfallbacks, 1, __ATOMIC_RELAXED);
   return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
+}
+
+// ---- RENAME -------------------------------------------------------------------------------
+// The copy of dir.ts's rename (flags 0, or RENAME_NOREPLACE as renameFlagged)
+// for the one case every rule of it is decidable from what JS published: a
+// regular file to a name in the same home, that home mutable (as for an
+// unlink) and opened for native renames (hs_fastpath_set_rename: binary
+// content, no per-directory entry limit, the depth limit published), neither
+// name reserved or too long (fp_components_ok, as for a create), the target's
+// depth within the limit, and the source and any target not open in JS. A
+// target that exists must be a regular file on the home's device that frees
+// quickly (fp_frees_quickly, as an unlink), not the source's inode; it goes as
+// an unlinked name does (fp_unlink_node: the same marks, claim and release).
+// Without a target the rename is renameat2 with RENAME_NOREPLACE, so a name
+// made meanwhile is never replaced unseen (EEXIST: JS does it all again).
+// Directories, symlinks, open files, cross-home renames (JS answers EXDEV),
+// the daemon's own levels and every failure go to JS with nothing changed.
+uint64_t fp_rnanswered = 0;   // rename, atomic
+uint64_t fp_rnfallbacks = 0;  // rename (only counted in homes JS opened for it), atomic
+
+// Under nothing: whether rel2's components pass (the reserved names are read under the read lock).
+static int fp_names_ok (const char *rel, uint32_t max_name) {
+  pthread_rwlock_rdlock(&fp_lock);
+  int ok = fp_components_ok(rel, max_name);
+  pthread_rwlock_unlock(&fp_lock);
+  return ok;
+}
+
+// The rename in the pinned home: 1 done, 0 nothing changed.
+static int fp_rename_in (const fp_pin_t *pin, const char *rel, const char *rel2, uint32_t flags) {
+  const fp_home_t *home = pin->home;
+  const char *ls = strrchr(rel, '/'), *ls2 = strrchr(rel2, '/');
+  const char *name = ls ? ls + 1 : rel, *name2 = ls2 ? ls2 + 1 : rel2;
+  uint32_t depth = 1;
+  for (const char *c = rel2; *c; c++) if (*c == '/') depth++;
+  if (pin->pol.rename_depth != 0 && depth > pin->pol.rename_depth) return 0;
+  int done = 0;
+  int spfd = fp_open_parent(home->fd, rel, ls);
+  if (spfd < 0) return 0;
+  int dpfd = fp_open_parent(home->fd, rel2, ls2);
+  int snode = -1, dnode = -1;
+  struct stat sst, dst;
+  if (dpfd >= 0 && (snode = openat(spfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)) >= 0 && fstat(snode, &sst) == 0 &&
+      S_ISREG(sst.st_mode) && (uint64_t) sst.st_dev == home->dev) {
+    dnode = openat(dpfd, name2, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (dnode < 0 && errno == ENOENT) {
+      // No target: nothing leaves the ledger. Only the source must stay unopened (marked across the rename).
+      uint64_t dev = (uint64_t) sst.st_dev, ino = (uint64_t) sst.st_ino;
+      if (fp_unlinking_mark(dev, ino) == 0) {
+        pthread_rwlock_rdlock(&fp_lock);
+        int open = fp_inode_open(dev, ino);
+        pthread_rwlock_unlock(&fp_lock);
+        if (!open && renameat2(spfd, name, dpfd, name2, RENAME_NOREPLACE) == 0) done = 1;
+        fp_unlinking_unmark(dev, ino);
+      }
+    } else if (dnode >= 0 && flags == 0 && fstat(dnode, &dst) == 0 && S_ISREG(dst.st_mode) && (uint64_t) dst.st_dev == home->dev &&
+               !(dst.st_ino == sst.st_ino && dst.st_dev == sst.st_dev) && fp_frees_quickly(&dst)) {
+      done = fp_unlink_node(dpfd, name2, dnode, &dst, pin->pol.pending->data, spfd, name, &sst);
+    }
+  }
+  // The last close of a replaced file frees its blocks: no lock held, only this home's pin.
+  if (dnode >= 0) close(dnode);
+  if (snode >= 0) close(snode);
+  if (dpfd >= 0 && dpfd != home->fd) close(dpfd);
+  if (spfd != home->fd) close(spfd);
+  return done;
+}
+
+int hs_fastpath_rename (const char *path, const char *path2, uint32_t flags) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  if (flags != 0 && flags != RENAME_NOREPLACE) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen, plen2;
+  const char *rel, *rel2;
+  if (fp_split_path(path, &plen, &rel) != 0 || fp_split_path(path2, &plen2, &rel2) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  // Between homes: JS's (EXDEV).
+  if (plen != plen2 || memcmp(path, path2, plen) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  // The pending array is the home's while the pin is held (as for an unlink).
+  int counted = pin.pol.rename_on && pin.pol.pending != NULL && pin.pol.pending->len >= HOMESFS_ACCT_LEN;
+  int done = 0;
+  if (counted && pin.names_ok && fp_names_ok(rel2, pin.home->max_name)) done = fp_rename_in(&pin, rel, rel2, flags);
+  fp_unpin(&pin);
+  if (counted) __atomic_add_fetch(done ? &fp_rnanswered : &fp_rnfallbacks, 1, __ATOMIC_RELAXED);
+  return done ? 0 : HOMESFS_FASTPATH_FALLBACK;
+}
+
+struct fp_rename_change { int on; uint32_t depth; };
+
+static void fp_change_rename (fp_home_t *e, void *arg) {
+  const struct fp_rename_change *c = arg;
+  e->pol.rename_on = c->on ? 1 : 0;
+  e->pol.rename_depth = c->depth;
+}
+
+int fp_home_set_rename (const char *prefix, size_t n, double token, int on, uint32_t depth) {
+  struct fp_rename_change c = { on, depth };
+  return fp_home_change(prefix, n, token, fp_change_rename, &c);
 }

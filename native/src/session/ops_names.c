@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -183,6 +184,12 @@ void hs_ll_rename (fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino
   if (op->flags == 0 && !hs_conf.hard_remove && hs_node_must_hide(op->dir2, newname)) {
     op->step = 1;
     return hide(op, op->dir2, newname, op->path2);
+  }
+  // A regular file renamed within its home where JS published it may be
+  // (fastpath_unlink.c: nothing open is renamed or replaced there, so nothing
+  // is hidden): the table follows as after JavaScript's rename.
+  if (op->flags != RENAME_EXCHANGE && hs_fastpath_rename(op->path, op->path2, op->flags) == 0) {
+    return op_reply_err(op, hs_node_renamed(op->dir, op->name, op->dir2, op->name2));
   }
   rename_go(op);
 }
