@@ -119,17 +119,17 @@ static int fp_frees_quickly (const struct stat *st) {
 // The name removed if the node (st, its O_PATH descriptor node) is not open in
 // JS: 1 done, its release added to pending; 0 nothing changed. Marked (above)
 // and claimed (claims.c) across the unlinkat and the fstat after it.
-// A rename over it (sname not NULL: the source sname in spfd, *sst its
-// fstat) removes the name the same way, by renameat2 of the source onto it:
-// the source is marked too and must not be open either.
+// A rename over it (sname not NULL: the source sname in spfd) removes the
+// name the same way, by renameat2 of the source onto it. The source may be
+// open: a rename moves a name, never an open file's bytes or charge, and
+// JS's rename does not look (git renames its lock files at their close,
+// before the daemon has carried their RELEASE out).
 static int fp_unlink_node (int pfd, const char *name, int node, const struct stat *st, int64_t *pending,
-                           int spfd, const char *sname, const struct stat *sst) {
+                           int spfd, const char *sname) {
   uint64_t dev = (uint64_t) st->st_dev, ino = (uint64_t) st->st_ino;
   if (fp_unlinking_mark(dev, ino) != 0) return 0;
-  int smarked = sname != NULL && fp_unlinking_mark((uint64_t) sst->st_dev, (uint64_t) sst->st_ino) == 0;
-  if (sname != NULL && !smarked) { fp_unlinking_unmark(dev, ino); return 0; }
   pthread_rwlock_rdlock(&fp_lock);
-  int open = fp_inode_open(dev, ino) || (sname != NULL && fp_inode_open((uint64_t) sst->st_dev, (uint64_t) sst->st_ino));
+  int open = fp_inode_open(dev, ino);
   pthread_rwlock_unlock(&fp_lock);
   int done = 0;
 #ifdef HOMESFS_TEST_HOOKS
@@ -158,7 +158,6 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
     }
     __atomic_sub_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
   }
-  if (smarked) fp_unlinking_unmark((uint64_t) sst->st_dev, (uint64_t) sst->st_ino);
   fp_unlinking_unmark(dev, ino);
   return done;
 }
@@ -186,7 +185,7 @@ int hs_fastpath_unlink (const char *path) {
           (uint64_t) st.st_dev == home->dev &&
           !S_ISDIR(st.st_mode) &&
           fp_frees_quickly(&st)) {
-        done = fp_unlink_node(pfd, name, node, &st, pin.pol.pending->data, -1, NULL, NULL);
+        done = fp_unlink_node(pfd, name, node, &st, pin.pol.pending->data, -1, NULL);
       }
       // The last close of an unlinked file frees its blocks: no lock held, only this home's pin.
       if (node >= 0) close(node);
@@ -266,7 +265,7 @@ int hs_fastpath_rmdir (const char *path) {
 // unlink) and opened for native renames (hs_fastpath_set_rename: binary
 // content, no per-directory entry limit, the depth limit published), neither
 // name reserved or too long (fp_components_ok, as for a create), the target's
-// depth within the limit, and the source and any target not open in JS. A
+// depth within the limit, and any target not open in JS (the source may be). A
 // target that exists must be a regular file on the home's device that frees
 // quickly (fp_frees_quickly, as an unlink), not the source's inode; it goes as
 // an unlinked name does (fp_unlink_node: the same marks, claim and release).
@@ -303,18 +302,11 @@ static int fp_rename_in (const fp_pin_t *pin, const char *rel, const char *rel2,
       S_ISREG(sst.st_mode) && (uint64_t) sst.st_dev == home->dev) {
     dnode = openat(dpfd, name2, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (dnode < 0 && errno == ENOENT) {
-      // No target: nothing leaves the ledger. Only the source must stay unopened (marked across the rename).
-      uint64_t dev = (uint64_t) sst.st_dev, ino = (uint64_t) sst.st_ino;
-      if (fp_unlinking_mark(dev, ino) == 0) {
-        pthread_rwlock_rdlock(&fp_lock);
-        int open = fp_inode_open(dev, ino);
-        pthread_rwlock_unlock(&fp_lock);
-        if (!open && renameat2(spfd, name, dpfd, name2, RENAME_NOREPLACE) == 0) done = 1;
-        fp_unlinking_unmark(dev, ino);
-      }
+      // No target: nothing leaves the ledger, and the source may be open (fp_unlink_node says why).
+      if (renameat2(spfd, name, dpfd, name2, RENAME_NOREPLACE) == 0) done = 1;
     } else if (dnode >= 0 && flags == 0 && fstat(dnode, &dst) == 0 && S_ISREG(dst.st_mode) && (uint64_t) dst.st_dev == home->dev &&
                !(dst.st_ino == sst.st_ino && dst.st_dev == sst.st_dev) && fp_frees_quickly(&dst)) {
-      done = fp_unlink_node(dpfd, name2, dnode, &dst, pin->pol.pending->data, spfd, name, &sst);
+      done = fp_unlink_node(dpfd, name2, dnode, &dst, pin->pol.pending->data, spfd, name);
     }
   }
   // The last close of a replaced file frees its blocks: no lock held, only this home's pin.
