@@ -103,6 +103,7 @@ export interface AddonRaw {
   /** [minor, kernel's minor, max write, max pages, INIT flags, largest READ, largest WRITE, LOOKUPs, READDIRPLUSes] (session/proto.h) */
   hs_session_proto(): [number, number, number, number, number, number, number, number, number, number];
   hs_session_passthrough(): [number, number, number, number, number, number, number, number, number, number, number, number];
+  hs_session_passed_through(ino: bigint): boolean;
   /** the dead handles this daemon reopened (handles.h), serialised for a successor, or -errno */
   hs_session_dead_handles(): Buffer | number;
   hs_session_dead_handles_import(pairs: Buffer): number;

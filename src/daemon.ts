@@ -270,6 +270,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
     removals,
     ...(fastPath ? { attrs: fastPath } : {}),
     ...(kernel ? { kernel } : {}),
+    ...(config.fuse.passthrough ? { passedThrough: (ino: bigint) => Fuse.passedThrough(ino) } : {}),
   });
   cleanup.defer('homes', () => ctx.close());
   const users = config.userdb.enabled ? new UserDb(config.userdb.dir, config.mount, log.child({ component: 'userdb' })) : null;

@@ -31,6 +31,7 @@ export type HomesCode =
   | 'INVALID_ARGUMENT'
   | 'ACCESS_DENIED'
   | 'BUSY'
+  | 'PASSED_THROUGH'
   | 'RENAME_BLOCKED'
   | 'RENAMED'
   | 'CONFIRM_REQUIRED'
@@ -71,6 +72,10 @@ export const ERRNO_OF = {
   INVALID_ARGUMENT: osConstants.errno.EINVAL,
   ACCESS_DENIED: osConstants.errno.EACCES,
   BUSY: osConstants.errno.EBUSY,
+  // A text home's open of a file the kernel reads itself for opens made before
+  // the home became one (passthrough): a shared mmap of it would bypass the
+  // text check. "Text file busy": it passes once those readers close.
+  PASSED_THROUGH: osConstants.errno.ETXTBSY,
   // The per-scope-home design's renameBlocker: the target home exists; never a merge.
   RENAME_BLOCKED: osConstants.errno.EEXIST,
   // A renamed home's old name: no home lives there, and none may be created

@@ -200,6 +200,7 @@ export const CONTROL_CODE_TABLE: Readonly<Record<ControlCode, string>> = {
   INVALID_ARGUMENT: 'An argument value is invalid.',
   ACCESS_DENIED: 'Access denied; on the control socket: the command is not served on this socket (the platform socket serves only `status` and `resolve`).',
   BUSY: 'The target is busy (open files, working directories; `details.processes` names the visible holders: pid, uid, comm, command), or the daemon is at its connection limit.',
+  PASSED_THROUGH: 'Through the mount only: a text home\'s open of a file that read-only opens made before the home became a text home still hold passed through.',
   RENAME_BLOCKED: 'The rename target home already exists (renameBlocker): homes are never merged.',
   RENAMED: 'The name belonged to a home that was renamed: it stays reserved with a forward (`details.to`, `details.path`) until an admin runs `release-name` or the home is deleted; every command given the old name answers this, and `resolve` never makes a fresh home there.',
   CONFIRM_REQUIRED: 'The change would leave homes unused (`details.homes` with their sizes): send it again with `yes: true`, or `dryRun: true` to preview.',

@@ -180,6 +180,10 @@ async function openIn(ctx: FsContext, hs: HomeState, vp: { dir: readonly string[
     const st = await sys.fstat(fd);
     refuseNonRegular(st);
     if (reopen) refuseReopen(hs, st, flags, caller, reopen.ino);
+    // Before an O_TRUNC: refused, the file is as it was (the session's own check at the answer stays behind it).
+    if (hs.profile.content === 'utf8' && ctx.deps.passedThrough?.(st.ino)) {
+      throw new HomesError('PASSED_THROUGH', 'the file is read by the kernel for opens made before this home became a text home; try again once they are closed');
+    }
     if (hs.profile.content === 'utf8' && (flags & ACCMODE) !== C.O_WRONLY && !(flags & C.O_TRUNC)) {
       const open = hs.inodes.get(`${st.dev}:${st.ino}`);
       const text = await checkTextFile(fd, open ? open.size : Number(st.size));

@@ -90,6 +90,12 @@ export interface FsDeps {
   kernel?: KernelCache;
   /** where the ledgers keep their counts for a crash (crash survival on); absent: nowhere, a resume scans */
   ledgers?: LedgerArea | null;
+  /**
+   * Whether the file of a backing inode number is passed through now (config
+   * `fuse.passthrough`: the kernel reads it for read-only opens made before its
+   * home became a text home); absent: nothing is
+   */
+  passedThrough?: (ino: bigint) => boolean;
 }
 
 export abstract class HomeRegistry {

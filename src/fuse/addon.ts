@@ -156,6 +156,8 @@ export interface FuseClass {
   invalidationProgress(): [number, number];
   /** the protocol the session and the kernel agreed at INIT (session/proto.c), and the largest READ and WRITE the kernel has sent */
   protocol(): ProtocolInfo;
+  /** whether the file of presented inode number `ino` is passed through now (session/nodes.h families) */
+  passedThrough(ino: bigint): boolean;
   /** start importing a handed-over node table before the session is adopted; 0 or -errno */
   preimportNodes(nodes: Buffer): number;
   /** strict UTF-8, as C checks names (tests compare it with TextDecoder's) */
@@ -312,6 +314,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
       const passthrough = { negotiated: negotiated !== 0, offered: offered !== 0, active: active !== 0, opens, opensDirect, refused, idsOpened, idsClosed, idFailures, lastError, disabled: disabled !== 0, files };
       return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus, reads, passthrough };
     },
+    passedThrough: (ino: bigint): boolean => raw.hs_session_passed_through(ino),
     _isValidUtf8: (buf: Uint8Array): boolean => raw.hs_sys_utf8_valid_buffer(buf),
   } satisfies Omit<FuseClass, 'native' | 'BINDING_PATH' | 'fastPath'>;
   Object.assign(Fuse, statics);

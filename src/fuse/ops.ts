@@ -35,6 +35,7 @@ const REFUSALS = new Set<HomesCode>([
   'DAEMON_FILES_EXHAUSTED',
   'NOT_UTF8',
   'OP_REFUSED',
+  'PASSED_THROUGH',
   'CROSS_HOME',
   'CROSS_DEVICE',
   'DAEMON_TREE',

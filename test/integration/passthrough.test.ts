@@ -235,6 +235,34 @@ describe.skipIf(!canMount)('passthrough: read-only opens handed to the kernel, e
     expect(after.reads).toBeGreaterThan(before.reads);
   });
 
+  it('a text home\'s open of a file still passed through from before the change is refused ETXTBSY, logged, nothing changed', async () => {
+    const file = await makeFile(d!, 'flip.bin', 1);
+    const r = await agent!.ask(`open ${file} r`);
+    expect(r.ok).toBe(true);
+    const ctl = (...args: string[]) => runAsync(process.execPath, [HOMESCTL, '--socket', d!.socket, ...args]);
+    expect((await ctl('set-profile', `${T}/work`, 'scratch')).code).toBe(0);
+    try {
+      // O_TRUNC too: refused before it truncates.
+      const w = await agent!.ask(`open ${file} w`);
+      expect(w).toEqual({ ok: false, errno: 26 });
+      const t = await runAsync('setpriv', [`--reuid=${OWNER.uid}`, `--regid=${OWNER.gid}`, '--clear-groups', 'sh', '-c', `: > ${file}`], { env: { PATH: SYSTEM_PATH } });
+      expect(t.code).not.toBe(0);
+      expect(t.stderr).toMatch(/Text file busy/);
+      expect(d!.logs.some((l) => l.code === 'PASSED_THROUGH' && l.errno === 'ETXTBSY' && l.home === `${T}/work`)).toBe(true);
+      // The reader reads on; once it closes, the text home's opens are its own (checked, not passed through).
+      expect(await agent!.ask(`read ${r.fd}`)).toMatchObject({ ok: true, size: MIB });
+      expect(await agent!.ask(`close ${r.fd}`)).toEqual({ ok: true });
+      const before = await statusOf(d!);
+      const w2 = await agent!.ask(`open ${file} w`);
+      expect(w2.ok).toBe(true);
+      expect(await agent!.ask(`close ${w2.fd}`)).toEqual({ ok: true });
+      expect((await statusOf(d!)).pt.opens).toBe(before.pt.opens);
+    } finally {
+      expect((await ctl('set-profile', `${T}/work`, '--clear')).code).toBe(0);
+      await rm(file);
+    }
+  });
+
   it('a program run from the home (exec maps a passed-through file)', async () => {
     const bin = join(d!.home(T, 'work'), 'true-copy');
     const cp = await runAsync('setpriv', [`--reuid=${OWNER.uid}`, `--regid=${OWNER.gid}`, '--clear-groups', 'cp', '/bin/echo', bin], { env: { PATH: SYSTEM_PATH } });

@@ -516,6 +516,14 @@ int hs_node_family_free (hs_node_t *n) {
   return free_;
 }
 
+int hs_nodes_passthrough_ino (uint64_t ino) {
+  pthread_mutex_lock(&hs_nt.mu);
+  hs_node_t *n = hs_nt.ino_tab != NULL ? nt_ino_find(ino) : NULL;
+  int pt = n != NULL && n->pt_id != 0;
+  nt_unlock();
+  return pt;
+}
+
 int32_t hs_node_backing (hs_node_t *n) {
   pthread_mutex_lock(&hs_nt.mu);
   int32_t id = n->pt_id;

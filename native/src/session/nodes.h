@@ -169,6 +169,9 @@ int hs_node_open_mode (hs_node_t *n, uint64_t unique, int need, int32_t new_id, 
 // Gives a backing ID back (the session: FUSE_DEV_IOC_BACKING_CLOSE on its
 // device). NULL: nothing is closed (tests).
 extern void (*hs_node_backing_close) (int32_t id);
+// Whether the node of presented inode number ino is passed through now (a
+// family holds a backing ID): JavaScript refuses a text home's open of it.
+int hs_nodes_passthrough_ino (uint64_t ino);
 // The node's backing ID (0: none), and how many nodes hold one.
 int32_t hs_node_backing (hs_node_t *n);
 uint64_t hs_nodes_backing_count (void);

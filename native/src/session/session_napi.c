@@ -207,6 +207,20 @@ NAPI_METHOD(hs_session_passthrough_js) {
   return out;
 }
 
+// passedThrough(ino: bigint) -> whether the node of that presented inode number is passed through now
+NAPI_METHOD(hs_session_passed_through_js) {
+  NAPI_ARGV(1)
+  uint64_t ino = 0;
+  bool lossless = false;
+  napi_value out;
+  if (argc < 1 || napi_get_value_bigint_uint64(env, argv[0], &ino, &lossless) != napi_ok) {
+    napi_throw_type_error(env, "EINVAL", "passedThrough(ino: bigint)");
+    return NULL;
+  }
+  napi_get_boolean(env, hs_nodes_passthrough_ino(ino) != 0, &out);
+  return out;
+}
+
 // deadHandles() -> a Buffer of (dead handle, ours) u64 pairs, host order (handles.h), or -errno
 NAPI_METHOD(hs_session_dead_export_js) {
   uint64_t *pairs = NULL;
@@ -327,6 +341,7 @@ void hs_session_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_session_handle_stats", hs_session_handle_stats_js);
   hs_export_fn(env, exports, "hs_session_proto", hs_session_proto_js);
   hs_export_fn(env, exports, "hs_session_passthrough", hs_session_passthrough_js);
+  hs_export_fn(env, exports, "hs_session_passed_through", hs_session_passed_through_js);
   hs_export_fn(env, exports, "hs_session_dead_handles", hs_session_dead_export_js);
   hs_export_fn(env, exports, "hs_session_dead_handles_import", hs_session_dead_import_js);
   hs_export_fn(env, exports, "hs_session_preimport", hs_session_preimport_js);
