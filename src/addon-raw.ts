@@ -116,6 +116,8 @@ export interface AddonRaw {
   hs_session_handed(withNodes?: boolean): Handed;
   hs_session_reply(id: number, res: number, ...values: unknown[]): void;
   hs_session_unref(): void;
+  /** every call the session's workers posted so far, dispatched now (bridge_napi.c) */
+  hs_session_dispatch_queued(): void;
   /** slot fh & 0xffff > 0 of a Uint16Array(65536): FLUSH of fh goes to JavaScript */
   hs_session_set_flush_gate(gate: Buffer): void;
 

@@ -126,6 +126,8 @@ export interface FuseClass {
   setPublishFlags(fh: number, flags: number): boolean;
   unpublish(fh: number): boolean;
   setWriteHandler(handler: WriteHandler): void;
+  /** every request the session's workers handed JavaScript so far, dispatched now, before the caller goes on */
+  dispatchQueued(): void;
   /** [id, bytes, ...] of writes that landed whole since the last call (answered already); null when none */
   takeWriteReports(): Float64Array | null;
   /** wait: even a write that lands whole is answered only after writeDone (JS hands the file back to native decisions at its end) */
@@ -256,6 +258,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
       if (typeof handler !== 'function') throw new TypeError('setWriteHandler: handler must be a function');
       raw.hs_fastpath_dp_set_write_handler(handler);
     },
+    dispatchQueued: (): void => raw.hs_session_dispatch_queued(),
     writeDecision: (id: number, offset: number, wait = false): boolean => raw.hs_fastpath_dp_write_decision(id, offset, !!wait),
     writeDone: (id: number, result: number): boolean => raw.hs_fastpath_dp_write_done(id, result),
     /** [id, bytes, ...] of writes that landed whole since the last call (answered already), or null */

@@ -324,7 +324,7 @@ export function nativeFallocate(Fuse: FuseClass) {
  */
 export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boolean }): DataPlane | null {
   if (!on.read && !on.write) return null;
-  const { publish, setPublishFlags, unpublish, setWriteHandler, writeDecision, writeDone, dataPlaneStats, takeWriteReports } = Fuse;
+  const { publish, setPublishFlags, unpublish, setWriteHandler, writeDecision, writeDone, dataPlaneStats, takeWriteReports, dispatchQueued } = Fuse;
   // pwrite results the binding reports for writes told to proceed, by request id.
   const reports = new Map<number, { resolve: (n: number) => void; reject: (err: Error) => void }>();
   /**
@@ -352,6 +352,9 @@ export function nativeDataPlane(Fuse: FuseClass, on: { read: boolean; write: boo
   };
   let serve: ((w: NativeWrite) => void) | null = null;
   const onWrite: WriteHandler = (kind, id, a, b, c, path, uid, gid, pid) => {
+    // A decision comes through its own queue, which libuv may serve before the session's: the
+    // requests read before this write (a RELEASE freeing an unlinked file's bytes) are served first.
+    if (kind !== ABI.WRITE_DONE) dispatchQueued();
     settle();
     if (kind === ABI.WRITE_DONE) {
       const r = reports.get(id);

@@ -23,6 +23,7 @@ static napi_env b_env;
 static napi_ref b_dispatch;
 static uv_async_t b_async;
 static int b_started;
+static int b_draining;  // drain() is running: a nested call finds the rest taken already
 
 typedef struct {
   hs_call_t *call;
@@ -112,6 +113,8 @@ void hs_bridge_wake (void) {
 
 static void drain (uv_async_t *h) {
   (void) h;
+  if (!b_started || b_draining) return;
+  b_draining = 1;
   napi_env env = b_env;
   napi_handle_scope scope;
   napi_open_handle_scope(env, &scope);
@@ -131,6 +134,7 @@ static void drain (uv_async_t *h) {
     }
   }
   napi_close_handle_scope(env, scope);
+  b_draining = 0;
 }
 
 void hs_bridge_unref (void) {
@@ -176,6 +180,17 @@ NAPI_METHOD(hs_session_reply_js) {
   return NULL;
 }
 
+// dispatchQueued(): every call the workers posted so far is dispatched now,
+// before the caller goes on. The data plane's write decisions come through
+// their own threadsafe function, which libuv may run before this queue's
+// wake: a write decided first would not see a RELEASE read before it (the
+// bytes of a file unlinked while open, its open-file slot).
+NAPI_METHOD(hs_session_dispatch_queued_js) {
+  (void) info;
+  drain(NULL);
+  return NULL;
+}
+
 // unref(): the session no longer keeps the process alive (the daemon unmounted it).
 NAPI_METHOD(hs_session_unref_js) {
   hs_bridge_unref();
@@ -185,4 +200,5 @@ NAPI_METHOD(hs_session_unref_js) {
 void hs_bridge_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_session_reply", hs_session_reply_js);
   hs_export_fn(env, exports, "hs_session_unref", hs_session_unref_js);
+  hs_export_fn(env, exports, "hs_session_dispatch_queued", hs_session_dispatch_queued_js);
 }
