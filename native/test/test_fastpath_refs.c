@@ -446,6 +446,76 @@ TEST(what_the_queue_could_not_give_js_goes_back_in_front) {
   fp_reap();
 }
 
+// A symlink made here takes the inode of a create slot of the caller's (its
+// record REC_SYMLINK, no descriptor), owned as a new file; its target judged
+// first (rule 1: a relative one that stays in; an absolute one is JS's),
+// before any slot is taken. Off, rule 0, no slot or an existing name: JS's,
+// nothing made, any slot taken queued back.
+TEST(a_symlink_takes_a_create_slots_inode_after_its_target_is_judged_and_every_doubt_goes_to_js) {
+  double token = publish();
+  turn_on(token);
+  uint32_t uid = getuid();
+  struct stat st;
+  char buf[64];
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 710, uid, 1), 1);
+  // Not published for symlinks (rule 0): JS's, even with a slot.
+  CHECK_EQ(hs_fastpath_symlink(P "/ln", "f00", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fstatat(home_dir, "ln", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  CHECK_EQ(fp_home_set_symlink(P, PLEN, token, 1), 1);
+  int64_t busy0 = pend[HOMESFS_ACCT_BUSY];
+  // Outside the home (a climb past the root, one after a name) or absolute: JS's, the slot kept.
+  const char *outside[] = { "../x", "a/../f00", "/usr/bin/env", "" };
+  for (int i = 0; i < 4; i++) {
+    CHECK_EQ(hs_fastpath_symlink(P "/ln", outside[i], uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+    CHECK_EQ(fp_opens_take().n, 0u);
+    CHECK_EQ(fp_slot_count, 1u);
+    CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0);
+  }
+  CHECK(fstatat(home_dir, "ln", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  // Made: the link with its target, one record for JS, busy until JS counts it.
+  CHECK_EQ(hs_fastpath_symlink(P "/ln", "./f00", uid, getgid()), 0);
+  CHECK_EQ(fstatat(home_dir, "ln", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(S_ISLNK(st.st_mode));
+  ssize_t n = readlinkat(home_dir, "ln", buf, sizeof(buf));
+  CHECK_EQ(n, 5);
+  CHECK(memcmp(buf, "./f00", 5) == 0);
+  CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0 + 1);
+  hq_t q = fp_opens_take();
+  CHECK_EQ(q.n, 1u);
+  fp_open_rec_t *r = fp_rec(q.head);
+  CHECK_EQ(r->kind, HOMESFS_REC_SYMLINK);
+  CHECK_EQ(r->fh, 710);
+  CHECK_EQ(r->fd, -1);
+  CHECK_EQ(r->ino, (uint64_t) st.st_ino);
+  free(r);
+  pend[HOMESFS_ACCT_BUSY] = busy0;
+  // No slot left: JS's.
+  CHECK_EQ(hs_fastpath_symlink(P "/ln2", "f00", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fstatat(home_dir, "ln2", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  // Rule 2 (any target): an absolute one is made too; an existing name is JS's, the slot queued back unused.
+  CHECK_EQ(fp_home_set_symlink(P, PLEN, token, 2), 1);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 711, uid, 1), 1);
+  CHECK_EQ(hs_fastpath_symlink(P "/ln", "/usr/bin/env", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  q = fp_opens_take();
+  CHECK_EQ(q.n, 1u);
+  CHECK_EQ(fp_rec(q.head)->kind, HOMESFS_REC_UNUSED_CREATE);
+  free(fp_rec(q.head));
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 712, uid, 1), 1);
+  CHECK_EQ(hs_fastpath_symlink(P "/abs", "/usr/bin/env", uid, getgid()), 0);
+  CHECK_EQ(fstatat(home_dir, "abs", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(S_ISLNK(st.st_mode));
+  q = fp_opens_take();
+  CHECK_EQ(q.n, 1u);
+  CHECK_EQ(fp_rec(q.head)->kind, HOMESFS_REC_SYMLINK);
+  free(fp_rec(q.head));
+  pend[HOMESFS_ACCT_BUSY] = busy0;
+  unlinkat(home_dir, "ln", 0);
+  unlinkat(home_dir, "abs", 0);
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
+}
+
 // A mkdir made here takes the inode of a create slot of the caller's (its
 // record REC_MKDIR, no descriptor, no count beside the directory handles);
 // with no slot, off, at an existing name, past the depth limit or with

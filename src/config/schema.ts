@@ -78,6 +78,12 @@ const FuseOptions = z
      * them), each with the inode of a create slot
      */
     nativeMkdir: z.boolean().default(true),
+    /**
+     * with native creates: new symlinks of homes where creates are native made on
+     * the session's worker threads too (an absolute target, or a profile that
+     * denies links, still JS's), each with the inode of a create slot
+     */
+    nativeSymlink: z.boolean().default(true),
     /** RMDIR of an empty directory done in the binding, in homes where it unlinks (fastpath_unlink.c); anything else JS's */
     nativeRmdir: z.boolean().default(true),
     /**

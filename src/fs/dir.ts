@@ -461,6 +461,8 @@ export async function symlink(ctx: FsContext, target: string, path: string, call
       }
       await ctx.ownNew(hs, dirFd, vp.name, caller, 0);
     });
+    // This caller's next symlinks in the home may be made by the binding (fuse.nativeSymlink), with create slots' inodes.
+    if (hs.nativeCreate !== null && hs.nativeCreate.symlinks !== 0) ctx.wantCredits(hs, caller.uid, true);
   });
 }
 

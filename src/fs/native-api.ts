@@ -65,6 +65,8 @@ export interface AttrPublisher {
   fileModeMasks(profile: Profile): { m: number; or: number } | null;
   /** whether the binding can make new directories where it makes files (config fuse.nativeMkdir) */
   readonly mkdirs: boolean;
+  /** whether the binding can make new symlinks where it makes files (config fuse.nativeSymlink) */
+  readonly symlinks: boolean;
   /** the new directory's mode as (asked & m) | or, if the profile's effectiveDirMode has that form */
   dirModeMasks(profile: Profile): { m: number; or: number } | null;
   /** whether the binding can rename regular files within a home where it unlinks (config fuse.nativeRename) */
@@ -139,6 +141,12 @@ export interface ReleaseQueue {
 }
 
 /** Published flags: READs answered natively; WRITEs decided here, written natively. */
+/**
+ * A profile's symlink rule as the binding takes it (fastPath.setSymlink): 0 it makes none (JS refuses),
+ * 1 relative targets that stay in the home (an absolute one needs the home's paths, JS's), 2 any target.
+ */
+export const SYMLINK_RULE: Readonly<Record<Profile['symlinks'], 0 | 1 | 2>> = { deny: 0, 'inside-home': 1, any: 2 };
+
 export const DP_READ = ABI.DP_READ;
 export const DP_WRITE = ABI.DP_WRITE;
 

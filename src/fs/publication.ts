@@ -7,7 +7,7 @@
  * policy change republishes all of it at once (policyChanged), so the binding
  * never answers from state JavaScript has left behind.
  */
-import { DP_READ, DP_WRITE, NATIVE_OPEN_DIRECT_IO, NATIVE_OPEN_ON, NATIVE_OPEN_READ, NATIVE_OPEN_WRITE, readsNeedNoPolicy, writesNeedNoData, type DataPlaneStats } from './native-api.js';
+import { DP_READ, DP_WRITE, NATIVE_OPEN_DIRECT_IO, NATIVE_OPEN_ON, NATIVE_OPEN_READ, NATIVE_OPEN_WRITE, readsNeedNoPolicy, SYMLINK_RULE, writesNeedNoData, type DataPlaneStats } from './native-api.js';
 import { OpenSlots } from './open-slots.js';
 import type { FileHandle, HomeState } from './state.js';
 
@@ -131,13 +131,15 @@ export abstract class NativePublication extends OpenSlots {
     const masks = attrs?.creates && hs.nativeOpen !== 0 && hs.nativeUnlink && hs.profile.maxEntriesPerDir === 0 ? attrs.fileModeMasks(hs.profile) : null;
     // New directories too (mkdir in dir.ts), where the binding has them and effectiveDirMode has the form.
     const dir = masks && attrs?.mkdirs ? attrs.dirModeMasks(hs.profile) : null;
-    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow', dir } : null;
+    // New symlinks too (symlink in dir.ts): where the profile has them, judged as linkStaysInside judges a relative target.
+    const symlinks = masks && attrs?.symlinks ? SYMLINK_RULE[hs.profile.symlinks] : 0;
+    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow', dir, symlinks } : null;
     const was = hs.nativeCreate;
     const sameDir = (a: { m: number; or: number } | null, b: { m: number; or: number } | null) => (a === null ? b === null : b !== null && a.m === b.m && a.or === b.or);
     const same =
       want === null
         ? was === null
-        : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns && sameDir(want.dir, was.dir);
+        : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns && sameDir(want.dir, was.dir) && want.symlinks === was.symlinks;
     if (same) return;
     hs.nativeCreate = want;
     attrs?.createPolicy(hs);

@@ -38,6 +38,10 @@ export interface FastPathNative {
   grantCreate(prefix: string, token: number, fh: number, uid: number): boolean;
   /** MKDIR of new names answered natively while creates are, the new directory's mode (asked & modeM) | modeOr, with a create slot's inode */
   setMkdir(prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean;
+  /** SYMLINK of new names answered natively while creates are, with a create slot's inode: rule 0 never, 1 relative targets that stay in the home, 2 any */
+  setSymlink(prefix: string, token: number, rule: 0 | 1 | 2): boolean;
+  /** the binding's own judgement of a relative target (fp_link_inside), for the test that holds it equal to symlinkTargetInsideHome */
+  symlinkInside(depth: number, target: string): boolean;
   /** RENAME of regular files within the home answered natively while it is mutable, the target at most maxDepth deep (0: no limit) */
   setRename(prefix: string, token: number, on: boolean, maxDepth: number): boolean;
   reclaim(): number;
@@ -362,6 +366,8 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     grantCreate: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant_create(prefix, token, fh >>> 0, uid >>> 0),
     setMkdir: (prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean =>
       raw.hs_fastpath_set_mkdir(prefix, token, !!on, modeM >>> 0, modeOr >>> 0),
+    setSymlink: (prefix: string, token: number, rule: 0 | 1 | 2): boolean => raw.hs_fastpath_set_symlink(prefix, token, rule),
+    symlinkInside: (depth: number, target: string): boolean => raw.hs_fastpath_symlink_inside(depth >>> 0, target),
     setRename: (prefix: string, token: number, on: boolean, maxDepth: number): boolean => raw.hs_fastpath_set_rename(prefix, token, !!on, maxDepth >>> 0),
     grant: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant(prefix, token, fh >>> 0, uid >>> 0),
     reclaim: (): number => raw.hs_fastpath_reclaim(),

@@ -74,7 +74,7 @@ const PROFILES = {
 };
 
 /** the switches that move serving into C: every `fuse.*` boolean on by default (a test below holds the list to the schema) */
-const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeRmdir', 'nativeRename', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
+const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeSymlink', 'nativeRmdir', 'nativeRename', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
 type Switch = (typeof SWITCHES)[number];
 
 /** What a daemon counted of its native serving (status --verbose --json's native block, the data plane's metrics), and its homes' ledgers. */
@@ -109,6 +109,8 @@ const VARIANTS: Variant[] = [
   { name: 'nativeCreate', off: { nativeCreate: false }, native: (c) => fp(c, 'createAnswered') },
   // Directories made in the binding with create slots' inodes (fastpath_create.c hs_fastpath_mkdir).
   { name: 'nativeMkdir', off: { nativeMkdir: false }, native: (c) => fp(c, 'mkdirAnswered') },
+  // Symlinks made in the binding with create slots' inodes (fastpath_create.c hs_fastpath_symlink).
+  { name: 'nativeSymlink', off: { nativeSymlink: false }, native: (c) => fp(c, 'symlinkAnswered') },
   { name: 'nativeRmdir', off: { nativeRmdir: false }, native: (c) => fp(c, 'rmdirAnswered') },
   // Regular files renamed within a home in the binding (fastpath_unlink.c hs_fastpath_rename).
   { name: 'nativeRename', off: { nativeRename: false }, native: (c) => fp(c, 'renameAnswered') },
@@ -303,6 +305,8 @@ function sequence(seed: number, kind: Kind, u: Record<Who, Owner>): Step[] {
   for (let k = 0; k < fills; k++) steps.push(O('open', 1, `fill${k}`, 'excl', 0o600), O('pwrite', 1, 0, M, 'a', 67 + k), O('close', 1));
   // Once every RELEASE is served, renames of closed files: to a new name, and over another (its bytes freed).
   steps.push({ who: 'settle' }, O('rename', 'fill0', 'fillr'), O('rename', 'fill1', 'fill2'));
+  // Symlinks once create slots are granted: targets that stay in, climb out, and an absolute one.
+  steps.push(O('symlink', 'f0', 'l0'), O('symlink', '../f1', 'd0/l2'), O('symlink', `../../${T}/x`, 'l1'), O('symlink', '<home>/f0', 'l1'), O('unlink', 'l1'));
   for (let k = 0; k < fills; k++) steps.push(O('unlink', `fill${k}`));
   steps.push(O('unlink', 'fillr'));
   for (let i = 0; i < OPS; i++) {

@@ -67,6 +67,7 @@ describe('buildConfig: defaults', () => {
       nativeOpen: true,
       nativeCreate: true,
       nativeMkdir: true,
+      nativeSymlink: true,
       nativeRmdir: true,
       nativeRename: true,
       nativeWriteDecision: true,

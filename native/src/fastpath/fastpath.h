@@ -79,6 +79,10 @@ int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid
 // getattr of the path), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made;
 // a slot taken goes back).
 int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid);
+// SYMLINK of a new name to `target` in a home JS opened for creates and
+// symlinks: 0 made (a record queued), or HOMESFS_FASTPATH_FALLBACK with
+// nothing made.
+int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid);
 
 // Adds the fastpath_* functions to the module's exports.
 // A WRITE's growth decided here (fastpath_write.c): what wl_begin took, for

@@ -16,6 +16,8 @@ uint64_t fp_canswered_create = 0;  // create, atomic
 uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it), atomic
 uint64_t fp_manswered = 0;   // mkdir, atomic
 uint64_t fp_mfallbacks = 0;  // mkdir (only counted in homes JS opened for it), atomic
+uint64_t fp_lanswered = 0;   // symlink, atomic
+uint64_t fp_lfallbacks = 0;  // symlink (only counted in homes JS opened for it), atomic
 
 // Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner
 // (as given), or the caller with a setgid parent's group. -1: the parent
@@ -289,4 +291,94 @@ static void fp_change_mkdir (fp_home_t *e, void *arg) {
 int fp_home_set_mkdir (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or) {
   struct fp_mkdir_change c = { on, m, or };
   return fp_home_change(prefix, n, token, fp_change_mkdir, &c);
+}
+
+// ---- SYMLINK --------------------------------------------------------------------
+// As MKDIR (above): the worker thread that took the request, no lock across
+// its syscalls, the home pinned until the record is queued. JS's symlink
+// (src/fs/dir.ts) charges one inode and no bytes (only regular files count
+// bytes), so a create slot's reserved inode is all it needs.
+
+// The symlink `name` -> target in pfd, owned as JS's ownNew owns it (lchown,
+// no chmod: a symlink's mode is not its own): 0 with *st its lstat, or -1
+// with nothing left behind.
+static int fp_symlink_node (const fp_home_t *home, int pfd, const char *name, const char *target, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
+  if (symlinkat(target, pfd, name) != 0) return -1;
+  // O_PATH|O_NOFOLLOW names the link itself: the owner is changed on the node
+  // made here, even if the name is renamed over meanwhile.
+  int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int known = fd >= 0 && fstat(fd, st) == 0;
+  int ok = known && S_ISLNK(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
+           fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0;
+  if (!ok) {
+    struct stat named;
+    if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev && named.st_ino == st->st_ino) unlinkat(pfd, name, 0);
+  }
+  if (fd >= 0) close(fd);
+  return ok ? 0 : -1;
+}
+
+// JS's symlink for a new name, step for step, in a home open for creates and
+// symlinks: the target judged as linkStaysInside judges it (rule 1: a
+// relative target that stays in the home; an absolute one is JS's), the depth
+// limit and names as for a create, the confined walk to the parent, a create
+// slot for the caller's uid, symlinkat, a symlink on the home's device owned
+// as a new file is, the record queued for JS, which commits the slot's inode
+// before it serves anything else. A target JS would refuse, a name that
+// exists and every doubt go to JS with nothing made: it answers and logs.
+int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen;
+  const char *rel;
+  if (target == NULL || fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_pol_t *pol = &pin.pol;
+  if (!pol->create_on || pol->symlink_rule == 0 || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
+  fp_home_t *home = pin.home;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+  uint32_t depth = 1;
+  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
+  int made = -1;
+  fp_open_rec_t *slot = NULL;
+  struct stat st;
+  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
+  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
+  int target_ok = pol->symlink_rule == 2 ? target[0] != 0 : fp_link_inside(depth - 1, target);
+  if (*name != 0 && target_ok && (pol->max_depth == 0 || depth <= pol->max_depth) && pin.names_ok) {
+    int pfd = fp_open_parent(home->fd, rel, last_slash);
+    if (pfd >= 0) {
+      uint32_t own_uid = home->uid, own_gid = home->gid;
+      if ((slot = fp_take_cslot(home, uid)) != NULL && fp_create_owner(&pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
+        made = fp_symlink_node(home, pfd, name, target, own_uid, own_gid, &st);
+      }
+      if (pfd != home->fd) close(pfd);
+    }
+  }
+  if (made != 0) {
+    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
+    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
+    fp_unpin(&pin);
+    __atomic_add_fetch(&fp_lfallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  slot->kind = HOMESFS_REC_SYMLINK;
+  slot->fd = -1;
+  slot->published = 0;
+  slot->dev = (uint64_t) st.st_dev;
+  slot->ino = (uint64_t) st.st_ino;
+  slot->oflags = 0;
+  fp_queue(slot);
+  fp_unpin(&pin);
+  __atomic_add_fetch(&fp_lanswered, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+static void fp_change_symlink (fp_home_t *e, void *arg) {
+  e->pol.symlink_rule = *(const uint32_t *) arg;
+}
+
+int fp_home_set_symlink (const char *prefix, size_t n, double token, uint32_t rule) {
+  return fp_home_change(prefix, n, token, fp_change_symlink, &rule);
 }

@@ -199,6 +199,12 @@ typedef struct fp_home_pol {
   uint32_t mkdir_on;
   uint32_t dmode_m;
   uint32_t dmode_or;
+  // SYMLINK answered here too (hs_fastpath_set_symlink), only while creates
+  // are: 0 never (the profile denies links: JS refuses), 1 relative targets
+  // that stay in the home (fp_link_inside; an absolute one needs the home's
+  // paths and the system prefixes, JS's), 2 any target. Owner and depth as a
+  // new file's, its inode a create slot's.
+  uint32_t symlink_rule;
   // RENAME of a regular file within the home answered here
   // (hs_fastpath_set_rename), only while the home is mutable too (pending
   // set): the target's depth at most rename_depth (0: no limit).
@@ -446,6 +452,14 @@ int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint
 napi_value fp_set_create (napi_env env, napi_callback_info info);
 napi_value fp_grant_create (napi_env env, napi_callback_info info);
 extern uint64_t fp_manswered, fp_mfallbacks;
+extern uint64_t fp_lanswered, fp_lfallbacks;  // symlink
+int fp_home_set_symlink (const char *prefix, size_t n, double token, uint32_t rule);
+napi_value fp_set_symlink (napi_env env, napi_callback_info info);
+napi_value fp_symlink_inside (napi_env env, napi_callback_info info);
+// policy/profiles.ts symlinkTargetInsideHome for a relative target, the link
+// standing `depth` directories below the home root: 1 inside, 0 not (an
+// absolute or empty target too). Pure.
+int fp_link_inside (uint32_t depth, const char *target);
 int fp_home_set_mkdir (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or);
 napi_value fp_set_mkdir (napi_env env, napi_callback_info info);
 

@@ -67,6 +67,8 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "createFallbacks", (double) __atomic_load_n(&fp_cfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "mkdirAnswered", (double) __atomic_load_n(&fp_manswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "mkdirFallbacks", (double) __atomic_load_n(&fp_mfallbacks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "symlinkAnswered", (double) __atomic_load_n(&fp_lanswered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "symlinkFallbacks", (double) __atomic_load_n(&fp_lfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "rmdirAnswered", (double) __atomic_load_n(&fp_rdanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "rmdirFallbacks", (double) __atomic_load_n(&fp_rdfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "renameAnswered", (double) __atomic_load_n(&fp_rnanswered, __ATOMIC_RELAXED));
@@ -111,6 +113,8 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_set_create", fp_set_create);
   hs_export_fn(env, exports, "hs_fastpath_grant_create", fp_grant_create);
   hs_export_fn(env, exports, "hs_fastpath_set_mkdir", fp_set_mkdir);
+  hs_export_fn(env, exports, "hs_fastpath_set_symlink", fp_set_symlink);
+  hs_export_fn(env, exports, "hs_fastpath_symlink_inside", fp_symlink_inside);
   hs_export_fn(env, exports, "hs_fastpath_set_rename", fp_set_rename);
   hs_export_fn(env, exports, "hs_fastpath_reclaim", fp_reclaim);
   hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
@@ -606,6 +610,43 @@ napi_value fp_set_mkdir (napi_env env, napi_callback_info info) {
   int set = fp_home_set_mkdir(prefix, plen, token, on, m, or);
   free(prefix);
   return hs_js_bool(env, set != 0);
+}
+
+// hs_fastpath_set_symlink(prefix, token, rule) -> set?
+// SYMLINK answered here while creates are too: rule 0 never, 1 relative
+// targets that stay in the home, 2 any target (fastpath_internal.h). Returns
+// once no native symlink of the home is past its checks with the old rule.
+napi_value fp_set_symlink (napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  size_t plen = 0;
+  double token = -1;
+  uint32_t rule = 0;
+  const char *usage = "hs_fastpath_set_symlink: (prefix, token, rule: 0, 1 or 2)";
+  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_uint32(env, argv[2], &rule) != napi_ok || rule > 2) {
+    free(prefix);
+    FP_THROW(usage);
+  }
+  int set = fp_home_set_symlink(prefix, plen, token, rule);
+  free(prefix);
+  return hs_js_bool(env, set != 0);
+}
+
+// hs_fastpath_symlink_inside(depth, target) -> boolean: fp_link_inside, for
+// the test that holds it equal to profiles.ts symlinkTargetInsideHome.
+napi_value fp_symlink_inside (napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  uint32_t depth = 0;
+  char target[4096];
+  size_t len = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_uint32(env, argv[0], &depth) != napi_ok ||
+      napi_get_value_string_utf8(env, argv[1], target, sizeof(target), &len) != napi_ok || len + 1 >= sizeof(target)) {
+    FP_THROW("hs_fastpath_symlink_inside: (depth, target: a string under 4 KiB)");
+  }
+  return hs_js_bool(env, fp_link_inside(depth, target) != 0);
 }
 
 // hs_fastpath_set_rename(prefix, token, on, maxDepth) -> set?

@@ -73,3 +73,28 @@ int fp_open_parent (int home_fd, const char *rel, const char *last_slash) {
   free(prel);
   return pfd;
 }
+
+// profiles.ts symlinkTargetInsideHome's relative branch, the link's directory
+// `depth` levels below the home root: a leading ".." climbs the link's own
+// directory chain (real directories) and is counted exactly; one after a
+// named component is outside, since the kernel resolves ".." physically and
+// the component may itself be a link. test/unit/link-inside.test.ts holds it
+// equal to TypeScript's.
+int fp_link_inside (uint32_t depth, const char *target) {
+  if (target == NULL || target[0] == 0 || target[0] == '/') return 0;
+  int64_t d = depth;
+  int named = 0;
+  const char *c = target;
+  for (;;) {
+    const char *slash = strchr(c, '/');
+    size_t n = slash ? (size_t) (slash - c) : strlen(c);
+    if (n == 2 && c[0] == '.' && c[1] == '.') {
+      if (named || --d < 0) return 0;
+    } else if (n != 0 && !(n == 1 && c[0] == '.')) {
+      named = 1;
+      d++;
+    }
+    if (!slash) return 1;
+    c = slash + 1;
+  }
+}

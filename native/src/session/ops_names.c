@@ -69,6 +69,8 @@ void hs_ll_symlink (fuse_req_t req, const char *link, fuse_ino_t parent, const c
   if (op_name_ok(op, link) != 0) return;
   if ((op->data = strdup(link)) == NULL) return op_reply_err(op, -ENOMEM);
   if (op_named(op, parent, name, 0) != 0) return;
+  // Made in C where JS published it may be (fastpath_create.c), answered as a mkdir made there is.
+  if (hs_fastpath_symlink(op->path, link, op->call.uid, op->call.gid) == 0) return op_getattr_path(op, op->path, ops_entry_then);
   op_js(op, ops_name_args, ops_made_done);
 }
 
