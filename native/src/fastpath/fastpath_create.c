@@ -220,6 +220,62 @@ static int fp_mkdir_dir (const fp_home_t *home, int pfd, const char *name, mode_
   return ok ? 0 : -1;
 }
 
+// What a mkdir or a symlink makes at `name` in pfd: 0 with *st, or -1 with nothing left.
+typedef int (*fp_make_fn) (const fp_home_t *home, int pfd, const char *name, uint32_t own_uid, uint32_t own_gid, const void *arg, struct stat *st);
+
+// The steps a MKDIR and a SYMLINK share, on a pinned home published for them
+// (`wanted`: the op's own conditions held): the depth limit and names as for
+// a create, the confined walk to the parent, a create slot for the caller's
+// uid, the node made, a record of `kind` queued for JS, which commits the
+// slot's inode before it serves anything else. The home is busy from before
+// the node can exist until JS counted it, as for a create. 0 made, or
+// HOMESFS_FASTPATH_FALLBACK with nothing made and any slot taken queued back.
+// Unpins the home.
+static int fp_make_entry (fp_pin_t *pin, const char *rel, uint32_t uid, uint32_t gid, int wanted, fp_make_fn make, const void *arg, uint32_t kind, uint64_t *answered, uint64_t *fallbacks) {
+  const fp_home_pol_t *pol = &pin->pol;
+  fp_home_t *home = pin->home;
+  const char *last_slash = strrchr(rel, '/');
+  const char *name = last_slash ? last_slash + 1 : rel;
+  uint32_t depth = 1;
+  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
+  int made = -1;
+  fp_open_rec_t *slot = NULL;
+  struct stat st;
+  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
+  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
+  if (wanted && *name != 0 && (pol->max_depth == 0 || depth <= pol->max_depth) && pin->names_ok) {
+    int pfd = fp_open_parent(home->fd, rel, last_slash);
+    if (pfd >= 0) {
+      uint32_t own_uid = home->uid, own_gid = home->gid;
+      if ((slot = fp_take_cslot(home, uid)) != NULL && fp_create_owner(pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
+        made = make(home, pfd, name, own_uid, own_gid, arg, &st);
+      }
+      if (pfd != home->fd) close(pfd);
+    }
+  }
+  if (made != 0) {
+    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
+    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
+    fp_unpin(pin);
+    __atomic_add_fetch(fallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  slot->kind = kind;
+  slot->fd = -1;
+  slot->published = 0;
+  slot->dev = (uint64_t) st.st_dev;
+  slot->ino = (uint64_t) st.st_ino;
+  slot->oflags = 0;
+  fp_queue(slot);
+  fp_unpin(pin);
+  __atomic_add_fetch(answered, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+static int fp_make_dir (const fp_home_t *home, int pfd, const char *name, uint32_t own_uid, uint32_t own_gid, const void *arg, struct stat *st) {
+  return fp_mkdir_dir(home, pfd, name, *(const mode_t *) arg, own_uid, own_gid, st);
+}
+
 // JS's mkdir for a new name, step for step, in a home open for creates and
 // mkdirs (the conditions of a create, and the new directory's mode of the
 // form published): the depth limit and names as for a create, the confined
@@ -238,45 +294,8 @@ int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t g
   if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
   const fp_home_pol_t *pol = &pin.pol;
   if (!pol->create_on || !pol->mkdir_on || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
-  fp_home_t *home = pin.home;
-  const char *last_slash = strrchr(rel, '/');
-  const char *name = last_slash ? last_slash + 1 : rel;
-  uint32_t depth = 1;
-  for (const char *c = rel; *c; c++) if (*c == '/') depth++;
   mode_t m = (mode_t) ((mode & pol->dmode_m) | pol->dmode_or);
-  int made = -1;
-  fp_open_rec_t *slot = NULL;
-  struct stat st;
-  // Busy from before the directory can exist until JS counted it, as for a create.
-  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
-  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
-  if (*name != 0 && (pol->max_depth == 0 || depth <= pol->max_depth) && pin.names_ok && (m & 06000) == 0) {
-    int pfd = fp_open_parent(home->fd, rel, last_slash);
-    if (pfd >= 0) {
-      uint32_t own_uid = home->uid, own_gid = home->gid;
-      if ((slot = fp_take_cslot(home, uid)) != NULL && fp_create_owner(&pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
-        made = fp_mkdir_dir(home, pfd, name, m, own_uid, own_gid, &st);
-      }
-      if (pfd != home->fd) close(pfd);
-    }
-  }
-  if (made != 0) {
-    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
-    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
-    fp_unpin(&pin);
-    __atomic_add_fetch(&fp_mfallbacks, 1, __ATOMIC_RELAXED);
-    return HOMESFS_FASTPATH_FALLBACK;
-  }
-  slot->kind = HOMESFS_REC_MKDIR;
-  slot->fd = -1;
-  slot->published = 0;
-  slot->dev = (uint64_t) st.st_dev;
-  slot->ino = (uint64_t) st.st_ino;
-  slot->oflags = 0;
-  fp_queue(slot);
-  fp_unpin(&pin);
-  __atomic_add_fetch(&fp_manswered, 1, __ATOMIC_RELAXED);
-  return 0;
+  return fp_make_entry(&pin, rel, uid, gid, (m & 06000) == 0, fp_make_dir, &m, HOMESFS_REC_MKDIR, &fp_manswered, &fp_mfallbacks);
 }
 
 struct fp_mkdir_change { int on; uint32_t m, or; };
@@ -326,6 +345,10 @@ static int fp_symlink_node (const fp_home_t *home, int pfd, const char *name, co
 // as a new file is, the record queued for JS, which commits the slot's inode
 // before it serves anything else. A target JS would refuse, a name that
 // exists and every doubt go to JS with nothing made: it answers and logs.
+static int fp_make_link (const fp_home_t *home, int pfd, const char *name, uint32_t own_uid, uint32_t own_gid, const void *arg, struct stat *st) {
+  return fp_symlink_node(home, pfd, name, (const char *) arg, own_uid, own_gid, st);
+}
+
 int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
@@ -335,44 +358,11 @@ int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uin
   if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
   const fp_home_pol_t *pol = &pin.pol;
   if (!pol->create_on || pol->symlink_rule == 0 || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
-  fp_home_t *home = pin.home;
-  const char *last_slash = strrchr(rel, '/');
-  const char *name = last_slash ? last_slash + 1 : rel;
-  uint32_t depth = 1;
+  uint32_t depth = 0;
   for (const char *c = rel; *c; c++) if (*c == '/') depth++;
-  int made = -1;
-  fp_open_rec_t *slot = NULL;
-  struct stat st;
-  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
-  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
-  int target_ok = pol->symlink_rule == 2 ? target[0] != 0 : fp_link_inside(depth - 1, target);
-  if (*name != 0 && target_ok && (pol->max_depth == 0 || depth <= pol->max_depth) && pin.names_ok) {
-    int pfd = fp_open_parent(home->fd, rel, last_slash);
-    if (pfd >= 0) {
-      uint32_t own_uid = home->uid, own_gid = home->gid;
-      if ((slot = fp_take_cslot(home, uid)) != NULL && fp_create_owner(&pin, pfd, uid, gid, &own_uid, &own_gid) == 0) {
-        made = fp_symlink_node(home, pfd, name, target, own_uid, own_gid, &st);
-      }
-      if (pfd != home->fd) close(pfd);
-    }
-  }
-  if (made != 0) {
-    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
-    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
-    fp_unpin(&pin);
-    __atomic_add_fetch(&fp_lfallbacks, 1, __ATOMIC_RELAXED);
-    return HOMESFS_FASTPATH_FALLBACK;
-  }
-  slot->kind = HOMESFS_REC_SYMLINK;
-  slot->fd = -1;
-  slot->published = 0;
-  slot->dev = (uint64_t) st.st_dev;
-  slot->ino = (uint64_t) st.st_ino;
-  slot->oflags = 0;
-  fp_queue(slot);
-  fp_unpin(&pin);
-  __atomic_add_fetch(&fp_lanswered, 1, __ATOMIC_RELAXED);
-  return 0;
+  // The link stands `depth` directories below the home's root.
+  int target_ok = pol->symlink_rule == 2 ? target[0] != 0 : fp_link_inside(depth, target);
+  return fp_make_entry(&pin, rel, uid, gid, target_ok, fp_make_link, target, HOMESFS_REC_SYMLINK, &fp_lanswered, &fp_lfallbacks);
 }
 
 static void fp_change_symlink (fp_home_t *e, void *arg) {
