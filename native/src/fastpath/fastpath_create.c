@@ -102,6 +102,18 @@ static int fp_create_in (const fp_pin_t *pin, const char *path, size_t plen, con
   return fd;
 }
 
+// The home of `path` pinned, with plen and rel set (fp_split_path), when the fast path is on and the
+// home is open for native creates (mutable, open for native opens): 1; else
+// 0 with nothing pinned. Where a create, mkdir or symlink begins.
+static int fp_pin_creatable (const char *path, size_t *plen, const char **rel, fp_pin_t *pin) {
+  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return 0;
+  if (fp_split_path(path, plen, rel) != 0 || !fp_pin(path, *plen, *rel, pin)) return 0;
+  const fp_home_pol_t *pol = &pin->pol;
+  if (pol->create_on && pol->pending != NULL && (pol->open_flags & HOMESFS_OPEN_ON) != 0) return 1;
+  fp_unpin(pin);
+  return 0;
+}
+
 // CREATE: JS's createIn for a new name, step for step, in a
 // mutable home JS opened for it (binary content, owner-only ownership, no
 // per-directory entry limit, a new file's mode of the form published): the
@@ -116,14 +128,11 @@ static int fp_create_in (const fp_pin_t *pin, const char *path, size_t plen, con
 // after the file was made removes it again before JS is asked. The home stays
 // pinned until the record is queued, and every exit gives the slot it took back.
 int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
-  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
-  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   fp_pin_t pin;
-  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  if (!fp_pin_creatable(path, &plen, &rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
   const fp_home_pol_t *pol = &pin.pol;
-  if (!pol->create_on || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
 
   fp_handle_t *he = calloc(1, sizeof(*he));
   fp_inode_t *fresh = calloc(1, sizeof(*fresh));
@@ -286,14 +295,12 @@ static int fp_make_dir (const fp_home_t *home, int pfd, const char *name, uint32
 // else. Setuid or setgid asked (JS chmods after the chown), a name that
 // exists and every doubt go to JS with nothing made.
 int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid) {
-  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
-  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   fp_pin_t pin;
-  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  if (!fp_pin_creatable(path, &plen, &rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
   const fp_home_pol_t *pol = &pin.pol;
-  if (!pol->create_on || !pol->mkdir_on || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
+  if (!pol->mkdir_on) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
   mode_t m = (mode_t) ((mode & pol->dmode_m) | pol->dmode_or);
   return fp_make_entry(&pin, rel, uid, gid, (m & 06000) == 0, fp_make_dir, &m, HOMESFS_REC_MKDIR, &fp_manswered, &fp_mfallbacks);
 }
@@ -350,14 +357,12 @@ static int fp_make_link (const fp_home_t *home, int pfd, const char *name, uint3
 }
 
 int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid) {
-  if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
-  size_t plen;
   const char *rel;
-  if (target == NULL || fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
   fp_pin_t pin;
-  if (!fp_pin(path, plen, rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  size_t plen;
+  if (target == NULL || !fp_pin_creatable(path, &plen, &rel, &pin)) return HOMESFS_FASTPATH_FALLBACK;
   const fp_home_pol_t *pol = &pin.pol;
-  if (!pol->create_on || pol->symlink_rule == 0 || pol->pending == NULL || (pol->open_flags & HOMESFS_OPEN_ON) == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
+  if (pol->symlink_rule == 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
   uint32_t depth = 0;
   for (const char *c = rel; *c; c++) if (*c == '/') depth++;
   // The link stands `depth` directories below the home's root.
