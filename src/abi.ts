@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 25,
+  VERSION: 26,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -27,6 +27,8 @@ export const ABI = {
   REC_CREATED: 3,
   REC_UNUSED_CREATE: 4,
   REC_MKDIR: 5,
+  // 6 is REC_SYMLINK's (another branch's)
+  REC_LINK: 7,
   ATTR_UTIMENS: 1,
   ATTR_CHMOD: 2,
   ATTR_CHOWN_OWNER: 4,

@@ -53,6 +53,8 @@ export interface FastPathStats {
   createFallbacks: number;
   mkdirAnswered: number;
   mkdirFallbacks: number;
+  linkAnswered: number;
+  linkFallbacks: number;
   rmdirAnswered: number;
   rmdirFallbacks: number;
   renameAnswered: number;
@@ -231,6 +233,7 @@ export interface AddonRaw {
   hs_fastpath_set_create(prefix: string, token: number, on: boolean, modeM: number, modeOr: number, maxDepth: number, ownerIsCaller: boolean): boolean;
   hs_fastpath_grant_create(prefix: string, token: number, fh: number, uid: number): boolean;
   hs_fastpath_set_mkdir(prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean;
+  hs_fastpath_set_link(prefix: string, token: number, on: boolean): boolean;
   hs_fastpath_set_rename(prefix: string, token: number, on: boolean, maxDepth: number): boolean;
   hs_fastpath_reclaim(): number;
   /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 25
+#define HOMESFS_ABI_VERSION 26
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -40,6 +40,8 @@
   X(REC_CREATED, 3)           /* a create answered here: JS adopts it */ \
   X(REC_UNUSED_CREATE, 4)     /* a create slot not used: back to JS */ \
   X(REC_MKDIR, 5)             /* a mkdir answered here with a create slot's inode: JS counts it, the open slot back */ \
+  /* 6: kept for REC_SYMLINK (another branch's) */ \
+  X(REC_LINK, 7)              /* a link answered here with a create slot's inode: JS counts it, the open slot back */ \
   /* SETATTR answered here (fastPath.setAttrs flags).                      */ \
   X(ATTR_UTIMENS, 1) \
   X(ATTR_CHMOD, 2) \

@@ -254,7 +254,7 @@ export abstract class OpenSlots extends OpenInodes {
    * or files it made (adopted here), slots it gives back. Records are
    * [kind, fh, fd, published, dev, ino, open flags]; kinds 1 opened, 2 an open
    * slot back, 3 created, 4 a create slot back (its inode too), 5 a directory
-   * made with a create slot's inode.
+   * made with a create slot's inode, 7 a hard link made with one.
    */
   private settleOpens(opens: BigUint64Array): void {
     for (let i = 0; i < opens.length; i += 7) {
@@ -269,9 +269,10 @@ export abstract class OpenSlots extends OpenInodes {
       }
       this.credits.delete(fh);
       this.countCredit(credit.hs, credit.uid, credit.ledger !== null, -1);
-      if (kind === ABI.REC_MKDIR) {
+      if (kind === ABI.REC_MKDIR || kind === ABI.REC_LINK) {
         // A directory the binding made (dir.ts mkdir's step for step): the slot's inode is its charge, all a directory
-        // has (it counts no bytes); the open-file slot and the handle number go back unused.
+        // has (it counts no bytes); a hard link (dir.ts link's): the slot's inode is the new name's charge (every name
+        // counts as an inode, the bytes stay the file's). The open-file slot and the handle number go back unused.
         credit.ledger?.commitReservedInode();
         const p = credit.hs.pending;
         if (p.length >= ABI.ACCT_LEN && Atomics.load(p, ABI.ACCT_BUSY) > 0n) Atomics.sub(p, ABI.ACCT_BUSY, 1n);

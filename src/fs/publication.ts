@@ -121,7 +121,10 @@ export abstract class NativePublication extends OpenSlots {
    * (asked & m) | or (fileModeMasks). Its owner on disk is diskOwner's: the
    * home's owner, or with chown 'allow' the caller, a setgid parent's group
    * kept (ownNew). New directories too (mkdir, with a create slot's inode)
-   * where effectiveDirMode has that form (dirModeMasks). Told to the binding
+   * where effectiveDirMode has that form (dirModeMasks), and hard links of
+   * regular files (link, with a create slot's inode) where the profile does
+   * not deny them (the one rule of dir.ts link's the binding cannot look up;
+   * the others it checks as JS does or leaves to JS). Told to the binding
    * before anything that changed it is answered; off, its create slots come
    * back with their inodes.
    */
@@ -131,13 +134,14 @@ export abstract class NativePublication extends OpenSlots {
     const masks = attrs?.creates && hs.nativeOpen !== 0 && hs.nativeUnlink && hs.profile.maxEntriesPerDir === 0 ? attrs.fileModeMasks(hs.profile) : null;
     // New directories too (mkdir in dir.ts), where the binding has them and effectiveDirMode has the form.
     const dir = masks && attrs?.mkdirs ? attrs.dirModeMasks(hs.profile) : null;
-    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow', dir } : null;
+    const link = masks !== null && attrs?.links === true && hs.profile.hardLinks !== 'deny';
+    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow', dir, link } : null;
     const was = hs.nativeCreate;
     const sameDir = (a: { m: number; or: number } | null, b: { m: number; or: number } | null) => (a === null ? b === null : b !== null && a.m === b.m && a.or === b.or);
     const same =
       want === null
         ? was === null
-        : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns && sameDir(want.dir, was.dir);
+        : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns && sameDir(want.dir, was.dir) && want.link === was.link;
     if (same) return;
     hs.nativeCreate = want;
     attrs?.createPolicy(hs);

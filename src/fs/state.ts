@@ -113,7 +113,7 @@ export interface HomeState {
    * the binding makes new files here, with this mode form and depth limit, and new directories with dir's mode form
    * (dir null: it makes none) (FsContext.refreshNativeCreate decides); null: it does neither
    */
-  nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean; dir: { m: number; or: number } | null } | null;
+  nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean; dir: { m: number; or: number } | null; link: boolean } | null;
   /**
    * the binding renames regular files within this home (not open, over nothing or a regular file), the target at most
    * maxDepth deep (0: no limit) (FsContext.refreshNativeRename decides); null: it does not

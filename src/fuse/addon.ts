@@ -38,6 +38,8 @@ export interface FastPathNative {
   grantCreate(prefix: string, token: number, fh: number, uid: number): boolean;
   /** MKDIR of new names answered natively while creates are, the new directory's mode (asked & modeM) | modeOr, with a create slot's inode */
   setMkdir(prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean;
+  /** LINK within a home answered natively while creates are, with a create slot's inode (on only where hard links are allowed) */
+  setLink(prefix: string, token: number, on: boolean): boolean;
   /** RENAME of regular files within the home answered natively while it is mutable, the target at most maxDepth deep (0: no limit) */
   setRename(prefix: string, token: number, on: boolean, maxDepth: number): boolean;
   reclaim(): number;
@@ -362,6 +364,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     grantCreate: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant_create(prefix, token, fh >>> 0, uid >>> 0),
     setMkdir: (prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean =>
       raw.hs_fastpath_set_mkdir(prefix, token, !!on, modeM >>> 0, modeOr >>> 0),
+    setLink: (prefix: string, token: number, on: boolean): boolean => raw.hs_fastpath_set_link(prefix, token, !!on),
     setRename: (prefix: string, token: number, on: boolean, maxDepth: number): boolean => raw.hs_fastpath_set_rename(prefix, token, !!on, maxDepth >>> 0),
     grant: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant(prefix, token, fh >>> 0, uid >>> 0),
     reclaim: (): number => raw.hs_fastpath_reclaim(),

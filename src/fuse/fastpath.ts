@@ -160,6 +160,8 @@ export class NativeFastPath implements AttrPublisher {
   readonly creates: boolean;
   /** whether the binding makes new directories where it makes files */
   readonly mkdirs: boolean;
+  /** whether the binding makes hard links where it makes files (config fuse.nativeLink) */
+  readonly links: boolean;
   /** whether the binding removes empty directories where it unlinks (config fuse.nativeRmdir) */
   readonly rmdirs: boolean;
   /** whether the binding renames regular files where it unlinks */
@@ -178,6 +180,7 @@ export class NativeFastPath implements AttrPublisher {
     nativeMkdir = true,
     nativeRmdir = true,
     nativeRename = true,
+    nativeLink = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
@@ -186,6 +189,8 @@ export class NativeFastPath implements AttrPublisher {
     this.creates = nativeCreate && nativeOpen;
     // A native mkdir charges a create slot's inode: it needs the native creates.
     this.mkdirs = nativeMkdir && this.creates;
+    // A native link charges a create slot's inode too.
+    this.links = nativeLink && this.creates;
     this.writeDecisions = nativeWriteDecision;
     // A native rmdir releases its inode where native unlinks release theirs: the homes made mutable for them.
     this.rmdirs = nativeRmdir && nativeUnlink;
@@ -255,6 +260,7 @@ export class NativeFastPath implements AttrPublisher {
     const token = this.byPrefix.get(prefix)!.token;
     this.native.setCreate(prefix, token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
     if (this.mkdirs) this.native.setMkdir(prefix, token, (c?.dir ?? null) !== null, c?.dir?.m ?? 0, c?.dir?.or ?? 0);
+    if (this.links) this.native.setLink(prefix, token, c?.link ?? false);
     // Files made there start handed over (FsContext.handSize): their first writes are decided in the binding too.
     if (this.writeDecisions) this.native.setWriteCredit(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
   }

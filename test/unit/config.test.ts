@@ -67,6 +67,7 @@ describe('buildConfig: defaults', () => {
       nativeOpen: true,
       nativeCreate: true,
       nativeMkdir: true,
+      nativeLink: true,
       nativeRmdir: true,
       nativeRename: true,
       nativeWriteDecision: true,
