@@ -55,6 +55,8 @@ export interface FastPathStats {
   mkdirFallbacks: number;
   symlinkAnswered: number;
   symlinkFallbacks: number;
+  linkAnswered: number;
+  linkFallbacks: number;
   rmdirAnswered: number;
   rmdirFallbacks: number;
   renameAnswered: number;
@@ -235,6 +237,7 @@ export interface AddonRaw {
   hs_fastpath_set_mkdir(prefix: string, token: number, on: boolean, modeM: number, modeOr: number): boolean;
   hs_fastpath_set_symlink(prefix: string, token: number, rule: number): boolean;
   hs_fastpath_symlink_inside(depth: number, target: string): boolean;
+  hs_fastpath_set_link(prefix: string, token: number, on: boolean): boolean;
   hs_fastpath_set_rename(prefix: string, token: number, on: boolean, maxDepth: number): boolean;
   hs_fastpath_reclaim(): number;
   /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */

@@ -41,6 +41,7 @@
   X(REC_UNUSED_CREATE, 4)     /* a create slot not used: back to JS */ \
   X(REC_MKDIR, 5)             /* a mkdir answered here with a create slot's inode: JS counts it, the open slot back */ \
   X(REC_SYMLINK, 6)           /* a symlink answered here, the same way */ \
+  X(REC_LINK, 7)              /* a hard link answered here, the same way */ \
   /* SETATTR answered here (fastPath.setAttrs flags).                      */ \
   X(ATTR_UTIMENS, 1) \
   X(ATTR_CHMOD, 2) \

@@ -578,6 +578,99 @@ TEST(a_mkdir_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_
   fp_reap();
 }
 
+// A link made here takes the inode of a create slot of the caller's (its
+// record REC_LINK, no descriptor, no count beside the directory handles):
+// the new name is the source's inode. Not published for links, with no
+// slot, past the depth limit, between homes, from a hidden name (an
+// O_TMPFILE's, JS's nameUnnamed) or onto the reserved one: JS's before any
+// slot is taken. From a directory, a symlink, a missing name or onto an
+// existing one: JS's, the slot queued back unused. Nothing is made in any.
+TEST(a_link_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_made) {
+  double token = publish();
+  turn_on(token);
+  uint32_t uid = getuid();
+  struct stat st, src;
+  // The names JS keeps (fastpath.ts JS_ONLY_NAMES): as setReserved gives them.
+  size_t reserved_was = fp_reserved_n;
+  memset(fp_reserved, 0, 2 * sizeof(fp_reserved_t));
+  memcpy(fp_reserved[0].name, ".homesfs", 8);
+  fp_reserved[0].len = 8;
+  memcpy(fp_reserved[1].name, HOMESFS_HIDDEN_PREFIX, sizeof(HOMESFS_HIDDEN_PREFIX) - 1);
+  fp_reserved[1].len = sizeof(HOMESFS_HIDDEN_PREFIX) - 1;
+  fp_reserved[1].prefix = 1;
+  fp_reserved_n = 2;
+  char hidden[64];
+  snprintf(hidden, sizeof(hidden), "%s0123456789abcdef", HOMESFS_HIDDEN_PREFIX);
+  int hfd = openat(home_dir, hidden, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  REQUIRE(hfd >= 0);
+  close(hfd);
+  REQUIRE(symlinkat("f02", home_dir, "sl") == 0);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 710, uid, 1), 1);
+  // Not published for links: JS's, even with a slot.
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l1", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fstatat(home_dir, "l1", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  CHECK_EQ(fp_slot_count, 1);
+  CHECK_EQ(fp_home_set_link(P, PLEN, token, 1), 1);
+  // Linked: the new name (in another directory of the home) is the source's inode, one record for JS.
+  int64_t busy0 = pend[HOMESFS_ACCT_BUSY];  // what the tests before left there
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/d/l1", uid, getgid()), 0);
+  CHECK_EQ(fstatat(home_dir, "d/l1", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK_EQ(fstatat(home_dir, "f02", &src, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK_EQ(st.st_ino, src.st_ino);
+  CHECK_EQ(src.st_nlink, 2);
+  CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0 + 1);  // until JS counts it
+  hq_t q = fp_opens_take();
+  CHECK_EQ(q.n, 1);
+  fp_open_rec_t *r = fp_rec(q.head);
+  CHECK_EQ(r->kind, HOMESFS_REC_LINK);
+  CHECK_EQ(r->kind, 7);
+  CHECK_EQ(r->fh, 710);
+  CHECK_EQ(r->fd, -1);
+  CHECK_EQ(r->ino, (uint64_t) src.st_ino);
+  CHECK(r->dh == NULL);
+  free(r);
+  pend[HOMESFS_ACCT_BUSY] = busy0;
+  // No slot left: JS's.
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l2", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fstatat(home_dir, "l2", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  CHECK_EQ(fp_home_set_create(P, PLEN, token, 1, 07777, 0, 2, 0), 1);
+  char hidden_path[96];
+  snprintf(hidden_path, sizeof(hidden_path), P "/%s", hidden);
+  const char *from[] = { P "/f02", "/t/h2/f02", hidden_path, P "/f02", P "/d", P "/sl", P "/nope", P "/f02" };
+  const char *to[] = { P "/d/x/l", P "/l3", P "/l4", P "/.homesfs", P "/l5", P "/l6", P "/l7", P "/f03" };
+  const char *made[] = { "d/x/l", "l3", "l4", ".homesfs", "l5", "l6", "l7", NULL };
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 711, uid, 1), 1);
+  for (int i = 0; i < 8; i++) {
+    CHECK_EQ(hs_fastpath_link(from[i], to[i], uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+    CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0);
+    if (made[i] != NULL) CHECK(fstatat(home_dir, made[i], &st, AT_SYMLINK_NOFOLLOW) != 0);
+    q = fp_opens_take();
+    CHECK_EQ(q.n, i < 4 ? 0u : 1u);
+    CHECK_EQ(fp_slot_count, i < 4 ? 1u : 0u);
+    if (q.n == 0) continue;
+    CHECK_EQ(fp_rec(q.head)->kind, HOMESFS_REC_UNUSED_CREATE);
+    free(fp_rec(q.head));
+    CHECK_EQ(fp_slot_grant(P, PLEN, token, 712 + (uint32_t) i, uid, 1), 1);
+  }
+  // The existing name is still the file it was.
+  CHECK_EQ(fstatat(home_dir, "f03", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(st.st_ino != src.st_ino);
+  CHECK_EQ(fstatat(home_dir, "f02", &src, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK_EQ(src.st_nlink, 2);
+  // Off again (a profile that denies hard links): JS's, the slot left in its list.
+  CHECK_EQ(fp_home_set_link(P, PLEN, token, 0), 1);
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l8", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK(fstatat(home_dir, "l8", &st, AT_SYMLINK_NOFOLLOW) != 0);
+  CHECK_EQ(fp_slot_count, 1);
+  unlinkat(home_dir, "d/l1", 0);
+  unlinkat(home_dir, "sl", 0);
+  unlinkat(home_dir, hidden, 0);
+  fp_reserved_n = reserved_was;
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
+}
+
 // ---- everything at once ----------------------------------------------------------------------
 
 // The JS thread's rounds; the native threads go on until it has done them.

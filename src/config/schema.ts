@@ -84,6 +84,13 @@ const FuseOptions = z
      * denies links, still JS's), each with the inode of a create slot
      */
     nativeSymlink: z.boolean().default(true),
+    /**
+     * with native creates: a hard link of a regular file within a home where
+     * creates are native and the profile allows hard links, made on the
+     * session's worker threads (linkat as JS does it), each name charged the
+     * inode of a create slot
+     */
+    nativeLink: z.boolean().default(true),
     /** RMDIR of an empty directory done in the binding, in homes where it unlinks (fastpath_unlink.c); anything else JS's */
     nativeRmdir: z.boolean().default(true),
     /**

@@ -466,7 +466,7 @@ export async function symlink(ctx: FsContext, target: string, path: string, call
   });
 }
 
-export async function link(ctx: FsContext, from: string, to: string): Promise<void> {
+export async function link(ctx: FsContext, from: string, to: string, caller?: Caller): Promise<void> {
   const src = ctx.parseInHome(from, 'link');
   const dst = ctx.parseInHome(to, 'link');
   if (!sameHome(src.home, dst.home)) throw new HomesError('CROSS_HOME', 'hard link between two homes');
@@ -497,6 +497,8 @@ export async function link(ctx: FsContext, from: string, to: string): Promise<vo
         }
       }),
     );
+    // This caller's next links in the home may be made by the binding (fuse.nativeLink), with create slots' inodes.
+    if (caller !== undefined && hs.nativeCreate?.link) ctx.wantCredits(hs, caller.uid, true);
   });
 }
 

@@ -67,6 +67,8 @@ export interface AttrPublisher {
   readonly mkdirs: boolean;
   /** whether the binding can make new symlinks where it makes files (config fuse.nativeSymlink) */
   readonly symlinks: boolean;
+  /** whether the binding can make hard links where it makes files (config fuse.nativeLink) */
+  readonly links: boolean;
   /** the new directory's mode as (asked & m) | or, if the profile's effectiveDirMode has that form */
   dirModeMasks(profile: Profile): { m: number; or: number } | null;
   /** whether the binding can rename regular files within a home where it unlinks (config fuse.nativeRename) */
@@ -83,7 +85,8 @@ export interface AttrPublisher {
    * [kind, fh, fd, published, dev, ino, open flags, ...]: 1 a handle the binding
    * opened, 2 an open slot it gives back, 3 a file it made, 4 a create slot it
    * gives back (with its inode), 5 a directory it made with a create slot's
-   * inode (the open-file slot back); null when none
+   * inode (the open-file slot back), 7 a hard link it made with a create
+   * slot's inode (the open-file slot back); null when none
    */
   takeOpens(): BigUint64Array | null;
   clear(): void;

@@ -254,7 +254,7 @@ export abstract class OpenSlots extends OpenInodes {
    * or files it made (adopted here), slots it gives back. Records are
    * [kind, fh, fd, published, dev, ino, open flags]; kinds 1 opened, 2 an open
    * slot back, 3 created, 4 a create slot back (its inode too), 5 a directory
-   * made with a create slot's inode, 6 a symlink made so.
+   * made with a create slot's inode, 6 a symlink and 7 a hard link made so.
    */
   private settleOpens(opens: BigUint64Array): void {
     for (let i = 0; i < opens.length; i += 7) {
@@ -269,9 +269,10 @@ export abstract class OpenSlots extends OpenInodes {
       }
       this.credits.delete(fh);
       this.countCredit(credit.hs, credit.uid, credit.ledger !== null, -1);
-      if (kind === ABI.REC_MKDIR || kind === ABI.REC_SYMLINK) {
-        // A directory or a symlink the binding made (dir.ts mkdir's or symlink's step for step): the slot's inode is its
-        // charge, all either has (neither counts bytes); the open-file slot and the handle number go back unused.
+      if (kind === ABI.REC_MKDIR || kind === ABI.REC_SYMLINK || kind === ABI.REC_LINK) {
+        // A directory, a symlink or a hard link the binding made (dir.ts mkdir's, symlink's or link's step for step): the
+        // slot's inode is its charge, all it has (every name counts as an inode; a directory and a symlink count no bytes,
+        // a link's bytes stay the file's). The open-file slot and the handle number go back unused.
         credit.ledger?.commitReservedInode();
         const p = credit.hs.pending;
         if (p.length >= ABI.ACCT_LEN && Atomics.load(p, ABI.ACCT_BUSY) > 0n) Atomics.sub(p, ABI.ACCT_BUSY, 1n);

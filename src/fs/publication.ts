@@ -121,7 +121,10 @@ export abstract class NativePublication extends OpenSlots {
    * (asked & m) | or (fileModeMasks). Its owner on disk is diskOwner's: the
    * home's owner, or with chown 'allow' the caller, a setgid parent's group
    * kept (ownNew). New directories too (mkdir, with a create slot's inode)
-   * where effectiveDirMode has that form (dirModeMasks). Told to the binding
+   * where effectiveDirMode has that form (dirModeMasks), and hard links of
+   * regular files (link, with a create slot's inode) where the profile does
+   * not deny them (the one rule of dir.ts link's the binding cannot look up;
+   * the others it checks as JS does or leaves to JS). Told to the binding
    * before anything that changed it is answered; off, its create slots come
    * back with their inodes.
    */
@@ -133,13 +136,15 @@ export abstract class NativePublication extends OpenSlots {
     const dir = masks && attrs?.mkdirs ? attrs.dirModeMasks(hs.profile) : null;
     // New symlinks too (symlink in dir.ts): where the profile has them, judged as linkStaysInside judges a relative target.
     const symlinks = masks && attrs?.symlinks ? SYMLINK_RULE[hs.profile.symlinks] : 0;
-    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow', dir, symlinks } : null;
+    // Hard links too (link in dir.ts), where the profile does not deny them.
+    const link = masks !== null && attrs?.links === true && hs.profile.hardLinks !== 'deny';
+    const want = masks ? { ...masks, maxDepth: hs.profile.maxDepth, callerOwns: hs.profile.chown === 'allow', dir, symlinks, link } : null;
     const was = hs.nativeCreate;
     const sameDir = (a: { m: number; or: number } | null, b: { m: number; or: number } | null) => (a === null ? b === null : b !== null && a.m === b.m && a.or === b.or);
     const same =
       want === null
         ? was === null
-        : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns && sameDir(want.dir, was.dir) && want.symlinks === was.symlinks;
+        : was !== null && want.m === was.m && want.or === was.or && want.maxDepth === was.maxDepth && want.callerOwns === was.callerOwns && sameDir(want.dir, was.dir) && want.symlinks === was.symlinks && want.link === was.link;
     if (same) return;
     hs.nativeCreate = want;
     attrs?.createPolicy(hs);

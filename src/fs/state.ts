@@ -114,7 +114,7 @@ export interface HomeState {
    * (dir null: it makes none), and new symlinks under SYMLINK_RULE's rule (0: none) (FsContext.refreshNativeCreate
    * decides); null: it does none of these
    */
-  nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean; dir: { m: number; or: number } | null; symlinks: 0 | 1 | 2 } | null;
+  nativeCreate: { m: number; or: number; maxDepth: number; callerOwns: boolean; dir: { m: number; or: number } | null; symlinks: 0 | 1 | 2; link: boolean } | null;
   /**
    * the binding renames regular files within this home (not open, over nothing or a regular file), the target at most
    * maxDepth deep (0: no limit) (FsContext.refreshNativeRename decides); null: it does not

@@ -42,6 +42,8 @@ export interface FastPathNative {
   setSymlink(prefix: string, token: number, rule: 0 | 1 | 2): boolean;
   /** the binding's own judgement of a relative target (fp_link_inside), for the test that holds it equal to symlinkTargetInsideHome */
   symlinkInside(depth: number, target: string): boolean;
+  /** LINK within a home answered natively while creates are, with a create slot's inode (on only where hard links are allowed) */
+  setLink(prefix: string, token: number, on: boolean): boolean;
   /** RENAME of regular files within the home answered natively while it is mutable, the target at most maxDepth deep (0: no limit) */
   setRename(prefix: string, token: number, on: boolean, maxDepth: number): boolean;
   reclaim(): number;
@@ -368,6 +370,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
       raw.hs_fastpath_set_mkdir(prefix, token, !!on, modeM >>> 0, modeOr >>> 0),
     setSymlink: (prefix: string, token: number, rule: 0 | 1 | 2): boolean => raw.hs_fastpath_set_symlink(prefix, token, rule),
     symlinkInside: (depth: number, target: string): boolean => raw.hs_fastpath_symlink_inside(depth >>> 0, target),
+    setLink: (prefix: string, token: number, on: boolean): boolean => raw.hs_fastpath_set_link(prefix, token, !!on),
     setRename: (prefix: string, token: number, on: boolean, maxDepth: number): boolean => raw.hs_fastpath_set_rename(prefix, token, !!on, maxDepth >>> 0),
     grant: (prefix: string, token: number, fh: number, uid: number): boolean => raw.hs_fastpath_grant(prefix, token, fh >>> 0, uid >>> 0),
     reclaim: (): number => raw.hs_fastpath_reclaim(),

@@ -161,6 +161,8 @@ export class NativeFastPath implements AttrPublisher {
   /** whether the binding makes new directories where it makes files */
   readonly mkdirs: boolean;
   readonly symlinks: boolean;
+  /** whether the binding makes hard links where it makes files (config fuse.nativeLink) */
+  readonly links: boolean;
   /** whether the binding removes empty directories where it unlinks (config fuse.nativeRmdir) */
   readonly rmdirs: boolean;
   /** whether the binding renames regular files where it unlinks */
@@ -180,6 +182,7 @@ export class NativeFastPath implements AttrPublisher {
     nativeRmdir = true,
     nativeRename = true,
     nativeSymlink = true,
+    nativeLink = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
@@ -190,6 +193,8 @@ export class NativeFastPath implements AttrPublisher {
     this.mkdirs = nativeMkdir && this.creates;
     // So does a native symlink.
     this.symlinks = nativeSymlink && this.creates;
+    // A native link charges a create slot's inode too.
+    this.links = nativeLink && this.creates;
     this.writeDecisions = nativeWriteDecision;
     // A native rmdir releases its inode where native unlinks release theirs: the homes made mutable for them.
     this.rmdirs = nativeRmdir && nativeUnlink;
@@ -260,6 +265,7 @@ export class NativeFastPath implements AttrPublisher {
     this.native.setCreate(prefix, token, c !== null, c?.m ?? 0, c?.or ?? 0, c?.maxDepth ?? 0, c?.callerOwns ?? false);
     if (this.mkdirs) this.native.setMkdir(prefix, token, (c?.dir ?? null) !== null, c?.dir?.m ?? 0, c?.dir?.or ?? 0);
     if (this.symlinks) this.native.setSymlink(prefix, token, c?.symlinks ?? 0);
+    if (this.links) this.native.setLink(prefix, token, c?.link ?? false);
     // Files made there start handed over (FsContext.handSize): their first writes are decided in the binding too.
     if (this.writeDecisions) this.native.setWriteCredit(prefix, token, c !== null && (hs.nativeOpen & NATIVE_OPEN_WRITE) !== 0);
   }

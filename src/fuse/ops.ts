@@ -296,7 +296,7 @@ export const OPS: Readonly<Partial<Record<number, AnyRow>>> = {
     args: ([from, to]) => [P(from), P(to)] as const,
     name: 'link',
     path: ([, to]) => to,
-    fs: (ctx, [from, to]) => dir.link(ctx, from, to),
+    fs: (ctx, [from, to], caller) => dir.link(ctx, from, to, caller),
     reply: done,
   }),
   [ABI.OP_SYMLINK]: row({

@@ -68,6 +68,7 @@ describe('buildConfig: defaults', () => {
       nativeCreate: true,
       nativeMkdir: true,
       nativeSymlink: true,
+      nativeLink: true,
       nativeRmdir: true,
       nativeRename: true,
       nativeWriteDecision: true,

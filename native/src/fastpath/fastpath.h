@@ -1,6 +1,6 @@
 // native/src/fastpath/: what the session answers in C from state JS
 // publishes: the fast path (fastpath_*.c: getattr, readdir, open, create,
-// mkdir, unlink, rename, setattr, writes' growth), the data plane (dataplane*.c: reads,
+// mkdir, link, unlink, rename, setattr, writes' growth), the data plane (dataplane*.c: reads,
 // writes, releases of native handles), the directory-handle caps
 // (dirhandles.c), the one claim on an inode's last names (claims.c) and
 // the queues JS takes whole (queue.h).
@@ -83,6 +83,12 @@ int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t g
 // symlinks: 0 made (a record queued), or HOMESFS_FASTPATH_FALLBACK with
 // nothing made.
 int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid);
+
+// LINK of the file at path to the new name path2, both in a home JS opened
+// for creates and links: 0 linked (JS counts the name's inode through
+// hs_fastpath_take_opens; the caller answers with a getattr of path2),
+// HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made; a slot taken goes back).
+int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_t gid);
 
 // Adds the fastpath_* functions to the module's exports.
 // A WRITE's growth decided here (fastpath_write.c): what wl_begin took, for

@@ -1,9 +1,11 @@
-// CREATE and MKDIR answered here (hs_fastpath_set_create, _set_mkdir) from the
-// create slots JS grants (hs_fastpath_grant_create: an open-file slot, an inode
-// the ledger reserved, a handle number; a mkdir uses only the inode). Threads:
-// the session's workers make; JS publishes and grants on its main thread.
-// Locks: the slot lists are under fp_open_lock, the pol a pin copied under
-// none (fastpath_internal.h). Invariants: a create or mkdir pins its home from
+// CREATE, MKDIR and LINK answered here (hs_fastpath_set_create, _set_mkdir,
+// _set_link) from the create slots JS grants (hs_fastpath_grant_create: an
+// open-file slot, an inode the ledger reserved, a handle number; a mkdir or a
+// link uses only the inode). Threads: the session's workers make; JS
+// publishes and grants on its main thread. Locks: the slot lists are under
+// fp_open_lock, the pol a pin copied under none (fastpath_internal.h), the
+// reserved names under fp_lock's read lock (fp_names_ok). Invariants: a
+// create, mkdir or link pins its home from
 // its check until its record is queued (no lock held across its syscalls), so
 // making the home immutable (hs_fastpath_set_mutable) returns only after every
 // one it raced is queued for JS; a node made but not as JS would make it is
@@ -16,8 +18,8 @@ uint64_t fp_canswered_create = 0;  // create, atomic
 uint64_t fp_cfallbacks = 0;  // create (only counted in homes JS opened for it), atomic
 uint64_t fp_manswered = 0;   // mkdir, atomic
 uint64_t fp_mfallbacks = 0;  // mkdir (only counted in homes JS opened for it), atomic
-uint64_t fp_lanswered = 0;   // symlink, atomic
-uint64_t fp_lfallbacks = 0;  // symlink (only counted in homes JS opened for it), atomic
+uint64_t fp_symanswered = 0;   // symlink, atomic
+uint64_t fp_symfallbacks = 0;  // symlink (only counted in homes JS opened for it), atomic
 
 // Whose file it is on disk (context.ts diskOwner/ownNew): the home's owner
 // (as given), or the caller with a setgid parent's group. -1: the parent
@@ -367,7 +369,7 @@ int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uin
   for (const char *c = rel; *c; c++) if (*c == '/') depth++;
   // The link stands `depth` directories below the home's root.
   int target_ok = pol->symlink_rule == 2 ? target[0] != 0 : fp_link_inside(depth, target);
-  return fp_make_entry(&pin, rel, uid, gid, target_ok, fp_make_link, target, HOMESFS_REC_SYMLINK, &fp_lanswered, &fp_lfallbacks);
+  return fp_make_entry(&pin, rel, uid, gid, target_ok, fp_make_link, target, HOMESFS_REC_SYMLINK, &fp_symanswered, &fp_symfallbacks);
 }
 
 static void fp_change_symlink (fp_home_t *e, void *arg) {
@@ -376,4 +378,99 @@ static void fp_change_symlink (fp_home_t *e, void *arg) {
 
 int fp_home_set_symlink (const char *prefix, size_t n, double token, uint32_t rule) {
   return fp_home_change(prefix, n, token, fp_change_symlink, &rule);
+}
+
+// ---- LINK -----------------------------------------------------------------------
+// Answered on the session's worker thread that took the request, under no
+// lock across its syscalls (the home pinned from its check until its record
+// is queued, as a mkdir). JS's link (src/fs/dir.ts) charges one inode for the
+// new name and no bytes (every name counts as an inode, the bytes are the
+// file's once), so a create slot's reserved inode is all it needs, as a
+// mkdir's: REC_LINK gives its open-file slot and handle number back.
+uint64_t fp_lanswered = 0;   // link, atomic
+uint64_t fp_lfallbacks = 0;  // link (only counted in homes JS opened for it), atomic
+
+// The new name (dpfd, name2) of the regular file (spfd, name), made as JS's
+// link makes it (linkat without AT_SYMLINK_FOLLOW): 0 with *st the new name's
+// lstat, or -1 with nothing left behind. JS's checks of the source come
+// first: a regular file on the home's device; a directory, a symlink or a
+// special file is JS's to refuse or allow by the profile.
+static int fp_link_name (const fp_home_t *home, int spfd, const char *name, int dpfd, const char *name2, struct stat *st) {
+  struct stat sst;
+  if (fstatat(spfd, name, &sst, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sst.st_mode) || (uint64_t) sst.st_dev != home->dev) return -1;
+  if (linkat(spfd, name, dpfd, name2, 0) != 0) return -1;
+  // The source name may have been replaced between the look and the link
+  // (JS's lstat and link race the same way): what was linked is checked as
+  // the source was, and a new name that is not a regular file of the home is
+  // removed again (the name did not exist before: linkat makes no name over
+  // another; Linux cannot unlink by inode, so this narrows the window).
+  if (fstatat(dpfd, name2, st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+  if (S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0) return 0;
+  if (!S_ISDIR(st->st_mode)) unlinkat(dpfd, name2, 0);
+  return -1;
+}
+
+// JS's link for a new name, step for step, in a home open for creates and
+// links (the conditions of a create; hard links not denied by the profile):
+// both names in the home (another home's: JS answers EXDEV), neither
+// reserved nor hidden (an O_TMPFILE's hidden name is JS's to name) nor too
+// long, the new name's depth within the limit, both parents by the confined
+// walk, a create slot for the caller's uid, the source a regular file on the
+// home's device, linkat without following, the record queued for JS, which
+// commits the slot's inode and takes the open-file slot back before it
+// serves anything else. A name that exists and every doubt go to JS with
+// nothing made.
+int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_t gid) {
+  (void) gid;  // a link makes no inode: its owner is the file's
+  size_t plen, plen2;
+  const char *rel, *rel2;
+  if (fp_split_path(path, &plen, &rel) != 0) return HOMESFS_FASTPATH_FALLBACK;
+  fp_pin_t pin;
+  if (!fp_pin_creatable(path2, &plen2, &rel2, &pin)) return HOMESFS_FASTPATH_FALLBACK;
+  const fp_home_pol_t *pol = &pin.pol;
+  // Both names in the pinned home: another home's source is JS's (EXDEV).
+  if (!pol->link_on || plen != plen2 || memcmp(path, path2, plen) != 0) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
+  fp_home_t *home = pin.home;
+  const char *ls = strrchr(rel, '/'), *ls2 = strrchr(rel2, '/');
+  const char *name = ls ? ls + 1 : rel, *name2 = ls2 ? ls2 + 1 : rel2;
+  uint32_t depth = 1;
+  for (const char *c = rel2; *c; c++) if (*c == '/') depth++;
+  int made = -1;
+  fp_open_rec_t *slot = NULL;
+  struct stat st;
+  // Busy from before the name can exist until JS counted it, as for a create.
+  int64_t *busy = pol->pending->len >= HOMESFS_ACCT_LEN ? &pol->pending->data[HOMESFS_ACCT_BUSY] : NULL;
+  if (busy != NULL) __atomic_add_fetch(busy, 1, __ATOMIC_SEQ_CST);
+  if (*name != 0 && *name2 != 0 && (pol->max_depth == 0 || depth <= pol->max_depth) && pin.names_ok && fp_names_ok(rel, home->max_name)) {
+    int spfd = fp_open_parent(home->fd, rel, ls);
+    int dpfd = spfd >= 0 ? fp_open_parent(home->fd, rel2, ls2) : -1;
+    if (dpfd >= 0 && (slot = fp_take_cslot(home, uid)) != NULL) made = fp_link_name(home, spfd, name, dpfd, name2, &st);
+    if (dpfd >= 0 && dpfd != home->fd) close(dpfd);
+    if (spfd >= 0 && spfd != home->fd) close(spfd);
+  }
+  if (made != 0) {
+    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
+    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
+    fp_unpin(&pin);
+    __atomic_add_fetch(&fp_lfallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  slot->kind = HOMESFS_REC_LINK;
+  slot->fd = -1;
+  slot->published = 0;
+  slot->dev = (uint64_t) st.st_dev;
+  slot->ino = (uint64_t) st.st_ino;
+  slot->oflags = 0;
+  fp_queue(slot);
+  fp_unpin(&pin);
+  __atomic_add_fetch(&fp_lanswered, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+static void fp_change_link (fp_home_t *e, void *arg) {
+  e->pol.link_on = *(const int *) arg ? 1 : 0;
+}
+
+int fp_home_set_link (const char *prefix, size_t n, double token, int on) {
+  return fp_home_change(prefix, n, token, fp_change_link, &on);
 }

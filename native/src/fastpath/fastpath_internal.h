@@ -210,6 +210,10 @@ typedef struct fp_home_pol {
   // set): the target's depth at most rename_depth (0: no limit).
   uint32_t rename_on;
   uint32_t rename_depth;
+  // LINK within the home answered here too (hs_fastpath_set_link), only
+  // while creates are: the new name's inode a create slot's, its depth limit
+  // and names a new file's. Off wherever the profile denies hard links.
+  uint32_t link_on;
   // Files made here start with their size owned by C, charged from
   // the byte credit in pending, when JS set it (hs_fastpath_set_write_credit).
   uint32_t wl_on;
@@ -415,6 +419,8 @@ napi_value fp_set_free_inline_max (napi_env env, napi_callback_info info);
 extern uint64_t fp_rnanswered, fp_rnfallbacks;
 int fp_home_set_rename (const char *prefix, size_t n, double token, int on, uint32_t depth);
 napi_value fp_set_rename (napi_env env, napi_callback_info info);
+// Under nothing: whether every component of rel passes fp_components_ok (under the read lock).
+int fp_names_ok (const char *rel, uint32_t max_name);
 extern uint64_t fp_free_inline_max;  // atomic; set by JS (fastpath_napi.c)
 
 // ---- fastpath_setattr.c ----
@@ -452,7 +458,7 @@ int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint
 napi_value fp_set_create (napi_env env, napi_callback_info info);
 napi_value fp_grant_create (napi_env env, napi_callback_info info);
 extern uint64_t fp_manswered, fp_mfallbacks;
-extern uint64_t fp_lanswered, fp_lfallbacks;  // symlink
+extern uint64_t fp_symanswered, fp_symfallbacks;  // symlink
 int fp_home_set_symlink (const char *prefix, size_t n, double token, uint32_t rule);
 napi_value fp_set_symlink (napi_env env, napi_callback_info info);
 napi_value fp_symlink_inside (napi_env env, napi_callback_info info);
@@ -462,6 +468,9 @@ napi_value fp_symlink_inside (napi_env env, napi_callback_info info);
 int fp_link_inside (uint32_t depth, const char *target);
 int fp_home_set_mkdir (const char *prefix, size_t n, double token, int on, uint32_t m, uint32_t or);
 napi_value fp_set_mkdir (napi_env env, napi_callback_info info);
+extern uint64_t fp_lanswered, fp_lfallbacks;  // link
+int fp_home_set_link (const char *prefix, size_t n, double token, int on);
+napi_value fp_set_link (napi_env env, napi_callback_info info);
 
 // ---- fastpath_write.c ----
 extern uint64_t fp_wdecided, fp_wfallbacks;

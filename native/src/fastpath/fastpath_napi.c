@@ -67,8 +67,10 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "createFallbacks", (double) __atomic_load_n(&fp_cfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "mkdirAnswered", (double) __atomic_load_n(&fp_manswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "mkdirFallbacks", (double) __atomic_load_n(&fp_mfallbacks, __ATOMIC_RELAXED));
-  hs_js_set_num(env, out, "symlinkAnswered", (double) __atomic_load_n(&fp_lanswered, __ATOMIC_RELAXED));
-  hs_js_set_num(env, out, "symlinkFallbacks", (double) __atomic_load_n(&fp_lfallbacks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "symlinkAnswered", (double) __atomic_load_n(&fp_symanswered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "symlinkFallbacks", (double) __atomic_load_n(&fp_symfallbacks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "linkAnswered", (double) __atomic_load_n(&fp_lanswered, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "linkFallbacks", (double) __atomic_load_n(&fp_lfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "rmdirAnswered", (double) __atomic_load_n(&fp_rdanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "rmdirFallbacks", (double) __atomic_load_n(&fp_rdfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "renameAnswered", (double) __atomic_load_n(&fp_rnanswered, __ATOMIC_RELAXED));
@@ -115,6 +117,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_set_mkdir", fp_set_mkdir);
   hs_export_fn(env, exports, "hs_fastpath_set_symlink", fp_set_symlink);
   hs_export_fn(env, exports, "hs_fastpath_symlink_inside", fp_symlink_inside);
+  hs_export_fn(env, exports, "hs_fastpath_set_link", fp_set_link);
   hs_export_fn(env, exports, "hs_fastpath_set_rename", fp_set_rename);
   hs_export_fn(env, exports, "hs_fastpath_reclaim", fp_reclaim);
   hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
@@ -629,6 +632,28 @@ napi_value fp_set_symlink (napi_env env, napi_callback_info info) {
     FP_THROW(usage);
   }
   int set = fp_home_set_symlink(prefix, plen, token, rule);
+  free(prefix);
+  return hs_js_bool(env, set != 0);
+}
+
+// hs_fastpath_set_link(prefix, token, on) -> set?
+// LINK within the home answered here while creates are (hs_fastpath_set_create),
+// with a create slot's inode; JS turns it on only where the profile allows
+// hard links. Returns once no native link of the home is past its checks
+// with the old setting.
+napi_value fp_set_link (napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  size_t plen = 0;
+  double token = -1;
+  bool on = false;
+  const char *usage = "hs_fastpath_set_link: (prefix, token, on)";
+  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, usage);
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_bool(env, argv[2], &on) != napi_ok) {
+    free(prefix);
+    FP_THROW(usage);
+  }
+  int set = fp_home_set_link(prefix, plen, token, on);
   free(prefix);
   return hs_js_bool(env, set != 0);
 }

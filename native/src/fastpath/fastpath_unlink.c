@@ -277,7 +277,7 @@ uint64_t fp_rnanswered = 0;   // rename, atomic
 uint64_t fp_rnfallbacks = 0;  // rename (only counted in homes JS opened for it), atomic
 
 // Under nothing: whether rel2's components pass (the reserved names are read under the read lock).
-static int fp_names_ok (const char *rel, uint32_t max_name) {
+int fp_names_ok (const char *rel, uint32_t max_name) {
   pthread_rwlock_rdlock(&fp_lock);
   int ok = fp_components_ok(rel, max_name);
   pthread_rwlock_unlock(&fp_lock);

@@ -84,6 +84,10 @@ void hs_ll_link (fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const cha
   int err = hs_path_lock2(op->node, NULL, op->dir, newname, 0, &op->path, &op->path2, &op->pl, &op->pl2);
   if (err != 0) return op_reply_err(op, err);
   op->locked = op->locked2 = 1;
+  // Linked in C where JS published it may be (fastpath_create.c); answered, as
+  // after JS's link, with the entry a getattr of the new path gives (the
+  // node the file's other names already have).
+  if (hs_fastpath_link(op->path, op->path2, op->call.uid, op->call.gid) == 0) return op_getattr_path(op, op->path2, ops_entry_then);
   op_js(op, ops_name_args, ops_made_done);
 }
 

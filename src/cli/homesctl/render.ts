@@ -235,6 +235,7 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
       ['create', `${f.createAnswered} made, ${f.createFallbacks} to JS`],
       ['mkdir', `${f.mkdirAnswered ?? 0} made, ${f.mkdirFallbacks ?? 0} to JS`],
       ['symlink', `${f.symlinkAnswered ?? 0} made, ${f.symlinkFallbacks ?? 0} to JS`],
+      ['link', `${f.linkAnswered ?? 0} made, ${f.linkFallbacks ?? 0} to JS`],
       ['rmdir', `${f.rmdirAnswered ?? 0} removed, ${f.rmdirFallbacks ?? 0} to JS`],
       ['rename', `${f.renameAnswered ?? 0} done, ${f.renameFallbacks ?? 0} to JS`],
       ['setattr', `utimens ${f.utimensAnswered}, chmod ${f.chmodAnswered}, chown ${f.chownAnswered} done; ${f.setattrFallbacks} to JS`],
@@ -262,8 +263,8 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
 function nativeTotals(n: StatusReport['native']): { answered: number; toJs: number } | null {
   const f = n.fastPath;
   if (!f && n.releasesAnswered === undefined) return null;
-  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + (f.mkdirAnswered ?? 0) + (f.symlinkAnswered ?? 0) + (f.rmdirAnswered ?? 0) + (f.renameAnswered ?? 0) + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) : 0;
-  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + (f.mkdirFallbacks ?? 0) + (f.symlinkFallbacks ?? 0) + (f.rmdirFallbacks ?? 0) + (f.renameFallbacks ?? 0) + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) : 0;
+  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + (f.mkdirAnswered ?? 0) + (f.symlinkAnswered ?? 0) + (f.linkAnswered ?? 0) + (f.rmdirAnswered ?? 0) + (f.renameAnswered ?? 0) + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) : 0;
+  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + (f.mkdirFallbacks ?? 0) + (f.symlinkFallbacks ?? 0) + (f.linkFallbacks ?? 0) + (f.rmdirFallbacks ?? 0) + (f.renameFallbacks ?? 0) + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) : 0;
   return { answered: answered + (n.releasesAnswered ?? 0), toJs };
 }
 
