@@ -504,6 +504,10 @@ const MICRO_OPS = [
   { key: 'createClose', label: 'create+close' },
   { key: 'openClose', label: 'open+close' },
   { key: 'unlink', label: 'unlink' },
+  { key: 'mkdir', label: 'mkdir' },
+  { key: 'rmdir', label: 'rmdir' },
+  { key: 'symlink', label: 'symlink (relative target)' },
+  { key: 'link', label: 'link' },
 ];
 
 const RAND_SCRIPT = `
