@@ -351,6 +351,84 @@ describe.skipIf(!canMount)('passthrough across a kill -9 and a live upgrade', ()
   }, 180_000);
 });
 
+describe.skipIf(!canMount)('passthrough across two kills -9 in a row', () => {
+  let d: RunningDaemon | null = null;
+  let agent: Agent | null = null;
+  const resumed: Successor[] = [];
+  let holderPid: number | null = null;
+
+  afterAll(async () => {
+    agent?.proc.kill('SIGKILL');
+    for (const s of resumed) if (s.proc.exitCode === null && s.proc.signalCode === null) s.proc.kill('SIGTERM');
+    await Promise.all(resumed.map((s) => s.exited));
+    if (holderPid !== null) {
+      try {
+        process.kill(holderPid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    await d?.stop();
+  });
+
+  /**
+   * The first successor adopts the dead daemon's ID from the journal; a
+   * reader closed under it journals a RELEASE that, replayed by the second
+   * successor, must close nothing (the family still has readers, and the
+   * kernel may reuse a closed number for another file). The second successor
+   * still answers the family's next opens with the ID, and the family's last
+   * close gives it back once.
+   */
+  it("the second successor still has the file's ID: its readers read on, a new writer is charged, nothing gets EIO, the ID goes back once", async () => {
+    d = await startDaemon({ awaitLedgers: true, homes: { [`${T}/work`]: { owner: OWNER, profile: 'small' } }, create: [`${T}/work`], config: { owners: OWNERS, profiles: PROFILES, crashSurvival: true } });
+    agent = startAgent(d);
+    holderPid = ((await d.status()) as unknown as { holder: { pid: number | null } }).holder.pid;
+    const file = await makeFile(d, 'twice.bin', 3);
+    const other = await makeFile(d, 'other.bin', 1);
+    const r1 = await agent.ask(`open ${file} r`);
+    const r2 = await agent.ask(`open ${file} r`);
+    expect([r1.ok, r2.ok]).toEqual([true, true]);
+    const config = join(d.dir, 'config.json');
+
+    d.proc.kill('SIGKILL');
+    await d.exited;
+    const first = startSuccessor(HOMESFS, config, false);
+    resumed.push(first);
+    expect(await serving(first)).toBe(true);
+    // Under the first successor: one reader closed (its RELEASE journaled), another file's family begun and ended.
+    expect(await agent.ask(`close ${r1.fd}`)).toEqual({ ok: true });
+    const o1 = await agent.ask(`open ${other} r`);
+    expect(await agent.ask(`read ${o1.fd}`)).toMatchObject({ ok: true, size: MIB });
+    expect(await agent.ask(`close ${o1.fd}`)).toEqual({ ok: true });
+
+    first.proc.kill('SIGKILL');
+    await first.exited;
+    // No daemon again: the remaining reader reads on through the kernel.
+    expect(await agent.ask(`read ${r2.fd}`)).toMatchObject({ ok: true, size: 3 * MIB });
+    const second = startSuccessor(HOMESFS, config, false);
+    resumed.push(second);
+    expect(await serving(second)).toBe(true);
+    // The family is still passed through with the first daemon's ID: a reader and a writer join it, not EIO.
+    const r3 = await agent.ask(`open ${file} r`);
+    const w = await agent.ask(`open ${file} w`);
+    expect([r3.ok, w.ok]).toEqual([true, true]);
+    let s = await statusOf(d);
+    expect(s.pt).toMatchObject({ files: 1, opens: 1, opensDirect: 1, idsOpened: 0, idsClosed: 0 });
+    expect(await agent.ask(`write ${w.fd} ${MIB} twicekil`)).toEqual({ ok: true, n: MIB });
+    expect(s.usage).toBe(4 * MIB);
+    expect((await statusOf(d)).usage).toBe(5 * MIB);
+    for (const h of [r2, r3]) expect(await agent.ask(`read ${h.fd}`)).toMatchObject({ ok: true, size: 4 * MIB, tail: 'twicekil' });
+    for (const h of [r2, r3, w]) expect(await agent.ask(`close ${h.fd}`)).toEqual({ ok: true });
+    s = await statusOf(d);
+    expect(s.pt).toMatchObject({ files: 0, idsClosed: 1 });
+    // Another file's reader under the second successor: a family of its own, its own ID.
+    const o2 = await agent.ask(`open ${other} r`);
+    expect(await agent.ask(`read ${o2.fd}`)).toMatchObject({ ok: true, size: MIB });
+    expect(await agent.ask(`close ${o2.fd}`)).toEqual({ ok: true });
+    expect((await statusOf(d)).pt).toMatchObject({ files: 0, idsOpened: 1, idsClosed: 2 });
+  }, 180_000);
+});
+
 describe.skipIf(!canMount)('passthrough across a live upgrade without a journal (the node table handed over as bytes)', () => {
   let d: RunningDaemon | null = null;
   let agent: Agent | null = null;
