@@ -231,6 +231,31 @@ static int fp_mkdir_dir (const fp_home_t *home, int pfd, const char *name, mode_
   return ok ? 0 : -1;
 }
 
+// The end of a name made with a create slot (fp_make_entry, hs_fastpath_link),
+// `busy` the home's busy count it raised: made (0), a record of `kind` with
+// the node's identity queued for JS, which lowers the count when it commits
+// the slot's inode; not made, the slot queued back unused (its inode too)
+// and the count lowered here. Unpins the home.
+static int fp_entry_done (fp_pin_t *pin, int64_t *busy, fp_open_rec_t *slot, int made, const struct stat *st, uint32_t kind, uint64_t *answered, uint64_t *fallbacks) {
+  if (made != 0) {
+    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
+    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
+    fp_unpin(pin);
+    __atomic_add_fetch(fallbacks, 1, __ATOMIC_RELAXED);
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
+  slot->kind = kind;
+  slot->fd = -1;
+  slot->published = 0;
+  slot->dev = (uint64_t) st->st_dev;
+  slot->ino = (uint64_t) st->st_ino;
+  slot->oflags = 0;
+  fp_queue(slot);
+  fp_unpin(pin);
+  __atomic_add_fetch(answered, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
 // What a mkdir or a symlink makes at `name` in pfd: 0 with *st, or -1 with nothing left.
 typedef int (*fp_make_fn) (const fp_home_t *home, int pfd, const char *name, uint32_t own_uid, uint32_t own_gid, const void *arg, struct stat *st);
 
@@ -264,23 +289,7 @@ static int fp_make_entry (fp_pin_t *pin, const char *rel, uint32_t uid, uint32_t
       if (pfd != home->fd) close(pfd);
     }
   }
-  if (made != 0) {
-    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
-    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
-    fp_unpin(pin);
-    __atomic_add_fetch(fallbacks, 1, __ATOMIC_RELAXED);
-    return HOMESFS_FASTPATH_FALLBACK;
-  }
-  slot->kind = kind;
-  slot->fd = -1;
-  slot->published = 0;
-  slot->dev = (uint64_t) st.st_dev;
-  slot->ino = (uint64_t) st.st_ino;
-  slot->oflags = 0;
-  fp_queue(slot);
-  fp_unpin(pin);
-  __atomic_add_fetch(answered, 1, __ATOMIC_RELAXED);
-  return 0;
+  return fp_entry_done(pin, busy, slot, made, &st, kind, answered, fallbacks);
 }
 
 static int fp_make_dir (const fp_home_t *home, int pfd, const char *name, uint32_t own_uid, uint32_t own_gid, const void *arg, struct stat *st) {
@@ -448,23 +457,7 @@ int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_
     if (dpfd >= 0 && dpfd != home->fd) close(dpfd);
     if (spfd >= 0 && spfd != home->fd) close(spfd);
   }
-  if (made != 0) {
-    if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
-    if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
-    fp_unpin(&pin);
-    __atomic_add_fetch(&fp_lfallbacks, 1, __ATOMIC_RELAXED);
-    return HOMESFS_FASTPATH_FALLBACK;
-  }
-  slot->kind = HOMESFS_REC_LINK;
-  slot->fd = -1;
-  slot->published = 0;
-  slot->dev = (uint64_t) st.st_dev;
-  slot->ino = (uint64_t) st.st_ino;
-  slot->oflags = 0;
-  fp_queue(slot);
-  fp_unpin(&pin);
-  __atomic_add_fetch(&fp_lanswered, 1, __ATOMIC_RELAXED);
-  return 0;
+  return fp_entry_done(&pin, busy, slot, made, &st, HOMESFS_REC_LINK, &fp_lanswered, &fp_lfallbacks);
 }
 
 static void fp_change_link (fp_home_t *e, void *arg) {
