@@ -87,6 +87,30 @@ export interface DataPlaneStats {
   releases: number;
 }
 
+/** Passthrough opens (session/passthrough.c, nodes.h), as the binding's counts become `status`'s (src/fuse/addon.ts) */
+export interface PassthroughInfo {
+  /** negotiated at INIT (by this daemon or the one whose session it adopted) */
+  negotiated: boolean;
+  /** the kernel offered it */
+  offered: boolean;
+  /** new files' opens may be passed through now */
+  active: boolean;
+  /** opens answered passed through: readers, and the others of a passed-through file (direct I/O) */
+  opens: number;
+  opensDirect: number;
+  /** opens refused (ETXTBSY): their home's content policy must see the data of a file passed through */
+  refused: number;
+  /** backing IDs opened and closed, backing opens that failed and the last one's errno */
+  idsOpened: number;
+  idsClosed: number;
+  idFailures: number;
+  lastError: number;
+  /** a failure every file would share (no privilege, no kernel support) turned it off */
+  disabled: boolean;
+  /** files passed through now (nodes holding a backing ID) */
+  files: number;
+}
+
 export interface AddonRaw {
   /** the addon's copy of native/src/abi.h (abi.ts compares it with ours) */
   readonly ABI: Readonly<Record<string, number>>;

@@ -1,3 +1,4 @@
+import type { PassthroughInfo } from '../addon-raw.js';
 import type { ExecPolicy } from '../exec/policy.js';
 
 /**
@@ -6,22 +7,6 @@ import type { ExecPolicy } from '../exec/policy.js';
  */
 
 /** The outcome of a reload (SIGHUP or `reload`), also shown by `status` as the last one. */
-/** Passthrough opens as `status` shows them (src/fuse/addon.ts PassthroughInfo) */
-export interface PassthroughStatus {
-  negotiated: boolean;
-  offered: boolean;
-  active: boolean;
-  opens: number;
-  opensDirect: number;
-  refused: number;
-  idsOpened: number;
-  idsClosed: number;
-  idFailures: number;
-  lastError: number;
-  disabled: boolean;
-  files: number;
-}
-
 export interface ReloadResult {
   /** ISO 8601 */
   at: string;
@@ -274,7 +259,7 @@ export interface StatusReport {
     selfCheck: 'pending' | 'ok' | 'failed';
     maxWriteRequest: number | null;
     /** what INIT settled with the kernel (session/proto.c): protocol 7.<minor>, the largest WRITE and request in pages, the INIT flags; and the largest READ and WRITE, and how many LOOKUPs, READDIRPLUSes and READs, the kernel has sent since; passthrough opens */
-    protocol: { minor: number; kernelMinor: number; maxWrite: number; maxPages: number; flags: number; largestRead: number; largestWrite: number; lookups: number; readdirplus: number; reads: number; passthrough: PassthroughStatus };
+    protocol: { minor: number; kernelMinor: number; maxWrite: number; maxPages: number; flags: number; largestRead: number; largestWrite: number; lookups: number; readdirplus: number; reads: number; passthrough: PassthroughInfo };
     detail?: string;
     /** the native getattr/lookup fast path (absent when fuse.nativeFastPath is off): requests answered natively and handed to JS; inFlight: native operations holding a home now; retiredHomes: homes withdrawn or replaced that one still holds */
     fastPath?: { answered: number; fallbacks: number; negative: number; unlinkAnswered: number; unlinkFallbacks: number; unlinkSlowFrees: number; readdirAnswered: number; readdirFallbacks: number; fgetattrAnswered: number; fgetattrFallbacks: number; openAnswered: number; openClosedNatively: number; openFallbacks: number; createAnswered: number; createFallbacks: number; mkdirAnswered: number; mkdirFallbacks: number; symlinkAnswered: number; symlinkFallbacks: number; linkAnswered: number; linkFallbacks: number; rmdirAnswered: number; rmdirFallbacks: number; renameAnswered: number; renameFallbacks: number; openSlotsGranted: number; utimensAnswered: number; chmodAnswered: number; chownAnswered: number; setattrFallbacks: number; writesDecided: number; writeDecisionFallbacks: number; homes: number; openInodes: number; handles: number; inFlight: number; retiredHomes: number };

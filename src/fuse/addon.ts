@@ -7,7 +7,7 @@
  * attachAddon runs once, after loadFuse checked the ABI: every export named
  * here exists in the addon it attaches.
  */
-import type { AddonRaw, DataPlaneStats, FastPathStats, WriteHandler } from '../addon-raw.js';
+import type { AddonRaw, DataPlaneStats, FastPathStats, PassthroughInfo, WriteHandler } from '../addon-raw.js';
 import type { FuseInstance, SessionOptions } from './session.js';
 import type { Serve } from './ops.js';
 import type { TimeSpec } from '../fs/native-api.js';
@@ -77,30 +77,6 @@ export interface ProtocolInfo {
   readdirplus: number;
   reads: number;
   passthrough: PassthroughInfo;
-}
-
-/** Passthrough opens (session/passthrough.c, nodes.h) */
-export interface PassthroughInfo {
-  /** negotiated at INIT (by this daemon or the one whose session it adopted) */
-  negotiated: boolean;
-  /** the kernel offered it */
-  offered: boolean;
-  /** new files' opens may be passed through now */
-  active: boolean;
-  /** opens answered passed through: readers, and the others of a passed-through file (direct I/O) */
-  opens: number;
-  opensDirect: number;
-  /** opens refused (ETXTBSY): their home's content policy must see the data of a file passed through */
-  refused: number;
-  /** backing IDs opened and closed, backing opens that failed and the last one's errno */
-  idsOpened: number;
-  idsClosed: number;
-  idFailures: number;
-  lastError: number;
-  /** a failure every file would share (no privilege, no kernel support) turned it off */
-  disabled: boolean;
-  /** files passed through now (nodes holding a backing ID) */
-  files: number;
 }
 
 export interface FuseClass {
