@@ -66,6 +66,8 @@ export interface FastPathStats {
   openFallbacks: number;
   writesDecided: number;
   writeDecisionFallbacks: number;
+  truncatesDecided: number;
+  truncateFallbacks: number;
   /** open slots granted to C (open files it may count for a uid without asking) */
   openSlots: number;
   homes: number;
@@ -268,6 +270,7 @@ export interface AddonRaw {
   hs_fastpath_take_opens(): BigUint64Array | null;
   hs_fastpath_set_free_inline_max(bytes: number): void;
   hs_fastpath_set_rmdir(on: boolean): void;
+  hs_fastpath_set_truncate(on: boolean): void;
   hs_fastpath_enable(on: boolean): void;
   hs_fastpath_clear(): void;
   hs_fastpath_stats(): FastPathStats;

@@ -11,3 +11,5 @@
 
 STUB(hs_fastpath_wl_begin)
 STUB(hs_fastpath_wl_end)
+STUB(hs_fastpath_wl_resize_begin)
+STUB(hs_fastpath_wl_resize_end)

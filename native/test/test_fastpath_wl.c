@@ -136,6 +136,57 @@ TEST(a_short_or_failed_write_charges_what_landed_and_refunds_the_rest) {
   CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
 }
 
+// An ftruncate (hs_fastpath_wl_resize_begin / _end): growth from the credit
+// within the per-file limit, charged once the call succeeded and refunded
+// when it failed; a cut gives its bytes back (RELEASED_BYTES) only once done;
+// one size change at a time per inode with its writes; off, refused, or not
+// delegated: JS's, nothing changed.
+TEST(an_ftruncate_grows_from_the_credit_and_a_cut_gives_its_bytes_back) {
+  reset(1000, 3000);
+  fp_inode_t *e = delegated(15, 1000);
+  hs_wl_ticket_t t, t2;
+  __atomic_store_n(&fp_truncate_on, 0, __ATOMIC_RELEASE);
+  CHECK_EQ(hs_fastpath_wl_resize_begin(1, 15, 1500, &t), HOMESFS_FASTPATH_FALLBACK);   // off
+  __atomic_store_n(&fp_truncate_on, 1, __ATOMIC_RELEASE);
+  REQUIRE(hs_fastpath_wl_resize_begin(1, 15, 1500, &t) == 0);
+  CHECK_EQ(size_of(e), 1500);                                                             // growth shows at once
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 500);
+  CHECK_EQ(hs_fastpath_wl_begin(1, 15, 0, 10, 0, &t2), HOMESFS_FASTPATH_FALLBACK);        // busy: a write waits for JS
+  CHECK_EQ(hs_fastpath_wl_resize_begin(1, 15, 10, &t2), HOMESFS_FASTPATH_FALLBACK);       // and another size change
+  CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 1);
+  hs_fastpath_wl_resize_end(&t, 0);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 500);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
+  // A failed growth: the size as before, the credit refunded.
+  REQUIRE(hs_fastpath_wl_resize_begin(1, 15, 1900, &t) == 0);
+  hs_fastpath_wl_resize_end(&t, -5);
+  CHECK_EQ(size_of(e), 1500);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_REFUND], 400);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_GROWN], 500);
+  // A cut: no credit, its bytes released once done; a failed cut changes nothing.
+  REQUIRE(hs_fastpath_wl_resize_begin(1, 15, 200, &t) == 0);
+  CHECK_EQ(size_of(e), 1500);
+  hs_fastpath_wl_resize_end(&t, -5);
+  CHECK_EQ(size_of(e), 1500);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_RELEASED_BYTES], 0);
+  REQUIRE(hs_fastpath_wl_resize_begin(1, 15, 200, &t) == 0);
+  hs_fastpath_wl_resize_end(&t, 0);
+  CHECK_EQ(size_of(e), 200);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_RELEASED_BYTES], 1300);
+  // Past the per-file limit, past the credit, past 2^53 - 1, negative: JS's.
+  CHECK_EQ(hs_fastpath_wl_resize_begin(1, 15, 3001, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_resize_begin(1, 15, 200 + 501, &t), HOMESFS_FASTPATH_FALLBACK); // the credit is 100 now
+  CHECK_EQ(hs_fastpath_wl_resize_begin(1, 15, (int64_t) HOMESFS_MAX_SAFE_INTEGER + 1, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_wl_resize_begin(1, 15, -1, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(size_of(e), 200);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_CREDIT_BYTES], 100);
+  // Not delegated: JS's.
+  e->deleg = 0;
+  CHECK_EQ(hs_fastpath_wl_resize_begin(1, 15, 100, &t), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(home_acct[HOMESFS_ACCT_INFLIGHT], 0);
+  __atomic_store_n(&fp_truncate_on, 0, __ATOMIC_RELEASE);
+}
+
 // Threads write to their own inodes of one home, all from one credit, with
 // random short and failed writes, while JavaScript tops the credit up: the
 // credit never goes negative, and every byte it held (at the start or topped

@@ -106,6 +106,13 @@ const FuseOptions = z
      */
     nativeWriteDecision: z.boolean().default(true),
     /**
+     * with native write decisions: an ftruncate of an open file whose charged size
+     * the binding owns decided and done on the session's worker threads (growth
+     * from the same byte credit as a write's, a cut's bytes given back); anything
+     * else JS's
+     */
+    nativeTruncate: z.boolean().default(true),
+    /**
      * opens whose FLUSH needs no answer from the daemon (every handle but a
      * writer in a text home) are answered with FOPEN_NOFLUSH: the kernel then
      * sends no FLUSH at their closes (Linux 5.17+; native/src/session/channel.c)

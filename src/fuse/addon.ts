@@ -23,6 +23,8 @@ export interface FastPathNative {
   setFreeInlineMax(bytes: number): void;
   /** RMDIRs of mutable homes done natively (config fuse.nativeRmdir) */
   setRmdir(on: boolean): void;
+  /** FTRUNCATE of an open file whose charged size the binding owns decided there (fastpath_write.c), as its writes are */
+  setTruncate(on: boolean): void;
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
   /** the size JS charges an inode it tracks; getattrs of it are then answered natively */
   inodeSize(dev: bigint, ino: bigint, size: number): void;
@@ -316,6 +318,9 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     },
     setRmdir(on: boolean): void {
       raw.hs_fastpath_set_rmdir(on);
+    },
+    setTruncate(on: boolean): void {
+      raw.hs_fastpath_set_truncate(on);
     },
     inode(dev: bigint, ino: bigint, delta: number): void {
       raw.hs_fastpath_inode(dev, ino, delta);

@@ -183,6 +183,7 @@ export class NativeFastPath implements AttrPublisher {
     nativeRename = true,
     nativeSymlink = true,
     nativeLink = true,
+    nativeTruncate = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
@@ -204,6 +205,8 @@ export class NativeFastPath implements AttrPublisher {
     native.setReserved(JS_ONLY_NAMES);
     native.setFreeInlineMax(INLINE_FREE_MAX_BYTES);
     native.setRmdir(this.rmdirs);
+    // An ftruncate's growth comes from the same credit as a write's, for the same inodes handed over.
+    native.setTruncate(nativeTruncate && nativeWriteDecision);
     native.enable(true);
   }
 

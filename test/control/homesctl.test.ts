@@ -1032,7 +1032,7 @@ describe('homesctl status: the native counters', () => {
       fastPath: {
         answered: 1370, fallbacks: 17, negative: 12, unlinkAnswered: 5, unlinkFallbacks: 1, unlinkSlowFrees: 0, readdirAnswered: 62, readdirFallbacks: 0, fgetattrAnswered: 3, fgetattrFallbacks: 0,
         openAnswered: 31, openClosedNatively: 4, openFallbacks: 2, createAnswered: 7, createFallbacks: 1, mkdirAnswered: 11, mkdirFallbacks: 2, symlinkAnswered: 4, symlinkFallbacks: 1, linkAnswered: 4, linkFallbacks: 1, rmdirAnswered: 8, rmdirFallbacks: 1, renameAnswered: 3, renameFallbacks: 1, openSlotsGranted: 0, utimensAnswered: 1, chmodAnswered: 2, chownAnswered: 0,
-        setattrFallbacks: 3, writesDecided: 40, writeDecisionFallbacks: 6, homes: 2, openInodes: 0, handles: 0, inFlight: 1, retiredHomes: 1,
+        setattrFallbacks: 3, writesDecided: 40, writeDecisionFallbacks: 6, truncatesDecided: 5, truncateFallbacks: 2, homes: 2, openInodes: 0, handles: 0, inFlight: 1, retiredHomes: 1,
       },
       releasesAnswered: 25,
       noFlush: { opens: 9, flushes: 1 },
@@ -1046,8 +1046,8 @@ describe('homesctl status: the native counters', () => {
       const r = await homesctl(['--socket', sock, 'status']);
       expect(r.code).toBe(0);
       const native = r.stdout.split('\n').find((l) => l.startsWith('Native:'))!;
-      // 1370+3+62+5+31+7+11+4+4+8+3+1+2+0+40 + 25 releases; 17+0+0+1+2+1+2+1+1+1+1+3+6 to JS
-      expect(native).toMatch(/^Native:\s+ok \(ABI 6, FUSE 7\.38, passthrough, max write 1\.0 MiB\); 1576 requests answered natively, 36 handed to JS \(--verbose: per kind\)$/);
+      // 1370+3+62+5+31+7+11+4+4+8+3+1+2+0+40+5 + 25 releases; 17+0+0+1+2+1+2+1+1+1+1+3+6+2 to JS
+      expect(native).toMatch(/^Native:\s+ok \(ABI 6, FUSE 7\.38, passthrough, max write 1\.0 MiB\); 1581 requests answered natively, 38 handed to JS \(--verbose: per kind\)$/);
       expect(r.stdout).not.toMatch(/Native counters/);
       for (const l of r.stdout.split('\n')) expect(l.length, l).toBeLessThan(140);
 
@@ -1064,6 +1064,7 @@ describe('homesctl status: the native counters', () => {
       expect(v.stdout).toMatch(/^ {2}rename\s+3 done, 1 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}setattr\s+utimens 1, chmod 2, chown 0 done; 3 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}write\s+40 decisions made, 6 to JS$/m);
+      expect(v.stdout).toMatch(/^ {2}ftruncate\s+5 done, 2 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}in flight\s+1 native operation holding a home \(1 withdrawn home still held\)$/m);
       expect(v.stdout).toMatch(/^ {2}release\s+25 answered$/m);
       expect(v.stdout).toMatch(/^ {2}no FLUSH\s+9 opens without FLUSH \(1 FLUSH requests\)$/m);

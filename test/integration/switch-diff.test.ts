@@ -74,7 +74,7 @@ const PROFILES = {
 };
 
 /** the switches that move serving into C: every `fuse.*` boolean on by default (a test below holds the list to the schema) */
-const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeSymlink', 'nativeLink', 'nativeRmdir', 'nativeRename', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'singleReader', 'noFlush', 'readdirplus'] as const;
+const SWITCHES = ['nativeFastPath', 'nativeUnlink', 'nativeOpen', 'nativeCreate', 'nativeMkdir', 'nativeSymlink', 'nativeLink', 'nativeRmdir', 'nativeRename', 'nativeSetattr', 'nativeRelease', 'nativeRead', 'nativeWrite', 'nativeWriteDecision', 'nativeTruncate', 'singleReader', 'noFlush', 'readdirplus'] as const;
 type Switch = (typeof SWITCHES)[number];
 
 /** What a daemon counted of its native serving (status --verbose --json's native block, the data plane's metrics), and its homes' ledgers. */
@@ -121,6 +121,8 @@ const VARIANTS: Variant[] = [
   { name: 'nativeRead', off: { nativeRead: false }, native: (c) => metric(c, 'homesfs_native_reads_total'), js: (c) => metric(c, 'homesfs_fuse_requests_total{op="read"}') },
   { name: 'nativeWrite', off: { nativeWrite: false }, native: (c) => metric(c, 'homesfs_native_writes_total'), js: (c) => metric(c, 'homesfs_fuse_requests_total{op="write"}') },
   { name: 'nativeWriteDecision', off: { nativeWriteDecision: false }, native: (c) => fp(c, 'writesDecided') },
+  // ftruncate of a handed-over inode in the binding (fastpath_write.c hs_fastpath_wl_resize_begin).
+  { name: 'nativeTruncate', off: { nativeTruncate: false }, native: (c) => fp(c, 'truncatesDecided') },
   { name: 'singleReader', off: { singleReader: false }, native: (c) => (c.status.native.singleReader?.on ? c.status.native.singleReader.handoffs : 0) },
   { name: 'noFlush', off: { noFlush: false }, native: (c) => c.status.native.noFlush?.opens ?? 0 },
   // Listings answered with attributes (session/ops_dirs_plus.c): the kernel's READDIRPLUS requests.

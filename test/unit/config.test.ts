@@ -72,6 +72,7 @@ describe('buildConfig: defaults', () => {
       nativeRmdir: true,
       nativeRename: true,
       nativeWriteDecision: true,
+      nativeTruncate: true,
       noFlush: true,
       singleReader: true,
       nativeSetattr: true,

@@ -22,6 +22,10 @@ int hs_dp_read(uint64_t fh, char *buf, size_t len, off_t offset, int *res);
 // go to JavaScript with its data as before.
 // caller: the writer's uid, gid and pid (for JavaScript's decision and its log lines).
 int hs_dp_write(const char *path, uint64_t fh, const char *buf, size_t len, off_t offset, const uint32_t caller[3], int *res);
+// FTRUNCATE of a handle published for writes whose inode's size C owns
+// (fastpath_write.c hs_fastpath_wl_resize_begin): 1 done (the file has
+// `size`), 0 when JavaScript decides (nothing changed).
+int hs_dp_truncate(uint64_t fh, int64_t size);
 
 // Called first by the release op. Returns 1 when the RELEASE was answered
 // here and queued for JavaScript (deferral on), 0 when it must go to

@@ -105,6 +105,24 @@ static int dp_write_native(uint64_t fh, const char *buf, size_t len, off_t offse
   return 0;
 }
 
+int hs_dp_truncate(uint64_t fh, int64_t size) {
+  if (__atomic_load_n(&dp_published, __ATOMIC_ACQUIRE) == 0) return 0;
+  dp_entry_t *d = dp_take(fh, HOMESFS_DP_WRITE);
+  if (d == NULL) return 0;
+  hs_wl_ticket_t t;
+  int done = 0;
+  if (hs_fastpath_wl_resize_begin(d->dev, d->ino, size, &t) == 0) {
+    // A cut of a big file frees its blocks here: the lead goes first, as before a big write.
+    hs_lead_release();
+    int err = ftruncate(d->fd, (off_t) size) == 0 ? 0 : -errno;
+    // Settled before the entry is let go, as a write's; a failure changed nothing and JS repeats it, answering the errno.
+    hs_fastpath_wl_resize_end(&t, err);
+    done = err == 0;
+  }
+  dp_put(d);
+  return done;
+}
+
 // Request r (on the caller's stack) registered and sent to JavaScript for its
 // decision: 1, or 0 (nothing registered) when it cannot be asked.
 static int dp_ask(dp_wreq_t *r, const char *path, uint64_t fh, size_t len, off_t offset, const uint32_t caller[3]) {

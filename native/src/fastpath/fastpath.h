@@ -104,6 +104,11 @@ typedef struct {
 
 int hs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t len, int append, hs_wl_ticket_t *t);
 void hs_fastpath_wl_end (hs_wl_ticket_t *t, int64_t n);
+// An ftruncate's size change decided the same way (fastpath_write.c): 0 with
+// the ticket (the growth charged from credit), HOMESFS_FASTPATH_FALLBACK when
+// JS decides; _end with the ftruncate's result (0 or -errno) settles it.
+int hs_fastpath_wl_resize_begin (uint64_t dev, uint64_t ino, int64_t size, hs_wl_ticket_t *t);
+void hs_fastpath_wl_resize_end (hs_wl_ticket_t *t, int err);
 
 // Moves on (under the write lock) whenever a home's open flags are set or a
 // home is withdrawn or replaced: what a native open published to the data

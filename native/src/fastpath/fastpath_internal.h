@@ -474,6 +474,8 @@ napi_value fp_set_link (napi_env env, napi_callback_info info);
 
 // ---- fastpath_write.c ----
 extern uint64_t fp_wdecided, fp_wfallbacks;
+extern uint64_t fp_truncate_on, fp_tdecided, fp_tfallbacks;  // ftruncate
+napi_value fp_set_truncate (napi_env env, napi_callback_info info);
 void fp_wl_wait_home (int64_t *acct);
 int fp_wl_delegate_to (uint64_t dev, uint64_t ino, double size, fp_acct_t *a);
 double fp_wl_take_back (uint64_t dev, uint64_t ino);

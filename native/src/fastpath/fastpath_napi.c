@@ -80,6 +80,8 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "openFallbacks", (double) __atomic_load_n(&fp_ofallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "writesDecided", (double) __atomic_load_n(&fp_wdecided, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "writeDecisionFallbacks", (double) __atomic_load_n(&fp_wfallbacks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "truncatesDecided", (double) __atomic_load_n(&fp_tdecided, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "truncateFallbacks", (double) __atomic_load_n(&fp_tfallbacks, __ATOMIC_RELAXED));
   pthread_mutex_lock(&fp_open_lock);
   hs_js_set_num(env, out, "openSlots", fp_slot_count);
   pthread_mutex_unlock(&fp_open_lock);
@@ -123,6 +125,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
   hs_export_fn(env, exports, "hs_fastpath_set_free_inline_max", fp_set_free_inline_max);
   hs_export_fn(env, exports, "hs_fastpath_set_rmdir", fp_set_rmdir);
+  hs_export_fn(env, exports, "hs_fastpath_set_truncate", fp_set_truncate);
   hs_export_fn(env, exports, "hs_fastpath_enable", fp_enable);
   hs_export_fn(env, exports, "hs_fastpath_clear", fp_clear);
   hs_export_fn(env, exports, "hs_fastpath_stats", fp_stats);
@@ -510,6 +513,15 @@ napi_value fp_set_rmdir (napi_env env, napi_callback_info info) {
   bool on = false;
   if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) FP_THROW("hs_fastpath_set_rmdir: a boolean");
   __atomic_store_n(&fp_rmdir_on, on ? 1 : 0, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+// hs_fastpath_set_truncate(on): FTRUNCATE of delegated inodes (fp_truncate_on, fastpath_write.c).
+napi_value fp_set_truncate (napi_env env, napi_callback_info info) {
+  NAPI_ARGV(1)
+  bool on = false;
+  if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) FP_THROW("hs_fastpath_set_truncate: a boolean");
+  __atomic_store_n(&fp_truncate_on, on ? 1 : 0, __ATOMIC_RELEASE);
   return NULL;
 }
 

@@ -114,6 +114,91 @@ void hs_fastpath_wl_end (hs_wl_ticket_t *t, int64_t n) {
   if (n == (int64_t) t->len) __atomic_add_fetch(&fp_wdecided, 1, __ATOMIC_RELAXED);
 }
 
+// ---- FTRUNCATE decided here ------------------------------------------------------
+// truncateInode's decision (src/fs/file.ts: ledger.resize(before, size), then
+// ftruncate) for a delegated inode, made as a write's is: growth (size past
+// the charged size) within the per-file limit and the credit left, taken from
+// the credit before the call; a cut gives its bytes back to the ledger
+// (RELEASED_BYTES, applied with the growth by takePending) once the call
+// succeeded. One at a time per inode with its writes (busy), counted in flight
+// (INFLIGHT: a kill meanwhile leaves the home scanned). Anything else (a
+// refusal, exhausted credit, an inode JS holds, a size past 2^53 - 1) is JS's.
+uint64_t fp_truncate_on = 0;       // atomic, set by JS at start (fuse.nativeTruncate)
+uint64_t fp_tdecided = 0;          // atomic
+uint64_t fp_tfallbacks = 0;        // delegated inode, but JS decides, atomic
+
+int hs_fastpath_wl_resize_begin (uint64_t dev, uint64_t ino, int64_t size, hs_wl_ticket_t *t) {
+  if (size < 0 || (uint64_t) size > HOMESFS_MAX_SAFE_INTEGER || !__atomic_load_n(&fp_truncate_on, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
+  int r = HOMESFS_FASTPATH_FALLBACK;
+  int delegated = 0;
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_inode_t *e = fp_find_inode(dev, ino);
+  if (e != NULL) {
+    pthread_mutex_lock(&fp_wlock);
+    fp_acct_t *held = e->acct;
+    int64_t *acct = held != NULL ? held->data : NULL;
+    if (e->deleg == 1 && !e->busy && acct != NULL && e->has_size) {
+      delegated = 1;
+      uint64_t before = (uint64_t) fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
+      uint64_t after = (uint64_t) size;
+      uint64_t growth = after > before ? after - before : 0;
+      int ok = 1;
+      if (growth > 0) {
+        int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
+        if (maxf > 0 && after > (uint64_t) maxf) ok = 0;
+        int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], __ATOMIC_ACQUIRE);
+        while (ok) {
+          if (c < 0 || (uint64_t) c < growth) { ok = 0; break; }
+          if (__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
+        }
+      }
+      if (ok) {
+        // Growth shows at once, as a write's (a concurrent getattr of the charged size sees the larger one).
+        if (growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) after), __ATOMIC_RELEASE);
+        e->busy = 1;
+        __atomic_add_fetch(&acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+        __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
+        fp_acct_get(held);
+        t->inode = e;
+        t->acct_ref = held;
+        t->acct = acct;
+        t->before = before;
+        t->start = after;
+        t->growth = growth;
+        t->len = 0;
+        r = 0;
+      }
+    }
+    pthread_mutex_unlock(&fp_wlock);
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  if (r != 0 && delegated) __atomic_add_fetch(&fp_tfallbacks, 1, __ATOMIC_RELAXED);
+  return r;
+}
+
+void hs_fastpath_wl_resize_end (hs_wl_ticket_t *t, int err) {
+  fp_inode_t *e = t->inode;
+  pthread_mutex_lock(&fp_wlock);
+  if (err == 0) {
+    if (t->growth > 0) __atomic_add_fetch(&t->acct[HOMESFS_ACCT_GROWN], (int64_t) t->growth, __ATOMIC_ACQ_REL);
+    if (t->start < t->before) {
+      __atomic_store_n(&e->size_bits, fp_double_bits((double) t->start), __ATOMIC_RELEASE);
+      __atomic_add_fetch(&t->acct[HOMESFS_ACCT_RELEASED_BYTES], (int64_t) (t->before - t->start), __ATOMIC_ACQ_REL);
+    }
+  } else if (t->growth > 0) {
+    // Nothing changed: the size as it was, the credit no longer reserved (JS tops it up).
+    __atomic_store_n(&e->size_bits, fp_double_bits((double) t->before), __ATOMIC_RELEASE);
+    __atomic_add_fetch(&t->acct[HOMESFS_ACCT_REFUND], (int64_t) t->growth, __ATOMIC_ACQ_REL);
+  }
+  e->busy = 0;
+  __atomic_sub_fetch(&t->acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+  pthread_cond_broadcast(&fp_wcond);
+  pthread_mutex_unlock(&fp_wlock);
+  fp_acct_put(t->acct_ref);
+  fp_inode_put(e);
+  if (err == 0) __atomic_add_fetch(&fp_tdecided, 1, __ATOMIC_RELAXED);
+}
+
 // Until no write decided here with that home's array is in flight (JS took its credit back first).
 void fp_wl_wait_home (int64_t *acct) {
   pthread_mutex_lock(&fp_wlock);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fastpath/dataplane.h"
 #include "fastpath/fastpath.h"
 #include "session/ops.h"
 #include "session/ops_steps.h"
@@ -88,6 +89,8 @@ void ops_setattr_next (hs_op_t *op) {
   if (set & FUSE_SET_ATTR_SIZE) {
     op->to_set &= ~FUSE_SET_ATTR_SIZE;
     op->size = op->attr.st_size;
+    // An open file's size whose charge C owns is changed here (dataplane_write.c), as its writes are.
+    if (op->has_fi && hs_dp_truncate(op->fi.fh, (int64_t) op->size)) return ops_setattr_next(op);
     return setattr_js(op, op->has_fi ? HOMESFS_OP_FTRUNCATE : HOMESFS_OP_TRUNCATE);
   }
   if (set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {

@@ -240,6 +240,7 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
       ['rename', `${f.renameAnswered ?? 0} done, ${f.renameFallbacks ?? 0} to JS`],
       ['setattr', `utimens ${f.utimensAnswered}, chmod ${f.chmodAnswered}, chown ${f.chownAnswered} done; ${f.setattrFallbacks} to JS`],
       ['write', `${f.writesDecided ?? 0} decisions made, ${f.writeDecisionFallbacks ?? 0} to JS`],
+      ['ftruncate', `${f.truncatesDecided ?? 0} done, ${f.truncateFallbacks ?? 0} to JS`],
       ['in flight', `${f.inFlight ?? 0} native operation${f.inFlight === 1 ? '' : 's'} holding a home (${f.retiredHomes ?? 0} withdrawn home${f.retiredHomes === 1 ? '' : 's'} still held)`],
     );
   }
@@ -263,8 +264,8 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
 function nativeTotals(n: StatusReport['native']): { answered: number; toJs: number } | null {
   const f = n.fastPath;
   if (!f && n.releasesAnswered === undefined) return null;
-  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + (f.mkdirAnswered ?? 0) + (f.symlinkAnswered ?? 0) + (f.linkAnswered ?? 0) + (f.rmdirAnswered ?? 0) + (f.renameAnswered ?? 0) + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) : 0;
-  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + (f.mkdirFallbacks ?? 0) + (f.symlinkFallbacks ?? 0) + (f.linkFallbacks ?? 0) + (f.rmdirFallbacks ?? 0) + (f.renameFallbacks ?? 0) + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) : 0;
+  const answered = f ? f.answered + (f.fgetattrAnswered ?? 0) + f.readdirAnswered + f.unlinkAnswered + f.openAnswered + f.createAnswered + (f.mkdirAnswered ?? 0) + (f.symlinkAnswered ?? 0) + (f.linkAnswered ?? 0) + (f.rmdirAnswered ?? 0) + (f.renameAnswered ?? 0) + f.utimensAnswered + f.chmodAnswered + f.chownAnswered + (f.writesDecided ?? 0) + (f.truncatesDecided ?? 0) : 0;
+  const toJs = f ? f.fallbacks + (f.fgetattrFallbacks ?? 0) + f.readdirFallbacks + f.unlinkFallbacks + f.openFallbacks + f.createFallbacks + (f.mkdirFallbacks ?? 0) + (f.symlinkFallbacks ?? 0) + (f.linkFallbacks ?? 0) + (f.rmdirFallbacks ?? 0) + (f.renameFallbacks ?? 0) + f.setattrFallbacks + (f.writeDecisionFallbacks ?? 0) + (f.truncateFallbacks ?? 0) : 0;
   return { answered: answered + (n.releasesAnswered ?? 0), toJs };
 }
 
