@@ -141,6 +141,8 @@ export interface AddonRaw {
   hs_session_preimport(nodes: Buffer): number;
   hs_session_pause(): void;
   hs_session_paused(): boolean;
+  /** ms the oldest request a worker is inside has been there (0: none), answered natively or not */
+  hs_session_busy_ms(): number;
   hs_session_resume(): void;
   /** `withNodes` false: `nodes` is empty (a successor that followed the journal has them) */
   hs_session_handed(withNodes?: boolean): Handed;

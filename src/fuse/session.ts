@@ -23,6 +23,7 @@ export type SessionRaw = Pick<
   | 'hs_session_handle_stats'
   | 'hs_session_pause'
   | 'hs_session_paused'
+  | 'hs_session_busy_ms'
   | 'hs_session_resume'
   | 'hs_session_handed'
   | 'hs_session_reply'
@@ -181,13 +182,19 @@ export class FuseSession implements FuseInstance {
   }
 
   /**
-   * How long JavaScript has held the oldest request it has not answered, in
-   * ms (0: none). A handover pauses the session only when this is short: a
-   * pause waits for every request held.
+   * How long the oldest request not yet answered has been held, in ms (0:
+   * none): by JavaScript, or by a worker that answers it itself (a native
+   * cut of a big file frees its blocks for seconds on the worker). A handover
+   * pauses the session only when this is short: a pause waits for every
+   * request held.
    */
   oldestHeldMs(): number {
-    for (const since of this.held.values()) return performance.now() - since;
-    return 0;
+    let js = 0;
+    for (const since of this.held.values()) {
+      js = performance.now() - since;
+      break;
+    }
+    return Math.max(js, this.raw.hs_session_busy_ms());
   }
 
   /** Every worker parked and no request waiting for JavaScript. */

@@ -248,7 +248,7 @@ print(json.dumps({'errors': state['errors'], 'written': state['n'], 'writeWorstM
     const alone = await truncated('t1.bin');
     const seen = logsOf().length;
     const withTakeover = await truncated('t2.bin', async () => {
-      // once the truncate is in JS's hands (a SETATTR held)
+      // once the truncate is held (a SETATTR in JS's hands, or on a worker: fuse.nativeTruncate)
       await new Promise((r) => setTimeout(r, 500));
       const s = startSuccessor(HOMESFS, join(d.dir, 'config.json'), true);
       successors.push(s);

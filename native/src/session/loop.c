@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "session/channel.h"
 #include "session/lead.h"
@@ -57,6 +58,7 @@ typedef struct hs_worker {
   char *buf;       // its request buffer (w_bufsize bytes), made by spawn
   int reading;     // atomic: between its pause check and the end of its read
   int parked;
+  uint64_t since;  // atomic: CLOCK_MONOTONIC ns at which its request began, 0 between requests
 } hs_worker_t;
 
 static pthread_mutex_t w_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -74,6 +76,12 @@ static uint32_t w_state;     // atomic: HS_LOOP_*
 
 static void stop_signal (int sig) {
   (void) sig;
+}
+
+static uint64_t now_ns (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
 
 static void *worker_main (void *arg);
@@ -200,7 +208,11 @@ static void *worker_main (void *arg) {
     if (w_idle == 0 && w_total < HS_MAX_WORKERS) spawn();
     pthread_mutex_unlock(&w_mu);
     size_t len = (size_t) res;
+    // Seen by a handover (hs_loop_busy_ms): a request answered here for seconds
+    // (a native cut of a big file) would hold a pause as long.
+    __atomic_store_n(&w->since, now_ns(), __ATOMIC_RELAXED);
     if (!hs_proto_filter(buf, &len, w_se, w_ch) && !hs_handles_filter(buf, len, w_ch)) fuse_session_process(w_se, buf, len, w_ch);
+    __atomic_store_n(&w->since, 0, __ATOMIC_RELAXED);
     pthread_mutex_lock(&w_mu);
     w_idle++;
   }
@@ -256,6 +268,17 @@ int hs_loop_paused (void) {
   int all = w_pause && (w_parked == w_total || w_ended);
   pthread_mutex_unlock(&w_mu);
   return all;
+}
+
+double hs_loop_busy_ms (void) {
+  uint64_t now = now_ns(), oldest = 0;
+  pthread_mutex_lock(&w_mu);
+  for (hs_worker_t *w = w_list; w != NULL; w = w->next) {
+    uint64_t since = __atomic_load_n(&w->since, __ATOMIC_RELAXED);
+    if (since != 0 && since < now && now - since > oldest) oldest = now - since;
+  }
+  pthread_mutex_unlock(&w_mu);
+  return (double) oldest / 1e6;
 }
 
 void hs_loop_resume (void) {

@@ -20,6 +20,10 @@ void hs_loop_pause (void);
 int hs_loop_paused (void);
 // Interrupts the workers inside read(2) (a pause set meanwhile is then seen).
 void hs_loop_kick (void);
+// How long the worker longest inside one request has been in it, in ms (0:
+// none is): a request the session answers itself is never in JavaScript's
+// count, and a pause waits for it as for any other.
+double hs_loop_busy_ms (void);
 // Reading goes on.
 void hs_loop_resume (void);
 

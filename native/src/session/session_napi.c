@@ -283,6 +283,13 @@ NAPI_METHOD(hs_session_paused_js) {
   return hs_js_bool(env, hs_loop_paused() && hs_bridge_pending() == 0);
 }
 
+// busyMs() -> how long the oldest request a worker is inside has been there, in ms (0: none)
+NAPI_METHOD(hs_session_busy_ms_js) {
+  napi_value out;
+  napi_create_double(env, hs_loop_busy_ms(), &out);
+  return out;
+}
+
 NAPI_METHOD(hs_session_resume_js) {
   hs_loop_resume();
   return NULL;
@@ -347,6 +354,7 @@ void hs_session_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_session_preimport", hs_session_preimport_js);
   hs_export_fn(env, exports, "hs_session_pause", hs_session_pause_js);
   hs_export_fn(env, exports, "hs_session_paused", hs_session_paused_js);
+  hs_export_fn(env, exports, "hs_session_busy_ms", hs_session_busy_ms_js);
   hs_export_fn(env, exports, "hs_session_resume", hs_session_resume_js);
   hs_export_fn(env, exports, "hs_session_handed", hs_session_handed_js);
   hs_bridge_export(env, exports);
