@@ -63,6 +63,8 @@ export interface FastPathStats {
   renameFallbacks: number;
   openAnswered: number;
   openClosedNatively: number;
+  /** times a caller's create slots ran low and JS was asked to grant more */
+  settleAsks: number;
   openFallbacks: number;
   writesDecided: number;
   writeDecisionFallbacks: number;
@@ -270,6 +272,8 @@ export interface AddonRaw {
   hs_fastpath_reclaim(): number;
   /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */
   hs_fastpath_take_opens(): BigUint64Array | null;
+  /** fn() on the JS thread when a caller's create slots in a home run low (once per process) */
+  hs_fastpath_set_settle_handler(fn: () => void): void;
   hs_fastpath_set_free_inline_max(bytes: number): void;
   hs_fastpath_set_rmdir(on: boolean): void;
   hs_fastpath_set_truncate(on: boolean): void;

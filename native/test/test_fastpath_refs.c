@@ -18,6 +18,7 @@
 extern int fp_test_openat2_errno;
 extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
 extern int fp_test_fail_allocs;
+extern void (*fp_test_settle_asked) (void);
 
 // Not under test here: the data plane (no home here publishes to it).
 int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
@@ -412,6 +413,58 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   CHECK_EQ(adopt_all(), 0);
   fp_reap();
   CHECK_EQ(count_fds(), fds);
+}
+
+static int settle_asks = 0;
+static void count_ask (void) { settle_asks++; }
+
+// A burst of creates asks JS for more slots before it runs out: once, as the
+// caller's slots in the home fall to FP_CSLOTS_LOW; another caller's slots
+// are not counted, and a caller that never falls to the mark never asks.
+TEST(a_callers_create_slots_falling_to_the_low_mark_ask_js_once) {
+  double token = publish();
+  turn_on(token);
+  uint32_t a = getuid(), b = getuid() + 1;
+  fp_test_settle_asked = count_ask;
+  settle_asks = 0;
+  // a's 11 slots and b's 5, interleaved in the list.
+  for (uint32_t i = 0; i < 11; i++) {
+    CHECK_EQ(fp_slot_grant(P, PLEN, token, 800 + i, a, 1), 1);
+    if (i < 5) CHECK_EQ(fp_slot_grant(P, PLEN, token, 820 + i, b, 1), 1);
+  }
+  char p[64];
+  uint64_t fh = 0;
+  int dio = 0, made = 0;
+  for (int i = 0; i < 11; i++) {
+    snprintf(p, sizeof(p), P "/burst%02d", made++);
+    CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio), 0);
+    // 10 and 9 left: no ask; 8: the ask; 7 down to 0: no other.
+    CHECK_EQ(settle_asks, i < 2 ? 0 : 1);
+  }
+  // Out of slots: the create is JS's, and asks nothing (JS, answering it, takes the queue).
+  snprintf(p, sizeof(p), P "/burst%02d", made);
+  CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(settle_asks, 1);
+  // Topped up to 9: the next take leaves 8, and asks again.
+  for (uint32_t i = 0; i < 9; i++) CHECK_EQ(fp_slot_grant(P, PLEN, token, 840 + i, a, 1), 1);
+  snprintf(p, sizeof(p), P "/burst%02d", made++);
+  CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio), 0);
+  CHECK_EQ(settle_asks, 2);
+  // b's five: 4 down to 0 left, never the mark.
+  for (int i = 0; i < 5; i++) {
+    snprintf(p, sizeof(p), P "/burst%02d", made++);
+    CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, b, getgid(), &fh, &dio), 0);
+  }
+  CHECK_EQ(settle_asks, 2);
+  fp_test_settle_asked = NULL;
+  CHECK_EQ(adopt_all(), made);
+  for (int i = 0; i < made; i++) {
+    snprintf(p, sizeof(p), "burst%02d", i);
+    CHECK_EQ(unlinkat(home_dir, p, 0), 0);
+  }
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
 }
 
 TEST(what_the_queue_could_not_give_js_goes_back_in_front) {

@@ -89,6 +89,12 @@ export interface AttrPublisher {
    * slot's inode (the open-file slot back); null when none
    */
   takeOpens(): BigUint64Array | null;
+  /**
+   * fn() whenever the binding, making files, has used a caller's create slots
+   * in a home down to a few: fn takes what it queued (takeOpens) and grants
+   * more, before a burst of creates runs out and each further one comes to JS
+   */
+  onSlotsLow?(fn: () => void): void;
   clear(): void;
 }
 

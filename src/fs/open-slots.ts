@@ -62,6 +62,8 @@ export abstract class OpenSlots extends OpenInodes {
       total: () => (caps === undefined ? Number.MAX_SAFE_INTEGER : caps.forHandles - this.homes.size * this.descriptorsPerHome),
       ...(dirs ? { dirs: (uid: number, home) => dirs.counts(uid, homePrefix(home as HomeState)), changed: (uid: number, home) => this.publishOpenFiles(home as HomeState, uid) } : {}),
     });
+    // The adoptions it takes ask for top-ups (wantCredits), granted at the next setImmediate.
+    deps.attrs?.onSlotsLow?.(() => this.settle());
   }
 
   /**

@@ -57,6 +57,8 @@ export interface FastPathNative {
   /** files made natively in the home start handed over */
   setWriteCredit(prefix: string, token: number, on: boolean): boolean;
   takeOpens(): BigUint64Array | null;
+  /** fn() on the JS thread when a caller's create slots in a home run low: take the queue, grant more (once per process) */
+  setSettleHandler(fn: () => void): void;
   setReserved(names: string[]): void;
   enable(on: boolean): void;
   clear(): void;
@@ -357,6 +359,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     reclaim: (): number => raw.hs_fastpath_reclaim(),
     /** BigUint64Array of 7-word records (ABI.REC_* kinds), or null */
     takeOpens: (): BigUint64Array | null => raw.hs_fastpath_take_opens(),
+    setSettleHandler: (fn: () => void): void => raw.hs_fastpath_set_settle_handler(fn),
     enable(on: boolean): void {
       raw.hs_fastpath_enable(!!on);
     },

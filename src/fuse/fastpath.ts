@@ -308,6 +308,10 @@ export class NativeFastPath implements AttrPublisher {
     if (this.opens) this.native.reclaim();
   }
 
+  onSlotsLow(fn: () => void): void {
+    if (this.creates) this.native.setSettleHandler(fn);
+  }
+
   takeOpens(): BigUint64Array | null {
     return this.opens ? this.native.takeOpens() : null;
   }

@@ -40,9 +40,10 @@ const HOMES = {
   [`${T}/px`]: { owner: ownerNo(5), profile: 'posix' },
   [`${T}/txt`]: { owner: ownerNo(6), profile: 'scratch' },
   [`${T}/nf`]: { owner: ownerNo(7), profile: 'home' },
+  [`${T}/burst`]: { owner: ownerNo(8), profile: 'home' },
 };
 
-type Native = { openAnswered: number; openClosedNatively: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number };
+type Native = { openAnswered: number; openClosedNatively: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number; createSlotAsks: number };
 
 describe.skipIf(!canMount)('native open (fuse.nativeOpen): slots granted ahead, adopted before anything else', () => {
   const s = ownerSuite({ homes: HOMES, config: { owners: OWNERS, profiles: { ten, twenty } } });
@@ -236,6 +237,31 @@ print(' '.join('%o' % stat.S_IMODE(os.lstat(os.path.join(h, n)).st_mode) for n i
       expect([st.uid, st.gid, (st.mode & 0o7777).toString(8)], n).toEqual([U.uid, U.gid, n === 'm1' || n === 'm4' ? '700' : '600']);
     }
     expect(await s.usage(`${T}/new`)).toMatchObject({ bytes: 1 + 2 + 3 + 4 + 5 + 6, inodes: 6 });
+  });
+
+  it('a burst of creates asks the daemon for slots before it runs out: 600 files held open, made natively but for a few, none missing from the ledger', async () => {
+    const home = s.d.home(T, 'burst');
+    const n0 = await native();
+    // Held open: no RELEASE reaches the daemon meanwhile, so the release poll backs off and
+    // only the binding's asks (as a caller's slots fall low) top the slots up. In a
+    // subdirectory: the GETATTR of a home's own directory, which each create there
+    // brings, is the daemon's, and would take the queue as often.
+    const out = await s.py(
+      `import os,sys
+h=os.path.join(sys.argv[1], 'sub')
+os.mkdir(h)
+fds=[os.open(os.path.join(h, 'b%03d' % i), os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o600) for i in range(600)]
+for fd in fds: os.write(fd, b'x')
+for fd in fds: os.close(fd)
+print(len(os.listdir(h)))`,
+      home,
+    );
+    expect(out).toBe('600');
+    const n1 = await native();
+    expect(n1.createSlotAsks - n0.createSlotAsks).toBeGreaterThan(0);
+    // Without the asks, each time the slots ran out the next create came to the daemon (33 of 600 here).
+    expect(n1.createAnswered - n0.createAnswered).toBeGreaterThan(600 - 10);
+    expect(await s.usage(`${T}/burst`)).toMatchObject({ bytes: 600, inodes: 601 });
   });
 
   it('posix: a file made natively belongs to its creator, keeps a setgid directory\'s group, and a setuid one is the daemon\'s to make', async () => {

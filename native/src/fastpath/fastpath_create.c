@@ -58,13 +58,27 @@ static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int
 }
 
 // Under nothing: the create slot of the home granted for uid, out of its list, or NULL.
+// The take that leaves FP_CSLOTS_LOW of uid's slots asks JS to grant more
+// (fp_ask_settle): JS tops up what it adopts, and without the ask it learns of
+// the creates only at the next request or release poll, by which time a burst
+// (an `npm install`, a `tar -x`) has used every slot and each further create
+// falls back to a whole JavaScript CREATE.
 static fp_open_rec_t * fp_take_cslot (fp_home_t *home, uint32_t uid) {
   fp_open_rec_t *slot = NULL;
+  uint32_t left = 0;
   pthread_mutex_lock(&fp_open_lock);
-  for (hq_link_t **pp = &home->cslots; *pp != NULL; pp = &(*pp)->next) {
-    if (fp_rec(*pp)->uid == uid) { slot = fp_rec(*pp); *pp = slot->link.next; fp_slot_count--; break; }
+  hq_link_t **pp = &home->cslots;
+  while (*pp != NULL && fp_rec(*pp)->uid != uid) pp = &(*pp)->next;
+  if (*pp != NULL) {
+    slot = fp_rec(*pp);
+    *pp = slot->link.next;
+    fp_slot_count--;
+    // uid's slots all come after the first of them
+    for (hq_link_t *l = *pp; l != NULL; l = l->next) left += fp_rec(l)->uid == uid;
   }
   pthread_mutex_unlock(&fp_open_lock);
+  // Counted under the lock, each count is seen once on the way down: one ask per descent.
+  if (slot != NULL && left == FP_CSLOTS_LOW) fp_ask_settle();
   return slot;
 }
 

@@ -151,6 +151,7 @@ void * fp_test_malloc (size_t size);
 #define malloc fp_test_malloc
 extern int fp_test_openat2_errno;
 extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
+extern void (*fp_test_settle_asked) (void);  // each fp_ask_settle, before it looks for JS's handler
 #endif
 
 #define FP_HOME_BUCKETS 4096
@@ -432,6 +433,13 @@ napi_value fp_set_attr_ops (napi_env env, napi_callback_info info);
 extern pthread_mutex_t fp_open_lock;
 extern uint32_t fp_slot_count;
 extern uint64_t fp_oanswered, fp_ofallbacks, fp_oclosed;
+// A caller's create slots in a home down to this many: JS is asked to grant more.
+#define FP_CSLOTS_LOW 8
+extern uint64_t fp_settle_asks;  // atomic: asks posted to JS
+// Any thread, no lock held: JS is asked to take the queue (and top its slots
+// up) soon; at most one ask is on its way at a time. No-op until JS set the handler.
+void fp_ask_settle (void);
+napi_value fp_set_settle_handler (napi_env env, napi_callback_info info);
 void fp_queue (fp_open_rec_t *r);
 void fp_return_create_slots (fp_home_t *e);
 void fp_return_slots (fp_home_t *e);

@@ -77,6 +77,7 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "renameFallbacks", (double) __atomic_load_n(&fp_rnfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openAnswered", (double) __atomic_load_n(&fp_oanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openClosedNatively", (double) __atomic_load_n(&fp_oclosed, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "settleAsks", (double) __atomic_load_n(&fp_settle_asks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openFallbacks", (double) __atomic_load_n(&fp_ofallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "writesDecided", (double) __atomic_load_n(&fp_wdecided, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "writeDecisionFallbacks", (double) __atomic_load_n(&fp_wfallbacks, __ATOMIC_RELAXED));
@@ -123,6 +124,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_set_rename", fp_set_rename);
   hs_export_fn(env, exports, "hs_fastpath_reclaim", fp_reclaim);
   hs_export_fn(env, exports, "hs_fastpath_take_opens", fp_take_opens);
+  hs_export_fn(env, exports, "hs_fastpath_set_settle_handler", fp_set_settle_handler);
   hs_export_fn(env, exports, "hs_fastpath_set_free_inline_max", fp_set_free_inline_max);
   hs_export_fn(env, exports, "hs_fastpath_set_rmdir", fp_set_rmdir);
   hs_export_fn(env, exports, "hs_fastpath_set_truncate", fp_set_truncate);

@@ -47,6 +47,58 @@ uint32_t fp_slot_count = 0;  // under fp_open_lock
 uint64_t fp_slot_gen = 0;
 uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
 
+// ---- the ask to settle: a thread-safe function, set once from the JS thread ----------
+// Whoever takes a create slot (a worker) posts; the JS thread clears the flag
+// before it calls the handler, so a take after that posts again.
+static napi_threadsafe_function fp_settle_tsfn = NULL;  // atomic, set once
+static int fp_settle_posted = 0;                         // atomic
+uint64_t fp_settle_asks = 0;
+
+void fp_ask_settle (void) {
+#ifdef HOMESFS_TEST_HOOKS
+  if (fp_test_settle_asked != NULL) fp_test_settle_asked();
+#endif
+  napi_threadsafe_function t = __atomic_load_n(&fp_settle_tsfn, __ATOMIC_ACQUIRE);
+  if (t == NULL || __atomic_exchange_n(&fp_settle_posted, 1, __ATOMIC_ACQ_REL)) return;
+  // Nonblocking: the queue is unbounded, and one entry at most is in it.
+  if (napi_call_threadsafe_function(t, NULL, napi_tsfn_nonblocking) != napi_ok) __atomic_store_n(&fp_settle_posted, 0, __ATOMIC_RELEASE);
+  else __atomic_add_fetch(&fp_settle_asks, 1, __ATOMIC_RELAXED);
+}
+
+static void fp_settle_call_js (napi_env env, napi_value js_cb, void *context, void *data) {
+  __atomic_store_n(&fp_settle_posted, 0, __ATOMIC_RELEASE);
+  if (env == NULL || js_cb == NULL) return;
+  napi_value undef;
+  napi_get_undefined(env, &undef);
+  napi_call_function(env, undef, js_cb, 0, NULL, NULL);
+}
+
+// setSettleHandler(fn): fn() is called on the JS thread when the binding asks
+// JS to take its queue and grant slots (a caller's create slots ran low). Once per process.
+napi_value fp_set_settle_handler (napi_env env, napi_callback_info info) {
+  NAPI_ARGV(1)
+  napi_valuetype t;
+  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_function) {
+    napi_throw_type_error(env, "EINVAL", "setSettleHandler(fn): fn is a function");
+    return NULL;
+  }
+  if (__atomic_load_n(&fp_settle_tsfn, __ATOMIC_ACQUIRE) != NULL) {
+    napi_throw_error(env, "EEXIST", "setSettleHandler: a handler is already set");
+    return NULL;
+  }
+  napi_value name;
+  napi_create_string_utf8(env, "homesfs-settle", NAPI_AUTO_LENGTH, &name);
+  napi_threadsafe_function tsfn;
+  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, fp_settle_call_js, &tsfn) != napi_ok) {
+    napi_throw_error(env, "EIO", "setSettleHandler: cannot create the thread-safe function");
+    return NULL;
+  }
+  // It must not keep the process alive on its own.
+  napi_unref_threadsafe_function(env, tsfn);
+  __atomic_store_n(&fp_settle_tsfn, tsfn, __ATOMIC_RELEASE);
+  return NULL;
+}
+
 // Under fp_open_lock.
 static void fp_queue_locked (fp_open_rec_t *r) {
   hq_push(&fp_opens, &r->link);
