@@ -198,26 +198,7 @@ static void dp_call_js(napi_env env, napi_value js_cb, void *context, void *data
 // that was told to proceed, answered with writeDone. Once per process.
 NAPI_METHOD(hs_fastpath_dp_set_write_handler_js) {
   NAPI_ARGV(1)
-  napi_valuetype t;
-  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "setWriteHandler(fn): fn is a function");
-    return NULL;
-  }
-  if (dp_tsfn != NULL) {
-    napi_throw_error(env, "EEXIST", "setWriteHandler: a handler is already set");
-    return NULL;
-  }
-  napi_value name;
-  napi_create_string_utf8(env, "homesfs-write-plane", NAPI_AUTO_LENGTH, &name);
-  napi_threadsafe_function tsfn;
-  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, dp_call_js, &tsfn) != napi_ok) {
-    napi_throw_error(env, "EIO", "setWriteHandler: cannot create the thread-safe function");
-    return NULL;
-  }
-  // It must not keep the process alive on its own.
-  napi_unref_threadsafe_function(env, tsfn);
-  napi_create_reference(env, argv[0], 1, &dp_handler_ref);
-  __atomic_store_n(&dp_tsfn, tsfn, __ATOMIC_RELEASE);
+  if (hs_js_handler_tsfn(env, argv[0], "homesfs-write-plane", dp_call_js, "setWriteHandler", &dp_tsfn)) napi_create_reference(env, argv[0], 1, &dp_handler_ref);
   return NULL;
 }
 

@@ -77,25 +77,7 @@ static void fp_settle_call_js (napi_env env, napi_value js_cb, void *context, vo
 // JS to take its queue and grant slots (a caller's create slots ran low). Once per process.
 napi_value fp_set_settle_handler (napi_env env, napi_callback_info info) {
   NAPI_ARGV(1)
-  napi_valuetype t;
-  if (napi_typeof(env, argv[0], &t) != napi_ok || t != napi_function) {
-    napi_throw_type_error(env, "EINVAL", "setSettleHandler(fn): fn is a function");
-    return NULL;
-  }
-  if (__atomic_load_n(&fp_settle_tsfn, __ATOMIC_ACQUIRE) != NULL) {
-    napi_throw_error(env, "EEXIST", "setSettleHandler: a handler is already set");
-    return NULL;
-  }
-  napi_value name;
-  napi_create_string_utf8(env, "homesfs-settle", NAPI_AUTO_LENGTH, &name);
-  napi_threadsafe_function tsfn;
-  if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL, fp_settle_call_js, &tsfn) != napi_ok) {
-    napi_throw_error(env, "EIO", "setSettleHandler: cannot create the thread-safe function");
-    return NULL;
-  }
-  // It must not keep the process alive on its own.
-  napi_unref_threadsafe_function(env, tsfn);
-  __atomic_store_n(&fp_settle_tsfn, tsfn, __ATOMIC_RELEASE);
+  hs_js_handler_tsfn(env, argv[0], "homesfs-settle", fp_settle_call_js, "setSettleHandler", &fp_settle_tsfn);
   return NULL;
 }
 

@@ -1,5 +1,6 @@
 // See napi_args.h.
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,4 +88,31 @@ void hs_export_fn (napi_env env, napi_value exports, const char *name, napi_call
   napi_value f;
   napi_create_function(env, name, NAPI_AUTO_LENGTH, fn, NULL, &f);
   napi_set_named_property(env, exports, name, f);
+}
+
+int hs_js_handler_tsfn (napi_env env, napi_value fn, const char *name, napi_threadsafe_function_call_js call_js, const char *what, napi_threadsafe_function *slot) {
+  char msg[160];
+  napi_valuetype t;
+  if (napi_typeof(env, fn, &t) != napi_ok || t != napi_function) {
+    snprintf(msg, sizeof(msg), "%s(fn): fn is a function", what);
+    napi_throw_type_error(env, "EINVAL", msg);
+    return 0;
+  }
+  if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) != NULL) {
+    snprintf(msg, sizeof(msg), "%s: a handler is already set", what);
+    napi_throw_error(env, "EEXIST", msg);
+    return 0;
+  }
+  napi_value n;
+  napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &n);
+  napi_threadsafe_function tsfn;
+  if (napi_create_threadsafe_function(env, fn, NULL, n, 0, 1, NULL, NULL, NULL, call_js, &tsfn) != napi_ok) {
+    snprintf(msg, sizeof(msg), "%s: cannot create the thread-safe function", what);
+    napi_throw_error(env, "EIO", msg);
+    return 0;
+  }
+  // The session keeps the process alive, never a handler on its own.
+  napi_unref_threadsafe_function(env, tsfn);
+  __atomic_store_n(slot, tsfn, __ATOMIC_RELEASE);
+  return 1;
 }

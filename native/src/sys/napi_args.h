@@ -37,4 +37,10 @@ void hs_js_set_num (napi_env env, napi_value obj, const char *name, double v);
 
 // exports[name] = fn.
 void hs_export_fn (napi_env env, napi_value exports, const char *name, napi_callback fn);
+
+// The handler a setter (`what`, for its errors) was given, as a thread-safe
+// function that calls it through call_js and does not keep the process
+// alive; *slot (atomic) holds it, set once. 1, or 0 with a JavaScript error
+// thrown: EINVAL (not a function), EEXIST (*slot is set), EIO.
+int hs_js_handler_tsfn (napi_env env, napi_value fn, const char *name, napi_threadsafe_function_call_js call_js, const char *what, napi_threadsafe_function *slot);
 #endif
