@@ -38,6 +38,8 @@ export interface FastPathStats {
   answered: number;
   fallbacks: number;
   negative: number;
+  /** GETATTRs of a home itself answered while the daemon's check of its directory stood (also in answered) */
+  homeAnswered: number;
   unlinkAnswered: number;
   unlinkFallbacks: number;
   unlinkSlowFrees: number;
@@ -251,6 +253,7 @@ export interface AddonRaw {
   hs_fastpath_set_mutable(prefix: string, token: number, pending: BigInt64Array | null): boolean;
   hs_fastpath_inode(dev: bigint, ino: bigint, delta: number): void;
   hs_fastpath_inode_size(dev: bigint, ino: bigint, size: number): void;
+  hs_fastpath_home_checked(prefix: string, token: number, ms: number): boolean;
   hs_fastpath_wl_delegate(dev: bigint, ino: bigint, size: number, acct: BigInt64Array): boolean;
   /** the size, now JS's; -1 a native write is in flight (ask again); -2 not handed over */
   hs_fastpath_wl_revoke(dev: bigint, ino: bigint): number;

@@ -330,9 +330,16 @@ export abstract class HomeRegistry {
   async revalidateHome(ref: HomeRef): Promise<HomeState> {
     const hs = await this.home(ref);
     const now = Date.now();
-    if (now - hs.backing.checkedAt < REVALIDATE_MS) return hs;
+    // What the check found stands for REVALIDATE_MS: the binding answers the home's own getattr meanwhile, as this does.
+    if (now - hs.backing.checkedAt < REVALIDATE_MS) {
+      this.deps.attrs?.homeChecked?.(hs, REVALIDATE_MS - (now - hs.backing.checkedAt));
+      return hs;
+    }
     hs.backing.checkedAt = now;
-    if (await this.store.stillInPlace(hs.backing)) return hs;
+    if (await this.store.stillInPlace(hs.backing)) {
+      this.deps.attrs?.homeChecked?.(hs, Math.max(0, REVALIDATE_MS - (Date.now() - now)));
+      return hs;
+    }
     // Unless a concurrent lookup already replaced it, drop the stale state and open afresh.
     const current = this.homes.get(homeId(ref));
     if (current && (await current.catch(() => null)) === hs) this.forgetHome(ref);

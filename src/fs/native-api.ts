@@ -35,6 +35,12 @@ export interface AttrPublisher {
   pathGone(id: string): void;
   /** an inode whose size only JS knows (open in JS): +1 before the open is answered, -1 at the last close */
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
+  /**
+   * the home's backing directory was found in place (revalidateHome), and JS
+   * answers the home's own getattr without checking again for ms more: so
+   * may the binding
+   */
+  homeChecked?(hs: HomeState, ms: number): void;
   /** that inode's charged size, after every change of its record (so a getattr of it need not come to JS) */
   inodeSize(dev: bigint, ino: bigint, size: number): void;
   /** whether the binding can decide writes' growth (config fuse.nativeWriteDecision and a binding that has it) */

@@ -28,6 +28,8 @@ export interface FastPathNative {
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
   /** the size JS charges an inode it tracks; getattrs of it are then answered natively */
   inodeSize(dev: bigint, ino: bigint, size: number): void;
+  /** the home's backing directory was found in place; the check stands ms more (the home's own GETATTR is answered natively until then) */
+  homeChecked(prefix: string, token: number, ms: number): boolean;
   setHandle(fh: number, fd: number, uid: number, gid: number, ownerFromStat: boolean, types: number, masks: Uint32Array): void;
   removeHandle(fh: number): void;
   /** read-only opens answered natively (flags: ABI.OPEN_*) */
@@ -327,6 +329,7 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     inode(dev: bigint, ino: bigint, delta: number): void {
       raw.hs_fastpath_inode(dev, ino, delta);
     },
+    homeChecked: (prefix: string, token: number, ms: number): boolean => raw.hs_fastpath_home_checked(prefix, token, ms),
     inodeSize(dev: bigint, ino: bigint, size: number): void {
       raw.hs_fastpath_inode_size(dev, ino, size);
     },

@@ -336,6 +336,11 @@ export class NativeFastPath implements AttrPublisher {
     this.remove(`/${id}`);
   }
 
+  homeChecked(hs: HomeState, ms: number): void {
+    const prefix = this.prefixOf.get(hs);
+    if (prefix !== undefined) this.native.homeChecked(prefix, this.byPrefix.get(prefix)!.token, ms);
+  }
+
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void {
     this.native.inode(dev, ino, delta);
   }

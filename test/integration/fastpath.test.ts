@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BUILTIN_PROFILES } from '../../src/policy/profiles.js';
-import { canMount, HOMESCTL, runAsync, skipReason, startDaemon, type RunningDaemon, rewriteConfig } from '../helpers/daemon.js';
+import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon, rewriteConfig } from '../helpers/daemon.js';
 import { ownerRange } from '../helpers/owner-ids.js';
 import { ownersFrom } from '../helpers/owner-suite.js';
 
@@ -26,7 +26,7 @@ const OWNER = ownersFrom(BASE + 17, Object.keys(HOMES), 10);
 const LONG_NAME = 'y'.repeat(200);
 const PROFILES = { odd: { ...BUILTIN_PROFILES.home, chmod: 'allow', fileMode: 0o640, dirMode: 'asked', allowUserExec: true } };
 
-type FastPathStats = { answered: number; fallbacks: number; fgetattrAnswered: number; readdirAnswered: number; openAnswered: number; openFallbacks: number };
+type FastPathStats = { answered: number; fallbacks: number; homeAnswered: number; fgetattrAnswered: number; readdirAnswered: number; openAnswered: number; openFallbacks: number };
 async function fastPathStats(d: RunningDaemon): Promise<FastPathStats | undefined> {
   const s = (await d.status()) as { native: { fastPath?: FastPathStats } };
   return s.native.fastPath;
@@ -211,7 +211,7 @@ function cwdProbe(cwd: string): { ask(name: string): Promise<string>; stop(): vo
 describe.skipIf(!canMount)('native getattr fast path: every policy change takes effect on the next request', () => {
   let d: RunningDaemon;
   /** each home's owner (an owner belongs to one home) */
-  const PO = ownersFrom<string>(BASE + 17, ['t/prof', 't/own', 't/hup', 't/rep']);
+  const PO = ownersFrom<string>(BASE + 17, ['t/prof', 't/own', 't/hup', 't/rep', 't/root']);
   /** the owner a reload gives t/own */
   const O2 = { uid: BASE + 29, gid: BASE + 31 };
   /** the uid and gid of files planted in the backing tree: no home's owner, what posix presents as is */
@@ -245,11 +245,11 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
 
   beforeAll(async () => {
     d = await startDaemon({
-      create: ['t/prof', 't/own', 't/hup', 't/rep'],
-      homes: { 't/prof': { owner: PO['t/prof']! }, 't/own': { owner: PO['t/own']! }, 't/hup': { owner: PO['t/hup']! }, 't/rep': { owner: PO['t/rep']! } },
+      create: ['t/prof', 't/own', 't/hup', 't/rep', 't/root'],
+      homes: { 't/prof': { owner: PO['t/prof']! }, 't/own': { owner: PO['t/own']! }, 't/hup': { owner: PO['t/hup']! }, 't/rep': { owner: PO['t/rep']! }, 't/root': { owner: PO['t/root']! } },
       config: { owners: OWNERS, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0 } },
     });
-    for (const h of ['t/prof', 't/own', 't/hup', 't/rep']) {
+    for (const h of ['t/prof', 't/own', 't/hup', 't/rep', 't/root']) {
       chownSync(join(d.backing, h), PO[h]!.uid, PO[h]!.gid);
       plant(h, 'f', 0o4755, OTHER);
     }
@@ -343,6 +343,42 @@ describe.skipIf(!canMount)('native getattr fast path: every policy change takes 
     const again = JSON.parse(await ctl('--json', 'usage', 't/del')).owner as { uid: number; gid: number };
     plant('t/del', 'g', 0o644, again, 4);
     expect(await nativeStat('t/del/g')).toBe(`600 ${again.uid} ${again.gid} 4`);
+  });
+
+  it("a home's own getattr: answered natively while the daemon's last check of its directory stands (a second), then the daemon's again", async () => {
+    const OWNER = PO['t/root']!;
+    const home = join(d.mount, 't', 'root');
+    const homeAnswered = async () => (await fastPathStats(d))!.homeAnswered;
+    // Inside the home (as root): a stat of "." asks the daemon about the home itself.
+    const inside = cwdProbe(home);
+    probes.push(inside);
+    expect(await inside.ask('.')).toMatch(/^\d+$/);
+    const n0 = await homeAnswered();
+    // 200 creates in the home's own directory, each followed by a stat of the home.
+    const r = await runAs(OWNER.uid, OWNER.gid, `cd ${home} && python3 -c 'import os
+seen=set()
+for i in range(200):
+  os.close(os.open("r%03d" % i, os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o600)); s=os.stat("."); seen.add("%o %d %d" % (s.st_mode, s.st_uid, s.st_gid))
+print(" ".join(sorted(seen)))'`);
+    expect(r.code, r.stderr).toBe(0);
+    // Presented as the daemon presents it: a directory 0700 of the home's owner, every time.
+    expect(r.stdout.trim()).toBe(`40700 ${OWNER.uid} ${OWNER.gid}`);
+    const n1 = await homeAnswered();
+    // All but those that came as a second ran out were the binding's.
+    expect(n1 - n0).toBeGreaterThan(150);
+    // A second on, the check no longer stands: of the requests a stat of the home brings
+    // (with entryTimeout 0, a LOOKUP of it and its GETATTR), the first is the daemon's, which
+    // checks again; the next stat's are all the binding's.
+    await new Promise((res) => setTimeout(res, 1_100));
+    const at = async () => {
+      const before = await homeAnswered();
+      expect(await inside.ask('.')).toMatch(/^\d+$/);
+      return (await homeAnswered()) - before;
+    };
+    const afterExpiry = await at();
+    const within = await at();
+    expect(within).toBeGreaterThan(0);
+    expect(afterExpiry).toBe(within - 1);
   });
 
   it('a backing directory moved away behind the daemon: once noticed, nothing of it is served; a new one in its place is', async () => {

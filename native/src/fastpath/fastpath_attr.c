@@ -13,6 +13,14 @@
 // number in the daemon's synthetic range (top bit) and a file type without
 // masks.
 //
+// A home itself ("/<tenant>/<key>"): JS's getattr re-checks, at most once a
+// second (revalidateHome), that the home's backing directory is still the one
+// it opened, and otherwise answers from an fstat of the home's descriptor,
+// presented as a directory 0700 of the home's owner (homeNodeAttr). Here the
+// same while JS's last check stands (root_until, which JS sets after each),
+// so a burst of creates in a home's root (each invalidates the home's
+// attributes) meets JS once a second instead of once a create.
+//
 // Negative answers: ENOENT or ENOTDIR from the walk is answered here. Every
 // name JS presents without a backing node (".homesfs", its status file,
 // libfuse's hidden names) is reserved, so it never gets this far; for any
@@ -28,6 +36,7 @@ uint64_t fp_fallbacks = 0;   // atomic (only counted while enabled)
 uint64_t fp_fanswered = 0;   // fgetattr, atomic
 uint64_t fp_ffallbacks = 0;  // fgetattr, atomic
 uint64_t fp_negative = 0;    // ENOENT/ENOTDIR answered (also in fp_answered), atomic
+uint64_t fp_home_answered = 0;  // a home itself (also in fp_answered), atomic
 uint64_t fp_ranswered = 0;   // readdir, atomic
 
 uint64_t fp_rfallbacks = 0;  // readdir, atomic
@@ -70,12 +79,67 @@ static int fp_open_size (uint64_t dev, uint64_t ino, double *charged) {
   return r;
 }
 
+// "/<tenant>/<key>" exactly: its length, else 0.
+static size_t fp_home_path (const char *path) {
+  if (path == NULL || path[0] != '/') return 0;
+  const char *t_end = strchr(path + 1, '/');
+  if (t_end == NULL || t_end == path + 1 || t_end[1] == 0 || strchr(t_end + 1, '/') != NULL) return 0;
+  return strlen(path);
+}
+
+static int64_t fp_now_ns (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// The home itself while JS's check of it stands: 1 answered in *out, else 0.
+static int fp_home_getattr (const char *path, size_t plen, struct stat *out) {
+  fp_pin_t pin;
+  if (!fp_pin(path, plen, NULL, &pin)) return 0;
+  const fp_home_t *home = pin.home;
+  int answered = 0;
+  struct stat st;
+  if (fp_now_ns() < __atomic_load_n(&home->root_until, __ATOMIC_ACQUIRE) && fstat(home->fd, &st) == 0 && S_ISDIR(st.st_mode) &&
+      (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0) {
+    *out = st;
+    out->st_mode = S_IFDIR | 0700;
+    out->st_uid = home->uid;
+    out->st_gid = home->gid;
+    answered = 1;
+  }
+  fp_unpin(&pin);
+  return answered;
+}
+
+int fp_home_checked (const char *prefix, size_t n, double token, double ms) {
+  int found = 0;
+  int64_t until = fp_now_ns() + (int64_t) (ms * 1e6);
+  pthread_rwlock_rdlock(&fp_lock);
+  fp_home_t *e = fp_find_home(prefix, n, fp_hash(prefix, n));
+  if (e != NULL && e->token == token) {
+    __atomic_store_n(&e->root_until, until, __ATOMIC_RELEASE);
+    found = 1;
+  }
+  pthread_rwlock_unlock(&fp_lock);
+  return found;
+}
+
 int hs_fastpath_getattr (const char *path, struct stat *out) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return HOMESFS_FASTPATH_FALLBACK;
   size_t plen;
   const char *rel;
-  // the root, a tenant and a home itself (revalidated by JS on every lookup)
-  if (fp_split_path(path, &plen, &rel) != 0) { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }
+  if (fp_split_path(path, &plen, &rel) != 0) {
+    // the root and a tenant are JS's; a home itself while JS's check of it stands
+    size_t hlen = fp_home_path(path);
+    if (hlen != 0 && fp_home_getattr(path, hlen, out)) {
+      __atomic_add_fetch(&fp_answered, 1, __ATOMIC_RELAXED);
+      __atomic_add_fetch(&fp_home_answered, 1, __ATOMIC_RELAXED);
+      return 0;
+    }
+    fp_fallback();
+    return HOMESFS_FASTPATH_FALLBACK;
+  }
 
   int answered = 0;
   fp_pin_t pin;

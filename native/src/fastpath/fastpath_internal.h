@@ -127,6 +127,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/openat2.h>
 #include <node_api.h>
@@ -246,6 +247,10 @@ typedef struct fp_home {
   uint32_t refs;        // atomic: 1 while in fp_homes, + 1 per pin
   uint32_t ops[2];      // atomic: pins taken under epoch 0 / 1
   uint32_t drainers;    // atomic: threads in fp_drain for it
+  // Atomic: CLOCK_MONOTONIC ns until which JS's last check that the home's
+  // backing directory is still in place stands (REVALIDATE_MS after it); a
+  // GETATTR of the home itself is answered here until then. 0: never.
+  int64_t root_until;
 } fp_home_t;
 
 // A native op's hold on its home (fp_pin .. fp_unpin): the home cannot be
@@ -356,6 +361,10 @@ void fp_policy_moved_locked (void);
 uint32_t fp_hash (const char *s, size_t n);
 uint32_t fp_inode_bucket (uint64_t dev, uint64_t ino);
 fp_home_t * fp_find_home (const char *prefix, size_t n, uint32_t h);
+// Under nothing: the home (prefix, token) published and its directory checked
+// in place by JS, which stands for ms more (hs_fastpath_home_checked). 1 found.
+int fp_home_checked (const char *prefix, size_t n, double token, double ms);
+napi_value fp_home_checked_js (napi_env env, napi_callback_info info);
 fp_inode_t * fp_find_inode (uint64_t dev, uint64_t ino);
 int fp_inode_open (uint64_t dev, uint64_t ino);
 int fp_components_ok (const char *rel, uint32_t max_name);
@@ -409,7 +418,7 @@ void fp_acct_put (fp_acct_t *a);
 void fp_reap (void);
 
 // ---- fastpath_attr.c ----
-extern uint64_t fp_answered, fp_fallbacks, fp_fanswered, fp_ffallbacks, fp_negative, fp_ranswered, fp_rfallbacks;
+extern uint64_t fp_answered, fp_fallbacks, fp_fanswered, fp_ffallbacks, fp_negative, fp_ranswered, fp_rfallbacks, fp_home_answered;
 
 // ---- fastpath_unlink.c ----
 extern uint64_t fp_uanswered, fp_ubig, fp_ufallbacks;

@@ -77,6 +77,7 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "renameFallbacks", (double) __atomic_load_n(&fp_rnfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openAnswered", (double) __atomic_load_n(&fp_oanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openClosedNatively", (double) __atomic_load_n(&fp_oclosed, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "homeAnswered", (double) __atomic_load_n(&fp_home_answered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "settleAsks", (double) __atomic_load_n(&fp_settle_asks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openFallbacks", (double) __atomic_load_n(&fp_ofallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "writesDecided", (double) __atomic_load_n(&fp_wdecided, __ATOMIC_RELAXED));
@@ -105,6 +106,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_set_mutable", fp_set_mutable);
   hs_export_fn(env, exports, "hs_fastpath_inode", fp_inode);
   hs_export_fn(env, exports, "hs_fastpath_inode_size", fp_inode_size);
+  hs_export_fn(env, exports, "hs_fastpath_home_checked", fp_home_checked_js);
   hs_export_fn(env, exports, "hs_fastpath_wl_delegate", fp_wl_delegate);
   hs_export_fn(env, exports, "hs_fastpath_wl_revoke", fp_wl_revoke);
   hs_export_fn(env, exports, "hs_fastpath_wl_size", fp_wl_size);
@@ -228,6 +230,24 @@ napi_value fp_set_mutable (napi_env env, napi_callback_info info) {
   free(prefix);
   fp_reap();
   return hs_js_bool(env, set != 0);
+}
+
+// hs_fastpath_home_checked(prefix, token, ms) -> published?: JS found the
+// home's backing directory in place, and its check stands for ms more (a
+// GETATTR of the home itself is answered natively until then).
+napi_value fp_home_checked_js (napi_env env, napi_callback_info info) {
+  napi_value argv[3];
+  size_t plen = 0;
+  double token = -1, ms = -1;
+  char *prefix = fp_prefix_token(env, info, 3, argv, &plen, &token, "hs_fastpath_home_checked: (prefix, token, ms)");
+  if (prefix == NULL) return NULL;
+  if (napi_get_value_double(env, argv[2], &ms) != napi_ok || !(ms >= 0) || ms > 60000) {
+    free(prefix);
+    FP_THROW("hs_fastpath_home_checked: ms is 0..60000");
+  }
+  int found = fp_home_checked(prefix, plen, token, ms);
+  free(prefix);
+  return hs_js_bool(env, found);
 }
 
 // hs_fastpath_inode_size(dev, ino, size): the size JS charges an inode it holds

@@ -227,7 +227,7 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
   const f = n.fastPath;
   if (f) {
     rows.push(
-      ['getattr', `${f.answered} answered (${f.negative} ENOENT/ENOTDIR), ${f.fallbacks} to JS`],
+      ['getattr', `${f.answered} answered (${f.negative} ENOENT/ENOTDIR, ${f.homeAnswered ?? 0} of homes themselves), ${f.fallbacks} to JS`],
       ['fgetattr', `${f.fgetattrAnswered ?? 0} answered, ${f.fgetattrFallbacks ?? 0} to JS`],
       ['readdir', `${f.readdirAnswered} answered, ${f.readdirFallbacks} to JS`],
       ['unlink', `${f.unlinkAnswered} done, ${f.unlinkFallbacks} to JS`],
