@@ -35,6 +35,41 @@ static pthread_cond_t fp_wcond = PTHREAD_COND_INITIALIZER;
 uint64_t fp_wdecided = 0;   // atomic
 uint64_t fp_wfallbacks = 0; // delegated inode, but JS decides (credit, limit, busy), atomic
 
+// Under fp_lock's read lock and fp_wlock, for e delegated and not busy, with
+// its accounting array held: the charged size going from `before` to `after`
+// decided here, as writeAt and truncateInode decide it: growth (past before)
+// within the per-file limit and taken from the credit; then the growth shown
+// at once (a concurrent getattr of the charged size sees the larger one), the
+// inode busy and counted in flight, and the ticket (start, len: the write's)
+// holding references of the inode record and the array, which the end writes
+// into after the locks are gone. 0, or HOMESFS_FASTPATH_FALLBACK with nothing
+// changed. The caller checked the end against 2^53 - 1.
+static int fp_wl_take (fp_inode_t *e, fp_acct_t *held, uint64_t before, uint64_t after, uint64_t start, uint32_t len, hs_wl_ticket_t *t) {
+  int64_t *acct = held->data;
+  uint64_t growth = after > before ? after - before : 0;
+  if (growth > 0) {
+    int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
+    if (maxf > 0 && after > (uint64_t) maxf) return HOMESFS_FASTPATH_FALLBACK;
+    int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], __ATOMIC_ACQUIRE);
+    do {
+      if (c < 0 || (uint64_t) c < growth) return HOMESFS_FASTPATH_FALLBACK;
+    } while (!__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    __atomic_store_n(&e->size_bits, fp_double_bits((double) after), __ATOMIC_RELEASE);
+  }
+  e->busy = 1;
+  __atomic_add_fetch(&acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
+  __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
+  fp_acct_get(held);
+  t->inode = e;
+  t->acct_ref = held;
+  t->acct = acct;
+  t->before = before;
+  t->start = start;
+  t->growth = growth;
+  t->len = len;
+  return 0;
+}
+
 // Returns 0 and fills the ticket when the write may go ahead (its growth
 // charged), HOMESFS_FASTPATH_FALLBACK when JS decides.
 int hs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t len, int append, hs_wl_ticket_t *t) {
@@ -52,34 +87,7 @@ int hs_fastpath_wl_begin (uint64_t dev, uint64_t ino, int64_t offset, uint32_t l
       uint64_t before = (uint64_t) fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
       uint64_t start = append ? before : (uint64_t) offset;
       uint64_t end = start + len;
-      uint64_t after = end > before ? end : before;
-      uint64_t growth = after - before;
-      int ok = end <= HOMESFS_MAX_SAFE_INTEGER;
-      if (ok && growth > 0) {
-        int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
-        if (maxf > 0 && after > (uint64_t) maxf) ok = 0;
-        int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], __ATOMIC_ACQUIRE);
-        while (ok) {
-          if (c < 0 || (uint64_t) c < growth) { ok = 0; break; }
-          if (__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
-        }
-      }
-      if (ok) {
-        if (growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) after), __ATOMIC_RELEASE);
-        e->busy = 1;
-        __atomic_add_fetch(&acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
-        // The ticket's references: wl_end writes into both after the locks are gone.
-        __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
-        fp_acct_get(held);
-        t->inode = e;
-        t->acct_ref = held;
-        t->acct = acct;
-        t->before = before;
-        t->start = start;
-        t->growth = growth;
-        t->len = len;
-        r = 0;
-      }
+      if (end <= HOMESFS_MAX_SAFE_INTEGER) r = fp_wl_take(e, held, before, end > before ? end : before, start, len, t);
     }
     pthread_mutex_unlock(&fp_wlock);
   }
@@ -140,34 +148,8 @@ int hs_fastpath_wl_resize_begin (uint64_t dev, uint64_t ino, int64_t size, hs_wl
     if (e->deleg == 1 && !e->busy && acct != NULL && e->has_size) {
       delegated = 1;
       uint64_t before = (uint64_t) fp_bits_double(__atomic_load_n(&e->size_bits, __ATOMIC_ACQUIRE));
-      uint64_t after = (uint64_t) size;
-      uint64_t growth = after > before ? after - before : 0;
-      int ok = 1;
-      if (growth > 0) {
-        int64_t maxf = __atomic_load_n(&acct[HOMESFS_ACCT_MAXFILE], __ATOMIC_ACQUIRE);
-        if (maxf > 0 && after > (uint64_t) maxf) ok = 0;
-        int64_t c = __atomic_load_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], __ATOMIC_ACQUIRE);
-        while (ok) {
-          if (c < 0 || (uint64_t) c < growth) { ok = 0; break; }
-          if (__atomic_compare_exchange_n(&acct[HOMESFS_ACCT_CREDIT_BYTES], &c, c - (int64_t) growth, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) break;
-        }
-      }
-      if (ok) {
-        // Growth shows at once, as a write's (a concurrent getattr of the charged size sees the larger one).
-        if (growth > 0) __atomic_store_n(&e->size_bits, fp_double_bits((double) after), __ATOMIC_RELEASE);
-        e->busy = 1;
-        __atomic_add_fetch(&acct[HOMESFS_ACCT_INFLIGHT], 1, __ATOMIC_ACQ_REL);
-        __atomic_add_fetch(&e->refs, 1, __ATOMIC_RELAXED);
-        fp_acct_get(held);
-        t->inode = e;
-        t->acct_ref = held;
-        t->acct = acct;
-        t->before = before;
-        t->start = after;
-        t->growth = growth;
-        t->len = 0;
-        r = 0;
-      }
+      // The ticket's start is the new size (resize_end's cut), its length 0.
+      r = fp_wl_take(e, held, before, (uint64_t) size, (uint64_t) size, 0, t);
     }
     pthread_mutex_unlock(&fp_wlock);
   }
