@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 30,
+  VERSION: 31,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -76,6 +76,7 @@ export const ABI = {
   HIDDEN_DIGITS: 16,
   MODE_TYPES: 16,
   NAME_MAX: 255,
+  HOME_ROOT_PERMS: 448,
   OPEN_TMPFILE: 4194304,
   DIRCACHE_READLINK_MAX: 4000,
   MAX_SAFE_INTEGER: 9007199254740991,

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 30
+#define HOMESFS_ABI_VERSION 31
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -106,6 +106,10 @@
   /* The longest name component, in bytes (Linux NAME_MAX): no profile's   */ \
   /* maxNameBytes exceeds it, and no longer name is served.                */ \
   X(NAME_MAX, 255) \
+  /* The permission bits a home itself is presented with (its owner's     */ \
+  /* only, whatever its backing directory has): src/fs/present.ts         */ \
+  /* homeNodeAttr, fastpath/fastpath_attr.c fp_home_getattr (448 = 0700).  */ \
+  X(HOME_ROOT_PERMS, 448) \
   /* The open flag that marks a CREATE as O_TMPFILE (O_TMPFILE without     */ \
   /* O_DIRECTORY: 020000000): the session keeps it in the flags it hands   */ \
   /* JavaScript for a FUSE_TMPFILE (session/ops_files.c; src/fs/file.ts). */ \

@@ -1,6 +1,7 @@
 import type { BigIntStats } from 'node:fs';
 import type { Owner } from '../backing/store.js';
 import { HomesError } from '../errors.js';
+import { ABI } from '../abi.js';
 import { OWNER_BITS, type Profile } from '../policy/profiles.js';
 
 /** What the op table (src/fuse/ops.ts) hands to the kernel for one node. */
@@ -105,7 +106,7 @@ export function presentedMode(profile: Profile, st: BigIntStats): number {
 export function homeNodeAttr(profile: Profile, owner: Owner, st: BigIntStats, isHomeRoot: boolean): Attr {
   const presentOwner = profile.chown === 'allow' && !isHomeRoot ? { uid: Number(st.uid), gid: Number(st.gid) } : owner;
   return {
-    mode: isHomeRoot ? S_IFDIR | 0o700 : presentedMode(profile, st),
+    mode: isHomeRoot ? S_IFDIR | ABI.HOME_ROOT_PERMS : presentedMode(profile, st),
     uid: presentOwner.uid,
     gid: presentOwner.gid,
     size: st.size,

@@ -103,7 +103,7 @@ static int fp_home_getattr (const char *path, size_t plen, struct stat *out) {
   if (fp_now_ns() < __atomic_load_n(&home->root_until, __ATOMIC_ACQUIRE) && fstat(home->fd, &st) == 0 && S_ISDIR(st.st_mode) &&
       (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0) {
     *out = st;
-    out->st_mode = S_IFDIR | 0700;
+    out->st_mode = S_IFDIR | HOMESFS_HOME_ROOT_PERMS;
     out->st_uid = home->uid;
     out->st_gid = home->gid;
     answered = 1;
