@@ -152,15 +152,15 @@ static void *worker(void *arg) {
 
 TEST(racing_workers_and_the_watchdog_post_every_lead_once) {
   uint64_t revoked0 = hs_lead_revoked, handoffs0 = hs_lead_handoffs;
-  __atomic_store_n(&hs_lead_last, hs_now_ns(), __ATOMIC_SEQ_CST);
+  __atomic_store_n(&hs_lead_last, hs_mono_ns(), __ATOMIC_SEQ_CST);
   pthread_t wd, w[WORKERS];
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   REQUIRE(pthread_create(&wd, &attr, hs_lead_watchdog, NULL) == 0);
   for (int i = 0; i < WORKERS; i++) pthread_create(&w[i], NULL, worker, (void *) (uintptr_t) (i + 1));
-  int64_t end = hs_now_ns() + RUN_NS;
-  while (hs_now_ns() < end) {
+  int64_t end = hs_mono_ns() + RUN_NS;
+  while (hs_mono_ns() < end) {
     if (sem_value() > 1) sem_over = 1;
     struct timespec ts = { 0, 50000 };
     nanosleep(&ts, NULL);

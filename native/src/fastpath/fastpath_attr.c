@@ -30,6 +30,7 @@
 // debug. A symlink in the way (ELOOP here, ENOTDIR in JS) still goes to JS.
 
 #include "fastpath/fastpath_internal.h"
+#include "sys/clock.h"
 
 uint64_t fp_answered = 0;    // atomic
 uint64_t fp_fallbacks = 0;   // atomic (only counted while enabled)
@@ -87,12 +88,6 @@ static size_t fp_home_path (const char *path) {
   return strlen(path);
 }
 
-static int64_t fp_now_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 // The home itself while JS's check of it stands: 1 answered in *out, else 0.
 static int fp_home_getattr (const char *path, size_t plen, struct stat *out) {
   fp_pin_t pin;
@@ -100,7 +95,7 @@ static int fp_home_getattr (const char *path, size_t plen, struct stat *out) {
   const fp_home_t *home = pin.home;
   int answered = 0;
   struct stat st;
-  if (fp_now_ns() < __atomic_load_n(&home->root_until, __ATOMIC_ACQUIRE) && fstat(home->fd, &st) == 0 && S_ISDIR(st.st_mode) &&
+  if (hs_mono_ns() < __atomic_load_n(&home->root_until, __ATOMIC_ACQUIRE) && fstat(home->fd, &st) == 0 && S_ISDIR(st.st_mode) &&
       (uint64_t) st.st_dev == home->dev && ((uint64_t) st.st_ino >> 63) == 0) {
     *out = st;
     out->st_mode = S_IFDIR | HOMESFS_HOME_ROOT_PERMS;
@@ -114,7 +109,7 @@ static int fp_home_getattr (const char *path, size_t plen, struct stat *out) {
 
 int fp_home_checked (const char *prefix, size_t n, double token, double ms) {
   int found = 0;
-  int64_t until = fp_now_ns() + (int64_t) (ms * 1e6);
+  int64_t until = hs_mono_ns() + (int64_t) (ms * 1e6);
   pthread_rwlock_rdlock(&fp_lock);
   fp_home_t *e = fp_find_home(prefix, n, fp_hash(prefix, n));
   if (e != NULL && e->token == token) {

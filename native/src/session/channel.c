@@ -36,6 +36,7 @@
 #include "sys/napi_args.h"
 #endif
 
+#include "sys/clock.h"
 #include "session/channel.h"
 #include "session/proto.h"
 #include "session/channel_internal.h"
@@ -145,12 +146,6 @@ uint64_t hs_lead_read_handoffs = 0; // atomic: of the handoffs, before a read th
 static pthread_key_t hs_lead_key;
 static __thread uint64_t hs_lead_mine = 0;
 
-static int64_t hs_now_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t) ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 // Gives the lead up if this thread still holds it: exactly one post per lead.
 static void hs_lead_drop (void) {
   uint64_t mine = hs_lead_mine;
@@ -231,7 +226,7 @@ static int hs_lead_take (void) {
 static void hs_lead_busy (void) {
   uint64_t mine = hs_lead_mine;
   if (mine == 0 || __atomic_load_n(&hs_lead_cur, __ATOMIC_SEQ_CST) != mine) return;
-  int64_t now = hs_now_ns();
+  int64_t now = hs_mono_ns();
   __atomic_store_n(&hs_lead_busy_since, now, __ATOMIC_SEQ_CST);
   // The lead may have been taken away between the check and the store: the
   // time would then be the next leader's, which is reading, and the watchdog
@@ -258,7 +253,7 @@ static int hs_lead_revoke (uint64_t cur) {
 static void * hs_lead_watchdog (void *arg) {
   (void) arg;
   for (;;) {
-    int64_t now = hs_now_ns();
+    int64_t now = hs_mono_ns();
     uint64_t cur = __atomic_load_n(&hs_lead_cur, __ATOMIC_SEQ_CST);
     int64_t since = __atomic_load_n(&hs_lead_busy_since, __ATOMIC_SEQ_CST);
     if (cur != 0 && since != 0 && now - since >= HOMESFS_LEAD_STALL_NS) {
@@ -267,7 +262,7 @@ static void * hs_lead_watchdog (void *arg) {
       // Quiet: sleep until the next request (its leader wakes this thread).
       __atomic_store_n(&hs_wd_asleep, 1, __ATOMIC_SEQ_CST);
       if (__atomic_load_n(&hs_lead_busy_since, __ATOMIC_SEQ_CST) == 0 &&
-          hs_now_ns() - __atomic_load_n(&hs_lead_last, __ATOMIC_SEQ_CST) >= HOMESFS_LEAD_IDLE_NS) {
+          hs_mono_ns() - __atomic_load_n(&hs_lead_last, __ATOMIC_SEQ_CST) >= HOMESFS_LEAD_IDLE_NS) {
         while (sem_wait(&hs_wd_sem) != 0) { /* EINTR */ }
       }
       __atomic_store_n(&hs_wd_asleep, 0, __ATOMIC_SEQ_CST);
@@ -287,7 +282,7 @@ void hs_lead_start (void) {
   sem_init(&hs_lead_sem, 0, 1);
   sem_init(&hs_wd_sem, 0, 0);
   pthread_key_create(&hs_lead_key, hs_lead_exit);
-  __atomic_store_n(&hs_lead_last, hs_now_ns(), __ATOMIC_SEQ_CST);
+  __atomic_store_n(&hs_lead_last, hs_mono_ns(), __ATOMIC_SEQ_CST);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);

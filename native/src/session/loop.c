@@ -39,13 +39,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "session/channel.h"
 #include "session/lead.h"
 #include "session/handles.h"
 #include "session/loop.h"
 #include "session/proto.h"
+#include "sys/clock.h"
 
 #define HS_MAX_WORKERS 64
 #define HS_MAX_IDLE 8
@@ -78,11 +78,6 @@ static void stop_signal (int sig) {
   (void) sig;
 }
 
-static uint64_t now_ns (void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
 
 static void *worker_main (void *arg);
 
@@ -210,7 +205,7 @@ static void *worker_main (void *arg) {
     size_t len = (size_t) res;
     // Seen by a handover (hs_loop_busy_ms): a request answered here for seconds
     // (a native cut of a big file) would hold a pause as long.
-    __atomic_store_n(&w->since, now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->since, (uint64_t) hs_mono_ns(), __ATOMIC_RELAXED);
     if (!hs_proto_filter(buf, &len, w_se, w_ch) && !hs_handles_filter(buf, len, w_ch)) fuse_session_process(w_se, buf, len, w_ch);
     __atomic_store_n(&w->since, 0, __ATOMIC_RELAXED);
     pthread_mutex_lock(&w_mu);
@@ -271,7 +266,7 @@ int hs_loop_paused (void) {
 }
 
 double hs_loop_busy_ms (void) {
-  uint64_t now = now_ns(), oldest = 0;
+  uint64_t now = (uint64_t) hs_mono_ns(), oldest = 0;
   pthread_mutex_lock(&w_mu);
   for (hs_worker_t *w = w_list; w != NULL; w = w->next) {
     uint64_t since = __atomic_load_n(&w->since, __ATOMIC_RELAXED);
