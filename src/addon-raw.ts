@@ -135,7 +135,7 @@ export interface AddonRaw {
   /** [requests resent, of them answered EIO, dead handles reopened] (handles.c) */
   hs_session_handle_stats(): [number, number, number];
   /** [minor, kernel's minor, max write, max pages, INIT flags, largest READ, largest WRITE, LOOKUPs, READDIRPLUSes] (session/proto.h) */
-  hs_session_proto(): [number, number, number, number, number, number, number, number, number, number];
+  hs_session_proto(): [number, number, number, number, number, number, number, number, number, number, number];
   hs_session_passthrough(): [number, number, number, number, number, number, number, number, number, number, number, number];
   hs_session_passed_through(ino: bigint): boolean;
   /** the dead handles this daemon reopened (handles.h), serialised for a successor, or -errno */

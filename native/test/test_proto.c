@@ -179,6 +179,37 @@ TEST(passthrough_is_asked_with_init_ext_only_when_wanted_and_offered) {
   CHECK_EQ(hs_proto_passthrough(), 1);
 }
 
+// A 6.14+ kernel with enable_uring on offers FUSE over io_uring beside
+// passthrough: the answer takes passthrough alone, and the offer is kept for
+// status (a ring's requests would not survive the daemon: proto.h).
+TEST(io_uring_offered_is_never_asked_and_the_offer_is_kept) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes", &ch);
+  char req[256];
+  size_t len = init_request2(req, 45, OFFERED, HS_FUSE2_PASSTHROUGH | HS_FUSE2_OVER_IO_URING);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK(answer().flags & FUSE_INIT_EXT);
+  CHECK_EQ(answer().flags2 & HS_FUSE2_OVER_IO_URING, 0);
+  CHECK_EQ(answer().flags2, HS_FUSE2_PASSTHROUGH);
+  CHECK_EQ(hs_proto_get().flags2 & HS_FUSE2_OVER_IO_URING, 0);
+  CHECK(hs_proto_get().kernel_flags2 & HS_FUSE2_OVER_IO_URING);
+  // A successor sees the same offer and the same refusal in the kept INIT.
+  char blob[4096];
+  size_t blen = kept_len;
+  memcpy(blob, kept, blen);
+  fuse_session_destroy(se);
+  CHECK_EQ(hs_proto_adopt(blob, blen), len);
+  CHECK_EQ(hs_proto_get().flags2 & HS_FUSE2_OVER_IO_URING, 0);
+  CHECK(hs_proto_get().kernel_flags2 & HS_FUSE2_OVER_IO_URING);
+  // Offered without passthrough: nothing in flags2 is asked, FUSE_INIT_EXT neither.
+  se = session("big_writes", &ch);
+  len = init_request2(req, 45, OFFERED, HS_FUSE2_OVER_IO_URING);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  CHECK(!(answer().flags & FUSE_INIT_EXT));
+  CHECK_EQ(answer().flags2, 0);
+  fuse_session_destroy(se);
+}
+
 TEST(an_older_kernel_keeps_its_minor_and_without_max_pages_its_request_size) {
   struct fuse_chan *ch;
   struct fuse_session *se = session("big_writes,max_write=1048576", &ch);

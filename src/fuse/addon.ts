@@ -82,6 +82,8 @@ export interface ProtocolInfo {
   lookups: number;
   readdirplus: number;
   reads: number;
+  /** the kernel offers FUSE over io_uring (enable_uring on); never taken (proto.h HS_FUSE2_OVER_IO_URING) */
+  ioUringOffered: boolean;
   passthrough: PassthroughInfo;
 }
 
@@ -300,10 +302,10 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     /** [entries queued, of them sent]: the queue is FIFO (session/inval.c) */
     invalidationProgress: (): [number, number] => raw.hs_session_inval_progress(),
     protocol(): ProtocolInfo {
-      const [minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus, reads] = raw.hs_session_proto();
+      const [minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus, reads, uringOffered] = raw.hs_session_proto();
       const [negotiated, offered, active, opens, opensDirect, refused, idsOpened, idsClosed, idFailures, lastError, disabled, files] = raw.hs_session_passthrough();
       const passthrough = { negotiated: negotiated !== 0, offered: offered !== 0, active: active !== 0, opens, opensDirect, refused, idsOpened, idsClosed, idFailures, lastError, disabled: disabled !== 0, files };
-      return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus, reads, passthrough };
+      return { minor, kernelMinor, maxWrite, maxPages, flags, largestRead, largestWrite, lookups, readdirplus, reads, ioUringOffered: uringOffered !== 0, passthrough };
     },
     passedThrough: (ino: bigint): boolean => raw.hs_session_passed_through(ino),
     _isValidUtf8: (buf: Uint8Array): boolean => raw.hs_sys_utf8_valid_buffer(buf),

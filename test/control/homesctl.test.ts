@@ -258,6 +258,20 @@ describe('homesctl status', () => {
     expect((await homesctl(['--socket', sock, 'status'])).code).toBe(0);
   });
 
+  it('says when the kernel offers FUSE over io_uring, which the daemon does not take', async () => {
+    mode = 'ok';
+    const report: StatusReport = { ...STATUS, native: { ...STATUS.native, protocol: { ...STATUS.native.protocol, ioUringOffered: true } } };
+    resultOf.set('status', report);
+    try {
+      const r = await homesctl(['--socket', sock, 'status']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/^Native:\s+ok \(ABI 6, FUSE 7\.38, passthrough, io_uring offered, not taken, max write 1\.0 MiB\)$/m);
+    } finally {
+      resultOf.delete('status');
+    }
+    expect((await homesctl(['--socket', sock, 'status'])).stdout).not.toMatch(/io_uring/);
+  });
+
   it('prints its version with --version', async () => {
     const r = await homesctl(['--version']);
     expect(r.code).toBe(0);

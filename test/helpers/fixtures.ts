@@ -10,7 +10,7 @@ export const STATUS: StatusReport = {
   backing: '/srv/homes',
   configPath: null,
   mount: { path: '/homes', mounted: true, loop: 'running', lastProbeAt: '2025-01-01T00:00:00.000Z', lastProbeOk: true },
-  native: { abi: 6, selfCheck: 'ok', maxWriteRequest: 1048576, protocol: { minor: 38, kernelMinor: 45, maxWrite: 1048576, maxPages: 256, flags: 0, largestRead: 0, largestWrite: 1048576, lookups: 0, readdirplus: 0, reads: 0,
+  native: { abi: 6, selfCheck: 'ok', maxWriteRequest: 1048576, protocol: { minor: 38, kernelMinor: 45, maxWrite: 1048576, maxPages: 256, flags: 0, largestRead: 0, largestWrite: 1048576, lookups: 0, readdirplus: 0, reads: 0, ioUringOffered: false,
       passthrough: { negotiated: true, offered: true, active: true, opens: 3, opensDirect: 0, refused: 0, idsOpened: 3, idsClosed: 2, idFailures: 0, lastError: 0, disabled: false, files: 1 } } },
   homes: [
     { tenant: 'acme', key: 'web', scan: 'done', bytes: 1048576, inodes: 12 },

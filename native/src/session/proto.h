@@ -46,6 +46,12 @@
 // took unused[0]; fuse_open_out's backing_id took its padding.
 #define HS_FUSE2_PASSTHROUGH (1u << 5)
 #define HS_FOPEN_PASSTHROUGH (1u << 7)
+// 7.42: FUSE over io_uring, bit 41 (bit 9 of flags2), offered only while the
+// fuse module's enable_uring is on. Never asked: a ring's requests are
+// delivered to, and answered from, the memory of the process that registered
+// its entries, so those a crashed daemon held are lost for good, and a ring
+// cannot be given up once taken (native-notes, "FUSE over io_uring").
+#define HS_FUSE2_OVER_IO_URING (1u << 9)
 // The backing file's stack depth the session declares: 1 (a plain local
 // filesystem). A backing directory on overlayfs or another FUSE mount has a
 // depth of its own, and its backing opens fail (ELOOP): its opens stay cached.

@@ -168,17 +168,21 @@ NAPI_METHOD(hs_session_handle_stats_js) {
 }
 
 // protocol() -> [minor, kernel's minor, max write, max pages, INIT flags,
-// largest READ, largest WRITE, LOOKUPs, READDIRPLUSes] (proto.h; zeros before INIT)
+// largest READ, largest WRITE, LOOKUPs, READDIRPLUSes, READs, kernel offers
+// io_uring] (proto.h; zeros before INIT)
 NAPI_METHOD(hs_session_proto_js) {
   hs_proto_t p = hs_proto_get();
   uint32_t r = 0, w = 0;
   uint64_t lookups = 0, plus = 0, reads = 0;
   hs_proto_largest(&r, &w);
   hs_proto_counts(&lookups, &plus, &reads);
-  double all[10] = { p.minor, p.kernel_minor, p.max_write, p.max_pages, p.flags, r, w, (double) lookups, (double) plus, (double) reads };
+  double all[11] = {
+    p.minor, p.kernel_minor, p.max_write, p.max_pages, p.flags, r, w, (double) lookups, (double) plus, (double) reads,
+    (p.kernel_flags2 & HS_FUSE2_OVER_IO_URING) ? 1 : 0,
+  };
   napi_value out, v;
-  napi_create_array_with_length(env, 10, &out);
-  for (uint32_t i = 0; i < 10; i++) {
+  napi_create_array_with_length(env, 11, &out);
+  for (uint32_t i = 0; i < 11; i++) {
     napi_create_double(env, all[i], &v);
     napi_set_element(env, out, i, v);
   }

@@ -279,6 +279,8 @@ export function renderStatus(s: StatusReport, verbose = false): string {
   if (p.minor > 0) nativeExtra.push(`FUSE 7.${p.minor}`);
   // Older daemons report no passthrough.
   if (p.passthrough?.negotiated) nativeExtra.push(p.passthrough.active ? 'passthrough' : 'passthrough off');
+  // The admin turned enable_uring on; the daemon still reads /dev/fuse (README, "FUSE over io_uring").
+  if (p.ioUringOffered) nativeExtra.push('io_uring offered, not taken');
   if (s.native.maxWriteRequest !== null) nativeExtra.push(`max write ${formatBytes(s.native.maxWriteRequest)}`);
   if (s.native.detail) nativeExtra.push(s.native.detail);
   const totals = nativeTotals(s.native);
