@@ -84,6 +84,18 @@ static struct fuse_init_out answer (void) {
   return io;
 }
 
+// The answer a fresh session ("big_writes") gives an INIT of minor `minor`
+// offering `flags` and `flags2`; the negotiated state stays in hs_proto_get().
+static struct fuse_init_out answer_to (uint32_t minor, uint32_t flags, uint32_t flags2) {
+  struct fuse_chan *ch;
+  struct fuse_session *se = session("big_writes", &ch);
+  char req[256];
+  size_t len = init_request2(req, minor, flags, flags2);
+  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
+  fuse_session_destroy(se);
+  return answer();
+}
+
 #define OFFERED (FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT | FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS)
 
 TEST(init_is_raised_to_our_minor_and_1_MiB_requests) {
@@ -149,28 +161,18 @@ TEST(passthrough_is_asked_with_init_ext_only_when_wanted_and_offered) {
   memcpy(blob, kept, blen);
   fuse_session_destroy(se);
   // Not offered (no FUSE_INIT_EXT from the kernel, or no flag in flags2): not asked.
-  se = session("big_writes", &ch);
-  len = init_request2(req, 45, OFFERED & ~FUSE_INIT_EXT, HS_FUSE2_PASSTHROUGH);
-  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
-  CHECK(!(answer().flags & FUSE_INIT_EXT));
-  CHECK_EQ(answer().flags2, 0);
+  struct fuse_init_out io2 = answer_to(45, OFFERED & ~FUSE_INIT_EXT, HS_FUSE2_PASSTHROUGH);
+  CHECK(!(io2.flags & FUSE_INIT_EXT));
+  CHECK_EQ(io2.flags2, 0);
   CHECK_EQ(stack_depth(), 0);
   CHECK_EQ(hs_proto_passthrough(), 0);
-  fuse_session_destroy(se);
   // An older kernel (7.39): not asked either.
-  se = session("big_writes", &ch);
-  len = init_request2(req, 39, OFFERED, HS_FUSE2_PASSTHROUGH);
-  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
-  CHECK_EQ(answer().flags2, 0);
-  fuse_session_destroy(se);
+  CHECK_EQ(answer_to(39, OFFERED, HS_FUSE2_PASSTHROUGH).flags2, 0);
   // Not wanted (fuse.passthrough false).
   hs_proto_want_passthrough(0);
-  se = session("big_writes", &ch);
-  len = init_request2(req, 45, OFFERED, HS_FUSE2_PASSTHROUGH);
-  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
-  CHECK(!(answer().flags & FUSE_INIT_EXT));
-  CHECK_EQ(answer().flags2, 0);
-  fuse_session_destroy(se);
+  io2 = answer_to(45, OFFERED, HS_FUSE2_PASSTHROUGH);
+  CHECK(!(io2.flags & FUSE_INIT_EXT));
+  CHECK_EQ(io2.flags2, 0);
   // Adopted: what the predecessor negotiated; used only while still wanted.
   CHECK_EQ(hs_proto_adopt(blob, blen), len);
   CHECK_EQ(hs_proto_get().flags2, HS_FUSE2_PASSTHROUGH);
@@ -202,12 +204,9 @@ TEST(io_uring_offered_is_never_asked_and_the_offer_is_kept) {
   CHECK_EQ(hs_proto_get().flags2 & HS_FUSE2_OVER_IO_URING, 0);
   CHECK(hs_proto_get().kernel_flags2 & HS_FUSE2_OVER_IO_URING);
   // Offered without passthrough: nothing in flags2 is asked, FUSE_INIT_EXT neither.
-  se = session("big_writes", &ch);
-  len = init_request2(req, 45, OFFERED, HS_FUSE2_OVER_IO_URING);
-  CHECK_EQ(hs_proto_filter(req, &len, se, ch), 1);
-  CHECK(!(answer().flags & FUSE_INIT_EXT));
-  CHECK_EQ(answer().flags2, 0);
-  fuse_session_destroy(se);
+  struct fuse_init_out io = answer_to(45, OFFERED, HS_FUSE2_OVER_IO_URING);
+  CHECK(!(io.flags & FUSE_INIT_EXT));
+  CHECK_EQ(io.flags2, 0);
 }
 
 TEST(an_older_kernel_keeps_its_minor_and_without_max_pages_its_request_size) {
