@@ -347,19 +347,22 @@ TEST(an_open_counted_during_a_native_unlink_reads_nlink_after_the_removal) {
 TEST(openat2_answering_enosys_turns_the_fast_path_off) {
   publish();
   struct stat st;
-  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), 0);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
   __atomic_store_n(&fp_test_openat2_errno, ENOSYS, __ATOMIC_RELAXED);
-  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 0);
   __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
   // Off: everything goes to JS (nothing walks), until turned on again.
-  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), HOMESFS_FASTPATH_FALLBACK);
   __atomic_store_n(&fp_enabled, 1, __ATOMIC_RELEASE);
-  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), 0);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
   // Another errno (EXDEV, ELOOP...) is JS's to log and map: the fast path stays on.
   __atomic_store_n(&fp_test_openat2_errno, EXDEV, __ATOMIC_RELAXED);
-  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 1);
+  // A name in the home's own directory needs no walk: answered in one fstatat.
+  CHECK_EQ(hs_fastpath_getattr(P "/f04", &st), 0);
+  CHECK_EQ(st.st_size, 10);
   __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
   fp_clear_all();
 }

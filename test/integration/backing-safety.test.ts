@@ -153,6 +153,9 @@ print(n)
       expect(existsSync(join(foreign, 'new'))).toBe(false);
       expect(existsSync(join(inner, 'new'))).toBe(false);
       expect(d.logs.some((l) => l.code === 'CROSS_DEVICE')).toBe(true);
+      // Nor its attributes: a name in a home's own directory is stat'ed in one call, which crosses the mount (fastpath_attr.c).
+      const st = await runAs(0, 0, `stat -c '%i' ${home}/mnt-inside 2>&1; true`);
+      expect(st.stdout.trim()).not.toBe(String(statSync(inner).ino));
     } finally {
       execFileSync('umount', [foreign]);
       execFileSync('umount', [inner]);

@@ -140,24 +140,34 @@ int hs_fastpath_getattr (const char *path, struct stat *out) {
   fp_pin_t pin;
   if (fp_pin(path, plen, rel, &pin)) {
     const fp_home_t *home = pin.home;
-    int fd = pin.names_ok ? fp_openat2(home->fd, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -2;
-    if (fd == -1 && errno == ENOSYS) {
-      // A kernel before 5.6: nothing to walk with, JS answers everything.
-      __atomic_store_n(&fp_enabled, 0, __ATOMIC_RELEASE);
-    } else if (fd == -1 && (errno == ENOENT || errno == ENOTDIR)) {
-      answered = -errno;
-    }
     struct stat st;
-    if (fd >= 0) {
-      int r = fstat(fd, &st);
-      close(fd);
-      double charged = 0;
-      int open = r == 0 ? fp_open_size((uint64_t) st.st_dev, (uint64_t) st.st_ino, &charged) : 0;
-      // An open inode is answered with its charged size, once JS published it.
-      if (r == 0 && open >= 0 && (uint64_t) st.st_dev == home->dev) {
-        if (open > 0 && S_ISREG(st.st_mode) && charged > (double) st.st_size) st.st_size = (off_t) charged;
-        if (fp_present(out, &st, home->types, home->keep, home->or, home->owner_from_stat, home->uid, home->gid) == 0) answered = 1;
+    int r = -1;
+    if (pin.names_ok && strchr(rel, '/') == NULL) {
+      // A name in the home's own directory (a dotfile, a tool's top directory): one lstat
+      // instead of a confined open, fstat and close. One valid component crosses no symlink
+      // and no "..", and a mount point on it shows another st_dev, refused below as
+      // RESOLVE_NO_XDEV refuses it in the walk.
+      r = fstatat(home->fd, rel, &st, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT);
+      if (r != 0 && errno == ENOENT) answered = -ENOENT;
+    } else {
+      int fd = pin.names_ok ? fp_openat2(home->fd, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -2;
+      if (fd == -1 && errno == ENOSYS) {
+        // A kernel before 5.6: nothing to walk with, JS answers everything.
+        __atomic_store_n(&fp_enabled, 0, __ATOMIC_RELEASE);
+      } else if (fd == -1 && (errno == ENOENT || errno == ENOTDIR)) {
+        answered = -errno;
       }
+      if (fd >= 0) {
+        r = fstat(fd, &st);
+        close(fd);
+      }
+    }
+    double charged = 0;
+    int open = r == 0 ? fp_open_size((uint64_t) st.st_dev, (uint64_t) st.st_ino, &charged) : 0;
+    // An open inode is answered with its charged size, once JS published it.
+    if (r == 0 && open >= 0 && (uint64_t) st.st_dev == home->dev) {
+      if (open > 0 && S_ISREG(st.st_mode) && charged > (double) st.st_size) st.st_size = (off_t) charged;
+      if (fp_present(out, &st, home->types, home->keep, home->or, home->owner_from_stat, home->uid, home->gid) == 0) answered = 1;
     }
     fp_unpin(&pin);
   }
