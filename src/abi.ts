@@ -6,7 +6,7 @@
  * run with half its features silently missing or a slot read as another.
  */
 export const ABI = {
-  VERSION: 32,
+  VERSION: 33,
   ACCT_RELEASED_BYTES: 0,
   ACCT_RELEASED_INODES: 1,
   ACCT_GROWN: 2,
@@ -29,6 +29,7 @@ export const ABI = {
   REC_MKDIR: 5,
   REC_SYMLINK: 6,
   REC_LINK: 7,
+  REC_CREATED_CLOSED: 8,
   ATTR_UTIMENS: 1,
   ATTR_CHMOD: 2,
   ATTR_CHOWN_OWNER: 4,

@@ -65,6 +65,7 @@ export interface FastPathStats {
   renameFallbacks: number;
   openAnswered: number;
   openClosedNatively: number;
+  createClosedNatively: number;
   /** times a caller's create slots ran low and JS was asked to grant more */
   settleAsks: number;
   openFallbacks: number;

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 32
+#define HOMESFS_ABI_VERSION 33
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \
@@ -42,6 +42,7 @@
   X(REC_MKDIR, 5)             /* a mkdir answered here with a create slot's inode: JS counts it, the open slot back */ \
   X(REC_SYMLINK, 6)           /* a symlink answered here, the same way */ \
   X(REC_LINK, 7)              /* a hard link answered here, the same way */ \
+  X(REC_CREATED_CLOSED, 8)    /* a create answered here, released before JS adopted it: JS counts it as a mkdir's */ \
   /* SETATTR answered here (fastPath.setAttrs flags).                      */ \
   X(ATTR_UTIMENS, 1) \
   X(ATTR_CHMOD, 2) \

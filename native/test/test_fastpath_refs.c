@@ -23,6 +23,9 @@ extern void (*fp_test_settle_asked) (void);
 // Not under test here: the data plane (no home here publishes to it).
 int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
 int hs_dp_unpublish_fd(uint64_t fh) { abort(); }
+// RELEASEs not deferred (fuse.nativeRelease off) unless a test turns it on.
+int dp_test_release_deferred = 0;
+int hs_dp_release_deferred(void) { return __atomic_load_n(&dp_test_release_deferred, __ATOMIC_ACQUIRE); }
 
 #define P "/t/h"
 #define PLEN 4
@@ -368,6 +371,65 @@ TEST(openat2_answering_enosys_turns_the_fast_path_off) {
 }
 
 static void fail_allocs (int n) { __atomic_store_n(&fp_test_fail_allocs, n, __ATOMIC_RELEASE); }
+
+// A file made here whose RELEASE comes before JS took its record: with
+// RELEASEs deferred, closed here (descriptor, fgetattr handle, open count)
+// and queued as REC_CREATED_CLOSED for JS to count; without, JS's.
+TEST(a_file_made_here_and_released_before_js_took_it_is_closed_here_when_releases_are_deferred) {
+  int fds = count_fds();
+  uint32_t uid = getuid();
+  double token = publish();
+  turn_on(token);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 600, uid, 1), 1);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 601, uid, 1), 1);
+  uint64_t fh0 = 0, fh1 = 0;
+  int dio = 0;
+  CHECK_EQ(hs_fastpath_create(P "/made0", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh0, &dio), 0);
+  CHECK_EQ(hs_fastpath_release(fh0), 0);  // not deferred: JS adopts it and carries the RELEASE out
+  __atomic_store_n(&dp_test_release_deferred, 1, __ATOMIC_RELEASE);
+  CHECK_EQ(hs_fastpath_create(P "/made1", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh1, &dio), 0);
+  struct stat st;
+  CHECK_EQ(fstatat(home_dir, "made1", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(fp_find_inode((uint64_t) st.st_dev, (uint64_t) st.st_ino) != NULL);
+  uint64_t closed_before = fp_cclosed;
+  CHECK_EQ(hs_fastpath_release(fh1), 1);
+  CHECK(fp_find_inode((uint64_t) st.st_dev, (uint64_t) st.st_ino) == NULL);
+  CHECK_EQ(fp_cclosed, closed_before + 1);
+  CHECK_EQ(hs_fastpath_release(fh1), 0);  // once
+  // Its name is JS's to remove while JS has not counted it (fp_making_queued).
+  CHECK_EQ(hs_fastpath_unlink(P "/made1"), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(fstatat(home_dir, "made1", &st, AT_SYMLINK_NOFOLLOW), 0);
+  int created = 0, closed = 0;
+  for (hq_link_t *l = fp_opens_take().head; l != NULL; ) {
+    fp_open_rec_t *r = fp_rec(l);
+    l = l->next;
+    fp_dh_give(r);
+    if (r->kind == HOMESFS_REC_CREATED) {
+      CHECK_EQ(r->fh, fh0);
+      fp_handle_remove(r->fh);
+      fp_inode_delta(r->dev, r->ino, -1);
+      close(r->fd);
+      created++;
+    } else if (r->kind == HOMESFS_REC_CREATED_CLOSED) {
+      CHECK_EQ(r->fh, fh1);
+      CHECK_EQ(r->fd, -1);
+      closed++;
+    }
+    free(r);
+  }
+  CHECK_EQ(created, 1);
+  CHECK_EQ(closed, 1);
+  // Counted (the queue taken): removed here, its inode in the pending pair.
+  int64_t inodes_before = pend[HOMESFS_ACCT_RELEASED_INODES];
+  CHECK_EQ(hs_fastpath_unlink(P "/made1"), 0);
+  CHECK_EQ(pend[HOMESFS_ACCT_RELEASED_INODES], inodes_before + 1);
+  __atomic_store_n(&dp_test_release_deferred, 0, __ATOMIC_RELEASE);
+  unlinkat(home_dir, "made0", 0);
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
+  CHECK_EQ(count_fds(), fds);
+}
 
 TEST(failed_allocations_fall_back_and_lose_nothing) {
   int fds = count_fds();

@@ -11,6 +11,9 @@
 // Not under test here: the data plane's publication (the native open and create use it).
 int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
 int hs_dp_unpublish_fd(uint64_t fh) { abort(); }
+// RELEASEs not deferred (fuse.nativeRelease off) unless a test turns it on.
+int dp_test_release_deferred = 0;
+int hs_dp_release_deferred(void) { return __atomic_load_n(&dp_test_release_deferred, __ATOMIC_ACQUIRE); }
 
 static int64_t home_acct[HOMESFS_ACCT_LEN];
 

@@ -19,6 +19,9 @@ import { HandleTable, inodeKey, type Caller, type FileHandle, type HomeState } f
 import { StatusFiles } from './status.js';
 import { ABI } from '../abi.js';
 
+/** The records of names the binding made, each with the inode its create slot reserved. */
+const MAKES_A_NAME = new Set<number>([ABI.REC_CREATED, ABI.REC_MKDIR, ABI.REC_SYMLINK, ABI.REC_LINK, ABI.REC_CREATED_CLOSED]);
+
 /** The path prefix of the home under the mount, as the binding sees OPENDIR's paths. */
 const homePrefix = (hs: HomeState) => `/${hs.backing.ref.tenant}/${hs.backing.ref.key}`;
 
@@ -256,9 +259,20 @@ export abstract class OpenSlots extends OpenInodes {
    * or files it made (adopted here), slots it gives back. Records are
    * [kind, fh, fd, published, dev, ino, open flags]; kinds 1 opened, 2 an open
    * slot back, 3 created, 4 a create slot back (its inode too), 5 a directory
-   * made with a create slot's inode, 6 a symlink and 7 a hard link made so.
+   * made with a create slot's inode, 6 a symlink and 7 a hard link made so, 8
+   * a file made so and closed before it reached here (fastpath_open.c
+   * hs_fastpath_release).
    */
   private settleOpens(opens: BigUint64Array): void {
+    // Every name the binding made counted first, per ledger in one change with the removals it
+    // made since (Ledger.commitReservedInodes): one made and removed there before this batch came
+    // in must not be taken off first.
+    const made = new Map<Ledger, number>();
+    for (let i = 0; i < opens.length; i += 7) {
+      const ledger = this.credits.get(Number(opens[i + 1]))?.ledger;
+      if (ledger && MAKES_A_NAME.has(Number(opens[i]))) made.set(ledger, (made.get(ledger) ?? 0) + 1);
+    }
+    for (const [ledger, n] of made) ledger.commitReservedInodes(n);
     for (let i = 0; i < opens.length; i += 7) {
       const kind = Number(opens[i]);
       const fh = Number(opens[i + 1]);
@@ -271,16 +285,17 @@ export abstract class OpenSlots extends OpenInodes {
       }
       this.credits.delete(fh);
       this.countCredit(credit.hs, credit.uid, credit.ledger !== null, -1);
-      if (kind === ABI.REC_MKDIR || kind === ABI.REC_SYMLINK || kind === ABI.REC_LINK) {
+      if (kind === ABI.REC_MKDIR || kind === ABI.REC_SYMLINK || kind === ABI.REC_LINK || kind === ABI.REC_CREATED_CLOSED) {
         // A directory, a symlink or a hard link the binding made (dir.ts mkdir's, symlink's or link's step for step): the
         // slot's inode is its charge, all it has (every name counts as an inode; a directory and a symlink count no bytes,
-        // a link's bytes stay the file's). The open-file slot and the handle number go back unused.
-        credit.ledger?.commitReservedInode();
+        // a link's bytes stay the file's). The open-file slot and the handle number go back unused. A file the binding
+        // made and closed before this: the same, its bytes charged by the binding as each write landed.
         const p = credit.hs.pending;
         if (p.length >= ABI.ACCT_LEN && Atomics.load(p, ABI.ACCT_BUSY) > 0n) Atomics.sub(p, ABI.ACCT_BUSY, 1n);
         credit.slot.release();
         this.handles.unreserve(fh);
         this.wantCredits(credit.hs, credit.uid, true);
+        if (kind === ABI.REC_CREATED_CLOSED) this.grantBytes(credit.hs);
         continue;
       }
       if (kind === ABI.REC_UNUSED || kind === ABI.REC_UNUSED_CREATE) {
@@ -291,8 +306,7 @@ export abstract class OpenSlots extends OpenInodes {
         continue;
       }
       if (kind === ABI.REC_CREATED) {
-        credit.ledger?.commitReservedInode();
-        // Counted now: the binding marked the home busy from before the file existed (fastpath_create.c).
+        // Counted now (its inode above): the binding marked the home busy from before the file existed (fastpath_create.c).
         const p = credit.hs.pending;
         if (p.length >= ABI.ACCT_LEN && Atomics.load(p, ABI.ACCT_BUSY) > 0n) Atomics.sub(p, ABI.ACCT_BUSY, 1n);
       }

@@ -312,11 +312,23 @@ export class Ledger {
 
   /** Apply what removals outside JavaScript took out of the home since the last call. */
   takePending(): void {
+    this.#takePending(0);
+  }
+
+  /**
+   * takePending, with `made` names the binding made (their reserved inodes)
+   * counted in the same change: a name made and removed there before its
+   * record came in is then never taken off a count that does not hold it yet
+   * (which clamps at 0 and loses it for good).
+   */
+  #takePending(made: number): void {
     const p = this.#pending;
-    if (p === null) return;
     // Most calls find nothing: a plain read first (a release that lands meanwhile is taken next time).
-    const taking = p[0] !== 0n || p[1] !== 0n || (p.length >= ACCT_LEN && (p[ACCT_GROWN] !== 0n || p[ACCT_REFUND] !== 0n));
-    if (!taking) return;
+    const taking = p !== null && (p[0] !== 0n || p[1] !== 0n || (p.length >= ACCT_LEN && (p[ACCT_GROWN] !== 0n || p[ACCT_REFUND] !== 0n)));
+    if (!taking) {
+      if (made !== 0) this.#addInodes(made);
+      return;
+    }
     this.#checkpoint?.busy(1);
     let released = 0;
     let inodes = 0;
@@ -337,7 +349,7 @@ export class Ledger {
       this.#reservedBytes = Math.max(0, this.#reservedBytes - grown - refund);
     }
     if (grown !== released) this.#addBytes(grown - released);
-    if (inodes !== 0) this.#addInodes(-inodes);
+    if (inodes !== made) this.#addInodes(made - inodes);
     this.#checkpoint?.busy(-1);
   }
 
@@ -503,7 +515,7 @@ export class Ledger {
   /**
    * Hold one inode for a create made elsewhere (the binding's native create):
    * checked against the cap with every inode counted and held, but not counted
-   * itself until commitReservedInode (the file was made) or given back with
+   * itself until commitReservedInodes (the file was made) or given back with
    * releaseReservedInode. Views of the home show only what exists.
    */
   reserveInode(): void {
@@ -511,10 +523,11 @@ export class Ledger {
     this.#reserved += 1;
   }
 
-  commitReservedInode(): void {
-    this.takePending();
-    this.#reserved = Math.max(0, this.#reserved - 1);
-    this.#addInodes(1);
+  /** `n` reserved inodes whose names were made, counted with what removals took out meanwhile (#takePending). */
+  commitReservedInodes(n: number): void {
+    assertCount('inodes', n);
+    this.#reserved = Math.max(0, this.#reserved - n);
+    this.#takePending(n);
   }
 
   releaseReservedInode(): void {

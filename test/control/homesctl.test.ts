@@ -1045,7 +1045,7 @@ describe('homesctl status: the native counters', () => {
       ...STATUS.native,
       fastPath: {
         answered: 1370, fallbacks: 17, negative: 12, homeAnswered: 5, unlinkAnswered: 5, unlinkFallbacks: 1, unlinkSlowFrees: 0, readdirAnswered: 62, readdirFallbacks: 0, fgetattrAnswered: 3, fgetattrFallbacks: 0,
-        openAnswered: 31, openClosedNatively: 4, openFallbacks: 2, createAnswered: 7, createFallbacks: 1, createSlotAsks: 3, mkdirAnswered: 11, mkdirFallbacks: 2, symlinkAnswered: 4, symlinkFallbacks: 1, linkAnswered: 4, linkFallbacks: 1, rmdirAnswered: 8, rmdirFallbacks: 1, renameAnswered: 3, renameFallbacks: 1, openSlotsGranted: 0, utimensAnswered: 1, chmodAnswered: 2, chownAnswered: 0,
+        openAnswered: 31, openClosedNatively: 4, openFallbacks: 2, createAnswered: 7, createClosedNatively: 5, createFallbacks: 1, createSlotAsks: 3, mkdirAnswered: 11, mkdirFallbacks: 2, symlinkAnswered: 4, symlinkFallbacks: 1, linkAnswered: 4, linkFallbacks: 1, rmdirAnswered: 8, rmdirFallbacks: 1, renameAnswered: 3, renameFallbacks: 1, openSlotsGranted: 0, utimensAnswered: 1, chmodAnswered: 2, chownAnswered: 0,
         setattrFallbacks: 3, writesDecided: 40, writeDecisionFallbacks: 6, truncatesDecided: 5, truncateFallbacks: 2, homes: 2, openInodes: 0, handles: 0, inFlight: 1, retiredHomes: 1,
       },
       releasesAnswered: 25,
@@ -1070,7 +1070,7 @@ describe('homesctl status: the native counters', () => {
       expect(v.stdout).toMatch(/^Native counters \(answered in the binding; "to JS": handed to the daemon\):$/m);
       expect(v.stdout).toMatch(/^ {2}getattr\s+1370 answered \(12 ENOENT\/ENOTDIR, 5 of homes themselves\), 17 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}open\s+31 answered \(4 closed before the daemon adopted them\), 2 to JS$/m);
-      expect(v.stdout).toMatch(/^ {2}create\s+7 made, 1 to JS, 3 asks for more slots$/m);
+      expect(v.stdout).toMatch(/^ {2}create\s+7 made \(5 closed before the daemon adopted them\), 1 to JS, 3 asks for more slots$/m);
       expect(v.stdout).toMatch(/^ {2}mkdir\s+11 made, 2 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}symlink\s+4 made, 1 to JS$/m);
       expect(v.stdout).toMatch(/^ {2}link\s+4 made, 1 to JS$/m);

@@ -41,9 +41,10 @@ const HOMES = {
   [`${T}/txt`]: { owner: ownerNo(6), profile: 'scratch' },
   [`${T}/nf`]: { owner: ownerNo(7), profile: 'home' },
   [`${T}/burst`]: { owner: ownerNo(8), profile: 'home' },
+  [`${T}/shut`]: { owner: ownerNo(9), profile: 'home' },
 };
 
-type Native = { openAnswered: number; openClosedNatively: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createFallbacks: number; createSlotAsks: number };
+type Native = { openAnswered: number; openClosedNatively: number; openFallbacks: number; openSlotsGranted: number; createAnswered: number; createClosedNatively: number; createFallbacks: number; createSlotAsks: number };
 
 describe.skipIf(!canMount)('native open (fuse.nativeOpen): slots granted ahead, adopted before anything else', () => {
   const s = ownerSuite({ homes: HOMES, config: { owners: OWNERS, profiles: { ten, twenty } } });
@@ -262,6 +263,43 @@ print(len(os.listdir(h)))`,
     // Without the asks, each time the slots ran out the next create came to the daemon (33 of 600 here).
     expect(n1.createAnswered - n0.createAnswered).toBeGreaterThan(600 - 10);
     expect(await s.usage(`${T}/burst`)).toMatchObject({ bytes: 600, inodes: 601 });
+  });
+
+  it('files made natively and closed before the daemon took them in: closed in the binding, every inode and written byte in the ledger, every descriptor back', async () => {
+    const home = s.d.home(T, 'shut');
+    await warm(home);
+    await s.d.status();
+    const idle = s.d.fdCount();
+    const n0 = await native();
+    // Made, written (natively, C charging each write) and closed one after another, in a
+    // subdirectory whose GETATTRs the binding answers: nothing reaches the daemon between
+    // a create and its RELEASE but the binding's asks for more slots.
+    const out = await s.py(
+      `import os,sys,time
+h=os.path.join(sys.argv[1], 'sub')
+os.mkdir(h)
+for i in range(300):
+  fd=os.open(os.path.join(h, 'c%03d' % i), os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o600)
+  os.write(fd, b'y' * (i % 7 + 1))
+  if i % 50 == 0: os.write(fd, b'z' * 70000)
+  os.close(fd)
+  if i == 0: time.sleep(0.5)
+print(len(os.listdir(h)))`,
+      home,
+    );
+    expect(out).toBe('300');
+    const deadline = Date.now() + 10_000;
+    while (s.d.fdCount() !== idle && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(s.d.fdCount()).toBe(idle);
+    const n1 = await native();
+    expect(n1.createAnswered - n0.createAnswered).toBeGreaterThan(250);
+    expect(n1.createClosedNatively - n0.createClosedNatively).toBeGreaterThan(100);
+    let bytes = 0;
+    for (let i = 0; i < 300; i++) bytes += (i % 7) + 1 + (i % 50 === 0 ? 70000 : 0);
+    expect(await s.usage(`${T}/shut`)).toMatchObject({ bytes, inodes: 301 });
+    expect((await homeStatus('shut')).openFiles).toBe(0);
+    const r = JSON.parse(await s.ctl('--json', 'rescan', `${T}/shut`)) as { drift: { bytes: number; inodes: number } };
+    expect(r.drift).toEqual({ bytes: 0, inodes: 0 });
   });
 
   it('posix: a file made natively belongs to its creator, keeps a setgid directory\'s group, and a setuid one is the daemon\'s to make', async () => {

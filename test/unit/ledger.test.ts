@@ -411,6 +411,25 @@ describe('Ledger: releases made outside JavaScript (the pending pair of native u
     expect(l.available()).toEqual({ bytes: 1000, inodes: 1 });
   });
 
+  it('names made and removed natively before their commit came in: counted in one change, never below zero, none lost', () => {
+    // A home of one name, three more made in the binding with reserved inodes and removed there
+    // before JavaScript took their records: the removals arrive first, the commits after.
+    const p = new BigInt64Array(2);
+    const l = new Ledger(limits, { bytes: 0, inodes: 1 }, null, p);
+    const under: unknown[] = [];
+    l.onUnderflow = (u) => under.push(u);
+    for (let i = 0; i < 3; i++) l.reserveInode();
+    for (let i = 0; i < 3; i++) nativeRelease(p, 0);
+    l.commitReservedInodes(3);
+    expect(l.snapshot()).toMatchObject({ inodes: 1 });
+    expect(l.reservedInodes).toBe(0);
+    expect(under).toEqual([]);
+    // Nothing pending: the commit alone.
+    l.reserveInode();
+    l.commitReservedInodes(1);
+    expect(l.snapshot()).toMatchObject({ inodes: 2 });
+  });
+
   it('an unbudgeted tenant pool takes its members\' releases when its total is read; detach takes them first', () => {
     const pool = new TenantPool('t');
     const pa = new BigInt64Array(2);
@@ -470,7 +489,7 @@ describe('Ledger: inodes reserved for creates made outside JavaScript (the nativ
     expect([l.inodes, l.reservedInodes, l.snapshot().inodes]).toEqual([1, 2, 1]);
     expect(refusal(() => l.addInode()).code).toBe('INODES_EXCEEDED');
     expect(refusal(() => l.reserveInode()).details).toMatchObject({ current: 1, limit: 3, requested: 4, reserved: 2 });
-    l.commitReservedInode();
+    l.commitReservedInodes(1);
     expect([l.inodes, l.reservedInodes]).toEqual([2, 1]);
     l.releaseReservedInode();
     expect([l.inodes, l.reservedInodes]).toEqual([2, 0]);
@@ -500,7 +519,7 @@ describe('Ledger: inodes reserved for creates made outside JavaScript (the nativ
               expect(made + held).toBe(max);
             }
           } else if (op === 'commit' && held > 0) {
-            l.commitReservedInode();
+            l.commitReservedInodes(1);
             held--;
             made++;
           } else if (op === 'release' && held > 0) {
@@ -730,7 +749,7 @@ describe('Ledger: soft limits', () => {
     expect(heard).toEqual([]);
     l.reserveInode();
     expect(heard).toEqual([]);
-    l.commitReservedInode();
+    l.commitReservedInodes(1);
     expect(heard).toEqual([{ what: 'inodes', used: 3, soft: 2, hard: 10 }]);
     l.addInode();
     expect(heard).toHaveLength(1);

@@ -233,6 +233,10 @@ int dp_release_deferred = 0;          // atomic: JavaScript's switch
 hq_t dp_releases = HQ_INIT(dp_releases);  // under dp_lock, oldest first
 uint64_t dp_releases_answered = 0;    // counter for tests and figures
 
+int hs_dp_release_deferred(void) {
+  return __atomic_load_n(&dp_release_deferred, __ATOMIC_ACQUIRE);
+}
+
 int hs_dp_release(uint64_t fh) {
   if (!__atomic_load_n(&dp_release_deferred, __ATOMIC_ACQUIRE)) return 0;
   dp_release_t *r = malloc(sizeof(*r));

@@ -31,6 +31,8 @@ int hs_dp_truncate(uint64_t fh, int64_t size);
 // here and queued for JavaScript (deferral on), 0 when it must go to
 // JavaScript as before.
 int hs_dp_release(uint64_t fh);
+// Whether RELEASEs are answered here and deferred (fuse.nativeRelease): 1 or 0.
+int hs_dp_release_deferred(void);
 
 // publish(fh, fd, flags) from C, for a handle opened natively under policy
 // generation gen (hs_fastpath_policy_gen, read with the home's flags):

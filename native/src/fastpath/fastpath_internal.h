@@ -366,6 +366,8 @@ int fp_home_checked (const char *prefix, size_t n, double token, double ms);
 napi_value fp_home_checked_js (napi_env env, napi_callback_info info);
 fp_inode_t * fp_find_inode (uint64_t dev, uint64_t ino);
 int fp_inode_open (uint64_t dev, uint64_t ino);
+// fastpath_open.c: a record of the inode's making not yet taken by JS (its removal is then JS's).
+int fp_making_queued (uint64_t dev, uint64_t ino);
 int fp_components_ok (const char *rel, uint32_t max_name);
 int fp_split_path (const char *path, size_t *plen, const char **rel);
 int fp_openat2 (int dirfd, const char *rel, uint64_t flags);
@@ -440,7 +442,7 @@ napi_value fp_set_attr_ops (napi_env env, napi_callback_info info);
 // ---- fastpath_open.c: the slots, the queue, and what open and create share ----
 extern pthread_mutex_t fp_open_lock;
 extern uint32_t fp_slot_count;
-extern uint64_t fp_oanswered, fp_ofallbacks, fp_oclosed;
+extern uint64_t fp_oanswered, fp_ofallbacks, fp_oclosed, fp_cclosed;
 // A caller's create slots in a home down to this many: JS is asked to grant more.
 #define FP_CSLOTS_LOW 8
 extern uint64_t fp_settle_asks;  // atomic: asks posted to JS

@@ -77,6 +77,7 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "renameFallbacks", (double) __atomic_load_n(&fp_rnfallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openAnswered", (double) __atomic_load_n(&fp_oanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openClosedNatively", (double) __atomic_load_n(&fp_oclosed, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "createClosedNatively", (double) __atomic_load_n(&fp_cclosed, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "homeAnswered", (double) __atomic_load_n(&fp_home_answered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "settleAsks", (double) __atomic_load_n(&fp_settle_asks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "openFallbacks", (double) __atomic_load_n(&fp_ofallbacks, __ATOMIC_RELAXED));

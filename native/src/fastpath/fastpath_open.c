@@ -46,6 +46,7 @@ uint32_t fp_slot_count = 0;  // under fp_open_lock
 // back: it goes to JS through the queue, never back to a list.
 uint64_t fp_slot_gen = 0;
 uint64_t fp_oclosed = 0;  // opens closed here before JS adopted them, atomic
+uint64_t fp_cclosed = 0;  // files made here closed before JS adopted them, atomic
 
 // ---- the ask to settle: a thread-safe function, set once from the JS thread ----------
 // Whoever takes a create slot (a worker) posts; the JS thread clears the flag
@@ -101,6 +102,26 @@ void fp_return_list_locked (hq_link_t **list, uint32_t kind) {
     r->kind = kind;
     fp_queue_locked(r);
   }
+}
+
+// Whether a record of (dev, ino)'s making (a file, directory, symlink or hard
+// link made here) still waits in the queue: its inode is not in the ledger
+// yet, so a removal of it is JS's, which takes the queue before it serves
+// anything (OpenSlots.settle) and counts the name before it takes it off.
+// The record is queued before the make is answered, so before any request
+// can name what it made (the count's look without the lock, as RELEASE's).
+int fp_making_queued (uint64_t dev, uint64_t ino) {
+  if (hq_count(&fp_opens) == 0) return 0;
+  int found = 0;
+  pthread_mutex_lock(&fp_open_lock);
+  for (hq_link_t *l = fp_opens.head; l != NULL && !found; l = l->next) {
+    const fp_open_rec_t *r = fp_rec(l);
+    uint32_t k = r->kind;
+    found = (k == HOMESFS_REC_CREATED || k == HOMESFS_REC_CREATED_CLOSED || k == HOMESFS_REC_MKDIR || k == HOMESFS_REC_SYMLINK || k == HOMESFS_REC_LINK) &&
+            r->dev == dev && r->ino == ino;
+  }
+  pthread_mutex_unlock(&fp_open_lock);
+  return found;
 }
 
 // The home's create slots back to JS (each with its reserved inode).
@@ -270,26 +291,42 @@ int hs_fastpath_open (const char *path, int flags, uint32_t uid, uint64_t *fh, i
 // along, so its caps and views are unchanged. If slots went back to JS since
 // this one was taken (fp_slot_gen: a reclaim before a cap, a home withdrawn,
 // republished or freed), the slot goes to JS through the queue instead, as an
-// unused one. Returns 1 when the RELEASE was answered here; 0: the handle is
-// JS's (adopted, or not opened here), and the RELEASE goes on as before.
+// unused one. A file made here (REC_CREATED) is closed the same way while
+// RELEASEs are deferred (fuse.nativeRelease), but its record goes to JS as
+// REC_CREATED_CLOSED: the inode its create slot reserved is the file's now,
+// and JS counts it and takes the slot back as for a mkdir. Its bytes are the
+// ledger's already (C charged each write of it), and an unlinked-while-open
+// name is the session's hidden name, whose removal JS settles after this.
+// Returns 1 when the RELEASE was answered here; 0: the handle is JS's
+// (adopted, or not opened here), and the RELEASE goes on as before.
 int hs_fastpath_release (uint64_t fh) {
   if (!__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE)) return 0;
   if (hq_count(&fp_opens) == 0) return 0;
+  int created_too = hs_dp_release_deferred();
   fp_open_rec_t *r = NULL;
   pthread_mutex_lock(&fp_open_lock);
   for (hq_link_t **pp = &fp_opens.head; *pp != NULL; pp = &(*pp)->next) {
-    if (fp_rec(*pp)->kind == HOMESFS_REC_OPENED && fp_rec(*pp)->fh == fh) {
+    uint32_t kind = fp_rec(*pp)->kind;
+    if ((kind == HOMESFS_REC_OPENED || (created_too && kind == HOMESFS_REC_CREATED)) && fp_rec(*pp)->fh == fh) {
       r = fp_rec(hq_unlink(&fp_opens, pp));
       break;
     }
   }
   pthread_mutex_unlock(&fp_open_lock);
   if (r == NULL) return 0;
-  // The kernel sends RELEASE after the handle's last READ was answered: nothing is in flight.
+  // The kernel sends RELEASE after the handle's last READ and WRITE were answered: nothing is in flight.
   if (r->published) hs_dp_unpublish_fd(fh);
   fp_open_unregister(r->dev, r->ino, (uint32_t) fh);
   close(r->fd);
   fp_dh_give(r);
+  if (r->kind == HOMESFS_REC_CREATED) {
+    r->kind = HOMESFS_REC_CREATED_CLOSED;
+    r->fd = -1;
+    r->published = 0;
+    fp_queue(r);
+    __atomic_add_fetch(&fp_cclosed, 1, __ATOMIC_RELAXED);
+    return 1;
+  }
   r->kind = HOMESFS_REC_UNUSED;
   r->fd = -1;
   r->published = 0;

@@ -131,6 +131,8 @@ static int fp_unlink_node (int pfd, const char *name, int node, const struct sta
   pthread_rwlock_rdlock(&fp_lock);
   int open = fp_inode_open(dev, ino);
   pthread_rwlock_unlock(&fp_lock);
+  // A name made here that JS has not counted yet is JS's to remove, as an open file is.
+  if (!open) open = fp_making_queued(dev, ino);
   int done = 0;
 #ifdef HOMESFS_TEST_HOOKS
   if (!open && fp_test_unlink_checked != NULL) fp_test_unlink_checked(dev, ino);
@@ -240,7 +242,9 @@ int hs_fastpath_rmdir (const char *path) {
       ssize_t rl = readlink(where, real, sizeof(real));
       // The directory's backing path: the parent's, a slash and the name (see above).
       int shallow = rl > 0 && (size_t) rl + 1 + strlen(name) < HOMESFS_DIRCACHE_READLINK_MAX;
-      if (node >= 0 && shallow && fstat(node, &st) == 0 && (uint64_t) st.st_dev == home->dev && S_ISDIR(st.st_mode)) {
+      // A directory made here that JS has not counted yet is JS's to remove (fp_making_queued).
+      if (node >= 0 && shallow && fstat(node, &st) == 0 && (uint64_t) st.st_dev == home->dev && S_ISDIR(st.st_mode) &&
+          !fp_making_queued((uint64_t) st.st_dev, (uint64_t) st.st_ino)) {
         int64_t *pending = pin.pol.pending->data;
         __atomic_add_fetch(&pending[HOMESFS_ACCT_BUSY], 1, __ATOMIC_SEQ_CST);
         if (unlinkat(pfd, name, AT_REMOVEDIR) == 0) {

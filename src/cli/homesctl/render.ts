@@ -232,7 +232,7 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
       ['readdir', `${f.readdirAnswered} answered, ${f.readdirFallbacks} to JS`],
       ['unlink', `${f.unlinkAnswered} done, ${f.unlinkFallbacks} to JS`],
       ['open', `${f.openAnswered} answered (${f.openClosedNatively ?? 0} closed before the daemon adopted them), ${f.openFallbacks} to JS`],
-      ['create', `${f.createAnswered} made, ${f.createFallbacks} to JS, ${f.createSlotAsks ?? 0} asks for more slots`],
+      ['create', `${f.createAnswered} made (${f.createClosedNatively ?? 0} closed before the daemon adopted them), ${f.createFallbacks} to JS, ${f.createSlotAsks ?? 0} asks for more slots`],
       ['mkdir', `${f.mkdirAnswered ?? 0} made, ${f.mkdirFallbacks ?? 0} to JS`],
       ['symlink', `${f.symlinkAnswered ?? 0} made, ${f.symlinkFallbacks ?? 0} to JS`],
       ['link', `${f.linkAnswered ?? 0} made, ${f.linkFallbacks ?? 0} to JS`],
