@@ -326,7 +326,7 @@ export class Ledger {
     // Most calls find nothing: a plain read first (a release that lands meanwhile is taken next time).
     const taking = p !== null && (p[0] !== 0n || p[1] !== 0n || (p.length >= ACCT_LEN && (p[ACCT_GROWN] !== 0n || p[ACCT_REFUND] !== 0n)));
     if (!taking) {
-      if (made !== 0) this.#addInodes(made);
+      this.#addMadeAndRemoved(made, 0);
       return;
     }
     this.#checkpoint?.busy(1);
@@ -349,7 +349,7 @@ export class Ledger {
       this.#reservedBytes = Math.max(0, this.#reservedBytes - grown - refund);
     }
     if (grown !== released) this.#addBytes(grown - released);
-    if (inodes !== made) this.#addInodes(made - inodes);
+    this.#addMadeAndRemoved(made, inodes);
     this.#checkpoint?.busy(-1);
   }
 
@@ -627,6 +627,19 @@ export class Ledger {
     this.#pool?.charge(applied);
     if (applied !== 0) this.#settleSoft(applied > 0);
     return applied;
+  }
+
+  /**
+   * `made` names counted and `removed` taken off: the removals the count holds
+   * first, then each name made on its own (a soft limit crossed is reported at
+   * the count that crossed it, as one create at a time would), then the
+   * removals of names among those just made.
+   */
+  #addMadeAndRemoved(made: number, removed: number): void {
+    const held = Math.min(removed, this.#inodes);
+    if (held > 0) this.#addInodes(-held);
+    for (let i = 0; i < made; i++) this.#addInodes(1);
+    if (removed > held) this.#addInodes(held - removed);
   }
 
   #addInodes(delta: number): void {

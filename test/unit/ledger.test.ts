@@ -760,6 +760,14 @@ describe('Ledger: soft limits', () => {
     expect(heard).toHaveLength(2);
   });
 
+  it('a batch of names the binding made crosses at the count that crossed, as one create at a time would', () => {
+    const { l, heard } = watched({ maxHomeBytes: 0, maxInodes: 10, maxFileBytes: 0, softInodes: 5 }, { bytes: 0, inodes: 5 });
+    for (let i = 0; i < 3; i++) l.reserveInode();
+    l.commitReservedInodes(3);
+    expect(heard).toEqual([{ what: 'inodes', used: 6, soft: 5, hard: 10 }]);
+    expect(l.inodes).toBe(8);
+  });
+
   it('built above, or a soft limit lowered under usage: over, without a crossing', () => {
     const { l, heard } = watched({ maxHomeBytes: 1000, maxInodes: 0, maxFileBytes: 0, softHomeBytes: 100 }, { bytes: 500, inodes: 0 });
     expect(l.soft().bytes.over).toBe(true);
