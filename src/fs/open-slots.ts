@@ -264,9 +264,9 @@ export abstract class OpenSlots extends OpenInodes {
    * hs_fastpath_release).
    */
   private settleOpens(opens: BigUint64Array): void {
-    // Every name the binding made counted first, per ledger in one change with the removals it
-    // made since (Ledger.commitReservedInodes): one made and removed there before this batch came
-    // in must not be taken off first.
+    // Every name the binding made counted first, per ledger together with the removals it made
+    // since (Ledger.commitReservedInodes): one made and removed there before this batch came in
+    // must not be taken off a count that does not hold it yet.
     const made = new Map<Ledger, number>();
     for (let i = 0; i < opens.length; i += 7) {
       const ledger = this.credits.get(Number(opens[i + 1]))?.ledger;
