@@ -40,6 +40,7 @@
       "src/fastpath/dirhandles.c",
       "src/fastpath/dirhandles_napi.c",
       "src/fastpath/fastpath_attr.c",
+      "src/fastpath/fastpath_dircache.c",
       "src/fastpath/fastpath_create.c",
       "src/fastpath/fastpath_napi.c",
       "src/fastpath/fastpath_open.c",

@@ -60,6 +60,10 @@ export interface FastPathStats {
   linkAnswered: number;
   linkFallbacks: number;
   rmdirAnswered: number;
+  /** GETATTRs below a kept directory descriptor (fastpath_dircache.c), walks that opened one, descriptors kept now */
+  dirCacheHits: number;
+  dirCacheWalks: number;
+  dirCacheHeld: number;
   rmdirFallbacks: number;
   renameAnswered: number;
   renameFallbacks: number;

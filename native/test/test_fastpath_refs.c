@@ -352,6 +352,9 @@ TEST(openat2_answering_enosys_turns_the_fast_path_off) {
   struct stat st;
   CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
   __atomic_store_n(&fp_test_openat2_errno, ENOSYS, __ATOMIC_RELAXED);
+  // Its directory is kept (fastpath_dircache.c): no walk until the generation moves.
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
+  hs_fastpath_dirs_moved();
   CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 0);
   __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
@@ -360,6 +363,7 @@ TEST(openat2_answering_enosys_turns_the_fast_path_off) {
   __atomic_store_n(&fp_enabled, 1, __ATOMIC_RELEASE);
   CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
   // Another errno (EXDEV, ELOOP...) is JS's to log and map: the fast path stays on.
+  hs_fastpath_dirs_moved();
   __atomic_store_n(&fp_test_openat2_errno, EXDEV, __ATOMIC_RELAXED);
   CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(__atomic_load_n(&fp_enabled, __ATOMIC_ACQUIRE), 1);
@@ -951,7 +955,7 @@ static void js_loop (void) {
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
     // Each change off and on again (as a rescan's gate or a policy change does), racing the ops.
     switch (r % 10) {
-      case 0: token = publish(); turn_on(token); break;
+      case 0: token = publish(); turn_on(token); hs_fastpath_dirs_moved(); break;
       case 1: fp_home_remove(P, PLEN, token); token = publish(); turn_on(token); break;
       case 2: fp_clear_all(); token = publish(); turn_on(token); js_write_inodes(1); break;
       case 3:
@@ -1002,6 +1006,53 @@ static void js_counts (const char *name, int delta) {
   struct stat st;
   if (fstatat(home_dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) abort();
   fp_inode_delta((uint64_t) st.st_dev, (uint64_t) st.st_ino, delta);
+}
+
+// A directory's descriptor kept for GETATTR is trusted until a RENAME or RMDIR
+// moves the generation (the session's, hs_fastpath_dirs_moved), whatever
+// happened on the backing; a missing directory is ENOENT as the walk's, a
+// file in the way goes to the walk; a removed home's descriptors are closed.
+TEST(a_kept_directory_answers_until_the_generation_moves_and_goes_with_its_home) {
+  double token = publish();
+  struct stat st;
+  char d[160], d2[160];
+  snprintf(d, sizeof(d), "%s/d", home_path);
+  snprintf(d2, sizeof(d2), "%s/d-moved", home_path);
+  int fds = count_fds();
+  uint64_t hits = __atomic_load_n(&fp_dc_hits, __ATOMIC_RELAXED);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
+  CHECK_EQ(st.st_size, 10);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f1", &st), 0);
+  CHECK_EQ(__atomic_load_n(&fp_dc_hits, __ATOMIC_RELAXED), hits + 1);
+  CHECK_EQ(count_fds(), fds + 1);
+  // Moved behind the session (as only a RENAME through the mount can): still the kept one...
+  CHECK_EQ(rename(d, d2), 0);
+  CHECK_EQ(mkdir(d, 0700), 0);
+  make_file("d/f0", 3);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
+  CHECK_EQ(st.st_size, 10);
+  // ...until the generation moves, as the RENAME's answer does.
+  hs_fastpath_dirs_moved();
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f0", &st), 0);
+  CHECK_EQ(st.st_size, 3);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f1", &st), -ENOENT);
+  CHECK_EQ(hs_fastpath_getattr(P "/nope/f1", &st), -ENOENT);
+  // A file where a directory was: the whole path's walk answers (ENOTDIR).
+  CHECK_EQ(hs_fastpath_getattr(P "/f03/x", &st), -ENOTDIR);
+  // Back as the tree was, for the tests after.
+  snprintf(d, sizeof(d), "%s/d/f0", home_path);
+  CHECK_EQ(unlink(d), 0);
+  snprintf(d, sizeof(d), "%s/d", home_path);
+  CHECK_EQ(rmdir(d), 0);
+  CHECK_EQ(rename(d2, d), 0);
+  hs_fastpath_dirs_moved();
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f1", &st), 0);
+  CHECK(count_fds() > fds);
+  // The home leaves the table: its kept descriptors are closed.
+  CHECK_EQ(fp_home_remove(P, PLEN, token), 1);
+  CHECK_EQ(count_fds(), fds - 1);
+  fp_clear_all();
+  fp_reap();
 }
 
 TEST(a_native_rename_moves_a_closed_file_and_releases_a_replaced_one_as_an_unlink_else_js_with_nothing_changed) {

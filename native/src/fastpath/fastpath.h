@@ -28,6 +28,11 @@
 // HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was written).
 int hs_fastpath_getattr (const char *path, struct stat *st);
 
+// A RENAME or RMDIR request is finishing (JavaScript's or this binding's,
+// whatever its result), before its answer: the directory descriptors kept
+// for GETATTR (fastpath_dircache.c) are no longer trusted.
+void hs_fastpath_dirs_moved (void);
+
 // fgetattr of a handle JS published (hs_fastpath_set_handle): 0 answered, else fallback.
 int hs_fastpath_fgetattr (uint64_t fh, struct stat *st);
 

@@ -142,13 +142,19 @@ int hs_fastpath_getattr (const char *path, struct stat *out) {
     const fp_home_t *home = pin.home;
     struct stat st;
     int r = -1;
-    if (pin.names_ok && strchr(rel, '/') == NULL) {
+    const char *last_slash = strrchr(rel, '/');
+    int dc = FP_DC_WALK;
+    if (pin.names_ok && last_slash == NULL) {
       // A name in the home's own directory (a dotfile, a tool's top directory): one lstat
       // instead of a confined open, fstat and close. One valid component crosses no symlink
       // and no "..", and a mount point on it shows another st_dev, refused below as
       // RESOLVE_NO_XDEV refuses it in the walk.
       r = fstatat(home->fd, rel, &st, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT);
       if (r != 0 && errno == ENOENT) answered = -ENOENT;
+    } else if (pin.names_ok && (dc = fp_dc_stat(home, rel, (size_t) (last_slash - rel), &st)) != FP_DC_WALK) {
+      // Deeper: the same lstat below the kept descriptor of its directory (fastpath_dircache.c).
+      r = dc == 0 ? 0 : -1;
+      if (dc == -ENOENT) answered = -ENOENT;
     } else {
       int fd = pin.names_ok ? fp_openat2(home->fd, rel, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -2;
       if (fd == -1 && errno == ENOSYS) {

@@ -421,6 +421,16 @@ void fp_reap (void);
 // ---- fastpath_attr.c ----
 extern uint64_t fp_answered, fp_fallbacks, fp_fanswered, fp_ffallbacks, fp_negative, fp_ranswered, fp_rfallbacks, fp_home_answered;
 
+// ---- fastpath_dircache.c: kept descriptors of directories for GETATTR ----
+// fp_dc_stat: lstat of rel's last component below the kept (or newly walked)
+// descriptor of rel[0..dlen), the directory it is in: 0 with *st, -ENOENT
+// (answer it), or FP_DC_WALK (the whole path's walk decides). fp_dc_forget:
+// the entries of a home's publication (all: every entry) closed.
+#define FP_DC_WALK 1
+int fp_dc_stat (const fp_home_t *home, const char *rel, size_t dlen, struct stat *st);
+void fp_dc_forget (double token, int all);
+extern uint64_t fp_dc_hits, fp_dc_walks, fp_dc_held;
+
 // ---- fastpath_unlink.c ----
 extern uint64_t fp_uanswered, fp_ubig, fp_ufallbacks;
 extern uint64_t fp_rmdir_on, fp_rdanswered, fp_rdfallbacks;

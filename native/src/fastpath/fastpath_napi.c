@@ -52,6 +52,9 @@ static napi_value fp_stats (napi_env env, napi_callback_info info) {
   hs_js_set_num(env, out, "answered", (double) __atomic_load_n(&fp_answered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "fallbacks", (double) __atomic_load_n(&fp_fallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "negative", (double) __atomic_load_n(&fp_negative, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "dirCacheHits", (double) __atomic_load_n(&fp_dc_hits, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "dirCacheWalks", (double) __atomic_load_n(&fp_dc_walks, __ATOMIC_RELAXED));
+  hs_js_set_num(env, out, "dirCacheHeld", (double) __atomic_load_n(&fp_dc_held, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "unlinkAnswered", (double) __atomic_load_n(&fp_uanswered, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "unlinkFallbacks", (double) __atomic_load_n(&fp_ufallbacks, __ATOMIC_RELAXED));
   hs_js_set_num(env, out, "unlinkSlowFrees", (double) __atomic_load_n(&fp_ubig, __ATOMIC_RELAXED));

@@ -119,6 +119,7 @@ static fp_home_t * fp_home_take_locked (const char *prefix, size_t n, double tok
 // the table's reference goes (the last pin's unpin frees it otherwise).
 static void fp_home_retire (fp_home_t *e) {
   if (e == NULL) return;
+  fp_dc_forget(e->token, 0);
   fp_drain(e, 3);
   fp_home_put(e);
 }
@@ -240,6 +241,7 @@ void fp_clear_all (void) {
   fp_inode_count = 0;
   fp_handle_count = 0;
   pthread_rwlock_unlock(&fp_lock);
+  fp_dc_forget(0, 1);
   while (homes != NULL) { fp_home_t *n = homes->next; fp_home_put(homes); homes = n; }
   while (inodes != NULL) { fp_inode_t *n = inodes->next; fp_inode_put(inodes); inodes = n; }
   while (handles != NULL) { fp_handle_t *n = handles->next; fp_handle_retire(handles); handles = n; }

@@ -154,6 +154,7 @@ void hs_ll_rmdir (fuse_req_t req, fuse_ino_t parent, const char *name) {
   if (op == NULL) return;
   if (op_named(op, parent, name, 1) != 0) return;
   if (hs_fastpath_rmdir(op->path) == 0) {
+    hs_fastpath_dirs_moved();
     hs_node_removed(op->dir, name);
     return op_reply_err(op, 0);
   }

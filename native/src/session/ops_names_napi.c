@@ -54,6 +54,8 @@ void ops_made_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values,
 void ops_removed_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
   (void) env; (void) values; (void) n;
   hs_op_t *op = (hs_op_t *) c;
+  // Whatever became of it, before the answer (fastpath_dircache.c).
+  if (op->call.op == HOMESFS_OP_RMDIR) hs_fastpath_dirs_moved();
   if (res < 0) return op_reply_err(op, res);
   hs_node_removed(op->dir, op->name);
   op_reply_err(op, 0);
@@ -103,6 +105,8 @@ size_t ops_hide_args (napi_env env, hs_call_t *c, napi_value *argv) {
 void ops_renamed_done (napi_env env, hs_call_t *c, int32_t res, napi_value *values, size_t n) {
   (void) env; (void) values; (void) n;
   hs_op_t *op = (hs_op_t *) c;
+  // A directory may have moved, whatever the result says (fastpath_dircache.c).
+  hs_fastpath_dirs_moved();
   if (res < 0) return op_reply_err(op, res);
   // JavaScript swapped the two names (it refuses any other flags): so does the table.
   int err = op->flags == RENAME_EXCHANGE ? hs_node_exchanged(op->dir, op->name, op->dir2, op->name2)

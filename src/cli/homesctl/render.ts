@@ -228,6 +228,7 @@ function nativeRows(n: StatusReport['native']): Array<[string, string]> {
   if (f) {
     rows.push(
       ['getattr', `${f.answered} answered (${f.negative} ENOENT/ENOTDIR, ${f.homeAnswered ?? 0} of homes themselves), ${f.fallbacks} to JS`],
+      ['directories kept', `${f.dirCacheHits ?? 0} getattrs below a kept directory, ${f.dirCacheWalks ?? 0} walks, ${f.dirCacheHeld ?? 0} kept now`],
       ['fgetattr', `${f.fgetattrAnswered ?? 0} answered, ${f.fgetattrFallbacks ?? 0} to JS`],
       ['readdir', `${f.readdirAnswered} answered, ${f.readdirFallbacks} to JS`],
       ['unlink', `${f.unlinkAnswered} done, ${f.unlinkFallbacks} to JS`],
