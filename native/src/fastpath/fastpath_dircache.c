@@ -16,8 +16,8 @@
 // (RESOLVE_BENEATH, no symlinks, no mount crossing), so it is of a directory
 // inside its home on the home's device, and no request through the mount
 // can move a directory out of its home (a rename across homes is EXDEV).
-// Unlike DirCache, no procfs readlink checks a shallow descriptor (it costs
-// about what the walk saved): a directory root moves on the backing by hand
+// Unlike DirCache, no procfs readlink checks a shallow descriptor (it would
+// take back most of what the walk saved: native-notes has the figures): a directory root moves on the backing by hand
 // is stat'ed where it went until the next RENAME, RMDIR or republication.
 // Only GETATTR uses these: every open, create and removal walks afresh.
 //
