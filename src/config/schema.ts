@@ -218,7 +218,7 @@ export const ConfigSchema = z
     limits: z
       .object({
         nofile: z.number().int().min(1024).max(1 << 30).optional(),
-        /** at least the directory cache (1024) and room for sockets and scans */
+        /** at least the directory caches (1024, and the binding's 64) and room for sockets and scans */
         reserveFiles: z.number().int().min(1280).max(1 << 30).default(2048),
         openFilesPerUid: z.number().int().min(0).max(1 << 30).default(8192),
         /** open directory handles of one caller uid (uid 0 not counted), 0 = off: each costs libfuse one listing request (4 KiB) */

@@ -34,7 +34,8 @@
 
 #include "fastpath/fastpath_internal.h"
 
-#define FP_DC_SLOTS 256
+// Out of limits.reserveFiles (docs/configuration.md), beside JS's 1024.
+#define FP_DC_SLOTS 64
 
 typedef struct fp_dc_entry {
   double token;
