@@ -284,6 +284,7 @@ export interface AddonRaw {
   hs_fastpath_set_settle_handler(fn: () => void): void;
   hs_fastpath_set_free_inline_max(bytes: number): void;
   hs_fastpath_set_rmdir(on: boolean): void;
+  hs_fastpath_set_dircache(on: boolean): void;
   hs_fastpath_set_truncate(on: boolean): void;
   hs_fastpath_enable(on: boolean): void;
   hs_fastpath_clear(): void;

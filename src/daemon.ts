@@ -234,7 +234,7 @@ async function start(initial: LoadedConfig, log: Logger, readConfig: (() => Prom
   // (what libfuse may hold for them), and each as one open file against the open-file caps, beside JS's files.
   Fuse.setDirHandleCaps(config.limits.dirHandlesPerUid, config.limits.dirHandles);
   const dirHandles = { counts: Fuse.dirHandleCounts.bind(Fuse), files: Fuse.setOpenFileCounts.bind(Fuse) };
-  const fastPath = config.fuse.nativeFastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate, config.fuse.nativeWrite && config.fuse.nativeWriteDecision, config.fuse.nativeMkdir, config.fuse.nativeRmdir, config.fuse.nativeRename, config.fuse.nativeSymlink, config.fuse.nativeLink, config.fuse.nativeTruncate) : null;
+  const fastPath = config.fuse.nativeFastPath ? new NativeFastPath(Fuse.fastPath, log.child({ component: 'fastpath' }), config.fuse.nativeUnlink, config.fuse.nativeOpen, config.fuse.nativeSetattr, config.fuse.nativeCreate, config.fuse.nativeWrite && config.fuse.nativeWriteDecision, config.fuse.nativeMkdir, config.fuse.nativeRmdir, config.fuse.nativeRename, config.fuse.nativeSymlink, config.fuse.nativeLink, config.fuse.nativeTruncate, !config.allowOpenBacking) : null;
   // RELEASE answered by the binding, carried out here before the next request.
   const releases = config.fuse.nativeRelease ? nativeReleases(Fuse) : null;
   // What the daemon changes behind the kernel's back is told to its caches (entries and attributes kept for long).

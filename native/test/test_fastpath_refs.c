@@ -74,6 +74,8 @@ __attribute__((constructor)) static void make_tree (void) {
   home_ino = (uint64_t) st.st_ino;
   pthread_once(&fp_once, fp_init_lock);
   __atomic_store_n(&fp_enabled, 1, __ATOMIC_RELEASE);
+  // Directories kept for GETATTR, as the daemon keeps them on a backing only root can reach.
+  __atomic_store_n(&fp_dc_on, 1, __ATOMIC_RELEASE);
 }
 
 // setHome as JS calls it: a new entry for P, every operation off; its token.
@@ -1048,6 +1050,15 @@ TEST(a_kept_directory_answers_until_the_generation_moves_and_goes_with_its_home)
   hs_fastpath_dirs_moved();
   CHECK_EQ(hs_fastpath_getattr(P "/d/f1", &st), 0);
   CHECK(count_fds() > fds);
+  // Turned off (an open backing): every kept descriptor is closed and none is kept again.
+  __atomic_store_n(&fp_dc_on, 0, __ATOMIC_RELEASE);
+  fp_dc_forget(0, 1);
+  CHECK_EQ(count_fds(), fds);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f1", &st), 0);
+  CHECK_EQ(count_fds(), fds);
+  __atomic_store_n(&fp_dc_on, 1, __ATOMIC_RELEASE);
+  CHECK_EQ(hs_fastpath_getattr(P "/d/f1", &st), 0);
+  CHECK_EQ(count_fds(), fds + 1);
   // The home leaves the table: its kept descriptors are closed.
   CHECK_EQ(fp_home_remove(P, PLEN, token), 1);
   CHECK_EQ(count_fds(), fds - 1);

@@ -23,6 +23,8 @@ export interface FastPathNative {
   setFreeInlineMax(bytes: number): void;
   /** RMDIRs of mutable homes done natively (config fuse.nativeRmdir) */
   setRmdir(on: boolean): void;
+  /** directory descriptors kept for GETATTR (on only while the backing is root's alone: allowOpenBacking off) */
+  setDirCache(on: boolean): void;
   /** FTRUNCATE of an open file whose charged size the binding owns decided there (fastpath_write.c), as its writes are */
   setTruncate(on: boolean): void;
   inode(dev: bigint, ino: bigint, delta: 1 | -1): void;
@@ -321,6 +323,9 @@ export function attachAddon(Fuse: Record<string, unknown>, raw: AddonRaw): void 
     setMutable: (prefix: string, token: number, pending?: BigInt64Array | null): boolean => raw.hs_fastpath_set_mutable(prefix, token, pending ?? null),
     setFreeInlineMax(bytes: number): void {
       raw.hs_fastpath_set_free_inline_max(bytes);
+    },
+    setDirCache(on: boolean): void {
+      raw.hs_fastpath_set_dircache(on);
     },
     setRmdir(on: boolean): void {
       raw.hs_fastpath_set_rmdir(on);

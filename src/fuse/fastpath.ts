@@ -184,6 +184,8 @@ export class NativeFastPath implements AttrPublisher {
     nativeSymlink = true,
     nativeLink = true,
     nativeTruncate = true,
+    /** directory descriptors kept for GETATTR: only where the backing tree is root's alone (allowOpenBacking off) */
+    keptDirs = true,
   ) {
     this.unlinks = nativeUnlink;
     this.opens = nativeOpen;
@@ -205,6 +207,7 @@ export class NativeFastPath implements AttrPublisher {
     native.setReserved(JS_ONLY_NAMES);
     native.setFreeInlineMax(INLINE_FREE_MAX_BYTES);
     native.setRmdir(this.rmdirs);
+    native.setDirCache(keptDirs);
     // An ftruncate's growth comes from the same credit as a write's, for the same inodes handed over.
     native.setTruncate(nativeTruncate && nativeWriteDecision);
     native.enable(true);

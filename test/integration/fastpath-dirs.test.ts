@@ -6,7 +6,7 @@
 // from another home's directory of the same name, nor from a home deleted and made again.
 // With attribute and entry timeouts of 0, every lstat of the owner's script is a LOOKUP
 // the binding answers (the counts in status prove it went through the kept descriptors).
-import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canMount, HOMESCTL, runAs, runAsync, skipReason, startDaemon, type RunningDaemon } from '../helpers/daemon.js';
@@ -113,5 +113,39 @@ describe.skipIf(!canMount).each([
     chownSync(join(top, 'h', 'f'), owner.uid, owner.gid);
     const s = await runAsync('stat', ['-c', '%s', join(d.mount, 't', 'del', 'g', 'h', 'f')]);
     expect(s.stdout.trim(), s.stderr).toBe('2');
+  });
+});
+
+describe.skipIf(!canMount)('kept directory descriptors, open backing', () => {
+  let d: RunningDaemon;
+  const stats = async () => ((await d.status()) as { native: { fastPath: DirStats } }).native.fastPath;
+
+  beforeAll(async () => {
+    d = await startDaemon({
+      create: ['t/a'],
+      homes: { 't/a': { owner: PO['t/a']! } },
+      config: { owners: OWNERS, allowOpenBacking: true, fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0 } },
+    });
+  });
+
+  afterAll(async () => {
+    await d?.stop();
+  });
+
+  it('where other uids may change the backing (allowOpenBacking), nothing is kept: a directory swapped behind the daemon is seen at once', async () => {
+    const o = PO['t/a']!;
+    const r = await runAs(o.uid, o.gid, `cd ${join(d.mount, 't', 'a')} && python3 -c 'import os\nos.makedirs("d/x")\nopen("d/x/f", "w").write("x" * 3)\nprint(os.lstat("d/x/f").st_size)'`);
+    expect(r.stdout.trim(), r.stderr).toBe('3');
+    const back = (p: string) => join(d.backing, 't', 'a', p);
+    renameSync(back('d/x'), back('d/y'));
+    mkdirSync(back('d/x'), { mode: 0o700 });
+    writeFileSync(back('d/x/f'), 'x'.repeat(7));
+    for (const p of ['d/x', 'd/x/f']) chownSync(back(p), o.uid, o.gid);
+    const s = await runAsync('stat', ['-c', '%s', join(d.mount, 't', 'a', 'd', 'x', 'f')]);
+    expect(s.stdout.trim(), s.stderr).toBe('7');
+    const after = await stats();
+    expect(after.answered).toBeGreaterThan(0);
+    expect(after.dirCacheHits).toBe(0);
+    expect(after.dirCacheHeld).toBe(0);
   });
 });

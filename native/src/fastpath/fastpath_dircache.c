@@ -17,8 +17,10 @@
 // inside its home on the home's device, and no request through the mount
 // can move a directory out of its home (a rename across homes is EXDEV).
 // Unlike DirCache, no procfs readlink checks a shallow descriptor (it would
-// take back most of what the walk saved: native-notes has the figures): a directory root moves on the backing by hand
-// is stat'ed where it went until the next RENAME, RMDIR or republication.
+// take back most of what the walk saved: native-notes has the figures), so
+// the cache is on only where no uid but root can change the backing tree
+// (fp_dc_on: allowOpenBacking off); a directory root moves there by hand is
+// stat'ed where it went until the next RENAME, RMDIR or republication.
 // Only GETATTR uses these: every open, create and removal walks afresh.
 //
 // Keyed by the home's publication token (unique for the daemon's life: a
@@ -49,6 +51,10 @@ typedef struct fp_dc_entry {
 static pthread_mutex_t fp_dc_lock = PTHREAD_MUTEX_INITIALIZER;
 static fp_dc_entry_t *fp_dc_slots[FP_DC_SLOTS];
 static uint64_t fp_dir_gen = 0;   // atomic
+// Atomic, set by JS at start (hs_fastpath_set_dircache): on only while no uid
+// but root can reach the backing tree (allowOpenBacking off), where the
+// generation sees every change of a home's tree.
+uint64_t fp_dc_on = 0;
 uint64_t fp_dc_hits = 0;          // atomic
 uint64_t fp_dc_walks = 0;         // atomic
 uint64_t fp_dc_held = 0;          // under fp_dc_lock (read atomically): entries in slots
@@ -74,6 +80,7 @@ static uint32_t fp_dc_slot (double token, const char *rel, size_t len) {
 }
 
 int fp_dc_stat (const fp_home_t *home, const char *rel, size_t dlen, struct stat *st) {
+  if (!__atomic_load_n(&fp_dc_on, __ATOMIC_ACQUIRE)) return FP_DC_WALK;
   const char *name = rel + dlen + 1;
   uint32_t slot = fp_dc_slot(home->token, rel, dlen);
   uint64_t gen = __atomic_load_n(&fp_dir_gen, __ATOMIC_SEQ_CST);

@@ -429,7 +429,8 @@ extern uint64_t fp_answered, fp_fallbacks, fp_fanswered, fp_ffallbacks, fp_negat
 #define FP_DC_WALK 1
 int fp_dc_stat (const fp_home_t *home, const char *rel, size_t dlen, struct stat *st);
 void fp_dc_forget (double token, int all);
-extern uint64_t fp_dc_hits, fp_dc_walks, fp_dc_held;
+extern uint64_t fp_dc_hits, fp_dc_walks, fp_dc_held, fp_dc_on;
+napi_value fp_set_dircache (napi_env env, napi_callback_info info);
 
 // ---- fastpath_unlink.c ----
 extern uint64_t fp_uanswered, fp_ubig, fp_ufallbacks;

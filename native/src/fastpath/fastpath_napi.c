@@ -133,6 +133,7 @@ void hs_fastpath_export (napi_env env, napi_value exports) {
   hs_export_fn(env, exports, "hs_fastpath_set_settle_handler", fp_set_settle_handler);
   hs_export_fn(env, exports, "hs_fastpath_set_free_inline_max", fp_set_free_inline_max);
   hs_export_fn(env, exports, "hs_fastpath_set_rmdir", fp_set_rmdir);
+  hs_export_fn(env, exports, "hs_fastpath_set_dircache", fp_set_dircache);
   hs_export_fn(env, exports, "hs_fastpath_set_truncate", fp_set_truncate);
   hs_export_fn(env, exports, "hs_fastpath_enable", fp_enable);
   hs_export_fn(env, exports, "hs_fastpath_clear", fp_clear);
@@ -539,6 +540,17 @@ napi_value fp_set_rmdir (napi_env env, napi_callback_info info) {
   bool on = false;
   if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) FP_THROW("hs_fastpath_set_rmdir: a boolean");
   __atomic_store_n(&fp_rmdir_on, on ? 1 : 0, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+// hs_fastpath_set_dircache(on): directory descriptors kept for GETATTR
+// (fp_dc_on, fastpath_dircache.c); turned off, every kept one is closed.
+napi_value fp_set_dircache (napi_env env, napi_callback_info info) {
+  NAPI_ARGV(1)
+  bool on = false;
+  if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) FP_THROW("hs_fastpath_set_dircache: a boolean");
+  __atomic_store_n(&fp_dc_on, on ? 1 : 0, __ATOMIC_RELEASE);
+  if (!on) fp_dc_forget(0, 1);
   return NULL;
 }
 
