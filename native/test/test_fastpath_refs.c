@@ -19,6 +19,7 @@ extern int fp_test_openat2_errno;
 extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
 extern int fp_test_fail_allocs;
 extern void (*fp_test_settle_asked) (void);
+extern void (*fp_test_dir_walked) (void);
 
 // Not under test here: the data plane (no home here publishes to it).
 int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
@@ -374,6 +375,55 @@ TEST(openat2_answering_enosys_turns_the_fast_path_off) {
   CHECK_EQ(st.st_size, 10);
   __atomic_store_n(&fp_test_openat2_errno, 0, __ATOMIC_RELAXED);
   fp_clear_all();
+}
+
+// A home removed while a GETATTR that pinned it walks a directory of it: the
+// removal waits for the pin (fp_drain), and only then closes the home's kept
+// descriptors, so the one that GETATTR keeps is closed too, never left open
+// for a home that is gone.
+static fp_home_t *walked_home = NULL;
+static int walk_paused = 0;   // atomic
+static void pause_until_draining (void) {
+  __atomic_store_n(&walk_paused, 1, __ATOMIC_RELEASE);
+  // The removal took the home out of the table and waits for this GETATTR's pin.
+  while (__atomic_load_n(&walked_home->drainers, __ATOMIC_SEQ_CST) == 0) sched_yield();
+}
+static void *getattr_deep (void *arg) {
+  struct stat st;
+  *(int *) arg = hs_fastpath_getattr(P "/d/f2", &st);
+  return NULL;
+}
+static void *remove_it (void *arg) {
+  *(int *) arg = fp_home_remove(P, PLEN, next_token - 1);
+  return NULL;
+}
+
+TEST(a_home_removed_while_a_getattr_walks_it_keeps_no_descriptor_of_it) {
+  publish();
+  int fds = count_fds();
+  pthread_rwlock_rdlock(&fp_lock);
+  walked_home = fp_find_home(P, PLEN, fp_hash(P, PLEN));
+  pthread_rwlock_unlock(&fp_lock);
+  REQUIRE(walked_home != NULL);
+  fp_home_get(walked_home);
+  hs_fastpath_dirs_moved();
+  fp_test_dir_walked = pause_until_draining;
+  int got = -1, removed = -1;
+  pthread_t g, r;
+  pthread_create(&g, NULL, getattr_deep, &got);
+  while (!__atomic_load_n(&walk_paused, __ATOMIC_ACQUIRE)) sched_yield();
+  pthread_create(&r, NULL, remove_it, &removed);
+  pthread_join(g, NULL);
+  pthread_join(r, NULL);
+  fp_test_dir_walked = NULL;
+  CHECK_EQ(got, 0);
+  CHECK_EQ(removed, 1);
+  fp_home_put(walked_home);
+  walked_home = NULL;
+  // The home's own descriptor and the kept one are closed.
+  CHECK_EQ(count_fds(), fds - 1);
+  fp_clear_all();
+  fp_reap();
 }
 
 static void fail_allocs (int n) { __atomic_store_n(&fp_test_fail_allocs, n, __ATOMIC_RELEASE); }

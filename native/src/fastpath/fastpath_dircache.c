@@ -105,6 +105,9 @@ int fp_dc_stat (const fp_home_t *home, const char *rel, size_t dlen, struct stat
     // a symlink in the way (the walk's ELOOP, JS's), so the walk decides it.
     if (fd < 0) return err == ENOENT ? -ENOENT : FP_DC_WALK;
     __atomic_add_fetch(&fp_dc_walks, 1, __ATOMIC_RELAXED);
+#ifdef HOMESFS_TEST_HOOKS
+    if (fp_test_dir_walked != NULL) fp_test_dir_walked();
+#endif
     e = malloc(sizeof(*e) + dlen + 1);
     if (e == NULL) {
       close(fd);
@@ -118,10 +121,14 @@ int fp_dc_stat (const fp_home_t *home, const char *rel, size_t dlen, struct stat
     memcpy(e->rel, rel, dlen);
     e->rel[dlen] = 0;
     pthread_mutex_lock(&fp_dc_lock);
-    fp_dc_entry_t *old = fp_dc_slots[slot];
-    fp_dc_slots[slot] = e;
-    if (old == NULL) __atomic_add_fetch(&fp_dc_held, 1, __ATOMIC_RELAXED);
-    gone = fp_dc_drop_locked(old);
+    if (__atomic_load_n(&fp_dc_on, __ATOMIC_ACQUIRE)) {
+      fp_dc_entry_t *old = fp_dc_slots[slot];
+      fp_dc_slots[slot] = e;
+      if (old == NULL) __atomic_add_fetch(&fp_dc_held, 1, __ATOMIC_RELAXED);
+      gone = fp_dc_drop_locked(old);
+    } else {
+      e->refs = 1;  // turned off meanwhile (its forget ran before this): used once, kept by no slot
+    }
     pthread_mutex_unlock(&fp_dc_lock);
     fp_dc_free(gone);
   }

@@ -152,6 +152,7 @@ void * fp_test_malloc (size_t size);
 extern int fp_test_openat2_errno;
 extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
 extern void (*fp_test_settle_asked) (void);  // each fp_ask_settle, before it looks for JS's handler
+extern void (*fp_test_dir_walked) (void);    // fp_dc_stat, between a directory's walk and keeping it
 #endif
 
 #define FP_HOME_BUCKETS 4096

@@ -549,6 +549,7 @@ napi_value fp_set_dircache (napi_env env, napi_callback_info info) {
   NAPI_ARGV(1)
   bool on = false;
   if (argc < 1 || napi_get_value_bool(env, argv[0], &on) != napi_ok) FP_THROW("hs_fastpath_set_dircache: a boolean");
+  // Stored before the forget takes the cache's lock: an insert under that lock after it sees it off.
   __atomic_store_n(&fp_dc_on, on ? 1 : 0, __ATOMIC_RELEASE);
   if (!on) fp_dc_forget(0, 1);
   return NULL;

@@ -119,8 +119,9 @@ static fp_home_t * fp_home_take_locked (const char *prefix, size_t n, double tok
 // the table's reference goes (the last pin's unpin frees it otherwise).
 static void fp_home_retire (fp_home_t *e) {
   if (e == NULL) return;
-  fp_dc_forget(e->token, 0);
   fp_drain(e, 3);
+  // After the drain: a GETATTR that pinned the home before may have kept a descriptor of it until its unpin.
+  fp_dc_forget(e->token, 0);
   fp_home_put(e);
 }
 
