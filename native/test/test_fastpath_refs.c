@@ -37,6 +37,19 @@ static int home_dir = -1;        // O_PATH of the home's backing directory
 static uint64_t home_dev, home_ino;
 static double next_token = 1;    // the "JS" thread's
 static int64_t pend[HOMESFS_ACCT_LEN];
+// What the last create, mkdir, symlink or link presented as its answer (fp_present_node).
+static struct stat made_st;
+static int made_presented;
+
+// The answer a name made here presented is the one a GETATTR of its path gives now.
+static int presented_as_getattr (const char *path) {
+  struct stat g;
+  if (!made_presented || hs_fastpath_getattr(path, &g) != 0) return 0;
+  return g.st_ino == made_st.st_ino && g.st_dev == made_st.st_dev && g.st_mode == made_st.st_mode && g.st_uid == made_st.st_uid &&
+         g.st_gid == made_st.st_gid && g.st_nlink == made_st.st_nlink && g.st_size == made_st.st_size &&
+         g.st_ctim.tv_sec == made_st.st_ctim.tv_sec && g.st_ctim.tv_nsec == made_st.st_ctim.tv_nsec &&
+         g.st_mtim.tv_sec == made_st.st_mtim.tv_sec && g.st_mtim.tv_nsec == made_st.st_mtim.tv_nsec;
+}
 
 static int count_fds (void) {
   int n = 0;
@@ -440,10 +453,10 @@ TEST(a_file_made_here_and_released_before_js_took_it_is_closed_here_when_release
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 601, uid, 1), 1);
   uint64_t fh0 = 0, fh1 = 0;
   int dio = 0;
-  CHECK_EQ(hs_fastpath_create(P "/made0", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh0, &dio), 0);
+  CHECK_EQ(hs_fastpath_create(P "/made0", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh0, &dio, &made_st, &made_presented), 0);
   CHECK_EQ(hs_fastpath_release(fh0), 0);  // not deferred: JS adopts it and carries the RELEASE out
   __atomic_store_n(&dp_test_release_deferred, 1, __ATOMIC_RELEASE);
-  CHECK_EQ(hs_fastpath_create(P "/made1", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh1, &dio), 0);
+  CHECK_EQ(hs_fastpath_create(P "/made1", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh1, &dio, &made_st, &made_presented), 0);
   struct stat st;
   CHECK_EQ(fstatat(home_dir, "made1", &st, AT_SYMLINK_NOFOLLOW), 0);
   CHECK(fp_find_inode((uint64_t) st.st_dev, (uint64_t) st.st_ino) != NULL);
@@ -508,7 +521,7 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   fail_allocs(1);
   CHECK_EQ(hs_fastpath_open(P "/f05", O_RDONLY, uid, &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
   fail_allocs(1);
-  CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio, &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   struct stat st;
   CHECK(fstatat(home_dir, "new", &st, 0) != 0);
   CHECK_EQ(fp_slot_count, 2);
@@ -526,8 +539,18 @@ TEST(failed_allocations_fall_back_and_lose_nothing) {
   CHECK_EQ(fh, 501);
   CHECK_EQ(hs_fastpath_release(fh), 1);  // closed before JS adopted it: the slot back in the list
   CHECK_EQ(fp_slot_count, 2);
-  CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio), 0);
+  made_presented = 0;
+  CHECK_EQ(hs_fastpath_create(P "/new", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio, &made_st, &made_presented), 0);
   CHECK_EQ(fh, 502);
+  // The answer: the file once owned, as an fgetattr of the handle presents it.
+  struct stat fg;
+  CHECK(made_presented);
+  CHECK_EQ(hs_fastpath_fgetattr(fh, &fg), 0);
+  CHECK_EQ(fg.st_ino, made_st.st_ino);
+  CHECK_EQ(fg.st_mode, made_st.st_mode);
+  CHECK_EQ(fg.st_uid, made_st.st_uid);
+  CHECK_EQ(fg.st_gid, made_st.st_gid);
+  CHECK_EQ(fg.st_ctim.tv_nsec, made_st.st_ctim.tv_nsec);
   CHECK_EQ(adopt_all(), 1);
   unlinkat(home_dir, "new", 0);
   fp_clear_all();
@@ -558,23 +581,23 @@ TEST(a_callers_create_slots_falling_to_the_low_mark_ask_js_once) {
   int dio = 0, made = 0;
   for (int i = 0; i < 11; i++) {
     snprintf(p, sizeof(p), P "/burst%02d", made++);
-    CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio), 0);
+    CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio, &made_st, &made_presented), 0);
     // 10 and 9 left: no ask; 8: the ask; 7 down to 0: no other.
     CHECK_EQ(settle_asks, i < 2 ? 0 : 1);
   }
   // Out of slots: the create is JS's, and asks nothing (JS, answering it, takes the queue).
   snprintf(p, sizeof(p), P "/burst%02d", made);
-  CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio, &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK_EQ(settle_asks, 1);
   // Topped up to 9: the next take leaves 8, and asks again.
   for (uint32_t i = 0; i < 9; i++) CHECK_EQ(fp_slot_grant(P, PLEN, token, 840 + i, a, 1), 1);
   snprintf(p, sizeof(p), P "/burst%02d", made++);
-  CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio), 0);
+  CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, a, getgid(), &fh, &dio, &made_st, &made_presented), 0);
   CHECK_EQ(settle_asks, 2);
   // b's five: 4 down to 0 left, never the mark.
   for (int i = 0; i < 5; i++) {
     snprintf(p, sizeof(p), P "/burst%02d", made++);
-    CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, b, getgid(), &fh, &dio), 0);
+    CHECK_EQ(hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, b, getgid(), &fh, &dio, &made_st, &made_presented), 0);
   }
   CHECK_EQ(settle_asks, 2);
   fp_test_settle_asked = NULL;
@@ -633,21 +656,23 @@ TEST(a_symlink_takes_a_create_slots_inode_after_its_target_is_judged_and_every_d
   char buf[64];
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 710, uid, 1), 1);
   // Not published for symlinks (rule 0): JS's, even with a slot.
-  CHECK_EQ(hs_fastpath_symlink(P "/ln", "f00", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_symlink(P "/ln", "f00", uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fstatat(home_dir, "ln", &st, AT_SYMLINK_NOFOLLOW) != 0);
   CHECK_EQ(fp_home_set_symlink(P, PLEN, token, 1), 1);
   int64_t busy0 = pend[HOMESFS_ACCT_BUSY];
   // Outside the home (a climb past the root, one after a name) or absolute: JS's, the slot kept.
   const char *outside[] = { "../x", "a/../f00", "/usr/bin/env", "" };
   for (int i = 0; i < 4; i++) {
-    CHECK_EQ(hs_fastpath_symlink(P "/ln", outside[i], uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+    CHECK_EQ(hs_fastpath_symlink(P "/ln", outside[i], uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
     CHECK_EQ(fp_opens_take().n, 0u);
     CHECK_EQ(fp_slot_count, 1u);
     CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0);
   }
   CHECK(fstatat(home_dir, "ln", &st, AT_SYMLINK_NOFOLLOW) != 0);
   // Made: the link with its target, one record for JS, busy until JS counts it.
-  CHECK_EQ(hs_fastpath_symlink(P "/ln", "./f00", uid, getgid()), 0);
+  made_presented = 0;
+  CHECK_EQ(hs_fastpath_symlink(P "/ln", "./f00", uid, getgid(), &made_st, &made_presented), 0);
+  CHECK(presented_as_getattr(P "/ln"));
   CHECK_EQ(fstatat(home_dir, "ln", &st, AT_SYMLINK_NOFOLLOW), 0);
   CHECK(S_ISLNK(st.st_mode));
   ssize_t n = readlinkat(home_dir, "ln", buf, sizeof(buf));
@@ -664,18 +689,18 @@ TEST(a_symlink_takes_a_create_slots_inode_after_its_target_is_judged_and_every_d
   free(r);
   pend[HOMESFS_ACCT_BUSY] = busy0;
   // No slot left: JS's.
-  CHECK_EQ(hs_fastpath_symlink(P "/ln2", "f00", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_symlink(P "/ln2", "f00", uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fstatat(home_dir, "ln2", &st, AT_SYMLINK_NOFOLLOW) != 0);
   // Rule 2 (any target): an absolute one is made too; an existing name is JS's, the slot queued back unused.
   CHECK_EQ(fp_home_set_symlink(P, PLEN, token, 2), 1);
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 711, uid, 1), 1);
-  CHECK_EQ(hs_fastpath_symlink(P "/ln", "/usr/bin/env", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_symlink(P "/ln", "/usr/bin/env", uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   q = fp_opens_take();
   CHECK_EQ(q.n, 1u);
   CHECK_EQ(fp_rec(q.head)->kind, HOMESFS_REC_UNUSED_CREATE);
   free(fp_rec(q.head));
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 712, uid, 1), 1);
-  CHECK_EQ(hs_fastpath_symlink(P "/abs", "/usr/bin/env", uid, getgid()), 0);
+  CHECK_EQ(hs_fastpath_symlink(P "/abs", "/usr/bin/env", uid, getgid(), &made_st, &made_presented), 0);
   CHECK_EQ(fstatat(home_dir, "abs", &st, AT_SYMLINK_NOFOLLOW), 0);
   CHECK(S_ISLNK(st.st_mode));
   q = fp_opens_take();
@@ -701,13 +726,15 @@ TEST(a_mkdir_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_
   struct stat st;
   // Not published for mkdirs: JS's, even with a slot.
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 700, uid, 1), 1);
-  CHECK_EQ(hs_fastpath_mkdir(P "/nd", 0755, uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_mkdir(P "/nd", 0755, uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fstatat(home_dir, "nd", &st, AT_SYMLINK_NOFOLLOW) != 0);
   CHECK_EQ(fp_home_set_mkdir(P, PLEN, token, 1, 07777, 0), 1);
   // Made: the directory with the mode asked (under the umask, as JS's mkdir), one record for JS.
   mode_t um = umask(022);
   int64_t busy0 = pend[HOMESFS_ACCT_BUSY];  // what the tests before left there
-  CHECK_EQ(hs_fastpath_mkdir(P "/nd", 0775, uid, getgid()), 0);
+  made_presented = 0;
+  CHECK_EQ(hs_fastpath_mkdir(P "/nd", 0775, uid, getgid(), &made_st, &made_presented), 0);
+  CHECK(presented_as_getattr(P "/nd"));  // the answer: owned, as a getattr of the path gives it
   CHECK_EQ(fstatat(home_dir, "nd", &st, AT_SYMLINK_NOFOLLOW), 0);
   CHECK(S_ISDIR(st.st_mode));
   CHECK_EQ(st.st_mode & 07777, 0755);
@@ -723,7 +750,7 @@ TEST(a_mkdir_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_
   free(r);
   pend[HOMESFS_ACCT_BUSY] = busy0;
   // No slot left: JS's.
-  CHECK_EQ(hs_fastpath_mkdir(P "/nd2", 0700, uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_mkdir(P "/nd2", 0700, uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fstatat(home_dir, "nd2", &st, AT_SYMLINK_NOFOLLOW) != 0);
   // Past the depth limit, setgid asked: JS's before any slot is taken. An
   // existing name (a directory, a file): JS's, the slot queued back unused.
@@ -732,7 +759,7 @@ TEST(a_mkdir_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_
   const uint32_t modes[] = { 0700, 02755, 0700, 0700 };
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 701, uid, 1), 1);
   for (int i = 0; i < 4; i++) {
-    CHECK_EQ(hs_fastpath_mkdir(doubts[i], modes[i], uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+    CHECK_EQ(hs_fastpath_mkdir(doubts[i], modes[i], uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
     CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0);
     q = fp_opens_take();
     CHECK_EQ(q.n, i < 2 ? 0u : 1u);
@@ -781,13 +808,16 @@ TEST(a_link_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_m
   REQUIRE(symlinkat("f02", home_dir, "sl") == 0);
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 710, uid, 1), 1);
   // Not published for links: JS's, even with a slot.
-  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l1", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l1", uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fstatat(home_dir, "l1", &st, AT_SYMLINK_NOFOLLOW) != 0);
   CHECK_EQ(fp_slot_count, 1);
   CHECK_EQ(fp_home_set_link(P, PLEN, token, 1), 1);
   // Linked: the new name (in another directory of the home) is the source's inode, one record for JS.
   int64_t busy0 = pend[HOMESFS_ACCT_BUSY];  // what the tests before left there
-  CHECK_EQ(hs_fastpath_link(P "/f02", P "/d/l1", uid, getgid()), 0);
+  made_presented = 0;
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/d/l1", uid, getgid(), &made_st, &made_presented), 0);
+  CHECK(presented_as_getattr(P "/d/l1"));
+  CHECK_EQ(made_st.st_nlink, 2);
   CHECK_EQ(fstatat(home_dir, "d/l1", &st, AT_SYMLINK_NOFOLLOW), 0);
   CHECK_EQ(fstatat(home_dir, "f02", &src, AT_SYMLINK_NOFOLLOW), 0);
   CHECK_EQ(st.st_ino, src.st_ino);
@@ -805,7 +835,7 @@ TEST(a_link_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_m
   free(r);
   pend[HOMESFS_ACCT_BUSY] = busy0;
   // No slot left: JS's.
-  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l2", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l2", uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fstatat(home_dir, "l2", &st, AT_SYMLINK_NOFOLLOW) != 0);
   CHECK_EQ(fp_home_set_create(P, PLEN, token, 1, 07777, 0, 2, 0), 1);
   char hidden_path[96];
@@ -815,7 +845,7 @@ TEST(a_link_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_m
   const char *made[] = { "d/x/l", "l3", "l4", ".homesfs", "l5", "l6", "l7", NULL };
   CHECK_EQ(fp_slot_grant(P, PLEN, token, 711, uid, 1), 1);
   for (int i = 0; i < 8; i++) {
-    CHECK_EQ(hs_fastpath_link(from[i], to[i], uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+    CHECK_EQ(hs_fastpath_link(from[i], to[i], uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
     CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0);
     if (made[i] != NULL) CHECK(fstatat(home_dir, made[i], &st, AT_SYMLINK_NOFOLLOW) != 0);
     q = fp_opens_take();
@@ -833,7 +863,7 @@ TEST(a_link_takes_a_create_slots_inode_and_every_doubt_goes_to_js_with_nothing_m
   CHECK_EQ(src.st_nlink, 2);
   // Off again (a profile that denies hard links): JS's, the slot left in its list.
   CHECK_EQ(fp_home_set_link(P, PLEN, token, 0), 1);
-  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l8", uid, getgid()), HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(hs_fastpath_link(P "/f02", P "/l8", uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
   CHECK(fstatat(home_dir, "l8", &st, AT_SYMLINK_NOFOLLOW) != 0);
   CHECK_EQ(fp_slot_count, 1);
   unlinkat(home_dir, "d/l1", 0);
@@ -921,7 +951,7 @@ static void *creates_unlinks (void *arg) {
     uint64_t fh = 0;
     int dio = 0;
     path_of(p, sizeof(p), "c", i % 8);
-    if (hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, getuid(), getgid(), &fh, &dio) != 0) {
+    if (hs_fastpath_create(p, 0600, O_RDWR | O_CREAT, getuid(), getgid(), &fh, &dio, &made_st, &made_presented) != 0) {
       snprintf(name, sizeof(name), "%s/c%d", home_path, i % 8);
       int fd = open(name, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);  // JS's create, in effect
       if (fd >= 0) close(fd);

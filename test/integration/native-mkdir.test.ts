@@ -1,4 +1,4 @@
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -14,7 +14,9 @@ import { ownerSuite, type Owner, type OwnerSuite } from '../helpers/owner-suite.
  * hold: the mkdirs are native (counted in status), the inode cap stays exact
  * (a mkdir at the cap is refused with EDQUOT, a rescan finds no drift), the
  * new directories' mode and owner are what the daemon gives them with the
- * switch off, and a depth past maxDepth is refused as the daemon refuses it.
+ * switch off, a depth past maxDepth is refused as the daemon refuses it, and
+ * the answer to each name the binding makes (mkdir, symlink, create, link)
+ * is its node as owned, which the kernel then serves to stat.
  *
  * NATIVE_MKDIR_OFF=1 runs the first block with the switch off: its "native"
  * counts then fail, which shows this file tests the binding's mkdirs.
@@ -112,6 +114,42 @@ describe.skipIf(!canMount)('native mkdir (fuse.nativeMkdir): made in the binding
     expect(seen.posix.slice(8)).toEqual(['sg 2775 0 500', 'sg/a 2750 0 500', 'sg/b 2750 0 500', 'sg/a/c 2750 0 500']);
     // sg was made in the backing tree, behind the daemon: only what was made through the mount is counted.
     expect(await s.usage(`${T}/px`)).toMatchObject({ inodes: 8 + 3 });
+  });
+
+  it('each name made natively is answered with its node as owned (posix: the caller\'s), what a stat of it on disk shows', async () => {
+    // The kernel keeps a new name's attributes from the answer to its MKDIR, SYMLINK, CREATE or LINK
+    // (300 s here), so a stat right after shows what the binding answered, not a fresh look.
+    const home = s.d.home(T, 'px');
+    const n0 = ((await s.d.status()) as { native: { fastPath: Native & { symlinkAnswered: number; linkAnswered: number } } }).native.fastPath;
+    const out = await s.py(
+      `import os,sys,time
+h=sys.argv[1]
+os.mkdir(os.path.join(h, 'warm'))
+time.sleep(0.5)  # the caller's first make gets it create slots
+os.mkdir(os.path.join(h, 'am'))
+os.symlink('am', os.path.join(h, 'as'))
+open(os.path.join(h, 'af'), 'w').close()
+st = os.lstat(os.path.join(h, 'af'))  # the CREATE's answer (the LINK's replaces it)
+print('af0', st.st_uid, st.st_gid)
+os.link(os.path.join(h, 'af'), os.path.join(h, 'al'))
+for n in ['am', 'as', 'af', 'al']:
+  st = os.lstat(os.path.join(h, n))
+  print(n, st.st_uid, st.st_gid, st.st_ctime_ns, st.st_nlink)
+`,
+      home,
+    );
+    const n1 = ((await s.d.status()) as { native: { fastPath: Native & { symlinkAnswered: number; linkAnswered: number } } }).native.fastPath;
+    expect(n1.mkdirAnswered - n0.mkdirAnswered).toBeGreaterThanOrEqual(1);
+    expect(n1.symlinkAnswered - n0.symlinkAnswered).toBe(1);
+    expect(n1.createAnswered - n0.createAnswered).toBe(1);
+    expect(n1.linkAnswered - n0.linkAnswered).toBe(1);
+    const U = s.owner(`${T}/px`);
+    const disk = ['am', 'as', 'af', 'al'].map((n) => {
+      const st = lstatSync(join(s.d.backingOf(T, 'px'), n), { bigint: true });
+      return `${n} ${st.uid} ${st.gid} ${st.ctimeNs} ${st.nlink}`;
+    });
+    expect(disk[0]!.split(' ').slice(1, 3)).toEqual([String(U.uid), String(U.gid)]);
+    expect(out.trim().split('\n')).toEqual([`af0 ${U.uid} ${U.gid}`, ...disk]);
   });
 
   it('mkdir -p past maxDepth is refused at the level the daemon refuses (EPERM), the levels above made natively', async () => {

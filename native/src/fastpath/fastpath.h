@@ -75,25 +75,29 @@ int hs_fastpath_chmod (const char *path, uint32_t mode);
 int hs_fastpath_chown (const char *path, uint32_t uid, uint32_t gid);
 
 // CREATE of a new name in a home JS opened for it: 0 answered (*fh the
-// handle, *direct_io its open flag; JS adopts it through hs_fastpath_take_opens),
+// handle, *direct_io its open flag; JS adopts it through hs_fastpath_take_opens;
+// *attr the new file as an fgetattr of the handle presents it when
+// *presented is 1, else the caller asks for that fgetattr),
 // HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made; a slot taken goes back).
-int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io);
+int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io, struct stat *attr, int *presented);
 
 // MKDIR of a new name in a home JS opened for creates and mkdirs: 0 made
-// (JS counts it through hs_fastpath_take_opens; the caller answers with a
-// getattr of the path), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made;
-// a slot taken goes back).
-int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid);
+// (JS counts it through hs_fastpath_take_opens; the answer is the new node
+// as a getattr of the path presents it: *attr when *presented is 1, else the
+// caller asks for that getattr), HOMESFS_FASTPATH_FALLBACK: ask JS (nothing
+// was made; a slot taken goes back).
+int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid, struct stat *attr, int *presented);
 // SYMLINK of a new name to `target` in a home JS opened for creates and
-// symlinks: 0 made (a record queued), or HOMESFS_FASTPATH_FALLBACK with
-// nothing made.
-int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid);
+// symlinks: 0 made (a record queued; *attr and *presented as for MKDIR), or
+// HOMESFS_FASTPATH_FALLBACK with nothing made.
+int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid, struct stat *attr, int *presented);
 
 // LINK of the file at path to the new name path2, both in a home JS opened
 // for creates and links: 0 linked (JS counts the name's inode through
-// hs_fastpath_take_opens; the caller answers with a getattr of path2),
+// hs_fastpath_take_opens; *attr and *presented as for MKDIR, of path2, with
+// the charged size of a file JS holds open),
 // HOMESFS_FASTPATH_FALLBACK: ask JS (nothing was made; a slot taken goes back).
-int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_t gid);
+int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_t gid, struct stat *attr, int *presented);
 
 // Adds the fastpath_* functions to the module's exports.
 // A WRITE's growth decided here (fastpath_write.c): what wl_begin took, for

@@ -80,6 +80,17 @@ static int fp_open_size (uint64_t dev, uint64_t ino, double *charged) {
   return r;
 }
 
+int fp_present_node (const fp_home_t *home, const struct stat *node, struct stat *out) {
+  if ((uint64_t) node->st_dev != home->dev) return -1;
+  struct stat st = *node;
+  double charged = 0;
+  int open = fp_open_size((uint64_t) st.st_dev, (uint64_t) st.st_ino, &charged);
+  if (open < 0) return -1;
+  // An open inode is answered with its charged size, once JS published it.
+  if (open > 0 && S_ISREG(st.st_mode) && charged > (double) st.st_size) st.st_size = (off_t) charged;
+  return fp_present(out, &st, home->types, home->keep, home->or, home->owner_from_stat, home->uid, home->gid);
+}
+
 // "/<tenant>/<key>" exactly: its length, else 0.
 static size_t fp_home_path (const char *path) {
   if (path == NULL || path[0] != '/') return 0;
@@ -168,13 +179,7 @@ int hs_fastpath_getattr (const char *path, struct stat *out) {
         close(fd);
       }
     }
-    double charged = 0;
-    int open = r == 0 ? fp_open_size((uint64_t) st.st_dev, (uint64_t) st.st_ino, &charged) : 0;
-    // An open inode is answered with its charged size, once JS published it.
-    if (r == 0 && open >= 0 && (uint64_t) st.st_dev == home->dev) {
-      if (open > 0 && S_ISREG(st.st_mode) && charged > (double) st.st_size) st.st_size = (off_t) charged;
-      if (fp_present(out, &st, home->types, home->keep, home->or, home->owner_from_stat, home->uid, home->gid) == 0) answered = 1;
-    }
+    if (r == 0 && fp_present_node(home, &st, out) == 0) answered = 1;
     fp_unpin(&pin);
   }
   if (!answered) { fp_fallback(); return HOMESFS_FASTPATH_FALLBACK; }

@@ -34,16 +34,19 @@ static int fp_create_owner (const fp_pin_t *pin, int pfd, uint32_t uid, uint32_t
   return 0;
 }
 
-// The new file `name` in pfd, made as JS's createIn makes it, *st its fstat:
-// its descriptor, or -1 with nothing left behind.
+// The new file `name` in pfd, made as JS's createIn makes it, *st its fstat
+// once owned (the CREATE's answer): its descriptor, or -1 with nothing left
+// behind. The owner is set before the checks: O_CREAT|O_EXCL made this inode
+// on this descriptor, so the fchown can only reach the new file, and the one
+// fstat after it both checks it and answers with its owner and ctime.
 static int fp_create_file (const fp_home_t *home, int pfd, const char *name, int flags, mode_t m, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
   // As file.ts backingFlags: read-only stays read-only, anything else is read-write (the UTF-8 check reads around writes).
   int acc = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
   int fd = openat(pfd, name, acc | (flags & O_APPEND) | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, m);
   if (fd < 0) return -1;
+  int chowned = fchown(fd, own_uid, own_gid) == 0;
   int known = fstat(fd, st) == 0;
-  if (!(known && S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
-        fchown(fd, own_uid, own_gid) == 0)) {
+  if (!(chowned && known && S_ISREG(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0)) {
     // Made but not as JS would have it: nothing is left. The name is
     // removed only while it is still the file made here (another may
     // have been renamed over it since); Linux has no unlink by
@@ -143,7 +146,7 @@ static int fp_pin_creatable (const char *path, size_t *plen, const char **rel, f
 // ledger change) and every doubt go to JS, with nothing made. A failure
 // after the file was made removes it again before JS is asked. The home stays
 // pinned until the record is queued, and every exit gives the slot it took back.
-int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io) {
+int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid, uint32_t gid, uint64_t *fh, int *direct_io, struct stat *attr, int *presented) {
   size_t plen;
   const char *rel;
   fp_pin_t pin;
@@ -170,6 +173,8 @@ int hs_fastpath_create (const char *path, uint32_t mode, int flags, uint32_t uid
     return HOMESFS_FASTPATH_FALLBACK;
   }
   uint32_t oflags = (uint32_t) ((flags & O_ACCMODE) | (flags & O_APPEND));
+  // Before the inode is registered open here: a new file's charged size is its size, 0.
+  *presented = fp_present_node(pin.home, &st, attr) == 0;
   fp_handle_fill(he, slot->fh, fd, pin.home);
   uint64_t dev = (uint64_t) st.st_dev, ino = (uint64_t) st.st_ino;
   uint32_t handle = slot->fh;
@@ -227,14 +232,18 @@ int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint
 
 // The directory `name` in pfd, made as JS's mkdir and ownNew make it (mkdir
 // with the mode, then the owner by name without following): 0 with *st its
-// fstat, or -1 with nothing left behind.
+// fstat once owned (the MKDIR's answer), or -1 with nothing left behind. The
+// owner is set before the checks: while the MKDIR request is served the
+// caller's kernel holds the parent's lock, so no rename or removal through
+// the mount reaches `name` between the mkdirat and the open, and only root
+// can reach the backing tree (docs/security.md, Backing safety).
 static int fp_mkdir_dir (const fp_home_t *home, int pfd, const char *name, mode_t m, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
   if (mkdirat(pfd, name, m) != 0) return -1;
   // O_PATH: the owner is changed by descriptor whatever the new mode lets root's own reads do.
   int fd = openat(pfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int chowned = fd >= 0 && fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0;
   int known = fd >= 0 && fstat(fd, st) == 0;
-  int ok = known && S_ISDIR(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
-           fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0;
+  int ok = chowned && known && S_ISDIR(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0;
   if (!ok) {
     // As for a file (fp_create_file): removed only while the name is still
     // the directory made here; an empty one only, which rmdir checks itself.
@@ -248,9 +257,11 @@ static int fp_mkdir_dir (const fp_home_t *home, int pfd, const char *name, mode_
 // The end of a name made with a create slot (fp_make_entry, hs_fastpath_link),
 // `busy` the home's busy count it raised: made (0), a record of `kind` with
 // the node's identity queued for JS, which lowers the count when it commits
-// the slot's inode; not made, the slot queued back unused (its inode too)
-// and the count lowered here. Unpins the home.
-static int fp_entry_done (fp_pin_t *pin, int64_t *busy, fp_open_rec_t *slot, int made, const struct stat *st, uint32_t kind, uint64_t *answered, uint64_t *fallbacks) {
+// the slot's inode, and *attr the node as a getattr of its path presents it
+// (*presented 1; 0: the caller asks for that getattr); not made, the slot
+// queued back unused (its inode too) and the count lowered here. Unpins the home.
+static int fp_entry_done (fp_pin_t *pin, int64_t *busy, fp_open_rec_t *slot, int made, const struct stat *st, uint32_t kind, uint64_t *answered, uint64_t *fallbacks,
+                          struct stat *attr, int *presented) {
   if (made != 0) {
     if (busy != NULL) __atomic_sub_fetch(busy, 1, __ATOMIC_SEQ_CST);
     if (slot != NULL) fp_queue(slot);  // kind is still UNUSED_CREATE: slot and inode go back
@@ -258,6 +269,7 @@ static int fp_entry_done (fp_pin_t *pin, int64_t *busy, fp_open_rec_t *slot, int
     __atomic_add_fetch(fallbacks, 1, __ATOMIC_RELAXED);
     return HOMESFS_FASTPATH_FALLBACK;
   }
+  *presented = fp_present_node(pin->home, st, attr) == 0;
   slot->kind = kind;
   slot->fd = -1;
   slot->published = 0;
@@ -281,7 +293,8 @@ typedef int (*fp_make_fn) (const fp_home_t *home, int pfd, const char *name, uin
 // the node can exist until JS counted it, as for a create. 0 made, or
 // HOMESFS_FASTPATH_FALLBACK with nothing made and any slot taken queued back.
 // Unpins the home.
-static int fp_make_entry (fp_pin_t *pin, const char *rel, uint32_t uid, uint32_t gid, int wanted, fp_make_fn make, const void *arg, uint32_t kind, uint64_t *answered, uint64_t *fallbacks) {
+static int fp_make_entry (fp_pin_t *pin, const char *rel, uint32_t uid, uint32_t gid, int wanted, fp_make_fn make, const void *arg, uint32_t kind, uint64_t *answered, uint64_t *fallbacks,
+                          struct stat *attr, int *presented) {
   const fp_home_pol_t *pol = &pin->pol;
   fp_home_t *home = pin->home;
   const char *last_slash = strrchr(rel, '/');
@@ -303,7 +316,7 @@ static int fp_make_entry (fp_pin_t *pin, const char *rel, uint32_t uid, uint32_t
       if (pfd != home->fd) close(pfd);
     }
   }
-  return fp_entry_done(pin, busy, slot, made, &st, kind, answered, fallbacks);
+  return fp_entry_done(pin, busy, slot, made, &st, kind, answered, fallbacks, attr, presented);
 }
 
 static int fp_make_dir (const fp_home_t *home, int pfd, const char *name, uint32_t own_uid, uint32_t own_gid, const void *arg, struct stat *st) {
@@ -319,7 +332,7 @@ static int fp_make_dir (const fp_home_t *home, int pfd, const char *name, uint32
 // slot's inode and takes the open-file slot back before it serves anything
 // else. Setuid or setgid asked (JS chmods after the chown), a name that
 // exists and every doubt go to JS with nothing made.
-int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid) {
+int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t gid, struct stat *attr, int *presented) {
   size_t plen;
   const char *rel;
   fp_pin_t pin;
@@ -327,7 +340,7 @@ int hs_fastpath_mkdir (const char *path, uint32_t mode, uint32_t uid, uint32_t g
   const fp_home_pol_t *pol = &pin.pol;
   if (!pol->mkdir_on) { fp_unpin(&pin); return HOMESFS_FASTPATH_FALLBACK; }
   mode_t m = (mode_t) ((mode & pol->dmode_m) | pol->dmode_or);
-  return fp_make_entry(&pin, rel, uid, gid, (m & 06000) == 0, fp_make_dir, &m, HOMESFS_REC_MKDIR, &fp_manswered, &fp_mfallbacks);
+  return fp_make_entry(&pin, rel, uid, gid, (m & 06000) == 0, fp_make_dir, &m, HOMESFS_REC_MKDIR, &fp_manswered, &fp_mfallbacks, attr, presented);
 }
 
 struct fp_mkdir_change { int on; uint32_t m, or; };
@@ -351,16 +364,17 @@ int fp_home_set_mkdir (const char *prefix, size_t n, double token, int on, uint3
 // bytes), so a create slot's reserved inode is all it needs.
 
 // The symlink `name` -> target in pfd, owned as JS's ownNew owns it (lchown,
-// no chmod: a symlink's mode is not its own): 0 with *st its lstat, or -1
-// with nothing left behind.
+// no chmod: a symlink's mode is not its own): 0 with *st its lstat once owned
+// (the SYMLINK's answer), or -1 with nothing left behind. Owned before the
+// checks, as a directory is (fp_mkdir_dir).
 static int fp_symlink_node (const fp_home_t *home, int pfd, const char *name, const char *target, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
   if (symlinkat(target, pfd, name) != 0) return -1;
   // O_PATH|O_NOFOLLOW names the link itself: the owner is changed on the node
   // made here, even if the name is renamed over meanwhile.
   int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int chowned = fd >= 0 && fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0;
   int known = fd >= 0 && fstat(fd, st) == 0;
-  int ok = known && S_ISLNK(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
-           fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0;
+  int ok = chowned && known && S_ISLNK(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0;
   if (!ok) {
     struct stat named;
     if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev && named.st_ino == st->st_ino) unlinkat(pfd, name, 0);
@@ -381,7 +395,7 @@ static int fp_make_link (const fp_home_t *home, int pfd, const char *name, uint3
   return fp_symlink_node(home, pfd, name, (const char *) arg, own_uid, own_gid, st);
 }
 
-int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid) {
+int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uint32_t gid, struct stat *attr, int *presented) {
   const char *rel;
   fp_pin_t pin;
   size_t plen;
@@ -392,7 +406,7 @@ int hs_fastpath_symlink (const char *path, const char *target, uint32_t uid, uin
   for (const char *c = rel; *c; c++) if (*c == '/') depth++;
   // The link stands `depth` directories below the home's root.
   int target_ok = pol->symlink_rule == 2 ? target[0] != 0 : fp_link_inside(depth, target);
-  return fp_make_entry(&pin, rel, uid, gid, target_ok, fp_make_link, target, HOMESFS_REC_SYMLINK, &fp_symanswered, &fp_symfallbacks);
+  return fp_make_entry(&pin, rel, uid, gid, target_ok, fp_make_link, target, HOMESFS_REC_SYMLINK, &fp_symanswered, &fp_symfallbacks, attr, presented);
 }
 
 static void fp_change_symlink (fp_home_t *e, void *arg) {
@@ -443,7 +457,7 @@ static int fp_link_name (const fp_home_t *home, int spfd, const char *name, int 
 // commits the slot's inode and takes the open-file slot back before it
 // serves anything else. A name that exists and every doubt go to JS with
 // nothing made.
-int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_t gid) {
+int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_t gid, struct stat *attr, int *presented) {
   (void) gid;  // a link makes no inode: its owner is the file's
   size_t plen, plen2;
   const char *rel, *rel2;
@@ -471,7 +485,7 @@ int hs_fastpath_link (const char *path, const char *path2, uint32_t uid, uint32_
     if (dpfd >= 0 && dpfd != home->fd) close(dpfd);
     if (spfd >= 0 && spfd != home->fd) close(spfd);
   }
-  return fp_entry_done(&pin, busy, slot, made, &st, HOMESFS_REC_LINK, &fp_lanswered, &fp_lfallbacks);
+  return fp_entry_done(&pin, busy, slot, made, &st, HOMESFS_REC_LINK, &fp_lanswered, &fp_lfallbacks, attr, presented);
 }
 
 static void fp_change_link (fp_home_t *e, void *arg) {

@@ -423,6 +423,13 @@ void fp_reap (void);
 extern uint64_t fp_answered, fp_fallbacks, fp_fanswered, fp_ffallbacks, fp_negative, fp_ranswered, fp_rfallbacks, fp_home_answered;
 
 // ---- fastpath_dircache.c: kept descriptors of directories for GETATTR ----
+// A node of the pinned home lstat'ed or fstat'ed (the home pinned), as a
+// GETATTR of its path answers it: 0 with *out, or -1 where JS answers (another
+// device, an inode JS holds open and has not sized yet, a synthetic inode
+// number, a file type without masks). The reply to a name made here comes
+// from it too, so it is the same answer a getattr of the new path gives.
+int fp_present_node (const fp_home_t *home, const struct stat *node, struct stat *out);
+
 // fp_dc_stat: lstat of rel's last component below the kept (or newly walked)
 // descriptor of rel[0..dlen), the directory it is in: 0 with *st, -ENOENT
 // (answer it), or FP_DC_WALK (the whole path's walk decides). fp_dc_forget:

@@ -206,13 +206,19 @@ void ops_create_then (hs_op_t *op, int res, const struct stat *st) {
 
 static void create_go (hs_op_t *op) {
   uint64_t fh = 0;
-  int dio = 0;
+  int dio = 0, presented = 0;
+  struct stat st;
   // An O_TMPFILE's file is made by JavaScript only (at the home's orphan, never in a directory).
-  if (!op->tmpfile && hs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio) == 0) {
+  if (!op->tmpfile && hs_fastpath_create(op->path, op->mode, (int) op->flags, op->call.uid, op->call.gid, &fh, &dio, &st, &presented) == 0) {
     op->fi.fh = fh;
     op->fi.direct_io = dio ? 1 : 0;
     op->fi.keep_cache = 0;
     op->fi.nonseekable = 0;
+    // The file's fstat once owned, presented as an fgetattr of the handle would (fastpath_create.c).
+    if (presented) {
+      op->fh = fh;
+      return ops_create_then(op, 0, &st);
+    }
     return op_fgetattr(op, op->path, fh, ops_create_then);
   }
   op->call.op = HOMESFS_OP_CREATE;

@@ -30,6 +30,14 @@ void ops_entry_then (hs_op_t *op, int res, const struct stat *st) {
   op_reply_entry(op, op->dir, op->name, st);
 }
 
+// A name the binding made at `path`: answered with the node it presented, or,
+// where it left that to JS (an inode JS holds open and has not sized), with
+// the entry a getattr of the path gives.
+static void made_then (hs_op_t *op, const char *path, int presented, const struct stat *st) {
+  if (presented) return ops_entry_then(op, 0, st);
+  op_getattr_path(op, path, ops_entry_then);
+}
+
 // The request's directory, name and locked path, or it was answered (-1).
 static int op_named (hs_op_t *op, fuse_ino_t parent, const char *name, int wlock) {
   if ((op->dir = op_node(op, parent)) == NULL) return -1;
@@ -53,28 +61,35 @@ void hs_ll_mknod (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 }
 
 void hs_ll_mkdir (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+  struct stat st;
+  int presented = 0;
   hs_op_t *op = op_new(req, HOMESFS_OP_MKDIR);
   if (op == NULL) return;
   if (op_named(op, parent, name, 0) != 0) return;
   op->mode = (uint32_t) mode;
   // Made in C where JS published it may be (fastpath_create.c); answered, as
-  // JS's mkdir is, with the entry a getattr of the new path gives.
-  if (hs_fastpath_mkdir(op->path, op->mode, op->call.uid, op->call.gid) == 0) return op_getattr_path(op, op->path, ops_entry_then);
+  // JS's mkdir is, with the entry a getattr of the new path gives: the binding
+  // presents the node it made as that getattr would (fp_present_node).
+  if (hs_fastpath_mkdir(op->path, op->mode, op->call.uid, op->call.gid, &st, &presented) == 0) return made_then(op, op->path, presented, &st);
   op_js(op, ops_name_args, ops_made_done);
 }
 
 void hs_ll_symlink (fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
+  struct stat st;
+  int presented = 0;
   hs_op_t *op = op_new(req, HOMESFS_OP_SYMLINK);
   if (op == NULL) return;
   if (op_name_ok(op, link) != 0) return;
   if ((op->data = strdup(link)) == NULL) return op_reply_err(op, -ENOMEM);
   if (op_named(op, parent, name, 0) != 0) return;
   // Made in C where JS published it may be (fastpath_create.c), answered as a mkdir made there is.
-  if (hs_fastpath_symlink(op->path, link, op->call.uid, op->call.gid) == 0) return op_getattr_path(op, op->path, ops_entry_then);
+  if (hs_fastpath_symlink(op->path, link, op->call.uid, op->call.gid, &st, &presented) == 0) return made_then(op, op->path, presented, &st);
   op_js(op, ops_name_args, ops_made_done);
 }
 
 void hs_ll_link (fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname) {
+  struct stat st;
+  int presented = 0;
   hs_op_t *op = op_new(req, HOMESFS_OP_LINK);
   if (op == NULL) return;
   if ((op->node = op_node(op, ino)) == NULL) return;
@@ -87,7 +102,7 @@ void hs_ll_link (fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const cha
   // Linked in C where JS published it may be (fastpath_create.c); answered, as
   // after JS's link, with the entry a getattr of the new path gives (the
   // node the file's other names already have).
-  if (hs_fastpath_link(op->path, op->path2, op->call.uid, op->call.gid) == 0) return op_getattr_path(op, op->path2, ops_entry_then);
+  if (hs_fastpath_link(op->path, op->path2, op->call.uid, op->call.gid, &st, &presented) == 0) return made_then(op, op->path2, presented, &st);
   op_js(op, ops_name_args, ops_made_done);
 }
 
