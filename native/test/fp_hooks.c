@@ -8,6 +8,7 @@ int fp_test_openat2_errno = 0;
 void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino) = NULL;
 void (*fp_test_settle_asked) (void) = NULL;
 void (*fp_test_dir_walked) (void) = NULL;
+void (*fp_test_symlink_made) (int pfd, const char *name) = NULL;
 int fp_test_fail_allocs = 0;
 
 static int fp_test_fails (void) {

@@ -20,6 +20,7 @@ extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
 extern int fp_test_fail_allocs;
 extern void (*fp_test_settle_asked) (void);
 extern void (*fp_test_dir_walked) (void);
+extern void (*fp_test_symlink_made) (int pfd, const char *name);
 
 // Not under test here: the data plane (no home here publishes to it).
 int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
@@ -710,6 +711,55 @@ TEST(a_symlink_takes_a_create_slots_inode_after_its_target_is_judged_and_every_d
   pend[HOMESFS_ACCT_BUSY] = busy0;
   unlinkat(home_dir, "ln", 0);
   unlinkat(home_dir, "abs", 0);
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
+}
+
+// Where other uids reach the backing tree (allowOpenBacking), one of them
+// could put a file of theirs at the name between the binding's symlinkat and
+// its open of the link: what it finds there is checked before it is given to
+// the link's owner, so only a symlink is ever chowned (or removed again). The
+// swap is made on cue by the hook; the file keeps its owner and its name, and
+// the make goes to JS.
+static void put_a_file_over (int pfd, const char *name) {
+  if (renameat(home_dir, "theirs", pfd, name) != 0) abort();
+}
+
+TEST(a_file_put_at_a_new_symlinks_name_is_never_given_away) {
+  double token = publish();
+  turn_on(token);
+  CHECK_EQ(fp_home_set_symlink(P, PLEN, token, 1), 1);
+  uint32_t uid = getuid();
+  // Root (as CI runs these) owns the link made: the file belongs to another uid, whose loss would show.
+  uid_t them = geteuid() == 0 ? 4242 : getuid();
+  int f = openat(home_dir, "theirs", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  REQUIRE(f >= 0);
+  REQUIRE(fchown(f, them, them) == 0);
+  struct stat before, after;
+  REQUIRE(fstat(f, &before) == 0);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 720, uid, 1), 1);
+  int64_t busy0 = pend[HOMESFS_ACCT_BUSY];
+  fp_test_symlink_made = put_a_file_over;
+  CHECK_EQ(hs_fastpath_symlink(P "/sw", "f00", uid, getgid(), &made_st, &made_presented), HOMESFS_FASTPATH_FALLBACK);
+  fp_test_symlink_made = NULL;
+  CHECK_EQ(fstat(f, &after), 0);
+  CHECK_EQ(after.st_uid, before.st_uid);
+  CHECK_EQ(after.st_gid, before.st_gid);
+  CHECK_EQ(after.st_uid, them);
+  // Nor removed: the name holds the file still.
+  struct stat named;
+  CHECK_EQ(fstatat(home_dir, "sw", &named, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK_EQ(named.st_ino, before.st_ino);
+  // Nothing counted: the slot and its inode go back, the home no longer busy.
+  hq_t q = fp_opens_take();
+  CHECK_EQ(q.n, 1u);
+  CHECK_EQ(fp_rec(q.head)->kind, HOMESFS_REC_UNUSED_CREATE);
+  free(fp_rec(q.head));
+  CHECK_EQ(pend[HOMESFS_ACCT_BUSY], busy0);
+  close(f);
+  unlinkat(home_dir, "sw", 0);
+  unlinkat(home_dir, "theirs", 0);
   fp_clear_all();
   CHECK_EQ(adopt_all(), 0);
   fp_reap();

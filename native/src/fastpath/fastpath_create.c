@@ -235,8 +235,11 @@ int fp_home_set_create (const char *prefix, size_t n, double token, int on, uint
 // fstat once owned (the MKDIR's answer), or -1 with nothing left behind. The
 // owner is set before the checks: while the MKDIR request is served the
 // caller's kernel holds the parent's lock, so no rename or removal through
-// the mount reaches `name` between the mkdirat and the open, and only root
-// can reach the backing tree (docs/security.md, Backing safety).
+// the mount reaches `name` between the mkdirat and the open, and without
+// allowOpenBacking only root reaches the backing tree (docs/security.md,
+// Backing safety). With it, O_DIRECTORY|O_NOFOLLOW still opens nothing but a
+// directory, and the checks (type, device, inode range) could not tell
+// another directory put there from this one either.
 static int fp_mkdir_dir (const fp_home_t *home, int pfd, const char *name, mode_t m, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
   if (mkdirat(pfd, name, m) != 0) return -1;
   // O_PATH: the owner is changed by descriptor whatever the new mode lets root's own reads do.
@@ -365,19 +368,26 @@ int fp_home_set_mkdir (const char *prefix, size_t n, double token, int on, uint3
 
 // The symlink `name` -> target in pfd, owned as JS's ownNew owns it (lchown,
 // no chmod: a symlink's mode is not its own): 0 with *st its lstat once owned
-// (the SYMLINK's answer), or -1 with nothing left behind. Owned before the
-// checks, as a directory is (fp_mkdir_dir).
+// (the SYMLINK's answer), or -1 with nothing left behind. Checked before it
+// is owned, unlike a directory (fp_mkdir_dir): O_PATH|O_NOFOLLOW opens
+// whatever is at the name, and where other uids can reach the backing tree
+// (allowOpenBacking) one of them could put a file there between the
+// symlinkat and the open; only a symlink is ever given away.
 static int fp_symlink_node (const fp_home_t *home, int pfd, const char *name, const char *target, uint32_t own_uid, uint32_t own_gid, struct stat *st) {
   if (symlinkat(target, pfd, name) != 0) return -1;
+#ifdef HOMESFS_TEST_HOOKS
+  if (fp_test_symlink_made != NULL) fp_test_symlink_made(pfd, name);
+#endif
   // O_PATH|O_NOFOLLOW names the link itself: the owner is changed on the node
   // made here, even if the name is renamed over meanwhile.
   int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  int chowned = fd >= 0 && fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0;
   int known = fd >= 0 && fstat(fd, st) == 0;
-  int ok = chowned && known && S_ISLNK(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0;
+  int ok = known && S_ISLNK(st->st_mode) && (uint64_t) st->st_dev == home->dev && ((uint64_t) st->st_ino >> 63) == 0 &&
+           fchownat(fd, "", own_uid, own_gid, AT_EMPTY_PATH) == 0 && fstat(fd, st) == 0;  // the answer: as owned
   if (!ok) {
+    // Removed only while the name is still a symlink, the one opened: a file put there is not ours to remove.
     struct stat named;
-    if (known && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev && named.st_ino == st->st_ino) unlinkat(pfd, name, 0);
+    if (known && S_ISLNK(st->st_mode) && fstatat(pfd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev && named.st_ino == st->st_ino) unlinkat(pfd, name, 0);
   }
   if (fd >= 0) close(fd);
   return ok ? 0 : -1;

@@ -143,8 +143,8 @@
 // The unit tests' build only (native/test: fp_hooks.c defines them): what a
 // test cannot make the system do on cue. A failing allocation (every calloc
 // and malloc of the fast path goes through the test's), an openat2 that
-// answers an errno (ENOSYS: a kernel before 5.6), and a call between a native
-// unlink's open check and its unlinkat.
+// answers an errno (ENOSYS: a kernel before 5.6), a call between a native
+// unlink's open check and its unlinkat, and the calls the hooks below name.
 void * fp_test_calloc (size_t n, size_t size);
 void * fp_test_malloc (size_t size);
 #define calloc fp_test_calloc
@@ -153,6 +153,7 @@ extern int fp_test_openat2_errno;
 extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
 extern void (*fp_test_settle_asked) (void);  // each fp_ask_settle, before it looks for JS's handler
 extern void (*fp_test_dir_walked) (void);    // fp_dc_stat, between a directory's walk and keeping it
+extern void (*fp_test_symlink_made) (int pfd, const char *name);  // fp_symlink_node, right after the symlinkat
 #endif
 
 #define FP_HOME_BUCKETS 4096
