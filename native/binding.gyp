@@ -89,6 +89,7 @@
       "src/session/session.c",
       "src/session/session_napi.c",
       "src/sys/calls.c",
+      "src/sys/fdwatch.c",
       "src/sys/napi_args.c",
       "src/sys/utf8.c",
     ],

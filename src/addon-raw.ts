@@ -210,6 +210,16 @@ export interface AddonRaw {
   hs_handover_sd_notify_fds(socket: string, message: string, fds: number[]): number;
   hs_handover_sd_cloexec(fd: number): number;
 
+  // ---- one-shot readiness watches on this thread's event loop (sys/fdwatch.c) ----
+  /** cb(status, events) once fd is readable (readable 1) or writable (0); the id (> 0), or -errno */
+  hs_fdwatch_open(fd: number, readable: number, cb: (status: number, events: number) => void): number;
+  /** the watch fires once more: 0, or -errno (-ENOENT: no such watch) */
+  hs_fdwatch_arm(id: number): number;
+  /** the watch ends before its descriptor is closed: 0, or -ENOENT */
+  hs_fdwatch_close(id: number): number;
+  /** watches open */
+  hs_fdwatch_count(): number;
+
   // ---- system calls Node lacks, on libuv's pool (calls.c): cb(0) or cb(-errno) ----
   hs_sys_utimensat(path: string, atime: TimeSpec, mtime: TimeSpec, cb: Cb): void;
   hs_sys_backing_mknod(path: string, mode: number, dev: number, cb: Cb): void;

@@ -9,7 +9,7 @@
 #ifndef HOMESFS_ABI_H
 #define HOMESFS_ABI_H
 
-#define HOMESFS_ABI_VERSION 34
+#define HOMESFS_ABI_VERSION 35
 
 // X(name, value): the shared constants.
 #define HOMESFS_ABI_CONSTANTS(X) \

@@ -4,6 +4,7 @@
 #include "sys/napi_args.h"
 #include "abi.h"
 #include "sys/calls.h"
+#include "sys/fdwatch.h"
 #include "session/channel.h"
 #include "fastpath/dataplane.h"
 #include "fastpath/dirhandles.h"
@@ -42,6 +43,7 @@ NAPI_INIT() {
   hs_ledgers_export(env, exports);
   hs_sdstore_export(env, exports);
   hs_calls_export(env, exports);
+  hs_fdwatch_export(env, exports);
   hs_channel_export(env, exports);
   hs_dirhandles_export(env, exports);
   hs_dp_export(env, exports);

@@ -2,8 +2,10 @@
  * The socket between a serving daemon and its successor (native/src/session/
  * handover.c: a root-only SOCK_SEQPACKET socket that carries descriptors,
  * which Node's sockets cannot). Every call here is non-blocking on the
- * JavaScript thread: waits are polls on a timer, so the daemon that hands
- * its session over keeps answering what JavaScript answers meanwhile.
+ * JavaScript thread: the listener waits for a connection on the event loop
+ * (FdWatch), a conversation's waits are short polls on a timer, so the
+ * daemon that hands its session over keeps answering what JavaScript
+ * answers meanwhile.
  *
  * Framing: one JSON message (≤ 60 KiB) per step; a larger value goes as a
  * descriptor of a sealed anonymous file (`blobFd`, `readBlob`), among the
@@ -12,8 +14,9 @@
  */
 import { closeSync, fstatSync, lstatSync, readSync, statSync, unlinkSync } from 'node:fs';
 import type { AddonRaw } from '../addon-raw.js';
+import { FdWatch, type FdWatchError, type FdWatchRaw } from '../fd-watch.js';
 
-type HandoverRaw = Pick<AddonRaw, 'hs_handover_listen' | 'hs_handover_accept' | 'hs_handover_connect' | 'hs_handover_send' | 'hs_handover_recv' | 'hs_handover_close' | 'hs_handover_memfd' | 'hs_handover_reserve_fds'>;
+type HandoverRaw = Pick<AddonRaw, 'hs_handover_listen' | 'hs_handover_accept' | 'hs_handover_connect' | 'hs_handover_send' | 'hs_handover_recv' | 'hs_handover_close' | 'hs_handover_memfd' | 'hs_handover_reserve_fds'> & FdWatchRaw;
 
 const MAX_FDS = 253;
 const EAGAIN = 11;
@@ -122,12 +125,14 @@ export class HandoverConn {
 }
 
 /**
- * A listening handover socket: connections polled on a timer. Its file is
- * removed when it closes, if it is still the one this listener made (a
- * successor that serves has made its own at the same path: that one stays).
+ * A listening handover socket: a connection is accepted when the socket
+ * becomes readable (FdWatch: no timer wakes an idle daemon), one at a time:
+ * the watch is armed again only once the connection in hand is done. Its
+ * file is removed when it closes, if it is still the one this listener made
+ * (a successor that serves has made its own at the same path: that one stays).
  */
 export class HandoverListener {
-  private timer: NodeJS.Timeout | null = null;
+  private watch: FdWatch | null = null;
   private closed = false;
   constructor(
     private readonly raw: HandoverRaw,
@@ -152,25 +157,37 @@ export class HandoverListener {
 
   /** `onConn` for each root peer (others are refused by handover.c); one at a time. */
   start(onConn: (c: HandoverConn) => Promise<void>, onRefused: (errno: number) => void): void {
-    let busy = false;
-    this.timer = setInterval(() => {
-      if (busy) return;
-      const fd = this.raw.hs_handover_accept(this.fd);
-      if (fd === -EAGAIN) return;
-      if (fd < 0) return onRefused(-fd);
-      busy = true;
-      const c = new HandoverConn(this.raw, fd);
-      void onConn(c).finally(() => {
-        c.close();
-        busy = false;
-      });
-    }, 50);
-    this.timer.unref();
+    if (this.closed || this.watch !== null) return;
+    // Every connection waiting is taken before the watch is armed again: a
+    // refused peer's (not root) or a connection gone before its accept must
+    // not leave the next one waiting for an event that already came.
+    const next = (): void => {
+      for (;;) {
+        if (this.watch === null) return;
+        const fd = this.raw.hs_handover_accept(this.fd);
+        if (fd === -EAGAIN) return this.watch.arm();
+        if (fd < 0) {
+          onRefused(-fd);
+          continue;
+        }
+        const c = new HandoverConn(this.raw, fd);
+        void onConn(c).finally(() => {
+          c.close();
+          next();
+        });
+        return;
+      }
+    };
+    try {
+      this.watch = new FdWatch(this.raw, this.fd, () => next());
+    } catch (err) {
+      throw new HandoverError(`handover socket ${this.path}: ${(err as Error).message}`, (err as FdWatchError).errno);
+    }
   }
 
   close(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.watch?.close();
+    this.watch = null;
     if (this.closed) return;
     this.closed = true;
     // Unlinked before the descriptor closes: while ours listens, no other

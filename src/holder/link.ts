@@ -16,8 +16,9 @@
  * - The holder that answered is watched through a pidfd from the
  *   registration's own connection (SO_PEERPIDFD: the very process that
  *   listens, in whatever pid namespace it runs; native/src/handover/holder.c),
- *   polled every WATCH_MS: readable once it exited (its copy of the session
- *   closed with it).
+ *   which becomes readable once it exited (its copy of the session closed
+ *   with it): a wait on the event loop (FdWatch), so a registered daemon is
+ *   never woken to look.
  * - Lost (or never registered), the daemon asks again every WATCH_MS: in
  *   `holder: 'spawn'` it spawns a holder first when none answers (a shell: no
  *   one else would), in `holder: 'external'` it only registers with one that
@@ -38,11 +39,12 @@ import type { Logger } from '../log.js';
 import { register, RegisterError, type HolderClientRaw, type HolderPeer, type RegisterArgs } from './client.js';
 import { holderSocket } from './protocol.js';
 import type { AddonRaw } from '../addon-raw.js';
+import { FdWatch, type FdWatchRaw } from '../fd-watch.js';
 
-export type HolderLinkRaw = HolderClientRaw & Pick<AddonRaw, 'hs_handover_holder_poll'>;
+export type HolderLinkRaw = HolderClientRaw & Pick<AddonRaw, 'hs_handover_holder_poll'> & FdWatchRaw;
 
 const POLLIN = 0x1;
-/** How often the holder is looked at, and a lost one's socket asked. */
+/** How often a lost holder's socket is asked (and a holder that refused us looked at). */
 const WATCH_MS = 250;
 /** A holder that refused us and still runs, or a spawn that failed: asked again after this. */
 const RETRY_MS = 30_000;
@@ -64,9 +66,14 @@ type State =
 
 export class HolderLink {
   private state: State = { kind: 'unregistered', since: Date.now(), lost: false, refusedBy: null, retryAt: 0, logged: null };
+  /** while unregistered: asks again every WATCH_MS */
   private timer: NodeJS.Timeout | null = null;
+  /** while registered with a holder whose pidfd we have: its exit */
+  private watch: FdWatch | null = null;
   private inflight: Promise<void> | null = null;
+  private running = false;
   private stopped = false;
+  private watchFailed = false;
 
   constructor(
     private readonly raw: HolderLinkRaw,
@@ -89,15 +96,45 @@ export class HolderLink {
 
   /** No registration from now on until resume(); one in flight is awaited. */
   async pause(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.running = false;
+    this.schedule();
     await this.inflight;
   }
 
   resume(): void {
-    if (this.stopped || this.timer) return;
-    this.timer = setInterval(() => this.tick(), WATCH_MS);
-    this.timer.unref();
+    if (this.stopped) return;
+    this.running = true;
+    this.schedule();
+  }
+
+  /**
+   * The wait the state calls for: the holder's exit while registered, the
+   * timer while not, nothing while paused. A pidfd the event loop cannot
+   * watch is looked at on the timer instead.
+   */
+  private schedule(): void {
+    const s = this.state;
+    const on = this.running && !this.stopped;
+    const pidfd = on && s.kind === 'registered' ? s.holder.pidfd : null;
+    if (pidfd === null) {
+      this.watch?.close();
+      this.watch = null;
+    } else if (this.watch === null && !this.watchFailed) {
+      try {
+        this.watch = new FdWatch(this.raw, pidfd, () => this.tick());
+      } catch (err) {
+        this.watchFailed = true;
+        this.log.warn({ err: (err as Error).message, holder: s.kind === 'registered' ? s.holder.pid || undefined : undefined }, `the holder's exit cannot be waited for: it is looked for every ${WATCH_MS} ms`);
+      }
+    }
+    const poll = on && (s.kind === 'unregistered' || (pidfd !== null && this.watch === null));
+    if (poll && this.timer === null) {
+      this.timer = setInterval(() => this.tick(), WATCH_MS);
+      this.timer.unref();
+    } else if (!poll && this.timer !== null) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
   }
 
   /** For good (a stop, a handover): paused, and the watched holder's pidfd closed. */
@@ -109,11 +146,13 @@ export class HolderLink {
   }
 
   private tick(): void {
-    if (this.inflight !== null || this.stopped) return;
+    if (this.inflight !== null || this.stopped || !this.running) return;
     const s = this.state;
     const now = Date.now();
     if (s.kind === 'registered') {
-      if (!this.exited(s.holder)) return;
+      if (!this.exited(s.holder)) return this.watch?.arm();
+      this.watch?.close();
+      this.watch = null;
       this.close(s.holder);
       this.state = { kind: 'unregistered', since: now, lost: true, refusedBy: null, retryAt: now, logged: null };
       this.log.warn(
@@ -127,7 +166,13 @@ export class HolderLink {
       s.refusedBy = null;
       s.retryAt = now;
     }
-    if (this.state.kind === 'unregistered' && now >= this.state.retryAt) this.inflight = this.attempt().finally(() => (this.inflight = null));
+    if (this.state.kind === 'unregistered' && now >= this.state.retryAt) {
+      this.inflight = this.attempt().finally(() => {
+        this.inflight = null;
+        this.schedule();
+      });
+    }
+    this.schedule();
   }
 
   private async attempt(): Promise<void> {
