@@ -2,10 +2,9 @@
  * The socket between a serving daemon and its successor (native/src/session/
  * handover.c: a root-only SOCK_SEQPACKET socket that carries descriptors,
  * which Node's sockets cannot). Every call here is non-blocking on the
- * JavaScript thread: the listener waits for a connection on the event loop
- * (FdWatch), a conversation's waits are short polls on a timer, so the
- * daemon that hands its session over keeps answering what JavaScript
- * answers meanwhile.
+ * JavaScript thread: the listener and a conversation wait for their socket on
+ * the event loop (FdWatch), so the daemon that hands its session over keeps
+ * answering what JavaScript answers meanwhile.
  *
  * Framing: one JSON message (≤ 60 KiB) per step; a larger value goes as a
  * descriptor of a sealed anonymous file (`blobFd`, `readBlob`), among the
@@ -31,8 +30,6 @@ export class HandoverError extends Error {
     super(message);
   }
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** One end of a handover conversation. */
 export class HandoverConn {
@@ -72,8 +69,33 @@ export class HandoverConn {
       if (r.res >= 0 && r.data) return { data: r.data, fds: r.fds };
       if (r.res !== -EAGAIN && r.res !== -ETIMEDOUT) throw new HandoverError(`handover receive failed: errno ${-r.res}`, -r.res);
       if (Date.now() >= until) throw new HandoverError('handover: the other side did not answer in time', ETIMEDOUT);
-      await sleep(POLL_MS);
+      await this.readable(until);
     }
+  }
+
+  /**
+   * Until the socket is readable (a message, or the other end closed), or
+   * `until`: the next message is taken the moment it comes, mid-pause
+   * included, where a poll on a timer would add up to its period to each step.
+   */
+  private readable(until: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      let timer: NodeJS.Timeout | null = null;
+      let watch: FdWatch | null = null;
+      const done = (): void => {
+        watch?.close();
+        if (timer !== null) clearTimeout(timer);
+        resolve();
+      };
+      try {
+        watch = new FdWatch(this.raw, this.fd, done);
+      } catch {
+        // Not watchable (never for a socket): looked at again shortly, as before.
+        timer = setTimeout(done, POLL_MS);
+        return;
+      }
+      timer = setTimeout(done, Math.max(0, until - Date.now()));
+    });
   }
 
   /** Descriptors in batches; the receiver gets them back in this order. */
@@ -113,7 +135,7 @@ export class HandoverConn {
       if (r.res < 0 && r.res !== -EAGAIN && r.res !== -ETIMEDOUT) return true;
       if (r.res === 0) return true;
       if (Date.now() >= until) return false;
-      await sleep(POLL_MS * 5);
+      await this.readable(until);
     }
   }
 
