@@ -33,7 +33,6 @@ typedef struct fdw {
   napi_env env;
   napi_ref cb;
   int events;
-  uint32_t slot;
 } fdw_t;
 
 typedef struct {
@@ -128,7 +127,6 @@ NAPI_METHOD(hs_fdwatch_open_js) {
   w->poll.data = w;
   w->env = env;
   w->events = readable ? UV_READABLE : UV_WRITABLE;
-  w->slot = i;
   napi_create_reference(env, argv[2], 1, &w->cb);
   uv_unref((uv_handle_t *) &w->poll);
   r = w_arm(w);
@@ -142,13 +140,20 @@ NAPI_METHOD(hs_fdwatch_open_js) {
   return hs_js_num(env, w_id(i));
 }
 
+// The watch a call's first argument names (NULL: none, or a stale id).
+static fdw_t *w_of_arg (napi_env env, napi_callback_info info, uint32_t *slot) {
+  size_t argc = 1;
+  napi_value argv[1];
+  double id = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1) return NULL;
+  if (napi_get_value_double(env, argv[0], &id) != napi_ok) return NULL;
+  return w_find(id, slot);
+}
+
 // hs_fdwatch_arm(id) → 0 or -errno: the watch fires once more.
 NAPI_METHOD(hs_fdwatch_arm_js) {
-  NAPI_ARGV(1)
-  double id = 0;
-  napi_get_value_double(env, argv[0], &id);
   uint32_t i;
-  fdw_t *w = w_find(id, &i);
+  fdw_t *w = w_of_arg(env, info, &i);
   if (w == NULL) return hs_js_num(env, -ENOENT);
   return hs_js_num(env, w_arm(w));
 }
@@ -156,11 +161,8 @@ NAPI_METHOD(hs_fdwatch_arm_js) {
 // hs_fdwatch_close(id) → 0 or -ENOENT: the watch ends (its callback is never
 // called again); the descriptor stays open, the caller's to close after.
 NAPI_METHOD(hs_fdwatch_close_js) {
-  NAPI_ARGV(1)
-  double id = 0;
-  napi_get_value_double(env, argv[0], &id);
   uint32_t i;
-  fdw_t *w = w_find(id, &i);
+  fdw_t *w = w_of_arg(env, info, &i);
   if (w == NULL) return hs_js_num(env, -ENOENT);
   w_slots[i].w = NULL;
   napi_delete_reference(env, w->cb);
