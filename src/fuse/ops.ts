@@ -67,8 +67,14 @@ const openFilesWaysOut = (home: string | undefined, err: { code: HomesCode; deta
   return `the home's processes must close files; or give ${home ?? 'the home'} a profile with a larger maxOpenFiles (homesctl set-profile)`;
 };
 
-/** Ordinary answers that programs expect all the time (lookups of missing names…): not worth a log line. */
-const ROUTINE = new Set<number>([E.ENOENT, E.EEXIST, E.ENOTEMPTY, E.ENOTDIR, E.EISDIR, E.EOPNOTSUPP, E.ENODATA, E.EACCES]);
+/**
+ * Ordinary answers that programs expect all the time (lookups of missing names…), and the
+ * backing filesystem's own limits reached by what the caller asked (a size past its largest
+ * file, more links than it keeps, an attribute buffer too small): the caller's errno, not a
+ * fault of the daemon, so a debug line and never an error (a homesfs limit is a refusal, logged
+ * as a warning above).
+ */
+const ROUTINE = new Set<number>([E.ENOENT, E.EEXIST, E.ENOTEMPTY, E.ENOTDIR, E.EISDIR, E.EOPNOTSUPP, E.ENODATA, E.EACCES, E.EFBIG, E.EMLINK, E.ERANGE]);
 
 function homeOf(path: string | null): string | undefined {
   if (!path) return undefined;

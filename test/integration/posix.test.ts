@@ -321,6 +321,28 @@ describe.skipIf(!canMount)('posix conformance: a posix home side by side with a 
     });
   }
 
+  it("a size past the backing filesystem's largest file: its own errno (EFBIG on ext4) by path and by descriptor, as in the plain directory", async () => {
+    const big = [
+      {
+        name: 'truncate past the largest file',
+        code: `
+touch('big', b'abc'); fd = os.open('big', os.O_RDWR)
+r = [E(os.truncate, 'big', 2 ** 50), E(os.ftruncate, fd, 2 ** 50), os.stat('big').st_size]
+os.close(fd)`,
+      },
+    ];
+    const roots = { posix: join(sides.posix.root, 'big'), plain: join(sides.plain.root, 'big') };
+    expect((await runAs(U.uid, U.gid, `mkdir ${roots.posix} ${roots.plain}`)).code).toBe(0);
+    const posix = (await runTable(roots.posix, big, scripts, 'posix-big'))[big[0]!.name];
+    const plain = (await runTable(roots.plain, big, scripts, 'plain-big'))[big[0]!.name];
+    expect(posix).toEqual(plain);
+  });
+
+  it("no failure the table's callers got is logged as the daemon's error: each is the caller's (a refusal is a warning, anything else debug)", () => {
+    const errors = d.logs.filter((l) => l.level === 'error' || l.level === 'fatal' || (l.level as unknown) === 50 || (l.level as unknown) === 60);
+    expect(errors).toEqual([]);
+  });
+
   it('the mount is nodev and nosuid (/proc/mounts)', () => {
     const line = readFileSync('/proc/mounts', 'utf8')
       .split('\n')
