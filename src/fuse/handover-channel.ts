@@ -34,6 +34,8 @@ export class HandoverError extends Error {
 /** One end of a handover conversation. */
 export class HandoverConn {
   private closed = false;
+  /** ends the wait for the socket in progress (its watch closed first), if any */
+  private waiting: (() => void) | null = null;
   constructor(
     private readonly raw: HandoverRaw,
     readonly fd: number,
@@ -85,8 +87,10 @@ export class HandoverConn {
       const done = (): void => {
         watch?.close();
         if (timer !== null) clearTimeout(timer);
+        this.waiting = null;
         resolve();
       };
+      this.waiting = done;
       try {
         watch = new FdWatch(this.raw, this.fd, done);
       } catch {
@@ -142,6 +146,8 @@ export class HandoverConn {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    // The watch goes before the descriptor: a number reused by another file must never be watched as this one.
+    this.waiting?.();
     this.raw.hs_handover_close(this.fd);
   }
 }

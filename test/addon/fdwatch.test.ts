@@ -95,6 +95,25 @@ describe.skipIf(!isRoot)('FdWatch: one-shot readiness on the event loop', () => 
     expect(raw.hs_fdwatch_open(-1, 1, () => undefined)).toBe(-9);
   });
 
+  it('a conversation closed while it waits for a message: the watch goes before the descriptor, and the wait ends at once', async () => {
+    const lfd = listen();
+    const peer = handoverConnect(raw, join(dir, 'l.sock'));
+    const fd = raw.hs_handover_accept(lfd);
+    expect(fd).toBeGreaterThanOrEqual(0);
+    const c = new HandoverConn(raw, fd);
+    const got = c.recv(600_000).then(
+      () => 'message',
+      (err: Error) => err.message,
+    );
+    await turns();
+    expect(raw.hs_fdwatch_count()).toBe(1);
+    c.close();
+    // Closed with it, not at the wait's deadline: a watch left on a closed number would follow whatever file takes it next.
+    expect(raw.hs_fdwatch_count()).toBe(0);
+    expect(await got).toMatch(/^handover receive failed: errno \d+$/);
+    peer.close();
+  });
+
   describe('the handover listener', () => {
     afterEach(() => {
       vi.useRealTimers();
