@@ -443,8 +443,7 @@ describe.skipIf(!canMount)('every native switch off on its own answers as the re
     limits: { openFilesPerUid: PER_UID },
     metrics: { socket: metrics },
     // Every stat reaches the daemon (none is answered from the kernel's cache): answers are compared, not caches.
-    // singleReader is off by default: on here, so that its variant turns it off as every other's does.
-    fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, passthrough: false, singleReader: true, ...off },
+    fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, passthrough: false, ...off },
   });
   const start = async (homes: Record<string, { owner: Owner; profile: string }>, metrics: string, off: Partial<Record<Switch, false>>) => {
     const d = await startDaemon({ homes, create: Object.keys(homes), config: config(metrics, off) });

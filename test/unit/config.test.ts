@@ -74,7 +74,7 @@ describe('buildConfig: defaults', () => {
       nativeWriteDecision: true,
       nativeTruncate: true,
       noFlush: true,
-      singleReader: false,
+      singleReader: true,
       nativeSetattr: true,
       nativeRelease: true,
       debug: false,
