@@ -9,6 +9,7 @@ void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino) = NULL;
 void (*fp_test_settle_asked) (void) = NULL;
 void (*fp_test_dir_walked) (void) = NULL;
 void (*fp_test_symlink_made) (int pfd, const char *name) = NULL;
+void (*fp_test_release_closing) (uint64_t dev, uint64_t ino) = NULL;
 int fp_test_fail_allocs = 0;
 
 static int fp_test_fails (void) {

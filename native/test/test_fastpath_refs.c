@@ -21,6 +21,7 @@ extern int fp_test_fail_allocs;
 extern void (*fp_test_settle_asked) (void);
 extern void (*fp_test_dir_walked) (void);
 extern void (*fp_test_symlink_made) (int pfd, const char *name);
+extern void (*fp_test_release_closing) (uint64_t dev, uint64_t ino);
 
 // Not under test here: the data plane (no home here publishes to it).
 int hs_dp_publish_fd(uint64_t fh, int fd, uint32_t flags, uint64_t dev, uint64_t ino, int append, uint64_t gen) { abort(); }
@@ -499,6 +500,53 @@ TEST(a_file_made_here_and_released_before_js_took_it_is_closed_here_when_release
   CHECK_EQ(adopt_all(), 0);
   fp_reap();
   CHECK_EQ(count_fds(), fds);
+}
+
+// While a RELEASE closes a file made here (its record between the queue and
+// REC_CREATED_CLOSED), another worker's UNLINK of the file: JS has not
+// counted the inode, so the removal must be JS's, and JS's take of the queue
+// must wait for the record (else JS would serve the removal uncounted, and
+// the record's later count would leave the ledger one inode over).
+static int closing_seen = -1, closing_unlink = 0, closing_ready = -1;
+static void unlink_while_closing (uint64_t dev, uint64_t ino) {
+  closing_seen = fp_making_queued(dev, ino);
+  closing_unlink = hs_fastpath_unlink(P "/closing");
+  pthread_mutex_lock(&fp_open_lock);
+  closing_ready = fp_none_closing();
+  pthread_mutex_unlock(&fp_open_lock);
+}
+
+TEST(a_file_released_here_while_another_worker_removes_it_is_counted_before_its_removal) {
+  uint32_t uid = getuid();
+  double token = publish();
+  turn_on(token);
+  CHECK_EQ(fp_slot_grant(P, PLEN, token, 610, uid, 1), 1);
+  __atomic_store_n(&dp_test_release_deferred, 1, __ATOMIC_RELEASE);
+  uint64_t fh = 0;
+  int dio = 0;
+  CHECK_EQ(hs_fastpath_create(P "/closing", 0600, O_RDWR | O_CREAT, uid, getgid(), &fh, &dio, &made_st, &made_presented), 0);
+  int64_t inodes_before = pend[HOMESFS_ACCT_RELEASED_INODES];
+  fp_test_release_closing = unlink_while_closing;
+  CHECK_EQ(hs_fastpath_release(fh), 1);
+  fp_test_release_closing = NULL;
+  CHECK_EQ(closing_seen, 1);
+  CHECK_EQ(closing_unlink, HOMESFS_FASTPATH_FALLBACK);
+  CHECK_EQ(closing_ready, 0);  // JS's take would wait for it
+  struct stat st;
+  CHECK_EQ(fstatat(home_dir, "closing", &st, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK_EQ(pend[HOMESFS_ACCT_RELEASED_INODES], inodes_before);
+  // Closed: the record is JS's to take, as REC_CREATED_CLOSED.
+  hq_t q = fp_opens_take();
+  CHECK_EQ(q.n, 1u);
+  CHECK_EQ(fp_rec(q.head)->kind, HOMESFS_REC_CREATED_CLOSED);
+  CHECK_EQ(fp_rec(q.head)->fh, fh);
+  fp_dh_give(fp_rec(q.head));
+  free(fp_rec(q.head));
+  __atomic_store_n(&dp_test_release_deferred, 0, __ATOMIC_RELEASE);
+  unlinkat(home_dir, "closing", 0);
+  fp_clear_all();
+  CHECK_EQ(adopt_all(), 0);
+  fp_reap();
 }
 
 TEST(failed_allocations_fall_back_and_lose_nothing) {

@@ -116,7 +116,7 @@ static NAPI_METHOD(hs_fastpath_dp_set_release_deferred_js) {
 
 static NAPI_METHOD(hs_fastpath_dp_take_releases_js) {
   // A handle never dropped (its descriptor would stay open for good).
-  return hq_take_to_js(env, &dp_releases, &dp_lock, napi_float64_array, sizeof(double), 1, dp_release_fill);
+  return hq_take_to_js(env, &dp_releases, &dp_lock, NULL, napi_float64_array, sizeof(double), 1, dp_release_fill);
 }
 
 static void dp_set_count(napi_env env, napi_value obj, const char *name, uint64_t *counter) {
@@ -240,5 +240,5 @@ NAPI_METHOD(hs_fastpath_dp_write_done_js) {
 
 NAPI_METHOD(hs_fastpath_dp_take_write_reports_js) {
   // A report never dropped (the file's lock in JavaScript would never be released).
-  return hq_take_to_js(env, &dp_reports, &dp_lock, napi_float64_array, sizeof(double), 2, dp_report_fill);
+  return hq_take_to_js(env, &dp_reports, &dp_lock, NULL, napi_float64_array, sizeof(double), 2, dp_report_fill);
 }

@@ -154,6 +154,7 @@ extern void (*fp_test_unlink_checked) (uint64_t dev, uint64_t ino);
 extern void (*fp_test_settle_asked) (void);  // each fp_ask_settle, before it looks for JS's handler
 extern void (*fp_test_dir_walked) (void);    // fp_dc_stat, between a directory's walk and keeping it
 extern void (*fp_test_symlink_made) (int pfd, const char *name);  // fp_symlink_node, right after the symlinkat
+extern void (*fp_test_release_closing) (uint64_t dev, uint64_t ino);  // hs_fastpath_release: a made file closed, its record not queued again yet
 #endif
 
 #define FP_HOME_BUCKETS 4096
@@ -370,6 +371,8 @@ fp_inode_t * fp_find_inode (uint64_t dev, uint64_t ino);
 int fp_inode_open (uint64_t dev, uint64_t ino);
 // fastpath_open.c: a record of the inode's making not yet taken by JS (its removal is then JS's).
 int fp_making_queued (uint64_t dev, uint64_t ino);
+// Under fp_open_lock: no made file is being closed by its RELEASE (JS may take the queue).
+int fp_none_closing (void);
 int fp_components_ok (const char *rel, uint32_t max_name);
 int fp_split_path (const char *path, size_t *plen, const char **rel);
 int fp_openat2 (int dirfd, const char *rel, uint64_t flags);

@@ -37,8 +37,14 @@ uint64_t fp_ofallbacks = 0;  // open (only counted in homes JS opened for it), a
 // The home's flags and the queue's record kinds: HOMESFS_OPEN_* and
 // HOMESFS_REC_* of abi.h.
 
-pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's slot lists, and the queue
+pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's slot lists, the queue, fp_closing
 hq_t fp_opens = HQ_INIT(fp_opens);  // under fp_open_lock (release looks at its count without it)
+// Records of files made here whose RELEASE is closing them here
+// (hs_fastpath_release), from their REC_CREATED's leaving the queue to their
+// REC_CREATED_CLOSED's entering it: under fp_open_lock. JS's take of the
+// queue waits until it is empty (fp_none_closing), so JS counts such a file
+// before it serves its removal.
+static hq_t fp_closing = HQ_INIT(fp_closing);
 uint32_t fp_slot_count = 0;  // under fp_open_lock
 // Bumped (under fp_open_lock) whenever slots go back to JS: a home withdrawn,
 // republished or freed, a reclaim. A slot taken out before the last bump may
@@ -109,19 +115,30 @@ void fp_return_list_locked (hq_link_t **list, uint32_t kind) {
 // yet, so a removal of it is JS's, which takes the queue before it serves
 // anything (OpenSlots.settle) and counts the name before it takes it off.
 // The record is queued before the make is answered, so before any request
-// can name what it made (the count's look without the lock, as RELEASE's).
-int fp_making_queued (uint64_t dev, uint64_t ino) {
-  if (hq_count(&fp_opens) == 0) return 0;
-  int found = 0;
-  pthread_mutex_lock(&fp_open_lock);
-  for (hq_link_t *l = fp_opens.head; l != NULL && !found; l = l->next) {
+// can name what it made. A file's record that a RELEASE is closing
+// (fp_closing) counts too: it is out of the queue only while the RELEASE
+// closes the file, and a removal served meanwhile on another worker must
+// not take off an inode JS has not counted. Always under the lock: a record
+// moves between the two lists inside one hold of it, never seen in neither.
+static int fp_making_in (const hq_t *q, uint64_t dev, uint64_t ino) {
+  for (hq_link_t *l = q->head; l != NULL; l = l->next) {
     const fp_open_rec_t *r = fp_rec(l);
     uint32_t k = r->kind;
-    found = (k == HOMESFS_REC_CREATED || k == HOMESFS_REC_CREATED_CLOSED || k == HOMESFS_REC_MKDIR || k == HOMESFS_REC_SYMLINK || k == HOMESFS_REC_LINK) &&
-            r->dev == dev && r->ino == ino;
+    if ((k == HOMESFS_REC_CREATED || k == HOMESFS_REC_CREATED_CLOSED || k == HOMESFS_REC_MKDIR || k == HOMESFS_REC_SYMLINK || k == HOMESFS_REC_LINK) &&
+        r->dev == dev && r->ino == ino) return 1;
   }
+  return 0;
+}
+
+int fp_making_queued (uint64_t dev, uint64_t ino) {
+  pthread_mutex_lock(&fp_open_lock);
+  int found = fp_making_in(&fp_opens, dev, ino) || fp_making_in(&fp_closing, dev, ino);
   pthread_mutex_unlock(&fp_open_lock);
   return found;
+}
+
+int fp_none_closing (void) {
+  return fp_closing.head == NULL;
 }
 
 // The home's create slots back to JS (each with its reserved inode).
@@ -309,6 +326,8 @@ int hs_fastpath_release (uint64_t fh) {
     uint32_t kind = fp_rec(*pp)->kind;
     if ((kind == HOMESFS_REC_OPENED || (created_too && kind == HOMESFS_REC_CREATED)) && fp_rec(*pp)->fh == fh) {
       r = fp_rec(hq_unlink(&fp_opens, pp));
+      // Its making stays visible to removals while it is closed (fp_making_queued).
+      if (r->kind == HOMESFS_REC_CREATED) hq_push(&fp_closing, &r->link);
       break;
     }
   }
@@ -320,10 +339,21 @@ int hs_fastpath_release (uint64_t fh) {
   close(r->fd);
   fp_dh_give(r);
   if (r->kind == HOMESFS_REC_CREATED) {
+#ifdef HOMESFS_TEST_HOOKS
+    if (fp_test_release_closing != NULL) fp_test_release_closing(r->dev, r->ino);
+#endif
+    pthread_mutex_lock(&fp_open_lock);
+    for (hq_link_t **pp = &fp_closing.head; *pp != NULL; pp = &(*pp)->next) {
+      if (*pp == &r->link) {
+        hq_unlink(&fp_closing, pp);
+        break;
+      }
+    }
     r->kind = HOMESFS_REC_CREATED_CLOSED;
     r->fd = -1;
     r->published = 0;
-    fp_queue(r);
+    fp_queue_locked(r);
+    pthread_mutex_unlock(&fp_open_lock);
     __atomic_add_fetch(&fp_cclosed, 1, __ATOMIC_RELAXED);
     return 1;
   }
@@ -389,10 +419,7 @@ int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint
 // what was queued since: what hs_fastpath_take_opens does (hq_take_to_js), for
 // the unit tests, which take it without N-API.
 hq_t fp_opens_take (void) {
-  pthread_mutex_lock(&fp_open_lock);
-  hq_t taken = hq_take(&fp_opens);
-  pthread_mutex_unlock(&fp_open_lock);
-  return taken;
+  return hq_take_when(&fp_opens, &fp_open_lock, fp_none_closing);
 }
 
 void fp_opens_put_back (hq_t taken) {

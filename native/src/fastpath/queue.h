@@ -12,6 +12,7 @@
 #define HOMESFS_QUEUE_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -67,15 +68,30 @@ static inline void hq_put_back (hq_t *q, hq_t taken) {
   __atomic_add_fetch(&q->n, taken.n, __ATOMIC_RELAXED);
 }
 
-// JavaScript's take of q (guarded by lock): every record, oldest first, as a
-// typed array of `per` elements of elem_size bytes each, which fill(record,
-// data, i) writes for record i before it is freed; null when there is none.
-// When the array cannot be made, the records go back for the next call.
-static inline napi_value hq_take_to_js (napi_env env, hq_t *q, pthread_mutex_t *lock, napi_typedarray_type type, size_t elem_size,
+// Every record of q (guarded by lock), taken once ready() holds under that
+// lock (NULL: at once); the wait yields between looks, for what a worker
+// finishes in a few system calls and no lock of the taker's.
+static inline hq_t hq_take_when (hq_t *q, pthread_mutex_t *lock, int (*ready) (void)) {
+  for (;;) {
+    pthread_mutex_lock(lock);
+    if (ready == NULL || ready()) {
+      hq_t taken = hq_take(q);
+      pthread_mutex_unlock(lock);
+      return taken;
+    }
+    pthread_mutex_unlock(lock);
+    sched_yield();
+  }
+}
+
+// JavaScript's take of q (guarded by lock, once ready(), as hq_take_when):
+// every record, oldest first, as a typed array of `per` elements of
+// elem_size bytes each, which fill(record, data, i) writes for record i
+// before it is freed; null when there is none. When the array cannot be
+// made, the records go back for the next call.
+static inline napi_value hq_take_to_js (napi_env env, hq_t *q, pthread_mutex_t *lock, int (*ready) (void), napi_typedarray_type type, size_t elem_size,
                                         size_t per, void (*fill) (hq_link_t *r, void *data, uint32_t i)) {
-  pthread_mutex_lock(lock);
-  hq_t taken = hq_take(q);
-  pthread_mutex_unlock(lock);
+  hq_t taken = hq_take_when(q, lock, ready);
   napi_value out, ab;
   void *data = NULL;
   if (taken.n == 0) {
