@@ -123,10 +123,12 @@ const FuseOptions = z
      * it answers natively; it hands over before it waits for JS, writes more
      * than 32 KiB or reads what the page cache does not hold, and a watchdog
      * hands over for it when one request
-     * takes it 4 ms or more (native/src/session/channel.c). Off: libfuse's own loop,
-     * every idle thread reading (a wake per request)
+     * takes it 4 ms or more (native/src/session/channel.c). Off (the default):
+     * libfuse's own loop, every idle thread reading: on a VM whose idle CPUs halt,
+     * one reader is woken where it last ran, a halted CPU, at every request
+     * (bench/results.md, "One reader or every worker reading")
      */
-    singleReader: z.boolean().default(true),
+    singleReader: z.boolean().default(false),
     /**
      * with the fast path: UTIMENS by path, CHMOD by path where the profile's
      * chmod decision is a plain mask (home, posix), and CHOWN by path where it

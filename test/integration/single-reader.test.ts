@@ -8,7 +8,7 @@ import { ownerRange } from '../helpers/owner-ids.js';
 import { ownerAt } from '../helpers/owner-suite.js';
 
 /**
- * fuse.singleReader (on by default): one session worker thread reads the device at
+ * fuse.singleReader (off by default, on here): one session worker thread reads the device at
  * a time and keeps the lead while it answers natively. What must hold is
  * that no home can hold the others up through it: a native answer that blocks in the backing (here a WRITE on a frozen
  * filesystem, whose pwrite waits in the kernel until the thaw) loses the lead
@@ -39,7 +39,7 @@ describe.skipIf(!canMount || !hasTools)('one reader at a time (fuse.singleReader
     size: '64M',
     homes: HOMES,
     // Reads from the disk must reach the daemon: no passthrough (passthrough.test.ts).
-    config: { fuse: { passthrough: false } },
+    config: { fuse: { passthrough: false, singleReader: true } },
     beforeStop: () => {
       if (frozen) spawnSync('fsfreeze', ['-u', s.fs], { env: { PATH: SYSTEM_PATH } });
     },

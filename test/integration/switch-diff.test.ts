@@ -443,7 +443,8 @@ describe.skipIf(!canMount)('every native switch off on its own answers as the re
     limits: { openFilesPerUid: PER_UID },
     metrics: { socket: metrics },
     // Every stat reaches the daemon (none is answered from the kernel's cache): answers are compared, not caches.
-    fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, passthrough: false, ...off },
+    // singleReader is off by default: on here, so that its variant turns it off as every other's does.
+    fuse: { attrTimeout: 0, entryTimeout: 0, negativeTimeout: 0, passthrough: false, singleReader: true, ...off },
   });
   const start = async (homes: Record<string, { owner: Owner; profile: string }>, metrics: string, off: Partial<Record<Switch, false>>) => {
     const d = await startDaemon({ homes, create: Object.keys(homes), config: config(metrics, off) });
@@ -466,8 +467,8 @@ describe.skipIf(!canMount)('every native switch off on its own answers as the re
 
   it('has a variant for every switch of the schema', () => {
     const defaults = ConfigSchema.shape.fuse.parse(undefined) as Record<string, unknown>;
-    // passthrough: no variant (the comment at the top says why).
-    const schema = Object.keys(defaults).filter((k) => defaults[k] === true && k !== 'passthrough');
+    // passthrough: no variant (the comment at the top says why); singleReader: off by default, on in the reference here.
+    const schema = Object.keys(defaults).filter((k) => (defaults[k] === true && k !== 'passthrough') || k === 'singleReader');
     expect([...SWITCHES].sort()).toEqual(schema.sort());
     for (const s of SWITCHES) expect(VARIANTS.some((v) => v.name === s && Object.keys(v.off).join() === s), s).toBe(true);
   });

@@ -74,7 +74,7 @@ describe('buildConfig: defaults', () => {
       nativeWriteDecision: true,
       nativeTruncate: true,
       noFlush: true,
-      singleReader: true,
+      singleReader: false,
       nativeSetattr: true,
       nativeRelease: true,
       debug: false,
