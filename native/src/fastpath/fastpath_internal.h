@@ -331,6 +331,7 @@ typedef struct fp_open_rec {
   // handles (dirhandles.c), given back once JS takes the record in or the
   // file is gone.
   void *dh;
+  uint64_t closing;     // on fp_closing (fastpath_open.c): its number there
 } fp_open_rec_t;
 
 static inline struct fp_open_rec * fp_rec (hq_link_t *l) { return (struct fp_open_rec *) l; }
@@ -371,8 +372,8 @@ fp_inode_t * fp_find_inode (uint64_t dev, uint64_t ino);
 int fp_inode_open (uint64_t dev, uint64_t ino);
 // fastpath_open.c: a record of the inode's making not yet taken by JS (its removal is then JS's).
 int fp_making_queued (uint64_t dev, uint64_t ino);
-// Under fp_open_lock: no made file is being closed by its RELEASE (JS may take the queue).
-int fp_none_closing (void);
+// What JS's take of the queue waits for: the made files being closed by their RELEASE when it begins.
+extern const hq_gate_t fp_closing_gate;
 int fp_components_ok (const char *rel, uint32_t max_name);
 int fp_split_path (const char *path, size_t *plen, const char **rel);
 int fp_openat2 (int dirfd, const char *rel, uint64_t flags);

@@ -428,7 +428,7 @@ napi_value fp_reclaim (napi_env env, napi_callback_info info) {
 // adopt it and commit its inode; 4: a create slot given back), oldest first; null when none.
 napi_value fp_take_opens (napi_env env, napi_callback_info info) {
   fp_reap();
-  return hq_take_to_js(env, &fp_opens, &fp_open_lock, fp_none_closing, napi_biguint64_array, sizeof(uint64_t), 7, fp_open_fill);
+  return hq_take_to_js(env, &fp_opens, &fp_open_lock, &fp_closing_gate, napi_biguint64_array, sizeof(uint64_t), 7, fp_open_fill);
 }
 
 // hs_fastpath_wl_delegate(dev, ino, size, acct: BigInt64Array(8)) -> kept?

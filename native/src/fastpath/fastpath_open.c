@@ -41,10 +41,14 @@ pthread_mutex_t fp_open_lock = PTHREAD_MUTEX_INITIALIZER;  // every home's slot 
 hq_t fp_opens = HQ_INIT(fp_opens);  // under fp_open_lock (release looks at its count without it)
 // Records of files made here whose RELEASE is closing them here
 // (hs_fastpath_release), from their REC_CREATED's leaving the queue to their
-// REC_CREATED_CLOSED's entering it: under fp_open_lock. JS's take of the
-// queue waits until it is empty (fp_none_closing), so JS counts such a file
-// before it serves its removal.
+// REC_CREATED_CLOSED's entering it, oldest first, each numbered from
+// fp_closing_seq (its closing): under fp_open_lock. JS's take of the queue
+// waits for those on it when the take begins (fp_closing_gate), so JS counts
+// such a file before it serves its removal. A file whose closing begins later
+// was queued after that look, so after any request JS may be serving: its
+// removal comes later, and is JS's while the record waits (fp_making_queued).
 static hq_t fp_closing = HQ_INIT(fp_closing);
+static uint64_t fp_closing_seq = 0;
 uint32_t fp_slot_count = 0;  // under fp_open_lock
 // Bumped (under fp_open_lock) whenever slots go back to JS: a home withdrawn,
 // republished or freed, a reclaim. A slot taken out before the last bump may
@@ -137,9 +141,17 @@ int fp_making_queued (uint64_t dev, uint64_t ino) {
   return found;
 }
 
-int fp_none_closing (void) {
-  return fp_closing.head == NULL;
+// Under fp_open_lock: the newest closing under way (0: none) ...
+static uint64_t fp_closing_midway (void) {
+  return fp_closing.head == NULL ? 0 : fp_closing_seq;
 }
+
+// ... and whether every closing up to it is done: the list is oldest first.
+static int fp_closing_done (uint64_t midway) {
+  return fp_closing.head == NULL || fp_rec(fp_closing.head)->closing > midway;
+}
+
+const hq_gate_t fp_closing_gate = { fp_closing_midway, fp_closing_done };
 
 // The home's create slots back to JS (each with its reserved inode).
 void fp_return_create_slots (fp_home_t *e) {
@@ -327,7 +339,10 @@ int hs_fastpath_release (uint64_t fh) {
     if ((kind == HOMESFS_REC_OPENED || (created_too && kind == HOMESFS_REC_CREATED)) && fp_rec(*pp)->fh == fh) {
       r = fp_rec(hq_unlink(&fp_opens, pp));
       // Its making stays visible to removals while it is closed (fp_making_queued).
-      if (r->kind == HOMESFS_REC_CREATED) hq_push(&fp_closing, &r->link);
+      if (r->kind == HOMESFS_REC_CREATED) {
+        r->closing = ++fp_closing_seq;
+        hq_push(&fp_closing, &r->link);
+      }
       break;
     }
   }
@@ -419,7 +434,7 @@ int fp_slot_grant (const char *prefix, size_t n, double token, uint32_t fh, uint
 // what was queued since: what hs_fastpath_take_opens does (hq_take_to_js), for
 // the unit tests, which take it without N-API.
 hq_t fp_opens_take (void) {
-  return hq_take_when(&fp_opens, &fp_open_lock, fp_none_closing);
+  return hq_take_when(&fp_opens, &fp_open_lock, &fp_closing_gate);
 }
 
 void fp_opens_put_back (hq_t taken) {

@@ -68,30 +68,56 @@ static inline void hq_put_back (hq_t *q, hq_t taken) {
   __atomic_add_fetch(&q->n, taken.n, __ATOMIC_RELAXED);
 }
 
-// Every record of q (guarded by lock), taken once ready() holds under that
-// lock (NULL: at once); the wait yields between looks, for what a worker
-// finishes in a few system calls and no lock of the taker's.
-static inline hq_t hq_take_when (hq_t *q, pthread_mutex_t *lock, int (*ready) (void)) {
-  for (;;) {
-    pthread_mutex_lock(lock);
-    if (ready == NULL || ready()) {
-      hq_t taken = hq_take(q);
-      pthread_mutex_unlock(lock);
-      return taken;
-    }
-    pthread_mutex_unlock(lock);
-    sched_yield();
+// What follows more: q's records after taken's.
+static inline void hq_append (hq_t *taken, hq_t more) {
+  if (more.head == NULL) return;
+  if (taken->head == NULL) {
+    *taken = more;
+    return;
   }
+  *taken->tail = more.head;
+  taken->tail = more.tail;
+  taken->n += more.n;
 }
 
-// JavaScript's take of q (guarded by lock, once ready(), as hq_take_when):
+// Every record of q (guarded by lock). With a gate (NULL: none), what a
+// worker is midway through when the take begins is waited for: under the
+// lock, the records queued so far are taken and gate->midway() names the
+// work under way (0: none, taken at once); the take then yields until
+// gate->done(that) and takes what was queued meanwhile too. Work begun after
+// the first look is not waited for, so workers that keep beginning more
+// never hold the taker: it waits for a few system calls at most, holding no
+// lock of the workers'.
+typedef struct {
+  uint64_t (*midway) (void);
+  int (*done) (uint64_t midway);
+} hq_gate_t;
+
+static inline hq_t hq_take_when (hq_t *q, pthread_mutex_t *lock, const hq_gate_t *gate) {
+  pthread_mutex_lock(lock);
+  hq_t taken = hq_take(q);
+  uint64_t midway = gate != NULL ? gate->midway() : 0;
+  pthread_mutex_unlock(lock);
+  while (midway != 0) {
+    sched_yield();
+    pthread_mutex_lock(lock);
+    if (gate->done(midway)) {
+      hq_append(&taken, hq_take(q));
+      midway = 0;
+    }
+    pthread_mutex_unlock(lock);
+  }
+  return taken;
+}
+
+// JavaScript's take of q (guarded by lock, past gate, as hq_take_when):
 // every record, oldest first, as a typed array of `per` elements of
 // elem_size bytes each, which fill(record, data, i) writes for record i
 // before it is freed; null when there is none. When the array cannot be
 // made, the records go back for the next call.
-static inline napi_value hq_take_to_js (napi_env env, hq_t *q, pthread_mutex_t *lock, int (*ready) (void), napi_typedarray_type type, size_t elem_size,
+static inline napi_value hq_take_to_js (napi_env env, hq_t *q, pthread_mutex_t *lock, const hq_gate_t *gate, napi_typedarray_type type, size_t elem_size,
                                         size_t per, void (*fill) (hq_link_t *r, void *data, uint32_t i)) {
-  hq_t taken = hq_take_when(q, lock, ready);
+  hq_t taken = hq_take_when(q, lock, gate);
   napi_value out, ab;
   void *data = NULL;
   if (taken.n == 0) {
