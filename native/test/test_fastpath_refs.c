@@ -146,13 +146,19 @@ static void *remove_home (void *arg) {
   return NULL;
 }
 
-// Until the thread ends, or 200 ms: whether it ended (a wait that should not end must not).
-static int ends_soon (pthread_t t) {
+// Until the thread ends, or ms: whether it ended.
+static int ends_within (pthread_t t, long ms) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_nsec += 200 * 1000 * 1000;
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (ms % 1000) * 1000 * 1000;
   if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
   return pthread_timedjoin_np(t, NULL, &until) == 0;
+}
+
+// 200 ms: a wait that should not end must not.
+static int ends_soon (pthread_t t) {
+  return ends_within(t, 200);
 }
 
 TEST(a_pinned_home_outlives_clear_with_its_descriptor_open) {
@@ -585,13 +591,6 @@ static void *take_queue (void *arg) {
   storm_taken = fp_opens_take();
   return NULL;
 }
-// Until the thread ends, or 10 s: a wait that must end, on a machine however loaded.
-static int ends_at_last (pthread_t t) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 10;
-  return pthread_timedjoin_np(t, NULL, &until) == 0;
-}
 
 TEST(closings_begun_while_js_takes_the_queue_do_not_hold_the_take) {
   uint32_t uid = getuid();
@@ -620,7 +619,7 @@ TEST(closings_begun_while_js_takes_the_queue_do_not_hold_the_take) {
   wait_held(2);
   release_held(1);
   pthread_join(ta, NULL);
-  int ended = ends_at_last(take);
+  int ended = ends_within(take, 10000);  // a wait that must end, on a machine however loaded
   CHECK(ended);
   release_held(2);
   pthread_join(tb, NULL);
